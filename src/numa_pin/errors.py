@@ -1,0 +1,188 @@
+"""The one exception tree of numa-pin.
+
+Every error that can reach a user is a :class:`NumaPinError`. Entry points
+(``numa-pin``, ``numa-pin-hook``) catch it and print one line; nothing else
+is allowed to escape as a traceback.
+
+::
+
+    NumaPinError
+    ├── TopologyError                  the machine description is unusable
+    │   └── SysfsError(path)           a sysfs/proc file is missing, unreadable or garbage
+    ├── ConfigError(key, path)         config.yaml: unknown key, wrong type, bad value
+    ├── RequestError(annotation)       a container request is malformed
+    ├── PolicyError                    bad policy / scope / option (kubelet's load-time errors)
+    ├── AdmissionError                 the container must not start
+    │   ├── TopologyAffinityError      the policy rejected the merged hint
+    │   └── AllocationError            an allocator could not satisfy a request
+    │       └── SMTAlignmentError      full-pcpus-only could not be honoured
+    ├── LedgerError(path)              the node ledger
+    │   ├── LedgerLockTimeout          another admission held the lock too long
+    │   └── LedgerCorrupt              checksum / version / JSON failure; never reset silently
+    ├── EnforcementError(path)         writing cgroups, moving netdevs, granting devices
+    │   └── CgroupEscapeError          a path would leave the cgroup root
+    └── HookInputError                 the OCI state on stdin or config.json is unusable
+
+Each class documents when it is raised. Errors carry the file, container or
+resource involved so the single line a user sees is actionable.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class NumaPinError(Exception):
+    """Base class of every error numa-pin raises on purpose."""
+
+    #: short name printed before the message by the entry points
+    kind = "NumaPinError"
+
+
+class TopologyError(NumaPinError, ValueError):
+    """The machine topology is inconsistent or unsupported."""
+
+    kind = "TopologyError"
+
+
+class SysfsError(TopologyError):
+    """A sysfs or proc file could not be read or parsed.
+
+    ``path`` is the file involved; ``errno`` is set when the OS reported one.
+    """
+
+    kind = "SysfsError"
+
+    def __init__(self, path: str | os.PathLike[str], reason: str, errno: int | None = None) -> None:
+        self.path = os.fspath(path)
+        self.reason = reason
+        self.errno = errno
+        super().__init__(f"{self.path}: {reason}")
+
+
+class ConfigError(NumaPinError, ValueError):
+    """The configuration file or a configuration value is invalid.
+
+    ``key`` is the dotted key involved (``policy_options.max-allowable-numa-nodes``),
+    ``path`` the file it came from, when known.
+    """
+
+    kind = "ConfigError"
+
+    def __init__(self, message: str, *, key: str | None = None, path: str | None = None) -> None:
+        self.key = key
+        self.path = path
+        where = ""
+        if path:
+            where += f"{path}: "
+        if key:
+            where += f"{key}: "
+        super().__init__(f"{where}{message}")
+
+
+class RequestError(NumaPinError, ValueError):
+    """A resource request (annotation, CLI flag, config.json field) is malformed.
+
+    ``annotation`` names the annotation or field that was wrong.
+    """
+
+    kind = "RequestError"
+
+    def __init__(self, message: str, *, annotation: str | None = None) -> None:
+        self.annotation = annotation
+        prefix = f"{annotation}: " if annotation else ""
+        super().__init__(f"{prefix}{message}")
+
+
+class PolicyError(NumaPinError, ValueError):
+    """An unknown policy, scope or policy option, or an option value kubelet would refuse."""
+
+    kind = "PolicyError"
+
+
+class AdmissionError(NumaPinError):
+    """The container (or process) must not start."""
+
+    kind = "AdmissionError"
+
+
+class TopologyAffinityError(AdmissionError):
+    """The topology policy refused the merged hint (kubelet's ``TopologyAffinityError``)."""
+
+    kind = "TopologyAffinityError"
+
+
+class AllocationError(AdmissionError):
+    """An allocator could not satisfy a request; the message is kubelet's where one exists."""
+
+    kind = "AllocationError"
+
+
+class SMTAlignmentError(AllocationError):
+    """``full-pcpus-only`` could not be honoured (kubelet's ``SMTAlignmentError``)."""
+
+    kind = "SMTAlignmentError"
+
+
+class LedgerError(NumaPinError):
+    """The node ledger could not be read or written. ``path`` is the ledger file."""
+
+    kind = "LedgerError"
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class LedgerLockTimeout(LedgerError):
+    """The ledger lock was not obtained within the bounded wait."""
+
+    kind = "LedgerLockTimeout"
+
+
+class LedgerCorrupt(LedgerError):
+    """The ledger failed its checksum, version or JSON checks. It is never reset silently."""
+
+    kind = "LedgerCorrupt"
+
+
+class EnforcementError(NumaPinError):
+    """Applying a grant to the system failed (cgroup write, netdev move, device grant)."""
+
+    kind = "EnforcementError"
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+class CgroupEscapeError(EnforcementError):
+    """A cgroup path would resolve outside the configured cgroup root."""
+
+    kind = "CgroupEscapeError"
+
+
+class HookInputError(NumaPinError, ValueError):
+    """The OCI state on stdin or the bundle's config.json is unusable."""
+
+    kind = "HookInputError"
+
+
+__all__ = [
+    "AdmissionError",
+    "AllocationError",
+    "CgroupEscapeError",
+    "ConfigError",
+    "EnforcementError",
+    "HookInputError",
+    "LedgerCorrupt",
+    "LedgerError",
+    "LedgerLockTimeout",
+    "NumaPinError",
+    "PolicyError",
+    "RequestError",
+    "SMTAlignmentError",
+    "SysfsError",
+    "TopologyAffinityError",
+    "TopologyError",
+]
