@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""How long one ``numa-pin-hook`` admission takes, compared with a bare interpreter start.
+
+Part 1 runs the installed hook as the runtime would (a fresh process, OCI state on stdin)
+against a fake 2-socket machine (``intel-2s-ht`` from the machine kit) with a fake cgroup v1
+tree, so it measures numa-pin's own cost: interpreter start, imports, config (cached),
+topology (cached), ledger transaction, decision and cpuset writes. Each admission is followed
+by a poststop release (timed separately) so every run sees the same machine.
+
+Part 2 (root, runc installed) times ``runc run`` of a busybox ``true`` container with and
+without the hook on this machine, to show what a container start pays in practice.
+
+Usage: python bench/hook_latency.py [--runs N] [--skip-runc]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "src"))
+VENV_BIN = Path(sys.executable).parent
+HOOK = shutil.which("numa-pin-hook", path=str(VENV_BIN)) or shutil.which("numa-pin-hook")
+
+
+def pct(samples: list[float], q: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def timed(cmd: list[str], stdin: bytes | None = None, env: dict[str, str] | None = None) -> tuple[float, int, bytes]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, input=stdin, capture_output=True, env=env, timeout=120)
+    return time.perf_counter() - t0, proc.returncode, proc.stderr
+
+
+def fake_node(root: Path) -> tuple[Path, dict[str, str]]:
+    """A fake 2-socket machine, proc tree and cgroup v1 tree; returns (config path, env)."""
+    from numa_pin.testing import machine, shapes
+
+    built = machine.build(shapes.SHAPES["intel-2s-ht"](), root / "machine")
+    proc = Path(built.proc_root)
+    cg = root / "cgroup"
+    (proc / "self").mkdir(parents=True, exist_ok=True)
+    (proc / "self" / "mountinfo").write_text(
+        f"35 25 0:30 / {cg}/cpuset rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,cpuset\n"
+    )
+    parent = cg / "cpuset"
+    parent.mkdir(parents=True)
+    for leaf, value in (("cpuset.cpus", "0-31"), ("cpuset.mems", "0-1")):
+        (parent / leaf).write_text(value + "\n")
+    config = root / "config.yaml"
+    config.write_text(
+        "policy: restricted\n"
+        f"sysfs_root: {built.sysfs_root}\nproc_root: {proc}\ncgroup_root: {cg}\n"
+        f"state_dir: {root / 'state'}\nsyslog: false\n"
+    )
+    env = dict(os.environ, NUMA_PIN_CACHE_DIR=str(root / "cache"))
+    return config, env
+
+
+def add_container(root: Path, proc: Path, index: int) -> tuple[int, bytes]:
+    pid = 100000 + index
+    cg = root / "cgroup" / "cpuset" / "bench" / f"c{index}"
+    cg.mkdir(parents=True, exist_ok=True)
+    (cg / "cpuset.cpus").write_text("0-31\n")
+    (cg / "cpuset.mems").write_text("0-1\n")
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    (proc / str(pid) / "cgroup").write_text(f"5:cpuset:/bench/c{index}\n1:name=systemd:/bench/c{index}\n")
+    bundle = root / "bundles" / f"c{index}"
+    bundle.mkdir(parents=True, exist_ok=True)
+    (bundle / "config.json").write_text(json.dumps({"annotations": {"numa-pin.io/cpus": "2"}, "root": {"path": "rootfs"}}))
+    state = {"ociVersion": "1.2.0", "id": f"c{index}", "status": "creating", "pid": pid, "bundle": str(bundle),
+             "annotations": {"numa-pin.io/cpus": "2"}}
+    return pid, json.dumps(state).encode()
+
+
+def bench_hook(runs: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="numa-pin-bench-") as tmp:
+        root = Path(tmp)
+        config, env = fake_node(root)
+        proc = root / "machine" / "proc"
+        bare, admit, release = [], [], []
+        # warm-up: compiles .pyc files, fills the config and topology caches
+        _, warm = add_container(root, proc, 0)
+        for stage in ("prestart", "poststop"):
+            dt, rc, err = timed([HOOK, "--config", str(config), stage], warm, env)
+            if rc:
+                raise SystemExit(f"hook failed during warm-up: {err.decode().strip()}")
+        for i in range(1, runs + 1):
+            _, state = add_container(root, proc, i)
+            bare.append(timed([sys.executable, "-c", "pass"])[0])
+            dt, rc, err = timed([HOOK, "--config", str(config), "prestart"], state, env)
+            if rc:
+                raise SystemExit(f"hook admission failed: {err.decode().strip()}")
+            admit.append(dt)
+            dt, rc, err = timed([HOOK, "--config", str(config), "poststop"], state, env)
+            if rc:
+                raise SystemExit(f"hook release failed: {err.decode().strip()}")
+            release.append(dt)
+    return {
+        "bare_p50": pct(bare, 0.5), "bare_p95": pct(bare, 0.95),
+        "admit_p50": pct(admit, 0.5), "admit_p95": pct(admit, 0.95),
+        "release_p50": pct(release, 0.5), "release_p95": pct(release, 0.95),
+    }
+
+
+def bench_runc(runs: int) -> dict[str, float] | None:
+    runc = shutil.which("runc")
+    if os.geteuid() != 0 or runc is None or not Path("/bin/busybox").exists():
+        return None
+    sys.path.insert(0, str(REPO / "tests" / "e2e"))
+    import harness
+
+    with tempfile.TemporaryDirectory(prefix="numa-pin-bench-runc-") as tmp:
+        root = Path(tmp)
+        config = root / "config.yaml"
+        config.write_text(f"policy: best-effort\nstate_dir: {root / 'state'}\nsyslog: false\n")
+        env = [f"NUMA_PIN_CACHE_DIR={root / 'cache'}", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
+        hooks = {
+            "prestart": [harness.hook_entry(HOOK, ["numa-pin-hook", "--config", str(config), "prestart"], env=env)],
+            "poststop": [harness.hook_entry(HOOK, ["numa-pin-hook", "--config", str(config), "poststop"], env=env)],
+        }
+        plain = harness.make_bundle(root / "plain", args=["true"])
+        hooked = harness.make_bundle(root / "hooked", args=["true"], hooks=hooks,
+                                     annotations={"numa-pin.io/cpus": "1"})
+        out: dict[str, list[float]] = {"plain": [], "hooked": []}
+        for i in range(runs + 1):
+            for name, bundle in (("plain", plain), ("hooked", hooked)):
+                t0 = time.perf_counter()
+                res = harness.run_runc(bundle, f"bench-{name}-{os.getpid()}-{i}", root=root / "runc")
+                dt = time.perf_counter() - t0
+                if res.returncode != 0:
+                    raise SystemExit(f"runc {name} failed: {res.stderr.strip()}")
+                if i:  # first round is warm-up
+                    out[name].append(dt)
+    return {"plain_p50": pct(out["plain"], 0.5), "hooked_p50": pct(out["hooked"], 0.5),
+            "plain_p95": pct(out["plain"], 0.95), "hooked_p95": pct(out["hooked"], 0.95)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--skip-runc", action="store_true")
+    args = ap.parse_args()
+    if HOOK is None:
+        print("numa-pin-hook is not installed (run make venv)", file=sys.stderr)
+        return 1
+    r = bench_hook(args.runs)
+    ms = {k: 1000 * v for k, v in r.items()}
+    print(f"hook admission on a fake 2-socket machine ({args.runs} runs, {os.cpu_count()} CPUs here)")
+    print(f"  python3 -c pass     p50 {ms['bare_p50']:7.1f} ms   p95 {ms['bare_p95']:7.1f} ms")
+    print(f"  hook prestart       p50 {ms['admit_p50']:7.1f} ms   p95 {ms['admit_p95']:7.1f} ms"
+          f"   ratio to bare p50: {r['admit_p50'] / r['bare_p50']:.2f}x")
+    print(f"  hook poststop       p50 {ms['release_p50']:7.1f} ms   p95 {ms['release_p95']:7.1f} ms")
+    if not args.skip_runc:
+        rr = bench_runc(max(5, args.runs // 3))
+        if rr is None:
+            print("runc comparison skipped (needs root, runc and busybox-static)")
+        else:
+            print("runc run of busybox true, this machine")
+            print(f"  without hook        p50 {1000 * rr['plain_p50']:7.1f} ms   p95 {1000 * rr['plain_p95']:7.1f} ms")
+            print(f"  with hook           p50 {1000 * rr['hooked_p50']:7.1f} ms   p95 {1000 * rr['hooked_p95']:7.1f} ms"
+                  f"   extra p50: {1000 * (rr['hooked_p50'] - rr['plain_p50']):.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

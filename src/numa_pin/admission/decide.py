@@ -1,0 +1,323 @@
+"""The admission decision: request + machine + ledger state -> grant or rejection (pure).
+
+This is kubelet's Topology Manager admit path on one node:
+
+1. every hint provider (CPU, memory/hugepages, devices) answers for the request,
+2. the policy merges the answers into one NUMA affinity and says admit or not,
+3. if admitted, every allocator takes its resources inside that affinity.
+
+Scopes: ``container`` merges each container alone. ``pod`` merges once per pod with the pod's
+effective request (``numa-pin.io/pod-*`` totals, or the first container's request) and places
+every later container of the pod inside the pod's affinity, as kubelet stores one hint for all
+of a pod's containers.
+
+Nothing here touches the machine; :mod:`numa_pin.agent` does the I/O around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from numa_pin.admission.request import Amounts, ContainerRequest
+from numa_pin.allocators.cpu import CpuTopology
+from numa_pin.allocators.devices import allocate_devices
+from numa_pin.allocators.memory import allocate_memory
+from numa_pin.devices.inventory import DeviceResource, inventory, parent_keys
+from numa_pin.errors import (
+    AdmissionError,
+    AllocationError,
+    RequestError,
+    SMTAlignmentError,
+    TopologyAffinityError,
+)
+from numa_pin.ledger.model import LedgerState
+from numa_pin.policy import bitmask
+from numa_pin.policy.hint import TopologyHint
+from numa_pin.policy.merge import merge_hints
+from numa_pin.policy.options import check_machine
+from numa_pin.providers.cpu import CpuOptions, allocate_cpus, cpu_hint_family, reserved_cpus
+from numa_pin.providers.devices import DeviceInfo, device_hint_family, device_hints
+from numa_pin.providers.memory import build_memory_state, memory_hint_family
+from numa_pin.topology.model import KIND_GPU, Topology
+
+NVIDIA_GPU = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """The node-wide part of the config that decisions depend on."""
+
+    policy: str = "best-effort"
+    scope: str = "container"
+    policy_options: Mapping[str, object] = field(default_factory=dict)
+    cpu_options: CpuOptions = field(default_factory=CpuOptions)
+    reserved_cpus: frozenset[int] | None = None
+    num_reserved_cpus: int = 1
+    reserved_memory: Mapping[int, Mapping[str, int]] = field(default_factory=dict)
+    device_resources: tuple[DeviceResource, ...] = ()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one container gets, or why it gets nothing."""
+
+    container_id: str
+    admit: bool
+    policy: str
+    scope: str
+    hint: TopologyHint
+    cpus: frozenset[int] = frozenset()
+    mems: frozenset[int] = frozenset()
+    devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    memory: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
+    reason: str = ""
+    error_kind: str = "TopologyAffinityError"  # printed before the reason when rejected
+    pod_affinity: frozenset[int] | None = None  # set when this decision created the pod's record
+    hints: Mapping[str, str] = field(default_factory=dict)  # resource -> short description, for explain
+
+    @property
+    def exclusive(self) -> bool:
+        return bool(self.cpus)
+
+
+@dataclass(frozen=True)
+class _Machine:
+    """Derived, per-decision view of the machine and what is free on it."""
+
+    topology: Topology
+    cpu_topology: CpuTopology
+    reserved: frozenset[int]
+    free_cpus: frozenset[int]
+    devices: Mapping[str, tuple[DeviceInfo, ...]]
+    free_devices: Mapping[str, frozenset[str]]
+
+
+def _machine(topology: Topology, state: LedgerState, settings: NodeSettings, container_id: str) -> _Machine:
+    cpu_topo = CpuTopology.from_topology(topology)
+    reserved = reserved_cpus(cpu_topo, settings.cpu_options, settings.reserved_cpus, settings.num_reserved_cpus)
+    others = state.without(container_id) if container_id in state.grants else state
+    free = topology.cpu_ids - reserved - others.exclusive_cpus()
+    devs = dict(inventory(topology, settings.device_resources))
+    if NVIDIA_GPU not in devs:
+        gpus = tuple(
+            DeviceInfo(d.address, () if d.numa_node is None else (d.numa_node,), True)
+            for d in topology.pci_devices
+            if d.kind == KIND_GPU and d.vendor == "0x10de"
+        )
+        if gpus:
+            devs[NVIDIA_GPU] = gpus
+    free_devs = {
+        res: frozenset(d.id for d in infos if d.healthy) - frozenset(others.devices_in_use(res))
+        for res, infos in devs.items()
+    }
+    return _Machine(topology, cpu_topo, reserved, frozenset(free), devs, free_devs)
+
+
+def resolve_fixed_devices(request: ContainerRequest, machine: _Machine) -> dict[str, tuple[str, ...]]:
+    """Map device-plugin env (``NVIDIA_VISIBLE_DEVICES``, ``PCIDEVICE_*``) to resources and ids.
+
+    GPU tokens are UUIDs (``GPU-...``) or NVML indexes; an index is the GPU's position in PCI
+    address order, which is NVML's default enumeration. Never the device minor.
+    """
+    fixed: dict[str, list[str]] = {}
+    if request.fixed_gpus:
+        gpus = sorted(
+            (d for d in machine.topology.pci_devices if d.kind == KIND_GPU and d.vendor == "0x10de"),
+            key=lambda d: d.address,
+        )
+        by_uuid = {d.gpu_uuid: d.address for d in gpus if d.gpu_uuid}
+        for token in request.fixed_gpus:
+            if token.isdigit() and int(token) < len(gpus):
+                addr = gpus[int(token)].address
+            elif token in by_uuid:
+                addr = by_uuid[token]
+            else:
+                raise RequestError(f"GPU {token!r} is not on this machine", annotation="NVIDIA_VISIBLE_DEVICES")
+            res = next((r for r, infos in machine.devices.items() if any(i.id == addr for i in infos)), NVIDIA_GPU)
+            fixed.setdefault(res, []).append(addr)
+    for suffix, addrs in request.fixed_pci.items():
+        res = next(
+            (r for r in machine.devices if r.replace(".", "_").replace("/", "_").upper() == suffix), None
+        )
+        if res is None:
+            raise RequestError(f"no configured device resource matches {suffix!r}", annotation="PCIDEVICE_" + suffix)
+        known = {d.id for d in machine.devices[res]}
+        for addr in addrs:
+            if addr not in known:
+                raise RequestError(f"device {addr} is not a {res} device", annotation="PCIDEVICE_" + suffix)
+        fixed.setdefault(res, []).extend(addrs)
+    return {r: tuple(a) for r, a in fixed.items()}
+
+
+def _provider_hints(
+    machine: _Machine,
+    state: LedgerState,
+    amounts: Amounts,
+    fixed: Mapping[str, tuple[str, ...]],
+    settings: NodeSettings,
+    container_id: str,
+) -> list[dict[str, object] | None]:
+    nodes = machine.topology.node_ids
+    cpu = {"cpu": cpu_hint_family(machine.cpu_topology, machine.free_cpus, amounts.cpus)} if amounts.cpus else None
+    mem_req = amounts.memory_resources
+    mem = None
+    if mem_req:
+        mem_state = build_memory_state(machine.topology, settings.reserved_memory, _assignments(state, container_id))
+        mem = memory_hint_family(mem_state, mem_req)
+    dev: dict[str, object] = {}
+    for res, count in amounts.devices.items():
+        if res not in machine.devices:
+            raise RequestError(f"unknown device resource {res!r}", annotation="numa-pin.io/devices")
+        if count:
+            dev[res] = device_hint_family(machine.devices[res], nodes, machine.free_devices[res], count)
+    for res, ids in fixed.items():
+        # already assigned by a device plugin: hints regenerate from exactly these devices
+        infos = machine.devices.get(res, ())
+        dev[res] = device_hints(infos, nodes, frozenset(ids), len(ids))
+    return [cpu, mem, dev or None]
+
+
+def _assignments(state: LedgerState, container_id: str):
+    for g in state.grants.values():
+        if g.container_id != container_id and g.memory:
+            nodes = frozenset(n for per_node in g.memory.values() for n in per_node)
+            yield (g.container_id, g.memory, nodes)
+
+
+def _free_summary(machine: _Machine, state: LedgerState, amounts: Amounts, settings: NodeSettings, cid: str) -> str:
+    """``cpu free per node: 0=1 1=0; memory ...`` for the resources the request names."""
+    parts: list[str] = []
+    nodes = machine.topology.node_ids
+    if amounts.cpus:
+        per = " ".join(f"{n}={len(machine.free_cpus & machine.topology.nodes[n].cpus)}" for n in nodes)
+        parts.append(f"cpu {amounts.cpus} requested, free per node: {per}")
+    mem_req = amounts.memory_resources
+    if mem_req:
+        mem_state = build_memory_state(machine.topology, settings.reserved_memory, _assignments(state, cid))
+        for res, want in mem_req.items():
+            per = " ".join(f"{n}={_fmt_bytes(mem_state.free(n, res))}" for n in nodes)
+            parts.append(f"{res} {_fmt_bytes(want)} requested, free per node: {per}")
+    for res, count in amounts.devices.items():
+        infos = {d.id: d for d in machine.devices.get(res, ())}
+        per = " ".join(
+            f"{n}={sum(1 for i in machine.free_devices.get(res, ()) if n in infos[i].numa_nodes)}" for n in nodes
+        )
+        parts.append(f"{res} {count} requested, free per node: {per}")
+    return "; ".join(parts)
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit, size in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if n >= size and n % size == 0:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def _allocate(
+    machine: _Machine,
+    state: LedgerState,
+    amounts: Amounts,
+    fixed: Mapping[str, tuple[str, ...]],
+    affinity: frozenset[int] | None,
+    settings: NodeSettings,
+    container_id: str,
+) -> tuple[frozenset[int], dict[str, dict[int, int]], frozenset[int], dict[str, tuple[str, ...]]]:
+    cpus: frozenset[int] = frozenset()
+    if amounts.cpus:
+        cpus = allocate_cpus(
+            machine.cpu_topology, settings.cpu_options, machine.free_cpus, frozenset(), amounts.cpus, affinity
+        )
+    memory: dict[str, dict[int, int]] = {}
+    mem_group: frozenset[int] = frozenset()
+    if amounts.memory_resources:
+        mem_state = build_memory_state(machine.topology, settings.reserved_memory, _assignments(state, container_id))
+        grant = allocate_memory(mem_state, amounts.memory_resources, affinity)
+        memory = {res: dict(per) for res, per in grant.per_resource.items()}
+        mem_group = grant.nodes
+    devices: dict[str, tuple[str, ...]] = dict(fixed)
+    closeness = parent_keys(machine.topology)
+    for res, count in amounts.devices.items():
+        if count and res not in fixed:
+            devices[res] = allocate_devices(
+                machine.devices[res], machine.free_devices[res], count, affinity, closeness=closeness, resource=res
+            )
+    return cpus, memory, mem_group, devices
+
+
+def decide(
+    topology: Topology,
+    state: LedgerState,
+    request: ContainerRequest,
+    settings: NodeSettings,
+) -> Decision:
+    """Decide one container. Returns a rejected :class:`Decision` rather than raising when the
+    policy says no; raises :class:`~numa_pin.errors.RequestError` / ``PolicyError`` for bad input."""
+    policy = request.policy or settings.policy
+    scope = request.scope or settings.scope
+    options = check_machine(policy, settings.policy_options, topology.node_ids, topology.distance_rows())
+    settings.cpu_options.validate(CpuTopology.from_topology(topology), policy)
+    machine = _machine(topology, state, settings, request.container_id)
+    fixed = resolve_fixed_devices(request, machine)
+    all_nodes = frozenset(topology.node_ids)
+    mem_nodes = frozenset(n for n, node in topology.nodes.items() if node.memory_total_kb > 0) or all_nodes
+
+    if request.amounts.empty and not fixed:
+        return Decision(request.container_id, True, policy, scope, TopologyHint(None, True), mems=frozenset())
+
+    pod = state.pods.get(request.pod_id) if scope == "pod" else None
+    pod_affinity: frozenset[int] | None = None
+    if pod is not None:
+        # later containers of a pod live inside the pod's affinity; no new merge
+        hint = TopologyHint(pod.affinity, True)
+        admit = True
+    else:
+        amounts = request.amounts
+        if scope == "pod" and request.pod_amounts is not None:
+            amounts = request.pod_amounts
+        providers = _provider_hints(machine, state, amounts, fixed, settings, request.container_id)
+        hint, admit = merge_hints(
+            policy,
+            providers,
+            topology.node_ids,
+            distances=topology.distance_rows(),
+            prefer_closest=options.prefer_closest_numa_nodes,
+        )
+        if not admit:
+            why = _free_summary(machine, state, amounts, settings, request.container_id)
+            return Decision(
+                request.container_id, False, policy, scope, hint,
+                reason=f"{policy} policy: resources cannot be aligned on "
+                f"{'one NUMA node' if policy == 'single-numa-node' else 'their preferred NUMA nodes'} ({why})",
+            )
+        if scope == "pod":
+            pod_affinity = hint.affinity if hint.affinity is not None else all_nodes
+
+    affinity = hint.affinity if policy != "none" else None
+    try:
+        cpus, memory, mem_group, devices = _allocate(machine, state, request.amounts, fixed, affinity, settings, request.container_id)
+    except AllocationError as exc:
+        why = _free_summary(machine, state, request.amounts, settings, request.container_id)
+        return Decision(
+            request.container_id, False, policy, scope, hint, reason=f"{exc} ({why})", error_kind=exc.kind
+        )
+    if mem_group:
+        mems = mem_group
+    elif affinity is not None and policy != "none":
+        mems = affinity & mem_nodes or mem_nodes
+    else:
+        mems = mem_nodes
+    return Decision(
+        request.container_id, True, policy, scope, hint, cpus=cpus, mems=mems, devices=devices,
+        memory=memory, pod_affinity=pod_affinity,
+        reason=f"{policy}/{scope}: affinity {bitmask.format_mask(hint.mask)}",
+    )
+
+
+def reject(decision: Decision) -> AdmissionError:
+    """The error the entry points print for a rejected decision (same kind kubelet reports)."""
+    if decision.error_kind == SMTAlignmentError.kind:
+        return SMTAlignmentError(decision.reason)
+    if decision.error_kind == AllocationError.kind:
+        return AllocationError(decision.reason)
+    return TopologyAffinityError(decision.reason)

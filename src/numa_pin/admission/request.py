@@ -1,0 +1,230 @@
+"""A container's resource request, read from annotations and ``config.json`` (pure).
+
+Annotations (all optional)::
+
+    numa-pin.io/cpus            exclusive CPUs, an integer
+    numa-pin.io/memory          memory to align, a quantity ("512Mi", "2Gi")
+    numa-pin.io/hugepages-2Mi   hugepages to align, a quantity
+    numa-pin.io/hugepages-1Gi   hugepages to align, a quantity
+    numa-pin.io/devices         "resource=count[,resource=count]"
+    numa-pin.io/policy          per-container/pod override of the node policy
+    numa-pin.io/scope           per-container/pod override of the node scope
+    numa-pin.io/pod             pod identity when no runtime sandbox id is present
+    numa-pin.io/pod-cpus        pod-scope totals (the pod's effective request)
+    numa-pin.io/pod-memory
+    numa-pin.io/pod-devices
+
+Kubernetes-compatible inference (each switchable in the config):
+
+* ``linux.resources.cpu`` quota/period that divide evenly, together with a memory limit, mean
+  that many exclusive CPUs (a Guaranteed pod with integer CPUs);
+* ``linux.resources.hugepageLimits`` mean hugepages to align;
+* ``NVIDIA_VISIBLE_DEVICES`` and ``PCIDEVICE_*`` in ``process.env`` are devices a device plugin
+  already chose: they become fixed devices, and CPUs and memory align to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from numa_pin.errors import RequestError
+from numa_pin.quantity import parse_bytes, parse_count
+
+PREFIX = "numa-pin.io/"
+POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
+SCOPES = ("container", "pod")
+HUGEPAGE_RESOURCES = {"hugepages-2Mi": 2048, "hugepages-1Gi": 1048576}
+#: hugepageLimits pageSize spellings (runtime-spec uses "2MB"/"1GB") -> resource name
+_PAGE_SIZES = {
+    "2MB": "hugepages-2Mi", "2Mi": "hugepages-2Mi", "2048kB": "hugepages-2Mi",
+    "1GB": "hugepages-1Gi", "1Gi": "hugepages-1Gi", "1048576kB": "hugepages-1Gi",
+}
+#: a sane ceiling: no machine has more exclusive CPUs or devices than this
+MAX_COUNT = 1 << 16
+
+#: runtime annotations naming the pod (sandbox), in precedence order
+POD_ID_KEYS = ("io.kubernetes.cri-o.SandboxID", "io.kubernetes.cri.sandbox-id", "io.kubernetes.pod.uid")
+NAME_KEYS = ("io.kubernetes.container.name", "io.kubernetes.cri.container-name")
+SANDBOX_TYPE_KEYS = ("io.kubernetes.cri-o.ContainerType", "io.kubernetes.cri.container-type")
+
+_KNOWN = {
+    "cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices", "policy", "scope", "pod",
+    "pod-cpus", "pod-memory", "pod-devices",
+}
+
+
+@dataclass(frozen=True)
+class Amounts:
+    """How much of each resource: exclusive CPUs, memory bytes, hugepage bytes, devices."""
+
+    cpus: int = 0
+    memory: int = 0
+    hugepages: Mapping[str, int] = field(default_factory=dict)
+    devices: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def memory_resources(self) -> dict[str, int]:
+        """``{"memory": bytes, "hugepages-2Mi": bytes, ...}`` for the memory provider."""
+        out = {k: v for k, v in self.hugepages.items() if v > 0}
+        if self.memory > 0:
+            out["memory"] = self.memory
+        return out
+
+    @property
+    def empty(self) -> bool:
+        return self.cpus == 0 and not self.memory_resources and not any(self.devices.values())
+
+
+@dataclass(frozen=True)
+class ContainerRequest:
+    """Everything the admission needs to know about one container start."""
+
+    container_id: str
+    pod_id: str
+    name: str
+    amounts: Amounts
+    pod_amounts: Amounts | None = None  # pod-scope totals, when annotated
+    policy: str | None = None  # override of the node default
+    scope: str | None = None
+    sandbox: bool = False  # the pod's infra/pause container
+    fixed_gpus: tuple[str, ...] = ()  # NVIDIA_VISIBLE_DEVICES tokens (indexes or UUIDs)
+    fixed_pci: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # PCIDEVICE_<X> -> BDFs
+
+    @property
+    def exclusive(self) -> bool:
+        return self.amounts.cpus > 0
+
+
+@dataclass(frozen=True)
+class Inference:
+    """Which Kubernetes-compatible inferences are on (config ``inference``)."""
+
+    guaranteed_cpus: bool = True
+    hugepages: bool = True
+    device_plugin_env: bool = True
+
+
+def parse_devices(text: str, annotation: str) -> dict[str, int]:
+    """``"nvidia.com/gpu=2,intel.com/sriov=1"`` -> ``{"nvidia.com/gpu": 2, ...}``."""
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, sep, count = part.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise RequestError(f"expected resource=count, got {part!r}", annotation=annotation)
+        if "/" not in name or name.startswith("/") or name.endswith("/"):
+            raise RequestError(f"resource {name!r} is not of the form domain/name", annotation=annotation)
+        if name in out:
+            raise RequestError(f"resource {name!r} given twice", annotation=annotation)
+        out[name] = _bounded_count(count.strip(), annotation)
+    return out
+
+
+def _bounded_count(text: str, annotation: str) -> int:
+    n = parse_count(text, annotation)
+    if n > MAX_COUNT:
+        raise RequestError(f"{text!r} is larger than {MAX_COUNT}", annotation=annotation)
+    return n
+
+
+def _choice(value: str, allowed: tuple[str, ...], annotation: str) -> str:
+    if value not in allowed:
+        raise RequestError(f"unknown value {value!r} (expected one of {', '.join(allowed)})", annotation=annotation)
+    return value
+
+
+def _annotation_amounts(ann: Mapping[str, str], pod: bool) -> Amounts | None:
+    p = PREFIX + ("pod-" if pod else "")
+    keys = ("cpus", "memory", "devices") if pod else ("cpus", "memory", "devices", "hugepages-2Mi", "hugepages-1Gi")
+    if not any(p + k in ann for k in keys):
+        return None
+    cpus = _bounded_count(ann[p + "cpus"], p + "cpus") if p + "cpus" in ann else 0
+    memory = parse_bytes(ann[p + "memory"], p + "memory") if p + "memory" in ann else 0
+    devices = parse_devices(ann[p + "devices"], p + "devices") if p + "devices" in ann else {}
+    huge: dict[str, int] = {}
+    if not pod:
+        for res in HUGEPAGE_RESOURCES:
+            if PREFIX + res in ann:
+                huge[res] = parse_bytes(ann[PREFIX + res], PREFIX + res)
+    return Amounts(cpus=cpus, memory=memory, hugepages=huge, devices=devices)
+
+
+def infer_guaranteed_cpus(quota: int | None, period: int | None, memory_limit: int | None) -> int:
+    """Exclusive CPUs kubelet would give: integer quota/period with a memory limit, else 0."""
+    if not quota or not period or quota <= 0 or period <= 0 or not memory_limit or memory_limit <= 0:
+        return 0
+    if quota % period:
+        return 0
+    return quota // period
+
+
+def request_from_oci(
+    container_id: str,
+    annotations: Mapping[str, str],
+    env: Mapping[str, str] | None = None,
+    *,
+    cpu_quota: int | None = None,
+    cpu_period: int | None = None,
+    memory_limit: int | None = None,
+    hugepage_limits: Mapping[str, int] | None = None,
+    inference: Inference = Inference(),
+) -> ContainerRequest:
+    """Build the request of one container. Raises :class:`RequestError` naming the annotation."""
+    env = env or {}
+    for key in annotations:
+        if key.startswith(PREFIX) and key[len(PREFIX):] not in _KNOWN:
+            raise RequestError(
+                f"unknown annotation (known: {', '.join(sorted(PREFIX + k for k in _KNOWN))})", annotation=key
+            )
+    policy = annotations.get(PREFIX + "policy")
+    if policy is not None:
+        policy = _choice(policy, POLICIES, PREFIX + "policy")
+    scope = annotations.get(PREFIX + "scope")
+    if scope is not None:
+        scope = _choice(scope, SCOPES, PREFIX + "scope")
+
+    amounts = _annotation_amounts(annotations, pod=False)
+    if amounts is None:
+        # a Guaranteed-style container: its memory limit is aligned together with its CPUs
+        cpus = infer_guaranteed_cpus(cpu_quota, cpu_period, memory_limit) if inference.guaranteed_cpus else 0
+        amounts = Amounts(cpus=cpus, memory=(memory_limit or 0) if cpus else 0)
+    if inference.hugepages and hugepage_limits and not amounts.hugepages:
+        huge: dict[str, int] = {}
+        for size, limit in hugepage_limits.items():
+            res = _PAGE_SIZES.get(size)
+            if res is None:
+                raise RequestError(f"unsupported hugepage size {size!r}", annotation="linux.resources.hugepageLimits")
+            if limit > 0:
+                huge[res] = limit
+        amounts = Amounts(amounts.cpus, amounts.memory, huge, amounts.devices)
+
+    fixed_gpus: tuple[str, ...] = ()
+    fixed_pci: dict[str, tuple[str, ...]] = {}
+    if inference.device_plugin_env:
+        gpus = env.get("NVIDIA_VISIBLE_DEVICES", "").strip()
+        if gpus and gpus not in ("none", "void", "all"):
+            fixed_gpus = tuple(t.strip() for t in gpus.split(",") if t.strip())
+        for key, value in env.items():
+            if key.startswith("PCIDEVICE_") and not key.endswith("_INFO") and value.strip():
+                fixed_pci[key[len("PCIDEVICE_"):]] = tuple(v.strip() for v in value.split(",") if v.strip())
+
+    pod_id = next((annotations[k] for k in POD_ID_KEYS if annotations.get(k)), None)
+    pod_id = pod_id or annotations.get(PREFIX + "pod") or container_id
+    name = next((annotations[k] for k in NAME_KEYS if annotations.get(k)), container_id)
+    sandbox = any(annotations.get(k) == "sandbox" for k in SANDBOX_TYPE_KEYS)
+    return ContainerRequest(
+        container_id=container_id,
+        pod_id=pod_id,
+        name=name,
+        amounts=Amounts() if sandbox else amounts,
+        pod_amounts=_annotation_amounts(annotations, pod=True),
+        policy=policy,
+        scope=scope,
+        sandbox=sandbox,
+        fixed_gpus=fixed_gpus,
+        fixed_pci=fixed_pci,
+    )

@@ -1,0 +1,271 @@
+"""The node agent: wires the pure decision to the I/O edges (sysfs, ledger, cgroups, netlink).
+
+Used by the OCI hook (``numa-pin-hook``) and the operator command (``numa-pin``). One admission
+is one ledger transaction:
+
+1. lock the ledger, drop grants whose process and cgroup are both gone;
+2. decide (:func:`numa_pin.admission.decide.decide`);
+3. enforce: cpuset of the container, shrink the shared pool, move SR-IOV netdevs, grant GPUs;
+4. commit the grant. Any failure in 2-3 rolls back every write made so far and commits nothing,
+   so a rejected container leaves nothing allocated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from numa_pin.admission.decide import Decision, NodeSettings, decide, reject
+from numa_pin.admission.request import ContainerRequest
+from numa_pin.config.schema import Config
+from numa_pin.enforcer import cgroups as cg
+from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
+from numa_pin.enforcer.pool import resize_shared, shared_pool
+from numa_pin.enforcer.undo import UndoLog
+from numa_pin.errors import EnforcementError, NumaPinError
+from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_time
+from numa_pin.ledger.model import Grant, LedgerState, PodRecord
+from numa_pin.ledger.store import Ledger
+from numa_pin.topology.cache import cached_discover
+from numa_pin.topology.model import Topology
+
+
+def settings_from_config(config: Config) -> NodeSettings:
+    """The decision-relevant part of the config, in the types the decision takes."""
+    from numa_pin.config.schema import SELECTOR_KEYS
+    from numa_pin.devices.inventory import DeviceResource, Selector
+    from numa_pin.providers.cpu import CpuOptions
+
+    cm = config.cpu_manager
+    opts = CpuOptions(**{name.replace("-", "_"): on for name, on in cm.options.as_kubelet().items()})
+    resources = tuple(
+        DeviceResource(name, tuple(Selector(**{k: getattr(sel, k) for k in SELECTOR_KEYS}) for sel in selectors))
+        for name, selectors in config.devices.items()
+    )
+    return NodeSettings(
+        policy=config.policy,
+        scope=config.scope,
+        policy_options=dict(config.policy_options),
+        cpu_options=opts,
+        reserved_cpus=cm.reserved_cpus,
+        num_reserved_cpus=cm.num_reserved_cpus,
+        reserved_memory=config.reserved_memory,
+        device_resources=resources,
+    )
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """The outcome of a successful admission."""
+
+    grant: Grant
+    decision: Decision | None  # None when an existing grant was re-applied (idempotent)
+
+
+class Agent:
+    """All I/O of one node, rooted at the config's sysfs, proc, cgroup and state roots."""
+
+    def __init__(self, config: Config, cache_dir: str | None = None) -> None:
+        self.config = config
+        self.cache_dir = cache_dir
+        self.ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
+        self._topology: Topology | None = None
+        self._settings: NodeSettings | None = None
+
+    # ---- lazily computed facts -------------------------------------------------------------
+    @property
+    def topology(self) -> Topology:
+        if self._topology is None:
+            self._topology = cached_discover(self.config.sysfs_root, self.config.proc_root, self.cache_dir)
+        return self._topology
+
+    @property
+    def settings(self) -> NodeSettings:
+        if self._settings is None:
+            self._settings = settings_from_config(self.config)
+        return self._settings
+
+    def _alive(self, grant: Grant) -> bool:
+        return is_alive(grant, self.config.proc_root, self.config.cgroup_root)
+
+    def _layout(self):
+        return cg.detect_layout(self.config.proc_root)
+
+    # ---- decisions -------------------------------------------------------------------------
+    def plan(self, request: ContainerRequest) -> Decision:
+        """What :meth:`admit` would decide now, without changing anything."""
+        state, _ = collect_garbage(self.ledger.read(), self._alive)
+        return decide(self.topology, state, request, self.settings)
+
+    def admit(self, request: ContainerRequest, pid: int | None, *, kind: str | None = None) -> Admitted:
+        """Decide, enforce and record one container (or process). Raises an
+        :class:`~numa_pin.errors.AdmissionError` on rejection, after rolling everything back."""
+        cfg = self.config
+        ref = None
+        if pid:
+            layout = self._layout()
+            ref = cg.find_cgroup(pid, cfg.proc_root, cfg.cgroup_root, layout)
+        with self.ledger.transaction() as txn:
+            state, dropped = collect_garbage(txn.state, self._alive)
+            existing = state.grants.get(request.container_id)
+            undo = UndoLog()
+            try:
+                if existing is not None:
+                    grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root))
+                    decision = None
+                else:
+                    decision = decide(self.topology, state, request, self.settings)
+                    if not decision.admit:
+                        raise reject(decision)
+                    grant = self._grant(request, decision, pid, ref, kind)
+                new_state = state.with_grant(grant)
+                if decision is not None and decision.pod_affinity is not None and request.pod_id not in state.pods:
+                    new_state = new_state.with_pod(
+                        PodRecord(request.pod_id, decision.pod_affinity, decision.policy, decision.scope, time.time())
+                    )
+                self._enforce(grant, ref, new_state, undo, pool_changed=any(g.cpus for g in dropped))
+            except BaseException:
+                undo.rollback()
+                raise
+            txn.state = new_state
+        return Admitted(grant, decision)
+
+    def _grant(self, request: ContainerRequest, decision: Decision, pid: int | None, ref, kind: str | None) -> Grant:
+        return Grant(
+            container_id=request.container_id,
+            pod_id=request.pod_id,
+            container_name=request.name,
+            kind=kind or ("exclusive" if decision.exclusive else "shared"),
+            pid=pid,
+            start_time=_start_time(pid, self.config.proc_root),
+            cgroup=ref.rel_path if ref is not None else None,
+            cpus=decision.cpus,
+            mems=decision.mems,
+            devices={k: tuple(v) for k, v in decision.devices.items()},
+            memory={k: dict(v) for k, v in decision.memory.items()},
+            affinity=decision.hint.affinity,
+            policy=decision.policy,
+            scope=decision.scope,
+            created=time.time(),
+            netdevs=(),
+        )
+
+    # ---- enforcement -----------------------------------------------------------------------
+    def shared_pool(self, state: LedgerState) -> frozenset[int]:
+        """All CPUs minus every exclusive grant; the reserved CPUs keep it from emptying."""
+        exclusive = [g.cpus for g in state.grants.values() if g.cpus]
+        return shared_pool(self.topology.cpu_ids, exclusive, self.reserved())
+
+    def reserved(self) -> frozenset[int]:
+        from numa_pin.allocators.cpu import CpuTopology
+        from numa_pin.providers.cpu import reserved_cpus
+
+        s = self.settings
+        return reserved_cpus(CpuTopology.from_topology(self.topology), s.cpu_options, s.reserved_cpus, s.num_reserved_cpus)
+
+    def _shared_refs(self, state: LedgerState, exclude: str | None = None):
+        layout = self._layout()
+        refs = []
+        for g in state.shared_grants():
+            if g.container_id != exclude and g.cgroup:
+                refs.append(ref_for_path(g.cgroup, self.config.cgroup_root, layout))
+        return refs
+
+    def _enforce(self, grant: Grant, ref, state: LedgerState, undo: UndoLog, pool_changed: bool = False) -> None:
+        pool = self.shared_pool(state)
+        if ref is not None:
+            if grant.cpus:
+                apply_cpuset(ref, grant.cpus, grant.mems, self.config.cgroup_root, undo)
+            elif grant.kind == "shared":
+                apply_cpuset(ref, pool, read_cpuset(ref).mems, self.config.cgroup_root, undo)
+        if grant.cpus or pool_changed:
+            resize_shared(self._shared_refs(state, exclude=grant.container_id), pool, self.config.cgroup_root, undo)
+
+    # ---- release ---------------------------------------------------------------------------
+    def release(self, container_id: str) -> Grant | None:
+        """Forget a container's grant and give its CPUs back to the shared pool. Idempotent.
+
+        Called at poststop, when the container's process and cgroup are usually gone already, so
+        the grant is looked up before garbage collection would drop it silently."""
+        with self.ledger.transaction() as txn:
+            grant = txn.state.grants.get(container_id)
+            state = txn.state.without(container_id) if grant is not None else txn.state
+            state, dropped = collect_garbage(state, self._alive)
+            if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
+                state = state.without_pod(grant.pod_id)
+            if (grant is not None and grant.cpus) or any(g.cpus for g in dropped):
+                undo = UndoLog()
+                try:
+                    resize_shared(self._shared_refs(state), self.shared_pool(state), self.config.cgroup_root, undo)
+                except EnforcementError:
+                    undo.rollback()
+                    raise
+            txn.state = state
+        return grant
+
+    def reconcile(self) -> tuple[list[Grant], list[str]]:
+        """Drop dead grants, then re-assert every live cgroup's cpuset (drift repair)."""
+        repaired: list[str] = []
+        with self.ledger.transaction() as txn:
+            state, removed = collect_garbage(txn.state, self._alive)
+            layout = self._layout()
+            undo = UndoLog()
+            pool = self.shared_pool(state)
+            for g in state.grants.values():
+                if not g.cgroup:
+                    continue
+                ref = ref_for_path(g.cgroup, self.config.cgroup_root, layout)
+                if not os.path.isdir(ref.cpuset_dir):
+                    continue
+                cpus = g.cpus if g.cpus else pool
+                before = len(undo)
+                mems = g.mems if g.cpus and g.mems else read_cpuset(ref).mems
+                apply_cpuset(ref, cpus, mems, self.config.cgroup_root, undo)
+                if len(undo) != before:
+                    repaired.append(g.container_id)
+            txn.state = state
+        return list(removed), repaired
+
+
+def ref_for_path(rel_path: str, cgroup_root: str, layout: cg.CgroupLayout) -> cg.CgroupRef:
+    """The enforcement point of a cgroup recorded in the ledger (its path in the hierarchy)."""
+    where = layout.hierarchy_subdir("cpuset")
+    if where is None:
+        raise EnforcementError("no cgroup hierarchy carries the cpuset controller", path=layout.source or None)
+    version, subdir = where
+    base = cg.safe_join(cgroup_root, subdir) if subdir else cgroup_root
+    return cg.CgroupRef(version, rel_path, cg.safe_join(base, rel_path), rel_path)
+
+
+def _start_time(pid: int | None, proc_root: str) -> float | None:
+    """The process start time liveness compares against, so pid reuse cannot fool GC."""
+    return process_start_time(pid, proc_root) if pid else None
+
+
+def write_reason(state_dir: str, container_id: str, line: str, details: Mapping[str, object] | None = None) -> str | None:
+    """Keep the rejection reason where ``numa-pin explain`` finds it (crun hides hook stderr)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in container_id)[:200] or "_"
+    directory = os.path.join(state_dir, "reasons")
+    path = os.path.join(directory, safe + ".json")
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fp:
+            json.dump({"container_id": container_id, "time": time.time(), "line": line, **(details or {})}, fp)
+        os.replace(tmp, path)
+    except OSError:
+        return None
+    return path
+
+
+def log_syslog(line: str, error: bool = True) -> None:
+    import syslog
+
+    syslog.openlog("numa-pin", syslog.LOG_PID, syslog.LOG_DAEMON)
+    syslog.syslog(syslog.LOG_ERR if error else syslog.LOG_INFO, line)
+
+
+__all__ = ["Admitted", "Agent", "NumaPinError", "log_syslog", "settings_from_config", "write_reason"]

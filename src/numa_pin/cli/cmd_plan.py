@@ -1,0 +1,78 @@
+"""``numa-pin plan``: what would numa-pin decide for a bundle or a request, changing nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from numa_pin.cli.main import write_out
+from numa_pin.cli.common import add_config_argument, add_request_arguments, load, request_from_args
+
+NAME = "plan"
+HELP = "dry-run an admission for a bundle (--bundle) or for resource flags; changes nothing"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_argument(parser)
+    parser.add_argument("--bundle", metavar="DIR", help="OCI bundle whose config.json holds the request")
+    add_request_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the decision as JSON")
+
+
+def decision_dict(decision) -> dict:
+    from numa_pin.cpuset import format_list
+
+    return {
+        "container_id": decision.container_id,
+        "admit": decision.admit,
+        "policy": decision.policy,
+        "scope": decision.scope,
+        "affinity": None if decision.hint.affinity is None else sorted(decision.hint.affinity),
+        "preferred": decision.hint.preferred,
+        "cpus": format_list(decision.cpus),
+        "mems": format_list(decision.mems),
+        "devices": {k: list(v) for k, v in decision.devices.items()},
+        "memory": {k: {str(n): b for n, b in v.items()} for k, v in decision.memory.items()},
+        "reason": decision.reason,
+    }
+
+
+def print_decision(decision, as_json: bool) -> None:
+    d = decision_dict(decision)
+    if as_json:
+        write_out(json.dumps(d, indent=2) + "\n")
+        return
+    verdict = "admit" if d["admit"] else f"reject ({decision.error_kind})"
+    lines = [
+        f"container: {d['container_id']}",
+        f"decision:  {verdict}",
+        f"policy:    {d['policy']} (scope {d['scope']})",
+        f"affinity:  {'any' if d['affinity'] is None else d['affinity']} "
+        f"({'preferred' if d['preferred'] else 'not preferred'})",
+    ]
+    if d["admit"]:
+        lines += [f"cpus:      {d['cpus'] or '(shared pool)'}", f"mems:      {d['mems'] or '(unchanged)'}"]
+        lines += [f"devices:   {res}: {', '.join(ids)}" for res, ids in d["devices"].items()]
+    lines.append(f"reason:    {d['reason']}")
+    write_out("\n".join(lines) + "\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    from numa_pin.agent import Agent
+
+    config = load(args)
+    if args.bundle:
+        import os
+
+        from numa_pin.hook.admit import request_from_spec
+        from numa_pin.hook.oci import OciState, load_spec
+
+        bundle = os.path.abspath(args.bundle)
+        spec = load_spec(bundle)
+        state = OciState(id=os.path.basename(bundle), status="creating", pid=None, bundle=bundle)
+        request = request_from_spec(state, spec, config)
+    else:
+        request = request_from_args(args, "plan")
+    decision = Agent(config).plan(request)
+    print_decision(decision, args.json)
+    return 0 if decision.admit else 1

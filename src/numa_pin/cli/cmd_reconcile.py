@@ -1,0 +1,27 @@
+"""``numa-pin reconcile``: drop grants of dead containers and repair drifted cpusets."""
+
+from __future__ import annotations
+
+import argparse
+
+from numa_pin.cli.common import add_config_argument, load
+
+NAME = "reconcile"
+HELP = "drop grants whose process and cgroup are gone; re-assert cpusets that drifted"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_argument(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from numa_pin.agent import Agent
+
+    removed, repaired = Agent(load(args)).reconcile()
+    for g in removed:
+        print(f"dropped {g.container_id} (process and cgroup gone)")
+    for cid in repaired:
+        print(f"repaired cpuset of {cid}")
+    if not removed and not repaired:
+        print("nothing to do")
+    return 0

@@ -1,0 +1,26 @@
+"""``numa-pin release ID``: free a grant by hand (what the poststop hook does)."""
+
+from __future__ import annotations
+
+import argparse
+
+from numa_pin.cli.common import add_config_argument, load
+
+NAME = "release"
+HELP = "release the grant of a container or process and return its CPUs to the shared pool"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_argument(parser)
+    parser.add_argument("container_id", metavar="ID")
+
+
+def run(args: argparse.Namespace) -> int:
+    from numa_pin.agent import Agent
+
+    grant = Agent(load(args)).release(args.container_id)
+    if grant is None:
+        print(f"{args.container_id}: no grant (already released)")
+    else:
+        print(f"{args.container_id}: released")
+    return 0

@@ -1,0 +1,27 @@
+"""From OCI inputs to a :class:`~numa_pin.admission.request.ContainerRequest`."""
+
+from __future__ import annotations
+
+from numa_pin.admission.request import ContainerRequest, Inference, request_from_oci
+from numa_pin.config.schema import Config
+from numa_pin.hook.oci import OciSpec, OciState, load_spec
+
+
+def request_from_spec(state: OciState, spec: OciSpec, config: Config) -> ContainerRequest:
+    """Annotations from the state win over those in config.json (they are normally equal)."""
+    annotations = {**spec.annotations, **state.annotations}
+    inf = config.inference
+    return request_from_oci(
+        state.id,
+        annotations,
+        spec.env,
+        cpu_quota=spec.cpu_quota,
+        cpu_period=spec.cpu_period,
+        memory_limit=spec.memory_limit,
+        hugepage_limits=spec.hugepage_limits,
+        inference=Inference(inf.guaranteed_cpus, inf.hugepages, inf.device_plugin_env),
+    )
+
+
+def request_for(state: OciState, config: Config) -> ContainerRequest:
+    return request_from_spec(state, load_spec(state.bundle), config)

@@ -1,0 +1,126 @@
+"""``numa-pin-hook [--config PATH] [STAGE]``: the OCI runtime hook.
+
+STAGE is ``prestart`` (default) or ``createRuntime`` to admit and enforce (running both is
+harmless: the second finds the grant and re-applies it), or ``poststop`` to release. Other
+stages are accepted and do nothing, so a hooks.d file listing them cannot break a container.
+
+The OCI state arrives on stdin. A rejection exits 1 with one line on stderr::
+
+    numa-pin: rejected <container-id>: TopologyAffinityError: <why>
+
+and the same line goes to ``<state_dir>/reasons/<id>.json`` and to syslog, because crun and
+podman hide hook stderr. No traceback is ever printed unless ``NUMA_PIN_DEBUG=1``.
+
+Start-up cost matters (this runs on every container start), so this module imports only the
+standard library at the top; nothing here imports pyroute2, argparse or the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+ADMIT_STAGES = {"prestart", "createRuntime", "create-runtime"}
+RELEASE_STAGES = {"poststop"}
+NOOP_STAGES = {"createContainer", "startContainer", "poststart"}
+USAGE = "usage: numa-pin-hook [--config PATH] [prestart|createRuntime|poststop]  (OCI state on stdin)"
+#: where the parsed config is cached between hook runs (override: NUMA_PIN_CACHE_DIR)
+DEFAULT_CACHE_DIR = "/run/numa-pin"
+
+
+def _parse_argv(argv: list[str]) -> tuple[str | None, str]:
+    config: str | None = None
+    stage = "prestart"
+    it = iter(argv)
+    for arg in it:
+        if arg in ("-h", "--help"):
+            raise SystemExit(USAGE)
+        if arg == "--config":
+            config = next(it, None)
+            if not config:
+                raise ValueError("--config needs a path")
+        elif arg.startswith("--config="):
+            config = arg.split("=", 1)[1]
+        elif arg.startswith("-"):
+            raise ValueError(f"unknown option {arg}")
+        else:
+            stage = arg
+    if stage not in ADMIT_STAGES | RELEASE_STAGES | NOOP_STAGES:
+        raise ValueError(f"unknown stage {stage!r}")
+    return config, stage
+
+
+def _report(line: str, container_id: str, state_dir: str | None, use_syslog: bool, details: dict | None = None) -> None:
+    print(line, file=sys.stderr, flush=True)
+    if state_dir:
+        from numa_pin.agent import write_reason
+
+        write_reason(state_dir, container_id, line, details)
+    if use_syslog:
+        from numa_pin.agent import log_syslog
+
+        log_syslog(line)
+
+
+def run(argv: list[str], stdin) -> int:
+    """The hook, minus process setup; returns the exit code."""
+    try:
+        config_path, stage = _parse_argv(argv)
+    except ValueError as exc:
+        print(f"numa-pin: {exc}\n{USAGE}", file=sys.stderr)
+        return 2
+    if stage in NOOP_STAGES:
+        return 0
+
+    from numa_pin.errors import AdmissionError, NumaPinError
+
+    cid = "?"
+    state_dir: str | None = None
+    use_syslog = False
+    try:
+        from numa_pin.hook.oci import read_state
+
+        state = read_state(stdin)
+        cid = state.id
+        from numa_pin.config.load import load_config
+
+        cache_dir = os.environ.get("NUMA_PIN_CACHE_DIR", DEFAULT_CACHE_DIR)
+        config = load_config(config_path, os.environ, cache_dir=cache_dir)
+        state_dir, use_syslog = config.state_dir, config.syslog
+        from numa_pin.agent import Agent
+
+        agent = Agent(config, cache_dir=cache_dir)
+        if stage in RELEASE_STAGES:
+            agent.release(state.id)
+            return 0
+        from numa_pin.hook.admit import request_for
+
+        request = request_for(state, config)
+        if not state.pid:
+            from numa_pin.errors import HookInputError
+
+            raise HookInputError(f"container {cid}: the runtime passed no pid at {stage}")
+        agent.admit(request, state.pid)
+        return 0
+    except AdmissionError as exc:
+        _report(f"numa-pin: rejected {cid}: {exc.kind}: {exc}", cid, state_dir, use_syslog, {"kind": exc.kind})
+        return 1
+    except NumaPinError as exc:
+        _report(f"numa-pin: error {cid}: {exc.kind}: {exc}", cid, state_dir, use_syslog, {"kind": exc.kind})
+        return 1
+    except Exception as exc:  # the boundary: a user never sees a traceback
+        if os.environ.get("NUMA_PIN_DEBUG") == "1":
+            raise
+        _report(
+            f"numa-pin: internal error {cid}: {type(exc).__name__}: {exc} (set NUMA_PIN_DEBUG=1 for a traceback)",
+            cid, state_dir, use_syslog,
+        )
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(sys.argv[1:] if argv is None else argv, sys.stdin.buffer)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""What an OCI runtime hands a hook: the state on stdin and the bundle's config.json.
+
+Pure parsing (``read_state`` / ``parse_spec``) sits under thin loaders (``load_spec``).
+Only the fields numa-pin needs are kept; everything else in the documents is ignored, so
+newer runtime-spec versions keep working.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from numa_pin.errors import HookInputError
+
+#: largest state / config.json numa-pin accepts (a real one is a few KiB)
+MAX_DOCUMENT_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class OciState:
+    """The container state a runtime writes on the hook's stdin (runtime-spec ``State``)."""
+
+    id: str
+    status: str
+    pid: int | None
+    bundle: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OciSpec:
+    """The parts of ``config.json`` numa-pin reads."""
+
+    annotations: Mapping[str, str]
+    env: Mapping[str, str]
+    root_path: str | None  # absolute (resolved against the bundle)
+    cgroups_path: str | None
+    cpu_quota: int | None
+    cpu_period: int | None
+    cpu_shares: int | None
+    memory_limit: int | None
+    hugepage_limits: Mapping[str, int]  # pageSize ("2MB", "1GB") -> bytes
+    netns_path: str | None
+
+
+def _load_json(text: bytes | str, what: str) -> Any:
+    if len(text) > MAX_DOCUMENT_BYTES:
+        raise HookInputError(f"{what}: larger than {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        return json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HookInputError(f"{what}: not valid JSON ({exc})") from None
+
+
+def _str_map(value: Any, what: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise HookInputError(f"{what}: expected an object of strings")
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise HookInputError(f"{what}: key {k!r} must map a string to a string")
+        out[k] = v
+    return out
+
+
+def read_state(fp: IO[bytes] | IO[str], source: str = "stdin") -> OciState:
+    """Parse the OCI state JSON from a stream. Accepts the legacy ``bundlePath`` key."""
+    data = fp.read(MAX_DOCUMENT_BYTES + 1)
+    doc = _load_json(data, f"OCI state on {source}")
+    if not isinstance(doc, dict):
+        raise HookInputError(f"OCI state on {source}: expected a JSON object")
+    cid = doc.get("id")
+    if not isinstance(cid, str) or not cid:
+        raise HookInputError(f"OCI state on {source}: missing container 'id'")
+    bundle = doc.get("bundle", doc.get("bundlePath"))
+    if not isinstance(bundle, str) or not bundle:
+        raise HookInputError(f"OCI state on {source}: container {cid}: missing 'bundle'")
+    pid = doc.get("pid")
+    if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid < 0):
+        raise HookInputError(f"OCI state on {source}: container {cid}: bad 'pid' {pid!r}")
+    status = doc.get("status", "")
+    if not isinstance(status, str):
+        raise HookInputError(f"OCI state on {source}: container {cid}: bad 'status'")
+    return OciState(
+        id=cid,
+        status=status,
+        pid=pid or None,
+        bundle=bundle,
+        annotations=_str_map(doc.get("annotations"), f"OCI state of {cid}: annotations"),
+    )
+
+
+def _opt_int(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise HookInputError(f"{what}: expected an integer, got {value!r}")
+    return value
+
+
+def _dig(doc: Mapping[str, Any], *keys: str) -> Any:
+    cur: Any = doc
+    for k in keys:
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(k)
+    return cur
+
+
+def parse_spec(text: bytes | str, bundle: str, source: str = "config.json") -> OciSpec:
+    """Parse a bundle's ``config.json``; relative ``root.path`` is resolved against ``bundle``."""
+    doc = _load_json(text, source)
+    if not isinstance(doc, dict):
+        raise HookInputError(f"{source}: expected a JSON object")
+    env: dict[str, str] = {}
+    raw_env = _dig(doc, "process", "env") or []
+    if not isinstance(raw_env, list):
+        raise HookInputError(f"{source}: process.env must be a list")
+    for item in raw_env:
+        if isinstance(item, str) and "=" in item:
+            k, _, v = item.partition("=")
+            env[k] = v
+    root = _dig(doc, "root", "path")
+    if root is not None:
+        if not isinstance(root, str):
+            raise HookInputError(f"{source}: root.path must be a string")
+        root = os.path.normpath(os.path.join(bundle, root))
+    cpu = _dig(doc, "linux", "resources", "cpu") or {}
+    mem = _dig(doc, "linux", "resources", "memory") or {}
+    if not isinstance(cpu, dict) or not isinstance(mem, dict):
+        raise HookInputError(f"{source}: linux.resources.cpu/memory must be objects")
+    hugepages: dict[str, int] = {}
+    for entry in _dig(doc, "linux", "resources", "hugepageLimits") or []:
+        if not isinstance(entry, dict) or not isinstance(entry.get("pageSize"), str):
+            raise HookInputError(f"{source}: bad linux.resources.hugepageLimits entry {entry!r}")
+        limit = _opt_int(entry.get("limit"), f"{source}: hugepageLimits[{entry['pageSize']}].limit")
+        hugepages[entry["pageSize"]] = limit or 0
+    netns = None
+    for ns in _dig(doc, "linux", "namespaces") or []:
+        if isinstance(ns, dict) and ns.get("type") == "network" and isinstance(ns.get("path"), str):
+            netns = ns["path"]
+    cgroups_path = _dig(doc, "linux", "cgroupsPath")
+    return OciSpec(
+        annotations=_str_map(doc.get("annotations"), f"{source}: annotations"),
+        env=env,
+        root_path=root,
+        cgroups_path=cgroups_path if isinstance(cgroups_path, str) else None,
+        cpu_quota=_opt_int(cpu.get("quota"), f"{source}: linux.resources.cpu.quota"),
+        cpu_period=_opt_int(cpu.get("period"), f"{source}: linux.resources.cpu.period"),
+        cpu_shares=_opt_int(cpu.get("shares"), f"{source}: linux.resources.cpu.shares"),
+        memory_limit=_opt_int(mem.get("limit"), f"{source}: linux.resources.memory.limit"),
+        hugepage_limits=hugepages,
+        netns_path=netns,
+    )
+
+
+def load_spec(bundle: str) -> OciSpec:
+    """Read ``<bundle>/config.json``. A missing or unreadable file names the path."""
+    path = os.path.join(bundle, "config.json")
+    try:
+        with open(path, "rb") as fp:
+            text = fp.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        raise HookInputError(f"{path}: cannot read ({exc.strerror})") from None
+    return parse_spec(text, bundle, source=path)

@@ -1,0 +1,173 @@
+"""numa-pin-hook driven by real runtimes on this machine (cgroup v1 hybrid, 2 CPUs, 1 node).
+
+The node config reserves one CPU (the default ``num_reserved_cpus: 1``), so CPU 0 is the
+reserved part of the shared pool and CPU 1 is the only CPU an exclusive grant can take. The
+oracles are the kernel's own views: the container cgroup's ``cpuset.cpus`` and the
+container process's ``Cpus_allowed_list``, plus what the runtime prints.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from numa_pin.ledger.store import Ledger
+
+from . import harness
+
+pytestmark = pytest.mark.e2e
+
+ONE_CPU = {"numa-pin.io/cpus": "1"}
+
+
+@pytest.fixture
+def node(state_dir: Path):
+    """A node config for the real machine with a private state dir, and the hook entries."""
+    hook = harness.numa_pin_hook_path()
+    if hook is None:
+        pytest.skip("numa-pin-hook is not installed")
+    config = state_dir / "config.yaml"
+    ledger_dir = state_dir / "ledger"
+    config.write_text(f"policy: restricted\nstate_dir: {ledger_dir}\nsyslog: false\n")
+    env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", f"NUMA_PIN_CACHE_DIR={state_dir / 'cache'}"]
+
+    def entry(stage: str) -> dict:
+        return harness.hook_entry(hook, ["numa-pin-hook", "--config", str(config), stage], env=env, timeout=30)
+
+    class Node:
+        path = hook
+        cfg = config
+        state = ledger_dir
+        hooks = {"prestart": [entry("prestart")], "createRuntime": [entry("createRuntime")], "poststop": [entry("poststop")]}
+
+        @staticmethod
+        def grants() -> dict:
+            return dict(Ledger(str(ledger_dir)).read().grants)
+
+        @staticmethod
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            exe = hook.with_name("numa-pin")
+            return subprocess.run([str(exe), *args, "--config", str(config)], capture_output=True, text=True, timeout=60)
+
+    return Node
+
+
+def _bundle(tmp_path: Path, name: str, node, rootfs: Path, annotations=None, args=("sleep", "1000")) -> Path:
+    return harness.make_bundle(tmp_path / name, args=list(args), annotations=annotations or {},
+                               hooks=node.hooks, rootfs=rootfs)
+
+
+def _cpus_allowed(output: str) -> str:
+    for line in output.splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError(f"no Cpus_allowed_list in {output!r}")
+
+
+def test_runc_exclusive_cpu_then_release(runc_rt, node, busybox_rootfs, tmp_path, cid):
+    bundle = _bundle(tmp_path, "a", node, busybox_rootfs, ONE_CPU)
+    with harness.running_container(runc_rt, bundle, cid) as st:
+        cs = harness.read_cpuset(st["pid"])
+        assert (cs.version, cs.cpus) == (1, "1")
+        assert harness.proc_allowed(st["pid"])[0] == "1"
+        grant = node.grants()[cid]
+        assert grant.cpus == frozenset({1}) and grant.kind == "exclusive" and grant.pid == st["pid"]
+    assert cid not in node.grants(), "poststop must release the grant"
+
+
+def test_runc_one_shot_container_sees_its_cpu(runc_rt, node, busybox_rootfs, tmp_path, cid):
+    bundle = _bundle(tmp_path, "a", node, busybox_rootfs, ONE_CPU, args=("cat", "/proc/self/status"))
+    res = runc_rt.run(bundle, cid)
+    assert res.returncode == 0, res.stderr
+    assert _cpus_allowed(res.stdout) == "1"
+    assert node.grants() == {}
+
+
+def test_runc_rejects_when_no_exclusive_cpu_is_left(runc_rt, node, busybox_rootfs, tmp_path, cid):
+    first = _bundle(tmp_path, "a", node, busybox_rootfs, ONE_CPU)
+    second_id = harness.new_container_id()
+    second = _bundle(tmp_path, "b", node, busybox_rootfs, ONE_CPU, args=("true",))
+    with harness.running_container(runc_rt, first, cid):
+        res = runc_rt.run(second, second_id)
+        assert res.returncode != 0
+        assert f"numa-pin: rejected {second_id}: TopologyAffinityError:" in res.stderr
+        assert "cpu 1 requested, free per node: 0=0" in res.stderr
+        assert set(node.grants()) == {cid}, "a rejected container must leave nothing allocated"
+        assert second_id not in runc_rt.list_ids()
+        explained = node.cli("explain", second_id)
+        assert f"rejected {second_id}" in explained.stdout
+    # released on exit: the CPU is free for the next container
+    third_id = harness.new_container_id()
+    with harness.running_container(runc_rt, _bundle(tmp_path, "c", node, busybox_rootfs, ONE_CPU), third_id) as st:
+        assert harness.read_cpuset(st["pid"]).cpus == "1"
+
+
+def test_runc_shared_pool_shrinks_and_grows(runc_rt, node, busybox_rootfs, tmp_path, cid):
+    shared = _bundle(tmp_path, "shared", node, busybox_rootfs)
+    with harness.running_container(runc_rt, shared, cid) as sst:
+        assert harness.read_cpuset(sst["pid"]).cpus == "0-1"
+        assert node.grants()[cid].kind == "shared"
+        excl_id = harness.new_container_id()
+        with harness.running_container(runc_rt, _bundle(tmp_path, "x", node, busybox_rootfs, ONE_CPU), excl_id):
+            assert harness.read_cpuset(sst["pid"]).cpus == "0", "shared containers leave exclusive CPUs"
+            assert harness.proc_allowed(sst["pid"])[0] == "0"
+        assert harness.read_cpuset(sst["pid"]).cpus == "0-1", "and get them back on release"
+
+
+def test_runc_prestart_and_create_runtime_both_run_idempotently(runc_rt, node, busybox_rootfs, tmp_path, cid):
+    bundle = _bundle(tmp_path, "a", node, busybox_rootfs, ONE_CPU)
+    spec = json.loads((bundle / "config.json").read_text())
+    assert set(spec["hooks"]) == {"prestart", "createRuntime", "poststop"}
+    with harness.running_container(runc_rt, bundle, cid) as st:
+        assert harness.read_cpuset(st["pid"]).cpus == "1"
+        assert list(node.grants()) == [cid]
+
+
+def test_runc_malformed_annotation_is_one_clear_line(runc_rt, node, busybox_rootfs, tmp_path, cid):
+    bundle = _bundle(tmp_path, "a", node, busybox_rootfs, {"numa-pin.io/cpus": "-2"}, args=("true",))
+    res = runc_rt.run(bundle, cid)
+    assert res.returncode != 0
+    assert "numa-pin.io/cpus" in res.stderr and "Traceback" not in res.stderr
+    assert node.grants() == {}
+
+
+def test_crun_admits_and_releases(crun_rt, node, busybox_rootfs, tmp_path, cid):
+    bundle = _bundle(tmp_path, "a", node, busybox_rootfs, ONE_CPU, args=("cat", "/proc/self/status"))
+    res = crun_rt.run(bundle, cid)
+    assert res.returncode == 0, res.stderr
+    assert _cpus_allowed(res.stdout) == "1"
+    assert node.grants() == {}, "poststop released the grant"
+
+
+def test_crun_rejection_is_recorded_for_explain(crun_rt, node, busybox_rootfs, tmp_path, cid):
+    first = _bundle(tmp_path, "a", node, busybox_rootfs, ONE_CPU)
+    second_id = harness.new_container_id()
+    with harness.running_container(crun_rt, first, cid) as st:
+        assert harness.read_cpuset(st["pid"]).cpus == "1"
+        res = crun_rt.run(_bundle(tmp_path, "b", node, busybox_rootfs, ONE_CPU, args=("true",)), second_id)
+        assert res.returncode != 0
+        assert set(node.grants()) == {cid}
+        reason = json.loads((node.state / "reasons" / f"{second_id}.json").read_text())
+        assert reason["line"].startswith(f"numa-pin: rejected {second_id}: TopologyAffinityError:")
+    assert node.grants() == {}
+
+
+def test_podman_hooks_dir_admits_and_releases(podman_runc, node, busybox_rootfs, tmp_path):
+    hooks_dir = tmp_path / "hooks.d"
+    packaged = Path(__file__).resolve().parents[2] / "packaging" / "hooks.d"
+    for src in sorted(packaged.glob("*.json")):
+        doc = json.loads(src.read_text())
+        stage = doc["hook"]["args"][-1]
+        doc["hook"]["path"] = str(node.path)
+        doc["hook"]["args"] = ["numa-pin-hook", "--config", str(node.cfg), stage]
+        doc["hook"]["env"] = doc["hook"]["env"] + [f"NUMA_PIN_CACHE_DIR={node.state.parent / 'cache'}"]
+        hooks_dir.mkdir(exist_ok=True)
+        (hooks_dir / src.name).write_text(json.dumps(doc))
+    res = harness.run_podman(busybox_rootfs, args=["cat", "/proc/self/status"], store=podman_runc,
+                             annotations=ONE_CPU, hooks_dir=hooks_dir, name=harness.new_container_id())
+    assert res.returncode == 0, res.stderr
+    assert _cpus_allowed(res.stdout) == "1"
+    assert node.grants() == {}, "podman ran the poststop hook, which released the grant"
