@@ -127,6 +127,11 @@ class Agent:
                         PodRecord(request.pod_id, decision.pod_affinity, decision.policy, decision.scope, time.time())
                     )
                 self._enforce(grant, ref, new_state, undo, pool_changed=any(g.cpus for g in dropped))
+                if existing is None and pid and grant.devices:
+                    netdevs = self._grant_devices(grant, pid, undo)
+                    if netdevs:
+                        grant = replace(grant, netdevs=netdevs)
+                        new_state = new_state.with_grant(grant)
             except BaseException:
                 undo.rollback()
                 raise
@@ -171,7 +176,7 @@ class Agent:
         refs = []
         for g in state.shared_grants():
             if g.container_id != exclude and g.cgroup:
-                refs.append(ref_for_path(g.cgroup, self.config.cgroup_root, layout))
+                refs.append(cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout))
         return refs
 
     def _enforce(self, grant: Grant, ref, state: LedgerState, undo: UndoLog, pool_changed: bool = False) -> None:
@@ -183,6 +188,47 @@ class Agent:
                 apply_cpuset(ref, pool, read_cpuset(ref).mems, self.config.cgroup_root, undo)
         if grant.cpus or pool_changed:
             resize_shared(self._shared_refs(state, exclude=grant.container_id), pool, self.config.cgroup_root, undo)
+
+    def _grant_devices(self, grant: Grant, pid: int, undo: UndoLog) -> tuple[dict[str, str], ...]:
+        """Move granted SR-IOV VF netdevs into the container's netns (``net1``, ``net2``, ...) and
+        open the container's device cgroup to granted GPUs. Returns the netdev records to keep."""
+        from numa_pin.topology.model import KIND_GPU
+
+        records: list[dict[str, str]] = []
+        gpus = []
+        for ids in grant.devices.values():
+            for address in ids:
+                dev = self.topology.device(address)
+                if dev is None:
+                    continue
+                if dev.kind == KIND_GPU:
+                    gpus.append(dev)
+                elif dev.is_vf and dev.netdevs:
+                    from numa_pin.enforcer.netdev import move_netdev_to_netns
+
+                    rec = move_netdev_to_netns(
+                        address, pid, f"net{len(records) + 1}", self.config.sysfs_root, self.config.proc_root,
+                        bring_up=True, undo=undo,
+                    )
+                    records.append({"record": json.dumps(rec.to_dict(), sort_keys=True)})
+        if gpus:
+            from numa_pin.enforcer.gpu import grant_gpus
+
+            grant_gpus(gpus, pid, self.config.proc_root, self.config.cgroup_root, self._layout(), undo)
+        return tuple(records)
+
+    def _restore_netdevs(self, grant: Grant) -> list[str]:
+        """Give moved VFs back to the host (by PCI address, under their host names)."""
+        from numa_pin.enforcer.netdev import NetdevRecord, restore_netdev
+
+        problems: list[str] = []
+        for entry in grant.netdevs:
+            try:
+                rec = NetdevRecord.from_dict(json.loads(entry["record"]))
+                restore_netdev(rec, None, self.config.sysfs_root, self.config.proc_root)
+            except (NumaPinError, KeyError, ValueError) as exc:
+                problems.append(f"{grant.container_id}: netdev not restored: {exc}")
+        return problems
 
     # ---- release ---------------------------------------------------------------------------
     def release(self, container_id: str) -> Grant | None:
@@ -196,6 +242,9 @@ class Agent:
             state, dropped = collect_garbage(state, self._alive)
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)
+            for g in ([grant] if grant is not None else []) + list(dropped):
+                for problem in self._restore_netdevs(g):
+                    log_syslog(f"numa-pin: {problem}")
             if (grant is not None and grant.cpus) or any(g.cpus for g in dropped):
                 undo = UndoLog()
                 try:
@@ -217,7 +266,7 @@ class Agent:
             for g in state.grants.values():
                 if not g.cgroup:
                     continue
-                ref = ref_for_path(g.cgroup, self.config.cgroup_root, layout)
+                ref = cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout)
                 if not os.path.isdir(ref.cpuset_dir):
                     continue
                 cpus = g.cpus if g.cpus else pool
@@ -228,16 +277,6 @@ class Agent:
                     repaired.append(g.container_id)
             txn.state = state
         return list(removed), repaired
-
-
-def ref_for_path(rel_path: str, cgroup_root: str, layout: cg.CgroupLayout) -> cg.CgroupRef:
-    """The enforcement point of a cgroup recorded in the ledger (its path in the hierarchy)."""
-    where = layout.hierarchy_subdir("cpuset")
-    if where is None:
-        raise EnforcementError("no cgroup hierarchy carries the cpuset controller", path=layout.source or None)
-    version, subdir = where
-    base = cg.safe_join(cgroup_root, subdir) if subdir else cgroup_root
-    return cg.CgroupRef(version, rel_path, cg.safe_join(base, rel_path), rel_path)
 
 
 def _start_time(pid: int | None, proc_root: str) -> float | None:

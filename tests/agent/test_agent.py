@@ -1,0 +1,181 @@
+"""The node agent on fake roots: one admission = one ledger transaction, rolled back on failure.
+
+The machine is the kit's ``gpu8-sriov`` shape (4 nodes, 8 GPUs, SR-IOV NICs); proc and cgroup
+are small fake trees (cgroup v1, cpuset hierarchy), so every write can be checked on disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from numa_pin.admission.request import request_from_oci
+from numa_pin.agent import Agent
+from numa_pin.config.schema import config_from_dict
+from numa_pin.cpuset import parse_list
+from numa_pin.errors import EnforcementError, TopologyAffinityError
+from numa_pin.testing import machine, shapes
+
+
+class FakeNode:
+    def __init__(self, root: Path, shape: str = "gpu8-sriov", policy: str = "restricted", devices=None):
+        self.root = root
+        built = machine.build_once(shapes.SHAPES[shape](), root.parent / "machines")
+        self.sysfs, self.proc = str(built.sysfs_root), root / "proc"
+        self.cg = root / "cgroup"
+        (self.proc / "self").mkdir(parents=True)
+        (self.proc / "self" / "mountinfo").write_text(
+            f"35 25 0:30 / {self.cg}/cpuset rw,nosuid - cgroup cgroup rw,cpuset\n"
+        )
+        top = self.cg / "cpuset"
+        top.mkdir(parents=True)
+        (top / "cpuset.cpus").write_text("0-127\n")
+        (top / "cpuset.mems").write_text("0-3\n")
+        self.config = config_from_dict({
+            "policy": policy, "sysfs_root": self.sysfs, "proc_root": str(self.proc), "cgroup_root": str(self.cg),
+            "state_dir": str(root / "state"), "syslog": False,
+            "devices": devices or {
+                "nvidia.com/gpu": [{"vendors": ["0x10de"]}],
+                "example.com/vf": [{"is_vf": True, "has_netdev": True}],
+            },
+        })
+
+    def container(self, index: int, cpus: str = "0-127") -> int:
+        pid = 50000 + index
+        d = self.cg / "cpuset" / "ctr" / f"c{index}"
+        d.mkdir(parents=True)
+        (d / "cpuset.cpus").write_text(cpus + "\n")
+        (d / "cpuset.mems").write_text("0-3\n")
+        (self.proc / str(pid)).mkdir()
+        (self.proc / str(pid) / "cgroup").write_text(f"4:cpuset:/ctr/c{index}\n")
+        return pid
+
+    def cpuset(self, index: int) -> tuple[str, str]:
+        d = self.cg / "cpuset" / "ctr" / f"c{index}"
+        return (d / "cpuset.cpus").read_text().strip(), (d / "cpuset.mems").read_text().strip()
+
+
+@pytest.fixture
+def node(tmp_path):
+    return FakeNode(tmp_path / "n")
+
+
+def test_exclusive_grant_is_written_and_recorded(node):
+    agent = Agent(node.config)
+    pid = node.container(1)
+    admitted = agent.admit(request_from_oci("c1", {"numa-pin.io/cpus": "4", "numa-pin.io/memory": "1Gi"}), pid)
+    cpus, mems = node.cpuset(1)
+    grant = agent.ledger.read().grants["c1"]
+    assert parse_list(cpus) == grant.cpus and len(grant.cpus) == 4
+    assert mems == "0" and grant.mems == frozenset({0}) and admitted.grant == grant
+    # every CPU granted lies on the granted memory node
+    topo = agent.topology
+    assert all(topo.cpus[c].numa == 0 for c in grant.cpus)
+
+
+def test_idempotent_second_stage(node):
+    agent = Agent(node.config)
+    pid = node.container(1)
+    req = request_from_oci("c1", {"numa-pin.io/cpus": "2"})
+    first = agent.admit(req, pid).grant
+    second = agent.admit(req, pid)
+    assert second.decision is None and second.grant.cpus == first.cpus
+    assert list(agent.ledger.read().grants) == ["c1"]
+
+
+def test_shared_container_shrinks_then_grows(node):
+    agent = Agent(node.config)
+    agent.admit(request_from_oci("s", {}), node.container(1))
+    all_cpus = node.cpuset(1)[0]
+    agent.admit(request_from_oci("x", {"numa-pin.io/cpus": "8"}), node.container(2))
+    shrunk = node.cpuset(1)[0]
+    assert shrunk != all_cpus
+    exclusive = agent.ledger.read().grants["x"].cpus
+    assert not parse_list(shrunk) & exclusive
+    agent.release("x")
+    assert parse_list(node.cpuset(1)[0]) == parse_list(all_cpus)
+
+
+def test_rejection_leaves_nothing(node):
+    agent = Agent(node.config)
+    pid = node.container(1)
+    before = node.cpuset(1)
+    with pytest.raises(TopologyAffinityError, match="cpu 999 requested"):
+        agent.admit(request_from_oci("big", {"numa-pin.io/cpus": "999"}), pid)
+    assert agent.ledger.read().grants == {}
+    assert node.cpuset(1) == before
+
+
+def test_enforcement_failure_rolls_back_and_records_nothing(node, monkeypatch):
+    agent = Agent(node.config)
+    agent.admit(request_from_oci("s", {}), node.container(1))
+    shared_before = node.cpuset(1)
+    before = agent.ledger.read()
+
+    def broken(*args, **kwargs):
+        raise EnforcementError("simulated failure", path="/fake")
+
+    monkeypatch.setattr("numa_pin.agent.resize_shared", broken)
+    with pytest.raises(EnforcementError, match="simulated"):
+        agent.admit(request_from_oci("x", {"numa-pin.io/cpus": "2"}), node.container(2))
+    assert agent.ledger.read() == before, "the ledger did not change"
+    assert node.cpuset(2) == ("0-127", "0-3"), "the container's own cpuset write was undone"
+    assert node.cpuset(1) == shared_before
+
+
+def test_gpu_and_vf_alignment_moves_the_vf(node, monkeypatch):
+    moved, restored = [], []
+
+    class Rec:
+        def __init__(self, address, name):
+            self.address, self.name = address, name
+
+        def to_dict(self):
+            return {"bdf": self.address, "container_name": self.name}
+
+    def fake_move(address, pid, name, sysfs_root, proc_root, **kw):
+        moved.append((address, pid, name))
+        return Rec(address, name)
+
+    def fake_restore(record, pid, sysfs_root, proc_root, **kw):
+        restored.append(record)
+        return "restored"
+
+    monkeypatch.setattr("numa_pin.enforcer.netdev.move_netdev_to_netns", fake_move)
+    monkeypatch.setattr("numa_pin.enforcer.netdev.NetdevRecord.from_dict", classmethod(lambda cls, d: d))
+    monkeypatch.setattr("numa_pin.enforcer.netdev.restore_netdev", fake_restore)
+    monkeypatch.setattr("numa_pin.enforcer.gpu.grant_gpus", lambda *a, **k: None)
+    agent = Agent(node.config)
+    req = request_from_oci("g", {"numa-pin.io/cpus": "2", "numa-pin.io/devices": "nvidia.com/gpu=1,example.com/vf=1"})
+    grant = agent.admit(req, node.container(1)).grant
+    topo = agent.topology
+    (gpu,), (vf,) = grant.devices["nvidia.com/gpu"], grant.devices["example.com/vf"]
+    node_of = {d.address: d.numa_node for d in topo.pci_devices}
+    assert node_of[gpu] == node_of[vf] and grant.mems == frozenset({node_of[gpu]}), "GPU, VF, CPUs on one node"
+    assert all(topo.cpus[c].numa == node_of[gpu] for c in grant.cpus)
+    assert moved == [(vf, 50001, "net1")]
+    assert len(agent.ledger.read().grants["g"].netdevs) == 1
+    agent.release("g")
+    assert [r["bdf"] for r in restored] == [vf]
+
+
+def test_plan_changes_nothing(node):
+    agent = Agent(node.config)
+    decision = agent.plan(request_from_oci("p", {"numa-pin.io/cpus": "4"}))
+    assert decision.admit and len(decision.cpus) == 4
+    assert agent.ledger.read().grants == {}
+
+
+def test_reconcile_drops_dead_grants_and_repairs_drift(node):
+    import shutil
+
+    agent = Agent(node.config)
+    agent.admit(request_from_oci("a", {"numa-pin.io/cpus": "2"}), node.container(1))
+    agent.admit(request_from_oci("b", {"numa-pin.io/cpus": "2"}), node.container(2))
+    want_b = node.cpuset(2)
+    (node.cg / "cpuset" / "ctr" / "c2" / "cpuset.cpus").write_text("0-127\n")  # drift
+    shutil.rmtree(node.cg / "cpuset" / "ctr" / "c1")  # container a died without poststop
+    removed, repaired = agent.reconcile()
+    assert [g.container_id for g in removed] == ["a"] and repaired == ["b"]
+    assert node.cpuset(2) == want_b
