@@ -35,16 +35,19 @@ from numa_pin.topology.model import Topology
 
 def settings_from_config(config: Config) -> NodeSettings:
     """The decision-relevant part of the config, in the types the decision takes."""
-    from numa_pin.config.schema import SELECTOR_KEYS
-    from numa_pin.devices.inventory import DeviceResource, Selector
     from numa_pin.providers.cpu import CpuOptions
 
     cm = config.cpu_manager
     opts = CpuOptions(**{name.replace("-", "_"): on for name, on in cm.options.as_kubelet().items()})
-    resources = tuple(
-        DeviceResource(name, tuple(Selector(**{k: getattr(sel, k) for k in SELECTOR_KEYS}) for sel in selectors))
-        for name, selectors in config.devices.items()
-    )
+    resources: tuple = ()
+    if config.devices:
+        from numa_pin.config.schema import SELECTOR_KEYS
+        from numa_pin.devices.inventory import DeviceResource, Selector
+
+        resources = tuple(
+            DeviceResource(name, tuple(Selector(**{k: getattr(s, k) for k in SELECTOR_KEYS}) for s in selectors))
+            for name, selectors in config.devices.items()
+        )
     return NodeSettings(
         policy=config.policy,
         scope=config.scope,

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from numa_pin.admission.request import Amounts, ContainerRequest
 from numa_pin.allocators.cpu import CpuTopology
-from numa_pin.allocators.devices import allocate_devices
-from numa_pin.allocators.memory import allocate_memory
-from numa_pin.devices.inventory import DeviceResource, inventory, parent_keys
 from numa_pin.errors import (
     AdmissionError,
     AllocationError,
@@ -37,9 +35,11 @@ from numa_pin.policy.hint import TopologyHint
 from numa_pin.policy.merge import merge_hints
 from numa_pin.policy.options import check_machine
 from numa_pin.providers.cpu import CpuOptions, allocate_cpus, cpu_hint_family, reserved_cpus
-from numa_pin.providers.devices import DeviceInfo, device_hint_family, device_hints
-from numa_pin.providers.memory import build_memory_state, memory_hint_family
 from numa_pin.topology.model import KIND_GPU, Topology
+
+if TYPE_CHECKING:  # memory and device code is imported only when a request needs it
+    from numa_pin.devices.inventory import DeviceResource
+    from numa_pin.providers.devices import DeviceInfo
 
 NVIDIA_GPU = "nvidia.com/gpu"
 
@@ -93,11 +93,18 @@ class _Machine:
     free_devices: Mapping[str, frozenset[str]]
 
 
-def _machine(topology: Topology, state: LedgerState, settings: NodeSettings, container_id: str) -> _Machine:
+def _machine(
+    topology: Topology, state: LedgerState, settings: NodeSettings, container_id: str, need_devices: bool
+) -> _Machine:
     cpu_topo = CpuTopology.from_topology(topology)
     reserved = reserved_cpus(cpu_topo, settings.cpu_options, settings.reserved_cpus, settings.num_reserved_cpus)
     others = state.without(container_id) if container_id in state.grants else state
     free = topology.cpu_ids - reserved - others.exclusive_cpus()
+    if not need_devices:
+        return _Machine(topology, cpu_topo, reserved, frozenset(free), {}, {})
+    from numa_pin.devices.inventory import inventory
+    from numa_pin.providers.devices import DeviceInfo
+
     devs = dict(inventory(topology, settings.device_resources))
     if NVIDIA_GPU not in devs:
         gpus = tuple(
@@ -163,9 +170,13 @@ def _provider_hints(
     mem_req = amounts.memory_resources
     mem = None
     if mem_req:
+        from numa_pin.providers.memory import build_memory_state, memory_hint_family
+
         mem_state = build_memory_state(machine.topology, settings.reserved_memory, _assignments(state, container_id))
         mem = memory_hint_family(mem_state, mem_req)
     dev: dict[str, object] = {}
+    if amounts.devices or fixed:
+        from numa_pin.providers.devices import device_hint_family, device_hints
     for res, count in amounts.devices.items():
         if res not in machine.devices:
             raise RequestError(f"unknown device resource {res!r}", annotation="numa-pin.io/devices")
@@ -194,6 +205,8 @@ def _free_summary(machine: _Machine, state: LedgerState, amounts: Amounts, setti
         parts.append(f"cpu {amounts.cpus} requested, free per node: {per}")
     mem_req = amounts.memory_resources
     if mem_req:
+        from numa_pin.providers.memory import build_memory_state
+
         mem_state = build_memory_state(machine.topology, settings.reserved_memory, _assignments(state, cid))
         for res, want in mem_req.items():
             per = " ".join(f"{n}={_fmt_bytes(mem_state.free(n, res))}" for n in nodes)
@@ -231,11 +244,19 @@ def _allocate(
     memory: dict[str, dict[int, int]] = {}
     mem_group: frozenset[int] = frozenset()
     if amounts.memory_resources:
+        from numa_pin.allocators.memory import allocate_memory
+        from numa_pin.providers.memory import build_memory_state
+
         mem_state = build_memory_state(machine.topology, settings.reserved_memory, _assignments(state, container_id))
         grant = allocate_memory(mem_state, amounts.memory_resources, affinity)
         memory = {res: dict(per) for res, per in grant.per_resource.items()}
         mem_group = grant.nodes
     devices: dict[str, tuple[str, ...]] = dict(fixed)
+    if not any(amounts.devices.values()):
+        return cpus, memory, mem_group, devices
+    from numa_pin.allocators.devices import allocate_devices
+    from numa_pin.devices.inventory import parent_keys
+
     closeness = parent_keys(machine.topology)
     for res, count in amounts.devices.items():
         if count and res not in fixed:
@@ -257,7 +278,9 @@ def decide(
     scope = request.scope or settings.scope
     options = check_machine(policy, settings.policy_options, topology.node_ids, topology.distance_rows())
     settings.cpu_options.validate(CpuTopology.from_topology(topology), policy)
-    machine = _machine(topology, state, settings, request.container_id)
+    need_devices = bool(request.fixed_gpus or request.fixed_pci or request.amounts.devices
+                        or (request.pod_amounts is not None and request.pod_amounts.devices))
+    machine = _machine(topology, state, settings, request.container_id, need_devices)
     fixed = resolve_fixed_devices(request, machine)
     all_nodes = frozenset(topology.node_ids)
     mem_nodes = frozenset(n for n, node in topology.nodes.items() if node.memory_total_kb > 0) or all_nodes
