@@ -1,0 +1,53 @@
+"""``numa-pin topology``: show the machine as numa-pin sees it.
+
+``--sysfs-root`` defaults to ``/sys``. ``--proc-root`` defaults to ``/proc`` only when the
+sysfs root is the default one: a fake sysfs tree is never mixed with the live ``/proc``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from numa_pin.cli.main import write_out
+
+NAME = "topology"
+HELP = "show NUMA nodes, CPUs, memory, hugepages and PCI devices as numa-pin discovers them"
+
+DEFAULT_SYSFS_ROOT = "/sys"
+DEFAULT_PROC_ROOT = "/proc"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sysfs-root",
+        default=DEFAULT_SYSFS_ROOT,
+        metavar="DIR",
+        help=f"sysfs tree to read (default {DEFAULT_SYSFS_ROOT})",
+    )
+    parser.add_argument(
+        "--proc-root",
+        default=None,
+        metavar="DIR",
+        help=f"proc tree for NVIDIA GPU identity and non-NUMA memory "
+        f"(default {DEFAULT_PROC_ROOT} when the sysfs root is {DEFAULT_SYSFS_ROOT}, else none)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON (schema in docs/topology.md)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Discover and print. Raises TopologyError/SysfsError (one line at the CLI boundary)."""
+    from numa_pin.topology.discover import discover
+    from numa_pin.topology.render import render_text, to_json_dict
+
+    proc_root = args.proc_root
+    if proc_root is None and args.sysfs_root == DEFAULT_SYSFS_ROOT:
+        proc_root = DEFAULT_PROC_ROOT
+    topology = discover(args.sysfs_root, proc_root)
+    if args.json:
+        write_out(json.dumps(to_json_dict(topology), indent=2) + "\n")
+    else:
+        write_out(render_text(topology))
+    return 0

@@ -1,0 +1,336 @@
+"""Build a :class:`~numa_pin.topology.model.Topology` from a live (or fake) sysfs tree.
+
+Only this module and :mod:`numa_pin.topology.pci` read the machine; everything they
+return is frozen data. Roots are parameters: ``discover("/sys", "/proc")`` reads the
+live machine, ``discover(tmp_path)`` reads a test tree.
+
+Sources (paths relative to the sysfs root):
+
+* ``devices/system/node/online`` (else the ``nodeN`` directories): online NUMA nodes;
+  per node ``cpulist``, ``distance``, ``meminfo`` (``MemTotal``/``MemFree``) and
+  ``hugepages/hugepages-<size>kB/{nr_hugepages,free_hugepages}``.
+* ``devices/system/cpu/online``: online CPUs (a CPU whose ``cpuN/online`` reads 0 is
+  dropped too); per CPU ``topology/{physical_package_id,die_id,core_id,
+  thread_siblings_list,cluster_id}`` and the level-3 entry of ``cache/indexN``.
+
+Fallbacks (each is documented in ``docs/topology.md``):
+
+* no ``devices/system/node`` directory (kernel built without NUMA): one node 0 holding
+  every online CPU, distance row ``(10,)``, memory from ``<proc_root>/meminfo`` when a
+  proc root is given (else 0), hugepages from ``kernel/mm/hugepages``;
+* ``die_id`` missing or negative -> 0; ``physical_package_id`` negative -> 0;
+  ``cluster_id`` missing, negative or 65535 (the kernel's "unknown") -> ``None``;
+* L3 ``id`` missing -> the lowest CPU of that cache's ``shared_cpu_list``; no level-3
+  cache -> ``None``;
+* a CPU absent from every node ``cpulist`` -> the node of its ``cpuN/nodeM`` link.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from numa_pin.errors import SysfsError, TopologyError
+from numa_pin.topology.model import Cpu, HugePages, NumaNode, Topology
+from numa_pin.topology.pci import discover_pci
+from numa_pin.topology.sysfs import SysfsReader, parse_int_row, parse_meminfo
+
+NODE_DIR = "devices/system/node"
+CPU_DIR = "devices/system/cpu"
+GLOBAL_HUGEPAGES_DIR = "kernel/mm/hugepages"
+#: SLIT distance of a node to itself; the only row a non-NUMA machine has
+LOCAL_DISTANCE = 10
+#: ``cluster_id`` value x86 kernels print when the cluster is unknown (BAD_APICID)
+_UNKNOWN_CLUSTER = 0xFFFF
+
+_NODE_RE = re.compile(r"node(\d+)")
+_INDEX_RE = re.compile(r"index(\d+)")
+_HUGEPAGES_RE = re.compile(r"hugepages-(\d+)kB")
+
+
+def discover(
+    sysfs_root: str | os.PathLike[str] = "/sys",
+    proc_root: str | os.PathLike[str] | None = None,
+    *,
+    pci: bool = True,
+) -> Topology:
+    """Read the machine below ``sysfs_root`` (and ``proc_root`` for NVIDIA GPU identity
+    and the non-NUMA memory fallback).
+
+    ``pci=False`` skips PCI devices (faster when only CPUs and memory matter).
+
+    Raises :class:`~numa_pin.errors.SysfsError` naming the file when a required file is
+    missing, unreadable or garbage, and :class:`~numa_pin.errors.TopologyError` when the
+    files disagree (a CPU in no node or in two nodes, a distance row of the wrong length).
+    """
+    reader = SysfsReader(sysfs_root)
+    proc = SysfsReader(proc_root) if proc_root is not None else None
+    return discover_with(reader, proc, pci=pci)
+
+
+def discover_with(
+    reader: SysfsReader, proc: SysfsReader | None = None, *, pci: bool = True
+) -> Topology:
+    """:func:`discover` over already-built readers. Raises what :func:`discover` raises."""
+    online = read_online_cpus(reader)
+    nodes = read_nodes(reader, online, proc)
+    cpus = read_cpus(reader, online, nodes)
+    devices = discover_pci(reader, nodes, proc) if pci else ()
+    return Topology(nodes=nodes, cpus=cpus, pci_devices=devices, source=str(reader.root))
+
+
+# ---- CPUs ------------------------------------------------------------------------------
+def read_online_cpus(reader: SysfsReader) -> frozenset[int]:
+    """Online CPU ids: ``cpu/online`` minus CPUs whose ``cpuN/online`` reads 0.
+
+    Raises SysfsError when ``cpu/online`` is missing, garbage or empty.
+    """
+    path = f"{CPU_DIR}/online"
+    listed = reader.read_list(path)
+    if not listed:
+        raise SysfsError(reader.path(path), "no online CPU listed")
+    online = set()
+    for cpu in listed:
+        flag = f"{CPU_DIR}/cpu{cpu}/online"
+        if reader.exists(flag) and reader.read_int(flag) == 0:
+            continue
+        online.add(cpu)
+    return frozenset(online)
+
+
+def read_cpus(
+    reader: SysfsReader, online: frozenset[int], nodes: dict[int, NumaNode]
+) -> dict[int, Cpu]:
+    """One :class:`Cpu` per online CPU, keyed and ordered by id.
+
+    Raises SysfsError for a missing/garbage topology file and TopologyError for a CPU
+    that belongs to no node (or whose ``nodeN`` link is ambiguous).
+    """
+    node_of = _cpu_to_node(reader, nodes)
+    return {cpu: _read_cpu(reader, cpu, online, nodes, node_of) for cpu in sorted(online)}
+
+
+def _read_cpu(
+    reader: SysfsReader,
+    cpu: int,
+    online: frozenset[int],
+    nodes: dict[int, NumaNode],
+    node_of: dict[int, int],
+) -> Cpu:
+    base = f"{CPU_DIR}/cpu{cpu}"
+    topo = f"{base}/topology"
+    socket = max(reader.read_int(f"{topo}/physical_package_id"), 0)
+    die = max(reader.read_int(f"{topo}/die_id"), 0) if reader.exists(f"{topo}/die_id") else 0
+    core_path = f"{topo}/core_id"
+    core = reader.read_int(core_path)
+    if core < 0:
+        raise SysfsError(reader.path(core_path), f"negative core_id {core}")
+    siblings = (reader.read_list(f"{topo}/thread_siblings_list") & online) | {cpu}
+    cluster: int | None = None
+    if reader.exists(f"{topo}/cluster_id"):
+        raw = reader.read_int(f"{topo}/cluster_id")
+        cluster = raw if 0 <= raw != _UNKNOWN_CLUSTER else None
+    numa = node_of.get(cpu)
+    if numa is None:
+        numa = _node_from_link(reader, cpu, nodes)
+    return Cpu(
+        id=cpu,
+        socket=socket,
+        die=die,
+        core=core,
+        numa=numa,
+        siblings=frozenset(siblings),
+        l3=read_l3_id(reader, cpu),
+        cluster=cluster,
+    )
+
+
+def read_l3_id(reader: SysfsReader, cpu: int) -> int | None:
+    """The id of ``cpu``'s level-3 cache, or None when sysfs shows no level-3 cache.
+
+    Uses ``cache/indexN/id``; when that is missing, the lowest CPU in the cache's
+    ``shared_cpu_list`` (the same for every CPU sharing the cache). Raises SysfsError for
+    garbage ``level``/``id``/``shared_cpu_list`` files or an empty ``shared_cpu_list``.
+    """
+    cache = f"{CPU_DIR}/cpu{cpu}/cache"
+    if not reader.is_dir(cache):
+        return None
+    indexes = sorted(
+        (int(m.group(1)), name)
+        for name in reader.listdir(cache)
+        if (m := _INDEX_RE.fullmatch(name))
+    )
+    for _, name in indexes:
+        index = f"{cache}/{name}"
+        if reader.read_int(f"{index}/level") != 3:
+            continue
+        if reader.exists(f"{index}/id"):
+            return reader.read_int(f"{index}/id")
+        shared_path = f"{index}/shared_cpu_list"
+        shared = reader.read_list(shared_path)
+        if not shared:
+            raise SysfsError(reader.path(shared_path), "empty shared_cpu_list")
+        return min(shared)
+    return None
+
+
+def _cpu_to_node(reader: SysfsReader, nodes: dict[int, NumaNode]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for node in nodes.values():
+        for cpu in node.cpus:
+            if cpu in out:
+                raise TopologyError(
+                    f"{reader.path(f'{NODE_DIR}/node{node.id}/cpulist')}: CPU {cpu} is "
+                    f"also listed by node {out[cpu]}"
+                )
+            out[cpu] = node.id
+    return out
+
+
+def _node_from_link(reader: SysfsReader, cpu: int, nodes: dict[int, NumaNode]) -> int:
+    base = f"{CPU_DIR}/cpu{cpu}"
+    linked = [
+        int(m.group(1))
+        for name in reader.listdir(base)
+        if (m := _NODE_RE.fullmatch(name)) and int(m.group(1)) in nodes
+    ]
+    if len(linked) == 1:
+        return linked[0]
+    cpulists = reader.path(f"{NODE_DIR}/node*/cpulist")
+    raise TopologyError(
+        f"{reader.path(base)}: CPU {cpu} is online but in no node's cpulist ({cpulists}) "
+        f"and has {len(linked)} nodeN links to online nodes"
+    )
+
+
+# ---- NUMA nodes ------------------------------------------------------------------------
+def read_online_nodes(reader: SysfsReader) -> tuple[int, ...] | None:
+    """Sorted online node ids, or None when the kernel has no ``devices/system/node``.
+
+    Uses ``node/online``; when that file is missing, the ``nodeN`` directories.
+    Raises SysfsError when the list is garbage or empty.
+    """
+    if not reader.is_dir(NODE_DIR):
+        return None
+    online_path = f"{NODE_DIR}/online"
+    if reader.exists(online_path):
+        ids = sorted(reader.read_list(online_path))
+    else:
+        ids = sorted(
+            int(m.group(1)) for name in reader.listdir(NODE_DIR) if (m := _NODE_RE.fullmatch(name))
+        )
+    if not ids:
+        raise SysfsError(reader.path(online_path), "no online NUMA node")
+    return tuple(ids)
+
+
+def read_nodes(
+    reader: SysfsReader, online_cpus: frozenset[int], proc: SysfsReader | None = None
+) -> dict[int, NumaNode]:
+    """One :class:`NumaNode` per online node, keyed and ordered by id.
+
+    Node CPU sets are restricted to ``online_cpus``. Without ``devices/system/node`` the
+    single-node fallback described in the module docstring applies. Raises SysfsError
+    for a missing/garbage node file, including a distance row of the wrong length.
+    """
+    ids = read_online_nodes(reader)
+    if ids is None:
+        return {0: _single_node(reader, online_cpus, proc)}
+    return {nid: _read_node(reader, nid, ids, online_cpus) for nid in ids}
+
+
+def _read_node(
+    reader: SysfsReader, nid: int, ids: tuple[int, ...], online_cpus: frozenset[int]
+) -> NumaNode:
+    base = f"{NODE_DIR}/node{nid}"
+    cpus = reader.read_list(f"{base}/cpulist") & online_cpus
+    distances = _read_distance_row(reader, f"{base}/distance", ids)
+    total, free = _read_meminfo(reader, f"{base}/meminfo")
+    return NumaNode(
+        id=nid,
+        cpus=cpus,
+        memory_total_kb=total,
+        memory_free_kb=free,
+        distances=distances,
+        hugepages=read_hugepages(reader, f"{base}/hugepages"),
+    )
+
+
+def _read_distance_row(reader: SysfsReader, rel: str, ids: tuple[int, ...]) -> tuple[int, ...]:
+    full = reader.path(rel)
+    try:
+        row = parse_int_row(reader.read_str(rel))
+    except ValueError as exc:
+        raise SysfsError(full, f"garbage content: {exc}") from None
+    if len(row) != len(ids):
+        raise SysfsError(
+            full,
+            f"distance row has {len(row)} entries, expected {len(ids)} "
+            f"(one per online node {list(ids)})",
+        )
+    if any(d <= 0 for d in row):
+        raise SysfsError(full, f"non-positive distance in row {list(row)}")
+    return row
+
+
+def _read_meminfo(reader: SysfsReader, rel: str) -> tuple[int, int]:
+    full = reader.path(rel)
+    try:
+        info = parse_meminfo(reader.read_str(rel))
+    except ValueError as exc:
+        raise SysfsError(full, f"garbage content: {exc}") from None
+    for key in ("MemTotal", "MemFree"):
+        if key not in info:
+            raise SysfsError(full, f"no {key} line")
+    return info["MemTotal"], info["MemFree"]
+
+
+def read_hugepages(reader: SysfsReader, rel: str) -> tuple[HugePages, ...]:
+    """Hugepage pools under ``rel`` (``hugepages-<size>kB`` dirs), ordered by size.
+
+    A missing directory means no hugepage support: ``()``. Raises SysfsError for a
+    missing or garbage ``nr_hugepages``/``free_hugepages`` inside an existing pool.
+    """
+    if not reader.is_dir(rel):
+        return ()
+    pools = sorted(
+        (int(m.group(1)), name)
+        for name in reader.listdir(rel)
+        if (m := _HUGEPAGES_RE.fullmatch(name))
+    )
+    return tuple(
+        HugePages(
+            size_kb=size,
+            total=reader.read_int(f"{rel}/{name}/nr_hugepages"),
+            free=reader.read_int(f"{rel}/{name}/free_hugepages"),
+        )
+        for size, name in pools
+    )
+
+
+def _single_node(
+    reader: SysfsReader, online_cpus: frozenset[int], proc: SysfsReader | None
+) -> NumaNode:
+    total = free = 0
+    if proc is not None:
+        total, free = _read_meminfo(proc, "meminfo")
+    return NumaNode(
+        id=0,
+        cpus=online_cpus,
+        memory_total_kb=total,
+        memory_free_kb=free,
+        distances=(LOCAL_DISTANCE,),
+        hugepages=read_hugepages(reader, GLOBAL_HUGEPAGES_DIR),
+    )
+
+
+__all__ = [
+    "discover",
+    "discover_with",
+    "read_cpus",
+    "read_hugepages",
+    "read_l3_id",
+    "read_nodes",
+    "read_online_cpus",
+    "read_online_nodes",
+]

@@ -1,0 +1,397 @@
+"""hwloc's lstopo as an independent oracle for the machine kit and for discovery.
+
+Each shape is written with :func:`numa_pin.testing.machine.build` and read back by
+``lstopo-no-graphics --input <root> --whole-io --of xml -`` (hwloc's Linux backend reading
+``<root>/sys`` and ``<root>/proc``). What hwloc reports must match the spec: NUMA nodes,
+PUs per node, packages, cores, L3 caches, memory, hugepages, the SLIT and every PCI function
+with its bridge, netdevs and locality. Then numa-pin's own discovery of the same tree must
+match hwloc's view.
+
+Only hwloc's rules are modelled here, never the kit's code: a CPU-less node sits with its
+HMAT initiators, else with the CPU node(s) nearest by SLIT; a PCI tree sits where the
+``local_cpus`` of the function on the root bus points.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from numa_pin.testing.machine import GIB_KB, CpulessNodeSpec, MachineSpec, PciSpec, build_once
+from numa_pin.testing.shapes import SHAPES, shape
+
+pytestmark = pytest.mark.lstopo
+
+_LSTOPO_NAMES = ("lstopo-no-graphics", "lstopo")
+
+
+def _variants() -> dict[str, MachineSpec]:
+    """Builder options the named shapes do not use, checked the same way."""
+    return {
+        "offline-cpus": replace(
+            shape("intel-2s-ht"), name="offline-cpus", offline_cpus=frozenset({3, 19, 9})
+        ),
+        "two-dies": replace(shape("amd-nps4-8node"), name="two-dies", dies_per_socket=2),
+        "adjacent-siblings": replace(
+            shape("intel-2s-snc2"), name="adjacent-siblings", sibling_layout="adjacent"
+        ),
+        "cxl-initiators": replace(
+            shape("cpuless-memory-node"),
+            name="cxl-initiators",
+            cpuless_nodes=(CpulessNodeSpec(memory_kb=128 * GIB_KB, socket=0, initiators=True),),
+        ),
+        "l3-per-node": replace(shape("intel-2s-snc2"), name="l3-per-node", l3_scope="node"),
+    }
+
+
+ALL_SPECS: dict[str, MachineSpec] = {name: shape(name) for name in SHAPES} | _variants()
+PCI_SPECS = {name: spec for name, spec in ALL_SPECS.items() if spec.pci}
+
+
+# ---- running and parsing lstopo -------------------------------------------------------
+@pytest.fixture(scope="module")
+def lstopo() -> str:
+    for name in _LSTOPO_NAMES:
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.skip("hwloc's lstopo is not installed (Debian/Ubuntu: apt-get install hwloc)")
+
+
+def _parse_bitmap(text: str) -> frozenset[int]:
+    """hwloc bitmap text (``0x000000ff,0x0000ff00``: 32-bit words, most significant first)."""
+    text = text.strip()
+    if "f...f" in text:
+        raise AssertionError(f"unexpected infinite hwloc bitmap {text!r}")
+    value = 0
+    for word in text.split(","):
+        word = word.strip().removeprefix("0x")
+        value = (value << 32) | int(word or "0", 16)
+    return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
+
+
+@dataclass
+class PciSeen:
+    busid: str
+    class_id: str  # "0302"
+    vendor: str  # "10de"
+    device: str
+    parent_busid: str | None  # upstream bridge function, None under a host bridge
+    cpu_nodes: frozenset[int]  # NUMA nodes (with CPUs) of the object the tree hangs from
+    netdevs: frozenset[str]
+
+
+@dataclass
+class LstopoView:
+    node_cpus: dict[int, frozenset[int]] = field(default_factory=dict)
+    node_memory: dict[int, int] = field(default_factory=dict)  # bytes
+    node_pages: dict[int, dict[int, int]] = field(default_factory=dict)  # bytes -> count
+    packages: dict[int, frozenset[int]] = field(default_factory=dict)
+    dies: set[tuple[int, frozenset[int]]] = field(default_factory=set)
+    cores: set[frozenset[int]] = field(default_factory=set)
+    l3: set[frozenset[int]] = field(default_factory=set)
+    pus: frozenset[int] = frozenset()
+    distances: dict[tuple[int, int], int] = field(default_factory=dict)
+    pci: dict[str, PciSeen] = field(default_factory=dict)
+
+
+def _run_lstopo(lstopo: str, root: Path) -> ET.Element:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HWLOC_")}
+    proc = subprocess.run(
+        [lstopo, "--input", str(root), "--whole-io", "--of", "xml", "-"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, f"lstopo failed on {root}: {proc.stderr}"
+    return ET.fromstring(proc.stdout)
+
+
+def _read_view(top: ET.Element) -> LstopoView:
+    view = LstopoView()
+    pus: set[int] = set()
+
+    def walk(obj: ET.Element, ancestors: list[ET.Element]) -> None:
+        kind = obj.get("type")
+        if kind == "NUMANode":
+            os_index = int(obj.get("os_index", "-1"))
+            view.node_cpus[os_index] = _parse_bitmap(obj.get("cpuset", "0x0"))
+            view.node_memory[os_index] = int(obj.get("local_memory", "0"))
+            view.node_pages[os_index] = {
+                int(p.get("size", "0")): int(p.get("count", "0")) for p in obj.findall("page_type")
+            }
+        elif kind == "Package":
+            view.packages[int(obj.get("os_index", "-1"))] = _parse_bitmap(obj.get("cpuset", ""))
+        elif kind == "Die":
+            pkg = next(a for a in reversed(ancestors) if a.get("type") == "Package")
+            view.dies.add((int(pkg.get("os_index", "-1")), _parse_bitmap(obj.get("cpuset", ""))))
+        elif kind == "Core":
+            view.cores.add(_parse_bitmap(obj.get("cpuset", "")))
+        elif kind == "L3Cache":
+            view.l3.add(_parse_bitmap(obj.get("cpuset", "")))
+        elif kind == "PU":
+            pus.add(int(obj.get("os_index", "-1")))
+        elif kind == "PCIDev" or (kind == "Bridge" and obj.get("pci_busid")):
+            busid = obj.get("pci_busid", "")
+            class_id, ids = obj.get("pci_type", "").split(" ")[:2]
+            vendor, device = ids.strip("[]").split(":")
+            parent = ancestors[-1]
+            anchor = next(
+                a for a in reversed(ancestors) if a.get("type") not in ("Bridge", "PCIDev")
+            )
+            view.pci[busid] = PciSeen(
+                busid=busid,
+                class_id=class_id,
+                vendor=vendor,
+                device=device,
+                parent_busid=parent.get("pci_busid") if parent.get("type") == "Bridge" else None,
+                cpu_nodes=_parse_bitmap(anchor.get("nodeset", "0x0")),
+                netdevs=frozenset(
+                    o.get("name", "")
+                    for o in obj.findall("object")
+                    if o.get("type") == "OSDev" and o.get("osdev_type") == "2"
+                ),
+            )
+        for child in obj.findall("object"):
+            walk(child, [*ancestors, obj])
+
+    machine = top.find("object")
+    assert machine is not None and machine.get("type") == "Machine"
+    walk(machine, [])
+    view.pus = frozenset(pus)
+    # restrict PCI localities to nodes that own CPUs (CPU-less nodes ride along in nodesets)
+    with_cpus = {n for n, cpus in view.node_cpus.items() if cpus and not _is_shared(view, n)}
+    for seen in view.pci.values():
+        seen.cpu_nodes = seen.cpu_nodes & frozenset(with_cpus)
+    for dist in top.findall("distances2"):
+        if dist.get("type") != "NUMANode":
+            continue
+        indexes = [int(x) for i in dist.findall("indexes") for x in (i.text or "").split()]
+        values = [int(x) for v in dist.findall("u64values") for x in (v.text or "").split()]
+        n = len(indexes)
+        assert len(values) == n * n, "truncated hwloc distance matrix"
+        for i, a in enumerate(indexes):
+            for j, b in enumerate(indexes):
+                view.distances[(a, b)] = values[i * n + j]
+    return view
+
+
+def _is_shared(view: LstopoView, node: int) -> bool:
+    """True when another node's cpuset lies inside this one's (strictly, or equal with a
+    lower id): this node then only inherits the locality hwloc attached it at, i.e. it is
+    CPU-less. Linux numbers CPU-less nodes after the CPU nodes, hence the tie-break."""
+    mine = view.node_cpus[node]
+    for other, cpus in view.node_cpus.items():
+        if other != node and cpus and cpus <= mine and (cpus < mine or other < node):
+            return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def views(
+    lstopo: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[MachineSpec, Path, LstopoView]]:
+    cache = tmp_path_factory.getbasetemp() / "machines"
+    out = {}
+    for name, spec in ALL_SPECS.items():
+        root = build_once(spec, cache).root
+        out[name] = (spec, root, _read_view(_run_lstopo(lstopo, root)))
+    return out
+
+
+# ---- what hwloc should conclude from a spec (hwloc's rules, not the kit's) ---------------
+def _hwloc_node_locality(spec: MachineSpec, node: int) -> frozenset[int]:
+    if node < spec.cpu_node_count:
+        return spec.cpus_of_node(node)
+    cpuless = spec.cpuless_nodes[node - spec.cpu_node_count]
+    cpu_nodes = range(spec.cpu_node_count)
+    if cpuless.initiators:
+        near = [m for m in cpu_nodes if spec.socket_of_node(m) == cpuless.socket]
+    else:
+        row = spec.distance_matrix()[node]
+        best = min(row[m] for m in cpu_nodes)
+        near = [m for m in cpu_nodes if row[m] == best]
+    return frozenset().union(*(spec.cpus_of_node(m) for m in near))
+
+
+def _root_function(spec: MachineSpec, address: str) -> PciSpec:
+    by_addr = spec.pci_by_address()
+    vf_owner = {vf.address: pf for pf in spec.pci for vf in pf.vfs}
+    dev = by_addr.get(address) or vf_owner[address]
+    while dev.parent is not None:
+        dev = by_addr[dev.parent]
+    return dev
+
+
+def _hwloc_pci_nodes(spec: MachineSpec, address: str) -> frozenset[int]:
+    """CPU nodes of the object hwloc hangs the function's PCI tree from."""
+    local = spec.pci_local_cpus(_root_function(spec, address))
+    return frozenset(n for n in range(spec.cpu_node_count) if spec.cpus_of_node(n) & local)
+
+
+def _spec_functions(spec: MachineSpec) -> dict[str, tuple[PciSpec, str | None, tuple[str, ...]]]:
+    """address -> (spec of the PF or function, parent address, netdevs)."""
+    out: dict[str, tuple[PciSpec, str | None, tuple[str, ...]]] = {}
+    for dev in spec.pci:
+        out[dev.address] = (dev, dev.parent, dev.netdevs)
+        for vf in dev.vfs:
+            out[vf.address] = (dev, dev.parent, (vf.netdev,) if vf.netdev else ())
+    return out
+
+
+# ---- lstopo versus the spec --------------------------------------------------------------
+@pytest.mark.parametrize("name", list(ALL_SPECS), ids=list(ALL_SPECS))
+def test_numa_nodes_and_their_pus(views, name: str) -> None:
+    spec, _, view = views[name]
+    assert sorted(view.node_cpus) == list(spec.node_ids)
+    for node in spec.node_ids:
+        assert view.node_cpus[node] == _hwloc_node_locality(spec, node), f"node {node}"
+    assert view.pus == spec.online_cpus
+
+
+@pytest.mark.parametrize("name", list(ALL_SPECS), ids=list(ALL_SPECS))
+def test_packages_dies_cores_and_l3(views, name: str) -> None:
+    spec, _, view = views[name]
+    assert view.packages == {s: spec.cpus_of_socket(s) for s in range(spec.sockets)}
+    layout = [c for c in spec.cpu_layout() if c.online]
+    cores = {
+        frozenset(c.id for c in layout if c.core_index == k) for k in {c.core_index for c in layout}
+    }
+    assert view.cores == cores
+    l3 = {frozenset(c.id for c in layout if c.l3 == k) for k in {c.l3 for c in layout}}
+    assert view.l3 == l3
+    if spec.dies_per_socket > 1:
+        dies = {
+            (c.socket, frozenset(o.id for o in layout if (o.socket, o.die) == (c.socket, c.die)))
+            for c in layout
+        }
+        assert view.dies == dies
+    else:
+        assert view.dies == set()
+
+
+@pytest.mark.parametrize("name", list(ALL_SPECS), ids=list(ALL_SPECS))
+def test_memory_and_hugepages(views, name: str) -> None:
+    spec, _, view = views[name]
+    for node in spec.node_ids:
+        assert view.node_memory[node] == spec.node_memory_kb(node) * 1024, f"node {node}"
+        declared = spec.node_hugepages(node)
+        for size_kb in (2048, 1048576):
+            assert view.node_pages[node].get(size_kb * 1024, 0) == declared.get(size_kb, (0, 0))[0]
+
+
+@pytest.mark.parametrize("name", list(ALL_SPECS), ids=list(ALL_SPECS))
+def test_distance_matrix(views, name: str) -> None:
+    spec, _, view = views[name]
+    matrix = spec.distance_matrix()
+    if spec.node_count == 1:
+        assert view.distances in ({}, {(0, 0): 10})
+        return
+    expected = {(a, b): matrix[a][b] for a in spec.node_ids for b in spec.node_ids}
+    assert view.distances == expected
+
+
+def test_asymmetric_slit_survives(views) -> None:
+    _, _, view = views["amd-nps4-8node"]
+    assert (view.distances[(6, 7)], view.distances[(7, 6)]) == (11, 13)
+
+
+@pytest.mark.parametrize("name", list(PCI_SPECS), ids=list(PCI_SPECS))
+def test_pci_functions_bridges_and_netdevs(views, name: str) -> None:
+    spec, _, view = views[name]
+    functions = _spec_functions(spec)
+    assert set(view.pci) == set(functions)
+    for address, (dev, parent, netdevs) in functions.items():
+        seen = view.pci[address]
+        is_vf = address != dev.address
+        device = (dev.vf_device or dev.device) if is_vf else dev.device
+        assert (seen.class_id, seen.vendor, seen.device) == (
+            dev.pci_class[2:6],
+            dev.vendor[2:],
+            device[2:],
+        ), address
+        assert seen.parent_busid == parent, address
+        assert seen.netdevs == frozenset(netdevs), address
+
+
+@pytest.mark.parametrize("name", list(PCI_SPECS), ids=list(PCI_SPECS))
+def test_pci_locality(views, name: str) -> None:
+    spec, _, view = views[name]
+    for address in _spec_functions(spec):
+        assert view.pci[address].cpu_nodes == _hwloc_pci_nodes(spec, address), address
+
+
+def test_gpu8_every_gpu_and_nic_is_on_one_node(views) -> None:
+    """The shape's promise, read through hwloc: 2 GPUs per node, NICs on nodes 0/3/2."""
+    _, _, view = views["gpu8-sriov"]
+    gpus = sorted(
+        (next(iter(s.cpu_nodes)), a)
+        for a, s in view.pci.items()
+        if s.class_id == "0302" and len(s.cpu_nodes) == 1
+    )
+    assert [n for n, _ in gpus] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert view.pci["0000:32:00.0"].cpu_nodes == {0}
+    assert view.pci["0000:c9:00.0"].cpu_nodes == {3}
+    assert view.pci["0000:5d:00.0"].cpu_nodes == {1}  # numa_node -1, local_cpulist node 1
+    assert view.pci["0000:9c:00.0"].cpu_nodes == {2}  # numa_node -1, root port on node 2
+
+
+# ---- numa-pin's discovery versus lstopo --------------------------------------------------
+@pytest.mark.parametrize("name", list(ALL_SPECS), ids=list(ALL_SPECS))
+def test_discovery_agrees_with_lstopo(views, name: str) -> None:
+    from numa_pin.topology.discover import discover  # lazy: another area's module
+
+    _, root, view = views[name]
+    topo = discover(root / "sys", root / "proc")
+    assert topo.node_ids == tuple(sorted(view.node_cpus))
+    for node in topo.node_ids:
+        own = topo.nodes[node].cpus
+        if own:
+            assert own == view.node_cpus[node], f"node {node}"
+        else:  # CPU-less: hwloc attaches it to a CPU node's locality, never gives it PUs
+            assert _is_shared(view, node), f"node {node} has PUs in lstopo"
+        assert topo.nodes[node].memory_total_kb * 1024 == view.node_memory[node]
+        totals = {hp.size_kb * 1024: hp.total for hp in topo.nodes[node].hugepages}
+        for size, count in view.node_pages[node].items():
+            if size in totals:
+                assert totals[size] == count, f"node {node} {size}"
+    assert topo.cpu_ids == view.pus
+    sockets = {
+        s: frozenset(c.id for c in topo.cpus.values() if c.socket == s) for s in topo.sockets()
+    }
+    assert sockets == view.packages
+    assert {c.siblings for c in topo.cpus.values()} == view.cores
+    l3 = {frozenset(o.id for o in topo.cpus.values() if o.l3 == c.l3) for c in topo.cpus.values()}
+    assert l3 == view.l3
+    if len(topo.node_ids) > 1:
+        assert {
+            (a, b): topo.distance(a, b) for a in topo.node_ids for b in topo.node_ids
+        } == view.distances
+
+
+@pytest.mark.parametrize("name", list(PCI_SPECS), ids=list(PCI_SPECS))
+def test_discovery_pci_agrees_with_lstopo(views, name: str) -> None:
+    from numa_pin.topology.discover import discover  # lazy: another area's module
+
+    _, root, view = views[name]
+    topo = discover(root / "sys", root / "proc")
+    assert {d.address for d in topo.pci_devices} == set(view.pci)
+    pinned = 0
+    for seen in view.pci.values():
+        dev = topo.device(seen.busid)
+        assert dev is not None
+        assert (dev.vendor, dev.device) == ("0x" + seen.vendor, "0x" + seen.device)
+        assert dev.parent == seen.parent_busid
+        assert set(dev.netdevs) == seen.netdevs
+        if len(seen.cpu_nodes) == 1:  # hwloc pins the function's tree to one node
+            assert dev.numa_node == next(iter(seen.cpu_nodes)), seen.busid
+            pinned += 1
+    assert pinned > 0
