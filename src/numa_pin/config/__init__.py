@@ -1,0 +1,36 @@
+"""numa-pin configuration: the schema (one table of keys and defaults) and the loader.
+
+``load_config(path=None, env=os.environ, cache_dir=None) -> Config`` applies the
+precedence ``--config`` > ``$NUMA_PIN_CONFIG`` > ``/etc/numa-pin/config.yaml`` >
+built-in defaults. See :mod:`numa_pin.config.schema` for every key.
+"""
+
+from numa_pin.config.load import DEFAULT_PATH, ENV_VAR, config_from_yaml, load_config, resolve_config_path
+from numa_pin.config.schema import (
+    ITEMS,
+    Config,
+    ConfigItem,
+    CpuManagerConfig,
+    CpuManagerOptions,
+    DeviceSelector,
+    InferenceConfig,
+    config_from_dict,
+    sample_yaml,
+)
+
+__all__ = [
+    "DEFAULT_PATH",
+    "ENV_VAR",
+    "ITEMS",
+    "Config",
+    "ConfigItem",
+    "CpuManagerConfig",
+    "CpuManagerOptions",
+    "DeviceSelector",
+    "InferenceConfig",
+    "config_from_dict",
+    "config_from_yaml",
+    "load_config",
+    "resolve_config_path",
+    "sample_yaml",
+]

@@ -1,0 +1,279 @@
+"""Find, read and cache the configuration file.
+
+Precedence (the first that applies wins):
+
+1. ``path`` given explicitly (``numa-pin --config PATH``): it must exist;
+2. the ``NUMA_PIN_CONFIG`` environment variable, when set and non-empty: it must exist;
+3. ``/etc/numa-pin/config.yaml`` when it exists;
+4. the built-in defaults (:data:`numa_pin.config.schema.ITEMS`).
+
+PyYAML is imported only when a file is actually parsed. With ``cache_dir`` the
+validated configuration is kept as JSON in ``<cache_dir>/config-<hash>.json``, keyed by
+the file's real path, ``st_dev``, ``st_ino``, ``st_size``, ``st_mtime_ns``,
+``st_ctime_ns`` and the numa-pin version; a cache whose key differs, that does not
+parse, fails its checksum or validation, or that is not a private file of the current
+user is ignored (and rewritten). A file changed within the last two seconds is not
+cached, so two same-size edits inside one timestamp tick cannot leave a stale entry.
+The cache only skips YAML parsing: its content is validated again on every load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from numa_pin import __version__
+from numa_pin.config.schema import Config, config_from_dict
+from numa_pin.errors import ConfigError
+
+#: the system-wide configuration file
+DEFAULT_PATH = "/etc/numa-pin/config.yaml"
+#: environment variable naming a configuration file
+ENV_VAR = "NUMA_PIN_CONFIG"
+
+_CACHE_FORMAT = 1
+#: a file changed this recently is not cached: a second same-size edit within one
+#: timestamp tick would leave mtime and ctime unchanged ("racy git" problem)
+_RACY_NS = 2_000_000_000
+_MAX_CONFIG_BYTES = 1 << 20  # a config file larger than 1 MiB is a mistake
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] = os.environ,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    default_path: str = DEFAULT_PATH,
+) -> Config:
+    """Load the configuration following the precedence above.
+
+    Raises:
+        ConfigError: an explicitly named file (argument or ``NUMA_PIN_CONFIG``) is
+            missing; a file is unreadable, not UTF-8, not YAML, or fails validation.
+    """
+    chosen = resolve_config_path(path, env, default_path)
+    if chosen is None:
+        return Config()
+    return _load_file(chosen, None if cache_dir is None else os.fspath(cache_dir))
+
+
+def resolve_config_path(
+    path: str | os.PathLike[str] | None,
+    env: Mapping[str, str],
+    default_path: str = DEFAULT_PATH,
+) -> str | None:
+    """The file :func:`load_config` would read, or None for the built-in defaults.
+
+    Raises:
+        ConfigError: the explicit path or the one in ``NUMA_PIN_CONFIG`` does not exist.
+    """
+    if path is not None:
+        explicit = os.fspath(path)
+        if not explicit or not os.path.exists(explicit):
+            raise ConfigError("config file not found (named with --config)", path=explicit or "''")
+        return explicit
+    from_env = env.get(ENV_VAR, "")
+    if from_env:
+        if not os.path.exists(from_env):
+            raise ConfigError(f"config file not found (named by ${ENV_VAR})", path=from_env)
+        return from_env
+    if os.path.exists(default_path):
+        return default_path
+    return None
+
+
+def config_from_yaml(text: str, source: str | None = None) -> Config:
+    """Parse and validate YAML text.
+
+    Raises:
+        ConfigError: the text is not YAML (line and column given) or fails validation.
+    """
+    return config_from_dict(_parse_yaml(text, source), source)
+
+
+# ---- reading -----------------------------------------------------------------------
+
+
+def _load_file(path: str, cache_dir: str | None) -> Config:
+    real = os.path.realpath(path)
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise ConfigError(f"cannot open: {exc.strerror}", path=path) from None
+    try:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            raise ConfigError("not a regular file", path=path)
+        key = _cache_key(real, before)
+        if cache_dir is not None:
+            cached = _read_cache(cache_dir, key, path)
+            if cached is not None:
+                return cached
+        raw = _read_all(fd, path)
+        stable = _cache_key(real, os.fstat(fd)) == key and not _recently_changed(before)
+    finally:
+        os.close(fd)
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text (byte {exc.start})", path=path) from None
+    config = config_from_yaml(text, path)
+    if cache_dir is not None and stable:
+        _write_cache(cache_dir, key, config)
+    return config
+
+
+def _recently_changed(st: os.stat_result) -> bool:
+    return time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < _RACY_NS
+
+
+def _read_all(fd: int, path: str) -> bytes:
+    chunks = []
+    size = 0
+    try:
+        while chunk := os.read(fd, 65536):
+            size += len(chunk)
+            if size > _MAX_CONFIG_BYTES:
+                raise ConfigError(f"larger than {_MAX_CONFIG_BYTES} bytes", path=path)
+            chunks.append(chunk)
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", path=path) from None
+    return b"".join(chunks)
+
+
+_loader_class: Any = None
+
+
+def _loader() -> Any:
+    """PyYAML's safe loader (libyaml when available) that refuses duplicate keys."""
+    global _loader_class
+    if _loader_class is not None:
+        return _loader_class
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class StrictLoader(base):  # type: ignore[misc, valid-type]
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                seen: set[Any] = set()
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=deep)
+                    try:
+                        duplicate = key in seen
+                    except TypeError:
+                        continue  # unhashable: the base class reports it
+                    if duplicate:
+                        raise yaml.constructor.ConstructorError(
+                            "while constructing a mapping",
+                            node.start_mark,
+                            f"found duplicate key {key!r}",
+                            key_node.start_mark,
+                        )
+                    seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    _loader_class = StrictLoader
+    return StrictLoader
+
+
+def _parse_yaml(text: str, source: str | None) -> Any:
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = exc.problem or exc.context or "syntax error"
+        raise ConfigError(f"invalid YAML{where}: {problem}", path=source) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML: {exc}", path=source) from None
+    except RecursionError:
+        raise ConfigError("invalid YAML: nested too deeply", path=source) from None
+
+
+# ---- cache -------------------------------------------------------------------------
+
+
+def _cache_key(real: str, st: os.stat_result) -> dict[str, Any]:
+    return {
+        "path": real,
+        "dev": st.st_dev,
+        "ino": st.st_ino,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "ctime_ns": st.st_ctime_ns,
+        "numa_pin": __version__,
+    }
+
+
+def cache_file(cache_dir: str, real_path: str) -> str:
+    """Where the cache of the config file ``real_path`` lives."""
+    digest = hashlib.sha256(real_path.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return os.path.join(cache_dir, f"config-{digest}.json")
+
+
+def _digest(config: Mapping[str, Any]) -> str:
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def _read_cache(cache_dir: str, key: Mapping[str, Any], source: str) -> Config | None:
+    """The cached config when the cache is trustworthy and its key matches, else None."""
+    target = cache_file(cache_dir, key["path"])
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None
+        doc = json.loads(_read_all(fd, target))
+    except (OSError, ValueError, RecursionError, ConfigError):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(doc, dict) or doc.get("format") != _CACHE_FORMAT or doc.get("key") != key:
+        return None
+    body = doc.get("config")
+    if not isinstance(body, dict) or doc.get("checksum") != _digest(body):
+        return None
+    try:
+        return config_from_dict(body, source)
+    except ConfigError:
+        return None
+
+
+def _write_cache(cache_dir: str, key: Mapping[str, Any], config: Config) -> None:
+    """Best effort: a cache that cannot be written only costs the next load a parse."""
+    body = json.loads(json.dumps(config.to_dict()))  # the form a reader will see (str keys)
+    doc = {"format": _CACHE_FORMAT, "key": dict(key), "checksum": _digest(body), "config": body}
+    target = cache_file(cache_dir, key["path"])
+    tmp = f"{target}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    try:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(json.dumps(doc, sort_keys=True).encode("utf-8"))
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except (OSError, ValueError):
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+__all__ = ["DEFAULT_PATH", "ENV_VAR", "cache_file", "config_from_yaml", "load_config", "resolve_config_path"]

@@ -1,0 +1,37 @@
+"""The crash-safe node ledger: who holds which CPUs, NUMA nodes, memory and devices.
+
+* :mod:`~numa_pin.ledger.model` — frozen :class:`Grant`, :class:`PodRecord` and
+  :class:`LedgerState` with pure queries and updates (no I/O);
+* :mod:`~numa_pin.ledger.store` — :class:`Ledger`: checksummed JSON file, lock-free
+  reads, ``flock``-serialised transactions with atomic, fsynced replacement;
+* :mod:`~numa_pin.ledger.liveness` — :func:`is_alive` (pid + start time, or cgroup) and
+  the pure :func:`collect_garbage`.
+
+Standard library only (psutil is imported lazily by ``liveness`` when present).
+"""
+
+from numa_pin.ledger.liveness import collect_garbage, is_alive
+from numa_pin.ledger.model import (
+    KIND_EXCLUSIVE,
+    KIND_PROCESS,
+    KIND_SHARED,
+    LEDGER_VERSION,
+    Grant,
+    LedgerState,
+    PodRecord,
+)
+from numa_pin.ledger.store import Ledger, Transaction
+
+__all__ = [
+    "KIND_EXCLUSIVE",
+    "KIND_PROCESS",
+    "KIND_SHARED",
+    "LEDGER_VERSION",
+    "Grant",
+    "Ledger",
+    "LedgerState",
+    "PodRecord",
+    "Transaction",
+    "collect_garbage",
+    "is_alive",
+]

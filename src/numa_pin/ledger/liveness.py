@@ -1,0 +1,196 @@
+"""Is a grant still in use? And the pure garbage collection of dead grants.
+
+A grant is alive when **either**
+
+* its process exists and was started at the recorded time: ``grant.pid`` is running
+  (not a zombie) and its start time equals ``grant.start_time`` to within
+  :data:`START_TIME_TOLERANCE_S`, so a recycled pid does not keep a dead grant alive; or
+* its cgroup directory still exists: ``<cgroup_root>/<cgroup>`` on cgroup v2,
+  ``<cgroup_root>/cpuset/<cgroup>`` (the cpuset hierarchy) on cgroup v1.
+
+A grant with neither a pid nor a cgroup carries no evidence of death and is kept.
+
+Start times are psutil's ``create_time()``: ``starttime`` ticks from ``/proc/<pid>/stat``
+divided by ``SC_CLK_TCK``, plus ``btime`` from ``/proc/stat``. psutil always reads the
+real ``/proc``, so it is used only when ``proc_root`` is ``/proc``; for any other root
+(a fake tree in tests, the host's proc mounted elsewhere) the same formula is computed
+from ``<proc_root>/<pid>/stat`` and ``<proc_root>/stat`` directly. psutil is imported
+lazily, and when it is missing the direct reader is used for ``/proc`` as well.
+
+Because ``btime`` is wall-clock based, a clock step larger than the tolerance between
+admission and the check makes a live process look recycled; the cgroup test still
+keeps containers alive in that case.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from numa_pin.errors import CgroupEscapeError, SysfsError
+from numa_pin.ledger.model import Grant, LedgerState
+
+#: how far a process start time may differ from the recorded one and still match
+START_TIME_TOLERANCE_S = 1.0
+
+_REAL_PROC = "/proc"
+
+
+def is_alive(
+    grant: Grant,
+    proc_root: str,
+    cgroup_root: str,
+    *,
+    cgroup_version: int | None = None,
+) -> bool:
+    """True while ``grant``'s process or cgroup exists (see the module docstring).
+
+    ``cgroup_version`` is 1 or 2; ``None`` detects it (2 when
+    ``<cgroup_root>/cgroup.controllers`` exists).
+
+    Raises:
+        CgroupEscapeError: ``grant.cgroup`` would resolve outside the cgroup root.
+        SysfsError: a proc file exists but cannot be parsed.
+    """
+    if grant.pid is None and grant.cgroup is None:
+        return True
+    if grant.pid is not None and process_alive(grant.pid, grant.start_time, proc_root):
+        return True
+    if grant.cgroup is not None:
+        return os.path.isdir(cgroup_dir(grant.cgroup, cgroup_root, cgroup_version))
+    return False
+
+
+def collect_garbage(
+    state: LedgerState, alive_fn: Callable[[Grant], bool]
+) -> tuple[LedgerState, tuple[Grant, ...]]:
+    """Drop grants ``alive_fn`` reports dead, and pod records left without grants (pure).
+
+    Returns the new state and the removed grants ordered by container id (so the caller
+    can undo their enforcement: restore netdevs, release devices).
+    """
+    alive: dict[str, Grant] = {}
+    removed: list[Grant] = []
+    for cid, grant in sorted(state.grants.items()):
+        if alive_fn(grant):
+            alive[cid] = grant
+        else:
+            removed.append(grant)
+    pods_in_use = {g.pod_id for g in alive.values()}
+    pods = {pid: rec for pid, rec in state.pods.items() if pid in pods_in_use}
+    if not removed and len(pods) == len(state.pods):
+        return state, ()
+    return LedgerState(alive, pods), tuple(removed)
+
+
+def cgroup_dir(cgroup: str, cgroup_root: str, version: int | None = None) -> str:
+    """The directory of ``cgroup`` (relative to the hierarchy root) in the cpuset hierarchy.
+
+    Raises:
+        CgroupEscapeError: the path leaves the hierarchy (``..`` components).
+    """
+    if version is None:
+        version = detect_cgroup_version(cgroup_root)
+    base = os.path.normpath(cgroup_root if version == 2 else os.path.join(cgroup_root, "cpuset"))
+    full = os.path.normpath(os.path.join(base, cgroup.lstrip("/")))
+    if full != base and not full.startswith(base.rstrip(os.sep) + os.sep):
+        raise CgroupEscapeError(f"cgroup {cgroup!r} resolves outside {base}", path=full)
+    return full
+
+
+def detect_cgroup_version(cgroup_root: str) -> int:
+    """2 when ``cgroup_root`` is a unified (v2) mount, else 1 (v1 or hybrid)."""
+    return 2 if os.path.isfile(os.path.join(cgroup_root, "cgroup.controllers")) else 1
+
+
+def process_alive(pid: int, start_time: float | None, proc_root: str) -> bool:
+    """True when ``pid`` runs, is not a zombie, and (if given) started at ``start_time``.
+
+    Raises:
+        SysfsError: ``<proc_root>/<pid>/stat`` or ``<proc_root>/stat`` is unparsable.
+    """
+    if os.path.normpath(proc_root) == _REAL_PROC:
+        verdict = _psutil_alive(pid, start_time)
+        if verdict is not None:
+            return verdict
+    created = _stat_create_time(pid, proc_root)
+    if created is None:
+        return False
+    return _same_start(start_time, created)
+
+
+def process_start_time(pid: int, proc_root: str) -> float | None:
+    """psutil-compatible ``create_time`` of ``pid`` read from ``proc_root``; None if gone.
+
+    Raises:
+        SysfsError: the proc files are unparsable.
+    """
+    return _stat_create_time(pid, proc_root)
+
+
+def _same_start(recorded: float | None, actual: float) -> bool:
+    return recorded is None or abs(recorded - actual) <= START_TIME_TOLERANCE_S
+
+
+def _psutil_alive(pid: int, start_time: float | None) -> bool | None:
+    """psutil's verdict, or None when psutil is not installed."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        created = proc.create_time()
+    except psutil.NoSuchProcess:  # includes ZombieProcess
+        return False
+    except psutil.AccessDenied:
+        return True  # it exists; we may not look closer
+    return _same_start(start_time, created)
+
+
+def _stat_create_time(pid: int, proc_root: str) -> float | None:
+    path = os.path.join(proc_root, str(pid), "stat")
+    try:
+        with open(path, "rb") as fp:
+            text = fp.read().decode("ascii", "replace")
+    except (FileNotFoundError, NotADirectoryError, ProcessLookupError):
+        return None
+    except OSError as exc:
+        raise SysfsError(path, f"cannot read: {exc.strerror}", exc.errno) from None
+    # "pid (comm) state ppid ..."; comm may hold spaces and parentheses
+    rparen = text.rfind(")")
+    fields = text[rparen + 1 :].split() if rparen >= 0 else []
+    if len(fields) < 20 or not fields[19].isdigit():
+        raise SysfsError(path, "no starttime field (not a /proc/<pid>/stat file?)")
+    if fields[0] in ("Z", "X", "x"):
+        return None  # zombie or dead: the process is gone
+    ticks = int(fields[19])
+    return float(ticks) / os.sysconf("SC_CLK_TCK") + _boot_time(proc_root)
+
+
+def _boot_time(proc_root: str) -> float:
+    path = os.path.join(proc_root, "stat")
+    try:
+        with open(path, "rb") as fp:
+            for line in fp:
+                if line.startswith(b"btime"):
+                    parts = line.split()
+                    if len(parts) == 2 and parts[1].isdigit():
+                        return float(parts[1])
+                    break
+    except OSError as exc:
+        raise SysfsError(path, f"cannot read: {exc.strerror}", exc.errno) from None
+    raise SysfsError(path, "no btime line")
+
+
+__all__ = [
+    "START_TIME_TOLERANCE_S",
+    "cgroup_dir",
+    "collect_garbage",
+    "detect_cgroup_version",
+    "is_alive",
+    "process_alive",
+    "process_start_time",
+]

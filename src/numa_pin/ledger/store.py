@@ -1,0 +1,355 @@
+"""The node ledger on disk: one checksummed JSON file, replaced atomically (stdlib only).
+
+Layout under ``state_dir``::
+
+    ledger.json   {"version": 1, "checksum": "sha256:<hex>", "data": {...}}
+    ledger.lock   flock(2) target; holds the pid of the current writer
+
+``checksum`` is the SHA-256 of the *canonical* JSON of ``data`` (sorted keys, no
+whitespace, ASCII). Readers never lock: a writer builds the new file under a temporary
+name in the same directory, fsyncs it, ``os.replace``-s it over ``ledger.json`` and
+fsyncs the directory, so a reader (or a crash at any instant) sees either the old file
+or the new one, never a mixture. Writers serialise on an exclusive ``flock`` taken with
+a bounded wait.
+
+A missing ``ledger.json`` is the empty ledger. Anything else that does not parse, has
+the wrong shape or fails its checksum raises :class:`~numa_pin.errors.LedgerCorrupt`;
+the ledger is never reset silently, because forgetting grants would hand the same CPUs
+and devices out twice.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from numa_pin.errors import LedgerCorrupt, LedgerError, LedgerLockTimeout
+from numa_pin.ledger.model import (
+    LEDGER_VERSION,
+    Grant,
+    LedgerState,
+    PodRecord,
+    newer_version_message,
+)
+
+LEDGER_FILE = "ledger.json"
+LOCK_FILE = "ledger.lock"
+_TMP_PREFIX = ".ledger.json."
+_TMP_SUFFIX = ".tmp"
+
+#: what an operator should do about a corrupt ledger (appended to every LedgerCorrupt)
+REMEDY = "inspect it, then move it aside; numa-pin never resets it silently"
+
+_POLL_MIN_S = 0.001
+_POLL_MAX_S = 0.05
+
+
+class Transaction:
+    """The view of the ledger inside :meth:`Ledger.transaction`.
+
+    Read ``txn.state``; assign a new :class:`LedgerState` to ``txn.state`` (or use the
+    helpers) to have it written when the ``with`` block exits normally.
+    """
+
+    def __init__(self, state: LedgerState) -> None:
+        self._initial = state
+        self._state = state
+
+    @property
+    def state(self) -> LedgerState:
+        return self._state
+
+    @state.setter
+    def state(self, value: LedgerState) -> None:
+        if not isinstance(value, LedgerState):
+            raise TypeError(f"txn.state must be a LedgerState, got {type(value).__name__}")
+        self._state = value
+
+    @property
+    def changed(self) -> bool:
+        """True when the state differs from what was read at the start."""
+        return self._state != self._initial
+
+    def put(self, grant: Grant) -> None:
+        """Add ``grant``, replacing any grant of the same container."""
+        self._state = self._state.with_grant(grant)
+
+    def remove(self, container_id: str) -> None:
+        """Drop the grant of ``container_id`` (no-op if absent)."""
+        self._state = self._state.without(container_id)
+
+    def put_pod(self, record: PodRecord) -> None:
+        """Add ``record``, replacing any record of the same pod."""
+        self._state = self._state.with_pod(record)
+
+    def remove_pod(self, pod_id: str) -> None:
+        """Drop the record of ``pod_id`` (no-op if absent)."""
+        self._state = self._state.without_pod(pod_id)
+
+
+class Ledger:
+    """The ledger file of one node, under ``state_dir``.
+
+    ``lock_timeout`` bounds how long :meth:`transaction` waits for another writer.
+    """
+
+    def __init__(self, state_dir: str | os.PathLike[str], lock_timeout: float = 10.0) -> None:
+        if lock_timeout < 0:
+            raise ValueError(f"lock_timeout must not be negative, got {lock_timeout}")
+        self.state_dir = os.fspath(state_dir)
+        self.path = os.path.join(self.state_dir, LEDGER_FILE)
+        self.lock_path = os.path.join(self.state_dir, LOCK_FILE)
+        self.lock_timeout = float(lock_timeout)
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"Ledger({self.state_dir!r}, lock_timeout={self.lock_timeout})"
+
+    def read(self) -> LedgerState:
+        """The current state, without locking (the file is only ever replaced whole).
+
+        Raises:
+            LedgerCorrupt: the file exists but is not a valid ledger.
+            LedgerError: the file could not be read.
+        """
+        return self._load()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """Lock, read, let the caller change ``txn.state``, write it durably, unlock.
+
+        Nothing is written when the block raises or leaves the state unchanged.
+
+        Raises:
+            LedgerLockTimeout: another writer held the lock for ``lock_timeout`` seconds.
+            LedgerCorrupt: the current file is not a valid ledger.
+            LedgerError: the state directory, lock or file could not be used; or this
+                thread already holds a transaction on this ledger (it would deadlock).
+        """
+        if getattr(self._local, "active", False):
+            raise LedgerError("nested ledger transaction in one thread", path=self.path)
+        self._local.active = True
+        try:
+            fd = self._lock()
+            try:
+                self._remove_stale_temp_files()
+                txn = Transaction(self._load())
+                yield txn
+                if txn.changed:
+                    self._write(txn.state)
+            finally:
+                _unlock(fd)
+        finally:
+            self._local.active = False
+
+    # ---- locking -------------------------------------------------------------------
+
+    def _lock(self) -> int:
+        try:
+            os.makedirs(self.state_dir, mode=0o755, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise LedgerError(f"cannot open the ledger lock: {_reason(exc)}", path=self.lock_path) from None
+        try:
+            self._wait_for_lock(fd)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _wait_for_lock(self, fd: int) -> None:
+        deadline = time.monotonic() + self.lock_timeout
+        delay = _POLL_MIN_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                raise LedgerError(f"cannot lock: {_reason(exc)}", path=self.lock_path) from None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise LedgerLockTimeout(self._timeout_message(fd), path=self.lock_path)
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, _POLL_MAX_S)
+
+    def _timeout_message(self, fd: int) -> str:
+        msg = f"another numa-pin held the ledger lock for more than {self.lock_timeout:g}s"
+        holder = _read_holder(fd)
+        if holder is not None:
+            msg += f" (held by pid {holder}"
+            if holder == os.getpid():
+                msg += ", this process: a nested transaction?"
+            msg += ")"
+        return msg
+
+    # ---- reading and writing -------------------------------------------------------
+
+    def _load(self) -> LedgerState:
+        try:
+            with open(self.path, "rb") as fp:
+                raw = fp.read()
+        except FileNotFoundError:
+            return LedgerState()
+        except OSError as exc:
+            raise LedgerError(f"cannot read the ledger: {_reason(exc)}", path=self.path) from None
+        return decode(raw, self.path)
+
+    def _write(self, state: LedgerState) -> None:
+        payload = encode(state)
+        tmp = None
+        try:
+            fd, tmp = _create_temp(self.state_dir)
+            try:
+                _write_all(fd, payload)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            tmp = None
+            _fsync_dir(self.state_dir)
+        except OSError as exc:
+            raise LedgerError(f"cannot write the ledger: {_reason(exc)}", path=self.path) from None
+        finally:
+            if tmp is not None:
+                _unlink_quietly(tmp)
+
+    def _remove_stale_temp_files(self) -> None:
+        """Temp files left by a writer that died; only called while holding the lock."""
+        try:
+            names = os.listdir(self.state_dir)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(_TMP_PREFIX) and name.endswith(_TMP_SUFFIX):
+                _unlink_quietly(os.path.join(self.state_dir, name))
+
+
+def encode(state: LedgerState) -> bytes:
+    """The file bytes for ``state``: data, its version and its checksum (pure)."""
+    data = state.to_dict()
+    doc = {"version": LEDGER_VERSION, "checksum": checksum(data), "data": data}
+    return (json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n").encode("ascii")
+
+
+def decode(raw: bytes, path: str) -> LedgerState:
+    """Parse and verify the file bytes ``raw`` read from ``path`` (pure).
+
+    Raises:
+        LedgerCorrupt: bad UTF-8/JSON, wrong shape, newer version, bad checksum.
+    """
+    try:
+        doc = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise _corrupt(f"not valid JSON ({exc})", path) from None
+    if not isinstance(doc, dict):
+        raise _corrupt(f"expected a JSON object, found {type(doc).__name__}", path)
+    if set(doc) != {"version", "checksum", "data"}:
+        raise _corrupt(f"expected keys checksum, data, version; found {', '.join(sorted(doc))}", path)
+    version, data, stated = doc["version"], doc["data"], doc["checksum"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise _corrupt(f"version must be an integer, found {version!r}", path)
+    if version > LEDGER_VERSION:
+        written_by = data.get("written_by") if isinstance(data, dict) else None
+        raise LedgerCorrupt(newer_version_message(version, written_by), path=path)
+    if not isinstance(data, dict):
+        raise _corrupt("data must be a JSON object", path)
+    actual = checksum(data)
+    if stated != actual:
+        raise _corrupt(f"checksum mismatch: file says {stated!r}, content hashes to {actual!r}", path)
+    if data.get("version") != version:
+        raise _corrupt(f"version {version} does not match data version {data.get('version')!r}", path)
+    try:
+        return LedgerState.from_dict(data)
+    except LedgerCorrupt as exc:
+        raise _corrupt(str(exc), path) from None
+
+
+def checksum(data: dict[str, Any]) -> str:
+    """``"sha256:<hex>"`` of the canonical JSON of ``data``."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+# ---- helpers -----------------------------------------------------------------------
+
+
+def _corrupt(what: str, path: str) -> LedgerCorrupt:
+    return LedgerCorrupt(f"corrupt ledger: {what}; {REMEDY}", path=path)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+def _create_temp(directory: str) -> tuple[int, str]:
+    """A new, exclusively created temp file next to the ledger (mode 0644)."""
+    while True:
+        name = f"{_TMP_PREFIX}{os.getpid()}.{os.urandom(4).hex()}{_TMP_SUFFIX}"
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            continue
+        os.fchmod(fd, 0o644)  # the umask must not make the ledger unreadable
+        return fd, path
+
+
+def _write_all(fd: int, payload: bytes) -> None:
+    view = memoryview(payload)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # best effort: a leftover temp file is removed by the next writer
+
+
+def _unlock(fd: int) -> None:
+    try:
+        os.ftruncate(fd, 0)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except OSError:
+        pass  # closing the descriptor below releases the lock regardless
+    finally:
+        os.close(fd)
+
+
+def _read_holder(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno is not None:
+        return f"{exc.strerror or os.strerror(exc.errno)} ({errno.errorcode.get(exc.errno, exc.errno)})"
+    return str(exc)
+
+
+__all__ = ["LEDGER_FILE", "LOCK_FILE", "REMEDY", "Ledger", "Transaction", "checksum", "decode", "encode"]

@@ -1,0 +1,232 @@
+"""The ledger file: format, checksum, transactions, corruption handling (single process)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from ledger_factories import grant
+
+from numa_pin.errors import LedgerCorrupt, LedgerError
+from numa_pin.ledger.model import LEDGER_VERSION, LedgerState, PodRecord
+from numa_pin.ledger.store import LEDGER_FILE, LOCK_FILE, REMEDY, Ledger, decode, encode
+
+
+def _sha256_of_data(doc: dict[str, Any]) -> str:
+    """Independent checksum: canonical JSON spelled out here, not imported."""
+    canonical = json.dumps(doc["data"], sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def test_missing_file_is_empty_and_read_creates_nothing(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    assert Ledger(state_dir).read() == LedgerState()
+    assert not state_dir.exists()
+
+
+def test_transaction_writes_checksummed_file(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    with ledger.transaction() as txn:
+        assert txn.state == LedgerState()
+        txn.put(grant("c1"))
+        txn.put_pod(PodRecord("pod-a", frozenset({0})))
+    doc = json.loads((tmp_path / LEDGER_FILE).read_text())
+    assert set(doc) == {"version", "checksum", "data"}
+    assert doc["version"] == LEDGER_VERSION
+    assert doc["checksum"] == _sha256_of_data(doc)
+    assert doc["data"]["grants"]["c1"]["cpus"] == "2-3"
+    state = ledger.read()
+    assert state.grant("c1") == grant("c1")
+    assert state.pods["pod-a"].affinity == frozenset({0})
+    assert (tmp_path / LEDGER_FILE).stat().st_mode & 0o777 == 0o644
+
+
+def test_state_assignment_and_helpers(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    with ledger.transaction() as txn:
+        txn.state = txn.state.with_grant(grant("a")).with_grant(grant("b", cpus={5}))
+    with ledger.transaction() as txn:
+        txn.remove("a")
+        txn.remove("never-there")
+        txn.put_pod(PodRecord("p"))
+        txn.remove_pod("p")
+    assert set(ledger.read().grants) == {"b"}
+    with pytest.raises(TypeError):
+        with ledger.transaction() as txn:
+            txn.state = {"grants": {}}  # type: ignore[assignment]
+
+
+def test_exception_in_transaction_writes_nothing(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    with ledger.transaction() as txn:
+        txn.put(grant("keep"))
+    before = (tmp_path / LEDGER_FILE).read_bytes()
+    with pytest.raises(RuntimeError, match="admission failed"):
+        with ledger.transaction() as txn:
+            txn.put(grant("lost"))
+            raise RuntimeError("admission failed")
+    assert (tmp_path / LEDGER_FILE).read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == [LEDGER_FILE, LOCK_FILE]
+
+
+def test_unchanged_state_is_not_rewritten(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    with ledger.transaction() as txn:
+        txn.put(grant("a"))
+    ino = (tmp_path / LEDGER_FILE).stat().st_ino
+    with ledger.transaction() as txn:
+        txn.put(grant("a"))  # equal grant: nothing to write
+    assert (tmp_path / LEDGER_FILE).stat().st_ino == ino
+    with ledger.transaction() as txn:
+        txn.put(grant("b"))
+    assert (tmp_path / LEDGER_FILE).stat().st_ino != ino  # replaced, not rewritten in place
+
+
+def test_lock_file_records_holder_only_while_held(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    with ledger.transaction():
+        assert (tmp_path / LOCK_FILE).read_text().strip() == str(os.getpid())
+    assert (tmp_path / LOCK_FILE).read_text() == ""
+
+
+def test_nested_transaction_is_refused(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path)
+    with ledger.transaction():
+        with pytest.raises(LedgerError, match="nested"):
+            with ledger.transaction():
+                pass
+    with ledger.transaction():  # the flag was reset
+        pass
+
+
+def test_nested_transaction_on_second_handle_times_out_naming_this_process(tmp_path: Path) -> None:
+    from numa_pin.errors import LedgerLockTimeout
+
+    with Ledger(tmp_path).transaction():
+        with pytest.raises(LedgerLockTimeout) as info:
+            with Ledger(tmp_path, lock_timeout=0).transaction():
+                pass
+    assert f"pid {os.getpid()}, this process" in str(info.value)
+
+
+def test_stale_temp_files_are_removed_by_next_writer(tmp_path: Path) -> None:
+    stale = tmp_path / ".ledger.json.999.deadbeef.tmp"
+    stale.write_text("{half a ledg")
+    other = tmp_path / "unrelated.tmp"
+    other.write_text("x")
+    with Ledger(tmp_path).transaction():
+        pass
+    assert not stale.exists()
+    assert other.exists()
+
+
+def test_negative_timeout_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        Ledger(tmp_path, lock_timeout=-1)
+
+
+def test_state_dir_is_created_by_first_transaction(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "a" / "b")
+    with ledger.transaction() as txn:
+        txn.put(grant("x"))
+    assert ledger.read().grant("x") is not None
+
+
+def test_state_dir_unusable_is_ledger_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(LedgerError, match="lock"):
+        with Ledger(blocker / "state").transaction():
+            pass
+
+
+# ---- corruption --------------------------------------------------------------------
+
+
+def _valid_doc() -> dict[str, Any]:
+    return json.loads(encode(LedgerState({"c1": grant("c1")})))
+
+
+def _doc_bytes(fn: Any) -> bytes:
+    doc = _valid_doc()
+    fn(doc)
+    return json.dumps(doc).encode()
+
+
+def _resign(doc: dict[str, Any]) -> None:
+    doc["checksum"] = _sha256_of_data(doc)
+
+
+def _edit_and_resign(fn: Any) -> bytes:
+    def go(doc: dict[str, Any]) -> None:
+        fn(doc)
+        _resign(doc)
+
+    return _doc_bytes(go)
+
+
+CORRUPT_FILES = [
+    ("empty", b"", "not valid JSON"),
+    ("truncated", encode(LedgerState({"c1": grant("c1")}))[:-40], "not valid JSON"),
+    ("garbage", b"\x00\xff\xfe garbage", "not valid JSON"),
+    ("not_utf8", b'{"version": 1, "x": "\xff"}', "not valid JSON"),
+    ("list", b"[1, 2]", "expected a JSON object"),
+    ("missing_checksum", _doc_bytes(lambda d: d.pop("checksum")), "expected keys"),
+    ("extra_key", _doc_bytes(lambda d: d.update(note="hi")), "expected keys"),
+    ("version_str", _doc_bytes(lambda d: d.update(version="1")), "version must be an integer"),
+    ("data_list", _doc_bytes(lambda d: d.update(data=[])), "data must be a JSON object"),
+    ("checksum_tampered", _doc_bytes(lambda d: d["data"]["grants"]["c1"].update(cpus="0-63")), "checksum mismatch"),
+    ("checksum_wrong_algo", _doc_bytes(lambda d: d.update(checksum="md5:00")), "checksum mismatch"),
+    ("nan", _doc_bytes(lambda d: None).replace(b'"created": 1700000001.5', b'"created": NaN'), "not valid JSON"),
+    ("inner_version_mismatch", _edit_and_resign(lambda d: d["data"].update(version=0)), "does not match"),
+    ("bad_grant_resigned", _edit_and_resign(lambda d: d["data"]["grants"]["c1"].update(kind="vm")), "kind"),
+    ("deep_nesting", b"[" * 100000 + b"]" * 100000, "not valid JSON"),
+]
+
+
+@pytest.mark.parametrize(("raw", "word"), [(r, w) for _, r, w in CORRUPT_FILES], ids=[c[0] for c in CORRUPT_FILES])
+def test_corrupt_file_is_refused_never_reset(tmp_path: Path, raw: bytes, word: str) -> None:
+    path = tmp_path / LEDGER_FILE
+    path.write_bytes(raw)
+    ledger = Ledger(tmp_path)
+    with pytest.raises(LedgerCorrupt) as info:
+        ledger.read()
+    message = str(info.value)
+    assert word in message
+    assert str(path) in message
+    assert REMEDY in message
+    with pytest.raises(LedgerCorrupt):
+        with ledger.transaction() as txn:
+            txn.put(grant("new"))
+    assert path.read_bytes() == raw  # untouched
+
+
+def test_newer_version_file_names_the_writer(tmp_path: Path) -> None:
+    doc = _valid_doc()
+    doc["version"] = LEDGER_VERSION + 1
+    doc["data"]["written_by"] = "numa-pin 7.0.0"
+    doc["checksum"] = "blake3:whatever-the-future-uses"
+    (tmp_path / LEDGER_FILE).write_text(json.dumps(doc))
+    with pytest.raises(LedgerCorrupt) as info:
+        Ledger(tmp_path).read()
+    assert "numa-pin 7.0.0" in str(info.value)
+    assert f"version {LEDGER_VERSION + 1}" in str(info.value)
+
+
+def test_encode_decode_roundtrip() -> None:
+    state = LedgerState({"c1": grant("c1"), "c2": grant("c2", cpus={7})}, {"p": PodRecord("p")})
+    assert decode(encode(state), "/x") == state
+
+
+@given(st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_random_bytes_raise_only_ledger_corrupt(raw: bytes) -> None:
+    try:
+        decode(raw, "/var/lib/numa-pin/ledger.json")
+    except LedgerCorrupt as exc:
+        assert "/var/lib/numa-pin/ledger.json" in str(exc)
