@@ -1,0 +1,525 @@
+"""Find a process's cgroup on cgroup v1, v2 and hybrid hosts, under explicit roots.
+
+Two inputs decide where a container's cpuset lives:
+
+* ``<proc_root>/<pid>/mountinfo`` says how cgroups are mounted (:func:`detect_layout`):
+  ``"v2"`` (one cgroup2 hierarchy at the cgroup root), ``"v1"`` (one cgroup mount per
+  controller group) or ``"hybrid"`` (v1 controllers plus an empty-ish cgroup2 at
+  ``.../unified``, systemd's old default).
+* ``<proc_root>/<pid>/cgroup`` says where the process sits (:func:`find_cgroup`). The
+  hook runs in the host cgroup namespace, so the paths are host-absolute. crun's
+  systemd ``container`` sub-cgroup is stepped out of so the cpuset lands on the scope.
+
+Every directory handed back is built by :func:`safe_join`, which refuses ``..``, and
+symlinks that leave the cgroup root (:class:`~numa_pin.errors.CgroupEscapeError`).
+:func:`read_cgroup_file` and :func:`write_cgroup_file` are the only file access the
+cgroup writers use; tests replace them to observe the order of writes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from numa_pin.errors import CgroupEscapeError, EnforcementError
+
+MODE_V1 = "v1"
+MODE_V2 = "v2"
+MODE_HYBRID = "hybrid"
+
+DRIVER_SYSTEMD = "systemd"
+DRIVER_CGROUPFS = "cgroupfs"
+
+#: sub-cgroups a runtime puts the container init in, below the unit it created
+#: (crun, systemd driver, ``run.oci.systemd.subgroup`` default)
+RUNTIME_SUBGROUPS: tuple[str, ...] = ("container",)
+
+#: prefixes runtimes give the leaf cgroup of a container (scope name or cgroupfs dir)
+_LEAF_PREFIXES = ("cri-containerd-", "crio-", "docker-", "libpod-", "runc-", "podman-")
+_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
+_MOUNT_OPTIONS_NOT_CONTROLLERS = frozenset(
+    {"rw", "ro", "nosuid", "nodev", "noexec", "relatime", "noatime", "xattr",
+     "clone_children", "noprefix", "cpuset_v2_mode", "nsdelegate", "memory_recursiveprot",
+     "favordynmods", "memory_localevents", "memory_hugetlb_accounting"}
+)
+
+
+# ---- values --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CgroupMount:
+    """One cgroup (v1) or cgroup2 mount from mountinfo."""
+
+    mount_point: str
+    root: str  # the directory of the hierarchy that is mounted ("/" normally)
+    fstype: str  # "cgroup" or "cgroup2"
+    options: frozenset[str]  # super options: controllers (v1) plus flags
+
+    @property
+    def is_v2(self) -> bool:
+        return self.fstype == "cgroup2"
+
+    @property
+    def controllers(self) -> frozenset[str]:
+        """v1 controllers of this hierarchy (``name=systemd`` hierarchies have none)."""
+        if self.is_v2:
+            return frozenset()
+        return frozenset(
+            o for o in self.options if "=" not in o and o not in _MOUNT_OPTIONS_NOT_CONTROLLERS
+        )
+
+
+@dataclass(frozen=True)
+class CgroupLayout:
+    """How cgroups are mounted, as seen by one process.
+
+    ``cpuset_mount`` is the mount point of the hierarchy that carries the cpuset
+    controller (``None`` on a v1 host without one); ``cpuset_version`` says whether it
+    is a v1 or the v2 hierarchy.
+    """
+
+    mode: str
+    cpuset_mount: str | None
+    cpuset_version: int
+    unified_mount: str | None
+    mounts: tuple[CgroupMount, ...]
+    source: str = ""  # the mountinfo file it was read from
+
+    def v1_mount(self, controller: str) -> CgroupMount | None:
+        """The v1 mount carrying ``controller``, or None (v2, or not mounted)."""
+        for m in self.mounts:
+            if not m.is_v2 and controller in m.controllers:
+                return m
+        return None
+
+    def hierarchy_subdir(self, controller: str = "cpuset") -> tuple[int, str] | None:
+        """(version, directory below the cgroup root) of the hierarchy with ``controller``.
+
+        ``(1, "cpuset")`` on v1/hybrid hosts, ``(2, "")`` on v2 hosts, ``(2, "unified")``
+        for a hybrid host whose controller is only on the cgroup2 side. None when the
+        controller is mounted nowhere.
+        """
+        v1 = self.v1_mount(controller)
+        if v1 is not None:
+            return 1, os.path.basename(v1.mount_point.rstrip("/"))
+        if self.unified_mount is None:
+            return None
+        if self.mode == MODE_V2:
+            return 2, ""
+        return 2, os.path.basename(self.unified_mount.rstrip("/"))
+
+    def mount_root(self, version: int, controller: str) -> str:
+        """The mountinfo ``root`` of the hierarchy (``/`` unless a sub-tree is mounted)."""
+        if version == 1:
+            m = self.v1_mount(controller)
+        else:
+            m = next((x for x in self.mounts if x.is_v2), None)
+        return m.root if m is not None else "/"
+
+
+@dataclass(frozen=True)
+class CgroupRef:
+    """Where a process's cpuset is enforced.
+
+    ``rel_path`` is the cgroup path inside its hierarchy (``/system.slice/x.scope``);
+    ``cpuset_dir`` the directory holding ``cpuset.cpus``. ``pid_rel_path`` is where the
+    process itself sits, which differs from ``rel_path`` when a runtime sub-cgroup was
+    stepped out of.
+    """
+
+    version: int
+    rel_path: str
+    cpuset_dir: str
+    pid_rel_path: str = ""
+    driver: str = DRIVER_CGROUPFS
+
+    @property
+    def hierarchy_root(self) -> str:
+        """The directory of the hierarchy's root cgroup (``cpuset_dir`` minus ``rel_path``)."""
+        parts = _parts(self.rel_path)
+        path = self.cpuset_dir
+        for _ in parts:
+            path = os.path.dirname(path)
+        return path
+
+    @property
+    def container_id(self) -> str | None:
+        """The container id the leaf cgroup name carries, when it follows a runtime's
+        naming (``runc-<id>.scope``, ``libpod-<id>``, ``<id>``); best effort."""
+        parts = _parts(self.rel_path)
+        if not parts:
+            return None
+        leaf = parts[-1]
+        if leaf.endswith(".scope"):
+            leaf = leaf[: -len(".scope")]
+        elif leaf.endswith(".slice"):
+            return None
+        for prefix in _LEAF_PREFIXES:
+            if leaf.startswith(prefix):
+                return leaf[len(prefix):] or None
+        return leaf
+
+
+# ---- paths ---------------------------------------------------------------------------
+def _parts(rel: str) -> list[str]:
+    return [p for p in rel.split("/") if p not in ("", ".")]
+
+
+def _join_under(root: str | os.PathLike[str], rel: str, error: type[EnforcementError]) -> str:
+    root_s = os.fspath(root)
+    if "\x00" in rel:
+        raise error(f"path {rel!r} contains a NUL byte", path=root_s)
+    parts = _parts(rel)
+    if ".." in parts:
+        raise error(f"path {rel!r} contains '..' and would leave the root", path=root_s)
+    joined = os.path.join(root_s, *parts)
+    real_root = os.path.realpath(root_s)
+    real = os.path.realpath(joined)
+    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise error(f"path {rel!r} resolves to {real}, outside {real_root}", path=root_s)
+    return joined
+
+
+def safe_join(root: str | os.PathLike[str], rel: str) -> str:
+    """``root`` joined with the cgroup path ``rel``, guaranteed to stay below ``root``.
+
+    ``rel`` is a hierarchy path: a leading ``/`` anchors it at ``root`` (it never
+    replaces ``root`` the way :func:`os.path.join` lets ``"/etc"`` do). Raises
+    :class:`~numa_pin.errors.CgroupEscapeError` when ``rel`` has a ``..`` component or a
+    NUL byte, or when symlinks make ``realpath`` of the result leave ``realpath(root)``.
+    The returned path is the lexical join (symlinks not resolved).
+    """
+    return _join_under(root, rel, CgroupEscapeError)
+
+
+def join_under(root: str | os.PathLike[str], rel: str) -> str:
+    """Like :func:`safe_join` for non-cgroup trees (a container rootfs).
+
+    Raises :class:`~numa_pin.errors.EnforcementError` on the same escapes.
+    """
+    return _join_under(root, rel, EnforcementError)
+
+
+def check_under(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Raise CgroupEscapeError unless ``realpath(path)`` is ``realpath(root)`` or below it."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+        raise CgroupEscapeError(f"resolves to {real}, outside the cgroup root {real_root}",
+                                path=os.fspath(path))
+
+
+# ---- file access (the seam tests replace) --------------------------------------------
+def read_cgroup_file(path: str) -> str:
+    """The text of a cgroup file, surrounding whitespace removed.
+
+    Raises EnforcementError naming ``path`` when it cannot be read.
+    """
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError as exc:
+        raise EnforcementError(f"cannot read: {exc.strerror or exc}", path=path) from None
+
+
+def write_cgroup_file(path: str, text: str) -> None:
+    """Write ``text`` (plus a newline) to an existing cgroup file in one ``write(2)``.
+
+    The file is never created (a missing file means a missing cgroup or controller).
+    Raises EnforcementError naming ``path`` and the value when the kernel refuses it.
+    """
+    data = (text + "\n").encode("ascii")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
+    except OSError as exc:
+        raise EnforcementError(f"cannot open for writing: {exc.strerror or exc}",
+                               path=path) from None
+    try:
+        os.write(fd, data)
+    except OSError as exc:
+        raise EnforcementError(f"writing {text!r} failed: {exc.strerror or exc}",
+                               path=path) from None
+    finally:
+        os.close(fd)
+
+
+# ---- mountinfo -----------------------------------------------------------------------
+def _unescape(field: str) -> str:
+    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_mountinfo(text: str, source: str = "mountinfo") -> tuple[CgroupMount, ...]:
+    """The cgroup and cgroup2 mounts listed in mountinfo ``text`` (pure).
+
+    Raises EnforcementError naming ``source`` for a line that is not mountinfo.
+    """
+    mounts: list[CgroupMount] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split()
+        try:
+            sep = fields.index("-", 6)
+        except ValueError:
+            raise EnforcementError(f"line {lineno} is not a mountinfo line: {line!r}",
+                                   path=source) from None
+        if len(fields) < sep + 3:
+            raise EnforcementError(f"line {lineno} is truncated: {line!r}", path=source)
+        fstype = fields[sep + 1]
+        if fstype not in ("cgroup", "cgroup2"):
+            continue
+        mounts.append(
+            CgroupMount(
+                mount_point=_unescape(fields[4]),
+                root=_unescape(fields[3]),
+                fstype=fstype,
+                options=frozenset(fields[sep + 3].split(",")),
+            )
+        )
+    return tuple(mounts)
+
+
+def layout_from_mounts(mounts: tuple[CgroupMount, ...], source: str = "mountinfo") -> CgroupLayout:
+    """Classify cgroup mounts as v1, v2 or hybrid (pure).
+
+    Raises EnforcementError naming ``source`` when there is no cgroup mount at all.
+    """
+    # one entry per hierarchy: prefer mounts of the hierarchy's root over bind mounts
+    ordered = sorted(mounts, key=lambda m: m.root != "/")
+    v1_controller_mounts = [m for m in ordered if not m.is_v2 and m.controllers]
+    v2_mounts = [m for m in ordered if m.is_v2]
+    unified = v2_mounts[0].mount_point if v2_mounts else None
+    if v1_controller_mounts:
+        mode = MODE_HYBRID if v2_mounts else MODE_V1
+    elif v2_mounts:
+        mode = MODE_V2
+    else:
+        raise EnforcementError("no cgroup or cgroup2 mount found", path=source)
+    cpuset = next((m for m in v1_controller_mounts if "cpuset" in m.controllers), None)
+    if cpuset is not None:
+        cpuset_mount: str | None = cpuset.mount_point
+        version = 1
+    elif unified is not None:
+        cpuset_mount, version = unified, 2
+    else:
+        cpuset_mount, version = None, 1
+    return CgroupLayout(mode, cpuset_mount, version, unified, tuple(ordered), source)
+
+
+def detect_layout(proc_root: str | os.PathLike[str], pid: int | str = "self") -> CgroupLayout:
+    """Read ``<proc_root>/<pid>/mountinfo`` and classify the cgroup layout.
+
+    Raises EnforcementError naming the file when it is missing, unreadable, garbage, or
+    lists no cgroup mount.
+    """
+    path = os.path.join(os.fspath(proc_root), str(pid), "mountinfo")
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise EnforcementError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    return layout_from_mounts(parse_mountinfo(text, path), path)
+
+
+# ---- /proc/<pid>/cgroup --------------------------------------------------------------
+@dataclass(frozen=True)
+class ProcCgroupLine:
+    """One line of ``/proc/<pid>/cgroup``: ``hierarchy-id:controllers:path``."""
+
+    hierarchy_id: int
+    controllers: frozenset[str]
+    path: str
+
+
+def parse_proc_cgroup(text: str, source: str = "cgroup") -> tuple[ProcCgroupLine, ...]:
+    """Parse ``/proc/<pid>/cgroup`` text (pure).
+
+    Raises EnforcementError naming ``source`` for an empty file or a malformed line.
+    """
+    out: list[ProcCgroupLine] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        hid, sep1, rest = line.partition(":")
+        ctrls, sep2, path = rest.partition(":")
+        if not (sep1 and sep2) or not hid.isdigit() or not path.startswith("/"):
+            raise EnforcementError(f"line {lineno} is not 'id:controllers:/path': {line!r}",
+                                   path=source)
+        names = frozenset(c for c in ctrls.split(",") if c)
+        out.append(ProcCgroupLine(int(hid), names, path))
+    if not out:
+        raise EnforcementError("empty (has the process exited?)", path=source)
+    return tuple(out)
+
+
+def read_proc_cgroup(
+    pid: int | str, proc_root: str | os.PathLike[str]
+) -> tuple[ProcCgroupLine, ...]:
+    """Read and parse ``<proc_root>/<pid>/cgroup``; EnforcementError names the file."""
+    path = os.path.join(os.fspath(proc_root), str(pid), "cgroup")
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        raise EnforcementError(f"no such process {pid}", path=path) from None
+    except OSError as exc:
+        raise EnforcementError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    return parse_proc_cgroup(text, path)
+
+
+def _select_line(lines: tuple[ProcCgroupLine, ...], version: int, controller: str,
+                 source: str) -> str:
+    if version == 2:
+        for ln in lines:
+            if ln.hierarchy_id == 0 and not ln.controllers:
+                return ln.path
+        raise EnforcementError("no cgroup v2 line ('0::/path')", path=source)
+    for ln in lines:
+        if controller in ln.controllers:
+            return ln.path
+    raise EnforcementError(f"no line for the v1 {controller} controller", path=source)
+
+
+def _strip_mount_root(path: str, mount_root: str) -> str:
+    root = "/" + "/".join(_parts(mount_root))
+    if root == "/":
+        return path
+    if path == root:
+        return "/"
+    if path.startswith(root + "/"):
+        return path[len(root):]
+    return path
+
+
+def _driver_of(rel: str) -> str:
+    parts = _parts(rel)
+    if any(p.endswith(".slice") or p.endswith(".scope") for p in parts):
+        return DRIVER_SYSTEMD
+    return DRIVER_CGROUPFS
+
+
+def enforcement_path(rel: str, version: int, subgroups: tuple[str, ...] = RUNTIME_SUBGROUPS) -> str:
+    """The cgroup to write for a process in ``rel`` (pure).
+
+    On cgroup v2, a leaf named like crun's sub-cgroup (``container``) directly below a
+    systemd ``*.scope`` is replaced by the scope: cpusets are hierarchical there, and the
+    scope is what systemd and the runtime manage. Anything else is returned unchanged.
+    """
+    parts = _parts(rel)
+    if (
+        version == 2
+        and len(parts) >= 2
+        and parts[-1] in subgroups
+        and parts[-2].endswith(".scope")
+    ):
+        parts = parts[:-1]
+    return "/" + "/".join(parts)
+
+
+def find_cgroup(
+    pid: int | str,
+    proc_root: str | os.PathLike[str],
+    cgroup_root: str | os.PathLike[str],
+    layout: CgroupLayout,
+    *,
+    subgroups: tuple[str, ...] = RUNTIME_SUBGROUPS,
+) -> CgroupRef:
+    """Where to enforce the cpuset of process ``pid``.
+
+    v2: the ``0::/path`` line; v1 and hybrid: the line whose controllers include
+    ``cpuset``. The directory is ``cgroup_root`` + hierarchy sub-directory (``cpuset``
+    on v1, ``""`` on v2, ``unified`` on a hybrid host without a v1 cpuset) + path,
+    built with :func:`safe_join`.
+
+    Raises EnforcementError naming ``<proc_root>/<pid>/cgroup`` when the process is gone
+    or the file is garbage, or naming the mountinfo when no hierarchy carries cpuset;
+    CgroupEscapeError when the path would leave ``cgroup_root``.
+    """
+    source = os.path.join(os.fspath(proc_root), str(pid), "cgroup")
+    where = layout.hierarchy_subdir("cpuset")
+    if where is None:
+        raise EnforcementError("no cgroup hierarchy carries the cpuset controller",
+                               path=layout.source or None)
+    version, subdir = where
+    lines = read_proc_cgroup(pid, proc_root)
+    raw = _select_line(lines, version, "cpuset", source)
+    pid_rel = _strip_mount_root(raw, layout.mount_root(version, "cpuset"))
+    rel = enforcement_path(pid_rel, version, subgroups)
+    base = safe_join(cgroup_root, subdir) if subdir else os.fspath(cgroup_root)
+    cpuset_dir = safe_join(base, rel)
+    check_under(cgroup_root, cpuset_dir)
+    return CgroupRef(version, rel, cpuset_dir, pid_rel, _driver_of(rel))
+
+
+def ref_from_path(
+    rel_path: str,
+    cgroup_root: str | os.PathLike[str],
+    layout: CgroupLayout,
+) -> CgroupRef:
+    """The CgroupRef of a cgroup known by its hierarchy path (one recorded in a ledger).
+
+    No process is consulted and no sub-cgroup is stepped out of. Raises EnforcementError
+    when no hierarchy carries cpuset, CgroupEscapeError when the path leaves
+    ``cgroup_root``.
+    """
+    where = layout.hierarchy_subdir("cpuset")
+    if where is None:
+        raise EnforcementError("no cgroup hierarchy carries the cpuset controller",
+                               path=layout.source or None)
+    version, subdir = where
+    base = safe_join(cgroup_root, subdir) if subdir else os.fspath(cgroup_root)
+    cpuset_dir = safe_join(base, rel_path)
+    check_under(cgroup_root, cpuset_dir)
+    rel = "/" + "/".join(_parts(rel_path))
+    return CgroupRef(version, rel, cpuset_dir, rel, _driver_of(rel))
+
+
+def find_v1_controller_dir(
+    pid: int | str,
+    proc_root: str | os.PathLike[str],
+    cgroup_root: str | os.PathLike[str],
+    layout: CgroupLayout,
+    controller: str,
+) -> str | None:
+    """The v1 directory of ``pid`` for ``controller`` (``devices``), or None when that
+    controller is not on a v1 hierarchy (v2 hosts).
+
+    Raises as :func:`find_cgroup` does.
+    """
+    mount = layout.v1_mount(controller)
+    if mount is None:
+        return None
+    source = os.path.join(os.fspath(proc_root), str(pid), "cgroup")
+    lines = read_proc_cgroup(pid, proc_root)
+    raw = _select_line(lines, 1, controller, source)
+    rel = _strip_mount_root(raw, mount.root)
+    base = safe_join(cgroup_root, os.path.basename(mount.mount_point.rstrip("/")))
+    return safe_join(base, rel)
+
+
+__all__ = [
+    "DRIVER_CGROUPFS",
+    "DRIVER_SYSTEMD",
+    "MODE_HYBRID",
+    "MODE_V1",
+    "MODE_V2",
+    "RUNTIME_SUBGROUPS",
+    "CgroupLayout",
+    "CgroupMount",
+    "CgroupRef",
+    "ProcCgroupLine",
+    "check_under",
+    "detect_layout",
+    "enforcement_path",
+    "find_cgroup",
+    "find_v1_controller_dir",
+    "join_under",
+    "layout_from_mounts",
+    "parse_mountinfo",
+    "parse_proc_cgroup",
+    "read_cgroup_file",
+    "read_proc_cgroup",
+    "ref_from_path",
+    "safe_join",
+    "write_cgroup_file",
+]

@@ -1,0 +1,408 @@
+"""Grant NVIDIA GPUs to a container's device cgroup.
+
+What a container needs to use GPU ``N`` (major 195 is fixed by the NVIDIA driver):
+
+* ``c 195:N rwm``     ``/dev/nvidiaN`` (N is the *device minor*, never the NVML index)
+* ``c 195:255 rwm``   ``/dev/nvidiactl``
+* ``c U:0 rwm``, ``c U:1 rwm``  ``/dev/nvidia-uvm`` and ``/dev/nvidia-uvm-tools``, where
+  ``U`` is the ``nvidia-uvm`` major from ``/proc/devices`` (left out while the module is
+  not loaded)
+
+cgroup v1: the rules are appended to ``devices.allow`` of the container's ``devices``
+cgroup, each recorded for undo as the same rule written to ``devices.deny``. Rules that
+``devices.list`` already covers are not written (so undo never takes away access the
+container had before).
+
+cgroup v2 has no ``devices.allow``: access is decided by BPF programs the runtime
+attaches, and numa-pin does **not** rewrite them (runc replaces them on every update, so a
+rewrite would not last). Grant GPUs on v2 through CDI or the runtime (``linux.devices`` +
+``linux.resources.devices`` in ``config.json``). :func:`grant_gpus` checks the OCI device
+rules it is given and raises EnforcementError, with that explanation, only when access is
+actually missing.
+
+Device nodes inside the container's ``/dev`` are not created here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from numa_pin.enforcer import cgroups
+from numa_pin.enforcer.cgroups import CgroupLayout
+from numa_pin.enforcer.undo import UndoFn, UndoLog, describe_failures
+from numa_pin.errors import EnforcementError
+from numa_pin.topology.model import PciDevice
+
+NVIDIA_MAJOR = 195
+NVIDIACTL_MINOR = 255
+UVM_DEVICE_NAME = "nvidia-uvm"
+DEVICES_ALLOW = "devices.allow"
+DEVICES_DENY = "devices.deny"
+DEVICES_LIST = "devices.list"
+GPU_FILE = "run/numa-pin/gpus"
+
+_ACCESS = frozenset("rwm")
+
+
+@dataclass(frozen=True)
+class DeviceRule:
+    """A device cgroup rule: ``type major:minor access`` (``None`` major/minor is ``*``).
+
+    ``type`` is ``c``, ``b`` or ``a`` (all devices).
+    """
+
+    type: str
+    major: int | None
+    minor: int | None
+    access: str = "rwm"
+
+    def __str__(self) -> str:
+        if self.type == "a":
+            return "a"
+        major = "*" if self.major is None else str(self.major)
+        minor = "*" if self.minor is None else str(self.minor)
+        return f"{self.type} {major}:{minor} {self.access}"
+
+    def covers(self, other: DeviceRule) -> bool:
+        """True when this single rule grants everything ``other`` asks for."""
+        if self.type != "a" and self.type != other.type:
+            return False
+        if self.type != "a":
+            if self.major is not None and self.major != other.major:
+                return False
+            if self.minor is not None and self.minor != other.minor:
+                return False
+        return set(other.access) <= set(self.access)
+
+    @classmethod
+    def parse(cls, text: str) -> DeviceRule:
+        """Parse a ``devices.list`` line (``c 195:0 rwm``, ``a *:* rwm``, ``a``).
+
+        Raises ValueError for anything else.
+        """
+        fields = text.split()
+        if not fields or fields[0] not in ("a", "b", "c"):
+            raise ValueError(f"not a device rule: {text!r}")
+        if len(fields) == 1 and fields[0] == "a":
+            return cls("a", None, None, "rwm")
+        if len(fields) != 3:
+            raise ValueError(f"not a device rule: {text!r}")
+        major_s, sep, minor_s = fields[1].partition(":")
+        if not sep or not set(fields[2]) <= _ACCESS or not fields[2]:
+            raise ValueError(f"not a device rule: {text!r}")
+        try:
+            major = None if major_s == "*" else int(major_s)
+            minor = None if minor_s == "*" else int(minor_s)
+        except ValueError:
+            raise ValueError(f"not a device rule: {text!r}") from None
+        return cls(fields[0], major, minor, fields[2])
+
+
+@dataclass(frozen=True)
+class OciDeviceRule:
+    """One ``linux.resources.devices`` entry of an OCI config (later entries win)."""
+
+    allow: bool
+    type: str = "a"
+    major: int | None = None
+    minor: int | None = None
+    access: str = "rwm"
+
+    def matches(self, rule: DeviceRule, access: str) -> bool:
+        if access not in self.access:
+            return False
+        if self.type != "a" and self.type != rule.type:
+            return False
+        if self.major is not None and self.major != rule.major:
+            return False
+        return self.minor is None or self.minor == rule.minor
+
+
+@dataclass(frozen=True)
+class GpuGrant:
+    """The result of :func:`grant_gpus`.
+
+    ``rules`` is what the GPUs need; ``added`` what was written to ``devices.allow``
+    (v1). ``verified`` is False on v2 when no OCI device rules were given to check.
+    """
+
+    version: int
+    cgroup_dir: str | None
+    rules: tuple[DeviceRule, ...]
+    added: tuple[DeviceRule, ...]
+    verified: bool
+
+
+# ---- pure helpers --------------------------------------------------------------------
+def parse_char_majors(text: str) -> dict[str, int]:
+    """``name -> major`` of the "Character devices:" section of ``/proc/devices`` (pure)."""
+    out: dict[str, int] = {}
+    in_char = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.endswith(":"):
+            in_char = stripped == "Character devices:"
+            continue
+        if not in_char or not stripped:
+            continue
+        major_s, _, name = stripped.partition(" ")
+        if major_s.isdigit() and name.strip():
+            out.setdefault(name.strip(), int(major_s))
+    return out
+
+
+def nvidia_rules(minors: Iterable[int], uvm_major: int | None) -> tuple[DeviceRule, ...]:
+    """The device rules GPUs with device ``minors`` need (pure); see the module doc."""
+    rules = [DeviceRule("c", NVIDIA_MAJOR, m) for m in sorted(set(minors))]
+    rules.append(DeviceRule("c", NVIDIA_MAJOR, NVIDIACTL_MINOR))
+    if uvm_major is not None:
+        rules.append(DeviceRule("c", uvm_major, 0))
+        rules.append(DeviceRule("c", uvm_major, 1))
+    return tuple(rules)
+
+
+def oci_rules_from_config(config: Mapping[str, Any]) -> tuple[OciDeviceRule, ...]:
+    """The device rules a runtime derives from an OCI ``config.json`` (pure).
+
+    ``linux.resources.devices`` in order, then one allow-``rwm`` rule per
+    ``linux.devices`` entry (runc and crun grant the devices they create). Raises
+    EnforcementError for entries of the wrong shape.
+    """
+    linux = config.get("linux") or {}
+    resources = linux.get("resources") or {}
+    out: list[OciDeviceRule] = []
+    try:
+        for entry in resources.get("devices") or ():
+            out.append(OciDeviceRule(
+                allow=bool(entry["allow"]),
+                type=str(entry.get("type") or "a"),
+                major=None if entry.get("major") in (None, -1) else int(entry["major"]),
+                minor=None if entry.get("minor") in (None, -1) else int(entry["minor"]),
+                access=str(entry.get("access") or "rwm"),
+            ))
+        for dev in linux.get("devices") or ():
+            kind = {"u": "c"}.get(str(dev["type"]), str(dev["type"]))
+            if kind in ("b", "c"):  # FIFOs ("p") need no device rule
+                out.append(OciDeviceRule(True, kind, int(dev["major"]), int(dev["minor"]), "rwm"))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise EnforcementError(
+            f"config.json linux.resources.devices / linux.devices entry is malformed: {exc}"
+        ) from None
+    return tuple(out)
+
+
+def oci_allows(rules: Sequence[OciDeviceRule], wanted: DeviceRule) -> bool:
+    """True when OCI rules grant every access letter of ``wanted`` (pure).
+
+    For each letter the last matching rule decides; no matching rule means deny.
+    """
+    for access in wanted.access:
+        decision = False
+        for rule in rules:
+            if rule.matches(wanted, access):
+                decision = rule.allow
+        if not decision:
+            return False
+    return True
+
+
+# ---- I/O -----------------------------------------------------------------------------
+def read_uvm_major(proc_root: str | os.PathLike[str]) -> int | None:
+    """The ``nvidia-uvm`` character major from ``<proc_root>/devices``, or None.
+
+    Raises EnforcementError naming the file when it cannot be read.
+    """
+    path = os.path.join(os.fspath(proc_root), "devices")
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise EnforcementError(f"cannot read: {exc.strerror or exc}", path=path) from None
+    return parse_char_majors(text).get(UVM_DEVICE_NAME)
+
+
+def _gpu_minors(gpus: Iterable[PciDevice]) -> list[int]:
+    minors: list[int] = []
+    for gpu in gpus:
+        if gpu.gpu_minor is None:
+            raise EnforcementError(
+                f"GPU {gpu.address} has no device minor (is the NVIDIA driver loaded? "
+                f"/proc/driver/nvidia/gpus/{gpu.address}/information names it)"
+            )
+        minors.append(gpu.gpu_minor)
+    return minors
+
+
+def _read_devices_list(cgroup_dir: str) -> tuple[DeviceRule, ...]:
+    path = os.path.join(cgroup_dir, DEVICES_LIST)
+    rules: list[DeviceRule] = []
+    for line in cgroups.read_cgroup_file(path).splitlines():
+        if not line.strip():
+            continue
+        try:
+            rules.append(DeviceRule.parse(line))
+        except ValueError as exc:
+            raise EnforcementError(str(exc), path=path) from None
+    return tuple(rules)
+
+
+def _covered(rule: DeviceRule, have: Iterable[DeviceRule]) -> bool:
+    return any(h.covers(rule) for h in have)
+
+
+def grant_gpus(
+    gpus: Sequence[PciDevice],
+    pid: int | str,
+    proc_root: str | os.PathLike[str],
+    cgroup_root: str | os.PathLike[str],
+    layout: CgroupLayout,
+    undo: UndoLog,
+    *,
+    oci_rules: Sequence[OciDeviceRule] | None = None,
+) -> GpuGrant:
+    """Make ``gpus`` usable by the container whose init is ``pid``.
+
+    v1 (a v1 ``devices`` hierarchy is mounted): rules missing from ``devices.list`` are
+    written to ``devices.allow`` (each recorded in ``undo``), then ``devices.list`` is
+    checked. v2: nothing is written; when ``oci_rules`` (see
+    :func:`oci_rules_from_config`) are given and do not grant every rule,
+    EnforcementError explains that GPUs must come from CDI or the runtime.
+
+    Raises EnforcementError for a GPU without a device minor, an unreadable
+    ``/proc/devices`` or cgroup file, or a rule the kernel refused (writes of this call
+    rolled back); CgroupEscapeError for a cgroup path outside ``cgroup_root``.
+    """
+    rules = nvidia_rules(_gpu_minors(gpus), read_uvm_major(proc_root))
+    devices_dir = cgroups.find_v1_controller_dir(pid, proc_root, cgroup_root, layout, "devices")
+    if devices_dir is None:
+        return _check_v2(rules, pid, proc_root, cgroup_root, layout, oci_rules)
+
+    have = _read_devices_list(devices_dir)
+    allow = os.path.join(devices_dir, DEVICES_ALLOW)
+    deny = os.path.join(devices_dir, DEVICES_DENY)
+    local = UndoLog()
+    added: list[DeviceRule] = []
+    try:
+        for rule in rules:
+            if _covered(rule, have):
+                continue
+            cgroups.write_cgroup_file(allow, str(rule))
+            local.record(f"{allow}: {rule}", _deny(deny, str(rule)))
+            added.append(rule)
+        now = _read_devices_list(devices_dir)
+        lacking = [r for r in rules if not _covered(r, now)]
+        if lacking:
+            raise EnforcementError(
+                "after writing devices.allow the cgroup still lacks "
+                + ", ".join(str(r) for r in lacking), path=devices_dir)
+    except EnforcementError as exc:
+        failures = local.rollback()
+        raise EnforcementError(f"granting GPUs failed: {exc}; {describe_failures(failures)}",
+                               path=devices_dir) from None
+    undo.absorb(local)
+    return GpuGrant(1, devices_dir, rules, tuple(added), True)
+
+
+def _deny(path: str, rule: str) -> UndoFn:
+    def undo() -> None:
+        cgroups.write_cgroup_file(path, rule)
+
+    return undo
+
+
+def _check_v2(
+    rules: tuple[DeviceRule, ...],
+    pid: int | str,
+    proc_root: str | os.PathLike[str],
+    cgroup_root: str | os.PathLike[str],
+    layout: CgroupLayout,
+    oci_rules: Sequence[OciDeviceRule] | None,
+) -> GpuGrant:
+    cgroup_dir: str | None
+    try:
+        cgroup_dir = cgroups.find_cgroup(pid, proc_root, cgroup_root, layout).cpuset_dir
+    except EnforcementError:
+        cgroup_dir = None
+    if oci_rules is None:
+        return GpuGrant(2, cgroup_dir, rules, (), False)
+    lacking = [r for r in rules if not oci_allows(oci_rules, r)]
+    if lacking:
+        raise EnforcementError(
+            "cgroup v2: the container's device rules do not allow "
+            + ", ".join(str(r) for r in lacking)
+            + "; numa-pin does not rewrite cgroup v2 BPF device programs (the runtime "
+            "replaces them on every update), so grant the GPUs through CDI or the runtime "
+            "(linux.devices and linux.resources.devices in config.json)",
+            path=cgroup_dir,
+        )
+    return GpuGrant(2, cgroup_dir, rules, (), True)
+
+
+def expose_gpu_env_file(
+    rootfs: str | os.PathLike[str],
+    uuids: Sequence[str],
+    undo: UndoLog | None = None,
+    *,
+    relpath: str = GPU_FILE,
+) -> str:
+    """Write the granted GPU UUIDs, one a line, to ``<rootfs>/<relpath>``; return its path.
+
+    At createRuntime the environment can no longer change, so a file is how the
+    container learns its GPUs. The file replaces any previous one atomically; when
+    ``undo`` is given, its removal (and that of directories created) is recorded.
+    Note that a tmpfs the runtime mounts over ``/run`` hides the file; pick another
+    ``relpath`` then. Raises EnforcementError when the path would leave ``rootfs``
+    (symlinks included) or cannot be written.
+    """
+    target = cgroups.join_under(rootfs, relpath)
+    directory = os.path.dirname(target)
+    created: list[str] = []
+    probe = directory
+    while not os.path.lexists(probe) and probe != os.fspath(rootfs):
+        created.append(probe)
+        probe = os.path.dirname(probe)
+    text = "".join(f"{u}\n" for u in uuids)
+    tmp = target + ".tmp"
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        cgroups.join_under(rootfs, os.path.relpath(directory, rootfs))  # re-check after mkdir
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644)
+        try:
+            os.write(fd, text.encode("ascii", errors="replace"))
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise EnforcementError(f"cannot write the GPU list: {exc.strerror or exc}",
+                               path=target) from None
+    if undo is not None:
+        def remove() -> None:
+            if os.path.lexists(target):
+                os.unlink(target)
+            for d in created:  # deepest first
+                if os.path.isdir(d) and not os.listdir(d):
+                    os.rmdir(d)
+
+        undo.record(f"{target}: GPU list {', '.join(uuids)}", remove)
+    return target
+
+
+__all__ = [
+    "GPU_FILE",
+    "NVIDIACTL_MINOR",
+    "NVIDIA_MAJOR",
+    "DeviceRule",
+    "GpuGrant",
+    "OciDeviceRule",
+    "expose_gpu_env_file",
+    "grant_gpus",
+    "nvidia_rules",
+    "oci_allows",
+    "oci_rules_from_config",
+    "parse_char_majors",
+    "read_uvm_major",
+]

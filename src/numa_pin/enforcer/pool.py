@@ -1,0 +1,190 @@
+"""The shared CPU pool: everything online that no exclusive grant holds.
+
+This is kubelet's static CPU manager arithmetic. Containers without exclusive CPUs run
+on the shared pool; when an exclusive grant is made the pool shrinks and every shared
+container's ``cpuset.cpus`` must shrink with it, and when a grant is released they grow
+back. :func:`shared_pool` and :func:`plan_shared_updates` are pure; only
+:func:`resize_shared` touches cgroup files.
+
+Reserved CPUs (kubelet ``reservedSystemCPUs``) are never granted exclusively and always
+stay in the pool, so the pool is never empty while at least one CPU is reserved.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import cast
+
+from numa_pin import cpuset as cpulist
+from numa_pin.enforcer import cgroups
+from numa_pin.enforcer.cgroups import CgroupRef
+from numa_pin.enforcer.cpuset import CPUSET_CPUS, ensure_cpuset_controller
+from numa_pin.enforcer.undo import UndoLog, describe_failures
+from numa_pin.errors import AllocationError, EnforcementError
+
+
+def shared_pool(
+    online_cpus: Iterable[int],
+    exclusive_grants_cpus: Iterable[Iterable[int]],
+    reserved_cpus: Iterable[int],
+) -> frozenset[int]:
+    """Online CPUs minus every exclusive grant (pure).
+
+    ``exclusive_grants_cpus`` holds one CPU collection per exclusive grant. Reserved
+    CPUs that are online always stay in the pool. Raises AllocationError when a grant
+    holds a reserved CPU (reserved CPUs are never exclusive) or when the pool would be
+    empty (nothing reserved and every online CPU granted).
+    """
+    online = frozenset(online_cpus)
+    reserved = frozenset(reserved_cpus) & online
+    granted: set[int] = set()
+    for grant in exclusive_grants_cpus:
+        granted.update(grant)
+    clash = granted & reserved
+    if clash:
+        raise AllocationError(
+            f"exclusive grants hold reserved CPUs {cpulist.format_list(clash)}; reserved CPUs "
+            f"({cpulist.format_list(reserved)}) always stay in the shared pool"
+        )
+    pool = online - granted  # holds every reserved CPU: none is granted (checked above)
+    if not pool:
+        raise AllocationError(
+            f"the shared CPU pool would be empty: all online CPUs "
+            f"({cpulist.format_list(online) or 'none'}) are granted exclusively and none is "
+            f"reserved"
+        )
+    return frozenset(pool)
+
+
+@dataclass(frozen=True)
+class SharedUpdate:
+    """One shared container whose ``cpuset.cpus`` must change from ``current`` to ``target``."""
+
+    key: Hashable
+    current: frozenset[int]
+    target: frozenset[int]
+
+    @property
+    def grows(self) -> bool:
+        return bool(self.target - self.current)
+
+    @property
+    def shrinks(self) -> bool:
+        return bool(self.current - self.target)
+
+
+def plan_shared_updates(
+    shared_refs_current: Mapping[Hashable, Iterable[int]],
+    pool: Iterable[int],
+) -> tuple[SharedUpdate, ...]:
+    """The shared containers whose current CPUs differ from ``pool`` (pure).
+
+    ``shared_refs_current`` maps a container key (a CgroupRef, an id) to its current
+    ``cpuset.cpus``. The result keeps the mapping's order; containers already on the
+    pool are left out.
+    """
+    target = frozenset(pool)
+    out: list[SharedUpdate] = []
+    for key, current in shared_refs_current.items():
+        cur = frozenset(current)
+        if cur != target:
+            out.append(SharedUpdate(key, cur, target))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class ResizeResult:
+    """What :func:`resize_shared` did to each shared container cgroup."""
+
+    updated: tuple[CgroupRef, ...]
+    unchanged: tuple[CgroupRef, ...]
+    missing: tuple[CgroupRef, ...]  # cgroup gone: the container has exited
+
+
+def resize_shared(
+    refs: Iterable[CgroupRef],
+    pool: Iterable[int],
+    cgroup_root: str | os.PathLike[str],
+    undo: UndoLog,
+) -> ResizeResult:
+    """Set ``cpuset.cpus`` of every shared container cgroup in ``refs`` to ``pool``.
+
+    A cgroup whose directory no longer exists (before or during the write) is skipped
+    as exited. On v2 ``cpuset`` is first enabled in the ancestors' subtree_control.
+    Every change is recorded in ``undo`` once all writes succeeded. On a failure the
+    writes of this call are rolled back and EnforcementError names the cgroup (on v1
+    usually a parent that lacks pool CPUs, or a child cgroup that still uses CPUs the
+    pool no longer has). Raises CgroupEscapeError for a ref outside ``cgroup_root`` and
+    AllocationError for an empty pool.
+    """
+    target = frozenset(pool)
+    if not target:
+        raise AllocationError("refusing to resize shared containers to an empty CPU pool")
+    ref_list = list(refs)
+    for ref in ref_list:
+        cgroups.check_under(cgroup_root, ref.cpuset_dir)
+
+    local = UndoLog()
+    updated: list[CgroupRef] = []
+    unchanged: list[CgroupRef] = []
+    missing: list[CgroupRef] = []
+    try:
+        current: dict[CgroupRef, frozenset[int]] = {}
+        for ref in ref_list:
+            if not os.path.isdir(ref.cpuset_dir):
+                missing.append(ref)
+                continue
+            try:
+                current[ref] = _read_cpus(ref)
+            except EnforcementError:
+                if os.path.isdir(ref.cpuset_dir):
+                    raise
+                missing.append(ref)
+        plan = plan_shared_updates(current, target)
+        changing = {u.key for u in plan}
+        unchanged.extend(r for r in current if r not in changing)
+        for update in plan:
+            ref = cast(CgroupRef, update.key)
+            try:
+                ensure_cpuset_controller(ref, local)
+                _write_cpus(ref, update, local)
+            except EnforcementError:
+                if os.path.isdir(ref.cpuset_dir):
+                    raise
+                missing.append(ref)
+                continue
+            updated.append(ref)
+    except EnforcementError as exc:
+        failures = local.rollback()
+        raise EnforcementError(
+            f"resizing shared containers to cpus {cpulist.format_list(target)} failed: "
+            f"{exc}; {describe_failures(failures)}"
+        ) from None
+    undo.absorb(local)
+    return ResizeResult(tuple(updated), tuple(unchanged), tuple(missing))
+
+
+def _read_cpus(ref: CgroupRef) -> frozenset[int]:
+    path = os.path.join(ref.cpuset_dir, CPUSET_CPUS)
+    text = cgroups.read_cgroup_file(path)
+    try:
+        return cpulist.parse_list(text)
+    except ValueError as exc:
+        raise EnforcementError(f"not a CPU list: {exc}", path=path) from None
+
+
+def _write_cpus(ref: CgroupRef, update: SharedUpdate, undo: UndoLog) -> None:
+    path = os.path.join(ref.cpuset_dir, CPUSET_CPUS)
+    before = cgroups.read_cgroup_file(path)
+    text = cpulist.format_list(update.target)
+    cgroups.write_cgroup_file(path, text)
+
+    def restore() -> None:
+        cgroups.write_cgroup_file(path, before)
+
+    undo.record(f"{path}: {text!r} (was {before!r}, shared pool)", restore)
+
+
+__all__ = ["ResizeResult", "SharedUpdate", "plan_shared_updates", "resize_shared", "shared_pool"]

@@ -1,0 +1,228 @@
+"""Fakes shared by the enforcer tests: fake cgroup/proc trees and a small fake kernel.
+
+The fake kernel replaces :func:`numa_pin.enforcer.cgroups.write_cgroup_file` and models
+the rules the enforcer relies on, independently of the code under test:
+
+* v1: a child's ``cpuset.cpus``/``cpuset.mems`` must be a subset of the parent's
+  (the kernel answers EACCES); effective = configured.
+* v2: effective = configured ∩ parent's effective (empty configured = inherit).
+* ``cgroup.subtree_control`` takes ``+ctrl`` / ``-ctrl`` tokens.
+* ``devices.allow`` / ``devices.deny`` maintain ``devices.list`` (``a`` = allow all).
+
+Every write is recorded in order, and writes to chosen files can be made to fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from numa_pin import cpuset as cpulist
+from numa_pin.errors import EnforcementError
+
+MOUNTINFO_V2 = (
+    "22 27 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n"
+    "30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 "
+    "rw,nsdelegate,memory_recursiveprot\n"
+)
+_V1_LINES = (
+    "25 18 0:21 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:8 - tmpfs tmpfs ro,mode=755\n"
+    "26 25 0:22 / /sys/fs/cgroup/systemd rw,nosuid,nodev,noexec,relatime shared:9 - cgroup "
+    "cgroup rw,xattr,name=systemd\n"
+    "29 25 0:25 / /sys/fs/cgroup/cpuset rw,nosuid,nodev,noexec,relatime shared:10 - cgroup "
+    "cgroup rw,cpuset\n"
+    "30 25 0:26 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid,nodev,noexec,relatime shared:11 - "
+    "cgroup cgroup rw,cpu,cpuacct\n"
+    "31 25 0:27 / /sys/fs/cgroup/devices rw,nosuid,nodev,noexec,relatime shared:12 - cgroup "
+    "cgroup rw,devices\n"
+)
+MOUNTINFO_V1 = _V1_LINES
+MOUNTINFO_HYBRID = _V1_LINES + (
+    "27 25 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:13 - cgroup2 "
+    "cgroup2 rw,nsdelegate\n"
+)
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every regular file below ``root`` with its (stripped) content."""
+    return {
+        str(p.relative_to(root)): p.read_text().strip()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+# ---- fake trees ----------------------------------------------------------------------
+@dataclass
+class FakeProc:
+    root: Path
+
+    def add_pid(self, pid: int | str, cgroup: str, mountinfo: str = MOUNTINFO_V2) -> None:
+        write(self.root / str(pid) / "cgroup", cgroup)
+        write(self.root / str(pid) / "mountinfo", mountinfo)
+
+    def set_devices(self, text: str) -> None:
+        write(self.root / "devices", text)
+
+
+@dataclass
+class FakeCgroupTree:
+    """A cgroup mount below ``root``: v1 (``root/cpuset``) or v2 (``root``)."""
+
+    root: Path
+    version: int
+    online_cpus: str = "0-7"
+    online_mems: str = "0-1"
+
+    def __post_init__(self) -> None:
+        h = self.hierarchy
+        h.mkdir(parents=True, exist_ok=True)
+        if self.version == 1:
+            for name, val in (("cpuset.cpus", self.online_cpus), ("cpuset.mems", self.online_mems),
+                              ("cpuset.effective_cpus", self.online_cpus),
+                              ("cpuset.effective_mems", self.online_mems)):
+                write(h / name, val + "\n")
+        else:
+            write(h / "cgroup.controllers", "cpuset cpu io memory pids\n")
+            write(h / "cgroup.subtree_control", "cpu memory\n")
+            write(h / "cpuset.cpus.effective", self.online_cpus + "\n")
+            write(h / "cpuset.mems.effective", self.online_mems + "\n")
+
+    @property
+    def hierarchy(self) -> Path:
+        return self.root / "cpuset" if self.version == 1 else self.root
+
+    def mkcg(self, rel: str, cpus: str | None = None, mems: str | None = None,
+             subtree: str = "") -> Path:
+        """Create the cgroup ``rel`` (and missing ancestors) like the kernel would."""
+        d = self.hierarchy
+        for part in [p for p in rel.split("/") if p]:
+            parent, d = d, d / part
+            if d.is_dir():
+                continue
+            d.mkdir()
+            if self.version == 1:
+                write(d / "cpuset.cpus", "\n")
+                write(d / "cpuset.mems", "\n")
+                write(d / "cpuset.effective_cpus", "\n")
+                write(d / "cpuset.effective_mems", "\n")
+            else:
+                write(d / "cgroup.subtree_control", "\n")
+                write(d / "cpuset.cpus", "\n")
+                write(d / "cpuset.mems", "\n")
+                write(d / "cpuset.cpus.effective",
+                      (parent / "cpuset.cpus.effective").read_text())
+                write(d / "cpuset.mems.effective",
+                      (parent / "cpuset.mems.effective").read_text())
+        if cpus is not None:
+            for name in (("cpuset.cpus", "cpuset.effective_cpus") if self.version == 1
+                         else ("cpuset.cpus", "cpuset.cpus.effective")):
+                write(d / name, cpus + "\n")
+        if mems is not None:
+            for name in (("cpuset.mems", "cpuset.effective_mems") if self.version == 1
+                         else ("cpuset.mems", "cpuset.mems.effective")):
+                write(d / name, mems + "\n")
+        if subtree and self.version == 2:
+            write(d / "cgroup.subtree_control", subtree + "\n")
+        return d
+
+    def devices_cg(self, rel: str, listing: str = "a *:* rwm") -> Path:
+        d = self.root / "devices" / rel.strip("/")
+        d.mkdir(parents=True, exist_ok=True)
+        write(d / "devices.allow", "")
+        write(d / "devices.deny", "")
+        write(d / "devices.list", listing + "\n")
+        return d
+
+
+@dataclass
+class FakeKernel:
+    """Models kernel reactions to cgroup writes in a fake tree (see module doc)."""
+
+    tree: FakeCgroupTree
+    writes: list[tuple[str, str]] = field(default_factory=list)
+    fail: dict[str, str] = field(default_factory=dict)  # path -> strerror
+
+    def __call__(self, path: str, text: str) -> None:
+        self.writes.append((path, text))
+        if path in self.fail:
+            raise EnforcementError(f"writing {text!r} failed: {self.fail[path]}", path=path)
+        if not os.path.exists(path):
+            raise EnforcementError("cannot open for writing: No such file or directory",
+                                   path=path)
+        p = Path(path)
+        name = p.name
+        if name == "cgroup.subtree_control":
+            have = p.read_text().split()
+            for tok in text.split():
+                ctrl = tok[1:]
+                if tok.startswith("+") and ctrl not in have:
+                    have.append(ctrl)
+                elif tok.startswith("-") and ctrl in have:
+                    have.remove(ctrl)
+            p.write_text(" ".join(have) + "\n")
+        elif name in ("cpuset.cpus", "cpuset.mems"):
+            self._cpuset(p, name, cpulist.parse_list(text))
+        elif name in ("devices.allow", "devices.deny"):
+            self._devices(p.parent, name, text.strip())
+        else:
+            p.write_text(text + "\n")
+
+    def _cpuset(self, p: Path, name: str, want: frozenset[int]) -> None:
+        d = p.parent
+        at_root = d == self.tree.hierarchy
+        kind = "cpus" if name == "cpuset.cpus" else "mems"
+        if self.tree.version == 1:
+            if not at_root:
+                parent_cfg = cpulist.parse_list((d.parent / name).read_text())
+                if not want <= parent_cfg:
+                    raise EnforcementError(f"writing {cpulist.format_list(want)!r} failed: "
+                                           "Permission denied", path=str(p))
+            p.write_text(cpulist.format_list(want) + "\n")
+            (d / f"cpuset.effective_{kind}").write_text(cpulist.format_list(want) + "\n")
+            return
+        parent_eff = cpulist.parse_list((d.parent / f"cpuset.{kind}.effective").read_text())
+        eff = (want & parent_eff) if want else parent_eff
+        p.write_text(cpulist.format_list(want) + "\n")
+        (d / f"cpuset.{kind}.effective").write_text(cpulist.format_list(eff) + "\n")
+
+    def _devices(self, d: Path, name: str, rule: str) -> None:
+        listing = [ln for ln in (d / "devices.list").read_text().splitlines() if ln.strip()]
+        if name == "devices.allow":
+            if rule == "a":
+                listing = ["a *:* rwm"]
+            elif "a *:* rwm" not in listing and rule not in listing:
+                listing.append(rule)
+        else:
+            if rule == "a":
+                listing = []
+            elif rule in listing:
+                listing.remove(rule)
+        (d / "devices.list").write_text("".join(f"{ln}\n" for ln in listing))
+
+
+# ---- privileged helpers --------------------------------------------------------------
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+requires_root = pytest.mark.skipif(not is_root(), reason="needs root")
+requires_ip = pytest.mark.skipif(
+    shutil.which("ip") is None or shutil.which("unshare") is None
+    or shutil.which("nsenter") is None,
+    reason="needs ip, unshare and nsenter (iproute2, util-linux)",
+)
+
+
+def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), check=check, capture_output=True, text=True)

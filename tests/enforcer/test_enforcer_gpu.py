@@ -1,0 +1,315 @@
+"""GPU device grants on fake v1 trees, v2 rule checks, /proc/devices, the GPU list file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from enforcer_fakes import (
+    MOUNTINFO_HYBRID,
+    MOUNTINFO_V1,
+    MOUNTINFO_V2,
+    FakeCgroupTree,
+    FakeProc,
+    snapshot,
+)
+
+from numa_pin.enforcer import cgroups
+from numa_pin.enforcer.cgroups import detect_layout
+from numa_pin.enforcer.gpu import (
+    DeviceRule,
+    expose_gpu_env_file,
+    grant_gpus,
+    nvidia_rules,
+    oci_allows,
+    oci_rules_from_config,
+    parse_char_majors,
+)
+from numa_pin.enforcer.undo import UndoLog
+from numa_pin.errors import EnforcementError
+from numa_pin.topology.model import KIND_GPU, PciDevice
+
+PROC_DEVICES = """Character devices:
+  1 mem
+  4 /dev/vc/0
+195 nvidia-frontend
+236 nvidia-uvm
+237 nvidia-caps
+254 gpiochip
+
+Block devices:
+  7 loop
+236 not-a-char-device
+"""
+
+
+def gpu(addr: str, minor: int | None) -> PciDevice:
+    return PciDevice(address=addr, vendor="0x10de", device="0x2330", pci_class="0x030200",
+                     numa_node=0, kind=KIND_GPU, gpu_minor=minor, gpu_uuid=f"GPU-{addr}")
+
+
+GPU0 = gpu("0000:3b:00.0", 0)
+GPU3 = gpu("0000:d8:00.0", 3)
+
+
+# ---- pure helpers --------------------------------------------------------------------
+def test_parse_char_majors_only_reads_character_section() -> None:
+    majors = parse_char_majors(PROC_DEVICES)
+    assert majors["nvidia-uvm"] == 236
+    assert majors["nvidia-frontend"] == 195
+    assert "loop" not in majors and "not-a-char-device" not in majors
+
+
+@pytest.mark.parametrize(
+    "minors, uvm, expected",
+    [
+        ([0], 236, ["c 195:0 rwm", "c 195:255 rwm", "c 236:0 rwm", "c 236:1 rwm"]),
+        ([3, 0, 3], 236, ["c 195:0 rwm", "c 195:3 rwm", "c 195:255 rwm", "c 236:0 rwm",
+                          "c 236:1 rwm"]),
+        ([1], None, ["c 195:1 rwm", "c 195:255 rwm"]),
+    ],
+    ids=["one-gpu", "two-gpus-deduplicated", "uvm-not-loaded"],
+)
+def test_nvidia_rules(minors, uvm, expected) -> None:
+    assert [str(r) for r in nvidia_rules(minors, uvm)] == expected
+
+
+@pytest.mark.parametrize(
+    "have, want, covered",
+    [
+        ("a *:* rwm", "c 195:0 rwm", True),
+        ("c *:* rwm", "c 195:0 rwm", True),
+        ("c 195:* rwm", "c 195:0 rwm", True),
+        ("c 195:0 rw", "c 195:0 rwm", False),
+        ("c 195:1 rwm", "c 195:0 rwm", False),
+        ("b 195:0 rwm", "c 195:0 rwm", False),
+        ("a", "c 1:3 r", True),
+    ],
+    ids=["allow-all", "all-char", "major-wildcard", "missing-mknod", "other-minor",
+         "block-not-char", "bare-a"],
+)
+def test_device_rule_covers(have: str, want: str, covered: bool) -> None:
+    assert DeviceRule.parse(have).covers(DeviceRule.parse(want)) is covered
+
+
+@pytest.mark.parametrize("text", ["", "x 1:2 rw", "c 1-2 rw", "c 1:2 rwx", "c a:2 r", "c 1:2"],
+                         ids=["empty", "bad-type", "no-colon", "bad-access", "bad-major",
+                              "no-access"])
+def test_device_rule_parse_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        DeviceRule.parse(text)
+
+
+DENY_ALL = {"allow": False, "access": "rwm"}
+
+
+@pytest.mark.parametrize(
+    "config, allowed",
+    [
+        ({"linux": {"resources": {"devices": [DENY_ALL]}}}, False),
+        ({"linux": {"resources": {"devices": [
+            DENY_ALL, {"allow": True, "type": "c", "major": 195, "access": "rwm"},
+            {"allow": True, "type": "c", "major": 236, "access": "rwm"}]}}}, True),
+        ({"linux": {"resources": {"devices": [
+            DENY_ALL, {"allow": True, "type": "c", "major": 195, "access": "rw"},
+            {"allow": True, "type": "c", "major": 236, "access": "rwm"}]}}}, False),
+        ({"linux": {"resources": {"devices": [
+            DENY_ALL, {"allow": True, "type": "c", "major": 195, "access": "rwm"},
+            {"allow": True, "type": "c", "major": 236, "access": "rwm"},
+            {"allow": False, "type": "c", "major": 195, "minor": 0, "access": "rwm"}]}}}, False),
+        ({"linux": {"resources": {"devices": [DENY_ALL]},
+                    "devices": [
+                        {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0},
+                        {"path": "/dev/nvidiactl", "type": "c", "major": 195, "minor": 255},
+                        {"path": "/dev/nvidia-uvm", "type": "c", "major": 236, "minor": 0},
+                        {"path": "/dev/nvidia-uvm-tools", "type": "u", "major": 236,
+                         "minor": 1}]}}, True),
+        ({"linux": {"resources": {"devices": [{"allow": True, "access": "rwm"}]}}}, True),
+        ({}, False),
+    ],
+    ids=["deny-all", "allow-majors", "missing-mknod", "later-deny-wins", "linux-devices-grant",
+         "privileged-allow-all", "no-rules-means-deny"],
+)
+def test_oci_allows(config, allowed: bool) -> None:
+    rules = oci_rules_from_config(config)
+    wanted = nvidia_rules([0], 236)
+    assert all(oci_allows(rules, r) for r in wanted) is allowed
+
+
+def test_oci_rules_malformed() -> None:
+    with pytest.raises(EnforcementError, match="malformed"):
+        oci_rules_from_config({"linux": {"resources": {"devices": [{"type": "c"}]}}})
+
+
+# ---- cgroup v1 grants ----------------------------------------------------------------
+def setup_v1(fake_proc: FakeProc, cgroup_root: Path, listing: str,
+             mountinfo: str = MOUNTINFO_V1) -> tuple[Path, FakeCgroupTree]:
+    tree = FakeCgroupTree(cgroup_root, 1)
+    fake_proc.set_devices(PROC_DEVICES)
+    fake_proc.add_pid(77, "5:devices:/system.slice/runc-abc.scope\n"
+                          "3:cpuset:/system.slice/runc-abc.scope\n", mountinfo)
+    return tree.devices_cg("/system.slice/runc-abc.scope", listing), tree
+
+
+@pytest.mark.parametrize("mountinfo", [MOUNTINFO_V1, MOUNTINFO_HYBRID], ids=["v1", "hybrid"])
+def test_grant_v1_appends_rules_and_undo_denies(fake_proc: FakeProc, cgroup_root: Path,
+                                                kernel_factory, mountinfo: str) -> None:
+    devdir, tree = setup_v1(fake_proc, cgroup_root, "c 1:3 rwm", mountinfo)
+    kernel = kernel_factory(tree)
+    before = snapshot(cgroup_root)
+    undo = UndoLog()
+    grant = grant_gpus([GPU0, GPU3], 77, fake_proc.root, cgroup_root,
+                       detect_layout(fake_proc.root, 77), undo)
+    assert grant.version == 1 and grant.verified
+    assert grant.cgroup_dir == str(devdir)
+    allowed = [t for p, t in kernel.writes if p.endswith("devices.allow")]
+    assert allowed == ["c 195:0 rwm", "c 195:3 rwm", "c 195:255 rwm", "c 236:0 rwm",
+                       "c 236:1 rwm"]
+    assert [str(r) for r in grant.added] == allowed
+    listing = (devdir / "devices.list").read_text().splitlines()
+    assert "c 1:3 rwm" in listing and "c 195:3 rwm" in listing
+    assert len(undo) == 5
+    assert undo.rollback() == ()
+    denied = [t for p, t in kernel.writes if p.endswith("devices.deny")]
+    assert denied == list(reversed(allowed))
+    assert snapshot(cgroup_root) == before
+
+
+def test_grant_v1_skips_rules_already_covered(fake_proc: FakeProc, cgroup_root: Path,
+                                              kernel_factory) -> None:
+    _, tree = setup_v1(fake_proc, cgroup_root, "c 195:* rwm")
+    kernel = kernel_factory(tree)
+    undo = UndoLog()
+    grant = grant_gpus([GPU0], 77, fake_proc.root, cgroup_root,
+                       detect_layout(fake_proc.root, 77), undo)
+    assert [t for _, t in kernel.writes] == ["c 236:0 rwm", "c 236:1 rwm"]
+    assert [str(r) for r in grant.added] == ["c 236:0 rwm", "c 236:1 rwm"]
+    assert len(undo) == 2
+
+
+def test_grant_v1_allow_all_cgroup_writes_nothing(fake_proc: FakeProc, cgroup_root: Path,
+                                                  kernel_factory) -> None:
+    _, tree = setup_v1(fake_proc, cgroup_root, "a *:* rwm")
+    kernel = kernel_factory(tree)
+    grant = grant_gpus([GPU0], 77, fake_proc.root, cgroup_root,
+                       detect_layout(fake_proc.root, 77), UndoLog())
+    assert kernel.writes == [] and grant.added == ()
+
+
+def test_grant_v1_refused_rolls_back(fake_proc: FakeProc, cgroup_root: Path,
+                                     kernel_factory, monkeypatch: pytest.MonkeyPatch) -> None:
+    devdir, tree = setup_v1(fake_proc, cgroup_root, "")
+    kernel = kernel_factory(tree)
+    before = snapshot(cgroup_root)
+    real = kernel.__call__
+
+    def refuse_uvm(path: str, text: str) -> None:
+        if text.startswith("c 236:"):
+            raise EnforcementError(f"writing {text!r} failed: Operation not permitted", path=path)
+        real(path, text)
+
+    monkeypatch.setattr(cgroups, "write_cgroup_file", refuse_uvm)
+    undo = UndoLog()
+    with pytest.raises(EnforcementError, match="Operation not permitted") as err:
+        grant_gpus([GPU0], 77, fake_proc.root, cgroup_root,
+                   detect_layout(fake_proc.root, 77), undo)
+    assert err.value.path == str(devdir)
+    assert "rollback complete" in str(err.value)
+    assert snapshot(cgroup_root) == before
+    assert len(undo) == 0
+
+
+def test_grant_without_minor(fake_proc: FakeProc, cgroup_root: Path) -> None:
+    setup_v1(fake_proc, cgroup_root, "")
+    with pytest.raises(EnforcementError, match="0000:af:00.0 has no device minor"):
+        grant_gpus([gpu("0000:af:00.0", None)], 77, fake_proc.root, cgroup_root,
+                   detect_layout(fake_proc.root, 77), UndoLog())
+
+
+def test_grant_missing_proc_devices_names_it(fake_proc: FakeProc, cgroup_root: Path) -> None:
+    fake_proc.add_pid(77, "0::/x\n", MOUNTINFO_V2)
+    with pytest.raises(EnforcementError) as err:
+        grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, detect_layout(fake_proc.root, 77),
+                   UndoLog())
+    assert err.value.path == str(fake_proc.root / "devices")
+
+
+# ---- cgroup v2 -----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "config, outcome",
+    [
+        (None, "unverified"),
+        ({"linux": {"resources": {"devices": [DENY_ALL, {"allow": True, "type": "c",
+                                                          "major": 195, "access": "rwm"}]}}},
+         "error"),
+        ({"linux": {"resources": {"devices": [DENY_ALL, {"allow": True, "type": "c",
+                                                          "major": 195, "access": "rwm"},
+                                              {"allow": True, "type": "c", "major": 236,
+                                               "access": "rwm"}]}}}, "ok"),
+    ],
+    ids=["no-rules-given", "uvm-missing", "all-granted"],
+)
+def test_grant_v2_checks_only(fake_proc: FakeProc, cgroup_root: Path, kernel_factory,
+                              config, outcome: str) -> None:
+    tree = FakeCgroupTree(cgroup_root, 2)
+    fake_proc.set_devices(PROC_DEVICES)
+    fake_proc.add_pid(77, "0::/machine.slice/libpod-abc.scope/container\n", MOUNTINFO_V2)
+    kernel = kernel_factory(tree)
+    rules = oci_rules_from_config(config) if config is not None else None
+    layout = detect_layout(fake_proc.root, 77)
+    if outcome == "error":
+        with pytest.raises(EnforcementError) as err:
+            grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, layout, UndoLog(),
+                       oci_rules=rules)
+        msg = str(err.value)
+        assert "c 236:0 rwm" in msg and "c 195:0" not in msg
+        assert "CDI" in msg and "linux.devices" in msg and "BPF" in msg
+        assert err.value.path == str(cgroup_root / "machine.slice" / "libpod-abc.scope")
+    else:
+        grant = grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, layout, UndoLog(),
+                           oci_rules=rules)
+        assert grant.version == 2 and grant.added == ()
+        assert grant.verified is (outcome == "ok")
+    assert kernel.writes == []
+
+
+# ---- GPU list file -------------------------------------------------------------------
+def test_expose_gpu_env_file(tmp_path: Path) -> None:
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    undo = UndoLog()
+    path = expose_gpu_env_file(rootfs, ["GPU-aaa", "GPU-bbb"], undo)
+    assert path == str(rootfs / "run" / "numa-pin" / "gpus")
+    assert Path(path).read_text() == "GPU-aaa\nGPU-bbb\n"
+    assert oct(os.stat(path).st_mode & 0o777) == "0o644"
+    # replacing is atomic and leaves no temporary behind
+    expose_gpu_env_file(rootfs, ["GPU-ccc"])
+    assert Path(path).read_text() == "GPU-ccc\n"
+    assert sorted(os.listdir(rootfs / "run" / "numa-pin")) == ["gpus"]
+    assert undo.rollback() == ()
+    assert not (rootfs / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "setup, relpath",
+    [
+        ("run-symlink-out", "run/numa-pin/gpus"),
+        ("none", "../escape/gpus"),
+        ("file-symlink-out", "run/numa-pin/gpus"),
+    ],
+    ids=["dir-symlink-out", "dotdot", "file-symlink-out"],
+)
+def test_expose_gpu_env_file_refuses_escape(tmp_path: Path, setup: str, relpath: str) -> None:
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    outside = tmp_path / "host"
+    outside.mkdir()
+    if setup == "run-symlink-out":
+        (rootfs / "run").symlink_to(outside)
+    elif setup == "file-symlink-out":
+        (rootfs / "run" / "numa-pin").mkdir(parents=True)
+        (rootfs / "run" / "numa-pin" / "gpus").symlink_to(outside / "gpus")
+    with pytest.raises(EnforcementError):
+        expose_gpu_env_file(rootfs, ["GPU-aaa"], relpath=relpath)
+    assert os.listdir(outside) == []

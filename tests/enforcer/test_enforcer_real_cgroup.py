@@ -1,0 +1,153 @@
+"""The enforcer against the real cgroup v1 hierarchy of this machine (root only).
+
+Test cgroups are created under ``/sys/fs/cgroup/{cpuset,devices}/numa-pin-test-<random>``
+and removed afterwards. The kernel's own view of the confined process
+(``/proc/<pid>/status`` ``Cpus_allowed_list``) is the oracle.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from enforcer_fakes import requires_root
+
+from numa_pin import cpuset as cpulist
+from numa_pin.enforcer.cgroups import CgroupRef, detect_layout, find_cgroup
+from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
+from numa_pin.enforcer.gpu import grant_gpus
+from numa_pin.enforcer.undo import UndoLog
+from numa_pin.errors import EnforcementError
+from numa_pin.topology.model import KIND_GPU, PciDevice
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CPUSET = CGROUP_ROOT / "cpuset"
+DEVICES = CGROUP_ROOT / "devices"
+
+pytestmark = [
+    requires_root,
+    pytest.mark.skipif(not (CPUSET / "cpuset.cpus").exists(),
+                       reason="no cgroup v1 cpuset hierarchy at /sys/fs/cgroup/cpuset"),
+]
+
+
+def read(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def cpus_allowed(pid: int) -> frozenset[int]:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return cpulist.parse_list(line.split(":", 1)[1])
+    raise AssertionError("no Cpus_allowed_list")
+
+
+def remove_tree(d: Path) -> None:
+    """rmdir a cgroup and its children, deepest first (cgroupfs has no regular files)."""
+    if not d.exists():
+        return
+    for child in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        child.rmdir()
+    d.rmdir()
+
+
+@pytest.fixture
+def test_cpuset() -> Iterator[Path]:
+    """A fresh cpuset cgroup initialised to all of the root's CPUs and nodes."""
+    d = CPUSET / f"numa-pin-test-{secrets.token_hex(4)}"
+    d.mkdir()
+    try:
+        (d / "cpuset.mems").write_text(read(CPUSET / "cpuset.mems"))
+        (d / "cpuset.cpus").write_text(read(CPUSET / "cpuset.cpus"))
+        yield d
+    finally:
+        remove_tree(d)
+
+
+@pytest.fixture
+def confined(test_cpuset: Path) -> Iterator[tuple[Path, int]]:
+    """A sleeping child moved into ``test_cpuset``; killed (so rmdir works) afterwards."""
+    proc = subprocess.Popen(["sleep", "300"])
+    try:
+        (test_cpuset / "cgroup.procs").write_text(str(proc.pid))
+        yield test_cpuset, proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def online_cpus() -> frozenset[int]:
+    return cpulist.parse_list(read(CPUSET / "cpuset.cpus"))
+
+
+def test_layout_and_find_cgroup_on_this_machine(confined: tuple[Path, int]) -> None:
+    d, pid = confined
+    layout = detect_layout("/proc", pid)
+    assert layout.mode in ("v1", "hybrid") and layout.cpuset_version == 1
+    ref = find_cgroup(pid, "/proc", CGROUP_ROOT, layout)
+    assert ref.cpuset_dir == str(d)
+    assert ref.rel_path == "/" + d.name
+
+
+def test_apply_readback_undo(confined: tuple[Path, int]) -> None:
+    d, pid = confined
+    all_cpus = online_cpus()
+    target = frozenset({max(all_cpus)})
+    mems = cpulist.parse_list(read(CPUSET / "cpuset.mems"))
+    ref = find_cgroup(pid, "/proc", CGROUP_ROOT, detect_layout("/proc", pid))
+    undo = UndoLog()
+    state = apply_cpuset(ref, target, mems, CGROUP_ROOT, undo)
+    assert cpus_allowed(pid) == target  # the kernel's view of the confined task
+    assert state.effective_cpus == target
+    assert read_cpuset(ref).cpus == target
+    assert len(undo) == 1  # mems unchanged: only cpuset.cpus written
+    assert undo.rollback() == ()
+    assert cpus_allowed(pid) == all_cpus
+    assert cpulist.parse_list(read(d / "cpuset.cpus")) == all_cpus
+
+
+@pytest.mark.skipif(len(cpulist.parse_list(
+    (CPUSET / "cpuset.cpus").read_text() if (CPUSET / "cpuset.cpus").exists() else "0")) < 2,
+    reason="needs two CPUs")
+def test_v1_child_outside_parent_refused(test_cpuset: Path) -> None:
+    cpus = sorted(online_cpus())
+    (test_cpuset / "cpuset.cpus").write_text(str(cpus[0]))
+    child = test_cpuset / "child"
+    child.mkdir()
+    before = (read(child / "cpuset.cpus"), read(child / "cpuset.mems"))
+    ref = CgroupRef(1, f"/{test_cpuset.name}/child", str(child))
+    mems = cpulist.parse_list(read(CPUSET / "cpuset.mems"))
+    with pytest.raises(EnforcementError) as err:
+        apply_cpuset(ref, {cpus[1]}, mems, CGROUP_ROOT, UndoLog())
+    msg = str(err.value)
+    assert f"CPUs {cpus[1]} are not in the parent cgroup {test_cpuset}" in msg
+    assert "subset of its parent" in msg
+    assert (read(child / "cpuset.cpus"), read(child / "cpuset.mems")) == before
+
+
+@pytest.mark.skipif(not (DEVICES / "devices.allow").exists(), reason="no v1 devices hierarchy")
+def test_gpu_grant_in_real_devices_cgroup() -> None:
+    d = DEVICES / f"numa-pin-test-{secrets.token_hex(4)}"
+    d.mkdir()
+    proc = subprocess.Popen(["sleep", "300"])
+    try:
+        (d / "devices.deny").write_text("a")
+        (d / "cgroup.procs").write_text(str(proc.pid))
+        assert read(d / "devices.list") == ""
+        gpu = PciDevice(address="0000:3b:00.0", vendor="0x10de", device="0x2330",
+                        pci_class="0x030200", numa_node=0, kind=KIND_GPU, gpu_minor=0)
+        undo = UndoLog()
+        grant = grant_gpus([gpu], proc.pid, "/proc", CGROUP_ROOT, detect_layout("/proc"), undo)
+        listing = read(d / "devices.list").splitlines()
+        assert "c 195:0 rwm" in listing and "c 195:255 rwm" in listing
+        assert grant.cgroup_dir == str(d)
+        assert undo.rollback() == ()
+        assert read(d / "devices.list") == ""
+    finally:
+        proc.kill()
+        proc.wait()
+        os.rmdir(d)
