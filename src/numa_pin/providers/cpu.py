@@ -1,0 +1,495 @@
+"""The CPU hint provider and kubelet's static CPU policy pieces. Pure code.
+
+Follows kubelet's static CPU manager (``cpu-memory-device.md`` §5-6):
+
+* :class:`CpuOptions`: the six static-policy options and their incompatible pairs;
+* :func:`reserved_cpus` / :func:`reserved_physical_cpus`: the reserved set and its siblings;
+* :func:`policy_take`: the policy's ``takeByTopology`` dispatch;
+* :func:`allocate_cpus`: ``Allocate`` steps 1, 2 and 4 (SMT checks, aligned part first);
+* :func:`update_reusable`: step 5, CPUs of init containers reused by later containers;
+* :func:`cpu_hints` / :func:`cpu_hint_family`: ``generateCPUTopologyHints``, enumerated or as a
+  :class:`~numa_pin.policy.hint.CapacityFamily` that never enumerates ``2**N`` masks;
+* :func:`container_cpu_hints` / :func:`pod_cpu_hints`: the container- and pod-scope wrappers;
+* :func:`guaranteed_cpus` / :func:`pod_cpu_request`: the exclusive-CPU counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from itertools import combinations
+
+from numa_pin.allocators.cpu import PACKED, SPREAD, CpuTopology, take_cpus
+from numa_pin.cpuset import format_list
+from numa_pin.errors import AllocationError, PolicyError, RequestError, SMTAlignmentError
+from numa_pin.policy import bitmask
+from numa_pin.policy.hint import CapacityFamily, ResourceHints, TopologyHint
+
+#: the resource name CPU hints are reported under
+RESOURCE_CPU = "cpu"
+
+#: kubelet's option names, keyed by :class:`CpuOptions` field
+OPTION_NAMES = {
+    "full_pcpus_only": "full-pcpus-only",
+    "distribute_cpus_across_numa": "distribute-cpus-across-numa",
+    "distribute_cpus_across_cores": "distribute-cpus-across-cores",
+    "prefer_align_cpus_by_uncorecache": "prefer-align-cpus-by-uncorecache",
+    "strict_cpu_reservation": "strict-cpu-reservation",
+    "align_by_socket": "align-by-socket",
+}
+
+# pairs kubelet refuses together (NewStaticPolicyOptions), in its checking order
+_INCOMPATIBLE = (
+    ("full_pcpus_only", "distribute_cpus_across_cores"),
+    ("distribute_cpus_across_numa", "distribute_cpus_across_cores"),
+    ("prefer_align_cpus_by_uncorecache", "distribute_cpus_across_cores"),
+    ("prefer_align_cpus_by_uncorecache", "distribute_cpus_across_numa"),
+)
+
+_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
+_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
+
+_SINGLE_NUMA_NODE = "single-numa-node"
+
+
+@dataclass(frozen=True)
+class CpuOptions:
+    """kubelet's ``StaticPolicyOptions``. Construct freely; :meth:`validate` before use."""
+
+    full_pcpus_only: bool = False
+    distribute_cpus_across_numa: bool = False
+    distribute_cpus_across_cores: bool = False
+    prefer_align_cpus_by_uncorecache: bool = False
+    strict_cpu_reservation: bool = False
+    align_by_socket: bool = False
+
+    @classmethod
+    def from_strings(cls, options: Mapping[str, str]) -> CpuOptions:
+        """Parse kubelet-style ``{"full-pcpus-only": "true"}`` (Go ``ParseBool`` spellings).
+
+        Raises :class:`~numa_pin.errors.PolicyError` for an unknown option, a value that is not
+        a boolean, or an incompatible pair.
+        """
+        by_name = {v: k for k, v in OPTION_NAMES.items()}
+        values: dict[str, bool] = {}
+        for name, raw in options.items():
+            if name not in by_name:
+                known = ", ".join(sorted(by_name))
+                raise PolicyError(f"unknown CPU manager policy option {name!r} (known: {known})")
+            if raw in _TRUE:
+                values[by_name[name]] = True
+            elif raw in _FALSE:
+                values[by_name[name]] = False
+            else:
+                raise PolicyError(f"CPU manager policy option {name}: {raw!r} is not a boolean")
+        opts = cls(**values)
+        opts.check_pairs()
+        return opts
+
+    def check_pairs(self) -> None:
+        """Raise :class:`~numa_pin.errors.PolicyError` naming both options of a refused pair."""
+        for a, b in _INCOMPATIBLE:
+            if getattr(self, a) and getattr(self, b):
+                raise PolicyError(
+                    f"static policy options {OPTION_NAMES[a]} and {OPTION_NAMES[b]} "
+                    "can not be used at the same time"
+                )
+
+    def validate(self, topology: CpuTopology, topology_policy_name: str) -> None:
+        """All load-time checks of kubelet (pairs, then ``align-by-socket`` constraints).
+
+        Raises :class:`~numa_pin.errors.PolicyError`.
+        """
+        self.check_pairs()
+        if not self.align_by_socket:
+            return
+        if topology_policy_name == _SINGLE_NUMA_NODE:
+            raise PolicyError(
+                f"topology manager policy {_SINGLE_NUMA_NODE} is incompatible with "
+                "CPU manager policy option align-by-socket"
+            )
+        if topology.num_sockets > topology.num_numa_nodes:
+            raise PolicyError(
+                "CPU manager policy option align-by-socket is not compatible with hardware "
+                f"where sockets ({topology.num_sockets}) outnumber NUMA nodes "
+                f"({topology.num_numa_nodes})"
+            )
+
+    def enabled(self) -> tuple[str, ...]:
+        """kubelet names of the options that are on (for messages and reports)."""
+        return tuple(OPTION_NAMES[f.name] for f in fields(self) if getattr(self, f.name))
+
+
+# ---- takeByTopology, reserved CPUs ----------------------------------------------------------
+def policy_take(
+    topology: CpuTopology, options: CpuOptions, available: Iterable[int], count: int
+) -> frozenset[int]:
+    """The static policy's ``takeByTopology``: distributed if ``distribute-cpus-across-numa``
+    (groups of ``CPUsPerCore`` with ``full-pcpus-only``), else packed; spread if
+    ``distribute-cpus-across-cores``; uncore preference only for packed.
+
+    Raises :class:`~numa_pin.errors.AllocationError`.
+    """
+    strategy = SPREAD if options.distribute_cpus_across_cores else PACKED
+    if options.distribute_cpus_across_numa:
+        group = topology.cpus_per_core() if options.full_pcpus_only else 1
+        return take_cpus(
+            topology, available, count, strategy, distribute_across_numa=True, group_size=group
+        )
+    uncore = options.prefer_align_cpus_by_uncorecache
+    return take_cpus(topology, available, count, strategy, prefer_uncore=uncore)
+
+
+def reserved_cpus(
+    topology: CpuTopology,
+    options: CpuOptions,
+    explicit: Iterable[int] | None = None,
+    count: int = 0,
+) -> frozenset[int]:
+    """The CPUs kept from exclusive allocation.
+
+    A non-empty ``explicit`` set wins; otherwise the policy's own ``takeByTopology`` picks
+    ``count`` CPUs out of the whole machine (2 of 8 with HT give ``{0, 4}``). Raises
+    :class:`~numa_pin.errors.PolicyError` when explicit CPUs are unknown or the size is wrong.
+    """
+    chosen = frozenset(explicit or ())
+    if chosen:
+        unknown = chosen - topology.cpu_ids
+        if unknown:
+            raise PolicyError(f"reserved cpus {format_list(unknown)} are not online CPUs")
+        if count and len(chosen) != count:
+            raise PolicyError(_reserve_size_message(chosen, count))
+        return chosen
+    if count < 0:
+        raise PolicyError(f"number of reserved CPUs must not be negative, got {count}")
+    try:
+        chosen = policy_take(topology, options, topology.cpu_ids, count)
+    except AllocationError:
+        chosen = frozenset()
+    if len(chosen) != count:
+        raise PolicyError(_reserve_size_message(chosen, count))
+    return chosen
+
+
+def _reserve_size_message(chosen: frozenset[int], count: int) -> str:
+    return (
+        f"unable to reserve the required amount of CPUs "
+        f"(size of {format_list(chosen) or 'the empty set'} did not equal {count})"
+    )
+
+
+def reserved_physical_cpus(topology: CpuTopology, reserved: Iterable[int]) -> frozenset[int]:
+    """Every thread sibling of every reserved CPU (kubelet's ``reservedPhysicalCPUs``)."""
+    cores = {topology.info(c).core for c in reserved}
+    return topology.cpus_in_cores(*cores)
+
+
+# ---- Allocate ---------------------------------------------------------------------------
+def _check_smt(
+    topology: CpuTopology,
+    available: frozenset[int],
+    count: int,
+    reserved_physical: frozenset[int],
+) -> None:
+    per_core = topology.cpus_per_core()
+    if per_core > 0 and count % per_core != 0:
+        raise SMTAlignmentError(
+            f"SMT Alignment Error: requested {count} cpus not multiple cpus per core = {per_core}"
+        )
+    physical = len(available - reserved_physical)
+    if count > physical:
+        raise SMTAlignmentError(
+            "SMT Alignment Error: not enough free physical CPUs: "
+            f"available physical CPUs = {physical}, requested CPUs = {count}, "
+            f"CPUs per core = {per_core}"
+        )
+
+
+def aligned_cpus(
+    topology: CpuTopology, options: CpuOptions, pool: frozenset[int], nodes: Iterable[int]
+) -> frozenset[int]:
+    """``pool`` restricted to the hint's NUMA nodes, or to their whole sockets with
+    ``align-by-socket``."""
+    node_ids = tuple(nodes)
+    if options.align_by_socket:
+        return pool & topology.cpus_in_sockets(*topology.sockets_in_numa_nodes(*node_ids))
+    return pool & topology.cpus_in_numa_nodes(*node_ids)
+
+
+def allocate_cpus(
+    topology: CpuTopology,
+    options: CpuOptions,
+    available: Iterable[int],
+    reusable: Iterable[int],
+    count: int,
+    affinity_nodes: frozenset[int] | None,
+    reserved_physical: frozenset[int] = frozenset(),
+) -> frozenset[int]:
+    """kubelet's static ``Allocate`` for a container without an assignment (steps 1, 2, 4).
+
+    ``available`` is the shared pool minus the reserved CPUs; ``reusable`` the CPUs this pod's
+    finished init containers hold. With an affinity, as many CPUs as possible come from the
+    hint's NUMA nodes first, the rest from the remaining pool. The caller removes the result
+    from the shared pool. Raises :class:`~numa_pin.errors.SMTAlignmentError` (kubelet's two
+    messages) and :class:`~numa_pin.errors.AllocationError`.
+    """
+    avail = frozenset(available)
+    if options.full_pcpus_only:
+        _check_smt(topology, avail, count, frozenset(reserved_physical))
+    pool = avail | frozenset(reusable)
+    first: frozenset[int] = frozenset()
+    if affinity_nodes is not None:
+        aligned = aligned_cpus(topology, options, pool, affinity_nodes)
+        first = policy_take(topology, options, aligned, min(count, len(aligned)))
+    rest = policy_take(topology, options, pool - first, count - len(first))
+    return first | rest
+
+
+INIT = "init"
+RESTARTABLE_INIT = "restartable-init"
+APP = "app"
+_CONTAINER_KINDS = (INIT, RESTARTABLE_INIT, APP)
+
+
+def update_reusable(
+    reusable: Mapping[str, frozenset[int]], pod: str, cpus: Iterable[int], container_kind: str
+) -> dict[str, frozenset[int]]:
+    """kubelet's ``updateCPUsToReuse`` as a pure function: returns the new per-pod map.
+
+    Entries of other pods are dropped. A regular init container's CPUs become reusable by the
+    pod's later containers; an app or restartable init container's CPUs stop being reusable.
+    Raises :class:`~numa_pin.errors.RequestError` for an unknown ``container_kind``.
+    """
+    if container_kind not in _CONTAINER_KINDS:
+        raise RequestError(
+            f"unknown container kind {container_kind!r}; use init, restartable-init or app"
+        )
+    current = reusable.get(pod, frozenset())
+    assigned = frozenset(cpus)
+    if container_kind == INIT:
+        return {pod: current | assigned}
+    return {pod: current - assigned}
+
+
+# ---- guaranteed CPU counts --------------------------------------------------------------------
+def guaranteed_cpus(qos_guaranteed: bool, cpu_millis: int) -> int:
+    """Exclusive CPUs of one container: whole CPUs of a Guaranteed pod, else 0."""
+    if not qos_guaranteed or cpu_millis <= 0 or cpu_millis % 1000:
+        return 0
+    return cpu_millis // 1000
+
+
+def pod_cpu_request(
+    init_counts_with_restartable_flags: Iterable[tuple[int, bool]], app_counts: Iterable[int]
+) -> int:
+    """Pod-level exclusive CPU count (§5 "Guaranteed CPUs").
+
+    Each init container is ``(cpus, restartable)``. Restartable (sidecar) init containers add
+    to a running sum; a regular one peaks at running sum + its own count. The result is the
+    larger of that peak and app containers + restartable ones.
+    """
+    sidecars = 0
+    peak = 0
+    for cpus, restartable in init_counts_with_restartable_flags:
+        if restartable:
+            sidecars += cpus
+        elif sidecars + cpus > peak:
+            peak = sidecars + cpus
+    return max(peak, sum(app_counts) + sidecars)
+
+
+# ---- hints (§6) -----------------------------------------------------------------------------
+def _known(topology: CpuTopology, cpus: Iterable[int]) -> frozenset[int]:
+    return frozenset(cpus) & topology.cpu_ids
+
+
+def _check_request(request: int) -> None:
+    if request < 0:
+        raise RequestError(f"cpu request must not be negative, got {request}")
+
+
+def min_affinity_size(topology: CpuTopology, request: int) -> int:
+    """Fewest NUMA nodes that hold ``request`` CPUs on the empty machine (all nodes if none)."""
+    sizes = sorted(
+        (len(topology.cpus_in_numa_nodes(n)) for n in topology.numa_nodes()), reverse=True
+    )
+    total = 0
+    for k, size in enumerate(sizes, start=1):
+        total += size
+        if total >= request:
+            return k
+    return len(sizes)
+
+
+def _socket_aligned(topology: CpuTopology, mask: int, min_affinity: int) -> bool:
+    per_socket = topology.num_numa_nodes // topology.num_sockets if topology.num_sockets else 0
+    if per_socket == 0:
+        return False
+    min_sockets = -(-min_affinity // per_socket)
+    return len(topology.sockets_in_numa_nodes(*bitmask.bits(mask))) == min_sockets
+
+
+def cpu_hints(
+    topology: CpuTopology,
+    available: Iterable[int],
+    request: int,
+    reusable: Iterable[int] = (),
+    align_by_socket: bool = False,
+) -> list[TopologyHint] | None:
+    """kubelet's ``generateCPUTopologyHints`` (§6), enumerating every NUMA mask.
+
+    ``None`` for a request of 0; an empty list when no mask fits. Masks come in kubelet's order
+    (size 1, 2, ...; lexicographic). A mask is preferred when its size is the minimum on the
+    empty machine, or (``align_by_socket``) when it spans the minimum number of sockets.
+    Raises :class:`~numa_pin.errors.RequestError` for a negative request.
+    """
+    _check_request(request)
+    if request == 0:
+        return None
+    avail = _known(topology, available)
+    reuse = _known(topology, reusable)
+    nodes = sorted(topology.numa_nodes())
+    min_affinity = len(nodes)
+    masks: list[int] = []
+    for size in range(1, len(nodes) + 1):
+        for combo in combinations(nodes, size):
+            in_mask = topology.cpus_in_numa_nodes(*combo)
+            if len(in_mask) >= request and size < min_affinity:
+                min_affinity = size
+            if not reuse <= in_mask:
+                continue
+            if len(reuse) + len(avail & in_mask) >= request:
+                masks.append(bitmask.from_nodes(combo))
+    return [
+        TopologyHint.from_mask(
+            m,
+            (align_by_socket and _socket_aligned(topology, m, min_affinity))
+            or m.bit_count() == min_affinity,
+        )
+        for m in masks
+    ]
+
+
+def cpu_hint_family(
+    topology: CpuTopology,
+    available: Iterable[int],
+    request: int,
+    reusable: Iterable[int] = (),
+    align_by_socket: bool = False,
+) -> CapacityFamily | list[TopologyHint] | None:
+    """The hints of :func:`cpu_hints`, described instead of enumerated.
+
+    Capacity per node = available CPUs on it; need = ``request - len(reusable)``; every mask
+    must include the nodes of the reusable CPUs; ``min_affinity`` is computed exactly on the
+    empty machine. Returns ``None`` for a request of 0 and ``[]`` when no mask can fit. The
+    ``align_by_socket`` preference is not expressible as a family: the enumerated list comes back.
+    """
+    _check_request(request)
+    if request == 0:
+        return None
+    if align_by_socket:
+        return cpu_hints(topology, available, request, reusable, align_by_socket=True)
+    avail = _known(topology, available)
+    reuse = _known(topology, reusable)
+    nodes = tuple(sorted(topology.numa_nodes()))
+    family = CapacityFamily(
+        nodes=nodes,
+        capacity=tuple((len(avail & topology.cpus_in_numa_nodes(n)),) for n in nodes),
+        need=(request - len(reuse),),
+        min_affinity=min_affinity_size(topology, request),
+        must_include=bitmask.from_nodes(topology.info(c).numa for c in reuse),
+    )
+    if not nodes or not family.contains(bitmask.from_nodes(nodes)):
+        return []
+    return family
+
+
+def _hints(
+    topology: CpuTopology,
+    available: Iterable[int],
+    request: int,
+    reusable: Iterable[int],
+    align_by_socket: bool,
+    family: bool,
+) -> ResourceHints:
+    make = cpu_hint_family if family else cpu_hints
+    return make(topology, available, request, reusable, align_by_socket)
+
+
+def container_cpu_hints(
+    topology: CpuTopology,
+    available: Iterable[int],
+    request: int,
+    reusable: Iterable[int] = (),
+    assigned: Iterable[int] | None = None,
+    align_by_socket: bool = False,
+    family: bool = False,
+) -> ResourceHints:
+    """Container-scope ``GetTopologyHints`` (§6).
+
+    A container that already holds CPUs gets its hints regenerated from them, or ``[]`` when
+    their number differs from ``request``. ``family=True`` answers with
+    :func:`cpu_hint_family`.
+    """
+    _check_request(request)
+    if request == 0:
+        return None
+    if assigned is not None:
+        held = frozenset(assigned)
+        if len(held) != request:
+            return []
+        return _hints(topology, held, request, (), align_by_socket, family)
+    return _hints(topology, available, request, reusable, align_by_socket, family)
+
+
+def pod_cpu_hints(
+    topology: CpuTopology,
+    available: Iterable[int],
+    request: int,
+    reusable: Iterable[int] = (),
+    assigned: Sequence[tuple[Iterable[int], int]] = (),
+    align_by_socket: bool = False,
+    family: bool = False,
+) -> ResourceHints:
+    """Pod-scope ``GetPodTopologyHints`` (§6).
+
+    ``assigned`` lists ``(cpus, container_request)`` for the pod's containers that already hold
+    CPUs. Any size mismatch gives ``[]``; if their union equals the pod request the hints are
+    regenerated from it, otherwise it joins the reusable CPUs.
+    """
+    _check_request(request)
+    if request == 0:
+        return None
+    union: frozenset[int] = frozenset()
+    for cpus, wanted in assigned:
+        held = frozenset(cpus)
+        if len(held) != wanted:
+            return []
+        union |= held
+    if len(union) == request:
+        return _hints(topology, union, request, (), align_by_socket, family)
+    reuse = frozenset(reusable) | union
+    return _hints(topology, available, request, reuse, align_by_socket, family)
+
+
+__all__ = [
+    "APP",
+    "INIT",
+    "OPTION_NAMES",
+    "RESOURCE_CPU",
+    "RESTARTABLE_INIT",
+    "CpuOptions",
+    "aligned_cpus",
+    "allocate_cpus",
+    "container_cpu_hints",
+    "cpu_hint_family",
+    "cpu_hints",
+    "guaranteed_cpus",
+    "min_affinity_size",
+    "pod_cpu_hints",
+    "pod_cpu_request",
+    "policy_take",
+    "reserved_cpus",
+    "reserved_physical_cpus",
+    "update_reusable",
+]

@@ -1,0 +1,694 @@
+"""Memory and hugepages hints: kubelet's Memory Manager static policy (pure, no I/O).
+
+Resources are ``"memory"`` and one ``"hugepages-<size>"`` per page size, named as kubelet names
+them (``"hugepages-2Mi"``, ``"hugepages-1Gi"``); amounts are bytes. Each resource has its own
+per-node :class:`MemoryTable` (``cpu-memory-device.md`` §7).
+
+* :func:`build_memory_state` turns the discovered :class:`~numa_pin.topology.model.Topology`,
+  the configured reserved memory and the recorded assignments into a :class:`MemoryState`.
+* :func:`memory_hints` is kubelet's ``GetTopologyHints`` for one container: regeneration from
+  existing blocks, else ``calculateHints`` over all ``2**N`` masks.
+* :func:`memory_hint_family` answers the same, but as one shared
+  :class:`~numa_pin.policy.hint.CapacityFamily` whenever the answer is one, so that a
+  64-node machine is never enumerated.
+* :func:`best_memory_hint` is kubelet's ``findBestHint`` over the calculated hints (optionally
+  only hints containing a mask), computed without enumerating; the allocator uses it.
+
+kubelet gives hints only to pods of the Guaranteed QoS class and returns ``None`` for any other
+pod. That gate is the caller's job: these functions always compute.
+
+How the valid masks decompose (used to avoid enumeration). A node with no assignment is *free*.
+A node with assignments is either *pinned* (its group is itself) or in a multi-node *group*.
+kubelet's rules (§7 steps 3-4) then allow exactly: any mask made only of free nodes, the
+single-node mask of a pinned node, and a group's exact mask; each still needs enough free
+memory (plus reusable memory keyed by that exact mask). Masks over free nodes form a
+capacity family; the others are at most one per node.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from types import MappingProxyType
+
+from numa_pin.errors import ConfigError, LedgerError, RequestError
+from numa_pin.policy import bitmask
+from numa_pin.policy.hint import CapacityFamily, TopologyHint
+from numa_pin.topology.model import Topology
+
+MEMORY = "memory"
+HUGEPAGES_PREFIX = "hugepages-"
+
+#: past this many nodes :func:`memory_hint_family` never enumerates masks (see its docstring)
+DEFAULT_MAX_EXPLICIT_NODES = 16
+
+_SUFFIXES = (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10))
+_HUGEPAGES_NAME = re.compile(r"hugepages-([1-9][0-9]*)(Ki|Mi|Gi|Ti|Pi|Ei)")
+
+#: one recorded assignment: (container key, {resource: {node: bytes}}, the NUMA group)
+Assignment = tuple[str, Mapping[str, Mapping[int, int]], frozenset[int]]
+#: what :func:`memory_hints` returns: ``None``, ``{}``, or the same hints for every resource
+MemoryHints = dict[str, list[TopologyHint]] | None
+
+
+# ---- resource names ----------------------------------------------------------------------
+def hugepages_resource(size_kb: int) -> str:
+    """kubelet's resource name for a page size in KiB: 2048 -> ``"hugepages-2Mi"``.
+
+    Raises:
+        RequestError: ``size_kb`` is not a positive integer.
+    """
+    if isinstance(size_kb, bool) or not isinstance(size_kb, int) or size_kb <= 0:
+        raise RequestError(f"hugepage size must be a positive number of KiB, got {size_kb!r}")
+    size = size_kb << 10
+    suffix, shift = next((s, k) for s, k in _SUFFIXES if size % (1 << k) == 0)  # "Ki" always divides
+    return f"{HUGEPAGES_PREFIX}{size >> shift}{suffix}"
+
+
+def hugepage_size_kb(resource: str) -> int:
+    """The page size in KiB of a hugepages resource: ``"hugepages-1Gi"`` -> 1048576.
+
+    Raises:
+        RequestError: ``resource`` is not a canonical kubelet hugepages name
+            (``"hugepages-2048Ki"`` is refused: kubelet calls it ``"hugepages-2Mi"``).
+    """
+    match = _HUGEPAGES_NAME.fullmatch(resource) if isinstance(resource, str) else None
+    if match is None:
+        raise RequestError(f"{resource!r} is not a hugepages resource (e.g. hugepages-2Mi, hugepages-1Gi)")
+    shift = dict(_SUFFIXES)[match.group(2)]
+    size_kb = (int(match.group(1)) << shift) >> 10
+    canonical = hugepages_resource(size_kb)
+    if canonical != resource:
+        raise RequestError(f"{resource!r} is not kubelet's name for this page size; use {canonical!r}")
+    return size_kb
+
+
+def check_resource(resource: object) -> str:
+    """Return ``resource`` if it is ``"memory"`` or a canonical hugepages name.
+
+    Raises:
+        RequestError: anything else.
+    """
+    if resource == MEMORY:
+        return MEMORY
+    if not isinstance(resource, str) or not resource.startswith(HUGEPAGES_PREFIX):
+        raise RequestError(f"{resource!r} is not a memory resource (memory, hugepages-<size>)")
+    hugepage_size_kb(resource)
+    return resource
+
+
+def _check_amount(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise RequestError(f"{what}: amount must be a non-negative number of bytes, got {value!r}")
+    return value
+
+
+def check_request(request: Mapping[str, int]) -> dict[str, int]:
+    """Validate ``{resource: bytes}``; returns a plain copy.
+
+    Raises:
+        RequestError: unknown resource name or a negative / non-integer amount.
+    """
+    return {check_resource(r): _check_amount(v, r) for r, v in request.items()}
+
+
+# ---- state -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MemoryTable:
+    """One resource on one node, in bytes (kubelet ``MemoryTable``).
+
+    ``allocatable = total - system_reserved`` (for ``memory`` also minus all hugepage bytes);
+    ``reserved`` is what assignments hold; ``free = max(0, allocatable - reserved)``.
+    """
+
+    total: int
+    system_reserved: int
+    allocatable: int
+    free: int
+    reserved: int
+
+
+_EMPTY_TABLE = MemoryTable(0, 0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    """One node: its tables, its group (``cells``, kubelet ``Cells``) and assignment count."""
+
+    id: int
+    tables: Mapping[str, MemoryTable]
+    cells: frozenset[int]
+    assignments: int = 0
+
+    def table(self, resource: str) -> MemoryTable:
+        """The table of ``resource``; all zeros when the node does not have it."""
+        return self.tables.get(resource, _EMPTY_TABLE)
+
+
+@dataclass(frozen=True)
+class MemoryState:
+    """Every node's memory state (kubelet ``NUMANodeMap``). Build it with :func:`build_memory_state`."""
+
+    nodes: Mapping[int, NodeMemory]
+    node_ids: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nodes", MappingProxyType(dict(sorted(self.nodes.items()))))
+        object.__setattr__(self, "node_ids", tuple(self.nodes))
+
+    def table(self, node: int, resource: str) -> MemoryTable:
+        return self.nodes[node].table(resource)
+
+    def free(self, node: int, resource: str) -> int:
+        return self.nodes[node].table(resource).free
+
+    def allocatable(self, node: int, resource: str) -> int:
+        return self.nodes[node].table(resource).allocatable
+
+    def resources(self) -> frozenset[str]:
+        return frozenset(r for n in self.nodes.values() for r in n.tables)
+
+    def groups(self) -> frozenset[frozenset[int]]:
+        """The multi-node groups nodes are bound to."""
+        return frozenset(n.cells for n in self.nodes.values() if len(n.cells) > 1)
+
+
+@dataclass(frozen=True)
+class MemoryBlock:
+    """What a container holds of one resource (kubelet ``Block``): its full requested size."""
+
+    resource: str
+    size: int
+    nodes: frozenset[int]
+
+
+def build_memory_state(
+    topology: Topology,
+    reserved_memory: Mapping[int, Mapping[str, int]] | None = None,
+    assignments: Iterable[Assignment] = (),
+) -> MemoryState:
+    """kubelet's machine state from discovery, reserved memory and recorded assignments.
+
+    Per node: ``memory`` total is the node's MemTotal; each hugepage size present on any node
+    gets a table on every node (``total = pages x size``). Allocatable subtracts the
+    reserved amount (and, for ``memory``, every hugepage byte of the node). Each assignment
+    adds its per-node bytes to ``reserved`` and, for every resource it names, one to the
+    assignment count of every node of its group, whose ``cells`` become the group (kubelet's
+    ``updateMachineState``; the last assignment naming a node sets its group). ``free`` is
+    ``allocatable - reserved``, floored at 0 when a configuration change left a node
+    over-committed.
+
+    Raises:
+        ConfigError: ``reserved_memory`` names a node or resource the machine lacks, has a bad
+            amount, or reserves more than a node has.
+        LedgerError: an assignment names an unknown node or resource, bytes outside its group,
+            or a bad amount.
+    """
+    reserved_memory = reserved_memory or {}
+    sizes = sorted({hp.size_kb for node in topology.nodes.values() for hp in node.hugepages})
+    names = {size: hugepages_resource(size) for size in sizes}
+    known = {MEMORY, *names.values()}
+    reserved = _reserved_config(topology, reserved_memory, known)
+
+    bases: dict[int, dict[str, tuple[int, int, int]]] = {}
+    for node_id in topology.node_ids:
+        node = topology.nodes[node_id]
+        res = reserved.get(node_id, {})
+        tables: dict[str, tuple[int, int, int]] = {}
+        hugepage_bytes = 0
+        for size in sizes:
+            hp = node.hugepages_of(size)
+            total = 0 if hp is None else hp.total * size * 1024
+            hugepage_bytes += total
+            tables[names[size]] = _base(total, res.get(names[size], 0), 0, node_id, names[size])
+        mem_total = node.memory_total_kb * 1024
+        tables[MEMORY] = _base(mem_total, res.get(MEMORY, 0), hugepage_bytes, node_id, MEMORY)
+        bases[node_id] = tables
+
+    held: dict[tuple[int, str], int] = Counter()
+    counts: dict[int, int] = Counter()
+    cells: dict[int, frozenset[int]] = {}
+    for key, per_resource, group in assignments:
+        group = frozenset(group)
+        if not group or not group <= bases.keys():
+            raise LedgerError(f"memory of {key}: group {sorted(group)} is not a set of this machine's NUMA nodes")
+        for resource, per_node in per_resource.items():
+            if resource not in known and any(per_node.values()):
+                raise LedgerError(f"memory of {key}: the machine has no {resource}")
+            for node_id, amount in per_node.items():
+                if node_id not in group:
+                    raise LedgerError(f"memory of {key}: {resource} on node {node_id} lies outside its group {sorted(group)}")
+                if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
+                    raise LedgerError(f"memory of {key}: {resource} on node {node_id}: bad amount {amount!r}")
+                held[(node_id, resource)] += amount
+            for node_id in group:
+                counts[node_id] += 1
+                cells[node_id] = group
+
+    nodes: dict[int, NodeMemory] = {}
+    for node_id, tables in bases.items():
+        final = {}
+        for resource, (total, sys_reserved, allocatable) in tables.items():
+            taken = held.get((node_id, resource), 0)
+            final[resource] = MemoryTable(total, sys_reserved, allocatable, max(0, allocatable - taken), taken)
+        nodes[node_id] = NodeMemory(
+            node_id, MappingProxyType(final), cells.get(node_id, frozenset({node_id})), counts.get(node_id, 0)
+        )
+    return MemoryState(nodes)
+
+
+def _reserved_config(
+    topology: Topology, reserved_memory: Mapping[int, Mapping[str, int]], known: set[str]
+) -> dict[int, dict[str, int]]:
+    out: dict[int, dict[str, int]] = {}
+    for node_id, per_resource in reserved_memory.items():
+        key = f"reserved_memory.{node_id}"
+        if node_id not in topology.nodes:
+            raise ConfigError(f"the machine has no NUMA node {node_id!r}", key=key)
+        for resource, amount in per_resource.items():
+            if resource not in known:
+                raise ConfigError(f"the machine has no {resource!r} (it has {', '.join(sorted(known))})", key=key)
+            if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
+                raise ConfigError(f"{resource}: reserved amount must be a non-negative number of bytes", key=key)
+            out.setdefault(node_id, {})[resource] = amount
+    return out
+
+
+def _base(total: int, sys_reserved: int, hugepages: int, node: int, resource: str) -> tuple[int, int, int]:
+    allocatable = total - sys_reserved - hugepages
+    if allocatable < 0:
+        what = f"{sys_reserved} bytes reserved" + (f" + {hugepages} bytes of hugepages" if hugepages else "")
+        raise ConfigError(f"{resource}: {what} exceed the node's {total} bytes", key=f"reserved_memory.{node}")
+    return total, sys_reserved, allocatable
+
+
+# ---- hints -------------------------------------------------------------------------------
+def reusable_key(nodes: Iterable[int]) -> str:
+    """The key of reusable memory for a mask: :func:`numa_pin.policy.bitmask.format_mask` (``"{0,1}"``)."""
+    return bitmask.format_mask(bitmask.from_nodes(nodes))
+
+
+def reusable_by_mask(
+    reusable: Mapping[object, Mapping[str, int]] | None, request: Mapping[str, int]
+) -> dict[int, dict[str, int]]:
+    """``{int mask: {resource: bytes}}`` keeping only positive amounts of requested resources.
+
+    Keys may be :func:`reusable_key` strings, int masks or iterables of node ids.
+
+    Raises:
+        RequestError: a key that is not a mask, or a bad amount.
+    """
+    out: dict[int, dict[str, int]] = {}
+    for key, per_resource in (reusable or {}).items():
+        mask = _mask_of_key(key)
+        for resource, amount in per_resource.items():
+            if resource in request and _check_amount(amount, f"reusable {resource}") > 0:
+                out.setdefault(mask, {})[resource] = amount
+    return out
+
+
+def _mask_of_key(key: object) -> int:
+    if isinstance(key, int) and not isinstance(key, bool) and key >= 0:
+        return key
+    if isinstance(key, str):
+        text = key.strip()
+        if text.startswith("{") and text.endswith("}"):
+            body = text[1:-1].strip()
+            try:
+                return bitmask.from_nodes(int(part) for part in body.split(",")) if body else 0
+            except ValueError:
+                pass
+        raise RequestError(f"reusable memory key {key!r} is not a mask like '{{0,1}}'")
+    if isinstance(key, Iterable):
+        return bitmask.from_nodes(key)  # type: ignore[arg-type]
+    raise RequestError(f"reusable memory key {key!r} is not a mask")
+
+
+def _sum(state: MemoryState, mask: int, resource: str, attr: str) -> int:
+    return sum(getattr(state.table(n, resource), attr) for n in bitmask.bits(mask))
+
+
+def _fits(state: MemoryState, mask: int, request: Mapping[str, int], attr: str, extra: Mapping[str, int] | None = None) -> bool:
+    extra = extra or {}
+    return all(_sum(state, mask, r, attr) + extra.get(r, 0) >= want for r, want in request.items())
+
+
+def _allowed(state: MemoryState, mask: int) -> bool:
+    """kubelet's group rules (§7 steps 3 and 4) for ``mask``."""
+    members = list(bitmask.bits(mask))
+    if len(members) == 1:
+        return len(state.nodes[members[0]].cells) == 1
+    group = frozenset(members)
+    for n in members:
+        node = state.nodes[n]
+        if node.assignments > 0 and (len(node.cells) == 1 or node.cells != group):
+            return False
+    return True
+
+
+def _regenerate(blocks: Iterable[MemoryBlock], request: Mapping[str, int]) -> MemoryHints:
+    """kubelet ``regenerateHints``: one preferred hint per block, or ``None`` on a mismatch."""
+    blocks = list(blocks)
+    hints: dict[str, list[TopologyHint]] = {r: [] for r in request}
+    if len(blocks) != len(request):
+        return None
+    for block in blocks:
+        if block.resource not in request or block.size != request[block.resource]:
+            return None
+        hints[block.resource].append(TopologyHint(block.nodes, True))
+    return hints
+
+
+def _calculate(state: MemoryState, request: Mapping[str, int], reusable: Mapping[int, Mapping[str, int]]) -> dict[str, list[TopologyHint]]:
+    """kubelet ``calculateHints``, enumerating every mask (``2**N``)."""
+    ids = state.node_ids
+    min_affinity = len(ids)
+    passed: list[int] = []
+    for size in range(1, len(ids) + 1):
+        for combo in combinations(ids, size):
+            mask = bitmask.from_nodes(combo)
+            if not _fits(state, mask, request, "allocatable"):
+                continue
+            min_affinity = min(min_affinity, size)  # before the exclusions, on purpose (§7 step 2)
+            if not _allowed(state, mask):
+                continue
+            if _fits(state, mask, request, "free", reusable.get(mask)):
+                passed.append(mask)
+    if not passed:
+        return {}
+    return {r: [TopologyHint.from_mask(m, m.bit_count() == min_affinity) for m in passed] for r in request}
+
+
+def memory_hints(
+    state: MemoryState,
+    request: Mapping[str, int],
+    reusable: Mapping[object, Mapping[str, int]] | None = None,
+    regenerate_from: Iterable[MemoryBlock] | None = None,
+) -> MemoryHints:
+    """kubelet's memory hints for one container (or one pod, with the pod's request).
+
+    ``request`` maps ``memory`` / ``hugepages-<size>`` to bytes. ``reusable`` is the pod's
+    init-container memory, ``{mask key: {resource: bytes}}`` (keys as :func:`reusable_key`).
+    ``regenerate_from`` are the container's existing blocks (at pod scope: those of the first
+    container, init containers first, that has any); when given, the answer is one
+    preferred hint per block, or ``None`` if the blocks do not match the request (count,
+    type or size). Otherwise every mask is checked (§7 ``calculateHints``) and every
+    requested resource gets the same list; ``{}`` when no mask passes.
+
+    Costs ``2**N`` masks: see :func:`memory_hint_family` for large machines.
+
+    Raises:
+        RequestError: a bad resource name, amount or reusable key.
+    """
+    req = check_request(request)
+    if regenerate_from is not None:
+        return _regenerate(regenerate_from, req)
+    return _calculate(state, req, reusable_by_mask(reusable, req))
+
+
+# ---- scalable form -------------------------------------------------------------------------
+def min_cover_size(vectors: Sequence[Sequence[int]], need: Sequence[int], base: int = 1) -> int | None:
+    """Smallest ``k >= base`` such that some ``k`` of ``vectors`` sum to at least ``need`` in
+    every dimension; ``None`` when there are fewer than ``base`` vectors or all of them together
+    fall short. Values must be >= 0.
+
+    Exact: a branch and bound over groups of identical vectors, pruned by the best
+    ``k`` remaining values per dimension.
+    """
+    vectors = [tuple(v) for v in vectors]
+    dims = len(need)
+    if base > len(vectors) or any(sum(v[d] for v in vectors) < need[d] for d in range(dims)):
+        return None
+    lower = base
+    for d in range(dims):
+        acc = 0
+        for i, value in enumerate(sorted((v[d] for v in vectors), reverse=True), 1):
+            if acc >= need[d]:
+                break
+            acc += value
+            if acc >= need[d]:
+                lower = max(lower, i)
+    for k in range(lower, len(vectors) + 1):
+        if _covers(vectors, need, k):
+            return k
+    return len(vectors)  # pragma: no cover - the full set covers, checked above
+
+
+def _covers(vectors: Sequence[tuple[int, ...]], need: Sequence[int], k: int) -> bool:
+    """Do at most ``k`` of ``vectors`` sum to at least ``need`` in every dimension?"""
+    groups = sorted(Counter(vectors).items(), key=lambda kv: tuple(-x for x in kv[0]))
+    dims = len(need)
+    # best[i][d][r]: the largest sum of r values of dimension d among groups[i:]
+    best: list[list[list[int]]] = [[[0] for _ in range(dims)] for _ in range(len(groups) + 1)]
+    tops: list[list[int]] = [[] for _ in range(dims)]
+    for i in range(len(groups) - 1, -1, -1):
+        vec, cnt = groups[i]
+        for d in range(dims):
+            tops[d] = sorted(tops[d] + [vec[d]] * min(cnt, k), reverse=True)[:k]
+            prefix = [0]
+            for value in tops[d]:
+                prefix.append(prefix[-1] + value)
+            best[i][d] = prefix
+
+    def search(i: int, left: int, totals: tuple[int, ...]) -> bool:
+        if all(t >= n for t, n in zip(totals, need)):
+            return True
+        if left == 0 or i == len(groups):
+            return False
+        for d in range(dims):
+            prefix = best[i][d]
+            if totals[d] + prefix[min(left, len(prefix) - 1)] < need[d]:
+                return False
+        vec, cnt = groups[i]
+        for c in range(min(cnt, left), -1, -1):
+            if search(i + 1, left - c, tuple(t + c * x for t, x in zip(totals, vec))):
+                return True
+        return False
+
+    return search(0, k, (0,) * dims)
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """The valid masks of a request, split as the module docstring explains."""
+
+    min_affinity: int
+    resources: tuple[str, ...]
+    free_nodes: tuple[int, ...]  # members of the capacity family
+    free_vectors: tuple[tuple[int, ...], ...]
+    need: tuple[int, ...]
+    extras: tuple[int, ...]  # valid masks outside the family (pinned, groups, reusable keys)
+    exact: bool  # False when the state is not one kubelet can produce (see _split)
+
+
+def _split(state: MemoryState, req: Mapping[str, int], reusable: Mapping[int, Mapping[str, int]]) -> _Parts | None:
+    """``None`` when no mask passes the allocatable check (nothing can ever fit)."""
+    resources = tuple(sorted(req))
+    need = tuple(req[r] for r in resources)
+    ids = state.node_ids
+    alloc = [tuple(state.allocatable(n, r) for r in resources) for n in ids]
+    min_affinity = min_cover_size(alloc, need)
+    if min_affinity is None:
+        return None
+    free_nodes = tuple(n for n in ids if state.nodes[n].assignments == 0 and len(state.nodes[n].cells) == 1)
+    # neither a node without assignments bound to a group nor free above allocatable can come
+    # out of build_memory_state; hand-built states like that are enumerated instead
+    exact = all(
+        (node.assignments > 0 or len(node.cells) == 1)
+        and all(t.free <= t.allocatable for t in node.tables.values())
+        for node in state.nodes.values()
+    )
+    candidates: set[int] = set(reusable)
+    for n in ids:
+        node = state.nodes[n]
+        if node.assignments > 0:
+            candidates.add(bitmask.from_nodes(node.cells))
+    extras = tuple(
+        sorted(
+            (m for m in candidates if m and m & ~bitmask.from_nodes(ids) == 0 and _valid(state, m, req, reusable)),
+            key=_kubelet_order,
+        )
+    )
+    vectors = tuple(tuple(state.free(n, r) for r in resources) for n in free_nodes)
+    return _Parts(min_affinity, resources, free_nodes, vectors, need, extras, exact)
+
+
+def _valid(state: MemoryState, mask: int, req: Mapping[str, int], reusable: Mapping[int, Mapping[str, int]]) -> bool:
+    return (
+        _fits(state, mask, req, "allocatable")
+        and _allowed(state, mask)
+        and _fits(state, mask, req, "free", reusable.get(mask))
+    )
+
+
+def _kubelet_order(mask: int) -> tuple[int, tuple[int, ...]]:
+    return (mask.bit_count(), tuple(bitmask.bits(mask)))
+
+
+def _family(parts: _Parts) -> CapacityFamily:
+    return CapacityFamily(
+        nodes=parts.free_nodes,
+        capacity=parts.free_vectors,
+        need=parts.need,
+        min_affinity=parts.min_affinity,
+    )
+
+
+def memory_hint_family(
+    state: MemoryState,
+    request: Mapping[str, int],
+    reusable: Mapping[object, Mapping[str, int]] | None = None,
+    regenerate_from: Iterable[MemoryBlock] | None = None,
+    *,
+    max_explicit_nodes: int = DEFAULT_MAX_EXPLICIT_NODES,
+) -> dict[str, list[TopologyHint] | CapacityFamily] | None:
+    """:func:`memory_hints`, answered with one shared :class:`CapacityFamily` where possible.
+
+    The family (capacity per node = free bytes of each requested resource, ``min_affinity``
+    exact on allocatable) stands for the list exactly when every valid mask is made of free
+    nodes only, i.e. no pinned node, group or reusable-memory mask can take the request by
+    itself. Its ``nodes`` are then the nodes without assignments: a mask touching an assigned
+    node is never valid, so the family never includes one. When no free-node mask fits,
+    the (short) list of those other masks is the answer. Otherwise the explicit lists are
+    returned, as long as the machine has at most ``max_explicit_nodes`` nodes.
+
+    Past that size (kubelet refuses such machines by default) the answer is an exact subset
+    of kubelet's: when one node can hold the request on an empty machine, the valid
+    single-node masks plus the valid pinned / group / reusable masks (every preferred hint
+    is among them); otherwise the family over free nodes.
+
+    Raises:
+        RequestError: as :func:`memory_hints`.
+    """
+    req = check_request(request)
+    if regenerate_from is not None:
+        return _regenerate(regenerate_from, req)  # type: ignore[return-value]
+    reuse = reusable_by_mask(reusable, req)
+    if not req:
+        return {}
+    parts = _split(state, req, reuse)
+    if parts is None:
+        return {}
+    if not parts.exact:
+        return _calculate(state, req, reuse)  # type: ignore[return-value]
+    family = _family(parts)
+    if not family.nodes or not family.contains(bitmask.from_nodes(family.nodes)):
+        masks = list(parts.extras)  # no family member: the extras are the whole answer
+    elif not parts.extras:
+        return {r: family for r in parts.resources}
+    elif len(state.node_ids) <= max_explicit_nodes:
+        return _calculate(state, req, reuse)  # type: ignore[return-value]
+    elif parts.min_affinity > 1:
+        return {r: family for r in parts.resources}
+    else:
+        singles = {1 << n for n in parts.free_nodes if family.contains(1 << n)}
+        masks = sorted(singles | set(parts.extras), key=_kubelet_order)
+    if not masks:
+        return {}
+    return {r: [TopologyHint.from_mask(m, m.bit_count() == parts.min_affinity) for m in masks] for r in parts.resources}
+
+
+def best_memory_hint(
+    state: MemoryState,
+    request: Mapping[str, int],
+    reusable: Mapping[object, Mapping[str, int]] | None = None,
+    containing: Iterable[int] | None = None,
+) -> TopologyHint | None:
+    """kubelet ``findBestHint`` over the calculated hints (preferred first, then narrowest),
+    restricted to hints containing every node of ``containing``; ``None`` when there is none.
+
+    Exact, and computed without enumerating masks on states :func:`build_memory_state` builds.
+
+    Raises:
+        RequestError: as :func:`memory_hints`.
+    """
+    req = check_request(request)
+    reuse = reusable_by_mask(reusable, req)
+    must = bitmask.from_nodes(containing or ())
+    if not req:
+        return None
+    parts = _split(state, req, reuse)
+    if parts is None:
+        return None
+    if not parts.exact:
+        lists = _calculate(state, req, reuse)
+        hints = [h for h in next(iter(lists.values()), []) if h.mask is not None and h.mask & must == must]
+        if not hints:
+            return None
+        best = min(hints, key=lambda h: (not h.preferred, h.mask.bit_count(), h.mask))  # type: ignore[union-attr]
+        return best
+    options = [m for m in parts.extras if m & must == must]
+    member = narrowest_member(_family(parts), must)
+    if member is not None:
+        options.append(member)
+    if not options:
+        return None
+    # every valid mask has at least min_affinity nodes, so narrowest == preferred first
+    mask = min(options, key=lambda m: (m.bit_count(), m))
+    return TopologyHint.from_mask(mask, mask.bit_count() == parts.min_affinity)
+
+
+def narrowest_member(family: CapacityFamily, must: int = 0) -> int | None:
+    """The narrowest mask of ``family`` (kubelet ``IsNarrowerThan``: fewest nodes, then the
+    smallest integer) that contains ``must``; ``None`` when there is none."""
+    must |= family.must_include
+    index = {n: i for i, n in enumerate(family.nodes)}
+    if any(n not in index for n in bitmask.bits(must)):
+        return None
+    vectors = {n: tuple(family.capacity[index[n]]) for n in family.nodes}
+    left = [
+        max(0, want - sum(vectors[n][d] for n in bitmask.bits(must))) for d, want in enumerate(family.need)
+    ]
+    rest = [n for n in family.nodes if not must >> n & 1]
+    extra = min_cover_size([vectors[n] for n in rest], left, base=0 if must else 1)  # masks are never empty
+    if extra is None:
+        return None
+    chosen = must
+    # the smallest integer among covers of that size has the lowest possible highest node:
+    # the first prefix of ``rest`` holding a cover ends with a node every such cover uses
+    while extra > 0:
+        lo, hi = extra - 1, len(rest) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _covers([vectors[n] for n in rest[: mid + 1]], left, extra):
+                hi = mid
+            else:
+                lo = mid + 1
+        node = rest[lo]
+        chosen |= 1 << node
+        left = [max(0, x - v) for x, v in zip(left, vectors[node])]
+        rest, extra = rest[:lo], extra - 1
+    return chosen
+
+
+# ---- pod scope -----------------------------------------------------------------------------
+def pod_memory_request(
+    init_containers: Iterable[tuple[Mapping[str, int], bool]],
+    app_containers: Iterable[Mapping[str, int]],
+) -> dict[str, int]:
+    """kubelet ``getPodRequestedResources``: the pod-level request at pod scope.
+
+    ``init_containers`` are ``(request, restartable)`` in spec order. A restartable (sidecar)
+    init container adds to a running sum; a regular one counts as that running sum plus its
+    own request, and the peak is kept. Each resource gets ``max(peak, sum of app containers
+    + sum of sidecars)``. As in kubelet, only resources some app container requests appear.
+
+    Raises:
+        RequestError: as :func:`check_request`.
+    """
+    peak: Counter[str] = Counter()
+    sidecars: Counter[str] = Counter()
+    for request, restartable in init_containers:
+        for resource, amount in check_request(request).items():
+            if restartable:
+                sidecars[resource] += amount
+            else:
+                peak[resource] = max(peak[resource], sidecars[resource] + amount)
+    apps: Counter[str] = Counter()
+    for request in app_containers:
+        for resource, amount in check_request(request).items():
+            apps[resource] += amount
+    return {r: max(apps[r] + sidecars[r], peak.get(r, 0)) for r in apps}
