@@ -1,0 +1,110 @@
+"""Fixtures for end-to-end tests that drive real runtimes (runc, crun, podman).
+
+Every runtime fixture skips (with the reason) when the test does not run as
+root or the binary is missing, and cleans up whatever the test left behind:
+containers are force-deleted and state directories removed, even when the
+test failed half way.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from . import harness
+
+
+def _require_root() -> None:
+    if not harness.is_root():
+        pytest.skip("e2e tests drive real OCI runtimes and need root")
+
+
+def _require_binary(name: str) -> str:
+    _require_root()
+    found = harness.find_binary(name)
+    if found is None:
+        pytest.skip(f"{name} is not installed")
+    return found
+
+
+@pytest.fixture(scope="session")
+def busybox_rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One read-only-use busybox rootfs shared by every bundle of the session."""
+    if not harness.BUSYBOX.is_file():
+        pytest.skip(f"{harness.BUSYBOX} missing: install busybox-static")
+    return harness.make_rootfs(tmp_path_factory.mktemp("rootfs"))
+
+
+@pytest.fixture(scope="session")
+def probe_hook(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Path of the recording probe hook (see :func:`harness.write_probe_hook`)."""
+    return harness.write_probe_hook(tmp_path_factory.mktemp("probe"))
+
+
+@pytest.fixture
+def cid() -> str:
+    """A fresh container id."""
+    return harness.new_container_id()
+
+
+@pytest.fixture
+def state_dir() -> Iterator[Path]:
+    """A private directory under /run/numa-pin-e2e, removed afterwards (root only)."""
+    _require_root()
+    folder = harness.DEFAULT_STATE_DIR / f"t-{uuid.uuid4().hex[:10]}"
+    folder.mkdir(parents=True)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _runtime(name: str, state_dir: Path) -> Iterator[harness.OciRuntime]:
+    _require_binary(name)
+    rt = harness.runtime(name, state_dir / name)
+    try:
+        yield rt
+    finally:
+        rt.cleanup()
+
+
+@pytest.fixture
+def runc_rt(state_dir: Path) -> Iterator[harness.OciRuntime]:
+    """runc with a private ``--root``; leftover containers are force-deleted after the test."""
+    yield from _runtime("runc", state_dir)
+
+
+@pytest.fixture
+def crun_rt(state_dir: Path) -> Iterator[harness.OciRuntime]:
+    """crun with a private ``--root`` (and the hybrid-cgroup workaround when needed); cleaned up after."""
+    yield from _runtime("crun", state_dir)
+
+
+@pytest.fixture(params=["runc", "crun"])
+def oci_rt(request: pytest.FixtureRequest, state_dir: Path) -> Iterator[harness.OciRuntime]:
+    """Each low-level runtime in turn (tests written once for runc and crun)."""
+    yield from _runtime(request.param, state_dir)
+
+
+def _podman(runtime: str, state_dir: Path) -> Iterator[harness.PodmanStore]:
+    _require_binary("podman")
+    _require_binary(runtime)
+    store = harness.podman_store(state_dir / f"podman-{runtime}", runtime=runtime)
+    try:
+        yield store
+    finally:
+        harness.podman_cleanup(store)
+
+
+@pytest.fixture
+def podman_runc(state_dir: Path) -> Iterator[harness.PodmanStore]:
+    """An isolated podman store using runc; containers removed after the test."""
+    yield from _podman("runc", state_dir)
+
+
+@pytest.fixture
+def podman_crun(state_dir: Path) -> Iterator[harness.PodmanStore]:
+    """An isolated podman store using crun (wrapped for hybrid cgroups); cleaned up after."""
+    yield from _podman("crun", state_dir)
