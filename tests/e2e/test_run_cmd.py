@@ -1,0 +1,72 @@
+"""``numa-pin run`` on this machine: a plain process gets the same decision a container would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from numa_pin.ledger.store import Ledger
+
+from . import harness
+
+pytestmark = pytest.mark.e2e
+NUMA_PIN = Path(sys.executable).with_name("numa-pin")
+
+
+@pytest.fixture
+def cfg(state_dir: Path) -> Path:
+    if not harness.is_root():
+        pytest.skip("numa-pin run creates cgroups: needs root")
+    path = state_dir / "config.yaml"
+    path.write_text(f"policy: restricted\nstate_dir: {state_dir / 'ledger'}\nsyslog: false\n")
+    return path
+
+
+def run(cfg: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(NUMA_PIN), "run", "--config", str(cfg), *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_process_gets_the_exclusive_cpu_and_releases_it(cfg):
+    res = run(cfg, "--cpus", "1", "--name", "job-a", "--", "sh", "-c", "grep Cpus_allowed_list /proc/self/status")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split(":")[1].strip() == "1"
+    assert Ledger(str(cfg.parent / "ledger")).read().grants == {}
+    assert not os.path.exists("/sys/fs/cgroup/cpuset/numa-pin/job-a")
+
+
+@pytest.mark.parametrize("script, code", [("exit 3", 3), ("kill -TERM $$", 128 + 15), ("true", 0)],
+                         ids=["exit-code", "killed-by-signal", "success"])
+def test_exit_status_is_the_commands(cfg, script, code):
+    assert run(cfg, "--", "sh", "-c", script).returncode == code
+
+
+def test_second_job_is_rejected_while_the_first_holds_the_cpu(cfg):
+    holder = subprocess.Popen([str(NUMA_PIN), "run", "--config", str(cfg), "--cpus", "1", "--name", "holder", "--",
+                               "sleep", "30"], stderr=subprocess.PIPE, text=True)
+    try:
+        ledger = Ledger(str(cfg.parent / "ledger"))
+        for _ in range(200):
+            if "holder" in ledger.read().grants:
+                break
+            time.sleep(0.05)
+        assert ledger.read().grants["holder"].cpus == frozenset({1})
+        marker = cfg.parent / "ran"
+        res = run(cfg, "--cpus", "1", "--", "touch", str(marker))
+        assert res.returncode == 1
+        assert "TopologyAffinityError" in res.stderr and "Traceback" not in res.stderr
+        assert not marker.exists(), "a rejected command never runs"
+    finally:
+        holder.terminate()
+        holder.wait(timeout=30)
+    assert Ledger(str(cfg.parent / "ledger")).read().grants == {}
+
+
+def test_no_command_is_a_usage_error(cfg):
+    res = run(cfg, "--cpus", "1")
+    assert res.returncode == 2 and "no command given" in res.stderr

@@ -1,0 +1,87 @@
+"""A rejection is reported three ways (stderr, reason file, syslog), and the CLI explains it."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pytest
+
+from numa_pin.cli.main import main as cli_main
+from numa_pin.hook import main as hook_main
+from numa_pin.testing import machine, shapes
+
+
+@pytest.fixture
+def node(tmp_path):
+    built = machine.build_once(shapes.SHAPES["laptop"](), tmp_path / "machines")
+    proc, cg = tmp_path / "proc", tmp_path / "cgroup"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "mountinfo").write_text(f"35 25 0:30 / {cg}/cpuset rw - cgroup cgroup rw,cpuset\n")
+    for d in (cg / "cpuset", cg / "cpuset" / "c"):
+        d.mkdir(parents=True)
+        (d / "cpuset.cpus").write_text("0-7\n")
+        (d / "cpuset.mems").write_text("0\n")
+    (proc / "77").mkdir()
+    (proc / "77" / "cgroup").write_text("4:cpuset:/c\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"policy: restricted\nsysfs_root: {built.sysfs_root}\nproc_root: {proc}\n"
+                      f"cgroup_root: {cg}\nstate_dir: {tmp_path / 'state'}\nsyslog: true\n")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    return config, bundle, tmp_path / "state"
+
+
+@pytest.mark.parametrize(
+    "annotations, kind, needle",
+    [
+        ({"numa-pin.io/cpus": "64"}, "TopologyAffinityError", "cpu 64 requested, free per node: 0=7"),
+        ({"numa-pin.io/cpus": "lots"}, "RequestError", "numa-pin.io/cpus"),
+    ],
+    ids=["no-fit", "malformed"],
+)
+def test_rejection_goes_to_stderr_reason_file_and_syslog(node, monkeypatch, capsys, annotations, kind, needle):
+    config, bundle, state_dir = node
+    (bundle / "config.json").write_text(json.dumps({"annotations": annotations}))
+    logged: list[tuple[int, str]] = []
+    monkeypatch.setattr("syslog.syslog", lambda prio, msg: logged.append((prio, msg)))
+    monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(state_dir.parent / "cache"))
+    state = json.dumps({"id": "ctr-1", "bundle": str(bundle), "pid": 77, "status": "creating"}).encode()
+    rc = hook_main.run(["--config", str(config), "prestart"], io.BytesIO(state))
+    err = capsys.readouterr().err.strip()
+    assert rc == 1
+    verb = "rejected" if kind == "TopologyAffinityError" else "error"
+    assert err.startswith(f"numa-pin: {verb} ctr-1: {kind}:") and needle in err and "\n" not in err
+    assert [m for _, m in logged] == [err]
+    reason = json.loads((state_dir / "reasons" / "ctr-1.json").read_text())
+    assert reason["line"] == err and reason["kind"] == kind
+    assert cli_main(["explain", "ctr-1", "--config", str(config)]) == 0
+    assert capsys.readouterr().out.strip() == err
+
+
+def test_admitted_container_is_explained_from_the_ledger(node, monkeypatch, capsys):
+    config, bundle, state_dir = node
+    (bundle / "config.json").write_text(json.dumps({"annotations": {"numa-pin.io/cpus": "2"}}))
+    monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(state_dir.parent / "cache"))
+    state = json.dumps({"id": "ok-1", "bundle": str(bundle), "pid": 77}).encode()
+    assert hook_main.run(["--config", str(config), "createRuntime"], io.BytesIO(state)) == 0
+    capsys.readouterr()
+    assert cli_main(["explain", "ok-1", "--config", str(config)]) == 0
+    granted = json.loads(capsys.readouterr().out)["granted"]
+    assert granted["container_id"] == "ok-1" and granted["kind"] == "exclusive"
+    assert cli_main(["status", "--json", "--config", str(config)]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert [g["container_id"] for g in status["grants"]] == ["ok-1"]
+    assert cli_main(["release", "ok-1", "--config", str(config)]) == 0
+    assert "released" in capsys.readouterr().out
+    assert not os.path.exists(state_dir / "reasons" / "ok-1.json")
+
+
+@pytest.mark.parametrize("argv, code", [(["bogus-stage"], 2), (["--config"], 2), (["--wat"], 2),
+                                        (["poststart"], 0), (["createContainer"], 0)],
+                         ids=["unknown-stage", "config-without-path", "unknown-flag", "noop-poststart", "noop-create-container"])
+def test_hook_usage(argv, code, capsys):
+    assert hook_main.run(argv, io.BytesIO(b"{}")) == code
+    if code:
+        assert "usage: numa-pin-hook" in capsys.readouterr().err
