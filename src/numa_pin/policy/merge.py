@@ -1,0 +1,724 @@
+"""The production hint merge: kubelet's answer without kubelet's cross product (pure).
+
+kubelet (``topology-manager.md`` §3-§4) folds ``HintMerger.compare`` over every permutation of
+the cartesian product of the per-resource hint lists. Providers enumerate all ``2**N - 1`` masks,
+so the product grows like ``2**(N*L)`` and kubelet refuses machines with more than 8 NUMA nodes.
+:func:`merge_lists` returns exactly the hint that fold returns, for every input, with no
+enumeration of the product. Facts used (proof sketches; ``D`` = all nodes, "list" = one flattened
+per-resource hint list, ``B`` = ``BestNonPreferredAffinityCount``):
+
+F1. *The fold is a maximum.* For candidates with count > 0, ``compare`` is a strict total order
+    on ``(mask, preferred)``: preferred beats non-preferred; two preferred hints are ordered by
+    ``CompareMasks``; two non-preferred ones by tier (count == B, then count < B with larger
+    counts first, then count > B with smaller counts first) and ``CompareMasks`` inside a count.
+    ``CompareMasks`` on different masks is lexicographic on ``(count, int)`` (narrowest) or
+    ``(count, average distance, int)`` (closest), hence total. Checking the six branches of
+    ``compare`` against this key shows it always keeps the larger of the two, so the fold returns
+    the maximum of the *set* of merged hints with count > 0 (or the default ``{D, false}``).
+    The result is independent of permutation order, provider order and resource order.
+    See :class:`numa_pin.policy.base.Ranker`.
+
+F2. *Preferred outcomes by hashing.* A merged hint is preferred iff every pick is preferred and
+    all non-nil RAW affinities are equal, to some ``M``; its mask is ``M & D`` (or ``D`` when all
+    picks are nil). So ``M`` is achievable iff every list holds a preferred ``M`` or a preferred
+    nil, and at least one holds ``M``: intersect the lists' sets of preferred masks, O(total
+    hints). By F1 any preferred outcome with count > 0 is the answer.
+
+F3. *Otherwise: the best achievable intersection.* With no preferred outcome of count > 0, every
+    outcome with count > 0 is non-preferred and the answer is the best set in
+    ``A = {D & e_1 & ... & e_L}`` (``e_i`` ranging over list ``i``'s masks, nil read as ``D``).
+    A is built list by list keeping only the *distinct* intersections (and dropping empty ones,
+    which stay empty): exact, with cost ``sum |A_i| * |list_i|`` bounded by the number of distinct
+    masks rather than by the product.
+
+F4. *Families are never materialized on big machines.* A :class:`CapacityFamily` is the
+    upward-closed set of masks holding enough capacity (kubelet's enumeration, described):
+    (a) its preferred hints are its members of size ``min_affinity``, found by a pruned search
+    over those subsets; (b) its narrowest hint has the size ``b`` of its smallest member, found by
+    the same search; (c) intersections of members of several families are again upward-closed
+    (``X = cap M_i`` and ``X <= Y`` give ``Y = cap (M_i | Y)``), every member of a family is an
+    intersection (take the full node set in every other family), so when every list is a
+    non-empty family over ``D`` the best non-preferred answer has count exactly ``B = max b``.
+    A ``B``-set ``S`` is achievable iff the nodes outside ``S`` can be split among the families
+    so that each family's share fits its slack (``capacity(all) - need`` per dimension) and holds
+    none of its ``must_include`` nodes (``M_i = D - share_i`` is then a member, and conversely
+    shares can be made disjoint by upward closure). That feasibility question is answered by a
+    branch-and-bound search (:class:`_Removal`); candidates are searched in rank order: the
+    narrowest is built greedily from the highest node down (exclude the node if some achievable
+    ``B``-set still exists), the closest by a branch-and-bound over ``B``-sets with an
+    average-distance lower bound. Explicit lists mixed with families are merged first (F3); each
+    resulting mask restricts the family search, whose universe it is.
+
+Complexity: F2 is linear in the hints; F3 is bounded by distinct masks; F4's searches are
+exponential in the worst case (the feasibility question generalizes multi-dimensional bin
+packing) but pruned by capacity bounds, free nodes (removable at zero cost), memoization on
+remaining slack and incumbent bounds, so realistic 64-node decisions take milliseconds (see
+``bench/merge_scaling.py``). Families on at most :data:`MATERIALIZE_LIMIT` nodes, families with
+nodes outside the machine or with duplicate nodes are simply materialized.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from numa_pin.policy import bitmask
+from numa_pin.policy.base import HintList, NumaInfo, Ranker
+from numa_pin.policy.hint import CapacityFamily, ProviderHints, TopologyHint
+
+#: families over at most this many nodes are materialized (their lists are small)
+MATERIALIZE_LIMIT = 4
+
+_Explicit = list[tuple[int | None, bool]]
+
+
+@dataclass
+class _Family:
+    """A non-empty capacity family whose nodes are machine nodes (normalized for the search)."""
+
+    universe: int
+    nodes: tuple[int, ...]
+    weight: dict[int, tuple[int, ...]]
+    need: tuple[int, ...]
+    must: int
+    min_affinity: int
+    slack: tuple[int, ...]
+    _min_size: int | None = None
+
+    @classmethod
+    def build(cls, family: CapacityFamily, default: int) -> _Family | None:
+        """``None`` when the family must be materialized instead (odd node sets)."""
+        if len(set(family.nodes)) != len(family.nodes) or any(n < 0 for n in family.nodes):
+            return None
+        universe = bitmask.from_nodes(family.nodes)
+        if universe & ~default:
+            return None
+        weight = dict(zip(family.nodes, family.capacity))
+        totals = [sum(c[t] for c in family.capacity) for t in range(len(family.need))]
+        return cls(
+            universe=universe,
+            nodes=tuple(sorted(family.nodes)),
+            weight=weight,
+            need=tuple(family.need),
+            must=family.must_include,
+            min_affinity=family.min_affinity,
+            slack=tuple(tot - n for tot, n in zip(totals, family.need)),
+        )
+
+    def constraints(self, outside: int = 0) -> list[tuple[dict[int, int], int]]:
+        """Capacity constraints ``sum(weight[v] for v in S) >= need`` a member's nodes inside the
+        search universe must meet, the nodes of ``outside`` being in the member for free."""
+        out = []
+        for t, need in enumerate(self.need):
+            weights = {v: w[t] for v, w in self.weight.items()}
+            out.append((weights, need - sum(weights[v] for v in bitmask.bits(outside))))
+        return _with_surrogate(out)
+
+    def is_member(self, mask: int) -> bool:
+        if mask & ~self.universe or mask & self.must != self.must:
+            return False
+        for t, need in enumerate(self.need):
+            if sum(self.weight[v][t] for v in bitmask.bits(mask)) < need:
+                return False
+        return True
+
+    def min_size(self) -> int:
+        """Size of the smallest member (fact F4b): the popcount of the family's narrowest hint."""
+        if self._min_size is None:
+            lower = max(1, self.must.bit_count())
+            cons = self.constraints()
+            for weights, need in cons:
+                caps = sorted(weights.values(), reverse=True)
+                total, count = 0, 0
+                while total < need and count < len(caps):
+                    total += caps[count]
+                    count += 1
+                lower = max(lower, count)
+            size = len(self.nodes)
+            for k in range(lower, len(self.nodes) + 1):
+                if _first_colex(list(self.nodes), k, self.must, cons) is not None:
+                    size = k
+                    break
+            self._min_size = size
+        return self._min_size
+
+
+def _with_surrogate(constraints: list[tuple[dict[int, int], int]]) -> list[tuple[dict[int, int], int]]:
+    """Add the implied constraint ``sum_t P_t * w_t(S) >= len * prod(need)`` with
+    ``P_t = prod(need_s, s != t)`` (every ``w_t(S) >= need_t`` implies it): an integer surrogate
+    that catches dimensions trading off against each other, which per-dimension bounds miss."""
+    active = [(w, need) for w, need in constraints if need > 0]
+    if len(active) < 2:
+        return constraints
+    product = 1
+    for _w, need in active:
+        product *= need
+    factors = [product // need for _w, need in active]
+    nodes = set().union(*(w.keys() for w, _need in active))
+    weights = {v: sum(f * w.get(v, 0) for f, (w, _need) in zip(factors, active)) for v in nodes}
+    return [*constraints, (weights, len(active) * product)]
+
+
+def _first_colex(
+    nodes: list[int], k: int, forced: int, constraints: Sequence[tuple[Mapping[int, int], int]]
+) -> int | None:
+    """The numerically smallest ``k``-subset of ``nodes`` (ascending) that holds ``forced`` and
+    meets every ``sum(weight[v] for v in S) >= need`` constraint, or ``None``.
+
+    Depth-first from the highest node down, trying "leave it out" first: the first leaf found
+    is the smallest integer. Pruned by counts and by the ``k - |S|`` largest weights left.
+    """
+    n = len(nodes)
+    if k < 0 or k > n:
+        return None
+    if forced & ~bitmask.from_nodes(nodes) or forced.bit_count() > k:
+        return None
+    below = [0] * (n + 1)
+    for p in range(n):
+        below[p + 1] = below[p] | (1 << nodes[p])
+    # top[c][p][r]: sum of the r largest weights of constraint c among nodes[:p], r <= k
+    top: list[list[list[int]]] = []
+    for weights, _need in constraints:
+        table = [[0]]
+        best: list[int] = []
+        for p in range(n):
+            w = weights.get(nodes[p], 0)
+            if len(best) < k:
+                heapq.heappush(best, w)
+            elif best and w > best[0]:
+                heapq.heapreplace(best, w)
+            ordered = sorted(best, reverse=True)
+            sums = [0]
+            for value in ordered:
+                sums.append(sums[-1] + value)
+            table.append(sums)
+        top.append(table)
+    needs = [max(need, 0) for _w, need in constraints]
+    # failed[(p, r)]: sums (capped at need) from which no completion exists; any sums that are
+    # componentwise smaller fail too
+    failed: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+
+    def rec(p: int, inc: int, r: int, sums: tuple[int, ...]) -> int | None:
+        forced_left = forced & below[p]
+        if r == 0:
+            if forced_left:
+                return None
+            return inc if all(s >= nd for s, nd in zip(sums, needs)) else None
+        if r > p or forced_left.bit_count() > r:
+            return None
+        for c, table in enumerate(top):
+            row = table[p]
+            if sums[c] + row[min(r, len(row) - 1)] < needs[c]:
+                return None
+        dead = failed.get((p, r))
+        if dead is not None and any(all(a <= b for a, b in zip(sums, f)) for f in dead):
+            return None
+        v = nodes[p - 1]
+        bit = 1 << v
+        if not forced & bit:
+            found = rec(p - 1, inc, r, sums)
+            if found is not None:
+                return found
+        new_sums = tuple(
+            min(s + constraints[c][0].get(v, 0), needs[c]) for c, s in enumerate(sums)
+        )
+        found = rec(p - 1, inc | bit, r - 1, new_sums)
+        if found is None:
+            front = [f for f in failed.get((p, r), ()) if not all(a <= b for a, b in zip(f, sums))]
+            front.append(sums)
+            failed[(p, r)] = front
+        return found
+
+    return rec(n, 0, k, tuple(0 for _ in constraints))
+
+
+def _closest_best(
+    ranker: Ranker,
+    nodes: list[int],
+    k: int,
+    forced: int,
+    constraints: Sequence[tuple[Mapping[int, int], int]],
+    subtree_ok: Callable[[int, int], bool] | None = None,
+) -> int | None:
+    """The ``k``-subset of ``nodes`` with the smallest ``(average distance, int)`` that holds
+    ``forced``, meets the capacity ``constraints`` and is accepted by ``subtree_ok``; ``None``
+    if there is none.
+
+    Branch and bound: branch on the undecided node whose inclusion adds the least distance
+    (include, then exclude). Lower bound on the distance sum of a completion by ``r`` undecided
+    nodes ``A``: the sum so far, plus for each ``v`` in ``A`` its distances to the chosen nodes
+    (and itself), plus half of its ``r - 1`` smallest round-trip distances to other undecided
+    nodes (each pair inside ``A`` is counted from both ends); the ``r`` smallest such terms are
+    taken. Ties on the average are cut with the smallest integer still reachable. ``subtree_ok(inc, pool)`` must say exactly whether some
+    valid ``k``-set ``S`` has ``inc <= S <= inc | pool``; it prunes a subtree (or rejects a
+    leaf) once the distance bound has let it through.
+    """
+    info = ranker.info
+    if k <= 0 or k > len(nodes):
+        return None
+    dist = {a: {b: info.distance(a, b) for b in nodes} for a in nodes}
+    # round trips from each node to the others, nearest first
+    near = {a: sorted((dist[a][b] + dist[b][a], b) for b in nodes if b != a) for a in nodes}
+    scale = float(k * k)
+    best: list[object] = [None, None]  # [key, mask]
+    needs = [need for _w, need in constraints]
+
+    def rec(pool: int, inc: int, r: int, total: int, gain: dict[int, int], sums: tuple[int, ...]) -> None:
+        forced_pool = pool & forced
+        fc = forced_pool.bit_count()
+        if fc > r or pool.bit_count() < r:
+            return
+        if r == 0:
+            if any(s < nd for s, nd in zip(sums, needs)):
+                return
+            key = (ranker.average(inc), inc)
+            if best[0] is not None and key >= best[0]:  # type: ignore[operator]
+                return
+            if subtree_ok is not None and not subtree_ok(inc, 0):
+                return
+            best[0], best[1] = key, inc
+            return
+        members = list(bitmask.bits(pool))
+        for c, (weights, need) in enumerate(constraints):
+            if sums[c] + sum(heapq.nlargest(r, (weights.get(v, 0) for v in members))) < need:
+                return
+        if best[0] is not None:
+            terms = []
+            for v in members:
+                term, seen = 2 * gain[v], 0
+                if seen < r - 1:
+                    for trip, u in near[v]:
+                        if pool >> u & 1:
+                            term += trip
+                            seen += 1
+                            if seen == r - 1:
+                                break
+                terms.append(term)
+            lower = (2 * total + sum(heapq.nsmallest(r, terms)) + 1) // 2
+            min_int = inc | forced_pool
+            need_more = r - fc
+            for v in members:
+                if need_more == 0:
+                    break
+                if not forced_pool >> v & 1:
+                    min_int |= 1 << v
+                    need_more -= 1
+            if (float(lower) / scale, min_int) >= best[0]:  # type: ignore[operator]
+                return
+        if subtree_ok is not None and not subtree_ok(inc, pool):
+            return
+        if forced_pool:
+            u = next(bitmask.bits(forced_pool))
+        else:
+            u = min(members, key=lambda v: (gain[v], v))
+        bit = 1 << u
+        rest = pool & ~bit
+        new_gain = {v: gain[v] + dist[u][v] + dist[v][u] for v in bitmask.bits(rest)}
+        new_sums = tuple(s + constraints[c][0].get(u, 0) for c, s in enumerate(sums))
+        rec(rest, inc | bit, r - 1, total + gain[u], new_gain, new_sums)
+        if not forced_pool:
+            rec(rest, inc, r, total, gain, sums)
+
+    pool = bitmask.from_nodes(nodes)
+    rec(pool, 0, k, 0, {v: dist[v][v] for v in nodes}, tuple(0 for _ in constraints))
+    return best[1]  # type: ignore[return-value]
+
+
+class _Removal:
+    """Can these nodes be dropped from the intersection of family members? (fact F4c)
+
+    Inside ``universe``, node ``v`` is removed by family ``i`` at cost ``weight_i(v)`` from the
+    family's slack, unless ``v`` is one of its ``must_include`` nodes. A node some family
+    removes for nothing is *free*; a node no family can remove is *fixed*.
+    """
+
+    def __init__(self, universe: int, fams: Sequence[_Family]) -> None:
+        self.fams = fams
+        self.universe = universe
+        self.options: dict[int, list[tuple[int, tuple[int, ...]]]] = {}
+        self.cost: dict[int, float] = {}
+        self.free = 0
+        self.fixed = 0
+        for v in bitmask.bits(universe):
+            opts: list[tuple[int, tuple[int, ...]]] = []
+            for i, fam in enumerate(fams):
+                if fam.must >> v & 1:
+                    continue
+                w = fam.weight[v]
+                if all(x <= s for x, s in zip(w, fam.slack)):
+                    opts.append((i, w))
+            if any(not any(w) for _i, w in opts):
+                self.free |= 1 << v
+            elif not opts:
+                self.fixed |= 1 << v
+            self.options[v] = opts
+            self.cost[v] = min((self._norm(i, w) for i, w in opts), default=0.0)
+
+    def _norm(self, i: int, w: tuple[int, ...]) -> float:
+        slack = self.fams[i].slack
+        return sum(x / s for x, s in zip(w, slack) if s)
+
+    def feasible(self, mandatory: int, optional: int, r: int) -> bool:
+        """Can every node of ``mandatory`` and at least ``r`` nodes of ``optional`` be removed?"""
+        mandatory &= ~self.free
+        if mandatory & self.fixed:
+            return False
+        r -= (optional & self.free).bit_count()
+        optional &= ~(self.free | self.fixed | mandatory)
+        if r > optional.bit_count():
+            return False
+        r = max(r, 0)
+        if not mandatory and r == 0:
+            return True
+        if self._one_family(mandatory, optional, r):
+            return True
+        mand = sorted(
+            bitmask.bits(mandatory),
+            key=lambda v: (len(self.options[v]), -self.cost[v], self.options[v]),
+        )
+        opt = sorted(bitmask.bits(optional), key=lambda v: (self.cost[v], self.options[v]))
+        return _Packing(self, mand, opt).run(r)
+
+
+    def _one_family(self, mandatory: int, optional: int, r: int) -> bool:
+        """Quick sufficient test: one family removes all of ``mandatory`` and (greedily, lightest
+        first) ``r`` nodes of ``optional``."""
+        for i, fam in enumerate(self.fams):
+            slack = list(fam.slack)
+            ok = True
+            for v in bitmask.bits(mandatory):
+                w = self._weight_in(i, v)
+                if w is None or any(x > s for x, s in zip(w, slack)):
+                    ok = False
+                    break
+                for t, x in enumerate(w):
+                    slack[t] -= x
+            if not ok:
+                continue
+            left = r
+            if left > 0:
+                light = sorted(
+                    (self._norm(i, w), v, w)
+                    for v in bitmask.bits(optional)
+                    if (w := self._weight_in(i, v)) is not None
+                )
+                for _cost, _v, w in light:
+                    if all(x <= s for x, s in zip(w, slack)):
+                        for t, x in enumerate(w):
+                            slack[t] -= x
+                        left -= 1
+                        if left == 0:
+                            break
+            if left <= 0:
+                return True
+        return False
+
+    def _weight_in(self, i: int, v: int) -> tuple[int, ...] | None:
+        for j, w in self.options[v]:
+            if j == i:
+                return w
+        return None
+
+
+class _Packing:
+    """Depth-first assignment of nodes to families' slack, memoized on the slack left."""
+
+    def __init__(self, removal: _Removal, mand: list[int], opt: list[int]) -> None:
+        self.removal = removal
+        self.items = mand + opt
+        self.n_mand = len(mand)
+        self.slack = [list(f.slack) for f in removal.fams]
+        self.failed: set[tuple[object, ...]] = set()
+
+    def run(self, r: int) -> bool:
+        return self._step(0, r)
+
+    def _state(self, idx: int, r: int) -> tuple[object, ...]:
+        return (idx, r, tuple(tuple(s) for s in self.slack))
+
+    def _fits(self, i: int, w: tuple[int, ...]) -> bool:
+        return all(x <= s for x, s in zip(w, self.slack[i]))
+
+    def _room(self, i: int, w: tuple[int, ...]) -> float:
+        """Relative slack family ``i`` keeps after taking ``w`` (larger first: spread the load)."""
+        total0 = self.removal.fams[i].slack
+        return min(((s - x) / s0 for x, s, s0 in zip(w, self.slack[i], total0) if s0), default=1.0)
+
+    def _count_bound(self, idx: int) -> int:
+        """How many optional nodes from ``idx`` on could be removed at most (per-family knapsack
+        by count, each node counted once per family it fits)."""
+        rest = self.items[idx:]
+        bound = 0
+        for i, fam in enumerate(self.removal.fams):
+            ws = [w for v in rest for j, w in self.removal.options[v] if j == i and self._fits(i, w)]
+            if not ws:
+                continue
+            best = len(ws)
+            for t in range(len(fam.slack)):
+                values = sorted(w[t] for w in ws)
+                total, count = 0, 0
+                for value in values:
+                    if total + value > self.slack[i][t]:
+                        break
+                    total += value
+                    count += 1
+                best = min(best, count)
+            bound += best
+        return bound
+
+    def _step(self, idx: int, r: int) -> bool:
+        if idx >= self.n_mand and r <= 0:
+            return True
+        if idx >= len(self.items):
+            return False
+        if idx >= self.n_mand and len(self.items) - idx < r:
+            return False
+        state = self._state(idx, r)
+        if state in self.failed:
+            return False
+        if idx >= self.n_mand and self._count_bound(idx) < r:
+            self.failed.add(state)
+            return False
+        v = self.items[idx]
+        options = [(i, w) for i, w in self.removal.options[v] if self._fits(i, w)]
+        options.sort(key=lambda o: -self._room(*o))
+        left = r - 1 if idx >= self.n_mand else r
+        for i, w in options:
+            slack = self.slack[i]
+            for t, x in enumerate(w):
+                slack[t] -= x
+            ok = self._step(idx + 1, left)
+            for t, x in enumerate(w):
+                slack[t] += x
+            if ok:
+                return True
+        if idx >= self.n_mand and self._step(idx + 1, r):
+            return True
+        self.failed.add(state)
+        return False
+
+
+def _prepare(
+    lists: Sequence[HintList], default: int, materialize_limit: int
+) -> tuple[list[_Explicit], list[_Family]]:
+    explicit: list[_Explicit] = []
+    fams: list[_Family] = []
+    for lst in lists:
+        if isinstance(lst, CapacityFamily):
+            fam = None if len(lst.nodes) <= materialize_limit else _Family.build(lst, default)
+            if fam is None:
+                hints = lst.materialize()
+                explicit.append([(h.mask, h.preferred) for h in hints] or [(None, False)])
+            elif not lst.nodes or not lst.contains(fam.universe):
+                explicit.append([(None, False)])  # nothing fits: kubelet's []
+            else:
+                fams.append(fam)
+        else:
+            explicit.append([(h.mask, h.preferred) for h in lst])
+    return explicit, fams
+
+
+def _best_preferred(explicit: list[_Explicit], fams: list[_Family], default: int, ranker: Ranker) -> int | None:
+    """Fact F2: the best preferred outcome with count > 0, or ``None``."""
+    constraining: list[set[int]] = []
+    union: set[int] = set()
+    for lst in explicit:
+        prefs = {m for m, p in lst if p and m is not None}
+        if any(p and m is None for m, p in lst):
+            union |= prefs
+        else:
+            constraining.append(prefs)
+    candidates: set[int] = set()
+    if constraining:
+        base = min(constraining, key=len)
+        for m in base:
+            if all(m in s for s in constraining) and all(
+                m.bit_count() == f.min_affinity and f.is_member(m) for f in fams
+            ):
+                candidates.add(m & default)
+    elif fams:
+        return _best_common_member(fams, ranker)
+    else:
+        candidates = {m & default for m in union}
+        candidates.add(default)  # every pick nil (also: no list at all)
+    candidates.discard(0)
+    if not candidates:
+        return None
+    return min(candidates, key=ranker.preferred_key)
+
+
+def _best_common_member(fams: list[_Family], ranker: Ranker) -> int | None:
+    """The best mask that is a preferred hint of every family (F4a)."""
+    k = fams[0].min_affinity
+    if any(f.min_affinity != k for f in fams) or k < 1:
+        return None
+    universe = fams[0].universe
+    must = 0
+    for f in fams:
+        universe &= f.universe
+        must |= f.must
+    if must & ~universe:
+        return None
+    nodes = list(bitmask.bits(universe))
+    constraints = [c for f in fams for c in f.constraints()]
+    if ranker.closest:
+        return _closest_best(ranker, nodes, k, must, constraints)
+    return _first_colex(nodes, k, must, constraints)
+
+
+def _best_non_preferred(
+    explicit: list[_Explicit], fams: list[_Family], default: int, ranker: Ranker
+) -> int | None:
+    """Facts F3 and F4: the best non-preferred outcome with count > 0, or ``None``."""
+    best_count = 0
+    for lst in explicit:
+        counts = [m.bit_count() for m, _p in lst if m is not None]
+        if counts:
+            best_count = max(best_count, min(counts))
+    for fam in fams:
+        best_count = max(best_count, fam.min_size())
+
+    reachable = {default} if default else set()
+    for lst in explicit:
+        effective = {default if m is None else m & default for m, _p in lst}
+        reachable = {x & e for x in reachable for e in effective}
+        reachable.discard(0)
+        if not reachable:
+            return None
+
+    def key(mask: int) -> tuple[object, ...]:
+        return ranker.nonpreferred_key(mask, best_count)
+
+    if not fams:
+        return min(reachable, key=key) if reachable else None
+    universe = default
+    for fam in fams:
+        universe &= fam.universe
+    standard = all(f.universe == default for f in fams)
+    best: int | None = None
+    for part in {x & universe for x in reachable}:
+        if not part:
+            continue
+        found = _family_best(part, fams, best_count, ranker, standard and part == default)
+        if found is not None and (best is None or key(found) < key(best)):
+            best = found
+    return best
+
+
+def _family_best(universe: int, fams: list[_Family], best_count: int, ranker: Ranker, standard: bool) -> int | None:
+    """Best achievable intersection of family members inside ``universe`` (F4c)."""
+    size = universe.bit_count()
+    if best_count >= size:
+        return universe  # every achievable set is smaller than B, or exactly the universe
+    if len(fams) == 1:
+        return _single_family_best(universe, fams[0], best_count, ranker)
+    removal = _Removal(universe, fams)
+    if standard or removal.feasible(0, universe, size - best_count):
+        count = best_count
+    else:
+        count = next(k for k in range(best_count + 1, size + 1) if removal.feasible(0, universe, size - k))
+    if count == size:
+        return universe
+    if ranker.closest:
+        return _closest_best(
+            ranker,
+            list(bitmask.bits(universe)),
+            count,
+            removal.fixed,
+            (),
+            subtree_ok=lambda inc, pool: removal.feasible(
+                universe & ~(inc | pool), pool, size - count - (universe & ~(inc | pool)).bit_count()
+            ),
+        )
+    return _greedy_narrowest(removal, universe, count)
+
+
+def _single_family_best(universe: int, fam: _Family, best_count: int, ranker: Ranker) -> int | None:
+    """One family: the achievable sets inside ``universe`` are the ``S`` with
+    ``S | (fam.universe - universe)`` a member, so plain capacity searches answer."""
+    constraints = fam.constraints(fam.universe & ~universe)
+    forced = fam.must & universe
+    nodes = list(bitmask.bits(universe))
+    count = best_count
+    while count < len(nodes) and _first_colex(nodes, count, forced, constraints) is None:
+        count += 1
+    if count == len(nodes):
+        return universe
+    if ranker.closest:
+        return _closest_best(ranker, nodes, count, forced, constraints)
+    return _first_colex(nodes, count, forced, constraints)
+
+
+def _greedy_narrowest(removal: _Removal, universe: int, count: int) -> int:
+    """Smallest-integer achievable ``count``-set: from the highest node down, leave a node out
+    whenever an achievable ``count``-set without it still exists (invariant: one exists)."""
+    size = universe.bit_count()
+    inc = exc = 0
+    for v in sorted(bitmask.bits(universe), reverse=True):
+        if inc.bit_count() == count:
+            return inc
+        if size - exc.bit_count() == count:
+            return universe & ~exc
+        bit = 1 << v
+        if removal.free & bit:
+            exc |= bit
+            continue
+        if removal.fixed & bit:
+            inc |= bit
+            continue
+        trial = exc | bit
+        if removal.feasible(trial, universe & ~inc & ~trial, size - count - trial.bit_count()):
+            exc = trial
+        else:
+            inc |= bit
+    return universe & ~exc
+
+
+def merge_lists(
+    lists: Sequence[HintList],
+    info: NumaInfo,
+    closest: bool,
+    *,
+    materialize_limit: int | None = None,
+) -> TopologyHint:
+    """kubelet ``HintMerger.Merge`` over flattened lists (§3-§4), without the cross product.
+
+    ``closest`` selects ``Closest`` over ``Narrowest`` in ``CompareMasks``. Returns the merged
+    hint, or the default ``{all nodes, false}``. Raises :class:`PolicyError` when ``closest``
+    is set and distances are missing.
+    """
+    default = info.default_mask
+    ranker = Ranker(info, closest)
+    limit = MATERIALIZE_LIMIT if materialize_limit is None else materialize_limit
+    explicit, fams = _prepare(lists, default, limit)
+    best = _best_preferred(explicit, fams, default, ranker)
+    if best is not None:
+        return TopologyHint.from_mask(best, True)
+    best = _best_non_preferred(explicit, fams, default, ranker)
+    return TopologyHint.from_mask(default if best is None else best, False)
+
+
+def merge_hints(
+    policy: str,
+    providers_hints: Sequence[ProviderHints] | None,
+    numa_nodes: Sequence[int],
+    distances: Mapping[int, Sequence[int]] | None = None,
+    prefer_closest: bool = False,
+) -> tuple[TopologyHint, bool]:
+    """Merge one container's (or pod's) provider hints under ``policy``; return ``(hint, admit)``.
+
+    ``providers_hints`` has one entry per provider: ``None`` or ``{resource: hints}`` where
+    hints is a list of :class:`TopologyHint`, a :class:`CapacityFamily` or ``None``.
+    ``distances[node]`` lists the distance to each node of ``sorted(numa_nodes)``.
+
+    Raises :class:`PolicyError` for an unknown policy, malformed hints, or prefer-closest without
+    distances; :class:`TopologyError` for bad node ids or distance values.
+    """
+    from numa_pin.policy import get_policy
+    from numa_pin.policy.options import PolicyOptions
+
+    pol = get_policy(policy, PolicyOptions(prefer_closest_numa_nodes=prefer_closest))
+    info = NumaInfo.build(numa_nodes, distances)
+    hint = pol.merge(providers_hints, info)
+    return hint, pol.can_admit(hint)
