@@ -195,7 +195,7 @@ def test_touch_invalidates(tmp_path: Path, cfg: Path, counter: _ParseCounter) ->
     cache = tmp_path / "cache"
     load_config(cfg, env={}, cache_dir=cache)
     st = cfg.stat()
-    os.utime(cfg, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    os.utime(cfg, ns=(st.st_atime_ns, st.st_mtime_ns - 10_000_000))  # in the past: never "racy"
     load_config(cfg, env={}, cache_dir=cache)
     assert counter.calls == 2
     load_config(cfg, env={}, cache_dir=cache)
