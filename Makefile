@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml | deps
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -e '.[test]' virtme-ng
+	$(VPY) -m compileall -q src/numa_pin
 	touch $(STAMP)
 
 venv: $(STAMP)

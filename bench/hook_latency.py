@@ -10,6 +10,9 @@ by a poststop release (timed separately) so every run sees the same machine.
 Part 2 (root, runc installed) times ``runc run`` of a busybox ``true`` container with and
 without the hook on this machine, to show what a container start pays in practice.
 
+Part 3 repeats part 1 with a warm agent (``numa-pin serve`` on a temporary socket): the hook
+then only starts the interpreter and hands the admission over (docs/agent.md).
+
 Usage: python bench/hook_latency.py [--runs N] [--skip-runc]
 """
 
@@ -19,7 +22,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,7 +66,8 @@ def fake_node(root: Path) -> tuple[Path, dict[str, str]]:
         f"sysfs_root: {built.sysfs_root}\nproc_root: {proc}\ncgroup_root: {cg}\n"
         f"state_dir: {root / 'state'}\nsyslog: false\n"
     )
-    env = dict(os.environ, NUMA_PIN_CACHE_DIR=str(root / "cache"))
+    # NUMA_PIN_NO_AGENT: part 1 measures the in-process hook even where an agent is running
+    env = dict(os.environ, NUMA_PIN_CACHE_DIR=str(root / "cache"), NUMA_PIN_NO_AGENT="1")
     return config, env
 
 
@@ -111,6 +114,55 @@ def bench_hook(runs: int) -> dict[str, float]:
         "bare_p50": pct(bare, 0.5), "bare_p95": pct(bare, 0.95),
         "admit_p50": pct(admit, 0.5), "admit_p95": pct(admit, 0.95),
         "release_p50": pct(release, 0.5), "release_p95": pct(release, 0.95),
+    }
+
+
+def bench_agent(runs: int) -> dict[str, float]:
+    """Part 3: the same hook admissions, handed to a warm ``numa-pin serve`` on a temporary socket."""
+    serve_cmd = shutil.which("numa-pin", path=str(VENV_BIN)) or shutil.which("numa-pin")
+    with tempfile.TemporaryDirectory(prefix="numa-pin-bench-agent-") as tmp:
+        root = Path(tmp)
+        config, env = fake_node(root)
+        proc = root / "machine" / "proc"
+        sock, log = root / "agent" / "agent.sock", root / "agent.log"
+        env = dict(env, NUMA_PIN_AGENT_SOCKET=str(sock))
+        env.pop("NUMA_PIN_NO_AGENT", None)
+        server = subprocess.Popen([serve_cmd, "serve", "--socket", str(sock), "--log", str(log)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 30
+            while not sock.exists():
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"numa-pin serve did not start: {server.stderr.read().decode().strip()}")
+                time.sleep(0.05)
+            bare, admit, release = [], [], []
+            # the loader caches only a config unchanged for 2 s; measure that steady state
+            time.sleep(max(0.0, 2.1 - (time.time() - config.stat().st_ctime)))
+            _, warm = add_container(root, proc, 0)
+            for stage in ("prestart", "poststop", "prestart", "poststop"):
+                dt, rc, err = timed([HOOK, "--config", str(config), stage], warm, env)
+                if rc:
+                    raise SystemExit(f"hook failed during warm-up: {err.decode().strip()}")
+            for i in range(1, runs + 1):
+                _, state = add_container(root, proc, i)
+                bare.append(timed([sys.executable, "-c", "pass"])[0])
+                dt, rc, err = timed([HOOK, "--config", str(config), "prestart"], state, env)
+                if rc:
+                    raise SystemExit(f"hook admission through the agent failed: {err.decode().strip()}")
+                admit.append(dt)
+                dt, rc, err = timed([HOOK, "--config", str(config), "poststop"], state, env)
+                if rc:
+                    raise SystemExit(f"hook release through the agent failed: {err.decode().strip()}")
+                release.append(dt)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+        served = sum(1 for line in log.read_text().splitlines() if json.loads(line).get("outcome") == "served")
+    return {
+        "bare_p50": pct(bare, 0.5), "bare_p95": pct(bare, 0.95),
+        "admit_p50": pct(admit, 0.5), "admit_p95": pct(admit, 0.95),
+        "release_p50": pct(release, 0.5), "release_p95": pct(release, 0.95),
+        "served": served, "expected": 2 * runs + 4,
     }
 
 
@@ -162,6 +214,15 @@ def main() -> int:
     print(f"  hook prestart       p50 {ms['admit_p50']:7.1f} ms   p95 {ms['admit_p95']:7.1f} ms"
           f"   ratio to bare p50: {r['admit_p50'] / r['bare_p50']:.2f}x")
     print(f"  hook poststop       p50 {ms['release_p50']:7.1f} ms   p95 {ms['release_p95']:7.1f} ms")
+    ra = bench_agent(args.runs)
+    ma = {k: 1000 * v for k, v in ra.items() if k.endswith(("_p50", "_p95"))}
+    print(f"hook through the warm agent (numa-pin serve), same fake machine "
+          f"({ra['served']} of {ra['expected']} hooks served by the agent)")
+    print(f"  python3 -c pass     p50 {ma['bare_p50']:7.1f} ms   p95 {ma['bare_p95']:7.1f} ms")
+    print(f"  hook prestart       p50 {ma['admit_p50']:7.1f} ms   p95 {ma['admit_p95']:7.1f} ms"
+          f"   ratio to bare p50: {ra['admit_p50'] / ra['bare_p50']:.2f}x")
+    print(f"  hook poststop       p50 {ma['release_p50']:7.1f} ms   p95 {ma['release_p95']:7.1f} ms"
+          f"   ratio to bare p50: {ra['release_p50'] / ra['bare_p50']:.2f}x")
     if not args.skip_runc:
         rr = bench_runc(max(5, args.runs // 3))
         if rr is None:

@@ -21,7 +21,8 @@ is allowed to escape as a traceback.
     │   └── LedgerCorrupt              checksum / version / JSON failure; never reset silently
     ├── EnforcementError(path)         writing cgroups, moving netdevs, granting devices
     │   └── CgroupEscapeError          a path would leave the cgroup root
-    └── HookInputError                 the OCI state on stdin or config.json is unusable
+    ├── HookInputError                 the OCI state on stdin or config.json is unusable
+    └── AgentError(path)               the warm agent cannot serve its socket
 
 Each class documents when it is raised. Errors carry the file, container or
 resource involved so the single line a user sees is actionable.
@@ -168,8 +169,19 @@ class HookInputError(NumaPinError, ValueError):
     kind = "HookInputError"
 
 
+class AgentError(NumaPinError):
+    """``numa-pin serve`` cannot create or hold its socket. ``path`` is the socket."""
+
+    kind = "AgentError"
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
 __all__ = [
     "AdmissionError",
+    "AgentError",
     "AllocationError",
     "CgroupEscapeError",
     "ConfigError",

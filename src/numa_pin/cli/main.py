@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "status": "numa_pin.cli.cmd_status",
     "release": "numa_pin.cli.cmd_release",
     "reconcile": "numa_pin.cli.cmd_reconcile",
+    "serve": "numa_pin.cli.cmd_serve",
 }
 
 EXIT_OK = 0

@@ -12,7 +12,9 @@ and the same line goes to ``<state_dir>/reasons/<id>.json`` and to syslog, becau
 podman hide hook stderr. No traceback is ever printed unless ``NUMA_PIN_DEBUG=1``.
 
 Start-up cost matters (this runs on every container start), so this module imports only the
-standard library at the top; nothing here imports pyroute2, argparse or the CLI.
+standard library at the top; nothing here imports pyroute2, argparse or the CLI. When the warm
+agent (``numa-pin serve``) answers on its socket, :func:`main` hands the request to it and only
+prints the answer; otherwise, or with ``NUMA_PIN_NO_AGENT=1``, :func:`run` admits in-process.
 """
 
 from __future__ import annotations
@@ -119,7 +121,20 @@ def run(argv: list[str], stdin) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(sys.argv[1:] if argv is None else argv, sys.stdin.buffer)
+    """The ``numa-pin-hook`` script: hand the hook to the warm agent (``numa-pin serve``) when
+    one answers on its socket, else (or with ``NUMA_PIN_NO_AGENT=1``) run it in this process."""
+    args = sys.argv[1:] if argv is None else argv
+    if os.environ.get("NUMA_PIN_NO_AGENT") == "1":
+        return run(args, sys.stdin.buffer)
+    import io
+
+    from numa_pin.hook import client
+
+    data = sys.stdin.buffer.read(client.MAX_STDIN_BYTES)
+    rc = client.try_agent(args, data, os.environ)
+    if rc is not None:
+        return rc
+    return run(args, io.BytesIO(data))
 
 
 if __name__ == "__main__":

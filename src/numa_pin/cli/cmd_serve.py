@@ -1,0 +1,29 @@
+"""``numa-pin serve [--socket PATH] [--log PATH]``: the optional warm agent for the OCI hook.
+
+``numa-pin-hook`` hands its admission to this server when the socket answers and runs
+in-process otherwise; see :mod:`numa_pin.hook.server` and ``docs/agent.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+NAME = "serve"
+HELP = "serve hook admissions from a warm process on a Unix socket (the hook falls back without it)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--socket",
+        metavar="PATH",
+        help="Unix socket to listen on (default: $NUMA_PIN_AGENT_SOCKET, else /run/numa-pin/agent.sock)",
+    )
+    parser.add_argument("--log", metavar="PATH", help="append one JSON line per request to PATH")
+
+
+def run(args: argparse.Namespace) -> int:
+    from numa_pin.hook.client import socket_path
+    from numa_pin.hook.server import serve
+
+    return serve(socket_path(os.environ, args.socket), log_path=args.log)

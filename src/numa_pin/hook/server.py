@@ -1,0 +1,653 @@
+"""The warm agent behind ``numa-pin serve``: hook admissions without the import cost.
+
+An in-process hook spends almost all of its time importing numa-pin and the standard library
+it needs. This server imports all of that once, listens on a Unix socket, and forks one child
+per connection; the child runs :func:`numa_pin.hook.main.run` exactly as the hook would and
+sends back the exit code and stderr. The parent never runs an admission, so no state carries
+from one request to the next.
+
+Protocol (see :mod:`numa_pin.hook.client`, which defines it): one framed JSON request, one
+framed JSON reply, then the connection closes. A ``{"fallback": reason}`` reply tells the
+hook to run in-process; the server sends it for a protocol or numa-pin version mismatch, a
+peer in other namespaces, numa-pin sources that changed on disk since the server started,
+an unusable working directory, and when too many children are running.
+
+Security: the socket is ``0600`` in a directory the server creates ``0700``, and every peer
+is checked with ``SO_PEERCRED``: only uid 0 and the server's own uid are served. A peer in a
+different pid, mount, network or cgroup namespace is sent back to run in-process, because
+the OCI state's pid and paths mean what they mean in the hook's namespaces.
+
+Signals: SIGTERM and SIGINT close and unlink the socket (new hooks then run in-process),
+wait up to :data:`DRAIN_S` for running admissions, and return 0. Children ignore SIGTERM,
+SIGINT and SIGHUP, so a stop never interrupts an admission halfway.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import gc
+import importlib
+import io
+import json
+import os
+import select
+import signal
+import socket
+import stat
+import struct
+import sys
+import time
+from binascii import Error as Base64Error
+from binascii import a2b_base64
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TextIO
+
+from numa_pin import __version__
+from numa_pin.errors import AgentError, NumaPinError
+from numa_pin.hook.client import (
+    CONNECT_TIMEOUT_S,
+    MAX_REQUEST_BYTES,
+    MAX_STDIN_BYTES,
+    PASSED_ENV,
+    PROTOCOL,
+    frame,
+)
+
+#: everything a hook can import, loaded before the first fork: what ``sys.modules`` showed after
+#: in-process admissions, a rejection and a release, plus every function-level import of the
+#: hook path (devices, GPUs, psutil for liveness on a real /proc, difflib for config errors).
+#: Left out: pyroute2, which only SR-IOV moves import (in the child, ~20 ms) and which would
+#: add some 250 modules to every fork. tests/agentd checks both halves of this.
+PRELOAD: tuple[str, ...] = (
+    "numa_pin.hook.main",
+    "numa_pin.hook.oci",
+    "numa_pin.hook.admit",
+    "numa_pin.config.load",
+    "numa_pin.config.schema",
+    "numa_pin.agent",
+    "numa_pin.admission.decide",
+    "numa_pin.admission.request",
+    "numa_pin.providers.cpu",
+    "numa_pin.providers.memory",
+    "numa_pin.providers.devices",
+    "numa_pin.allocators.cpu",
+    "numa_pin.allocators.cpu_distribute",
+    "numa_pin.allocators.memory",
+    "numa_pin.allocators.devices",
+    "numa_pin.devices.inventory",
+    "numa_pin.enforcer.gpu",
+    "numa_pin.enforcer.netdev",
+    "numa_pin.topology.cache",
+    "numa_pin.topology.discover",
+    "numa_pin.policy",
+    "numa_pin.policy.options",
+    "numa_pin.ledger.liveness",
+    "encodings.ascii",
+    "encodings.utf_8_sig",
+    "yaml",
+    "syslog",
+    "traceback",
+    "difflib",
+    "psutil",
+)
+#: function-level imports of the hook path that :data:`PRELOAD` leaves out on purpose
+NOT_PRELOADED = ("pyroute2", "pyroute2.netlink.exceptions")
+#: namespaces a peer must share with the server (the OCI pid, paths, cgroups and netdevs
+#: in a request are only meaningful there)
+NAMESPACES = ("pid", "mnt", "net", "cgroup")
+#: admissions in flight at most; further connections are sent back to run in-process
+MAX_CHILDREN = 64
+#: a peer must send its whole request within this many seconds
+READ_TIMEOUT_S = 5.0
+#: how long a stopping server waits for admissions in flight
+DRAIN_S = 35.0
+#: stderr longer than this is cut (a real hook writes one line, or a traceback)
+MAX_STDERR_CHARS = 1 << 20
+_HEADER = struct.Struct("!I")
+_UCRED = struct.Struct("3i")
+_BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One decoded hook request."""
+
+    protocol: int
+    version: str
+    argv: tuple[str, ...]
+    stdin: bytes
+    env: Mapping[str, str]
+    cwd: str
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Who is on the other end of a connection (``SO_PEERCRED``)."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+# ---- protocol (pure) ---------------------------------------------------------------------
+
+
+def decode_request(body: bytes) -> Request:
+    """Parse a request body. Raises ValueError naming the field that is wrong."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"request is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("request is not a JSON object")
+    protocol, version, argv = doc.get("v"), doc.get("version"), doc.get("argv")
+    stdin, env, cwd = doc.get("stdin"), doc.get("env"), doc.get("cwd")
+    if type(protocol) is not int:
+        raise ValueError("request field 'v' must be an integer")
+    if not isinstance(version, str):
+        raise ValueError("request field 'version' must be a string")
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise ValueError("request field 'argv' must be a list of strings")
+    if not isinstance(stdin, str):
+        raise ValueError("request field 'stdin' must be a base64 string")
+    try:
+        data = a2b_base64(stdin.encode("ascii"), strict_mode=True)
+    except (Base64Error, UnicodeEncodeError):
+        raise ValueError("request field 'stdin' is not base64") from None
+    if len(data) > MAX_STDIN_BYTES:
+        raise ValueError(f"request field 'stdin' is larger than {MAX_STDIN_BYTES} bytes")
+    if not isinstance(env, dict) or not all(k in PASSED_ENV and isinstance(v, str) for k, v in env.items()):
+        raise ValueError(f"request field 'env' may only hold strings for {', '.join(PASSED_ENV)}")
+    if not isinstance(cwd, str) or not os.path.isabs(cwd):
+        raise ValueError("request field 'cwd' must be an absolute path")
+    return Request(protocol, version, tuple(argv), data, dict(env), cwd)
+
+
+def encode_reply(rc: int, stderr: str) -> bytes:
+    """A framed ``{"rc", "stderr"}`` reply; stderr past :data:`MAX_STDERR_CHARS` is cut."""
+    if len(stderr) > MAX_STDERR_CHARS:
+        stderr = stderr[:MAX_STDERR_CHARS] + "\n[numa-pin agent: stderr cut]\n"
+    return frame(json.dumps({"rc": rc, "stderr": stderr}).encode("ascii"))
+
+
+def encode_fallback(reason: str) -> bytes:
+    """A framed reply that sends the hook back to run in-process."""
+    return frame(json.dumps({"fallback": reason}).encode("ascii"))
+
+
+def refusal(request: Request, server_version: str = __version__) -> str | None:
+    """Why this server must not run ``request`` (protocol or numa-pin version), or None. Pure."""
+    if request.protocol != PROTOCOL:
+        return f"protocol {request.protocol} (server speaks {PROTOCOL})"
+    if request.version != server_version:
+        return f"numa-pin {request.version} hook, {server_version} agent: restart numa-pin serve after an upgrade"
+    return None
+
+
+def peer_allowed(uid: int, server_uid: int) -> bool:
+    """Only root and the server's own user may have admissions run. Pure."""
+    return uid == 0 or uid == server_uid
+
+
+def exit_status(code: object, stream: TextIO) -> int:
+    """The exit status the interpreter gives ``SystemExit(code)``, writing a message code to
+    ``stream`` as the interpreter would."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=stream)
+    return 1
+
+
+# ---- socket I/O ----------------------------------------------------------------------------
+
+
+def peer_credentials(conn: socket.socket) -> Peer:
+    """``SO_PEERCRED`` of a connected Unix socket. Raises OSError."""
+    pid, uid, gid = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    return Peer(pid, uid, gid)
+
+
+def recv_frame(conn: socket.socket, limit: int) -> bytes:
+    """One length-prefixed frame. Raises ValueError when it is cut short or over ``limit``
+    bytes, OSError (TimeoutError included) from the socket."""
+    (size,) = _HEADER.unpack(_recv_exact(conn, _HEADER.size))
+    if size > limit:
+        raise ValueError(f"frame of {size} bytes is over the {limit}-byte limit")
+    return _recv_exact(conn, size)
+
+
+def _recv_exact(conn: socket.socket, size: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < size:
+        chunk = conn.recv(min(size - len(buf), 1 << 16))
+        if not chunk:
+            raise ValueError(f"connection closed after {len(buf)} of {size} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def namespace_mismatch(peer_pid: int, proc_root: str = "/proc", names: Iterable[str] = NAMESPACES) -> str | None:
+    """The first namespace in which ``peer_pid`` differs from the calling process, or None.
+
+    Compares the ``<proc_root>/<pid>/ns/<name>`` link targets (``pid:[4026531836]``). A kind
+    this kernel does not have (no link for ``self``) is skipped; a peer whose link cannot be
+    read (gone, or pid 0: not visible from this pid namespace) counts as different.
+    """
+    for name in names:
+        try:
+            mine = os.readlink(os.path.join(proc_root, "self", "ns", name))
+        except OSError:
+            continue
+        try:
+            theirs = os.readlink(os.path.join(proc_root, str(peer_pid), "ns", name)) if peer_pid > 0 else None
+        except OSError:
+            theirs = None
+        if theirs != mine:
+            return name
+    return None
+
+
+def open_socket(path: str) -> tuple[int, socket.socket]:
+    """Take ``<path>.lock``, clear a stale socket and listen on ``path`` (mode 0600).
+
+    Creates a missing parent directory with mode 0700; an existing one is used as it is, but
+    one that others may write to without the sticky bit is refused (they could swap the
+    socket). Returns (lock fd, listening socket).
+
+    Raises:
+        AgentError: another ``numa-pin serve`` holds the lock or answers on ``path``; the
+            path is something other than a socket; the directory is unsafe; or an OS error.
+    """
+    parent = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        st = os.stat(parent)
+    except OSError as exc:
+        raise AgentError(f"{parent}: cannot create the agent socket directory: {exc.strerror}") from None
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        raise AgentError(f"{parent}: writable by others without the sticky bit; refusing to put {path} there")
+    lock_path = path + ".lock"
+    try:
+        lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise AgentError(f"{lock_path}: cannot open: {exc.strerror}") from None
+    try:
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise AgentError(f"{path}: another numa-pin serve is running (it holds {lock_path})") from None
+            raise
+        _clear_stale(path)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            listener.bind(path)
+        finally:
+            os.umask(old_umask)
+        os.chmod(path, 0o600)
+        listener.listen(128)
+    except NumaPinError:
+        os.close(lock_fd)
+        raise
+    except OSError as exc:
+        os.close(lock_fd)
+        raise AgentError(f"{path}: cannot listen: {exc.strerror or exc}") from None
+    return lock_fd, listener
+
+
+def _clear_stale(path: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise AgentError(f"{path}: exists and is not a socket; refusing to replace it")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(CONNECT_TIMEOUT_S)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:  # nobody listens: a socket left by a killed server
+        os.unlink(path)
+        return
+    except OSError as exc:
+        raise AgentError(f"{path}: cannot tell whether a server answers there: {exc.strerror or exc}") from None
+    finally:
+        probe.close()
+    raise AgentError(f"{path}: another server answers on this socket")
+
+
+# ---- what the parent keeps -----------------------------------------------------------------
+
+
+def preload(names: Iterable[str] = PRELOAD) -> list[str]:
+    """Import ``names``; return every module loaded afterwards. Raises NumaPinError naming a
+    module that does not import (the hook would fail on it too)."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise AgentError(f"cannot preload {name}: {exc}") from None
+    return sorted(sys.modules)
+
+
+def source_stamps(modules: Iterable[str]) -> dict[str, int]:
+    """``{source file: st_mtime_ns}`` of the numa_pin modules among ``modules``."""
+    stamps: dict[str, int] = {}
+    for name in modules:
+        if name != "numa_pin" and not name.startswith("numa_pin."):
+            continue
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if path:
+            try:
+                stamps[path] = os.stat(path).st_mtime_ns
+            except OSError:
+                stamps[path] = -1
+    return stamps
+
+
+def changed_sources(stamps: Mapping[str, int]) -> list[str]:
+    """The files of ``stamps`` that changed (or vanished) since they were taken."""
+    changed = []
+    for path, mtime in stamps.items():
+        try:
+            now = os.stat(path).st_mtime_ns
+        except OSError:
+            now = -1
+        if now != mtime:
+            changed.append(path)
+    return changed
+
+
+def append_log(path: str | None, record: Mapping[str, object]) -> None:
+    """One JSON line to the ``--log`` file (O_APPEND, one write); OSError is reported, not raised."""
+    if not path:
+        return
+    line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8", "backslashreplace")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        print(f"numa-pin serve: cannot write the log {path}: {exc.strerror}", file=sys.stderr, flush=True)
+
+
+# ---- one request (in the forked child) -----------------------------------------------------
+
+
+def run_request(request: Request, environ: dict | None = None) -> tuple[int, str]:
+    """Run the hook for ``request`` in this process, as ``numa-pin-hook`` would: exit code and
+    stderr. Sets exactly the :data:`~numa_pin.hook.client.PASSED_ENV` variables the request
+    carries (clearing the others) and changes into its working directory.
+
+    Raises OSError when the working directory is unusable (nothing has run then)."""
+    import traceback
+
+    from numa_pin.hook.main import run
+
+    env = os.environ if environ is None else environ
+    os.chdir(request.cwd)
+    for key in PASSED_ENV:
+        if key in request.env:
+            env[key] = request.env[key]
+        else:
+            env.pop(key, None)
+    captured = io.StringIO()
+    saved = sys.stderr
+    sys.stderr = captured
+    try:
+        rc = run(list(request.argv), io.BytesIO(request.stdin))
+    except SystemExit as exc:
+        rc = exit_status(exc.code, captured)
+    except BaseException:  # NUMA_PIN_DEBUG=1: run() re-raises; show what the interpreter would
+        captured.write(traceback.format_exc())
+        rc = 1
+    finally:
+        sys.stderr = saved
+    return rc, captured.getvalue()
+
+
+class AgentServer:
+    """The parent: accepts, checks the peer's uid, forks one child per connection, reaps, and
+    stops on SIGTERM/SIGINT. Build it from :func:`open_socket`'s results, then :meth:`serve`."""
+
+    def __init__(
+        self,
+        path: str,
+        lock_fd: int,
+        listener: socket.socket,
+        *,
+        log_path: str | None = None,
+        proc_root: str = "/proc",
+        stamps: Mapping[str, int] | None = None,
+        max_children: int | None = None,
+    ) -> None:
+        self.path = path
+        self.lock_fd = lock_fd
+        self.listener = listener
+        self.log_path = log_path
+        self.proc_root = proc_root
+        self.stamps = dict(stamps or {})
+        self.max_children = MAX_CHILDREN if max_children is None else max_children
+        self.children: set[int] = set()
+        self.uid = os.geteuid()
+        self.pid = os.getpid()
+        self.stopping = False
+        self._inode = os.stat(path).st_ino
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+
+    # ---- parent ------------------------------------------------------------------------------
+    def serve(self) -> int:
+        """Accept and fork until SIGTERM/SIGINT; then close, drain and return 0."""
+        self.listener.setblocking(False)
+        signal.set_wakeup_fd(self._wake_w)  # any handled signal wakes the select below
+        signal.signal(signal.SIGCHLD, _ignore)
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        try:
+            while not self.stopping:
+                ready, _, _ = select.select([self.listener, self._wake_r], [], [], 5.0)
+                if self._wake_r in ready:
+                    _drain_fd(self._wake_r)
+                self.reap()
+                if self.listener in ready and not self.stopping:
+                    self._accept()
+        finally:
+            if os.getpid() == self.pid:
+                signal.set_wakeup_fd(-1)
+                self.close()
+                self.drain()
+        return 0
+
+    def _stop(self, _signum: int, _frame) -> None:
+        self.stopping = True
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return
+        with conn:
+            conn.setblocking(True)
+            try:
+                peer = peer_credentials(conn)
+            except OSError:
+                return
+            record = {"time": time.time(), "peer_pid": peer.pid, "peer_uid": peer.uid}
+            if not peer_allowed(peer.uid, self.uid):
+                self._refuse(conn, record, f"peer uid {peer.uid} is not allowed (only 0 and {self.uid})")
+                return
+            if len(self.children) >= self.max_children:
+                self._refuse(conn, record, f"{len(self.children)} admissions in flight")
+                return
+            signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)  # no parent handler runs in the child
+            try:
+                pid = os.fork()
+            except OSError as exc:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
+                self._refuse(conn, record, f"cannot fork: {exc.strerror}")
+                return
+            if pid == 0:
+                status = 1
+                try:
+                    self._child(conn, peer)
+                    status = 0
+                finally:
+                    os._exit(status)
+            self.children.add(pid)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
+
+    def reap(self) -> None:
+        """Collect every exited child without blocking."""
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            self.children.discard(pid)
+
+    def close(self) -> None:
+        """Stop listening: remove the socket (only if it is still ours) and release the lock."""
+        try:
+            if os.stat(self.path).st_ino == self._inode:
+                os.unlink(self.path)
+        except OSError:
+            pass
+        self.listener.close()
+        os.close(self.lock_fd)
+
+    def drain(self, limit_s: float = DRAIN_S) -> None:
+        """Wait at most ``limit_s`` seconds for the admissions in flight."""
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        deadline = time.monotonic() + limit_s
+        self.reap()
+        while self.children and time.monotonic() < deadline:
+            time.sleep(0.02)
+            self.reap()
+        if self.children:
+            print(f"numa-pin serve: left {len(self.children)} admissions running", file=sys.stderr, flush=True)
+
+    # ---- child -------------------------------------------------------------------------------
+    def _child(self, conn: socket.socket, peer: Peer) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)  # a stopping server lets the admission finish
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
+        gc.disable()  # a child lives for one request; collecting would only copy pages
+        self.listener.close()
+        for fd in (self.lock_fd, self._wake_r, self._wake_w):
+            os.close(fd)
+        self.handle(conn, peer)
+
+    def handle(self, conn: socket.socket, peer: Peer) -> None:
+        """Read one request from an accepted ``peer``, run it or refuse it, reply. Never raises
+        for socket or protocol trouble (the hook then runs in-process)."""
+        started = time.perf_counter()
+        record: dict[str, object] = {"time": time.time(), "pid": os.getpid(), "peer_pid": peer.pid,
+                                     "peer_uid": peer.uid}
+        before = set(sys.modules) if self.log_path else set()
+        try:
+            conn.settimeout(READ_TIMEOUT_S)
+            request = decode_request(recv_frame(conn, MAX_REQUEST_BYTES))
+        except (OSError, ValueError) as exc:
+            append_log(self.log_path, {**record, "outcome": "bad-request", "reason": str(exc)})
+            return
+        record["argv"] = list(request.argv)
+        reason = refusal(request) or self._environment_refusal(peer)
+        if reason is not None:
+            self._refuse(conn, record, reason)
+            return
+        try:
+            rc, err = run_request(request)
+        except OSError as exc:
+            self._refuse(conn, record, f"working directory {request.cwd}: {exc.strerror}")
+            return
+        append_log(self.log_path, {
+            **record, "outcome": "served", "rc": rc, "ms": round(1000 * (time.perf_counter() - started), 3),
+            "new_modules": sorted(set(sys.modules) - before) if self.log_path else [],
+        })
+        try:
+            conn.sendall(encode_reply(rc, err))
+        except OSError:
+            pass  # the hook gave up and runs in-process; admission is idempotent
+
+    def _refuse(self, conn: socket.socket, record: dict[str, object], reason: str) -> None:
+        print(f"numa-pin serve: sent pid {record['peer_pid']} (uid {record['peer_uid']}) back in-process: {reason}",
+              file=sys.stderr, flush=True)
+        append_log(self.log_path, {**record, "outcome": "fallback", "reason": reason})
+        try:
+            conn.settimeout(READ_TIMEOUT_S)
+            conn.sendall(encode_fallback(reason))
+        except OSError:
+            pass
+
+    def _environment_refusal(self, peer: Peer) -> str | None:
+        ns = namespace_mismatch(peer.pid, self.proc_root)
+        if ns is not None:
+            return f"peer pid {peer.pid} is in another {ns} namespace"
+        changed = changed_sources(self.stamps)
+        if changed:
+            return f"{changed[0]} changed since the agent started: restart numa-pin serve"
+        return None
+
+
+def _ignore(_signum: int, _frame) -> None:
+    """SIGCHLD: nothing to do here; the wake-up fd makes the loop reap."""
+
+
+def _drain_fd(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def serve(path: str, *, log_path: str | None = None, proc_root: str = "/proc", out: TextIO | None = None) -> int:
+    """Preload the hook path, listen on ``path`` and serve until SIGTERM/SIGINT. Returns 0.
+
+    Raises:
+        NumaPinError: a module does not import, or the socket cannot be served (see
+            :func:`open_socket`).
+    """
+    modules = preload()
+    stamps = source_stamps(modules)
+    lock_fd, listener = open_socket(path)
+    server = AgentServer(path, lock_fd, listener, log_path=log_path, proc_root=proc_root, stamps=stamps)
+    print(f"numa-pin serve: numa-pin {__version__} listening on {path} (pid {server.pid}, "
+          f"{len(modules)} modules preloaded)", file=out or sys.stderr, flush=True)
+    return server.serve()
+
+
+__all__ = [
+    "AgentServer",
+    "NAMESPACES",
+    "NOT_PRELOADED",
+    "PRELOAD",
+    "Peer",
+    "Request",
+    "append_log",
+    "changed_sources",
+    "decode_request",
+    "encode_fallback",
+    "encode_reply",
+    "exit_status",
+    "namespace_mismatch",
+    "open_socket",
+    "peer_allowed",
+    "peer_credentials",
+    "preload",
+    "recv_frame",
+    "refusal",
+    "serve",
+    "source_stamps",
+]

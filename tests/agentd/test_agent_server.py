@@ -1,0 +1,790 @@
+"""The warm agent (``numa-pin serve``) and the hook's fallback to running in-process.
+
+The node is the kit's ``intel-2s-ht`` machine with a fake proc tree and a fake cgroup v1 tree
+under ``tmp_path`` (the same set-up as tests/hook/test_hook_fuzz.py). The hook is the installed
+``numa-pin-hook`` script, run as a runtime runs it: a fresh process, OCI state on stdin. The
+server is ``numa-pin serve --socket <tmp> --log <tmp>``; its log (one JSON line per request)
+is how a test knows that the agent, not the in-process fallback, ran a hook.
+
+The oracle for "same result" is the same hook run in-process (``NUMA_PIN_NO_AGENT=1``) on an
+identical second node: exit code, stderr and the ledger grant must be equal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from numa_pin.cpuset import parse_list
+from numa_pin.errors import NumaPinError
+from numa_pin.hook import client, server
+from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
+from numa_pin.ledger.store import Ledger
+from numa_pin.testing import machine, shapes
+
+BIN = Path(sys.executable).parent
+HOOK = shutil.which("numa-pin-hook", path=str(BIN))
+NUMA_PIN = shutil.which("numa-pin", path=str(BIN))
+pytestmark = pytest.mark.skipif(HOOK is None or NUMA_PIN is None, reason="numa-pin scripts not installed")
+WAIT_S = 60.0  # generous bound for a server to start or children to be reaped (never a speed check)
+CPUS_PER_NODE = 16  # intel-2s-ht: 2 sockets x 8 cores x 2 threads
+
+
+# ---- a fake node -----------------------------------------------------------------------------
+
+
+class Node:
+    """One fake node: machine, proc, cgroup v1 cpuset tree, config, state and cache dirs."""
+
+    def __init__(self, root: Path, machines: Path, containers: int = 8) -> None:
+        built = machine.build_once(shapes.SHAPES["intel-2s-ht"](), machines)
+        self.root = root
+        self.sysfs = Path(built.sysfs_root)
+        self.proc, self.cg = root / "proc", root / "cgroup"
+        self.state, self.cache = root / "state", root / "cache"
+        (self.proc / "self").mkdir(parents=True)
+        (self.proc / "self" / "mountinfo").write_text(f"35 25 0:30 / {self.cg}/cpuset rw - cgroup cgroup rw,cpuset\n")
+        top = self.cg / "cpuset"
+        top.mkdir(parents=True)
+        self._cpuset(top)
+        for i in range(containers):
+            self._cpuset(top / f"c{i}")
+            (self.proc / str(self.pid(i))).mkdir()
+            (self.proc / str(self.pid(i)) / "cgroup").write_text(f"4:cpuset:/c{i}\n")
+            (root / "bundles" / f"c{i}").mkdir(parents=True)
+        self.config = root / "config.yaml"
+        self.config.write_text(
+            f"policy: single-numa-node\nsysfs_root: {built.sysfs_root}\nproc_root: {self.proc}\n"
+            f"cgroup_root: {self.cg}\nstate_dir: {self.state}\nsyslog: false\n"
+        )
+        settled = os.stat(self.config).st_mtime - 3600  # the loader caches only files not changed just now
+        os.utime(self.config, (settled, settled))
+
+    @staticmethod
+    def _cpuset(d: Path) -> None:
+        d.mkdir(exist_ok=True)
+        (d / "cpuset.cpus").write_text(f"0-{2 * CPUS_PER_NODE - 1}\n")
+        (d / "cpuset.mems").write_text("0-1\n")
+
+    @staticmethod
+    def pid(i: int) -> int:
+        return 5000 + i
+
+    def state_json(self, i: int, annotations: dict[str, str] | None = None) -> bytes:
+        bundle = self.root / "bundles" / f"c{i}"
+        (bundle / "config.json").write_text(json.dumps({"annotations": annotations or {}, "root": {"path": "rootfs"}}))
+        return json.dumps({"ociVersion": "1.2.0", "id": f"c{i}", "status": "creating", "pid": self.pid(i),
+                           "bundle": str(bundle), "annotations": annotations or {}}).encode()
+
+    def grants(self) -> dict[str, dict]:
+        """The ledger's grants, as dicts without the creation time."""
+        out = {}
+        for cid, grant in Ledger(self.state).read().grants.items():
+            d = grant.to_dict()
+            d.pop("created")
+            out[cid] = d
+        return out
+
+    def granted(self, cid: str) -> frozenset[int]:
+        """The exclusive CPUs the ledger gives ``cid``."""
+        return Ledger(self.state).read().grants[cid].cpus
+
+    def node_cpus(self) -> list[frozenset[int]]:
+        """CPUs of each NUMA node, read from the fake sysfs."""
+        nodes = sorted(self.sysfs.glob("devices/system/node/node[0-9]*"), key=lambda d: int(d.name[4:]))
+        return [parse_list((d / "cpulist").read_text().strip()) for d in nodes]
+
+    def cpuset(self, i: int) -> frozenset[int]:
+        return parse_list((self.cg / "cpuset" / f"c{i}" / "cpuset.cpus").read_text().strip())
+
+
+def hook_env(node: Node, sock: Path | None, **extra: str) -> dict[str, str]:
+    """The hook's environment: no agent at all when ``sock`` is None."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMA_PIN_")}
+    env["NUMA_PIN_CACHE_DIR"] = str(node.cache)
+    if sock is None:
+        env["NUMA_PIN_NO_AGENT"] = "1"
+        env["NUMA_PIN_AGENT_SOCKET"] = str(node.root / "no-such-agent.sock")
+    else:
+        env["NUMA_PIN_AGENT_SOCKET"] = str(sock)
+    env.update(extra)
+    return env
+
+
+def run_hook(node: Node, stdin: bytes, stage: str = "prestart", sock: Path | None = None, *,
+             argv: list[str] | None = None, cwd: Path | None = None, **extra: str) -> tuple[int, str]:
+    args = argv if argv is not None else ["--config", str(node.config), stage]
+    proc = subprocess.run([HOOK, *args], input=stdin, capture_output=True, env=hook_env(node, sock, **extra),
+                          cwd=cwd, timeout=120)
+    return proc.returncode, proc.stderr.decode()
+
+
+# ---- a real server ---------------------------------------------------------------------------
+
+
+class Served:
+    """A ``numa-pin serve`` subprocess on a socket under ``root``."""
+
+    def __init__(self, root: Path, version: str | None = None, max_children: int | None = None) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.sock = root / "run" / "agent.sock"
+        self.log = root / "agent.log"
+        self.err = root / "agent.err"
+        args = ["serve", "--socket", str(self.sock), "--log", str(self.log)]
+        if version is not None:  # an agent of another numa-pin version, as after an upgrade without a restart
+            code = ("import sys, numa_pin; numa_pin.__version__ = sys.argv[1]\n"
+                    "from numa_pin.cli.main import main; sys.exit(main(sys.argv[2:]))")
+            cmd = [sys.executable, "-c", code, version, *args]
+        elif max_children is not None:  # a server at its limit of admissions in flight
+            code = ("import sys\nfrom numa_pin.hook import server\n"
+                    "server.MAX_CHILDREN = int(sys.argv[1])\n"
+                    "from numa_pin.cli.main import main; sys.exit(main(sys.argv[2:]))")
+            cmd = [sys.executable, "-c", code, str(max_children), *args]
+        else:
+            cmd = [NUMA_PIN, *args]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NUMA_PIN_")}
+        with open(self.err, "wb") as err:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        deadline = time.monotonic() + WAIT_S
+        while "listening on" not in self.err.read_text():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                pytest.fail(f"numa-pin serve did not start: {self.err.read_text()}")
+            time.sleep(0.02)
+
+    def records(self, outcome: str | None = None) -> list[dict]:
+        if not self.log.exists():
+            return []
+        recs = [json.loads(line) for line in self.log.read_text().splitlines()]
+        return [r for r in recs if outcome is None or r.get("outcome") == outcome]
+
+    def children(self) -> list[psutil.Process]:
+        return psutil.Process(self.proc.pid).children()
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signum)
+        return self.proc.wait(timeout=WAIT_S)
+
+
+@pytest.fixture
+def node(tmp_path, tmp_path_factory):
+    return Node(tmp_path / "node", tmp_path_factory.getbasetemp() / "machines")
+
+
+@pytest.fixture
+def twin(tmp_path, tmp_path_factory):
+    """A second node identical to ``node``: the in-process oracle runs there."""
+    return Node(tmp_path / "twin", tmp_path_factory.getbasetemp() / "machines")
+
+
+@pytest.fixture
+def served(tmp_path):
+    agent = Served(tmp_path / "agent")
+    yield agent
+    agent.stop(signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def shared_agent(tmp_path_factory):
+    """One server for the tests that do not stop it (every request names its own config)."""
+    agent = Served(tmp_path_factory.mktemp("shared-agent"))
+    yield agent
+    assert agent.stop() == 0
+    assert not agent.sock.exists()
+
+
+def wait_for(predicate, what: str):
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for {what}")
+        time.sleep(0.02)
+
+
+# ---- same answers as in-process --------------------------------------------------------------
+
+
+SAME_CASES = [
+    ({"numa-pin.io/cpus": "2"}, "flag", 0),
+    ({"numa-pin.io/cpus": "4", "numa-pin.io/memory": "1Gi"}, "flag", 0),
+    ({}, "flag", 0),
+    ({"numa-pin.io/cpus": "2"}, "env", 0),
+    ({"numa-pin.io/cpus": "2"}, "relative", 0),
+    ({"numa-pin.io/cpus": "20"}, "flag", 1),
+    ({"numa-pin.io/cpus": "lots"}, "flag", 1),
+]
+SAME_IDS = ["cpus-2", "cpus-and-memory", "shared", "config-from-env", "relative-config-path", "no-fit", "malformed"]
+
+
+@pytest.mark.parametrize("annotations, how, want_rc", SAME_CASES, ids=SAME_IDS)
+def test_agent_gives_the_in_process_result(shared_agent, node, twin, annotations, how, want_rc):
+    def hook(n: Node, sock: Path | None) -> tuple[int, str]:
+        state = n.state_json(1, annotations)
+        if how == "env":
+            return run_hook(n, state, sock=sock, argv=["prestart"], NUMA_PIN_CONFIG=str(n.config))
+        if how == "relative":  # runtimes start hooks in the bundle; the agent must resolve from there
+            return run_hook(n, state, sock=sock, argv=["--config", "config.yaml", "prestart"], cwd=n.root)
+        return run_hook(n, state, sock=sock)
+
+    before = len(shared_agent.records("served"))
+    rc, err = hook(node, shared_agent.sock)
+    want = hook(twin, None)
+    assert (rc, err) == want
+    assert rc == want_rc
+    if rc:
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith("numa-pin: "), err
+        assert json.loads((node.state / "reasons" / "c1.json").read_text())["line"] == lines[0]
+    else:
+        assert err == ""
+    assert node.grants() == twin.grants()
+    assert node.cpuset(1) == twin.cpuset(1)
+    served = shared_agent.records("served")[before:]
+    assert [r["rc"] for r in served] == [want_rc], (
+        f"the agent must run the hook exactly once; its refusals: {shared_agent.records('fallback')}")
+    assert served[0]["new_modules"] == [], "server.PRELOAD misses modules the hook path imports"
+
+
+def test_release_through_the_agent_matches(shared_agent, node, twin):
+    for n, sock in ((node, shared_agent.sock), (twin, None)):
+        state = n.state_json(2, {"numa-pin.io/cpus": "2"})
+        assert run_hook(n, state, sock=sock) == (0, "")
+        assert "c2" in n.grants()
+        assert run_hook(n, state, "poststop", sock=sock) == (0, "")
+        assert n.grants() == {}
+    assert node.cpuset(2) == twin.cpuset(2)
+
+
+def test_oversized_state_is_reported_like_in_process(shared_agent, node, twin):
+    """The hook reads one byte past the OCI state limit, so the agent sees the same verdict."""
+    big = b" " * MAX_DOCUMENT_BYTES + b"{}"
+    got = run_hook(node, big, sock=shared_agent.sock)
+    assert got == run_hook(twin, big, sock=None)
+    assert got[0] == 1 and "larger than" in got[1]
+    assert client.MAX_STDIN_BYTES == MAX_DOCUMENT_BYTES + 1
+
+
+def test_hook_client_path_imports_only_cheap_modules(shared_agent, node):
+    """A hook served by the agent never loads the expensive pure-Python modules."""
+    state = node.state_json(3, {"numa-pin.io/cpus": "2"})
+    code = (
+        "import io, os, sys\nfrom numa_pin.hook import main\n"
+        f"sys.stdin = io.TextIOWrapper(io.BytesIO({state!r}))\n"
+        f"rc = main.main(['--config', {str(node.config)!r}, 'prestart'])\n"
+        "print(rc); print(' '.join(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=hook_env(node, shared_agent.sock), timeout=120)
+    rc, modules = out.stdout.splitlines()[:2]
+    assert rc == "0", out.stderr
+    loaded = set(modules.split())
+    assert not loaded & {"socket", "json", "re", "enum", "base64", "struct", "typing", "dataclasses", "selectors"}
+    assert "numa_pin.agent" not in loaded, "the admission ran in-process, not in the agent"
+    assert len(node.granted("c3")) == 2
+
+
+def _function_level_imports() -> dict[str, set[str]]:
+    """Module name -> hook-path modules that import it inside a function (read from the source)."""
+    import ast
+
+    import numa_pin
+
+    src = Path(numa_pin.__file__).parent
+    skip = ("numa_pin.cli", "numa_pin.testing", "numa_pin.hook.server", "numa_pin.hook.client", "numa_pin.api")
+    found: dict[str, set[str]] = {}
+    for f in sorted(src.rglob("*.py")):
+        mod = ".".join(f.relative_to(src.parent).with_suffix("").parts)
+        if mod.startswith(skip):
+            continue
+        for fn in ast.walk(ast.parse(f.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    found.setdefault(name, set()).add(mod)
+    return found
+
+
+def test_preload_covers_every_function_level_import():
+    """An independent check of server.PRELOAD: every lazy import in the hook path's source is
+    loaded by preload(), except the documented NOT_PRELOADED ones."""
+    code = "import sys\nfrom numa_pin.hook import server\nserver.preload()\nprint(' '.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    loaded = set(out.stdout.split())
+    lazy = _function_level_imports()
+    assert "numa_pin.enforcer.gpu" in lazy and "psutil" in lazy  # the scan finds what it should
+    missing = {name: sorted(users) for name, users in lazy.items()
+               if name not in loaded and name not in server.NOT_PRELOADED}
+    assert missing == {}
+    assert not set(server.NOT_PRELOADED) & loaded
+
+
+# ---- fallbacks -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_hook_runs_in_process_after_the_server_is_gone(tmp_path, node, signum):
+    agent = Served(tmp_path / "agent")
+    assert run_hook(node, node.state_json(0, {"numa-pin.io/cpus": "2"}), sock=agent.sock) == (0, "")
+    assert len(agent.records("served")) == 1
+    agent.stop(signum)
+    assert agent.sock.exists() == (signum == signal.SIGKILL)  # SIGTERM removes it; SIGKILL leaves it stale
+    assert run_hook(node, node.state_json(1, {"numa-pin.io/cpus": "2"}), sock=agent.sock) == (0, "")
+    assert set(node.grants()) == {"c0", "c1"}
+    assert len(agent.records("served")) == 1
+    assert node.cpuset(1) == node.granted("c1")
+
+
+def _stale_socket(path: Path) -> None:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))
+    s.close()  # the file stays; nothing listens
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda p: None, _stale_socket, lambda p: p.write_text("x"), lambda p: p.mkdir()],
+    ids=["missing", "stale-socket", "regular-file", "directory"],
+)
+def test_hook_runs_in_process_without_a_server(node, twin, make):
+    sock = node.root / "agent.sock"
+    make(sock)
+    state = node.state_json(4, {"numa-pin.io/cpus": "2"})
+    assert run_hook(node, state, sock=sock) == (0, "")
+    assert run_hook(twin, twin.state_json(4, {"numa-pin.io/cpus": "2"}), sock=None) == (0, "")
+    assert node.grants() == twin.grants()
+
+
+def test_version_mismatch_falls_back(tmp_path, node):
+    agent = Served(tmp_path / "agent", version="0.0.0-old")
+    try:
+        assert run_hook(node, node.state_json(0, {"numa-pin.io/cpus": "2"}), sock=agent.sock) == (0, "")
+        assert agent.records("served") == []
+        (refused,) = agent.records("fallback")
+        assert "0.0.0-old" in refused["reason"] and "restart" in refused["reason"]
+        assert node.cpuset(0) == node.granted("c0") and len(node.cpuset(0)) == 2
+    finally:
+        assert agent.stop() == 0
+
+
+class DyingAgent:
+    """A fake agent that runs the hook it is sent (in-process, to completion) and then dies
+    without replying: the worst moment for the hook's fallback."""
+
+    def __init__(self, path: Path, node: Node) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.bind(str(path))
+        self.sock.listen(1)
+        self.sock.settimeout(WAIT_S)
+        self.node = node
+        self.result: tuple[int, str] | None = None
+        self.grants_after: dict | None = None
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            conn.settimeout(WAIT_S)
+            request = server.decode_request(server.recv_frame(conn, client.MAX_REQUEST_BYTES))
+            self.result = run_hook(self.node, request.stdin, argv=list(request.argv))
+            self.grants_after = self.node.grants()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("stage", ["prestart", "poststop"], ids=["admit", "release"])
+def test_server_dying_after_the_work_is_safe(node, stage):
+    """Admission and release are idempotent, so running again in-process changes nothing."""
+    state = node.state_json(5, {"numa-pin.io/cpus": "4"})
+    if stage == "poststop":
+        assert run_hook(node, state) == (0, "")
+    dying = DyingAgent(node.root / "dying.sock", node)
+    assert run_hook(node, state, stage, sock=node.root / "dying.sock") == (0, "")
+    dying.thread.join(WAIT_S)
+    assert dying.result == (0, "")
+    assert node.grants() == dying.grants_after
+    if stage == "prestart":
+        assert len(node.granted("c5")) == 4 and node.cpuset(5) == node.granted("c5")
+        assert list(node.grants()) == ["c5"]
+    else:
+        assert node.grants() == {}
+
+
+# ---- concurrency and children ----------------------------------------------------------------
+
+
+def test_concurrent_hooks_get_distinct_cpus_and_leave_no_zombies(served, node):
+    count = 8
+    procs = [
+        subprocess.Popen([HOOK, "--config", str(node.config), "prestart"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=hook_env(node, served.sock))
+        for _ in range(count)
+    ]
+    for i, p in enumerate(procs):
+        p.stdin.write(node.state_json(i, {"numa-pin.io/cpus": "2"}))
+        p.stdin.close()
+    results = [(p.wait(timeout=120), p.stderr.read().decode()) for p in procs]
+    assert results == [(0, "")] * count
+    assert len(served.records("served")) == count
+    cpus = [node.granted(f"c{i}") for i in range(count)]
+    assert all(len(c) == 2 for c in cpus)
+    assert len(frozenset().union(*cpus)) == 2 * count, f"overlapping grants: {cpus}"
+    assert [node.cpuset(i) for i in range(count)] == cpus
+    per_node = node.node_cpus()
+    assert len(per_node) == 2
+    for c in cpus:  # single-numa-node: each grant within one NUMA node
+        assert sum(1 for n in per_node if c & n) == 1, (c, per_node)
+    # every child exits after its reply and is reaped: no zombies, no children left
+    wait_for(lambda: not served.children(), "the server to reap its children")
+    assert served.stop() == 0
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(served.sock) in " ".join(p.info["cmdline"] or [])]
+
+
+def test_stopping_lets_admissions_in_flight_finish(served, node):
+    """SIGTERM to the server and its child (what systemd sends a unit's cgroup) during an
+    admission: the socket goes at once, the admission completes and is answered, then the
+    server exits 0."""
+    node.state.mkdir(parents=True, exist_ok=True)
+    lock = os.open(node.state / "ledger.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # the admission waits here, inside the child
+    try:
+        hook = subprocess.Popen([HOOK, "--config", str(node.config), "prestart"], stdin=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=hook_env(node, served.sock))
+        hook.stdin.write(node.state_json(0, {"numa-pin.io/cpus": "2"}))
+        hook.stdin.close()
+        (child,) = wait_for(served.children, "the server to fork a child")
+        served.proc.send_signal(signal.SIGTERM)
+        child.send_signal(signal.SIGTERM)
+        wait_for(lambda: not served.sock.exists(), "the socket to go")
+        time.sleep(0.5)  # give a server that does not drain the time to exit
+        assert served.proc.poll() is None, "the server exited with an admission in flight"
+        assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        os.close(lock)
+    assert (hook.wait(timeout=120), hook.stderr.read()) == (0, b"")
+    assert served.proc.wait(timeout=WAIT_S) == 0
+    assert [r["rc"] for r in served.records("served")] == [0]
+    assert len(node.granted("c0")) == 2
+
+
+def test_a_server_at_its_limit_sends_hooks_back(tmp_path, node):
+    agent = Served(tmp_path / "agent", max_children=0)
+    try:
+        assert run_hook(node, node.state_json(0, {"numa-pin.io/cpus": "2"}), sock=agent.sock) == (0, "")
+        assert agent.records("served") == []
+        (refused,) = agent.records("fallback")
+        assert "in flight" in refused["reason"]
+        assert len(node.granted("c0")) == 2
+        assert not agent.children(), "the parent refused without forking"
+    finally:
+        assert agent.stop() == 0
+
+
+# ---- server start-up -------------------------------------------------------------------------
+
+
+def test_serve_refuses_a_socket_in_use(shared_agent):
+    out = subprocess.run([NUMA_PIN, "serve", "--socket", str(shared_agent.sock)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 1
+    assert out.stderr.strip().startswith("numa-pin: AgentError: ") and "\n" not in out.stderr.strip()
+    assert shared_agent.proc.poll() is None and shared_agent.sock.exists()
+
+
+def _answering(path: Path) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(path))
+    s.listen(1)
+    return s
+
+
+@pytest.mark.parametrize(
+    "prepare, error",
+    [
+        (lambda p: None, None),
+        (_stale_socket, None),
+        (lambda p: p.write_text("keep me") and None, "not a socket"),
+        (_answering, "another server answers"),
+        (lambda p: os.chmod(p.parent, 0o777), "writable by others"),
+    ],
+    ids=["fresh", "stale-socket-replaced", "regular-file", "server-answers", "unsafe-directory"],
+)
+def test_open_socket(tmp_path, prepare, error):
+    run = tmp_path / "run"
+    run.mkdir(mode=0o755)
+    path = run / "agent.sock"
+    keep = prepare(path)
+    if error is not None:
+        with pytest.raises(NumaPinError, match=error):
+            server.open_socket(str(path))
+        if keep is not None:
+            keep.close()
+        return
+    lock_fd, listener = server.open_socket(str(path))
+    try:
+        assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+        with pytest.raises(NumaPinError, match="another numa-pin serve is running"):
+            server.open_socket(str(path))
+    finally:
+        listener.close()
+        os.close(lock_fd)
+
+
+def test_open_socket_creates_a_private_directory(tmp_path):
+    path = tmp_path / "new" / "agent.sock"
+    lock_fd, listener = server.open_socket(str(path))
+    listener.close()
+    os.close(lock_fd)
+    assert oct(os.stat(path.parent).st_mode & 0o777) == "0o700"
+
+
+# ---- pure pieces -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "uid, server_uid, allowed",
+    [(0, 0, True), (1000, 0, False), (1000, 1000, True), (0, 1000, True), (1001, 1000, False), (65534, 0, False)],
+    ids=["root-root", "user-to-root-server", "same-user", "root-to-user-server", "other-user", "nobody"],
+)
+def test_peer_allowed(uid, server_uid, allowed):
+    assert server.peer_allowed(uid, server_uid) is allowed
+
+
+def _ns_tree(root: Path, mine: dict[str, str], theirs: dict[str, str] | None) -> None:
+    for pid, links in (("self", mine), ("77", theirs)):
+        if links is None:
+            continue
+        d = root / pid / "ns"
+        d.mkdir(parents=True)
+        for name, target in links.items():
+            os.symlink(target, d / name)
+
+
+SAME_NS = {"pid": "pid:[1]", "mnt": "mnt:[2]", "net": "net:[3]", "cgroup": "cgroup:[4]"}
+
+
+@pytest.mark.parametrize(
+    "mine, theirs, want",
+    [
+        (SAME_NS, SAME_NS, None),
+        (SAME_NS, {**SAME_NS, "pid": "pid:[9]"}, "pid"),
+        (SAME_NS, {**SAME_NS, "mnt": "mnt:[9]"}, "mnt"),
+        (SAME_NS, {k: v for k, v in SAME_NS.items() if k != "net"}, "net"),
+        (SAME_NS, None, "pid"),
+        ({k: v for k, v in SAME_NS.items() if k != "cgroup"}, {**SAME_NS, "cgroup": "cgroup:[9]"}, None),
+    ],
+    ids=["same", "other-pid-ns", "other-mount-ns", "peer-link-missing", "peer-gone", "kernel-without-cgroup-ns"],
+)
+def test_namespace_mismatch(tmp_path, mine, theirs, want):
+    _ns_tree(tmp_path, mine, theirs)
+    assert server.namespace_mismatch(77, str(tmp_path)) == want
+
+
+def test_namespace_mismatch_of_this_process_is_none():
+    assert server.namespace_mismatch(os.getpid()) is None
+    assert server.namespace_mismatch(0) is not None  # pid 0: a peer outside our pid namespace
+
+
+def _request(**override) -> bytes:
+    doc = {"v": client.PROTOCOL, "version": "0.1.0", "argv": ["prestart"], "stdin": "e30=",
+           "env": {"NUMA_PIN_DEBUG": "1"}, "cwd": "/"}
+    doc.update(override)
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    "body, error",
+    [
+        (_request(), None),
+        (b"{", "not JSON"),
+        (b"[]", "not a JSON object"),
+        (_request(v="1"), "'v'"),
+        (_request(argv=["a", 1]), "'argv'"),
+        (_request(stdin="!!"), "not base64"),
+        (_request(env={"PATH": "/bin"}), "'env'"),
+        (_request(env={"NUMA_PIN_CONFIG": 1}), "'env'"),
+        (_request(cwd="relative"), "'cwd'"),
+        (_request(version=None), "'version'"),
+    ],
+    ids=["good", "truncated", "array", "protocol-string", "argv-int", "bad-base64", "env-not-passed",
+         "env-not-string", "cwd-relative", "no-version"],
+)
+def test_decode_request(body, error):
+    if error is None:
+        req = server.decode_request(body)
+        assert (req.argv, req.stdin, dict(req.env), req.cwd) == (("prestart",), b"{}", {"NUMA_PIN_DEBUG": "1"}, "/")
+    else:
+        with pytest.raises(ValueError, match=error):
+            server.decode_request(body)
+
+
+@pytest.mark.parametrize(
+    "protocol, version, want",
+    [(client.PROTOCOL, "0.1.0", None), (client.PROTOCOL + 1, "0.1.0", "protocol"), (client.PROTOCOL, "0.2.0", "restart")],
+    ids=["match", "protocol-mismatch", "version-mismatch"],
+)
+def test_refusal(protocol, version, want):
+    req = server.Request(protocol, version, (), b"", {}, "/")
+    reason = server.refusal(req, server_version="0.1.0")
+    assert reason is None if want is None else want in reason
+
+
+def test_client_request_round_trips_through_the_server_decoder(tmp_path):
+    env = {"NUMA_PIN_CONFIG": "/etc/x é.yaml", "NUMA_PIN_DEBUG": "1", "PATH": "/bin", "HOME": "/root"}
+    argv = ["--config", "/odd \udc80 name", "prestart"]
+    body = client.encode_request(argv, b"\x00\xff{}", env, str(tmp_path))
+    req = server.decode_request(body)
+    assert list(req.argv) == argv and req.stdin == b"\x00\xff{}" and req.cwd == str(tmp_path)
+    assert dict(req.env) == {"NUMA_PIN_CONFIG": "/etc/x é.yaml", "NUMA_PIN_DEBUG": "1"}
+    assert req.version == server.__version__ and req.protocol == client.PROTOCOL
+
+
+@pytest.mark.parametrize(
+    "code, rc, printed",
+    [(None, 0, ""), (0, 0, ""), (3, 3, ""), ("usage: x", 1, "usage: x\n")],
+    ids=["none", "zero", "int", "message"],
+)
+def test_exit_status(code, rc, printed):
+    out = io.StringIO()
+    assert server.exit_status(code, out) == rc and out.getvalue() == printed
+
+
+def test_changed_sources(tmp_path):
+    files = [tmp_path / n for n in ("a.py", "b.py", "c.py")]
+    for f in files:
+        f.write_text("x = 1\n")
+    stamps = {str(f): os.stat(f).st_mtime_ns for f in files}
+    assert server.changed_sources(stamps) == []
+    os.utime(files[1], ns=(1, 1))
+    files[2].unlink()
+    assert server.changed_sources(stamps) == [str(files[1]), str(files[2])]
+
+
+def test_run_request_sets_only_passed_env_and_cwd(tmp_path, monkeypatch):
+    environ = {"NUMA_PIN_CONFIG": "/from/server", "NUMA_PIN_CACHE_DIR": "/c", "OTHER": "kept"}
+    monkeypatch.chdir("/")
+    req = server.Request(client.PROTOCOL, server.__version__, ("poststart",), b"", {"NUMA_PIN_DEBUG": "1"},
+                         str(tmp_path))
+    assert server.run_request(req, environ) == (0, "")
+    assert environ == {"NUMA_PIN_DEBUG": "1", "OTHER": "kept"}
+    assert os.getcwd() == str(tmp_path)
+    bad = dataclasses.replace(req, cwd=str(tmp_path / "gone"))
+    with pytest.raises(OSError):
+        server.run_request(bad, environ)
+
+
+def test_run_request_reports_usage_and_tracebacks(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    usage = server.Request(client.PROTOCOL, server.__version__, ("--help",), b"", {}, str(tmp_path))
+    rc, err = server.run_request(usage, {})
+    assert rc == 1 and err.startswith("usage: numa-pin-hook")
+    monkeypatch.setattr("numa_pin.hook.main.run", lambda argv, stdin: 1 / 0)
+    rc, err = server.run_request(usage, {})
+    assert rc == 1 and "Traceback" in err and "ZeroDivisionError" in err
+
+
+# ---- the client against fake servers ---------------------------------------------------------
+
+
+def _reply(doc) -> bytes:
+    return client.frame(json.dumps(doc).encode())
+
+
+FAKE_BEHAVIOURS = {
+    "reply": lambda conn: conn.sendall(_reply({"rc": 3, "stderr": "numa-pin: from the agent\n"})),
+    "fallback-reply": lambda conn: conn.sendall(_reply({"fallback": "busy"})),
+    "close-after-request": lambda conn: None,
+    "garbage-reply": lambda conn: conn.sendall(client.frame(b"not json")),
+    "trailing-garbage": lambda conn: conn.sendall(client.frame(b'{"rc": 0} x')),
+    "huge-length": lambda conn: conn.sendall(b"\xff\xff\xff\xff"),
+    "short-body": lambda conn: conn.sendall(b"\x00\x00\x00\x64" + b"{}"),
+    "rc-not-int": lambda conn: conn.sendall(_reply({"rc": "0", "stderr": ""})),
+    "rc-bool": lambda conn: conn.sendall(_reply({"rc": True, "stderr": ""})),
+}
+
+
+@pytest.mark.parametrize(
+    "behaviour, want",
+    [("reply", 3)] + [(b, None) for b in FAKE_BEHAVIOURS if b != "reply"] + [("close-at-once", None)],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_try_agent_against_fake_servers(tmp_path, capsys, behaviour, want):
+    path = tmp_path / "fake.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+    listener.settimeout(WAIT_S)
+    got: list[bytes] = []
+
+    def serve_once():
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(WAIT_S)
+            if behaviour == "close-at-once":
+                return
+            got.append(server.recv_frame(conn, client.MAX_REQUEST_BYTES))
+            FAKE_BEHAVIOURS[behaviour](conn)
+
+    t = threading.Thread(target=serve_once, daemon=True)
+    t.start()
+    rc = client.try_agent(["--config", "/c.yaml", "prestart"], b'{"id": "x"}', {"NUMA_PIN_DEBUG": "1"}, str(path))
+    t.join(WAIT_S)
+    listener.close()
+    assert rc == want
+    err = capsys.readouterr().err
+    assert err == ("numa-pin: from the agent\n" if want == 3 else "")
+    if got:
+        req = server.decode_request(got[0])
+        assert req.argv == ("--config", "/c.yaml", "prestart") and req.stdin == b'{"id": "x"}'
+
+
+def test_try_agent_refuses_an_oversized_request_without_connecting(tmp_path):
+    path = tmp_path / "fake.sock"
+    listener = _answering(path)
+    listener.settimeout(0.2)
+    try:
+        assert client.try_agent(["prestart"], b"x" * client.MAX_REQUEST_BYTES, {}, str(path)) is None
+        with pytest.raises(TimeoutError):
+            listener.accept()
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize(
+    "flag, env, want",
+    [
+        (None, {}, client.DEFAULT_SOCKET),
+        (None, {client.SOCKET_ENV: "/e.sock"}, "/e.sock"),
+        ("/f.sock", {client.SOCKET_ENV: "/e.sock"}, "/f.sock"),
+        (None, {client.SOCKET_ENV: ""}, client.DEFAULT_SOCKET),
+    ],
+    ids=["default", "env", "flag-beats-env", "empty-env"],
+)
+def test_socket_path(flag, env, want):
+    assert client.socket_path(env, flag) == want
+
