@@ -9,9 +9,16 @@ full cross product) is timed once for small machines and skipped beyond.
 
 Scenarios:
 
-* ``aligned``: 16 CPUs, 64 GiB + 8 hugepages, 1 GPU: a single node fits (preferred path);
+* ``fits-1-node``: 16 CPUs, 64 GiB + 8 hugepages, 1 GPU: one node of the empty machine fits
+  everything (preferred path when a node still does);
 * ``fragmented``: 40 CPUs, 300 GiB + 40 hugepages, 2 GPUs on a heavily used machine where no
   set of ``min_affinity`` nodes fits everything (forces the non-preferred search).
+
+A second table times the **full admission decision** numa-pin makes for a container
+(:func:`numa_pin.admission.decide.decide`: the real CPU, memory and device providers, the
+merge and the allocators) on synthetic machines of 2..64 nodes (32 CPUs, 256 GiB and one GPU
+per node, a quarter of the CPUs already granted), for a request of 8 exclusive CPUs, 16 GiB and
+one GPU.
 
 Run: ``.venv/bin/python bench/merge_scaling.py [--runs N] [--ref-max-nodes N]``
 """
@@ -56,7 +63,12 @@ def build_machine(n: int, used: float, seed: int) -> Machine:
 
     nodes = tuple(range(n))
     total_gpus = tuple(1 if i % 2 == 0 else 0 for i in nodes)
-    gpus = tuple(g if rng.random() > used else 0 for g in total_gpus)
+    gpus = [g if rng.random() > used / 2 else 0 for g in total_gpus]
+    # keep at least two GPUs free so that a 2-GPU request can be placed somewhere
+    for i in range(0, n, 2):
+        if sum(gpus) >= 2:
+            break
+        gpus[i] = total_gpus[i]
     # sockets of 4 nodes: 10 local, 12 same socket, 21 next socket, 32 far away
     distances = {
         a: [10 if a == b else 12 if a // 4 == b // 4 else 21 if abs(a // 4 - b // 4) == 1 else 32 for b in nodes]
@@ -67,7 +79,7 @@ def build_machine(n: int, used: float, seed: int) -> Machine:
         cpus=tuple(free(CPUS_PER_NODE) for _ in nodes),
         mem=tuple(free(MEM_PER_NODE) for _ in nodes),
         hugepages=tuple(free(HUGEPAGES_PER_NODE) for _ in nodes),
-        gpus=gpus,
+        gpus=tuple(gpus),
         total_gpus=total_gpus,
         distances=distances,
     )
@@ -109,7 +121,7 @@ def providers(machine: Machine, cpus: int, mem_gib: int, hugepages: int, gpus: i
 
 
 SCENARIOS: dict[str, tuple[float, tuple[int, int, int, int]]] = {
-    "aligned": (0.45, (16, 64, 8, 1)),
+    "fits-1-node": (0.45, (16, 64, 8, 1)),
     "fragmented": (0.75, (40, 300, 40, 2)),
 }
 
@@ -130,7 +142,7 @@ def main() -> None:
     parser.add_argument("--closest", action="store_true", help="also time prefer-closest-numa-nodes")
     args = parser.parse_args()
 
-    header = f"{'scenario':<11} {'nodes':>5} {'policy':<17} {'closest':<7} {'merge ms':>9} {'reference ms':>13}  result"
+    header = f"{'scenario':<12} {'nodes':>5} {'policy':<17} {'closest':<7} {'merge ms':>9} {'reference ms':>13}  result"
     print(header)
     print("-" * len(header))
     for scenario, (used, request) in SCENARIOS.items():
@@ -139,7 +151,7 @@ def main() -> None:
             hints = providers(machine, *request)
             for policy in POLICIES:
                 for closest in (False, True) if args.closest else (False,):
-                    def run() -> object:
+                    def run(policy: str = policy, closest: bool = closest) -> object:
                         return merge_hints(policy, hints, machine.nodes, machine.distances, closest)
 
                     result = run()
@@ -154,9 +166,61 @@ def main() -> None:
                         ref = f"{'skipped':>13}"
                     hint, admit = result  # type: ignore[misc]
                     print(
-                        f"{scenario:<11} {n:>5} {policy:<17} {str(closest):<7} {ms:9.2f} {ref}  "
+                        f"{scenario:<12} {n:>5} {policy:<17} {str(closest):<7} {ms:9.2f} {ref}  "
                         f"{hint} admit={admit}"
                     )
+    print()
+    full_decision(args.runs)
+
+
+def synthetic_topology(n: int):
+    """``n`` nodes, 4 per socket, 16 cores x 2 threads per node, 256 GiB, one GPU per node."""
+    from numa_pin.topology.model import KIND_GPU, Cpu, HugePages, NumaNode, PciDevice, Topology
+
+    cpus, nodes, gpus = {}, {}, []
+    per = 32
+    for node in range(n):
+        ids = [node * 16 + c for c in range(16)] + [n * 16 + node * 16 + c for c in range(16)]
+        for i, cpu in enumerate(ids):
+            core = node * 16 + i % 16
+            cpus[cpu] = Cpu(id=cpu, socket=node // 4, die=0, core=core, numa=node,
+                            siblings=frozenset({core, n * 16 + core}), l3=node)
+        row = tuple(10 if m == node else (12 if m // 4 == node // 4 else 32) for m in range(n))
+        nodes[node] = NumaNode(node, frozenset(ids), MEM_PER_NODE // 1024, MEM_PER_NODE // 2048, row,
+                               (HugePages(1048576, HUGEPAGES_PER_NODE, HUGEPAGES_PER_NODE),))
+        gpus.append(PciDevice(address=f"0000:{node + 1:02x}:00.0", vendor="0x10de", device="0x20b2",
+                              pci_class="0x030200", numa_node=node, driver="nvidia", kind=KIND_GPU))
+    assert len(cpus) == n * per
+    return Topology(nodes=nodes, cpus=cpus, pci_devices=tuple(gpus))
+
+
+def full_decision(runs: int) -> None:
+    from numa_pin.admission.decide import NodeSettings, decide
+    from numa_pin.admission.request import request_from_oci
+    from numa_pin.ledger.model import Grant, LedgerState
+
+    header = f"{'full decision':<14} {'nodes':>5} {'policy':<17} {'ms':>8}  result"
+    print(header)
+    print("-" * len(header))
+    request = request_from_oci("bench", {"numa-pin.io/cpus": "8", "numa-pin.io/memory": "16Gi",
+                                         "numa-pin.io/devices": "nvidia.com/gpu=1"})
+    for n in (2, 4, 8, 16, 32, 64):
+        topo = synthetic_topology(n)
+        rng = random.Random(n)
+        used = frozenset(rng.sample(sorted(topo.cpu_ids - {0}), len(topo.cpus) // 4))
+        state = LedgerState(grants={"busy": Grant("busy", "busy", "busy", "exclusive", cpus=used,
+                                                   mems=frozenset(topo.nodes))})
+        for policy in POLICIES:
+            settings = NodeSettings(policy=policy, policy_options={"max-allowable-numa-nodes": str(max(8, n))})
+
+            def run(settings: NodeSettings = settings) -> object:
+                return decide(topo, state, request, settings)
+
+            decision = run()
+            ms = median_time(run, runs) * 1000
+            verdict = f"cpus on nodes {sorted({topo.cpus[c].numa for c in decision.cpus})}" if decision.admit \
+                else "rejected"
+            print(f"{'':<14} {n:>5} {policy:<17} {ms:8.2f}  {verdict}")
 
 
 if __name__ == "__main__":

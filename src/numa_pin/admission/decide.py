@@ -94,9 +94,13 @@ class _Machine:
 
 
 def _machine(
-    topology: Topology, state: LedgerState, settings: NodeSettings, container_id: str, need_devices: bool
+    topology: Topology,
+    cpu_topo: CpuTopology,
+    state: LedgerState,
+    settings: NodeSettings,
+    container_id: str,
+    need_devices: bool,
 ) -> _Machine:
-    cpu_topo = CpuTopology.from_topology(topology)
     reserved = reserved_cpus(cpu_topo, settings.cpu_options, settings.reserved_cpus, settings.num_reserved_cpus)
     others = state.without(container_id) if container_id in state.grants else state
     free = topology.cpu_ids - reserved - others.exclusive_cpus()
@@ -277,10 +281,11 @@ def decide(
     policy = request.policy or settings.policy
     scope = request.scope or settings.scope
     options = check_machine(policy, settings.policy_options, topology.node_ids, topology.distance_rows())
-    settings.cpu_options.validate(CpuTopology.from_topology(topology), policy)
+    cpu_topo = CpuTopology.from_topology(topology)
+    settings.cpu_options.validate(cpu_topo, policy)
     need_devices = bool(request.fixed_gpus or request.fixed_pci or request.amounts.devices
                         or (request.pod_amounts is not None and request.pod_amounts.devices))
-    machine = _machine(topology, state, settings, request.container_id, need_devices)
+    machine = _machine(topology, cpu_topo, state, settings, request.container_id, need_devices)
     fixed = resolve_fixed_devices(request, machine)
     all_nodes = frozenset(topology.node_ids)
     mem_nodes = frozenset(n for n, node in topology.nodes.items() if node.memory_total_kb > 0) or all_nodes

@@ -33,28 +33,43 @@ F3. *Otherwise: the best achievable intersection.* With no preferred outcome of 
 
 F4. *Families are never materialized on big machines.* A :class:`CapacityFamily` is the
     upward-closed set of masks holding enough capacity (kubelet's enumeration, described):
-    (a) its preferred hints are its members of size ``min_affinity``, found by a pruned search
-    over those subsets; (b) its narrowest hint has the size ``b`` of its smallest member, found by
-    the same search; (c) intersections of members of several families are again upward-closed
-    (``X = cap M_i`` and ``X <= Y`` give ``Y = cap (M_i | Y)``), every member of a family is an
-    intersection (take the full node set in every other family), so when every list is a
-    non-empty family over ``D`` the best non-preferred answer has count exactly ``B = max b``.
-    A ``B``-set ``S`` is achievable iff the nodes outside ``S`` can be split among the families
-    so that each family's share fits its slack (``capacity(all) - need`` per dimension) and holds
-    none of its ``must_include`` nodes (``M_i = D - share_i`` is then a member, and conversely
-    shares can be made disjoint by upward closure). That feasibility question is answered by a
-    branch-and-bound search (:class:`_Removal`); candidates are searched in rank order: the
-    narrowest is built greedily from the highest node down (exclude the node if some achievable
-    ``B``-set still exists), the closest by a branch-and-bound over ``B``-sets with an
-    average-distance lower bound. Explicit lists mixed with families are merged first (F3); each
-    resulting mask restricts the family search, whose universe it is.
+    (a) its preferred hints are its members of size ``min_affinity``: a preferred outcome made of
+        families is a mask that is such a member of every family, found by a pruned search over
+        ``min_affinity``-subsets (colex order for narrowest, branch and bound for closest);
+    (b) ``B`` for a family is the size ``b`` of its smallest member (same search, sizes upward);
+    (c) intersections of one member per family are upward-closed (``X = cap M_i`` and
+        ``X <= Y`` give ``Y = cap (M_i | Y)``), and every member of a family is such an
+        intersection (take the full node set in every other family). So when every list is a
+        non-empty family over ``D``, a ``B``-set is achievable and, every achievable count
+        between it and ``|D|`` being achievable too, the best non-preferred answer has count
+        exactly ``B = max b``;
+    (d) a set ``S`` is achievable iff the nodes outside ``S`` can be split among the families so
+        that each family's share fits its slack (``capacity(all) - need``, per dimension) and
+        holds none of its ``must_include`` nodes: ``M_i = D - share_i`` is then a member, and
+        conversely shares can be made disjoint because members are upward-closed. This
+        feasibility question (:class:`_Removal`) is a small multi-dimensional bin-packing search:
+        free nodes (zero cost in some family) and fixed nodes (removable by none) are settled
+        first, one family taking everything is tried greedily, then a depth-first search with
+        memoization on the remaining slack and a count bound on optional removals;
+    (e) candidates are searched in rank order: the narrowest ``B``-set is built greedily from the
+        highest node down (leave the node out iff an achievable ``B``-set without it still
+        exists, asked of (d)), the closest by branch and bound over ``B``-sets with an
+        average-distance lower bound, (d) pruning every subtree without an achievable completion.
+        With a single family, (d) reduces to a capacity check and the member searches of (a)
+        answer directly.
+    Explicit lists mixed with families are merged first (F3); each resulting mask ``x`` becomes
+    the universe of the family search, where the achievable sets are upward-closed inside ``x``
+    and the best count is ``B`` if some achievable set has at most ``B`` nodes, else the smallest
+    achievable count, or ``|x|`` when ``B >= |x|``; the best over all ``x`` wins.
 
 Complexity: F2 is linear in the hints; F3 is bounded by distinct masks; F4's searches are
-exponential in the worst case (the feasibility question generalizes multi-dimensional bin
-packing) but pruned by capacity bounds, free nodes (removable at zero cost), memoization on
-remaining slack and incumbent bounds, so realistic 64-node decisions take milliseconds (see
-``bench/merge_scaling.py``). Families on at most :data:`MATERIALIZE_LIMIT` nodes, families with
-nodes outside the machine or with duplicate nodes are simply materialized.
+exponential in the worst case (they generalize multi-dimensional knapsack and min-sum
+``k``-subset problems) but pruned by capacity bounds (with a surrogate constraint across
+dimensions and dominance memoization), free nodes, slack memoization and distance bounds, so
+realistic 64-node decisions take milliseconds (``bench/merge_scaling.py``). Known slow corner:
+prefer-closest on 32-64 nodes with requests spanning a third of the machine or more (seconds).
+Families on at most :data:`MATERIALIZE_LIMIT` nodes, families with nodes outside the machine and
+families with duplicate nodes are simply materialized.
 """
 
 from __future__ import annotations
@@ -379,7 +394,6 @@ class _Removal:
         )
         opt = sorted(bitmask.bits(optional), key=lambda v: (self.cost[v], self.options[v]))
         return _Packing(self, mand, opt).run(r)
-
 
     def _one_family(self, mandatory: int, optional: int, r: int) -> bool:
         """Quick sufficient test: one family removes all of ``mandatory`` and (greedily, lightest
