@@ -87,34 +87,38 @@ def add_container(root: Path, proc: Path, index: int) -> tuple[int, bytes]:
     return pid, json.dumps(state).encode()
 
 
-def bench_hook(runs: int) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix="numa-pin-bench-") as tmp:
-        root = Path(tmp)
-        config, env = fake_node(root)
-        proc = root / "machine" / "proc"
-        bare, admit, release = [], [], []
-        # warm-up: compiles .pyc files, fills the config and topology caches
-        _, warm = add_container(root, proc, 0)
-        for stage in ("prestart", "poststop"):
-            dt, rc, err = timed([HOOK, "--config", str(config), stage], warm, env)
+def measure(root: Path, config: Path, env: dict[str, str], runs: int, warmups: int = 1) -> dict[str, float]:
+    """Admit then release ``runs`` containers, one hook process each; bare starts interleaved."""
+    proc = root / "machine" / "proc"
+    bare, admit, release = [], [], []
+    # the loader caches only a config unchanged for 2 s; measure that steady state
+    time.sleep(max(0.0, 2.1 - (time.time() - config.stat().st_ctime)))
+    _, warm = add_container(root, proc, 0)
+    for stage in ("prestart", "poststop") * warmups:  # fills the config and topology caches
+        dt, rc, err = timed([HOOK, "--config", str(config), stage], warm, env)
+        if rc:
+            raise SystemExit(f"hook failed during warm-up: {err.decode().strip()}")
+    for i in range(1, runs + 1):
+        _, state = add_container(root, proc, i)
+        bare.append(timed([sys.executable, "-c", "pass"])[0])
+        for stage, samples in (("prestart", admit), ("poststop", release)):
+            dt, rc, err = timed([HOOK, "--config", str(config), stage], state, env)
             if rc:
-                raise SystemExit(f"hook failed during warm-up: {err.decode().strip()}")
-        for i in range(1, runs + 1):
-            _, state = add_container(root, proc, i)
-            bare.append(timed([sys.executable, "-c", "pass"])[0])
-            dt, rc, err = timed([HOOK, "--config", str(config), "prestart"], state, env)
-            if rc:
-                raise SystemExit(f"hook admission failed: {err.decode().strip()}")
-            admit.append(dt)
-            dt, rc, err = timed([HOOK, "--config", str(config), "poststop"], state, env)
-            if rc:
-                raise SystemExit(f"hook release failed: {err.decode().strip()}")
-            release.append(dt)
+                raise SystemExit(f"hook {stage} failed: {err.decode().strip()}")
+            samples.append(dt)
     return {
         "bare_p50": pct(bare, 0.5), "bare_p95": pct(bare, 0.95),
         "admit_p50": pct(admit, 0.5), "admit_p95": pct(admit, 0.95),
         "release_p50": pct(release, 0.5), "release_p95": pct(release, 0.95),
     }
+
+
+def bench_hook(runs: int) -> dict[str, float]:
+    """Part 1: the in-process hook."""
+    with tempfile.TemporaryDirectory(prefix="numa-pin-bench-") as tmp:
+        root = Path(tmp)
+        config, env = fake_node(root)
+        return measure(root, config, env, runs)
 
 
 def bench_agent(runs: int) -> dict[str, float]:
@@ -123,7 +127,6 @@ def bench_agent(runs: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="numa-pin-bench-agent-") as tmp:
         root = Path(tmp)
         config, env = fake_node(root)
-        proc = root / "machine" / "proc"
         sock, log = root / "agent" / "agent.sock", root / "agent.log"
         env = dict(env, NUMA_PIN_AGENT_SOCKET=str(sock))
         env.pop("NUMA_PIN_NO_AGENT", None)
@@ -135,35 +138,12 @@ def bench_agent(runs: int) -> dict[str, float]:
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"numa-pin serve did not start: {server.stderr.read().decode().strip()}")
                 time.sleep(0.05)
-            bare, admit, release = [], [], []
-            # the loader caches only a config unchanged for 2 s; measure that steady state
-            time.sleep(max(0.0, 2.1 - (time.time() - config.stat().st_ctime)))
-            _, warm = add_container(root, proc, 0)
-            for stage in ("prestart", "poststop", "prestart", "poststop"):
-                dt, rc, err = timed([HOOK, "--config", str(config), stage], warm, env)
-                if rc:
-                    raise SystemExit(f"hook failed during warm-up: {err.decode().strip()}")
-            for i in range(1, runs + 1):
-                _, state = add_container(root, proc, i)
-                bare.append(timed([sys.executable, "-c", "pass"])[0])
-                dt, rc, err = timed([HOOK, "--config", str(config), "prestart"], state, env)
-                if rc:
-                    raise SystemExit(f"hook admission through the agent failed: {err.decode().strip()}")
-                admit.append(dt)
-                dt, rc, err = timed([HOOK, "--config", str(config), "poststop"], state, env)
-                if rc:
-                    raise SystemExit(f"hook release through the agent failed: {err.decode().strip()}")
-                release.append(dt)
+            result = measure(root, config, env, runs, warmups=2)
         finally:
             server.terminate()
             server.wait(timeout=60)
         served = sum(1 for line in log.read_text().splitlines() if json.loads(line).get("outcome") == "served")
-    return {
-        "bare_p50": pct(bare, 0.5), "bare_p95": pct(bare, 0.95),
-        "admit_p50": pct(admit, 0.5), "admit_p95": pct(admit, 0.95),
-        "release_p50": pct(release, 0.5), "release_p95": pct(release, 0.95),
-        "served": served, "expected": 2 * runs + 4,
-    }
+    return {**result, "served": served, "expected": 2 * runs + 4}
 
 
 def bench_runc(runs: int) -> dict[str, float] | None:

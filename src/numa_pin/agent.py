@@ -77,6 +77,7 @@ class Agent:
         self.ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
         self._topology: Topology | None = None
         self._settings: NodeSettings | None = None
+        self._reserved: frozenset[int] | None = None
 
     # ---- lazily computed facts -------------------------------------------------------------
     @property
@@ -168,11 +169,17 @@ class Agent:
         return shared_pool(self.topology.cpu_ids, exclusive, self.reserved())
 
     def reserved(self) -> frozenset[int]:
-        from numa_pin.allocators.cpu import CpuTopology
-        from numa_pin.providers.cpu import reserved_cpus
+        """The CPUs reserved for the system (computed once per agent: it only depends on config
+        and topology)."""
+        if self._reserved is None:
+            from numa_pin.allocators.cpu import CpuTopology
+            from numa_pin.providers.cpu import reserved_cpus
 
-        s = self.settings
-        return reserved_cpus(CpuTopology.from_topology(self.topology), s.cpu_options, s.reserved_cpus, s.num_reserved_cpus)
+            s = self.settings
+            self._reserved = reserved_cpus(
+                CpuTopology.from_topology(self.topology), s.cpu_options, s.reserved_cpus, s.num_reserved_cpus
+            )
+        return self._reserved
 
     def _shared_refs(self, state: LedgerState, exclude: str | None = None):
         layout = self._layout()
