@@ -298,7 +298,6 @@ def decide(
     if pod is not None:
         # later containers of a pod live inside the pod's affinity; no new merge
         hint = TopologyHint(pod.affinity, True)
-        admit = True
     else:
         amounts = request.amounts
         if scope == "pod" and request.pod_amounts is not None:

@@ -1,0 +1,101 @@
+"""The pure admission decision on the kit's machine shapes (no sysfs: the spec's own model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from numa_pin.admission.decide import NodeSettings, decide
+from numa_pin.admission.request import request_from_oci
+from numa_pin.errors import RequestError
+from numa_pin.ledger.model import Grant, LedgerState, PodRecord
+from numa_pin.testing import machine, shapes
+
+
+def topo(name):
+    return machine.expected_topology(shapes.SHAPES[name]())
+
+
+def busy(t, node, count):
+    """A ledger where ``count`` CPUs of ``node`` are already exclusively granted."""
+    cpus = frozenset(sorted(t.nodes[node].cpus - {0})[:count])
+    return LedgerState(grants={"busy": Grant("busy", "busy", "busy", "exclusive", cpus=cpus, mems=frozenset({node}))})
+
+
+def nodes_of(t, cpus):
+    return {t.cpus[c].numa for c in cpus}
+
+
+def test_container_scope_packs_into_the_fuller_node():
+    t = topo("intel-2s-ht")
+    state = busy(t, 0, 12)  # node 0 has 3 free CPUs left (CPU 0 reserved), node 1 has 16
+    d = decide(t, state, request_from_oci("c", {"numa-pin.io/cpus": "2"}), NodeSettings(policy="restricted"))
+    assert d.admit and nodes_of(t, d.cpus) == {0} and d.mems == frozenset({0})
+
+
+def test_pod_scope_places_later_containers_inside_the_pods_affinity():
+    t = topo("intel-2s-ht")
+    state = busy(t, 0, 12)
+    settings = NodeSettings(policy="restricted", scope="pod")
+    first = decide(t, state, request_from_oci("a", {"numa-pin.io/pod": "p", "numa-pin.io/cpus": "2",
+                                                     "numa-pin.io/pod-cpus": "8"}), settings)
+    assert first.admit and first.pod_affinity == frozenset({1}), "the pod's 8 CPUs only fit node 1"
+    assert nodes_of(t, first.cpus) == {1} and len(first.cpus) == 2
+    state = state.with_grant(Grant("a", "p", "a", "exclusive", cpus=first.cpus, mems=first.mems)).with_pod(
+        PodRecord("p", first.pod_affinity, "restricted", "pod"))
+    second = decide(t, state, request_from_oci("b", {"numa-pin.io/pod": "p", "numa-pin.io/cpus": "2"}), settings)
+    assert second.admit and nodes_of(t, second.cpus) == {1}, "container scope would have chosen node 0"
+    alone = decide(t, state, request_from_oci("b", {"numa-pin.io/pod": "p", "numa-pin.io/cpus": "2"}),
+                   NodeSettings(policy="restricted", scope="container"))
+    assert nodes_of(t, alone.cpus) == {0}
+
+
+@pytest.mark.parametrize(
+    "annotations, admit",
+    [
+        ({"numa-pin.io/cpus": "20"}, True),
+        ({"numa-pin.io/cpus": "20", "numa-pin.io/policy": "single-numa-node"}, False),
+        ({"numa-pin.io/cpus": "20", "numa-pin.io/policy": "restricted"}, True),
+    ],
+    ids=["node-default-best-effort", "override-single-numa-node", "override-restricted"],
+)
+def test_policy_override_by_annotation(annotations, admit):
+    t = topo("intel-2s-ht")
+    d = decide(t, LedgerState(), request_from_oci("c", annotations), NodeSettings(policy="best-effort"))
+    assert d.admit is admit
+    if not admit:
+        assert d.reason.startswith("single-numa-node policy:") and "cpu 20 requested" in d.reason
+
+
+def test_sandbox_and_shared_containers_get_no_exclusive_resources():
+    t = topo("laptop")
+    for ann in ({}, {"io.kubernetes.cri-o.ContainerType": "sandbox", "numa-pin.io/cpus": "2"}):
+        d = decide(t, LedgerState(), request_from_oci("c", ann), NodeSettings())
+        assert d.admit and d.cpus == frozenset() and not d.exclusive
+
+
+def test_device_plugin_gpu_pulls_cpus_and_memory_to_its_node():
+    t = topo("gpu8-sriov")
+    gpu = next(d for d in t.pci_devices if d.kind == "gpu" and d.numa_node == 2)
+    req = request_from_oci("c", {"numa-pin.io/cpus": "4", "numa-pin.io/memory": "1Gi"},
+                           {"NVIDIA_VISIBLE_DEVICES": gpu.gpu_uuid})
+    d = decide(t, LedgerState(), req, NodeSettings(policy="single-numa-node"))
+    assert d.admit and dict(d.devices) == {"nvidia.com/gpu": (gpu.address,)}
+    assert nodes_of(t, d.cpus) == {2} and d.mems == frozenset({2})
+
+
+def test_unknown_fixed_gpu_names_the_env():
+    t = topo("gpu8-sriov")
+    with pytest.raises(RequestError, match="NVIDIA_VISIBLE_DEVICES"):
+        decide(t, LedgerState(), request_from_oci("c", {}, {"NVIDIA_VISIBLE_DEVICES": "GPU-nope"}), NodeSettings())
+
+
+def test_64_nodes_need_the_option_and_then_work():
+    from numa_pin.errors import PolicyError
+
+    t = topo("big-64node")
+    req = request_from_oci("c", {"numa-pin.io/cpus": "2"})
+    with pytest.raises(PolicyError, match="more than 8 NUMA Nodes"):
+        decide(t, LedgerState(), req, NodeSettings(policy="single-numa-node"))
+    d = decide(t, LedgerState(), req, NodeSettings(policy="single-numa-node",
+                                                   policy_options={"max-allowable-numa-nodes": "64"}))
+    assert d.admit and len(nodes_of(t, d.cpus)) == 1
