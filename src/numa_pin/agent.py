@@ -78,6 +78,7 @@ class Agent:
         self._topology: Topology | None = None
         self._settings: NodeSettings | None = None
         self._reserved: frozenset[int] | None = None
+        self._cgroup_layout: cg.CgroupLayout | None = None
 
     # ---- lazily computed facts -------------------------------------------------------------
     @property
@@ -95,8 +96,11 @@ class Agent:
     def _alive(self, grant: Grant) -> bool:
         return is_alive(grant, self.config.proc_root, self.config.cgroup_root)
 
-    def _layout(self):
-        return cg.detect_layout(self.config.proc_root)
+    def _layout(self) -> cg.CgroupLayout:
+        """How cgroups are mounted (read once per agent from mountinfo)."""
+        if self._cgroup_layout is None:
+            self._cgroup_layout = cg.detect_layout(self.config.proc_root)
+        return self._cgroup_layout
 
     # ---- decisions -------------------------------------------------------------------------
     def plan(self, request: ContainerRequest) -> Decision:
