@@ -298,11 +298,16 @@ def _start_time(pid: int | None, proc_root: str) -> float | None:
     return process_start_time(pid, proc_root) if pid else None
 
 
+def reason_path(state_dir: str, container_id: str) -> str:
+    """``<state_dir>/reasons/<id>.json``, the id reduced to a safe file name."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in container_id)[:200] or "_"
+    return os.path.join(state_dir, "reasons", safe + ".json")
+
+
 def write_reason(state_dir: str, container_id: str, line: str, details: Mapping[str, object] | None = None) -> str | None:
     """Keep the rejection reason where ``numa-pin explain`` finds it (crun hides hook stderr)."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in container_id)[:200] or "_"
-    directory = os.path.join(state_dir, "reasons")
-    path = os.path.join(directory, safe + ".json")
+    path = reason_path(state_dir, container_id)
+    directory = os.path.dirname(path)
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         tmp = path + ".tmp"

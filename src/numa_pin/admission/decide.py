@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # memory and device code is imported only when a request need
     from numa_pin.providers.devices import DeviceInfo
 
 NVIDIA_GPU = "nvidia.com/gpu"
+NVIDIA_VENDOR = "0x10de"
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,7 @@ def _machine(
     if NVIDIA_GPU not in devs:
         gpus = tuple(
             DeviceInfo(d.address, () if d.numa_node is None else (d.numa_node,), True)
-            for d in topology.pci_devices
-            if d.kind == KIND_GPU and d.vendor == "0x10de"
+            for d in _nvidia_gpus(topology)
         )
         if gpus:
             devs[NVIDIA_GPU] = gpus
@@ -125,6 +125,11 @@ def _machine(
     return _Machine(topology, cpu_topo, reserved, frozenset(free), devs, free_devs)
 
 
+def _nvidia_gpus(topology: Topology):
+    """The GPUs ``nvidia.com/gpu`` means when the config defines no such resource."""
+    return (d for d in topology.pci_devices if d.kind == KIND_GPU and d.vendor == NVIDIA_VENDOR)
+
+
 def resolve_fixed_devices(request: ContainerRequest, machine: _Machine) -> dict[str, tuple[str, ...]]:
     """Map device-plugin env (``NVIDIA_VISIBLE_DEVICES``, ``PCIDEVICE_*``) to resources and ids.
 
@@ -133,10 +138,7 @@ def resolve_fixed_devices(request: ContainerRequest, machine: _Machine) -> dict[
     """
     fixed: dict[str, list[str]] = {}
     if request.fixed_gpus:
-        gpus = sorted(
-            (d for d in machine.topology.pci_devices if d.kind == KIND_GPU and d.vendor == "0x10de"),
-            key=lambda d: d.address,
-        )
+        gpus = sorted(_nvidia_gpus(machine.topology), key=lambda d: d.address)
         by_uuid = {d.gpu_uuid: d.address for d in gpus if d.gpu_uuid}
         for token in request.fixed_gpus:
             if token.isdigit() and int(token) < len(gpus):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from numa_pin.cli.main import write_out
@@ -20,6 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from numa_pin.agent import reason_path
     from numa_pin.cli.cmd_status import grant_dict
     from numa_pin.ledger.store import Ledger
 
@@ -28,8 +28,7 @@ def run(args: argparse.Namespace) -> int:
     if grant is not None:
         write_out(json.dumps({"granted": grant_dict(grant)}, indent=2) + "\n")
         return 0
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in args.container_id)[:200]
-    path = os.path.join(config.state_dir, "reasons", safe + ".json")
+    path = reason_path(config.state_dir, args.container_id)
     try:
         with open(path, encoding="utf-8") as fp:
             reason = json.load(fp)

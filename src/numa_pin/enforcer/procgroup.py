@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from numa_pin.cpuset import parse_list
+from numa_pin.enforcer.cgroups import read_cgroup_file, write_cgroup_file
 from numa_pin.errors import EnforcementError
 
 PARENT = "numa-pin"
@@ -22,20 +22,10 @@ class ProcGroup:
     rel_path: str  # path inside the hierarchy, as /proc/<pid>/cgroup shows it
 
 
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="ascii") as fp:
-            return fp.read().strip()
-    except OSError as exc:
-        raise EnforcementError(f"cannot read ({exc.strerror})", path=path) from None
-
-
-def _write(path: str, value: str) -> None:
-    try:
-        with open(path, "w", encoding="ascii") as fp:
-            fp.write(value)
-    except OSError as exc:
-        raise EnforcementError(f"cannot write {value!r} ({exc.strerror})", path=path) from None
+def _enable_cpuset(directory: str) -> None:
+    control = os.path.join(directory, "cgroup.subtree_control")
+    if "cpuset" not in read_cgroup_file(control).split():
+        write_cgroup_file(control, "+cpuset")
 
 
 def create(cgroup_root: str, name: str, version: int) -> ProcGroup:
@@ -55,19 +45,16 @@ def create(cgroup_root: str, name: str, version: int) -> ProcGroup:
         if version == 1:
             up = os.path.dirname(directory)
             for leaf in ("cpuset.mems", "cpuset.cpus"):
-                if not _read(os.path.join(directory, leaf)):
-                    _write(os.path.join(directory, leaf), _read(os.path.join(up, leaf)))
+                if not read_cgroup_file(os.path.join(directory, leaf)):
+                    write_cgroup_file(os.path.join(directory, leaf), read_cgroup_file(os.path.join(up, leaf)))
         elif directory == parent:
-            controllers = _read(os.path.join(base, "cgroup.subtree_control")).split()
-            if "cpuset" not in controllers:
-                _write(os.path.join(base, "cgroup.subtree_control"), "+cpuset")
-            if "cpuset" not in _read(os.path.join(parent, "cgroup.subtree_control")).split():
-                _write(os.path.join(parent, "cgroup.subtree_control"), "+cpuset")
+            _enable_cpuset(base)
+            _enable_cpuset(parent)
     return ProcGroup(path, f"/{PARENT}/{name}")
 
 
 def join(group: ProcGroup, pid: int) -> None:
-    _write(os.path.join(group.path, "cgroup.procs"), str(pid))
+    write_cgroup_file(os.path.join(group.path, "cgroup.procs"), str(pid))
 
 
 def remove(group: ProcGroup) -> None:
@@ -76,14 +63,3 @@ def remove(group: ProcGroup) -> None:
         os.rmdir(group.path)
     except OSError:
         return
-
-
-def effective_cpus(group: ProcGroup) -> frozenset[int]:
-    for leaf in ("cpuset.cpus.effective", "cpuset.effective_cpus", "cpuset.cpus"):
-        p = os.path.join(group.path, leaf)
-        if os.path.exists(p):
-            return parse_list(_read(p))
-    return frozenset()
-
-
-__all__ = ["ProcGroup", "create", "effective_cpus", "join", "remove"]

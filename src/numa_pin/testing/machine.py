@@ -1292,14 +1292,11 @@ def build_once(spec: MachineSpec, cache_dir: str | os.PathLike[str]) -> BuiltMac
 # the spec as numa-pin's model
 # ------------------------------------------------------------------------------------------
 def pci_kind(pci_class: str) -> str:
-    """``gpu`` for any display controller (class ``0x03xxxx``), ``nic`` for an Ethernet
-    controller (``0x0200xx``), else ``other`` -- the split numa-pin's discovery makes."""
-    value = int(pci_class, 16)
-    if value >> 16 == 0x03:
-        return KIND_GPU
-    if value >> 8 == 0x0200:
-        return KIND_NIC
-    return KIND_OTHER
+    """The device kind numa-pin's discovery gives a class string (one definition, in
+    :func:`numa_pin.topology.pci.classify`)."""
+    from numa_pin.topology.pci import classify
+
+    return classify(pci_class)
 
 
 def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
