@@ -30,6 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
+from numa_pin.testing.node import FakeNode  # noqa: E402  (after the src path is known)
 VENV_BIN = Path(sys.executable).parent
 HOOK = shutil.which("numa-pin-hook", path=str(VENV_BIN)) or shutil.which("numa-pin-hook")
 
@@ -45,61 +46,33 @@ def timed(cmd: list[str], stdin: bytes | None = None, env: dict[str, str] | None
     return time.perf_counter() - t0, proc.returncode, proc.stderr
 
 
-def fake_node(root: Path) -> tuple[Path, dict[str, str]]:
-    """A fake 2-socket machine, proc tree and cgroup v1 tree; returns (config path, env)."""
-    from numa_pin.testing import machine, shapes
-
-    built = machine.build(shapes.SHAPES["intel-2s-ht"](), root / "machine")
-    proc = Path(built.proc_root)
-    cg = root / "cgroup"
-    (proc / "self").mkdir(parents=True, exist_ok=True)
-    (proc / "self" / "mountinfo").write_text(
-        f"35 25 0:30 / {cg}/cpuset rw,nosuid,nodev,noexec,relatime shared:15 - cgroup cgroup rw,cpuset\n"
-    )
-    parent = cg / "cpuset"
-    parent.mkdir(parents=True)
-    for leaf, value in (("cpuset.cpus", "0-31"), ("cpuset.mems", "0-1")):
-        (parent / leaf).write_text(value + "\n")
-    config = root / "config.yaml"
-    config.write_text(
-        "policy: restricted\n"
-        f"sysfs_root: {built.sysfs_root}\nproc_root: {proc}\ncgroup_root: {cg}\n"
-        f"state_dir: {root / 'state'}\nsyslog: false\n"
-    )
+def fake_node(root: Path) -> tuple[FakeNode, Path, dict[str, str]]:
+    """A fake 2-socket machine, proc tree and cgroup v1 tree; returns (node, config path, env)."""
+    node = FakeNode(root, "intel-2s-ht", parent="bench")
+    config = node.write_config(settled=False, policy="restricted")
     # NUMA_PIN_NO_AGENT: part 1 measures the in-process hook even where an agent is running
-    env = dict(os.environ, NUMA_PIN_CACHE_DIR=str(root / "cache"), NUMA_PIN_NO_AGENT="1")
-    return config, env
+    env = dict(os.environ, NUMA_PIN_CACHE_DIR=str(node.cache_dir), NUMA_PIN_NO_AGENT="1")
+    return node, config, env
 
 
-def add_container(root: Path, proc: Path, index: int) -> tuple[int, bytes]:
-    pid = 100000 + index
-    cg = root / "cgroup" / "cpuset" / "bench" / f"c{index}"
-    cg.mkdir(parents=True, exist_ok=True)
-    (cg / "cpuset.cpus").write_text("0-31\n")
-    (cg / "cpuset.mems").write_text("0-1\n")
-    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
-    (proc / str(pid) / "cgroup").write_text(f"5:cpuset:/bench/c{index}\n1:name=systemd:/bench/c{index}\n")
-    bundle = root / "bundles" / f"c{index}"
-    bundle.mkdir(parents=True, exist_ok=True)
-    (bundle / "config.json").write_text(json.dumps({"annotations": {"numa-pin.io/cpus": "2"}, "root": {"path": "rootfs"}}))
-    state = {"ociVersion": "1.2.0", "id": f"c{index}", "status": "creating", "pid": pid, "bundle": str(bundle),
-             "annotations": {"numa-pin.io/cpus": "2"}}
-    return pid, json.dumps(state).encode()
+def add_container(node: FakeNode, index: int) -> bytes:
+    """A container with 2 exclusive CPUs requested; returns the OCI state for the hook."""
+    pid = node.add_container(f"c{index}", 100000 + index)
+    return node.oci_state(f"c{index}", pid, {"numa-pin.io/cpus": "2"})
 
 
-def measure(root: Path, config: Path, env: dict[str, str], runs: int, warmups: int = 1) -> dict[str, float]:
+def measure(node: FakeNode, config: Path, env: dict[str, str], runs: int, warmups: int = 1) -> dict[str, float]:
     """Admit then release ``runs`` containers, one hook process each; bare starts interleaved."""
-    proc = root / "machine" / "proc"
     bare, admit, release = [], [], []
     # the loader caches only a config unchanged for 2 s; measure that steady state
     time.sleep(max(0.0, 2.1 - (time.time() - config.stat().st_ctime)))
-    _, warm = add_container(root, proc, 0)
+    warm = add_container(node, 0)
     for stage in ("prestart", "poststop") * warmups:  # fills the config and topology caches
         dt, rc, err = timed([HOOK, "--config", str(config), stage], warm, env)
         if rc:
             raise SystemExit(f"hook failed during warm-up: {err.decode().strip()}")
     for i in range(1, runs + 1):
-        _, state = add_container(root, proc, i)
+        state = add_container(node, i)
         bare.append(timed([sys.executable, "-c", "pass"])[0])
         for stage, samples in (("prestart", admit), ("poststop", release)):
             dt, rc, err = timed([HOOK, "--config", str(config), stage], state, env)
@@ -116,9 +89,8 @@ def measure(root: Path, config: Path, env: dict[str, str], runs: int, warmups: i
 def bench_hook(runs: int) -> dict[str, float]:
     """Part 1: the in-process hook."""
     with tempfile.TemporaryDirectory(prefix="numa-pin-bench-") as tmp:
-        root = Path(tmp)
-        config, env = fake_node(root)
-        return measure(root, config, env, runs)
+        node, config, env = fake_node(Path(tmp))
+        return measure(node, config, env, runs)
 
 
 def bench_agent(runs: int) -> dict[str, float]:
@@ -126,7 +98,7 @@ def bench_agent(runs: int) -> dict[str, float]:
     serve_cmd = shutil.which("numa-pin", path=str(VENV_BIN)) or shutil.which("numa-pin")
     with tempfile.TemporaryDirectory(prefix="numa-pin-bench-agent-") as tmp:
         root = Path(tmp)
-        config, env = fake_node(root)
+        node, config, env = fake_node(root)
         sock, log = root / "agent" / "agent.sock", root / "agent.log"
         env = dict(env, NUMA_PIN_AGENT_SOCKET=str(sock))
         env.pop("NUMA_PIN_NO_AGENT", None)
@@ -138,7 +110,7 @@ def bench_agent(runs: int) -> dict[str, float]:
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise SystemExit(f"numa-pin serve did not start: {server.stderr.read().decode().strip()}")
                 time.sleep(0.05)
-            result = measure(root, config, env, runs, warmups=2)
+            result = measure(node, config, env, runs, warmups=2)
         finally:
             server.terminate()
             server.wait(timeout=60)

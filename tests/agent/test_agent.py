@@ -15,50 +15,30 @@ from numa_pin.agent import Agent
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import EnforcementError, TopologyAffinityError
-from numa_pin.testing import machine, shapes
+from numa_pin.testing.node import FakeNode
 
 
-class FakeNode:
-    def __init__(self, root: Path, shape: str = "gpu8-sriov", policy: str = "restricted", devices=None):
-        self.root = root
-        built = machine.build_once(shapes.SHAPES[shape](), root.parent / "machines")
-        self.sysfs, self.proc = str(built.sysfs_root), root / "proc"
-        self.cg = root / "cgroup"
-        (self.proc / "self").mkdir(parents=True)
-        (self.proc / "self" / "mountinfo").write_text(
-            f"35 25 0:30 / {self.cg}/cpuset rw,nosuid - cgroup cgroup rw,cpuset\n"
-        )
-        top = self.cg / "cpuset"
-        top.mkdir(parents=True)
-        (top / "cpuset.cpus").write_text("0-127\n")
-        (top / "cpuset.mems").write_text("0-3\n")
-        self.config = config_from_dict({
-            "policy": policy, "sysfs_root": self.sysfs, "proc_root": str(self.proc), "cgroup_root": str(self.cg),
-            "state_dir": str(root / "state"), "syslog": False,
-            "devices": devices or {
-                "nvidia.com/gpu": [{"vendors": ["0x10de"]}],
-                "example.com/vf": [{"is_vf": True, "has_netdev": True}],
-            },
-        })
+class Node(FakeNode):
+    """The kit's gpu8-sriov machine with a GPU and a VF resource configured."""
+
+    def __init__(self, root: Path, policy: str = "restricted", devices=None):
+        super().__init__(root, "gpu8-sriov", machines=root.parent / "machines", cpus="0-127", mems="0-3")
+        self.cg = self.cgroup_root
+        self.config = config_from_dict(self.config_dict(policy=policy, devices=devices or {
+            "nvidia.com/gpu": [{"vendors": ["0x10de"]}],
+            "example.com/vf": [{"is_vf": True, "has_netdev": True}],
+        }))
 
     def container(self, index: int, cpus: str = "0-127") -> int:
-        pid = 50000 + index
-        d = self.cg / "cpuset" / "ctr" / f"c{index}"
-        d.mkdir(parents=True)
-        (d / "cpuset.cpus").write_text(cpus + "\n")
-        (d / "cpuset.mems").write_text("0-3\n")
-        (self.proc / str(pid)).mkdir()
-        (self.proc / str(pid) / "cgroup").write_text(f"4:cpuset:/ctr/c{index}\n")
-        return pid
+        return self.add_container(f"c{index}", 50000 + index, cpus)
 
-    def cpuset(self, index: int) -> tuple[str, str]:
-        d = self.cg / "cpuset" / "ctr" / f"c{index}"
-        return (d / "cpuset.cpus").read_text().strip(), (d / "cpuset.mems").read_text().strip()
+    def cpuset(self, index: int) -> tuple[str, str]:  # type: ignore[override]
+        return super().cpuset(f"c{index}")
 
 
 @pytest.fixture
 def node(tmp_path):
-    return FakeNode(tmp_path / "n")
+    return Node(tmp_path / "n")
 
 
 def test_exclusive_grant_is_written_and_recorded(node):

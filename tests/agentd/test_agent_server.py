@@ -34,61 +34,35 @@ from numa_pin.errors import NumaPinError
 from numa_pin.hook import client, server
 from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
 from numa_pin.ledger.store import Ledger
-from numa_pin.testing import machine, shapes
+from numa_pin.testing.node import FakeNode
 
 BIN = Path(sys.executable).parent
 HOOK = shutil.which("numa-pin-hook", path=str(BIN))
 NUMA_PIN = shutil.which("numa-pin", path=str(BIN))
 pytestmark = pytest.mark.skipif(HOOK is None or NUMA_PIN is None, reason="numa-pin scripts not installed")
 WAIT_S = 60.0  # generous bound for a server to start or children to be reaped (never a speed check)
-CPUS_PER_NODE = 16  # intel-2s-ht: 2 sockets x 8 cores x 2 threads
 
 
 # ---- a fake node -----------------------------------------------------------------------------
 
 
-class Node:
+class Node(FakeNode):
     """One fake node: machine, proc, cgroup v1 cpuset tree, config, state and cache dirs."""
 
     def __init__(self, root: Path, machines: Path, containers: int = 8) -> None:
-        built = machine.build_once(shapes.SHAPES["intel-2s-ht"](), machines)
-        self.root = root
-        self.sysfs = Path(built.sysfs_root)
-        self.proc, self.cg = root / "proc", root / "cgroup"
-        self.state, self.cache = root / "state", root / "cache"
-        (self.proc / "self").mkdir(parents=True)
-        (self.proc / "self" / "mountinfo").write_text(f"35 25 0:30 / {self.cg}/cpuset rw - cgroup cgroup rw,cpuset\n")
-        top = self.cg / "cpuset"
-        top.mkdir(parents=True)
-        self._cpuset(top)
+        super().__init__(root, "intel-2s-ht", machines=machines)
+        self.sysfs, self.proc, self.cg = self.sysfs_root, self.proc_root, self.cgroup_root
+        self.state, self.cache = self.state_dir, self.cache_dir
         for i in range(containers):
-            self._cpuset(top / f"c{i}")
-            (self.proc / str(self.pid(i))).mkdir()
-            (self.proc / str(self.pid(i)) / "cgroup").write_text(f"4:cpuset:/c{i}\n")
-            (root / "bundles" / f"c{i}").mkdir(parents=True)
-        self.config = root / "config.yaml"
-        self.config.write_text(
-            f"policy: single-numa-node\nsysfs_root: {built.sysfs_root}\nproc_root: {self.proc}\n"
-            f"cgroup_root: {self.cg}\nstate_dir: {self.state}\nsyslog: false\n"
-        )
-        settled = os.stat(self.config).st_mtime - 3600  # the loader caches only files not changed just now
-        os.utime(self.config, (settled, settled))
-
-    @staticmethod
-    def _cpuset(d: Path) -> None:
-        d.mkdir(exist_ok=True)
-        (d / "cpuset.cpus").write_text(f"0-{2 * CPUS_PER_NODE - 1}\n")
-        (d / "cpuset.mems").write_text("0-1\n")
+            self.add_container(f"c{i}", self.pid(i))
+        self.config = self.write_config(policy="single-numa-node")
 
     @staticmethod
     def pid(i: int) -> int:
         return 5000 + i
 
     def state_json(self, i: int, annotations: dict[str, str] | None = None) -> bytes:
-        bundle = self.root / "bundles" / f"c{i}"
-        (bundle / "config.json").write_text(json.dumps({"annotations": annotations or {}, "root": {"path": "rootfs"}}))
-        return json.dumps({"ociVersion": "1.2.0", "id": f"c{i}", "status": "creating", "pid": self.pid(i),
-                           "bundle": str(bundle), "annotations": annotations or {}}).encode()
+        return self.oci_state(f"c{i}", self.pid(i), annotations)
 
     def grants(self) -> dict[str, dict]:
         """The ledger's grants, as dicts without the creation time."""
@@ -108,8 +82,8 @@ class Node:
         nodes = sorted(self.sysfs.glob("devices/system/node/node[0-9]*"), key=lambda d: int(d.name[4:]))
         return [parse_list((d / "cpulist").read_text().strip()) for d in nodes]
 
-    def cpuset(self, i: int) -> frozenset[int]:
-        return parse_list((self.cg / "cpuset" / f"c{i}" / "cpuset.cpus").read_text().strip())
+    def cpus_of(self, i: int) -> frozenset[int]:
+        return parse_list(self.cpuset(f"c{i}")[0])
 
 
 def hook_env(node: Node, sock: Path | None, **extra: str) -> dict[str, str]:
@@ -256,7 +230,7 @@ def test_agent_gives_the_in_process_result(shared_agent, node, twin, annotations
     else:
         assert err == ""
     assert node.grants() == twin.grants()
-    assert node.cpuset(1) == twin.cpuset(1)
+    assert node.cpus_of(1) == twin.cpus_of(1)
     served = shared_agent.records("served")[before:]
     assert [r["rc"] for r in served] == [want_rc], (
         f"the agent must run the hook exactly once; its refusals: {shared_agent.records('fallback')}")
@@ -270,7 +244,7 @@ def test_release_through_the_agent_matches(shared_agent, node, twin):
         assert "c2" in n.grants()
         assert run_hook(n, state, "poststop", sock=sock) == (0, "")
         assert n.grants() == {}
-    assert node.cpuset(2) == twin.cpuset(2)
+    assert node.cpus_of(2) == twin.cpus_of(2)
 
 
 def test_oversized_state_is_reported_like_in_process(shared_agent, node, twin):
@@ -356,7 +330,7 @@ def test_hook_runs_in_process_after_the_server_is_gone(tmp_path, node, signum):
     assert run_hook(node, node.state_json(1, {"numa-pin.io/cpus": "2"}), sock=agent.sock) == (0, "")
     assert set(node.grants()) == {"c0", "c1"}
     assert len(agent.records("served")) == 1
-    assert node.cpuset(1) == node.granted("c1")
+    assert node.cpus_of(1) == node.granted("c1")
 
 
 def _stale_socket(path: Path) -> None:
@@ -386,7 +360,7 @@ def test_version_mismatch_falls_back(tmp_path, node):
         assert agent.records("served") == []
         (refused,) = agent.records("fallback")
         assert "0.0.0-old" in refused["reason"] and "restart" in refused["reason"]
-        assert node.cpuset(0) == node.granted("c0") and len(node.cpuset(0)) == 2
+        assert node.cpus_of(0) == node.granted("c0") and len(node.cpus_of(0)) == 2
     finally:
         assert agent.stop() == 0
 
@@ -428,7 +402,7 @@ def test_server_dying_after_the_work_is_safe(node, stage):
     assert dying.result == (0, "")
     assert node.grants() == dying.grants_after
     if stage == "prestart":
-        assert len(node.granted("c5")) == 4 and node.cpuset(5) == node.granted("c5")
+        assert len(node.granted("c5")) == 4 and node.cpus_of(5) == node.granted("c5")
         assert list(node.grants()) == ["c5"]
     else:
         assert node.grants() == {}
@@ -453,7 +427,7 @@ def test_concurrent_hooks_get_distinct_cpus_and_leave_no_zombies(served, node):
     cpus = [node.granted(f"c{i}") for i in range(count)]
     assert all(len(c) == 2 for c in cpus)
     assert len(frozenset().union(*cpus)) == 2 * count, f"overlapping grants: {cpus}"
-    assert [node.cpuset(i) for i in range(count)] == cpus
+    assert [node.cpus_of(i) for i in range(count)] == cpus
     per_node = node.node_cpus()
     assert len(per_node) == 2
     for c in cpus:  # single-numa-node: each grant within one NUMA node

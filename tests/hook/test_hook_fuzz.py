@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from numa_pin.hook import main as hook_main
-from numa_pin.testing import machine, shapes
+from numa_pin.testing.node import FakeNode
 
 KEYS = ["numa-pin.io/cpus", "numa-pin.io/memory", "numa-pin.io/hugepages-2Mi", "numa-pin.io/hugepages-1Gi",
         "numa-pin.io/devices", "numa-pin.io/policy", "numa-pin.io/scope", "numa-pin.io/pod",
@@ -44,26 +44,10 @@ JSONISH = st.recursive(
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory):
     root = tmp_path_factory.mktemp("hookfuzz")
-    built = machine.build_once(shapes.SHAPES["intel-2s-ht"](), root / "machines")
-    proc = root / "proc"
-    cg = root / "cgroup"
-    (proc / "self").mkdir(parents=True)
-    (proc / "self" / "mountinfo").write_text(f"35 25 0:30 / {cg}/cpuset rw - cgroup cgroup rw,cpuset\n")
-    top = cg / "cpuset"
-    (top / "c").mkdir(parents=True)
-    for d in (top, top / "c"):
-        (d / "cpuset.cpus").write_text("0-31\n")
-        (d / "cpuset.mems").write_text("0-1\n")
-    (proc / "4242").mkdir()
-    (proc / "4242" / "cgroup").write_text("4:cpuset:/c\n")
-    config = root / "config.yaml"
-    config.write_text(
-        f"policy: single-numa-node\nsysfs_root: {built.sysfs_root}\nproc_root: {proc}\n"
-        f"cgroup_root: {cg}\nstate_dir: {root / 'state'}\nsyslog: false\n"
-    )
-    old = os.stat(config).st_mtime - 3600  # settled: the loader caches only files not changed just now
-    os.utime(config, (old, old))
-    return {"root": root, "config": config, "bundle": root / "bundle", "cache": root / "cache"}
+    node = FakeNode(root, "intel-2s-ht", parent="")
+    node.add_container("c", 4242)
+    config = node.write_config(policy="single-numa-node")
+    return {"root": root, "config": config, "bundle": root / "bundle", "cache": node.cache_dir}
 
 
 class WriteGuard:

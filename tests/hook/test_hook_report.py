@@ -10,27 +10,17 @@ import pytest
 
 from numa_pin.cli.main import main as cli_main
 from numa_pin.hook import main as hook_main
-from numa_pin.testing import machine, shapes
+from numa_pin.testing.node import FakeNode
 
 
 @pytest.fixture
 def node(tmp_path):
-    built = machine.build_once(shapes.SHAPES["laptop"](), tmp_path / "machines")
-    proc, cg = tmp_path / "proc", tmp_path / "cgroup"
-    (proc / "self").mkdir(parents=True)
-    (proc / "self" / "mountinfo").write_text(f"35 25 0:30 / {cg}/cpuset rw - cgroup cgroup rw,cpuset\n")
-    for d in (cg / "cpuset", cg / "cpuset" / "c"):
-        d.mkdir(parents=True)
-        (d / "cpuset.cpus").write_text("0-7\n")
-        (d / "cpuset.mems").write_text("0\n")
-    (proc / "77").mkdir()
-    (proc / "77" / "cgroup").write_text("4:cpuset:/c\n")
-    config = tmp_path / "config.yaml"
-    config.write_text(f"policy: restricted\nsysfs_root: {built.sysfs_root}\nproc_root: {proc}\n"
-                      f"cgroup_root: {cg}\nstate_dir: {tmp_path / 'state'}\nsyslog: true\n")
+    fake = FakeNode(tmp_path, "laptop", parent="")
+    fake.add_container("c", 77)
+    config = fake.write_config(tmp_path / "config.yaml", settled=False, policy="restricted", syslog=True)
     bundle = tmp_path / "bundle"
     bundle.mkdir()
-    return config, bundle, tmp_path / "state"
+    return config, bundle, fake.state_dir
 
 
 @pytest.mark.parametrize(
