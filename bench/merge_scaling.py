@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from numa_pin.policy.hint import CapacityFamily
-from numa_pin.policy.merge import merge_hints
+from numa_pin.policy.registry import merge_hints
 from numa_pin.policy.reference import reference_merge
 
 GIB = 1 << 30

@@ -176,8 +176,8 @@ class Agent:
         """The CPUs reserved for the system (computed once per agent: it only depends on config
         and topology)."""
         if self._reserved is None:
-            from numa_pin.allocators.cpu import CpuTopology
-            from numa_pin.providers.cpu import reserved_cpus
+            from numa_pin.topology.cpus import CpuTopology
+            from numa_pin.allocators.cpu import reserved_cpus
 
             s = self.settings
             self._reserved = reserved_cpus(

@@ -13,7 +13,9 @@ from cpu_kubelet_topologies import (
     SINGLE_SOCKET_HT,
     cpus,
 )
-from numa_pin.allocators.cpu import CpuInfo, CpuTopology, take_cpus, take_packed
+from numa_pin.allocators.cpu import take_cpus
+from numa_pin.allocators.cpu_packed import take_packed
+from numa_pin.topology.cpus import CpuInfo, CpuTopology
 from numa_pin.allocators.cpu_distribute import numa_range, standard_deviation, take_distributed
 from numa_pin.errors import AllocationError
 from test_cpu_packed import COMMON
@@ -167,7 +169,7 @@ def _kubelet_reference(topo, avail, n, g):
     """takeByTopologyNUMADistributed as kubelet's Go reads, every combination scored."""
     from itertools import combinations
 
-    from numa_pin.allocators.cpu import CpuAccumulator
+    from numa_pin.allocators.cpu_packed import CpuAccumulator
 
     if n % g:
         return take_packed(topo, avail, n)

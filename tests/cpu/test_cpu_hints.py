@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cpu_kubelet_topologies import DUAL_SOCKET_MULTI_NUMA_HT, HINTS_MACHINE, cpus
-from numa_pin.allocators.cpu import CpuInfo, CpuTopology
+from numa_pin.topology.cpus import CpuInfo, CpuTopology
 from numa_pin.errors import RequestError
 from numa_pin.policy.hint import CapacityFamily, TopologyHint
 from numa_pin.providers.cpu import (

@@ -22,7 +22,9 @@ from cpu_kubelet_topologies import (
     UNCORE_SINGLE_SOCKET_SMT,
     cpus,
 )
-from numa_pin.allocators.cpu import CpuInfo, CpuTopology, take_cpus, take_packed
+from numa_pin.allocators.cpu import take_cpus
+from numa_pin.allocators.cpu_packed import take_packed
+from numa_pin.topology.cpus import CpuInfo, CpuTopology
 from numa_pin.errors import AllocationError
 
 # kubelet commonTakeByTopologyTestCases (shared by packed and distributed)

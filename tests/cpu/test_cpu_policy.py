@@ -19,14 +19,12 @@ from cpu_kubelet_topologies import (
     cpus,
 )
 from numa_pin.errors import AllocationError, PolicyError, RequestError, SMTAlignmentError
-from numa_pin.providers.cpu import (
+from numa_pin.providers.cpu import CpuOptions, guaranteed_cpus, pod_cpu_request
+from numa_pin.allocators.cpu import (
     APP,
     INIT,
     RESTARTABLE_INIT,
-    CpuOptions,
     allocate_cpus,
-    guaranteed_cpus,
-    pod_cpu_request,
     policy_take,
     reserved_cpus,
     reserved_physical_cpus,

@@ -17,7 +17,8 @@ from cpu_kubelet_topologies import (
     TRIPLE_SOCKET_HT,
     cpus,
 )
-from numa_pin.allocators.cpu import CpuAccumulator, CpuInfo, CpuTopology
+from numa_pin.allocators.cpu_packed import CpuAccumulator
+from numa_pin.topology.cpus import CpuInfo, CpuTopology
 from numa_pin.errors import AllocationError, TopologyError
 from numa_pin.topology.model import Cpu, NumaNode, Topology
 

@@ -7,7 +7,6 @@ import pytest
 from numa_pin.errors import RequestError
 from numa_pin.policy.hint import CapacityFamily
 from numa_pin.providers.devices import (
-    DeviceInfo,
     available_devices,
     container_device_hints,
     device_hint_family,
@@ -16,6 +15,7 @@ from numa_pin.providers.devices import (
     pod_device_request,
     resource_device_hints,
 )
+from numa_pin.devices.model import DeviceInfo
 
 T, F = True, False
 NODES = (0, 1)

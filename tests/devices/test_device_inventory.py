@@ -6,7 +6,7 @@ import pytest
 
 from numa_pin.devices.inventory import DeviceResource, Selector, check_resource_name, inventory, parent_keys
 from numa_pin.errors import ConfigError
-from numa_pin.providers.devices import DeviceInfo
+from numa_pin.devices.model import DeviceInfo
 from numa_pin.testing.machine import expected_topology
 from numa_pin.testing.shapes import shape
 from numa_pin.topology.model import PciDevice, Topology

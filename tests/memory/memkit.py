@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from numa_pin.policy.hint import CapacityFamily, TopologyHint
-from numa_pin.providers.memory import MemoryState, MemoryTable, NodeMemory
+from numa_pin.topology.memory import MemoryState, MemoryTable, NodeMemory
 from numa_pin.topology.model import Cpu, HugePages, NumaNode, Topology
 
 KiB = 1 << 10

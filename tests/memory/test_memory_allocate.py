@@ -7,7 +7,8 @@ import pytest
 from memkit import GiB, MiB, assign, hand_state, machine, readable
 from numa_pin.allocators.memory import MemoryGrant, allocate_memory
 from numa_pin.errors import AllocationError
-from numa_pin.providers.memory import build_memory_state, memory_hints, reusable_key
+from numa_pin.providers.memory import memory_hints, reusable_key
+from numa_pin.topology.memory import build_memory_state
 
 HP1G = "hugepages-1Gi"
 TWO = machine([4, 4], hugepages={1048576: (2, 2)})  # memory 2Gi + hugepages-1Gi 2Gi allocatable per node

@@ -10,13 +10,8 @@ import pytest
 
 from memkit import GiB, MiB, assign, hand_state, machine, readable
 from numa_pin.policy.hint import CapacityFamily
-from numa_pin.providers.memory import (
-    MemoryBlock,
-    build_memory_state,
-    memory_hint_family,
-    memory_hints,
-    reusable_key,
-)
+from numa_pin.providers.memory import memory_hint_family, memory_hints, reusable_key
+from numa_pin.topology.memory import MemoryBlock, build_memory_state
 
 T, F = True, False
 HP1G = "hugepages-1Gi"

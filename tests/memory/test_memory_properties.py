@@ -19,13 +19,8 @@ from numa_pin.allocators.memory import allocate_memory
 from numa_pin.errors import AllocationError
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import CapacityFamily
-from numa_pin.providers.memory import (
-    best_memory_hint,
-    build_memory_state,
-    memory_hint_family,
-    memory_hints,
-    reusable_key,
-)
+from numa_pin.providers.memory import best_memory_hint, memory_hint_family, memory_hints, reusable_key
+from numa_pin.topology.memory import build_memory_state
 
 UNIT = 512 * MiB
 HP1G = "hugepages-1Gi"

@@ -6,13 +6,13 @@ import pytest
 
 from memkit import GiB, MiB, assign, machine
 from numa_pin.errors import ConfigError, LedgerError, RequestError
-from numa_pin.providers.memory import (
+from numa_pin.providers.memory import pod_memory_request
+from numa_pin.topology.memory import (
     MemoryTable,
     build_memory_state,
     check_request,
     hugepage_size_kb,
     hugepages_resource,
-    pod_memory_request,
 )
 
 

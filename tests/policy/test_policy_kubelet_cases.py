@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pytest
 
 from numa_pin.policy.hint import TopologyHint as H
-from numa_pin.policy.merge import merge_hints
+from numa_pin.policy.registry import merge_hints
 from numa_pin.policy.reference import reference_merge
 
 TWO = [0, 1]

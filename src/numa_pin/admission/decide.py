@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from numa_pin import names
 from numa_pin.admission.request import Amounts, ContainerRequest
-from numa_pin.allocators.cpu import CpuTopology
+from numa_pin.topology.cpus import CpuTopology
 from numa_pin.errors import (
     AdmissionError,
     AllocationError,
@@ -32,14 +33,15 @@ from numa_pin.errors import (
 from numa_pin.ledger.model import LedgerState
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import TopologyHint
-from numa_pin.policy.merge import merge_hints
+from numa_pin.policy.registry import merge_hints
 from numa_pin.policy.options import check_machine
-from numa_pin.providers.cpu import CpuOptions, allocate_cpus, cpu_hint_family, reserved_cpus
+from numa_pin.providers.cpu import CpuOptions, cpu_hint_family
+from numa_pin.allocators.cpu import allocate_cpus, reserved_cpus
 from numa_pin.topology.model import KIND_GPU, Topology
 
 if TYPE_CHECKING:  # memory and device code is imported only when a request needs it
     from numa_pin.devices.inventory import DeviceResource
-    from numa_pin.providers.devices import DeviceInfo
+    from numa_pin.devices.model import DeviceInfo
 
 NVIDIA_GPU = "nvidia.com/gpu"
 NVIDIA_VENDOR = "0x10de"
@@ -49,8 +51,8 @@ NVIDIA_VENDOR = "0x10de"
 class NodeSettings:
     """The node-wide part of the config that decisions depend on."""
 
-    policy: str = "best-effort"
-    scope: str = "container"
+    policy: str = names.DEFAULT_POLICY
+    scope: str = names.DEFAULT_SCOPE
     policy_options: Mapping[str, object] = field(default_factory=dict)
     cpu_options: CpuOptions = field(default_factory=CpuOptions)
     reserved_cpus: frozenset[int] | None = None
@@ -108,7 +110,7 @@ def _machine(
     if not need_devices:
         return _Machine(topology, cpu_topo, reserved, frozenset(free), {}, {})
     from numa_pin.devices.inventory import inventory
-    from numa_pin.providers.devices import DeviceInfo
+    from numa_pin.devices.model import DeviceInfo
 
     devs = dict(inventory(topology, settings.device_resources))
     if NVIDIA_GPU not in devs:
@@ -176,7 +178,8 @@ def _provider_hints(
     mem_req = amounts.memory_resources
     mem = None
     if mem_req:
-        from numa_pin.providers.memory import build_memory_state, memory_hint_family
+        from numa_pin.providers.memory import memory_hint_family
+        from numa_pin.topology.memory import build_memory_state
 
         mem_state = build_memory_state(machine.topology, settings.reserved_memory, _assignments(state, container_id))
         mem = memory_hint_family(mem_state, mem_req)
@@ -211,7 +214,7 @@ def _free_summary(machine: _Machine, state: LedgerState, amounts: Amounts, setti
         parts.append(f"cpu {amounts.cpus} requested, free per node: {per}")
     mem_req = amounts.memory_resources
     if mem_req:
-        from numa_pin.providers.memory import build_memory_state
+        from numa_pin.topology.memory import build_memory_state
 
         mem_state = build_memory_state(machine.topology, settings.reserved_memory, _assignments(state, cid))
         for res, want in mem_req.items():
@@ -251,7 +254,7 @@ def _allocate(
     mem_group: frozenset[int] = frozenset()
     if amounts.memory_resources:
         from numa_pin.allocators.memory import allocate_memory
-        from numa_pin.providers.memory import build_memory_state
+        from numa_pin.topology.memory import build_memory_state
 
         mem_state = build_memory_state(machine.topology, settings.reserved_memory, _assignments(state, container_id))
         grant = allocate_memory(mem_state, amounts.memory_resources, affinity)
@@ -295,14 +298,14 @@ def decide(
     if request.amounts.empty and not fixed:
         return Decision(request.container_id, True, policy, scope, TopologyHint(None, True), mems=frozenset())
 
-    pod = state.pods.get(request.pod_id) if scope == "pod" else None
+    pod = state.pods.get(request.pod_id) if scope == names.POD_SCOPE else None
     pod_affinity: frozenset[int] | None = None
     if pod is not None:
         # later containers of a pod live inside the pod's affinity; no new merge
         hint = TopologyHint(pod.affinity, True)
     else:
         amounts = request.amounts
-        if scope == "pod" and request.pod_amounts is not None:
+        if scope == names.POD_SCOPE and request.pod_amounts is not None:
             amounts = request.pod_amounts
         providers = _provider_hints(machine, state, amounts, fixed, settings, request.container_id)
         hint, admit = merge_hints(
@@ -317,12 +320,12 @@ def decide(
             return Decision(
                 request.container_id, False, policy, scope, hint,
                 reason=f"{policy} policy: resources cannot be aligned on "
-                f"{'one NUMA node' if policy == 'single-numa-node' else 'their preferred NUMA nodes'} ({why})",
+                f"{'one NUMA node' if policy == names.SINGLE_NUMA_NODE else 'their preferred NUMA nodes'} ({why})",
             )
-        if scope == "pod":
+        if scope == names.POD_SCOPE:
             pod_affinity = hint.affinity if hint.affinity is not None else all_nodes
 
-    affinity = hint.affinity if policy != "none" else None
+    affinity = hint.affinity if policy != names.NONE else None
     try:
         cpus, memory, mem_group, devices = _allocate(machine, state, request.amounts, fixed, affinity, settings, request.container_id)
     except AllocationError as exc:
@@ -332,7 +335,7 @@ def decide(
         )
     if mem_group:
         mems = mem_group
-    elif affinity is not None and policy != "none":
+    elif affinity is not None and policy != names.NONE:
         mems = affinity & mem_nodes or mem_nodes
     else:
         mems = mem_nodes

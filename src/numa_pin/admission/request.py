@@ -28,12 +28,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from numa_pin import names
 from numa_pin.errors import RequestError
 from numa_pin.quantity import parse_bytes, parse_count
 
 PREFIX = "numa-pin.io/"
-POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
-SCOPES = ("container", "pod")
+POLICIES = names.POLICIES
+SCOPES = names.SCOPES
 HUGEPAGE_RESOURCES = {"hugepages-2Mi": 2048, "hugepages-1Gi": 1048576}
 #: hugepageLimits pageSize spellings (runtime-spec uses "2MB"/"1GB") -> resource name
 _PAGE_SIZES = {

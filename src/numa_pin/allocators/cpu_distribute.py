@@ -28,14 +28,9 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from numa_pin.allocators.cpu import (
-    PACKED,
-    CpuAccumulator,
-    CpuTopology,
-    not_enough_cpus,
-    take_packed,
-)
+from numa_pin.allocators.cpu_packed import PACKED, CpuAccumulator, not_enough_cpus, take_packed
 from numa_pin.errors import AllocationError
+from numa_pin.topology.cpus import CpuTopology
 
 
 def _go_round3(x: float) -> float:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 from numa_pin.errors import AllocationError, RequestError
 from numa_pin.policy import bitmask
-from numa_pin.providers.devices import DeviceInfo
+from numa_pin.devices.model import DeviceInfo
 
 Key = Callable[[str], Hashable]
 

@@ -15,14 +15,8 @@ from types import MappingProxyType
 
 from numa_pin.errors import AllocationError
 from numa_pin.policy import bitmask
-from numa_pin.providers.memory import (
-    Assignment,
-    MemoryBlock,
-    MemoryState,
-    best_memory_hint,
-    check_request,
-    reusable_by_mask,
-)
+from numa_pin.providers.memory import best_memory_hint, reusable_by_mask
+from numa_pin.topology.memory import Assignment, MemoryBlock, MemoryState, check_request
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from numa_pin import names
 from numa_pin.admission.request import ContainerRequest
 
 
@@ -31,9 +32,9 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--hugepages-2Mi", dest="hugepages_2mi", metavar="QTY", help="2 MiB hugepages to align")
     g.add_argument("--hugepages-1Gi", dest="hugepages_1gi", metavar="QTY", help="1 GiB hugepages to align")
     g.add_argument("--devices", metavar="RES=N[,RES=N]", help="devices, e.g. nvidia.com/gpu=1")
-    g.add_argument("--policy", choices=("none", "best-effort", "restricted", "single-numa-node"),
+    g.add_argument("--policy", choices=names.POLICIES,
                    help="override the node policy")
-    g.add_argument("--scope", choices=("container", "pod"), help="override the node scope")
+    g.add_argument("--scope", choices=names.SCOPES, help="override the node scope")
     g.add_argument("--pod", metavar="ID", help="pod this workload belongs to (pod scope)")
 
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from numa_pin.errors import ConfigError
-from numa_pin.providers.devices import DeviceInfo
+from numa_pin.devices.model import DeviceInfo
 from numa_pin.topology.model import PciDevice, Topology
 
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"

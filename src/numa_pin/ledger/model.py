@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeGuard
 
-from numa_pin import __version__
+from numa_pin import __version__, names
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.errors import LedgerCorrupt
 
@@ -70,8 +70,8 @@ class Grant:
     devices: Mapping[str, tuple[str, ...]] = field(default_factory=_empty, hash=False)
     memory: Mapping[str, Mapping[int, int]] = field(default_factory=_empty, hash=False)
     affinity: frozenset[int] | None = None
-    policy: str = "none"
-    scope: str = "container"
+    policy: str = names.NONE
+    scope: str = names.CONTAINER_SCOPE
     created: float = 0.0
     netdevs: tuple[Mapping[str, str], ...] = field(default=(), hash=False)
 
@@ -175,8 +175,8 @@ class PodRecord:
 
     pod_id: str
     affinity: frozenset[int] | None = None
-    policy: str = "none"
-    scope: str = "pod"
+    policy: str = names.NONE
+    scope: str = names.POD_SCOPE
     created: float = 0.0
 
     def __post_init__(self) -> None:

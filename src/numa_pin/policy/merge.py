@@ -80,7 +80,7 @@ from dataclasses import dataclass
 
 from numa_pin.policy import bitmask
 from numa_pin.policy.base import HintList, NumaInfo, Ranker
-from numa_pin.policy.hint import CapacityFamily, ProviderHints, TopologyHint
+from numa_pin.policy.hint import CapacityFamily, TopologyHint
 
 #: families over at most this many nodes are materialized (their lists are small)
 MATERIALIZE_LIMIT = 4
@@ -711,28 +711,3 @@ def merge_lists(
         return TopologyHint.from_mask(best, True)
     best = _best_non_preferred(explicit, fams, default, ranker)
     return TopologyHint.from_mask(default if best is None else best, False)
-
-
-def merge_hints(
-    policy: str,
-    providers_hints: Sequence[ProviderHints] | None,
-    numa_nodes: Sequence[int],
-    distances: Mapping[int, Sequence[int]] | None = None,
-    prefer_closest: bool = False,
-) -> tuple[TopologyHint, bool]:
-    """Merge one container's (or pod's) provider hints under ``policy``; return ``(hint, admit)``.
-
-    ``providers_hints`` has one entry per provider: ``None`` or ``{resource: hints}`` where
-    hints is a list of :class:`TopologyHint`, a :class:`CapacityFamily` or ``None``.
-    ``distances[node]`` lists the distance to each node of ``sorted(numa_nodes)``.
-
-    Raises :class:`PolicyError` for an unknown policy, malformed hints, or prefer-closest without
-    distances; :class:`TopologyError` for bad node ids or distance values.
-    """
-    from numa_pin.policy import get_policy
-    from numa_pin.policy.options import PolicyOptions
-
-    pol = get_policy(policy, PolicyOptions(prefer_closest_numa_nodes=prefer_closest))
-    info = NumaInfo.build(numa_nodes, distances)
-    hint = pol.merge(providers_hints, info)
-    return hint, pol.can_admit(hint)

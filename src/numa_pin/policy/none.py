@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from numa_pin import names
 from numa_pin.policy.base import NumaInfo, Policy
 from numa_pin.policy.hint import ProviderHints, TopologyHint
 
-NAME = "none"
+NAME = names.NONE
 
 
 class NonePolicy(Policy):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from numa_pin import names
 from numa_pin.errors import PolicyError
 
 PREFER_CLOSEST_NUMA_NODES = "prefer-closest-numa-nodes"
@@ -142,9 +143,9 @@ def check_machine(
        N NUMA Nodes`` (plus how numa-pin lifts the limit).
 
     Raises :class:`PolicyError`. Policy and scope names are checked by
-    :func:`numa_pin.policy.get_policy` and :func:`numa_pin.policy.check_scope`.
+    :func:`numa_pin.policy.registry.get_policy` and :func:`numa_pin.policy.registry.check_scope`.
     """
-    if policy_name == "none":
+    if policy_name == names.NONE:
         return PolicyOptions()
     opts = options if isinstance(options, PolicyOptions) else parse_options(options)
     nodes = list(range(num_nodes)) if isinstance(num_nodes, int) else sorted(num_nodes)

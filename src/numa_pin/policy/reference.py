@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import product
 
+from numa_pin import names
 from numa_pin.errors import PolicyError
 from numa_pin.policy.hint import CapacityFamily, ProviderHints, TopologyHint
 
-_POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
+_POLICIES = names.POLICIES
 
 
 def _bits(mask: int) -> list[int]:
@@ -208,21 +209,21 @@ def reference_merge(
     """
     if policy not in _POLICIES:
         raise PolicyError(f'unknown policy: "{policy}"')
-    if policy == "none":
+    if policy == names.NONE:
         return TopologyHint(None, False), True
     nodes = sorted(numa_nodes)
     lists = filter_providers_hints(providers_hints)
-    closest = prefer_closest and policy != "single-numa-node"
+    closest = prefer_closest and policy != names.SINGLE_NUMA_NODE
     if closest and (distances is None or any(len(distances.get(n) or ()) < len(nodes) for n in nodes)):
         raise PolicyError("prefer-closest-numa-nodes needs the NUMA distances")
-    if policy == "single-numa-node":
+    if policy == names.SINGLE_NUMA_NODE:
         lists = filter_single_numa_hints(lists)
     hint = HintMerger(nodes, lists, closest, distances).merge()
-    if policy == "single-numa-node":
+    if policy == names.SINGLE_NUMA_NODE:
         default = 0
         for n in nodes:
             default |= 1 << n
         if hint.mask == default:
             hint = TopologyHint(None, hint.preferred)
-    admit = True if policy == "best-effort" else hint.preferred
+    admit = True if policy == names.BEST_EFFORT else hint.preferred
     return hint, admit
