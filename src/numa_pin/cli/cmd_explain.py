@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.agent import reason_path
+    from numa_pin.report import reason_path
     from numa_pin.cli.cmd_status import grant_dict
     from numa_pin.ledger.store import Ledger
 

@@ -58,7 +58,7 @@ def print_decision(decision, as_json: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.agent import Agent
+    from numa_pin.service import NodeService
 
     config = load(args)
     if args.bundle:
@@ -73,6 +73,6 @@ def run(args: argparse.Namespace) -> int:
         request = request_from_spec(state, spec, config)
     else:
         request = request_from_args(args, "plan")
-    decision = Agent(config).plan(request)
+    decision = NodeService(config).plan(request)
     print_decision(decision, args.json)
     return 0 if decision.admit else 1

@@ -15,9 +15,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.agent import Agent
+    from numa_pin.service import NodeService
 
-    removed, repaired = Agent(load(args)).reconcile()
+    removed, repaired = NodeService(load(args)).reconcile()
     for g in removed:
         print(f"dropped {g.container_id} (process and cgroup gone)")
     for cid in repaired:

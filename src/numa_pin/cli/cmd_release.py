@@ -16,9 +16,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.agent import Agent
+    from numa_pin.service import NodeService
 
-    grant = Agent(load(args)).release(args.container_id)
+    grant = NodeService(load(args)).release(args.container_id)
     if grant is None:
         print(f"{args.container_id}: no grant (already released)")
     else:

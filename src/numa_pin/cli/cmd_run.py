@@ -44,7 +44,7 @@ def _wait_status_to_code(status: int) -> int:
 def run(args: argparse.Namespace) -> int:
     import prctl
 
-    from numa_pin.agent import Agent
+    from numa_pin.service import NodeService
     from numa_pin.enforcer import cgroups, procgroup
     from numa_pin.errors import RequestError
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     config = load(args)
     name = args.name or f"run-{os.getpid()}-{int(time.time())}"
     request = request_from_args(args, name)
-    agent = Agent(config)
+    agent = NodeService(config)
     layout = cgroups.detect_layout(config.proc_root)
     group = procgroup.create(config.cgroup_root, name, layout.cpuset_version)
 

@@ -1,7 +1,7 @@
 """``numa-pin serve [--socket PATH] [--log PATH]``: the optional warm agent for the OCI hook.
 
 ``numa-pin-hook`` hands its admission to this server when the socket answers and runs
-in-process otherwise; see :mod:`numa_pin.hook.server` and ``docs/agent.md``.
+in-process otherwise; see :mod:`numa_pin.agent.server` and ``docs/agent.md``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.hook.client import socket_path
-    from numa_pin.hook.server import serve
+    from numa_pin.agent.protocol import socket_path
+    from numa_pin.agent.server import serve
 
     return serve(socket_path(os.environ, args.socket), log_path=args.log)

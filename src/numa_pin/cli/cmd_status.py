@@ -30,10 +30,10 @@ def grant_dict(g) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.agent import Agent
+    from numa_pin.service import NodeService
     from numa_pin.cpuset import format_list
 
-    agent = Agent(load(args))
+    agent = NodeService(load(args))
     state = agent.ledger.read()
     pool = agent.shared_pool(state)
     topo = agent.topology

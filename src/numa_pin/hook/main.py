@@ -55,11 +55,11 @@ def _parse_argv(argv: list[str]) -> tuple[str | None, str]:
 def _report(line: str, container_id: str, state_dir: str | None, use_syslog: bool, details: dict | None = None) -> None:
     print(line, file=sys.stderr, flush=True)
     if state_dir:
-        from numa_pin.agent import write_reason
+        from numa_pin.report import write_reason
 
         write_reason(state_dir, container_id, line, details)
     if use_syslog:
-        from numa_pin.agent import log_syslog
+        from numa_pin.report import log_syslog
 
         log_syslog(line)
 
@@ -89,9 +89,9 @@ def run(argv: list[str], stdin) -> int:
         cache_dir = os.environ.get("NUMA_PIN_CACHE_DIR", DEFAULT_CACHE_DIR)
         config = load_config(config_path, os.environ, cache_dir=cache_dir)
         state_dir, use_syslog = config.state_dir, config.syslog
-        from numa_pin.agent import Agent
+        from numa_pin.service import NodeService
 
-        agent = Agent(config, cache_dir=cache_dir)
+        agent = NodeService(config, cache_dir=cache_dir)
         if stage in RELEASE_STAGES:
             agent.release(state.id)
             return 0
@@ -128,9 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         return run(args, sys.stdin.buffer)
     import io
 
-    from numa_pin.hook import client
+    from numa_pin.agent import client, protocol
 
-    data = sys.stdin.buffer.read(client.MAX_STDIN_BYTES)
+    data = sys.stdin.buffer.read(protocol.MAX_STDIN_BYTES)
     rc = client.try_agent(args, data, os.environ)
     if rc is not None:
         return rc

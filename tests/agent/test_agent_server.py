@@ -12,7 +12,6 @@ identical second node: exit code, stderr and the ledger grant must be equal.
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import io
 import json
@@ -31,7 +30,7 @@ import pytest
 
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import NumaPinError
-from numa_pin.hook import client, server
+from numa_pin.agent import client, preload, protocol, server
 from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
 from numa_pin.ledger.store import Ledger
 from numa_pin.testing.node import FakeNode
@@ -124,7 +123,7 @@ class Served:
                     "from numa_pin.cli.main import main; sys.exit(main(sys.argv[2:]))")
             cmd = [sys.executable, "-c", code, version, *args]
         elif max_children is not None:  # a server at its limit of admissions in flight
-            code = ("import sys\nfrom numa_pin.hook import server\n"
+            code = ("import sys\nfrom numa_pin.agent import server\n"
                     "server.MAX_CHILDREN = int(sys.argv[1])\n"
                     "from numa_pin.cli.main import main; sys.exit(main(sys.argv[2:]))")
             cmd = [sys.executable, "-c", code, str(max_children), *args]
@@ -234,7 +233,7 @@ def test_agent_gives_the_in_process_result(shared_agent, node, twin, annotations
     served = shared_agent.records("served")[before:]
     assert [r["rc"] for r in served] == [want_rc], (
         f"the agent must run the hook exactly once; its refusals: {shared_agent.records('fallback')}")
-    assert served[0]["new_modules"] == [], "server.PRELOAD misses modules the hook path imports"
+    assert served[0]["new_modules"] == [], "preload.PRELOAD misses modules the hook path imports"
 
 
 def test_release_through_the_agent_matches(shared_agent, node, twin):
@@ -253,7 +252,7 @@ def test_oversized_state_is_reported_like_in_process(shared_agent, node, twin):
     got = run_hook(node, big, sock=shared_agent.sock)
     assert got == run_hook(twin, big, sock=None)
     assert got[0] == 1 and "larger than" in got[1]
-    assert client.MAX_STDIN_BYTES == MAX_DOCUMENT_BYTES + 1
+    assert protocol.MAX_STDIN_BYTES == MAX_DOCUMENT_BYTES + 1
 
 
 def test_hook_client_path_imports_only_cheap_modules(shared_agent, node):
@@ -271,7 +270,7 @@ def test_hook_client_path_imports_only_cheap_modules(shared_agent, node):
     assert rc == "0", out.stderr
     loaded = set(modules.split())
     assert not loaded & {"socket", "json", "re", "enum", "base64", "struct", "typing", "dataclasses", "selectors"}
-    assert "numa_pin.agent" not in loaded, "the admission ran in-process, not in the agent"
+    assert "numa_pin.service" not in loaded, "the admission ran in-process, not in the agent"
     assert len(node.granted("c3")) == 2
 
 
@@ -282,7 +281,7 @@ def _function_level_imports() -> dict[str, set[str]]:
     import numa_pin
 
     src = Path(numa_pin.__file__).parent
-    skip = ("numa_pin.cli", "numa_pin.testing", "numa_pin.hook.server", "numa_pin.hook.client", "numa_pin.api")
+    skip = ("numa_pin.cli", "numa_pin.testing", "numa_pin.agent", "numa_pin.api")
     found: dict[str, set[str]] = {}
     for f in sorted(src.rglob("*.py")):
         mod = ".".join(f.relative_to(src.parent).with_suffix("").parts)
@@ -304,17 +303,17 @@ def _function_level_imports() -> dict[str, set[str]]:
 
 
 def test_preload_covers_every_function_level_import():
-    """An independent check of server.PRELOAD: every lazy import in the hook path's source is
+    """An independent check of preload.PRELOAD: every lazy import in the hook path's source is
     loaded by preload(), except the documented NOT_PRELOADED ones."""
-    code = "import sys\nfrom numa_pin.hook import server\nserver.preload()\nprint(' '.join(sys.modules))"
+    code = "import sys\nfrom numa_pin.agent import preload\npreload.preload()\nprint(' '.join(sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     loaded = set(out.stdout.split())
     lazy = _function_level_imports()
     assert "numa_pin.enforcer.gpu" in lazy and "psutil" in lazy  # the scan finds what it should
     missing = {name: sorted(users) for name, users in lazy.items()
-               if name not in loaded and name not in server.NOT_PRELOADED}
+               if name not in loaded and name not in preload.NOT_PRELOADED}
     assert missing == {}
-    assert not set(server.NOT_PRELOADED) & loaded
+    assert not set(preload.NOT_PRELOADED) & loaded
 
 
 # ---- fallbacks -------------------------------------------------------------------------------
@@ -384,7 +383,7 @@ class DyingAgent:
         conn, _ = self.sock.accept()
         with conn:
             conn.settimeout(WAIT_S)
-            request = server.decode_request(server.recv_frame(conn, client.MAX_REQUEST_BYTES))
+            request = protocol.decode_request(server.recv_frame(conn, protocol.MAX_REQUEST_BYTES))
             self.result = run_hook(self.node, request.stdin, argv=list(request.argv))
             self.grants_after = self.node.grants()
         self.sock.close()
@@ -546,7 +545,7 @@ def test_open_socket_creates_a_private_directory(tmp_path):
     ids=["root-root", "user-to-root-server", "same-user", "root-to-user-server", "other-user", "nobody"],
 )
 def test_peer_allowed(uid, server_uid, allowed):
-    assert server.peer_allowed(uid, server_uid) is allowed
+    assert protocol.peer_allowed(uid, server_uid) is allowed
 
 
 def _ns_tree(root: Path, mine: dict[str, str], theirs: dict[str, str] | None) -> None:
@@ -585,7 +584,7 @@ def test_namespace_mismatch_of_this_process_is_none():
 
 
 def _request(**override) -> bytes:
-    doc = {"v": client.PROTOCOL, "version": "0.1.0", "argv": ["prestart"], "stdin": "e30=",
+    doc = {"v": protocol.PROTOCOL, "version": "0.1.0", "argv": ["prestart"], "stdin": "e30=",
            "env": {"NUMA_PIN_DEBUG": "1"}, "cwd": "/"}
     doc.update(override)
     return json.dumps(doc).encode()
@@ -610,32 +609,32 @@ def _request(**override) -> bytes:
 )
 def test_decode_request(body, error):
     if error is None:
-        req = server.decode_request(body)
+        req = protocol.decode_request(body)
         assert (req.argv, req.stdin, dict(req.env), req.cwd) == (("prestart",), b"{}", {"NUMA_PIN_DEBUG": "1"}, "/")
     else:
         with pytest.raises(ValueError, match=error):
-            server.decode_request(body)
+            protocol.decode_request(body)
 
 
 @pytest.mark.parametrize(
-    "protocol, version, want",
-    [(client.PROTOCOL, "0.1.0", None), (client.PROTOCOL + 1, "0.1.0", "protocol"), (client.PROTOCOL, "0.2.0", "restart")],
+    "revision, version, want",
+    [(protocol.PROTOCOL, "0.1.0", None), (protocol.PROTOCOL + 1, "0.1.0", "protocol"), (protocol.PROTOCOL, "0.2.0", "restart")],
     ids=["match", "protocol-mismatch", "version-mismatch"],
 )
-def test_refusal(protocol, version, want):
-    req = server.Request(protocol, version, (), b"", {}, "/")
-    reason = server.refusal(req, server_version="0.1.0")
+def test_refusal(revision, version, want):
+    req = protocol.Request(revision, version, (), b"", {}, "/")
+    reason = protocol.refusal(req, server_version="0.1.0")
     assert reason is None if want is None else want in reason
 
 
 def test_client_request_round_trips_through_the_server_decoder(tmp_path):
     env = {"NUMA_PIN_CONFIG": "/etc/x é.yaml", "NUMA_PIN_DEBUG": "1", "PATH": "/bin", "HOME": "/root"}
     argv = ["--config", "/odd \udc80 name", "prestart"]
-    body = client.encode_request(argv, b"\x00\xff{}", env, str(tmp_path))
-    req = server.decode_request(body)
+    body = protocol.encode_request(argv, b"\x00\xff{}", env, str(tmp_path))
+    req = protocol.decode_request(body)
     assert list(req.argv) == argv and req.stdin == b"\x00\xff{}" and req.cwd == str(tmp_path)
     assert dict(req.env) == {"NUMA_PIN_CONFIG": "/etc/x é.yaml", "NUMA_PIN_DEBUG": "1"}
-    assert req.version == server.__version__ and req.protocol == client.PROTOCOL
+    assert req.version == protocol.__version__ and req.protocol == protocol.PROTOCOL
 
 
 @pytest.mark.parametrize(
@@ -653,28 +652,28 @@ def test_changed_sources(tmp_path):
     for f in files:
         f.write_text("x = 1\n")
     stamps = {str(f): os.stat(f).st_mtime_ns for f in files}
-    assert server.changed_sources(stamps) == []
+    assert preload.changed_sources(stamps) == []
     os.utime(files[1], ns=(1, 1))
     files[2].unlink()
-    assert server.changed_sources(stamps) == [str(files[1]), str(files[2])]
+    assert preload.changed_sources(stamps) == [str(files[1]), str(files[2])]
 
 
 def test_run_request_sets_only_passed_env_and_cwd(tmp_path, monkeypatch):
     environ = {"NUMA_PIN_CONFIG": "/from/server", "NUMA_PIN_CACHE_DIR": "/c", "OTHER": "kept"}
     monkeypatch.chdir("/")
-    req = server.Request(client.PROTOCOL, server.__version__, ("poststart",), b"", {"NUMA_PIN_DEBUG": "1"},
+    req = protocol.Request(protocol.PROTOCOL, protocol.__version__, ("poststart",), b"", {"NUMA_PIN_DEBUG": "1"},
                          str(tmp_path))
     assert server.run_request(req, environ) == (0, "")
     assert environ == {"NUMA_PIN_DEBUG": "1", "OTHER": "kept"}
     assert os.getcwd() == str(tmp_path)
-    bad = dataclasses.replace(req, cwd=str(tmp_path / "gone"))
+    bad = req.replace(cwd=str(tmp_path / "gone"))
     with pytest.raises(OSError):
         server.run_request(bad, environ)
 
 
 def test_run_request_reports_usage_and_tracebacks(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    usage = server.Request(client.PROTOCOL, server.__version__, ("--help",), b"", {}, str(tmp_path))
+    usage = protocol.Request(protocol.PROTOCOL, protocol.__version__, ("--help",), b"", {}, str(tmp_path))
     rc, err = server.run_request(usage, {})
     assert rc == 1 and err.startswith("usage: numa-pin-hook")
     monkeypatch.setattr("numa_pin.hook.main.run", lambda argv, stdin: 1 / 0)
@@ -686,15 +685,15 @@ def test_run_request_reports_usage_and_tracebacks(tmp_path, monkeypatch):
 
 
 def _reply(doc) -> bytes:
-    return client.frame(json.dumps(doc).encode())
+    return protocol.frame(json.dumps(doc).encode())
 
 
 FAKE_BEHAVIOURS = {
     "reply": lambda conn: conn.sendall(_reply({"rc": 3, "stderr": "numa-pin: from the agent\n"})),
     "fallback-reply": lambda conn: conn.sendall(_reply({"fallback": "busy"})),
     "close-after-request": lambda conn: None,
-    "garbage-reply": lambda conn: conn.sendall(client.frame(b"not json")),
-    "trailing-garbage": lambda conn: conn.sendall(client.frame(b'{"rc": 0} x')),
+    "garbage-reply": lambda conn: conn.sendall(protocol.frame(b"not json")),
+    "trailing-garbage": lambda conn: conn.sendall(protocol.frame(b'{"rc": 0} x')),
     "huge-length": lambda conn: conn.sendall(b"\xff\xff\xff\xff"),
     "short-body": lambda conn: conn.sendall(b"\x00\x00\x00\x64" + b"{}"),
     "rc-not-int": lambda conn: conn.sendall(_reply({"rc": "0", "stderr": ""})),
@@ -721,7 +720,7 @@ def test_try_agent_against_fake_servers(tmp_path, capsys, behaviour, want):
             conn.settimeout(WAIT_S)
             if behaviour == "close-at-once":
                 return
-            got.append(server.recv_frame(conn, client.MAX_REQUEST_BYTES))
+            got.append(server.recv_frame(conn, protocol.MAX_REQUEST_BYTES))
             FAKE_BEHAVIOURS[behaviour](conn)
 
     t = threading.Thread(target=serve_once, daemon=True)
@@ -733,7 +732,7 @@ def test_try_agent_against_fake_servers(tmp_path, capsys, behaviour, want):
     err = capsys.readouterr().err
     assert err == ("numa-pin: from the agent\n" if want == 3 else "")
     if got:
-        req = server.decode_request(got[0])
+        req = protocol.decode_request(got[0])
         assert req.argv == ("--config", "/c.yaml", "prestart") and req.stdin == b'{"id": "x"}'
 
 
@@ -742,7 +741,7 @@ def test_try_agent_refuses_an_oversized_request_without_connecting(tmp_path):
     listener = _answering(path)
     listener.settimeout(0.2)
     try:
-        assert client.try_agent(["prestart"], b"x" * client.MAX_REQUEST_BYTES, {}, str(path)) is None
+        assert client.try_agent(["prestart"], b"x" * protocol.MAX_REQUEST_BYTES, {}, str(path)) is None
         with pytest.raises(TimeoutError):
             listener.accept()
     finally:
@@ -752,13 +751,13 @@ def test_try_agent_refuses_an_oversized_request_without_connecting(tmp_path):
 @pytest.mark.parametrize(
     "flag, env, want",
     [
-        (None, {}, client.DEFAULT_SOCKET),
-        (None, {client.SOCKET_ENV: "/e.sock"}, "/e.sock"),
-        ("/f.sock", {client.SOCKET_ENV: "/e.sock"}, "/f.sock"),
-        (None, {client.SOCKET_ENV: ""}, client.DEFAULT_SOCKET),
+        (None, {}, protocol.DEFAULT_SOCKET),
+        (None, {protocol.SOCKET_ENV: "/e.sock"}, "/e.sock"),
+        ("/f.sock", {protocol.SOCKET_ENV: "/e.sock"}, "/f.sock"),
+        (None, {protocol.SOCKET_ENV: ""}, protocol.DEFAULT_SOCKET),
     ],
     ids=["default", "env", "flag-beats-env", "empty-env"],
 )
 def test_socket_path(flag, env, want):
-    assert client.socket_path(env, flag) == want
+    assert protocol.socket_path(env, flag) == want
 

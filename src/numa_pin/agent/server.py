@@ -6,7 +6,7 @@ per connection; the child runs :func:`numa_pin.hook.main.run` exactly as the hoo
 sends back the exit code and stderr. The parent never runs an admission, so no state carries
 from one request to the next.
 
-Protocol (see :mod:`numa_pin.hook.client`, which defines it): one framed JSON request, one
+Protocol (see :mod:`numa_pin.agent.protocol`): one framed JSON request, one
 framed JSON reply, then the connection closes. A ``{"fallback": reason}`` reply tells the
 hook to run in-process; the server sends it for a protocol or numa-pin version mismatch, a
 peer in other namespaces, numa-pin sources that changed on disk since the server started,
@@ -27,7 +27,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import gc
-import importlib
 import io
 import json
 import os
@@ -38,62 +37,25 @@ import stat
 import struct
 import sys
 import time
-from binascii import Error as Base64Error
-from binascii import a2b_base64
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
 from numa_pin import __version__
 from numa_pin.errors import AgentError, NumaPinError
-from numa_pin.hook.client import (
-    CONNECT_TIMEOUT_S,
+from numa_pin.agent.client import CONNECT_TIMEOUT_S
+from numa_pin.agent.preload import changed_sources, preload, source_stamps
+from numa_pin.agent.protocol import (
     MAX_REQUEST_BYTES,
-    MAX_STDIN_BYTES,
     PASSED_ENV,
-    PROTOCOL,
-    frame,
+    Request,
+    decode_request,
+    encode_fallback,
+    encode_reply,
+    peer_allowed,
+    refusal,
 )
 
-#: everything a hook can import, loaded before the first fork: what ``sys.modules`` showed after
-#: in-process admissions, a rejection and a release, plus every function-level import of the
-#: hook path (devices, GPUs, psutil for liveness on a real /proc, difflib for config errors).
-#: Left out: pyroute2, which only SR-IOV moves import (in the child, ~20 ms) and which would
-#: add some 250 modules to every fork. tests/agentd checks both halves of this.
-PRELOAD: tuple[str, ...] = (
-    "numa_pin.hook.main",
-    "numa_pin.hook.oci",
-    "numa_pin.hook.admit",
-    "numa_pin.config.load",
-    "numa_pin.config.schema",
-    "numa_pin.agent",
-    "numa_pin.admission.decide",
-    "numa_pin.admission.request",
-    "numa_pin.providers.cpu",
-    "numa_pin.providers.memory",
-    "numa_pin.providers.devices",
-    "numa_pin.allocators.cpu",
-    "numa_pin.allocators.cpu_distribute",
-    "numa_pin.allocators.memory",
-    "numa_pin.allocators.devices",
-    "numa_pin.devices.inventory",
-    "numa_pin.enforcer.gpu",
-    "numa_pin.enforcer.netdev",
-    "numa_pin.topology.cache",
-    "numa_pin.topology.discover",
-    "numa_pin.policy",
-    "numa_pin.policy.options",
-    "numa_pin.ledger.liveness",
-    "encodings.ascii",
-    "encodings.utf_8_sig",
-    "yaml",
-    "syslog",
-    "traceback",
-    "difflib",
-    "psutil",
-)
-#: function-level imports of the hook path that :data:`PRELOAD` leaves out on purpose
-NOT_PRELOADED = ("pyroute2", "pyroute2.netlink.exceptions")
 #: namespaces a peer must share with the server (the OCI pid, paths, cgroups and netdevs
 #: in a request are only meaningful there)
 NAMESPACES = ("pid", "mnt", "net", "cgroup")
@@ -103,23 +65,9 @@ MAX_CHILDREN = 64
 READ_TIMEOUT_S = 5.0
 #: how long a stopping server waits for admissions in flight
 DRAIN_S = 35.0
-#: stderr longer than this is cut (a real hook writes one line, or a traceback)
-MAX_STDERR_CHARS = 1 << 20
 _HEADER = struct.Struct("!I")
 _UCRED = struct.Struct("3i")
 _BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
-
-
-@dataclass(frozen=True)
-class Request:
-    """One decoded hook request."""
-
-    protocol: int
-    version: str
-    argv: tuple[str, ...]
-    stdin: bytes
-    env: Mapping[str, str]
-    cwd: str
 
 
 @dataclass(frozen=True)
@@ -132,63 +80,6 @@ class Peer:
 
 
 # ---- protocol (pure) ---------------------------------------------------------------------
-
-
-def decode_request(body: bytes) -> Request:
-    """Parse a request body. Raises ValueError naming the field that is wrong."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"request is not JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ValueError("request is not a JSON object")
-    protocol, version, argv = doc.get("v"), doc.get("version"), doc.get("argv")
-    stdin, env, cwd = doc.get("stdin"), doc.get("env"), doc.get("cwd")
-    if type(protocol) is not int:
-        raise ValueError("request field 'v' must be an integer")
-    if not isinstance(version, str):
-        raise ValueError("request field 'version' must be a string")
-    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-        raise ValueError("request field 'argv' must be a list of strings")
-    if not isinstance(stdin, str):
-        raise ValueError("request field 'stdin' must be a base64 string")
-    try:
-        data = a2b_base64(stdin.encode("ascii"), strict_mode=True)
-    except (Base64Error, UnicodeEncodeError):
-        raise ValueError("request field 'stdin' is not base64") from None
-    if len(data) > MAX_STDIN_BYTES:
-        raise ValueError(f"request field 'stdin' is larger than {MAX_STDIN_BYTES} bytes")
-    if not isinstance(env, dict) or not all(k in PASSED_ENV and isinstance(v, str) for k, v in env.items()):
-        raise ValueError(f"request field 'env' may only hold strings for {', '.join(PASSED_ENV)}")
-    if not isinstance(cwd, str) or not os.path.isabs(cwd):
-        raise ValueError("request field 'cwd' must be an absolute path")
-    return Request(protocol, version, tuple(argv), data, dict(env), cwd)
-
-
-def encode_reply(rc: int, stderr: str) -> bytes:
-    """A framed ``{"rc", "stderr"}`` reply; stderr past :data:`MAX_STDERR_CHARS` is cut."""
-    if len(stderr) > MAX_STDERR_CHARS:
-        stderr = stderr[:MAX_STDERR_CHARS] + "\n[numa-pin agent: stderr cut]\n"
-    return frame(json.dumps({"rc": rc, "stderr": stderr}).encode("ascii"))
-
-
-def encode_fallback(reason: str) -> bytes:
-    """A framed reply that sends the hook back to run in-process."""
-    return frame(json.dumps({"fallback": reason}).encode("ascii"))
-
-
-def refusal(request: Request, server_version: str = __version__) -> str | None:
-    """Why this server must not run ``request`` (protocol or numa-pin version), or None. Pure."""
-    if request.protocol != PROTOCOL:
-        return f"protocol {request.protocol} (server speaks {PROTOCOL})"
-    if request.version != server_version:
-        return f"numa-pin {request.version} hook, {server_version} agent: restart numa-pin serve after an upgrade"
-    return None
-
-
-def peer_allowed(uid: int, server_uid: int) -> bool:
-    """Only root and the server's own user may have admissions run. Pure."""
-    return uid == 0 or uid == server_uid
 
 
 def exit_status(code: object, stream: TextIO) -> int:
@@ -324,45 +215,6 @@ def _clear_stale(path: str) -> None:
 # ---- what the parent keeps -----------------------------------------------------------------
 
 
-def preload(names: Iterable[str] = PRELOAD) -> list[str]:
-    """Import ``names``; return every module loaded afterwards. Raises NumaPinError naming a
-    module that does not import (the hook would fail on it too)."""
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise AgentError(f"cannot preload {name}: {exc}") from None
-    return sorted(sys.modules)
-
-
-def source_stamps(modules: Iterable[str]) -> dict[str, int]:
-    """``{source file: st_mtime_ns}`` of the numa_pin modules among ``modules``."""
-    stamps: dict[str, int] = {}
-    for name in modules:
-        if name != "numa_pin" and not name.startswith("numa_pin."):
-            continue
-        path = getattr(sys.modules.get(name), "__file__", None)
-        if path:
-            try:
-                stamps[path] = os.stat(path).st_mtime_ns
-            except OSError:
-                stamps[path] = -1
-    return stamps
-
-
-def changed_sources(stamps: Mapping[str, int]) -> list[str]:
-    """The files of ``stamps`` that changed (or vanished) since they were taken."""
-    changed = []
-    for path, mtime in stamps.items():
-        try:
-            now = os.stat(path).st_mtime_ns
-        except OSError:
-            now = -1
-        if now != mtime:
-            changed.append(path)
-    return changed
-
-
 def append_log(path: str | None, record: Mapping[str, object]) -> None:
     """One JSON line to the ``--log`` file (O_APPEND, one write); OSError is reported, not raised."""
     if not path:
@@ -383,7 +235,7 @@ def append_log(path: str | None, record: Mapping[str, object]) -> None:
 
 def run_request(request: Request, environ: dict | None = None) -> tuple[int, str]:
     """Run the hook for ``request`` in this process, as ``numa-pin-hook`` would: exit code and
-    stderr. Sets exactly the :data:`~numa_pin.hook.client.PASSED_ENV` variables the request
+    stderr. Sets exactly the :data:`~numa_pin.agent.protocol.PASSED_ENV` variables the request
     carries (clearing the others) and changes into its working directory.
 
     Raises OSError when the working directory is unusable (nothing has run then)."""
@@ -631,23 +483,13 @@ def serve(path: str, *, log_path: str | None = None, proc_root: str = "/proc", o
 __all__ = [
     "AgentServer",
     "NAMESPACES",
-    "NOT_PRELOADED",
-    "PRELOAD",
     "Peer",
-    "Request",
     "append_log",
-    "changed_sources",
-    "decode_request",
-    "encode_fallback",
-    "encode_reply",
     "exit_status",
     "namespace_mismatch",
     "open_socket",
-    "peer_allowed",
     "peer_credentials",
-    "preload",
     "recv_frame",
-    "refusal",
+    "run_request",
     "serve",
-    "source_stamps",
 ]

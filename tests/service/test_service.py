@@ -1,4 +1,4 @@
-"""The node agent on fake roots: one admission = one ledger transaction, rolled back on failure.
+"""The node service on fake roots: one admission = one ledger transaction, rolled back on failure.
 
 The machine is the kit's ``gpu8-sriov`` shape (4 nodes, 8 GPUs, SR-IOV NICs); proc and cgroup
 are small fake trees (cgroup v1, cpuset hierarchy), so every write can be checked on disk.
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from numa_pin.admission.request import request_from_oci
-from numa_pin.agent import Agent
+from numa_pin.service import NodeService
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import EnforcementError, TopologyAffinityError
@@ -42,7 +42,7 @@ def node(tmp_path):
 
 
 def test_exclusive_grant_is_written_and_recorded(node):
-    agent = Agent(node.config)
+    agent = NodeService(node.config)
     pid = node.container(1)
     admitted = agent.admit(request_from_oci("c1", {"numa-pin.io/cpus": "4", "numa-pin.io/memory": "1Gi"}), pid)
     cpus, mems = node.cpuset(1)
@@ -55,7 +55,7 @@ def test_exclusive_grant_is_written_and_recorded(node):
 
 
 def test_idempotent_second_stage(node):
-    agent = Agent(node.config)
+    agent = NodeService(node.config)
     pid = node.container(1)
     req = request_from_oci("c1", {"numa-pin.io/cpus": "2"})
     first = agent.admit(req, pid).grant
@@ -65,7 +65,7 @@ def test_idempotent_second_stage(node):
 
 
 def test_shared_container_shrinks_then_grows(node):
-    agent = Agent(node.config)
+    agent = NodeService(node.config)
     agent.admit(request_from_oci("s", {}), node.container(1))
     all_cpus = node.cpuset(1)[0]
     agent.admit(request_from_oci("x", {"numa-pin.io/cpus": "8"}), node.container(2))
@@ -78,7 +78,7 @@ def test_shared_container_shrinks_then_grows(node):
 
 
 def test_rejection_leaves_nothing(node):
-    agent = Agent(node.config)
+    agent = NodeService(node.config)
     pid = node.container(1)
     before = node.cpuset(1)
     with pytest.raises(TopologyAffinityError, match="cpu 999 requested"):
@@ -88,7 +88,7 @@ def test_rejection_leaves_nothing(node):
 
 
 def test_enforcement_failure_rolls_back_and_records_nothing(node, monkeypatch):
-    agent = Agent(node.config)
+    agent = NodeService(node.config)
     agent.admit(request_from_oci("s", {}), node.container(1))
     shared_before = node.cpuset(1)
     before = agent.ledger.read()
@@ -96,7 +96,7 @@ def test_enforcement_failure_rolls_back_and_records_nothing(node, monkeypatch):
     def broken(*args, **kwargs):
         raise EnforcementError("simulated failure", path="/fake")
 
-    monkeypatch.setattr("numa_pin.agent.resize_shared", broken)
+    monkeypatch.setattr("numa_pin.service.resize_shared", broken)
     with pytest.raises(EnforcementError, match="simulated"):
         agent.admit(request_from_oci("x", {"numa-pin.io/cpus": "2"}), node.container(2))
     assert agent.ledger.read() == before, "the ledger did not change"
@@ -126,7 +126,7 @@ def test_gpu_and_vf_alignment_moves_the_vf(node, monkeypatch):
     monkeypatch.setattr("numa_pin.enforcer.netdev.NetdevRecord.from_dict", classmethod(lambda cls, d: d))
     monkeypatch.setattr("numa_pin.enforcer.netdev.restore_netdev", fake_restore)
     monkeypatch.setattr("numa_pin.enforcer.gpu.grant_gpus", lambda *a, **k: None)
-    agent = Agent(node.config)
+    agent = NodeService(node.config)
     req = request_from_oci("g", {"numa-pin.io/cpus": "2", "numa-pin.io/devices": "nvidia.com/gpu=1,example.com/vf=1"})
     grant = agent.admit(req, node.container(1)).grant
     topo = agent.topology
@@ -141,7 +141,7 @@ def test_gpu_and_vf_alignment_moves_the_vf(node, monkeypatch):
 
 
 def test_plan_changes_nothing(node):
-    agent = Agent(node.config)
+    agent = NodeService(node.config)
     decision = agent.plan(request_from_oci("p", {"numa-pin.io/cpus": "4"}))
     assert decision.admit and len(decision.cpus) == 4
     assert agent.ledger.read().grants == {}
@@ -150,7 +150,7 @@ def test_plan_changes_nothing(node):
 def test_reconcile_drops_dead_grants_and_repairs_drift(node):
     import shutil
 
-    agent = Agent(node.config)
+    agent = NodeService(node.config)
     agent.admit(request_from_oci("a", {"numa-pin.io/cpus": "2"}), node.container(1))
     agent.admit(request_from_oci("b", {"numa-pin.io/cpus": "2"}), node.container(2))
     want_b = node.cpuset(2)

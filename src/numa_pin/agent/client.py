@@ -12,10 +12,7 @@ compiled into the interpreter or cost well under a millisecond: ``_socket`` inst
 :mod:`json` (which pulls in :mod:`re`) and ``binascii`` instead of :mod:`base64`. Together
 the public modules would add about 15 ms to a 13 ms interpreter start; these add about 1 ms.
 
-Wire format (both directions): a 4-byte big-endian length, then that many bytes of UTF-8
-JSON. Request: ``{"v": 1, "version": str, "argv": [str], "stdin": base64, "env": {str: str},
-"cwd": str}``. Reply: ``{"rc": int, "stderr": str}``, or ``{"fallback": str}`` when the
-server refuses (the client then returns None).
+The wire format is :mod:`numa_pin.agent.protocol`.
 """
 
 from __future__ import annotations
@@ -24,85 +21,20 @@ import os
 import sys
 from _collections_abc import Mapping, Sequence  # loaded at interpreter start; collections.abc is not
 
-from numa_pin import __version__
+from numa_pin.agent.protocol import (
+    HEADER_BYTES,
+    MAX_REPLY_BYTES,
+    MAX_REQUEST_BYTES,
+    decode_reply,
+    encode_request,
+    frame,
+    socket_path,
+)
 
-#: protocol revision; the server refuses any other
-PROTOCOL = 1
-#: where ``numa-pin serve`` listens unless told otherwise
-DEFAULT_SOCKET = "/run/numa-pin/agent.sock"
-#: environment variable naming the socket (the hook and the server both read it)
-SOCKET_ENV = "NUMA_PIN_AGENT_SOCKET"
-#: set to ``1`` and the hook never asks the agent
-NO_AGENT_ENV = "NUMA_PIN_NO_AGENT"
-#: the only environment variables the agent applies for a request (all the hook path reads)
-PASSED_ENV = ("NUMA_PIN_CONFIG", "NUMA_PIN_CACHE_DIR", "NUMA_PIN_DEBUG")
-#: the hook reads at most this much of stdin (one byte over the OCI state limit of
-#: ``numa_pin.hook.oci.MAX_DOCUMENT_BYTES``, so an oversized state is still reported as such)
-MAX_STDIN_BYTES = (4 << 20) + 1
-#: largest request / reply frame either side accepts
-MAX_REQUEST_BYTES = 8 << 20
-MAX_REPLY_BYTES = 2 << 20
 #: the agent must accept the connection this fast, or the hook runs in-process
 CONNECT_TIMEOUT_S = 0.5
 #: how long the hook waits for the verdict (the runtime's own hook timeout is shorter)
 REPLY_TIMEOUT_S = 60.0
-_HEADER = 4
-
-
-def socket_path(env: Mapping[str, str], flag: str | None = None) -> str:
-    """The agent socket: ``flag``, else ``$NUMA_PIN_AGENT_SOCKET``, else :data:`DEFAULT_SOCKET`."""
-    return flag or env.get(SOCKET_ENV) or DEFAULT_SOCKET
-
-
-def frame(body: bytes) -> bytes:
-    """Prefix ``body`` with its length (4 bytes, big-endian)."""
-    return len(body).to_bytes(_HEADER, "big") + body
-
-
-def encode_request(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], cwd: str) -> bytes:
-    """The request JSON (not framed), built without :mod:`json`. Pure."""
-    from _json import encode_basestring_ascii as q
-    from binascii import b2a_base64
-
-    passed = ",".join(f"{q(k)}:{q(env[k])}" for k in PASSED_ENV if k in env)
-    text = (
-        f'{{"v":{PROTOCOL},"version":{q(__version__)},"argv":[{",".join(q(a) for a in argv)}],'
-        f'"stdin":"{b2a_base64(stdin, newline=False).decode("ascii")}","env":{{{passed}}},"cwd":{q(cwd)}}}'
-    )
-    return text.encode("ascii")
-
-
-class _ScanContext:
-    """What ``_json.make_scanner`` reads from a :class:`json.JSONDecoder`."""
-
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-
-    @staticmethod
-    def parse_constant(name: str) -> float:
-        raise ValueError(f"{name} is not allowed")
-
-
-def decode_reply(body: bytes) -> tuple[int, str] | None:
-    """``(rc, stderr)`` from a reply body, or None for a refusal or anything malformed. Pure."""
-    try:
-        text = body.decode("utf-8")
-        from _json import make_scanner
-
-        doc, end = make_scanner(_ScanContext())(text, 0)
-    except (ImportError, UnicodeDecodeError, ValueError, StopIteration, TypeError, RecursionError):
-        return None
-    if end != len(text) or not isinstance(doc, dict):
-        return None
-    if "fallback" in doc:
-        return None
-    rc, err = doc.get("rc"), doc.get("stderr", "")
-    if type(rc) is not int or not isinstance(err, str):
-        return None
-    return rc, err
 
 
 def peer_uid(sock) -> int:
@@ -144,7 +76,7 @@ def try_agent(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], path: s
         request = frame(encode_request(argv, stdin, env, cwd))
     except ImportError:  # an interpreter without the _json accelerator
         return None
-    if len(request) > MAX_REQUEST_BYTES + _HEADER:
+    if len(request) > MAX_REQUEST_BYTES + HEADER_BYTES:
         return None
     try:
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -157,7 +89,7 @@ def try_agent(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], path: s
             return None
         sock.settimeout(REPLY_TIMEOUT_S)
         sock.sendall(request)
-        header = _recv_exact(sock, _HEADER)
+        header = _recv_exact(sock, HEADER_BYTES)
         if header is None:
             return None
         size = int.from_bytes(header, "big")

@@ -1,4 +1,4 @@
-"""The node agent: wires the pure decision to the I/O edges (sysfs, ledger, cgroups, netlink).
+"""The node service: wires the pure decision to the I/O edges (sysfs, ledger, cgroups, netlink).
 
 Used by the OCI hook (``numa-pin-hook``) and the operator command (``numa-pin``). One admission
 is one ledger transaction:
@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from numa_pin import report
 from numa_pin.admission.decide import Decision, NodeSettings, decide, reject
 from numa_pin.admission.request import ContainerRequest
 from numa_pin.config.schema import Config
@@ -68,7 +68,7 @@ class Admitted:
     decision: Decision | None  # None when an existing grant was re-applied (idempotent)
 
 
-class Agent:
+class NodeService:
     """All I/O of one node, rooted at the config's sysfs, proc, cgroup and state roots."""
 
     def __init__(self, config: Config, cache_dir: str | None = None) -> None:
@@ -97,7 +97,7 @@ class Agent:
         return is_alive(grant, self.config.proc_root, self.config.cgroup_root)
 
     def _layout(self) -> cg.CgroupLayout:
-        """How cgroups are mounted (read once per agent from mountinfo)."""
+        """How cgroups are mounted (read once per service from mountinfo)."""
         if self._cgroup_layout is None:
             self._cgroup_layout = cg.detect_layout(self.config.proc_root)
         return self._cgroup_layout
@@ -173,7 +173,7 @@ class Agent:
         return shared_pool(self.topology.cpu_ids, exclusive, self.reserved())
 
     def reserved(self) -> frozenset[int]:
-        """The CPUs reserved for the system (computed once per agent: it only depends on config
+        """The CPUs reserved for the system (computed once per service: it only depends on config
         and topology)."""
         if self._reserved is None:
             from numa_pin.topology.cpus import CpuTopology
@@ -258,7 +258,7 @@ class Agent:
                 state = state.without_pod(grant.pod_id)
             for g in ([grant] if grant is not None else []) + list(dropped):
                 for problem in self._restore_netdevs(g):
-                    log_syslog(f"numa-pin: {problem}")
+                    report.log_syslog(f"numa-pin: {problem}")
             if (grant is not None and grant.cpus) or any(g.cpus for g in dropped):
                 undo = UndoLog()
                 try:
@@ -298,32 +298,4 @@ def _start_time(pid: int | None, proc_root: str) -> float | None:
     return process_start_time(pid, proc_root) if pid else None
 
 
-def reason_path(state_dir: str, container_id: str) -> str:
-    """``<state_dir>/reasons/<id>.json``, the id reduced to a safe file name."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in container_id)[:200] or "_"
-    return os.path.join(state_dir, "reasons", safe + ".json")
-
-
-def write_reason(state_dir: str, container_id: str, line: str, details: Mapping[str, object] | None = None) -> str | None:
-    """Keep the rejection reason where ``numa-pin explain`` finds it (crun hides hook stderr)."""
-    path = reason_path(state_dir, container_id)
-    directory = os.path.dirname(path)
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fp:
-            json.dump({"container_id": container_id, "time": time.time(), "line": line, **(details or {})}, fp)
-        os.replace(tmp, path)
-    except OSError:
-        return None
-    return path
-
-
-def log_syslog(line: str, error: bool = True) -> None:
-    import syslog
-
-    syslog.openlog("numa-pin", syslog.LOG_PID, syslog.LOG_DAEMON)
-    syslog.syslog(syslog.LOG_ERR if error else syslog.LOG_INFO, line)
-
-
-__all__ = ["Admitted", "Agent", "NumaPinError", "log_syslog", "settings_from_config", "write_reason"]
+__all__ = ["Admitted", "NodeService", "settings_from_config"]

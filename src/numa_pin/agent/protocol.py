@@ -1,0 +1,235 @@
+"""The warm agent's wire protocol, shared by the hook (client) and ``numa-pin serve``. Pure.
+
+Both directions: a 4-byte big-endian length, then that many bytes of UTF-8 JSON. Request:
+``{"v": 1, "version": str, "argv": [str], "stdin": base64, "env": {str: str}, "cwd": str}``.
+Reply: ``{"rc": int, "stderr": str}``, or ``{"fallback": str}`` when the server refuses (the
+hook then runs in-process).
+
+The client half runs on every container start, so it uses only C modules that are already
+compiled into the interpreter: ``_json`` instead of :mod:`json` (which pulls in :mod:`re`) and
+``binascii`` instead of :mod:`base64`. The server half imports :mod:`json` when it runs.
+"""
+
+from __future__ import annotations
+
+import os
+from _collections_abc import Mapping, Sequence  # loaded at interpreter start; collections.abc is not
+from binascii import Error as Base64Error
+from binascii import a2b_base64
+
+from numa_pin import __version__
+
+
+#: protocol revision; the server refuses any other
+PROTOCOL = 1
+
+
+#: where ``numa-pin serve`` listens unless told otherwise
+DEFAULT_SOCKET = "/run/numa-pin/agent.sock"
+
+
+#: environment variable naming the socket (the hook and the server both read it)
+SOCKET_ENV = "NUMA_PIN_AGENT_SOCKET"
+
+
+#: set to ``1`` and the hook never asks the agent
+NO_AGENT_ENV = "NUMA_PIN_NO_AGENT"
+
+
+#: the only environment variables the agent applies for a request (all the hook path reads)
+PASSED_ENV = ("NUMA_PIN_CONFIG", "NUMA_PIN_CACHE_DIR", "NUMA_PIN_DEBUG")
+
+
+#: the hook reads at most this much of stdin (one byte over the OCI state limit of
+#: ``numa_pin.hook.oci.MAX_DOCUMENT_BYTES``, so an oversized state is still reported as such)
+MAX_STDIN_BYTES = (4 << 20) + 1
+
+
+#: largest request / reply frame either side accepts
+MAX_REQUEST_BYTES = 8 << 20
+
+
+MAX_REPLY_BYTES = 2 << 20
+
+
+#: bytes of the length prefix of every frame
+HEADER_BYTES = 4
+
+
+def socket_path(env: Mapping[str, str], flag: str | None = None) -> str:
+    """The agent socket: ``flag``, else ``$NUMA_PIN_AGENT_SOCKET``, else :data:`DEFAULT_SOCKET`."""
+    return flag or env.get(SOCKET_ENV) or DEFAULT_SOCKET
+
+
+def frame(body: bytes) -> bytes:
+    """Prefix ``body`` with its length (4 bytes, big-endian)."""
+    return len(body).to_bytes(HEADER_BYTES, "big") + body
+
+
+def encode_request(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], cwd: str) -> bytes:
+    """The request JSON (not framed), built without :mod:`json`. Pure."""
+    from _json import encode_basestring_ascii as q
+    from binascii import b2a_base64
+
+    passed = ",".join(f"{q(k)}:{q(env[k])}" for k in PASSED_ENV if k in env)
+    text = (
+        f'{{"v":{PROTOCOL},"version":{q(__version__)},"argv":[{",".join(q(a) for a in argv)}],'
+        f'"stdin":"{b2a_base64(stdin, newline=False).decode("ascii")}","env":{{{passed}}},"cwd":{q(cwd)}}}'
+    )
+    return text.encode("ascii")
+
+
+class _ScanContext:
+    """What ``_json.make_scanner`` reads from a :class:`json.JSONDecoder`."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+
+    @staticmethod
+    def parse_constant(name: str) -> float:
+        raise ValueError(f"{name} is not allowed")
+
+
+def decode_reply(body: bytes) -> tuple[int, str] | None:
+    """``(rc, stderr)`` from a reply body, or None for a refusal or anything malformed. Pure."""
+    try:
+        text = body.decode("utf-8")
+        from _json import make_scanner
+
+        doc, end = make_scanner(_ScanContext())(text, 0)
+    except (ImportError, UnicodeDecodeError, ValueError, StopIteration, TypeError, RecursionError):
+        return None
+    if end != len(text) or not isinstance(doc, dict):
+        return None
+    if "fallback" in doc:
+        return None
+    rc, err = doc.get("rc"), doc.get("stderr", "")
+    if type(rc) is not int or not isinstance(err, str):
+        return None
+    return rc, err
+
+
+#: stderr longer than this is cut (a real hook writes one line, or a traceback)
+MAX_STDERR_CHARS = 1 << 20
+
+
+class Request:
+    """One decoded hook request (a plain class: :mod:`dataclasses` would cost the hook ~5 ms)."""
+
+    __slots__ = ("argv", "cwd", "env", "protocol", "stdin", "version")
+
+    def __init__(
+        self, protocol: int, version: str, argv: tuple[str, ...], stdin: bytes, env: Mapping[str, str], cwd: str
+    ) -> None:
+        self.protocol = protocol
+        self.version = version
+        self.argv = argv
+        self.stdin = stdin
+        self.env = env
+        self.cwd = cwd
+
+    def replace(self, **changes: object) -> Request:
+        """A copy with ``changes`` applied (as :func:`dataclasses.replace` would)."""
+        fields = {name: getattr(self, name) for name in self.__slots__}
+        fields.update(changes)
+        return Request(**fields)  # type: ignore[arg-type]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Request):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Request(v={self.protocol}, version={self.version!r}, argv={self.argv!r}, cwd={self.cwd!r})"
+
+
+def decode_request(body: bytes) -> Request:
+    """Parse a request body. Raises ValueError naming the field that is wrong."""
+    import json
+
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"request is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("request is not a JSON object")
+    protocol, version, argv = doc.get("v"), doc.get("version"), doc.get("argv")
+    stdin, env, cwd = doc.get("stdin"), doc.get("env"), doc.get("cwd")
+    if type(protocol) is not int:
+        raise ValueError("request field 'v' must be an integer")
+    if not isinstance(version, str):
+        raise ValueError("request field 'version' must be a string")
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise ValueError("request field 'argv' must be a list of strings")
+    if not isinstance(stdin, str):
+        raise ValueError("request field 'stdin' must be a base64 string")
+    try:
+        data = a2b_base64(stdin.encode("ascii"), strict_mode=True)
+    except (Base64Error, UnicodeEncodeError):
+        raise ValueError("request field 'stdin' is not base64") from None
+    if len(data) > MAX_STDIN_BYTES:
+        raise ValueError(f"request field 'stdin' is larger than {MAX_STDIN_BYTES} bytes")
+    if not isinstance(env, dict) or not all(k in PASSED_ENV and isinstance(v, str) for k, v in env.items()):
+        raise ValueError(f"request field 'env' may only hold strings for {', '.join(PASSED_ENV)}")
+    if not isinstance(cwd, str) or not os.path.isabs(cwd):
+        raise ValueError("request field 'cwd' must be an absolute path")
+    return Request(protocol, version, tuple(argv), data, dict(env), cwd)
+
+
+def encode_reply(rc: int, stderr: str) -> bytes:
+    """A framed ``{"rc", "stderr"}`` reply; stderr past :data:`MAX_STDERR_CHARS` is cut."""
+    if len(stderr) > MAX_STDERR_CHARS:
+        stderr = stderr[:MAX_STDERR_CHARS] + "\n[numa-pin agent: stderr cut]\n"
+    import json
+
+    return frame(json.dumps({"rc": rc, "stderr": stderr}).encode("ascii"))
+
+
+def encode_fallback(reason: str) -> bytes:
+    """A framed reply that sends the hook back to run in-process."""
+    import json
+
+    return frame(json.dumps({"fallback": reason}).encode("ascii"))
+
+
+def refusal(request: Request, server_version: str = __version__) -> str | None:
+    """Why this server must not run ``request`` (protocol or numa-pin version), or None. Pure."""
+    if request.protocol != PROTOCOL:
+        return f"protocol {request.protocol} (server speaks {PROTOCOL})"
+    if request.version != server_version:
+        return f"numa-pin {request.version} hook, {server_version} agent: restart numa-pin serve after an upgrade"
+    return None
+
+
+def peer_allowed(uid: int, server_uid: int) -> bool:
+    """Only root and the server's own user may have admissions run. Pure."""
+    return uid == 0 or uid == server_uid
+
+
+__all__ = [
+    "DEFAULT_SOCKET",
+    "HEADER_BYTES",
+    "MAX_REPLY_BYTES",
+    "MAX_REQUEST_BYTES",
+    "MAX_STDERR_CHARS",
+    "MAX_STDIN_BYTES",
+    "NO_AGENT_ENV",
+    "PASSED_ENV",
+    "PROTOCOL",
+    "SOCKET_ENV",
+    "Request",
+    "decode_reply",
+    "decode_request",
+    "encode_fallback",
+    "encode_reply",
+    "encode_request",
+    "frame",
+    "peer_allowed",
+    "refusal",
+    "socket_path",
+]

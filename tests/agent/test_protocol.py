@@ -1,0 +1,85 @@
+"""The warm agent's wire protocol on its own: both halves are pure, so they are tested as values.
+
+The client half (``encode_request``, ``decode_reply``) avoids :mod:`json`; the server half
+(``decode_request``, ``encode_reply``) uses it. :mod:`json` is the oracle for each direction.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from numa_pin import __version__
+from numa_pin.agent import protocol
+
+_text = st.text(max_size=40)
+_env = st.dictionaries(st.sampled_from(protocol.PASSED_ENV), _text, max_size=len(protocol.PASSED_ENV))
+
+
+def _unframe(data: bytes) -> bytes:
+    size = int.from_bytes(data[: protocol.HEADER_BYTES], "big")
+    body = data[protocol.HEADER_BYTES :]
+    assert len(body) == size
+    return body
+
+
+@given(argv=st.lists(_text, max_size=5), stdin=st.binary(max_size=200), env=_env,
+       cwd=st.text(min_size=1, max_size=20).map(lambda s: "/" + s))
+def test_request_round_trip(argv, stdin, env, cwd):
+    body = protocol.encode_request(argv, stdin, {**env, "UNRELATED": "x"}, cwd)
+    assert json.loads(body)["v"] == protocol.PROTOCOL  # the hand-built JSON is real JSON
+    req = protocol.decode_request(body)
+    assert req == protocol.Request(protocol.PROTOCOL, __version__, tuple(argv), stdin, env, cwd)
+
+
+@given(rc=st.integers(0, 255), err=st.text(max_size=100))
+def test_reply_round_trip(rc, err):
+    assert protocol.decode_reply(_unframe(protocol.encode_reply(rc, err))) == (rc, err)
+
+
+def test_fallback_reply_means_in_process():
+    assert protocol.decode_reply(_unframe(protocol.encode_fallback("busy"))) is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"", b"[]", b'{"rc": "0"}', b'{"rc": 0, "stderr": 1}', b'{"rc": 0} x', b"\xff", b'{"rc": NaN}',
+     b"[" * 100_000],
+    ids=["empty", "list", "rc-string", "stderr-int", "trailing", "not-utf8", "nan", "deep"],
+)
+def test_malformed_replies_are_refused(body):
+    assert protocol.decode_reply(body) is None
+
+
+def test_stderr_is_cut_at_the_limit():
+    rc, err = protocol.decode_reply(_unframe(protocol.encode_reply(3, "x" * (protocol.MAX_STDERR_CHARS + 10))))
+    assert rc == 3 and len(err) < protocol.MAX_STDERR_CHARS + 100 and err.endswith("cut]\n")
+
+
+@pytest.mark.parametrize(
+    "doc, field",
+    [({"v": "1"}, "'v'"), ({"version": 1}, "'version'"), ({"argv": "x"}, "'argv'"),
+     ({"stdin": "***"}, "'stdin'"), ({"env": {"PATH": "/"}}, "'env'"), ({"cwd": "rel"}, "'cwd'")],
+    ids=["v", "version", "argv", "stdin", "env", "cwd"],
+)
+def test_bad_request_names_the_field(doc, field):
+    good = json.loads(protocol.encode_request([], b"", {}, "/"))
+    with pytest.raises(ValueError, match=field):
+        protocol.decode_request(json.dumps({**good, **doc}).encode())
+
+
+def test_refusal_and_peer_rules():
+    req = protocol.Request(protocol.PROTOCOL, "9.9", (), b"", {}, "/")
+    assert "restart" in protocol.refusal(req, server_version="1.0")
+    assert protocol.refusal(req.replace(version="1.0"), server_version="1.0") is None
+    assert protocol.peer_allowed(0, 1000) and protocol.peer_allowed(1000, 1000)
+    assert not protocol.peer_allowed(1001, 1000)
+
+
+def test_socket_path_precedence():
+    assert protocol.socket_path({}, None) == protocol.DEFAULT_SOCKET
+    assert protocol.socket_path({protocol.SOCKET_ENV: "/e"}, None) == "/e"
+    assert protocol.socket_path({protocol.SOCKET_ENV: "/e"}, "/f") == "/f"
