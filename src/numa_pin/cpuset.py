@@ -68,11 +68,3 @@ def parse_mask(text: str) -> frozenset[int]:
     return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
 
 
-def format_mask(ids: Iterable[int], nbits: int | None = None) -> str:
-    """Format ids as the comma-grouped hex mask the kernel prints."""
-    value = 0
-    for i in ids:
-        value |= 1 << i
-    width = max(nbits or 0, value.bit_length(), 1)
-    words = (width + 31) // 32
-    return ",".join(f"{(value >> (32 * w)) & 0xFFFFFFFF:08x}" for w in reversed(range(words)))

@@ -16,21 +16,26 @@ is allowed to escape as a traceback.
     │   ├── TopologyAffinityError      the policy rejected the merged hint
     │   └── AllocationError            an allocator could not satisfy a request
     │       └── SMTAlignmentError      full-pcpus-only could not be honoured
-    ├── LedgerError(path)              the node ledger
+    ├── LedgerError(path, errno)       the node ledger
     │   ├── LedgerLockTimeout          another admission held the lock too long
     │   └── LedgerCorrupt              checksum / version / JSON failure; never reset silently
-    ├── EnforcementError(path)         writing cgroups, moving netdevs, granting devices
+    ├── EnforcementError(path, errno)  writing cgroups, moving netdevs, granting devices
     │   └── CgroupEscapeError          a path would leave the cgroup root
     ├── HookInputError                 the OCI state on stdin or config.json is unusable
     └── AgentError(path)               the warm agent cannot serve its socket
 
 Each class documents when it is raised. Errors carry the file, container or
-resource involved so the single line a user sees is actionable.
+resource involved so the single line a user sees is actionable. An error raised
+because of another keeps it as ``__cause__`` (``raise ... from exc``); ``errno``
+of the OS-facing errors falls back to the cause's. When an admission fails and
+undoing its writes fails too, the undo failures ride on the error that is raised
+(:attr:`NumaPinError.rollback_failures`) and are part of its one line.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 
 class NumaPinError(Exception):
@@ -38,6 +43,25 @@ class NumaPinError(Exception):
 
     #: short name printed before the message by the entry points
     kind = "NumaPinError"
+    #: undo steps that failed while rolling back after this error (empty: all undone)
+    rollback_failures: tuple[str, ...] = ()
+
+    def add_rollback_failures(self, failures: Iterable[object]) -> None:
+        """Record undo steps that failed while rolling back after this error."""
+        self.rollback_failures = self.rollback_failures + tuple(str(f) for f in failures)
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.rollback_failures:
+            text += "; rollback incomplete: " + "; ".join(self.rollback_failures)
+        return text
+
+
+def _cause_errno(error: BaseException) -> int | None:
+    """The OS error number of ``error``'s chained cause, if it has one."""
+    cause = error.__cause__
+    value = getattr(cause, "errno", None)
+    return value if isinstance(value, int) else None
 
 
 class TopologyError(NumaPinError, ValueError):
@@ -126,13 +150,19 @@ class SMTAlignmentError(AllocationError):
 
 
 class LedgerError(NumaPinError):
-    """The node ledger could not be read or written. ``path`` is the ledger file."""
+    """The node ledger could not be read or written. ``path`` is the ledger file; ``errno`` the
+    OS error number, given or taken from the chained cause."""
 
     kind = "LedgerError"
 
-    def __init__(self, message: str, *, path: str | None = None) -> None:
+    def __init__(self, message: str, *, path: str | None = None, errno: int | None = None) -> None:
         self.path = path
+        self._errno = errno
         super().__init__(f"{path}: {message}" if path else message)
+
+    @property
+    def errno(self) -> int | None:
+        return self._errno if self._errno is not None else _cause_errno(self)
 
 
 class LedgerLockTimeout(LedgerError):
@@ -148,13 +178,22 @@ class LedgerCorrupt(LedgerError):
 
 
 class EnforcementError(NumaPinError):
-    """Applying a grant to the system failed (cgroup write, netdev move, device grant)."""
+    """Applying a grant to the system failed (cgroup write, netdev move, device grant).
+
+    ``path`` is the file or namespace written; ``errno`` the OS error number, given or taken
+    from the chained cause (``raise EnforcementError(...) from exc``).
+    """
 
     kind = "EnforcementError"
 
-    def __init__(self, message: str, *, path: str | None = None) -> None:
+    def __init__(self, message: str, *, path: str | None = None, errno: int | None = None) -> None:
         self.path = path
+        self._errno = errno
         super().__init__(f"{path}: {message}" if path else message)
+
+    @property
+    def errno(self) -> int | None:
+        return self._errno if self._errno is not None else _cause_errno(self)
 
 
 class CgroupEscapeError(EnforcementError):

@@ -13,6 +13,9 @@ import os
 import time
 from collections.abc import Mapping
 
+from numa_pin.cpuset import format_list
+from numa_pin.ledger.model import Grant
+
 
 def reason_path(state_dir: str, container_id: str) -> str:
     """``<state_dir>/reasons/<id>.json``, the id reduced to a safe file name."""
@@ -36,10 +39,25 @@ def write_reason(state_dir: str, container_id: str, line: str, details: Mapping[
 
 
 def log_syslog(line: str, error: bool = True) -> None:
+    """One line to the system log (LOG_DAEMON, LOG_ERR or LOG_INFO); the C library never raises."""
     import syslog
 
     syslog.openlog("numa-pin", syslog.LOG_PID, syslog.LOG_DAEMON)
     syslog.syslog(syslog.LOG_ERR if error else syslog.LOG_INFO, line)
 
 
-__all__ = ["log_syslog", "reason_path", "write_reason"]
+
+def decision_line(grant: Grant, verb: str) -> str:
+    """``numa-pin: admitted <id>: cpus 2-3 mems 1 devices nvidia.com/gpu=0000:18:00.0 (policy/scope)``."""
+    parts = [f"cpus {format_list(grant.cpus) or 'shared'}", f"mems {format_list(grant.mems) or 'any'}"]
+    for resource, ids in sorted(grant.devices.items()):
+        parts.append(f"{resource}={','.join(ids)}")
+    return f"numa-pin: {verb} {grant.container_id}: {' '.join(parts)} ({grant.policy}/{grant.scope})"
+
+
+def log_decision(grant: Grant, verb: str) -> None:
+    """Log an admission or release at LOG_INFO (the config's ``syslog: true``)."""
+    log_syslog(decision_line(grant, verb), error=False)
+
+
+__all__ = ["decision_line", "log_decision", "log_syslog", "reason_path", "write_reason"]

@@ -24,7 +24,7 @@ from numa_pin.config.schema import Config
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
 from numa_pin.enforcer.pool import resize_shared, shared_pool
-from numa_pin.enforcer.undo import UndoLog
+from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import EnforcementError, NumaPinError
 from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_time
 from numa_pin.ledger.model import Grant, LedgerState, PodRecord
@@ -140,11 +140,25 @@ class NodeService:
                     if netdevs:
                         grant = replace(grant, netdevs=netdevs)
                         new_state = new_state.with_grant(grant)
-            except BaseException:
-                undo.rollback()
+            except BaseException as exc:
+                self._roll_back(undo, exc, request.container_id)
                 raise
             txn.state = new_state
+        if decision is not None and cfg.syslog:
+            report.log_decision(grant, "admitted")
         return Admitted(grant, decision)
+
+    def _roll_back(self, undo: UndoLog, exc: BaseException, container_id: str) -> None:
+        """Undo every write of a failed admission or release. Undo steps that fail are attached
+        to ``exc`` (they become part of its one line) and always logged to syslog."""
+        failures = undo.rollback()
+        if not failures:
+            return
+        if isinstance(exc, NumaPinError):
+            exc.add_rollback_failures(failures)
+        else:
+            exc.add_note(describe_failures(failures))
+        report.log_syslog(f"numa-pin: {container_id}: {describe_failures(failures)}")
 
     def _grant(self, request: ContainerRequest, decision: Decision, pid: int | None, ref, kind: str | None) -> Grant:
         return Grant(
@@ -263,10 +277,12 @@ class NodeService:
                 undo = UndoLog()
                 try:
                     resize_shared(self._shared_refs(state), self.shared_pool(state), self.config.cgroup_root, undo)
-                except EnforcementError:
-                    undo.rollback()
+                except EnforcementError as exc:
+                    self._roll_back(undo, exc, container_id)
                     raise
             txn.state = state
+        if grant is not None and self.config.syslog:
+            report.log_decision(grant, "released")
         return grant
 
     def reconcile(self) -> tuple[list[Grant], list[str]]:

@@ -159,3 +159,62 @@ def test_reconcile_drops_dead_grants_and_repairs_drift(node):
     removed, repaired = agent.reconcile()
     assert [g.container_id for g in removed] == ["a"] and repaired == ["b"]
     assert node.cpuset(2) == want_b
+
+
+def test_rollback_failures_ride_on_the_error_and_reach_syslog(node, monkeypatch):
+    """An undo step that fails is not dropped: it is part of the error's one line and logged."""
+    agent = NodeService(node.config)
+    logged: list[str] = []
+    monkeypatch.setattr("numa_pin.report.log_syslog", lambda line, error=True: logged.append(line))
+    real_apply = __import__("numa_pin.service", fromlist=["apply_cpuset"]).apply_cpuset
+
+    def apply_then_jam(ref, cpus, mems, root, undo):
+        real_apply(ref, cpus, mems, root, undo)
+        undo.record("write cpuset.cpus of c2", lambda: (_ for _ in ()).throw(OSError(16, "Device or resource busy")))
+
+    def broken(*args, **kwargs):
+        raise EnforcementError("simulated failure", path="/fake")
+
+    monkeypatch.setattr("numa_pin.service.apply_cpuset", apply_then_jam)
+    monkeypatch.setattr("numa_pin.service.resize_shared", broken)
+    with pytest.raises(EnforcementError) as info:
+        agent.admit(request_from_oci("x", {"numa-pin.io/cpus": "2"}), node.container(2))
+    assert info.value.rollback_failures and "busy" in info.value.rollback_failures[0]
+    assert "rollback incomplete" in str(info.value) and "\n" not in str(info.value)
+    assert any("rollback incomplete" in line and "x:" in line for line in logged)
+    assert agent.ledger.read().grants == {}
+
+
+def test_enforcement_errors_keep_errno_and_cause(tmp_path):
+    from numa_pin.enforcer.cgroups import write_cgroup_file as write_file
+
+    target = tmp_path / "no-such-dir" / "cpuset.cpus"
+    with pytest.raises(EnforcementError) as info:
+        write_file(str(target), "1")
+    assert info.value.errno == 2 and isinstance(info.value.__cause__, OSError)
+    assert str(target) in str(info.value)
+
+
+def test_rejection_is_an_exception_class_with_kubelet_kind(node):
+    from numa_pin.admission.decide import reject
+    from numa_pin.errors import AllocationError, SMTAlignmentError
+
+    agent = NodeService(node.config)
+    decision = agent.plan(request_from_oci("big", {"numa-pin.io/cpus": "999"}))
+    assert not decision.admit and decision.error is TopologyAffinityError
+    assert isinstance(reject(decision), TopologyAffinityError)
+    assert issubclass(SMTAlignmentError, AllocationError)
+
+
+def test_syslog_setting_logs_every_decision(node, monkeypatch):
+    from dataclasses import replace
+
+    logged: list[tuple[str, bool]] = []
+    monkeypatch.setattr("numa_pin.report.log_syslog", lambda line, error=True: logged.append((line, error)))
+    for on in (True, False):
+        logged.clear()
+        agent = NodeService(replace(node.config, syslog=on))
+        agent.admit(request_from_oci(f"l{on}", {"numa-pin.io/cpus": "2"}), node.container(3 + on))
+        agent.release(f"l{on}")
+        verbs = [line.split()[1] for line, error in logged if not error]
+        assert verbs == (["admitted", "released"] if on else [])

@@ -27,7 +27,6 @@ from numa_pin.errors import (
     AdmissionError,
     AllocationError,
     RequestError,
-    SMTAlignmentError,
     TopologyAffinityError,
 )
 from numa_pin.ledger.model import LedgerState
@@ -75,9 +74,9 @@ class Decision:
     devices: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     memory: Mapping[str, Mapping[int, int]] = field(default_factory=dict)
     reason: str = ""
-    error_kind: str = "TopologyAffinityError"  # printed before the reason when rejected
+    #: the exception a rejection raises (kubelet's error kinds); its ``kind`` is printed
+    error: type[AdmissionError] = TopologyAffinityError
     pod_affinity: frozenset[int] | None = None  # set when this decision created the pod's record
-    hints: Mapping[str, str] = field(default_factory=dict)  # resource -> short description, for explain
 
     @property
     def exclusive(self) -> bool:
@@ -331,7 +330,7 @@ def decide(
     except AllocationError as exc:
         why = _free_summary(machine, state, request.amounts, settings, request.container_id)
         return Decision(
-            request.container_id, False, policy, scope, hint, reason=f"{exc} ({why})", error_kind=exc.kind
+            request.container_id, False, policy, scope, hint, reason=f"{exc} ({why})", error=type(exc)
         )
     if mem_group:
         mems = mem_group
@@ -348,8 +347,4 @@ def decide(
 
 def reject(decision: Decision) -> AdmissionError:
     """The error the entry points print for a rejected decision (same kind kubelet reports)."""
-    if decision.error_kind == SMTAlignmentError.kind:
-        return SMTAlignmentError(decision.reason)
-    if decision.error_kind == AllocationError.kind:
-        return AllocationError(decision.reason)
-    return TopologyAffinityError(decision.reason)
+    return decision.error(decision.reason)

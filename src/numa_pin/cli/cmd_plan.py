@@ -42,7 +42,7 @@ def print_decision(decision, as_json: bool) -> None:
     if as_json:
         write_out(json.dumps(d, indent=2) + "\n")
         return
-    verdict = "admit" if d["admit"] else f"reject ({decision.error_kind})"
+    verdict = "admit" if d["admit"] else f"reject ({decision.error.kind})"
     lines = [
         f"container: {d['container_id']}",
         f"decision:  {verdict}",

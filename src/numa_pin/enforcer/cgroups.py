@@ -219,7 +219,7 @@ def read_cgroup_file(path: str) -> str:
         with open(path, encoding="ascii", errors="replace") as fh:
             return fh.read().strip()
     except OSError as exc:
-        raise EnforcementError(f"cannot read: {exc.strerror or exc}", path=path) from None
+        raise EnforcementError(f"cannot read: {exc.strerror or exc}", path=path) from exc
 
 
 def write_cgroup_file(path: str, text: str) -> None:
@@ -233,12 +233,12 @@ def write_cgroup_file(path: str, text: str) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC)
     except OSError as exc:
         raise EnforcementError(f"cannot open for writing: {exc.strerror or exc}",
-                               path=path) from None
+                               path=path) from exc
     try:
         os.write(fd, data)
     except OSError as exc:
         raise EnforcementError(f"writing {text!r} failed: {exc.strerror or exc}",
-                               path=path) from None
+                               path=path) from exc
     finally:
         os.close(fd)
 
@@ -317,7 +317,7 @@ def detect_layout(proc_root: str | os.PathLike[str], pid: int | str = "self") ->
         with open(path, encoding="utf-8", errors="surrogateescape") as fh:
             text = fh.read()
     except OSError as exc:
-        raise EnforcementError(f"cannot read: {exc.strerror or exc}", path=path) from None
+        raise EnforcementError(f"cannot read: {exc.strerror or exc}", path=path) from exc
     return layout_from_mounts(parse_mountinfo(text, path), path)
 
 
@@ -363,7 +363,7 @@ def read_proc_cgroup(
     except FileNotFoundError:
         raise EnforcementError(f"no such process {pid}", path=path) from None
     except OSError as exc:
-        raise EnforcementError(f"cannot read: {exc.strerror or exc}", path=path) from None
+        raise EnforcementError(f"cannot read: {exc.strerror or exc}", path=path) from exc
     return parse_proc_cgroup(text, path)
 
 

@@ -52,7 +52,7 @@ def _read_list(path: str) -> frozenset[int]:
     try:
         return cpulist.parse_list(text)
     except ValueError as exc:
-        raise EnforcementError(f"not a CPU/node list: {exc}", path=path) from None
+        raise EnforcementError(f"not a CPU/node list: {exc}", path=path) from exc
 
 
 def _effective_names(ref: CgroupRef) -> tuple[str, str]:
@@ -120,7 +120,7 @@ def write_list_if_changed(path: str, want: frozenset[int], undo: UndoLog) -> boo
     try:
         current = cpulist.parse_list(before)
     except ValueError as exc:
-        raise EnforcementError(f"not a CPU/node list: {exc}", path=path) from None
+        raise EnforcementError(f"not a CPU/node list: {exc}", path=path) from exc
     if current == want:
         return False
     text = cpulist.format_list(want)
@@ -226,7 +226,7 @@ def apply_cpuset(
         if hint:
             parts.append(hint)
         parts.append(describe_failures(failures))
-        raise EnforcementError("; ".join(parts), path=d) from None
+        raise EnforcementError("; ".join(parts), path=d) from exc
     undo.absorb(local)
     return state
 

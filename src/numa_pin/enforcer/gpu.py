@@ -190,7 +190,7 @@ def oci_rules_from_config(config: Mapping[str, Any]) -> tuple[OciDeviceRule, ...
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise EnforcementError(
             f"config.json linux.resources.devices / linux.devices entry is malformed: {exc}"
-        ) from None
+        ) from exc
     return tuple(out)
 
 
@@ -220,7 +220,7 @@ def read_uvm_major(proc_root: str | os.PathLike[str]) -> int | None:
         with open(path, encoding="ascii", errors="replace") as fh:
             text = fh.read()
     except OSError as exc:
-        raise EnforcementError(f"cannot read: {exc.strerror or exc}", path=path) from None
+        raise EnforcementError(f"cannot read: {exc.strerror or exc}", path=path) from exc
     return parse_char_majors(text).get(UVM_DEVICE_NAME)
 
 
@@ -245,7 +245,7 @@ def _read_devices_list(cgroup_dir: str) -> tuple[DeviceRule, ...]:
         try:
             rules.append(DeviceRule.parse(line))
         except ValueError as exc:
-            raise EnforcementError(str(exc), path=path) from None
+            raise EnforcementError(str(exc), path=path) from exc
     return tuple(rules)
 
 
@@ -301,7 +301,7 @@ def grant_gpus(
     except EnforcementError as exc:
         failures = local.rollback()
         raise EnforcementError(f"granting GPUs failed: {exc}; {describe_failures(failures)}",
-                               path=devices_dir) from None
+                               path=devices_dir) from exc
     undo.absorb(local)
     return GpuGrant(1, devices_dir, rules, tuple(added), True)
 
@@ -378,7 +378,7 @@ def expose_gpu_env_file(
         os.replace(tmp, target)
     except OSError as exc:
         raise EnforcementError(f"cannot write the GPU list: {exc.strerror or exc}",
-                               path=target) from None
+                               path=target) from exc
     if undo is not None:
         def remove() -> None:
             if os.path.lexists(target):

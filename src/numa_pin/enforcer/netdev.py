@@ -101,7 +101,7 @@ class NetdevRecord:
             vf = fields.pop("vf_config", None)
             return cls(**fields, vf_config=VfConfig(**vf) if vf is not None else None)
         except TypeError as exc:
-            raise EnforcementError(f"malformed netdev record: {exc}") from None
+            raise EnforcementError(f"malformed netdev record: {exc}") from exc
 
 
 # ---- names and sysfs -----------------------------------------------------------------
@@ -246,7 +246,7 @@ def _iproute(netns: str | None = None) -> Iterator[Any]:
         ipr = IPRoute() if netns is None else IPRoute(netns=netns, flags=0)
     except (nl_error, OSError) as exc:
         raise EnforcementError(f"cannot open a netlink socket: {_reason(exc)}",
-                               path=netns) from None
+                               path=netns) from exc
     try:
         yield ipr
     finally:
@@ -258,14 +258,14 @@ def _open_netns(path: str) -> int:
         return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
         raise EnforcementError(f"cannot open the network namespace: {exc.strerror or exc}",
-                               path=path) from None
+                               path=path) from exc
 
 
 def _lookup(ipr: Any, name: str) -> int | None:
     try:
         found = ipr.link_lookup(ifname=name)
     except _netlink_error() as exc:
-        raise EnforcementError(f"listing network interfaces failed: {_reason(exc)}") from None
+        raise EnforcementError(f"listing network interfaces failed: {_reason(exc)}") from exc
     return found[0] if found else None
 
 
@@ -331,7 +331,7 @@ def move_netdev_to_netns(
         try:
             link = _link(ipr, index)
         except nl_error as exc:
-            raise EnforcementError(f"cannot read {host_name}: {_reason(exc)}") from None
+            raise EnforcementError(f"cannot read {host_name}: {_reason(exc)}") from exc
         vf_config: VfConfig | None = None
         if pf_name is not None and vf_index is not None:
             try:
@@ -364,7 +364,7 @@ def move_netdev_to_netns(
             outcome = _recover_failed_move(record, ipr, proc_root)
             raise EnforcementError(
                 f"moving {host_name} into the netns of pid {pid} as {new_name} failed: "
-                f"{reason}; {outcome}", path=ns_path) from None
+                f"{reason}; {outcome}", path=ns_path) from exc
         finally:
             os.close(fd)
     if bring_up:
@@ -383,7 +383,7 @@ def move_netdev_to_netns(
                 outcome = f"moving it back failed too: {undo_exc}"
             raise EnforcementError(f"bringing {new_name} up in the netns of pid {pid} "
                                    f"failed: {_reason(exc)}; {outcome}",
-                                   path=ns_path) from None
+                                   path=ns_path) from exc
     if undo is not None:
         def back() -> None:
             restore_netdev(record, pid, sysfs_root, proc_root)
@@ -502,7 +502,7 @@ def _pull_from_container(record: NetdevRecord, pid: int | str, proc_root: str | 
                 return arrived
             raise EnforcementError(
                 f"moving {record.container_name} back to the host as {record.host_name} "
-                f"failed: {_reason(exc)}", path=ns_path) from None
+                f"failed: {_reason(exc)}", path=ns_path) from exc
     return _lookup(ipr, record.host_name)
 
 

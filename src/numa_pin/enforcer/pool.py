@@ -161,7 +161,7 @@ def resize_shared(
         raise EnforcementError(
             f"resizing shared containers to cpus {cpulist.format_list(target)} failed: "
             f"{exc}; {describe_failures(failures)}"
-        ) from None
+        ) from exc
     undo.absorb(local)
     return ResizeResult(tuple(updated), tuple(unchanged), tuple(missing))
 
@@ -172,7 +172,7 @@ def _read_cpus(ref: CgroupRef) -> frozenset[int]:
     try:
         return cpulist.parse_list(text)
     except ValueError as exc:
-        raise EnforcementError(f"not a CPU list: {exc}", path=path) from None
+        raise EnforcementError(f"not a CPU list: {exc}", path=path) from exc
 
 
 def _write_cpus(ref: CgroupRef, update: SharedUpdate, undo: UndoLog) -> None:

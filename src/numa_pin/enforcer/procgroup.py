@@ -41,7 +41,7 @@ def create(cgroup_root: str, name: str, version: int) -> ProcGroup:
         except FileExistsError:
             pass
         except OSError as exc:
-            raise EnforcementError(f"cannot create cgroup ({exc.strerror})", path=directory) from None
+            raise EnforcementError(f"cannot create cgroup ({exc.strerror})", path=directory) from exc
         if version == 1:
             up = os.path.dirname(directory)
             for leaf in ("cpuset.mems", "cpuset.cpus"):

@@ -157,7 +157,7 @@ class Ledger:
             os.makedirs(self.state_dir, mode=0o755, exist_ok=True)
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            raise LedgerError(f"cannot open the ledger lock: {_reason(exc)}", path=self.lock_path) from None
+            raise LedgerError(f"cannot open the ledger lock: {_reason(exc)}", path=self.lock_path) from exc
         try:
             self._wait_for_lock(fd)
             os.ftruncate(fd, 0)
@@ -177,7 +177,7 @@ class Ledger:
             except BlockingIOError:
                 pass
             except OSError as exc:
-                raise LedgerError(f"cannot lock: {_reason(exc)}", path=self.lock_path) from None
+                raise LedgerError(f"cannot lock: {_reason(exc)}", path=self.lock_path) from exc
             left = deadline - time.monotonic()
             if left <= 0:
                 raise LedgerLockTimeout(self._timeout_message(fd), path=self.lock_path)
@@ -203,7 +203,7 @@ class Ledger:
         except FileNotFoundError:
             return LedgerState()
         except OSError as exc:
-            raise LedgerError(f"cannot read the ledger: {_reason(exc)}", path=self.path) from None
+            raise LedgerError(f"cannot read the ledger: {_reason(exc)}", path=self.path) from exc
         return decode(raw, self.path)
 
     def _write(self, state: LedgerState) -> None:
@@ -220,7 +220,7 @@ class Ledger:
             tmp = None
             _fsync_dir(self.state_dir)
         except OSError as exc:
-            raise LedgerError(f"cannot write the ledger: {_reason(exc)}", path=self.path) from None
+            raise LedgerError(f"cannot write the ledger: {_reason(exc)}", path=self.path) from exc
         finally:
             if tmp is not None:
                 _unlink_quietly(tmp)
@@ -252,7 +252,7 @@ def decode(raw: bytes, path: str) -> LedgerState:
     try:
         doc = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise _corrupt(f"not valid JSON ({exc})", path) from None
+        raise _corrupt(f"not valid JSON ({exc})", path) from exc
     if not isinstance(doc, dict):
         raise _corrupt(f"expected a JSON object, found {type(doc).__name__}", path)
     if set(doc) != {"version", "checksum", "data"}:
@@ -273,7 +273,7 @@ def decode(raw: bytes, path: str) -> LedgerState:
     try:
         return LedgerState.from_dict(data)
     except LedgerCorrupt as exc:
-        raise _corrupt(str(exc), path) from None
+        raise _corrupt(str(exc), path) from exc
 
 
 def checksum(data: dict[str, Any]) -> str:

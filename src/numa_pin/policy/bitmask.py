@@ -33,10 +33,6 @@ def bits(mask: int) -> Iterator[int]:
         mask ^= low
 
 
-def count(mask: int) -> int:
-    return mask.bit_count()
-
-
 def is_narrower(a: int, b: int) -> bool:
     """kubelet ``IsNarrowerThan``: fewer nodes, then smaller integer value."""
     ca, cb = a.bit_count(), b.bit_count()

@@ -131,12 +131,6 @@ class Topology:
         """``{node: [distance to node_ids[0], node_ids[1], ...]}``; what the policy takes."""
         return {n: list(self.nodes[n].distances) for n in self.node_ids}
 
-    def cpus_in_nodes(self, nodes: Iterable[int]) -> frozenset[int]:
-        out: set[int] = set()
-        for n in nodes:
-            out |= self.nodes[n].cpus
-        return frozenset(out) & self.cpu_ids
-
     def sockets(self) -> frozenset[int]:
         return frozenset(c.socket for c in self.cpus.values())
 
