@@ -33,7 +33,7 @@ test: $(STAMP)
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(VPY) -m pytest -m "not e2e and not vm" $(PYTEST_ARGS)
+	$(VPY) -m pytest -m "not e2e and not vm and not root" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VPY) bench/merge_scaling.py

@@ -216,7 +216,8 @@ def is_root() -> bool:
     return os.geteuid() == 0
 
 
-requires_root = pytest.mark.skipif(not is_root(), reason="needs root")
+#: the ``root`` tier: tests/conftest.py skips it for other users, ``make test-fast`` deselects it
+requires_root = pytest.mark.root
 requires_ip = pytest.mark.skipif(
     shutil.which("ip") is None or shutil.which("unshare") is None
     or shutil.which("nsenter") is None,

@@ -345,16 +345,11 @@ def test_live_machine_agrees_with_lstopo() -> None:
 
 
 # ---- shapes of the shared machine kit --------------------------------------------------
-try:
-    from numa_pin.testing import machine as kit_machine
-    from numa_pin.testing import shapes as kit_shapes
-except ImportError:  # the kit is optional for these tests
-    kit_machine = kit_shapes = None
-KIT_SHAPES = kit_shapes.shape_names() if kit_shapes is not None else ("no-kit",)
+from numa_pin.testing import machine as kit_machine  # noqa: E402 (the kit is part of the package)
+from numa_pin.testing import shapes as kit_shapes  # noqa: E402
 
 
-@pytest.mark.skipif(kit_shapes is None, reason="numa_pin.testing.shapes is not available")
-@pytest.mark.parametrize("name", KIT_SHAPES)
+@pytest.mark.parametrize("name", kit_shapes.shape_names())
 def test_testing_kit_shapes(tmp_path: Path, name: str) -> None:
     spec = kit_shapes.shape(name)
     built = kit_machine.build(spec, tmp_path / name)
