@@ -10,7 +10,7 @@ APT_PKGS   := python3 python3-venv python3-dev gcc make libcap-dev hwloc runc cr
               busybox-static iproute2 util-linux procps kmod qemu-system-x86 linux-image-amd64
 PYTEST_ARGS ?=
 
-.PHONY: all deps venv demo test test-fast bench clean
+.PHONY: all deps venv demo lint test test-fast bench clean
 
 all: test
 
@@ -29,10 +29,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	@bash packaging/scripts/demo.sh
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
+
+test: lint
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
-test-fast: $(STAMP)
+test-fast: lint
 	$(VPY) -m pytest -m "not e2e and not vm and not root" $(PYTEST_ARGS)
 
 bench: $(STAMP)

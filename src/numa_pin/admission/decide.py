@@ -31,7 +31,7 @@ from numa_pin.errors import (
 )
 from numa_pin.ledger.model import LedgerState
 from numa_pin.policy import bitmask
-from numa_pin.policy.hint import TopologyHint
+from numa_pin.policy.hint import ProviderHints, ResourceHints, TopologyHint
 from numa_pin.policy.registry import merge_hints
 from numa_pin.policy.options import check_machine
 from numa_pin.providers.cpu import CpuOptions, cpu_hint_family
@@ -52,7 +52,7 @@ class NodeSettings:
 
     policy: str = names.DEFAULT_POLICY
     scope: str = names.DEFAULT_SCOPE
-    policy_options: Mapping[str, object] = field(default_factory=dict)
+    policy_options: Mapping[str, str | bool | int] = field(default_factory=dict)
     cpu_options: CpuOptions = field(default_factory=CpuOptions)
     reserved_cpus: frozenset[int] | None = None
     num_reserved_cpus: int = 1
@@ -151,16 +151,16 @@ def resolve_fixed_devices(request: ContainerRequest, machine: _Machine) -> dict[
             res = next((r for r, infos in machine.devices.items() if any(i.id == addr for i in infos)), NVIDIA_GPU)
             fixed.setdefault(res, []).append(addr)
     for suffix, addrs in request.fixed_pci.items():
-        res = next(
+        matched = next(
             (r for r in machine.devices if r.replace(".", "_").replace("/", "_").upper() == suffix), None
         )
-        if res is None:
+        if matched is None:
             raise RequestError(f"no configured device resource matches {suffix!r}", annotation="PCIDEVICE_" + suffix)
-        known = {d.id for d in machine.devices[res]}
+        known = {d.id for d in machine.devices[matched]}
         for addr in addrs:
             if addr not in known:
-                raise RequestError(f"device {addr} is not a {res} device", annotation="PCIDEVICE_" + suffix)
-        fixed.setdefault(res, []).extend(addrs)
+                raise RequestError(f"device {addr} is not a {matched} device", annotation="PCIDEVICE_" + suffix)
+        fixed.setdefault(matched, []).extend(addrs)
     return {r: tuple(a) for r, a in fixed.items()}
 
 
@@ -171,18 +171,20 @@ def _provider_hints(
     fixed: Mapping[str, tuple[str, ...]],
     settings: NodeSettings,
     container_id: str,
-) -> list[dict[str, object] | None]:
+) -> list[ProviderHints]:
     nodes = machine.topology.node_ids
-    cpu = {"cpu": cpu_hint_family(machine.cpu_topology, machine.free_cpus, amounts.cpus)} if amounts.cpus else None
+    cpu: ProviderHints = None
+    if amounts.cpus:
+        cpu = {"cpu": cpu_hint_family(machine.cpu_topology, machine.free_cpus, amounts.cpus)}
     mem_req = amounts.memory_resources
-    mem = None
+    mem: ProviderHints = None
     if mem_req:
         from numa_pin.providers.memory import memory_hint_family
         from numa_pin.topology.memory import build_memory_state
 
         mem_state = build_memory_state(machine.topology, settings.reserved_memory, _assignments(state, container_id))
         mem = memory_hint_family(mem_state, mem_req)
-    dev: dict[str, object] = {}
+    dev: dict[str, ResourceHints] = {}
     if amounts.devices or fixed:
         from numa_pin.providers.devices import device_hint_family, device_hints
     for res, count in amounts.devices.items():

@@ -99,7 +99,7 @@ def decode_reply(body: bytes) -> tuple[int, str] | None:
         text = body.decode("utf-8")
         from _json import make_scanner
 
-        doc, end = make_scanner(_ScanContext())(text, 0)
+        doc, end = make_scanner(_ScanContext())(text, 0)  # type: ignore[arg-type]
     except (ImportError, UnicodeDecodeError, ValueError, StopIteration, TypeError, RecursionError):
         return None
     if end != len(text) or not isinstance(doc, dict):
@@ -135,7 +135,7 @@ class Request:
         """A copy with ``changes`` applied (as :func:`dataclasses.replace` would)."""
         fields = {name: getattr(self, name) for name in self.__slots__}
         fields.update(changes)
-        return Request(**fields)  # type: ignore[arg-type]
+        return Request(**fields)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Request):

@@ -304,11 +304,11 @@ class AgentServer:
         signal.signal(signal.SIGINT, self._stop)
         try:
             while not self.stopping:
-                ready, _, _ = select.select([self.listener, self._wake_r], [], [], 5.0)
+                ready, _, _ = select.select([self.listener.fileno(), self._wake_r], [], [], 5.0)
                 if self._wake_r in ready:
                     _drain_fd(self._wake_r)
                 self.reap()
-                if self.listener in ready and not self.stopping:
+                if self.listener.fileno() in ready and not self.stopping:
                     self._accept()
         finally:
             if os.getpid() == self.pid:
@@ -432,7 +432,7 @@ class AgentServer:
         except OSError:
             pass  # the hook gave up and runs in-process; admission is idempotent
 
-    def _refuse(self, conn: socket.socket, record: dict[str, object], reason: str) -> None:
+    def _refuse(self, conn: socket.socket, record: Mapping[str, object], reason: str) -> None:
         print(f"numa-pin serve: sent pid {record['peer_pid']} (uid {record['peer_uid']}) back in-process: {reason}",
               file=sys.stderr, flush=True)
         append_log(self.log_path, {**record, "outcome": "fallback", "reason": reason})

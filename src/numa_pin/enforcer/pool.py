@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from numa_pin import cpuset as cpulist
 from numa_pin.enforcer import cgroups
@@ -76,7 +76,7 @@ class SharedUpdate:
 
 
 def plan_shared_updates(
-    shared_refs_current: Mapping[Hashable, Iterable[int]],
+    shared_refs_current: Mapping[Any, Iterable[int]],
     pool: Iterable[int],
 ) -> tuple[SharedUpdate, ...]:
     """The shared containers whose current CPUs differ from ``pool`` (pure).

@@ -35,7 +35,7 @@ from itertools import combinations
 from numa_pin.errors import RequestError
 from numa_pin.topology.memory import MemoryBlock, MemoryState, check_amount, check_request
 from numa_pin.policy import bitmask
-from numa_pin.policy.hint import CapacityFamily, TopologyHint
+from numa_pin.policy.hint import CapacityFamily, ProviderHints, TopologyHint
 
 
 #: past this many nodes :func:`memory_hint_family` never enumerates masks (see its docstring)
@@ -84,7 +84,7 @@ def _mask_of_key(key: object) -> int:
                 pass
         raise RequestError(f"reusable memory key {key!r} is not a mask like '{{0,1}}'")
     if isinstance(key, Iterable):
-        return bitmask.from_nodes(key)  # type: ignore[arg-type]
+        return bitmask.from_nodes(key)
     raise RequestError(f"reusable memory key {key!r} is not a mask")
 
 
@@ -198,7 +198,7 @@ def min_cover_size(vectors: Sequence[Sequence[int]], need: Sequence[int], base: 
     return len(vectors)  # pragma: no cover - the full set covers, checked above
 
 
-def _covers(vectors: Sequence[tuple[int, ...]], need: Sequence[int], k: int) -> bool:
+def _covers(vectors: Sequence[Sequence[int]], need: Sequence[int], k: int) -> bool:
     """Do at most ``k`` of ``vectors`` sum to at least ``need`` in every dimension?"""
     groups = sorted(Counter(vectors).items(), key=lambda kv: tuple(-x for x in kv[0]))
     dims = len(need)
@@ -305,7 +305,7 @@ def memory_hint_family(
     regenerate_from: Iterable[MemoryBlock] | None = None,
     *,
     max_explicit_nodes: int = DEFAULT_MAX_EXPLICIT_NODES,
-) -> dict[str, list[TopologyHint] | CapacityFamily] | None:
+) -> ProviderHints:
     """:func:`memory_hints`, answered with one shared :class:`CapacityFamily` where possible.
 
     The family (capacity per node = free bytes of each requested resource, ``min_affinity``
