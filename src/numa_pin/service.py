@@ -41,13 +41,9 @@ def settings_from_config(config: Config) -> NodeSettings:
     opts = CpuOptions(**{name.replace("-", "_"): on for name, on in cm.options.as_kubelet().items()})
     resources: tuple = ()
     if config.devices:
-        from numa_pin.config.schema import SELECTOR_KEYS
-        from numa_pin.devices.inventory import DeviceResource, Selector
+        from numa_pin.devices.inventory import DeviceResource
 
-        resources = tuple(
-            DeviceResource(name, tuple(Selector(**{k: getattr(s, k) for k in SELECTOR_KEYS}) for s in selectors))
-            for name, selectors in config.devices.items()
-        )
+        resources = tuple(DeviceResource(name, tuple(selectors)) for name, selectors in config.devices.items())
     return NodeSettings(
         policy=config.policy,
         scope=config.scope,

@@ -36,6 +36,7 @@ from numa_pin.policy.registry import merge_hints
 from numa_pin.policy.options import check_machine
 from numa_pin.providers.cpu import CpuOptions, cpu_hint_family
 from numa_pin.allocators.cpu import allocate_cpus, reserved_cpus
+from numa_pin.quantity import format_bytes
 from numa_pin.topology.model import KIND_GPU, Topology
 
 if TYPE_CHECKING:  # memory and device code is imported only when a request needs it
@@ -219,8 +220,8 @@ def _free_summary(machine: _Machine, state: LedgerState, amounts: Amounts, setti
 
         mem_state = build_memory_state(machine.topology, settings.reserved_memory, _assignments(state, cid))
         for res, want in mem_req.items():
-            per = " ".join(f"{n}={_fmt_bytes(mem_state.free(n, res))}" for n in nodes)
-            parts.append(f"{res} {_fmt_bytes(want)} requested, free per node: {per}")
+            per = " ".join(f"{n}={format_bytes(mem_state.free(n, res))}" for n in nodes)
+            parts.append(f"{res} {format_bytes(want)} requested, free per node: {per}")
     for res, count in amounts.devices.items():
         infos = {d.id: d for d in machine.devices.get(res, ())}
         per = " ".join(
@@ -228,13 +229,6 @@ def _free_summary(machine: _Machine, state: LedgerState, amounts: Amounts, setti
         )
         parts.append(f"{res} {count} requested, free per node: {per}")
     return "; ".join(parts)
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit, size in (("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
-        if n >= size and n % size == 0:
-            return f"{n // size}{unit}"
-    return str(n)
 
 
 def _allocate(

@@ -1,9 +1,10 @@
 """Device resources: named sets of discovered PCI devices chosen by selectors (pure).
 
 A :class:`DeviceResource` (``nvidia.com/gpu``, ``intel.com/sriov_netdevice``) owns the PCI
-functions that ANY of its :class:`Selector` s match; inside one selector every given field
-must match and the values of one field are alternatives (the model of the SR-IOV network
-device plugin's ``selectors``). :func:`inventory` turns a
+functions that ANY of its selectors (:class:`numa_pin.devices.selector.Selector`, the type
+the config builds) match; inside one selector every given field must match and the values
+of one field are alternatives (the model of the SR-IOV network device plugin's
+``selectors``); :func:`selector_matches` decides. :func:`inventory` turns a
 :class:`~numa_pin.topology.model.Topology` into the registered devices of every resource,
 the input of :mod:`numa_pin.providers.devices`.
 
@@ -20,143 +21,67 @@ Rules:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
+from numa_pin import pciaddr
+from numa_pin.devices.selector import Selector, check_resource_name
 from numa_pin.errors import ConfigError
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.topology.model import PciDevice, Topology
 
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
-_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_HEX = re.compile(r"[0-9a-f]+")
-_ADDRESS = re.compile(r"(?:[0-9a-f]{4,}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
-_PF_NAME = re.compile(r"(?P<name>[^#\s]+)(?:#(?P<ranges>[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*))?")
 
-
-def _strings(value: object, key: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = (value,)
-    if not isinstance(value, Iterable):
-        raise ConfigError(f"expected a list of strings, got {value!r}", key=key)
-    out = []
-    for item in value:
-        if not isinstance(item, str) or not item.strip():
-            raise ConfigError(f"expected a non-empty string, got {item!r}", key=key)
-        out.append(item.strip())
-    return tuple(out)
-
-
-def _hex(value: str, key: str) -> str:
-    text = value.lower().removeprefix("0x")
-    if not _HEX.fullmatch(text):
-        raise ConfigError(f"{value!r} is not a hexadecimal id", key=key)
-    return text
-
-
-def normalize_address(address: str) -> str:
-    """``"3B:00.0"`` -> ``"0000:3b:00.0"`` (lower case, PCI domain 0000 when missing)."""
-    text = address.strip().lower()
-    return text if text.count(":") >= 2 else "0000:" + text
-
-
-@dataclass(frozen=True)
-class Selector:
-    """Which PCI functions a resource takes. Empty fields are not checked.
-
-    ``vendors`` / ``devices``: ids as sysfs prints them (``"0x10de"``; ``"10de"`` works too);
-    ``classes``: prefixes of the class code (``"0x0302"`` = 3D controllers, ``"0x02"`` =
-    network controllers); ``drivers``: bound driver names; ``pf_names``: netdev name of the
-    PF for a VF, or the function's own netdev otherwise, optionally with VF index ranges
-    (``"ens2f0#0-3,6"``, VFs only); ``is_vf`` / ``has_netdev``: required when not ``None``;
-    ``addresses``: PCI addresses.
-    """
-
-    vendors: tuple[str, ...] = ()
-    devices: tuple[str, ...] = ()
-    classes: tuple[str, ...] = ()
-    drivers: tuple[str, ...] = ()
-    pf_names: tuple[str, ...] = ()
-    is_vf: bool | None = None
-    has_netdev: bool | None = None
-    addresses: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        key = "devices.selectors"
-        for name in ("vendors", "devices", "classes"):
-            values = tuple(_hex(v, f"{key}.{name}") for v in _strings(getattr(self, name), f"{key}.{name}"))
-            object.__setattr__(self, name, values)
-        object.__setattr__(self, "drivers", _strings(self.drivers, f"{key}.drivers"))
-        pf_names = _strings(self.pf_names, f"{key}.pf_names")
-        for pattern in pf_names:
-            if not _PF_NAME.fullmatch(pattern):
-                raise ConfigError(f"{pattern!r} is not a netdev name or name#ranges", key=f"{key}.pf_names")
-        object.__setattr__(self, "pf_names", pf_names)
-        addresses = tuple(normalize_address(a) for a in _strings(self.addresses, f"{key}.addresses"))
-        for address in addresses:
-            if not _ADDRESS.fullmatch(address):
-                raise ConfigError(f"{address!r} is not a PCI address", key=f"{key}.addresses")
-        object.__setattr__(self, "addresses", addresses)
-        for name in ("is_vf", "has_netdev"):
-            if getattr(self, name) not in (None, True, False):
-                raise ConfigError(f"must be true, false or unset, got {getattr(self, name)!r}", key=f"{key}.{name}")
-        if all(not getattr(self, f.name) and getattr(self, f.name) is not False for f in fields(self)):
-            raise ConfigError("an empty selector would take every PCI device; give at least one field", key=key)
-
-    def matches(self, device: PciDevice, topology: Topology | None = None) -> bool:
-        """Does ``device`` match? ``topology`` is needed for ``pf_names`` on VFs (the PF's netdev)."""
-        if self.vendors and _hex_or_none(device.vendor) not in self.vendors:
-            return False
-        if self.devices and _hex_or_none(device.device) not in self.devices:
-            return False
-        if self.classes:
-            code = _hex_or_none(device.pci_class) or ""
-            if not any(code.startswith(prefix) for prefix in self.classes):
-                return False
-        if self.drivers and device.driver not in self.drivers:
-            return False
-        if self.addresses and normalize_address(device.address) not in self.addresses:
-            return False
-        if self.is_vf is not None and device.is_vf != self.is_vf:
-            return False
-        if self.has_netdev is not None and bool(device.netdevs) != self.has_netdev:
-            return False
-        return not self.pf_names or self._pf_name_matches(device, topology)
-
-    def _pf_name_matches(self, device: PciDevice, topology: Topology | None) -> bool:
-        vf_index: int | None = None
-        if device.is_vf:
-            pf = topology.device(device.physfn) if topology is not None and device.physfn else None
-            if pf is None:
-                return False
-            names = pf.netdevs
-            vf_index = pf.vfs.index(device.address) if device.address in pf.vfs else None
-        else:
-            names = device.netdevs
-        for pattern in self.pf_names:
-            match = _PF_NAME.fullmatch(pattern)
-            if match is None or match.group("name") not in names:
-                continue
-            ranges = match.group("ranges")
-            if ranges is None:
-                return True
-            if vf_index is not None and _in_ranges(vf_index, ranges):
-                return True
+def selector_matches(selector: Selector, device: PciDevice, topology: Topology | None = None) -> bool:
+    """Does ``device`` match ``selector``? ``topology`` is needed for ``pf_names`` on VFs (the PF's netdev)."""
+    if selector.vendors and _sysfs_hex(device.vendor) not in selector.vendors:
         return False
+    if selector.devices and _sysfs_hex(device.device) not in selector.devices:
+        return False
+    if selector.classes:
+        code = _sysfs_hex(device.pci_class) or ""
+        if not any(code.startswith(prefix) for prefix in selector.classes):
+            return False
+    if selector.drivers and device.driver not in selector.drivers:
+        return False
+    if selector.addresses and _address(device.address) not in selector.addresses:
+        return False
+    if selector.is_vf is not None and device.is_vf != selector.is_vf:
+        return False
+    if selector.has_netdev is not None and bool(device.netdevs) != selector.has_netdev:
+        return False
+    return not selector.pf_names or _pf_name_matches(selector, device, topology)
 
 
-def _hex_or_none(value: str | None) -> str | None:
-    return None if value is None else value.strip().lower().removeprefix("0x")
-
-
-def _in_ranges(index: int, ranges: str) -> bool:
-    for part in ranges.split(","):
-        low, _, high = part.partition("-")
-        if int(low) <= index <= int(high or low):
+def _pf_name_matches(selector: Selector, device: PciDevice, topology: Topology | None) -> bool:
+    vf_index: int | None = None
+    if device.is_vf:
+        pf = topology.device(device.physfn) if topology is not None and device.physfn else None
+        if pf is None:
+            return False
+        names = pf.netdevs
+        vf_index = pf.vfs.index(device.address) if device.address in pf.vfs else None
+    else:
+        names = device.netdevs
+    for pattern in selector.pf_name_patterns():
+        if pattern.name not in names:
+            continue
+        if pattern.ranges is None:
+            return True
+        if vf_index is not None and pattern.takes_vf(vf_index):
             return True
     return False
+
+
+def _sysfs_hex(value: str | None) -> str | None:
+    """A sysfs id (``0x10de``, ``0x030200``) in the selector's form: lower case, ``0x`` prefix."""
+    return None if value is None else "0x" + value.strip().lower().removeprefix("0x")
+
+
+def _address(address: str) -> str:
+    try:
+        return pciaddr.normalise(address)
+    except ValueError:
+        return address  # matches no selector address: those are all valid
 
 
 @dataclass(frozen=True)
@@ -178,27 +103,7 @@ class DeviceResource:
             raise ConfigError(f"require_driver must be true or false, got {self.require_driver!r}", key=key)
 
     def matches(self, device: PciDevice, topology: Topology | None = None) -> bool:
-        return any(s.matches(device, topology) for s in self.selectors)
-
-
-def check_resource_name(name: object) -> str:
-    """Validate ``domain/name`` (``nvidia.com/gpu``): a DNS subdomain outside ``kubernetes.io``,
-    and a name of at most 63 letters, digits, ``-``, ``_``, ``.``.
-
-    Raises:
-        ConfigError: anything else.
-    """
-    key = f"devices.{name}"
-    if not isinstance(name, str) or name.count("/") != 1:
-        raise ConfigError(f"resource name {name!r} must look like vendor.example/name", key=key)
-    domain, short = name.split("/")
-    if len(domain) > 253 or not _DOMAIN.fullmatch(domain):
-        raise ConfigError(f"{domain!r} is not a DNS domain (lower case)", key=key)
-    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
-        raise ConfigError("the kubernetes.io domain is reserved for native resources", key=key)
-    if len(short) > 63 or not _NAME.fullmatch(short):
-        raise ConfigError(f"{short!r} is not a resource name (letters, digits, -, _, .; at most 63)", key=key)
-    return name
+        return any(selector_matches(s, device, topology) for s in self.selectors)
 
 
 def inventory(topology: Topology, resources: Sequence[DeviceResource]) -> dict[str, tuple[DeviceInfo, ...]]:
@@ -221,7 +126,7 @@ def inventory(topology: Topology, resources: Sequence[DeviceResource]) -> dict[s
         for s in r.selectors
         if s.is_vf
         for d in pci
-        if d.is_vf and s.matches(d, topology)
+        if d.is_vf and selector_matches(s, d, topology)
     }
     claimed: set[str] = set()
     out: dict[str, tuple[DeviceInfo, ...]] = {}
@@ -266,3 +171,6 @@ def parent_keys(topology: Topology) -> dict[str, str]:
         elif d.parent is not None:
             out[d.address] = top(d.parent)
     return out
+
+
+__all__ = ["DeviceResource", "Selector", "check_resource_name", "inventory", "parent_keys", "selector_matches"]

@@ -35,11 +35,11 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from numa_pin import pciaddr
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
 
 IFNAMSIZ = 16
-_BDF_RE = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _VIRTFN_RE = re.compile(r"^virtfn(\d+)$")
 _IFF_UP = 0x1
 _UNSUPPORTED = 0xFFFFFFFF  # what drivers report for a VF setting they do not implement
@@ -107,7 +107,7 @@ class NetdevRecord:
 # ---- names and sysfs -----------------------------------------------------------------
 def is_bdf(text: str) -> bool:
     """True for a PCI address in sysfs form (``0000:3b:02.1``)."""
-    return bool(_BDF_RE.match(text))
+    return pciaddr.is_address(text)
 
 
 def validate_ifname(name: str) -> str:
@@ -142,7 +142,7 @@ def resolve_netdev(
     to vfio-pci gets no netdev and cannot be moved), or has several.
     """
     if is_bdf(ifname_or_bdf):
-        bdf = ifname_or_bdf.lower()
+        bdf = pciaddr.normalise(ifname_or_bdf)
         pci = _pci_dir(sysfs_root, bdf)
         if not os.path.isdir(pci):
             raise EnforcementError(f"no PCI device {bdf}", path=pci)
@@ -163,7 +163,7 @@ def resolve_netdev(
         target = os.path.basename(os.readlink(link))
     except OSError:
         return name, None
-    return name, target.lower() if is_bdf(target) else None
+    return name, pciaddr.normalise(target) if is_bdf(target) else None
 
 
 def sriov_identity(

@@ -7,7 +7,7 @@ allocators, the CLI) consumes a :class:`Topology` and never reads sysfs itself.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 #: PCI device kinds numa-pin distinguishes

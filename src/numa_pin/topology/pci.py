@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from numa_pin import pciaddr
 from numa_pin.errors import SysfsError
 from numa_pin.topology.model import KIND_GPU, KIND_NIC, KIND_OTHER, NumaNode, PciDevice
 from numa_pin.topology.sysfs import SysfsReader, parse_int, parse_key_values
@@ -28,13 +29,12 @@ PCI_DEVICES_DIR = "bus/pci/devices"
 #: per-GPU file of the NVIDIA kernel driver, relative to the proc root
 NVIDIA_INFO = "driver/nvidia/gpus/{address}/information"
 
-_ADDRESS_RE = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 _VIRTFN_RE = re.compile(r"virtfn(\d+)")
 
 
 def is_pci_address(name: str) -> bool:
     """True for a PCI function address such as ``0000:3b:00.0`` (pure)."""
-    return _ADDRESS_RE.fullmatch(name) is not None
+    return pciaddr.is_address(name)
 
 
 def classify(pci_class: str) -> str:

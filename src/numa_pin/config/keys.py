@@ -1,0 +1,155 @@
+"""The configuration key table: every key's dotted name, type, default and meaning (pure).
+
+:data:`ITEMS` is the single source of truth. :mod:`numa_pin.config.model` takes its
+dataclass defaults from it, :func:`numa_pin.config.schema.config_from_dict` validates
+against it with each item's parser (:mod:`numa_pin.config.parse`), and
+:mod:`numa_pin.config.render` writes ``packaging/config.yaml`` and the docs' table from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from numa_pin import names
+from numa_pin.config import parse as p
+from numa_pin.devices.selector import SELECTOR_KEYS
+
+
+@dataclass(frozen=True)
+class ConfigItem:
+    """One configuration key: dotted name, type, default (as YAML writes it), meaning."""
+
+    key: str
+    type: str
+    default: Any
+    meaning: str
+    parse: Callable[[Any, str], Any] = field(repr=False, compare=False)
+    example: str = ""  # a commented YAML snippet for the sample file
+
+
+_BOOLISH = "bool (true/false, 1/0, Go ParseBool strings)"
+
+ITEMS: tuple[ConfigItem, ...] = (
+    ConfigItem(
+        "policy", "one of " + ", ".join(p.POLICIES), names.DEFAULT_POLICY,
+        "Topology Manager policy, with kubelet's semantics.", p.enum_of(p.POLICIES),
+    ),
+    ConfigItem(
+        "scope", "one of " + ", ".join(p.SCOPES), names.DEFAULT_SCOPE,
+        "Topology Manager scope: align each container, or a whole pod at once.", p.enum_of(p.SCOPES),
+    ),
+    ConfigItem(
+        "policy_options", "mapping option name -> string, bool or int", {},
+        "Topology Manager policy options by kubelet name (" + ", ".join(p.POLICY_OPTIONS) + "). "
+        "Values are kept as written; the policy parses them as kubelet does.",
+        p.policy_options,
+        example="policy_options:\n  prefer-closest-numa-nodes: \"true\"\n  max-allowable-numa-nodes: 16",
+    ),
+    *(
+        ConfigItem(f"cpu_manager.options.{name}", _BOOLISH, False, meaning, p.boolish)
+        for name, meaning in (
+            ("full-pcpus-only", "Give exclusive CPUs as whole physical cores only; a request "
+             "that is not a multiple of the threads per core fails (SMTAlignmentError)."),
+            ("distribute-cpus-across-numa", "Spread exclusive CPUs evenly over the NUMA nodes "
+             "a container needs instead of filling one node first."),
+            ("distribute-cpus-across-cores", "Spread exclusive CPUs over physical cores, one "
+             "thread per core first."),
+            ("prefer-align-cpus-by-uncorecache", "Prefer exclusive CPUs that share an uncore "
+             "(L3) cache."),
+            ("strict-cpu-reservation", "Keep the reserved CPUs out of the shared pool too."),
+            ("align-by-socket", "Align exclusive CPUs to whole sockets rather than NUMA nodes "
+             "(refused with single-numa-node)."),
+        )
+    ),
+    ConfigItem(
+        "cpu_manager.reserved_cpus", "cpulist string or null", None,
+        "CPUs kept out of exclusive allocation (kubelet reservedSystemCPUs). "
+        "When set, num_reserved_cpus is ignored.", p.cpulist,
+    ),
+    ConfigItem(
+        "cpu_manager.num_reserved_cpus", "int >= 0", 1,
+        "How many CPUs to reserve when reserved_cpus is null, picked as kubelet does; "
+        "1 keeps the shared pool from ever emptying.", p.count,
+    ),
+    ConfigItem(
+        "reserved_memory", "mapping NUMA node -> {resource: quantity}", {},
+        "Memory kept from the memory manager per node; resources are memory and "
+        "hugepages-<size>; quantities are Kubernetes quantities (1Gi).", p.reserved_memory,
+        example="reserved_memory:\n  0:\n    memory: 1Gi\n    hugepages-2Mi: 256Mi",
+    ),
+    ConfigItem(
+        "devices", "mapping resource name -> list of selectors", {},
+        "Device resources numa-pin allocates and the PCI devices that belong to each. "
+        "A device matches a selector when it matches every key given (any value in a "
+        "list); it belongs to the resource when it matches any selector. Keys: "
+        + ", ".join(SELECTOR_KEYS) + ".", p.devices,
+        example=(
+            "devices:\n  nvidia.com/gpu:\n    - vendors: [\"0x10de\"]\n      classes: [\"0x0302\"]\n"
+            "  intel.com/sriov_netdevice:\n    - vendors: [\"8086\"]\n      drivers: [iavf]\n"
+            "      pf_names: [ens1f0]\n      is_vf: true"
+        ),
+    ),
+    ConfigItem(
+        "inference.guaranteed_cpus", "bool", True,
+        "Without a numa-pin annotation, treat a container whose CPU quota is a whole "
+        "number of CPUs as a Guaranteed pod would be: give it exclusive CPUs.", p.boolean,
+    ),
+    ConfigItem(
+        "inference.hugepages", "bool", True,
+        "Infer hugepage requests from the OCI spec's hugepage limits.", p.boolean,
+    ),
+    ConfigItem(
+        "inference.device_plugin_env", "bool", True,
+        "Infer device requests from device-plugin environment variables "
+        "(NVIDIA_VISIBLE_DEVICES, PCIDEVICE_*).", p.boolean,
+    ),
+    ConfigItem("sysfs_root", "absolute path", "/sys", "Where sysfs is mounted.", p.abs_path),
+    ConfigItem("proc_root", "absolute path", "/proc", "Where procfs is mounted.", p.abs_path),
+    ConfigItem(
+        "cgroup_root", "absolute path", "/sys/fs/cgroup",
+        "The cgroup mount root (v2), or the directory holding the v1 hierarchies.", p.abs_path,
+    ),
+    ConfigItem(
+        "state_dir", "absolute path", "/var/lib/numa-pin",
+        "Directory of the node ledger (ledger.json, ledger.lock).", p.abs_path,
+    ),
+    ConfigItem(
+        "lock_timeout_s", "number of seconds (0-3600)", 10,
+        "How long an admission waits for the ledger lock before failing.", p.seconds,
+    ),
+    ConfigItem(
+        "syslog", "bool", True,
+        "Also log decisions and errors to syslog (runtimes often drop hook stderr).", p.boolean,
+    ),
+)
+
+#: dotted key -> its item
+BY_KEY: dict[str, ConfigItem] = {item.key: item for item in ITEMS}
+
+
+def _children() -> dict[str, tuple[str, ...]]:
+    """Section prefix ("" for the top) -> its child names, in table order."""
+    out: dict[str, list[str]] = {}
+    for item in ITEMS:
+        parts = item.key.split(".")
+        for depth in range(len(parts)):
+            prefix = ".".join(parts[:depth])
+            names = out.setdefault(prefix, [])
+            if parts[depth] not in names:
+                names.append(parts[depth])
+    return {prefix: tuple(names) for prefix, names in out.items()}
+
+
+#: section prefix ("" for the top) -> its child names, in table order
+CHILDREN = _children()
+
+
+def default(key: str) -> Any:
+    """The parsed built-in default of ``key``."""
+    item = BY_KEY[key]
+    return item.parse(item.default, key)
+
+
+__all__ = ["BY_KEY", "CHILDREN", "ITEMS", "ConfigItem", "default"]

@@ -1,0 +1,127 @@
+"""The typed configuration: frozen dataclasses whose defaults come from the key table (pure).
+
+``Config()`` is the built-in defaults (:data:`numa_pin.config.keys.ITEMS`). Build a
+validated one with :func:`numa_pin.config.schema.config_from_dict` or ``load_config``;
+direct construction trusts its arguments. Device selectors are
+:class:`numa_pin.devices.selector.Selector`, the type the inventory uses
+(``DeviceSelector`` is the same class under the name the config has always exported).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from numa_pin.config.keys import default
+from numa_pin.config.parse import CPU_MANAGER_OPTIONS
+from numa_pin.cpuset import format_list
+from numa_pin.devices.selector import Selector
+
+#: the config's name for the one selector type
+DeviceSelector = Selector
+
+
+def _default_field(key: str) -> Any:
+    return field(default_factory=lambda: default(key), hash=False)
+
+
+@dataclass(frozen=True)
+class CpuManagerOptions:
+    """CPU manager static-policy options; unset is false, as in kubelet."""
+
+    full_pcpus_only: bool = _default_field("cpu_manager.options.full-pcpus-only")
+    distribute_cpus_across_numa: bool = _default_field("cpu_manager.options.distribute-cpus-across-numa")
+    distribute_cpus_across_cores: bool = _default_field("cpu_manager.options.distribute-cpus-across-cores")
+    prefer_align_cpus_by_uncorecache: bool = _default_field(
+        "cpu_manager.options.prefer-align-cpus-by-uncorecache"
+    )
+    strict_cpu_reservation: bool = _default_field("cpu_manager.options.strict-cpu-reservation")
+    align_by_socket: bool = _default_field("cpu_manager.options.align-by-socket")
+
+    def as_kubelet(self) -> dict[str, bool]:
+        """Option name (kubelet spelling) -> value, for every option."""
+        return {name: getattr(self, name.replace("-", "_")) for name in CPU_MANAGER_OPTIONS}
+
+    def enabled(self) -> frozenset[str]:
+        """Kubelet names of the options that are on."""
+        return frozenset(name for name, on in self.as_kubelet().items() if on)
+
+
+@dataclass(frozen=True)
+class CpuManagerConfig:
+    """CPU manager settings. ``reserved_cpus`` wins over ``num_reserved_cpus`` when set."""
+
+    options: CpuManagerOptions = field(default_factory=CpuManagerOptions)
+    reserved_cpus: frozenset[int] | None = _default_field("cpu_manager.reserved_cpus")
+    num_reserved_cpus: int = _default_field("cpu_manager.num_reserved_cpus")
+
+
+@dataclass(frozen=True)
+class InferenceConfig:
+    """What the hook may infer from an OCI spec without numa-pin annotations."""
+
+    guaranteed_cpus: bool = _default_field("inference.guaranteed_cpus")
+    hugepages: bool = _default_field("inference.hugepages")
+    device_plugin_env: bool = _default_field("inference.device_plugin_env")
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole numa-pin configuration. ``source`` is the file it came from (None: defaults).
+
+    Construct it through :func:`config_from_dict` (or ``load_config``) to have it
+    validated; direct construction trusts its arguments. ``Config()`` is the built-in
+    defaults. ``source`` does not take part in equality.
+    """
+
+    policy: str = _default_field("policy")
+    scope: str = _default_field("scope")
+    policy_options: Mapping[str, str | bool | int] = _default_field("policy_options")
+    cpu_manager: CpuManagerConfig = field(default_factory=CpuManagerConfig)
+    reserved_memory: Mapping[int, Mapping[str, int]] = _default_field("reserved_memory")
+    devices: Mapping[str, tuple[Selector, ...]] = _default_field("devices")
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
+    sysfs_root: str = _default_field("sysfs_root")
+    proc_root: str = _default_field("proc_root")
+    cgroup_root: str = _default_field("cgroup_root")
+    state_dir: str = _default_field("state_dir")
+    lock_timeout_s: float = _default_field("lock_timeout_s")
+    syslog: bool = _default_field("syslog")
+    source: str | None = field(default=None, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The YAML/JSON form; ``config_from_dict(c.to_dict()) == c``."""
+        cpu = self.cpu_manager
+        return {
+            "policy": self.policy,
+            "scope": self.scope,
+            "policy_options": dict(self.policy_options),
+            "cpu_manager": {
+                "options": cpu.options.as_kubelet(),
+                "reserved_cpus": None if cpu.reserved_cpus is None else format_list(cpu.reserved_cpus),
+                "num_reserved_cpus": cpu.num_reserved_cpus,
+            },
+            "reserved_memory": {node: dict(res) for node, res in sorted(self.reserved_memory.items())},
+            "devices": {name: [s.to_dict() for s in sels] for name, sels in sorted(self.devices.items())},
+            "inference": {
+                "guaranteed_cpus": self.inference.guaranteed_cpus,
+                "hugepages": self.inference.hugepages,
+                "device_plugin_env": self.inference.device_plugin_env,
+            },
+            "sysfs_root": self.sysfs_root,
+            "proc_root": self.proc_root,
+            "cgroup_root": self.cgroup_root,
+            "state_dir": self.state_dir,
+            "lock_timeout_s": self.lock_timeout_s,
+            "syslog": self.syslog,
+        }
+
+
+__all__ = [
+    "Config",
+    "CpuManagerConfig",
+    "CpuManagerOptions",
+    "DeviceSelector",
+    "InferenceConfig",
+]
