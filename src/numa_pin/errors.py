@@ -14,6 +14,7 @@ is allowed to escape as a traceback.
     ├── PolicyError                    bad policy / scope / option (kubelet's load-time errors)
     ├── AdmissionError                 the container must not start
     │   ├── TopologyAffinityError      the policy rejected the merged hint
+    │   ├── AdmissionTimeout           the deadline passed (or the client left) before a decision
     │   └── AllocationError            an allocator could not satisfy a request
     │       └── SMTAlignmentError      full-pcpus-only could not be honoured
     ├── LedgerError(path, errno)       the node ledger
@@ -137,6 +138,12 @@ class TopologyAffinityError(AdmissionError):
     kind = "TopologyAffinityError"
 
 
+class AdmissionTimeout(AdmissionError):
+    """The admission ran past its deadline (``admission_timeout_s``) or its client went away."""
+
+    kind = "AdmissionTimeout"
+
+
 class AllocationError(AdmissionError):
     """An allocator could not satisfy a request; the message is kubelet's where one exists."""
 
@@ -220,6 +227,7 @@ class AgentError(NumaPinError):
 
 __all__ = [
     "AdmissionError",
+    "AdmissionTimeout",
     "AgentError",
     "AllocationError",
     "CgroupEscapeError",

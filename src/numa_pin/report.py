@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from collections.abc import Mapping
 
@@ -23,7 +24,9 @@ def reason_path(state_dir: str, container_id: str) -> str:
     return os.path.join(state_dir, "reasons", safe + ".json")
 
 
-def write_reason(state_dir: str, container_id: str, line: str, details: Mapping[str, object] | None = None) -> str | None:
+def write_reason(
+    state_dir: str, container_id: str, line: str, details: Mapping[str, object] | None = None
+) -> str | None:
     """Keep the rejection reason where ``numa-pin explain`` finds it (crun hides hook stderr)."""
     path = reason_path(state_dir, container_id)
     directory = os.path.dirname(path)
@@ -60,4 +63,13 @@ def log_decision(grant: Grant, verb: str) -> None:
     log_syslog(decision_line(grant, verb), error=False)
 
 
-__all__ = ["decision_line", "log_decision", "log_syslog", "reason_path", "write_reason"]
+
+def lock_wait_notice(holder: int | None) -> None:
+    """Say on stderr that this admission is waiting for the ledger lock, and who holds it."""
+    who = f"pid {holder}" if holder is not None else "another process"
+    print(f"numa-pin: waiting for the ledger lock (held by {who})", file=sys.stderr, flush=True)
+
+
+__all__ = [
+    "lock_wait_notice",
+    "decision_line", "log_decision", "log_syslog", "reason_path", "write_reason"]

@@ -21,16 +21,20 @@ from numa_pin import report
 from numa_pin.admission.decide import Decision, NodeSettings, decide, reject
 from numa_pin.admission.request import ContainerRequest
 from numa_pin.config.schema import Config
+from numa_pin.deadline import Deadline
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
 from numa_pin.enforcer.pool import resize_shared, shared_pool
 from numa_pin.enforcer.undo import UndoLog, describe_failures
-from numa_pin.errors import EnforcementError, NumaPinError
+from numa_pin.errors import AdmissionTimeout, EnforcementError, NumaPinError
 from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_time
 from numa_pin.ledger.model import Grant, LedgerState, PodRecord
 from numa_pin.ledger.store import Ledger
 from numa_pin.topology.cache import cached_discover
 from numa_pin.topology.model import Topology
+
+#: how often an admission decides again when other writers keep committing first
+MAX_ATTEMPTS = 8
 
 
 def settings_from_config(config: Config) -> NodeSettings:
@@ -104,45 +108,75 @@ class NodeService:
         state, _ = collect_garbage(self.ledger.read(), self._alive)
         return decide(self.topology, state, request, self.settings)
 
-    def admit(self, request: ContainerRequest, pid: int | None, *, kind: str | None = None) -> Admitted:
+    def admit(
+        self, request: ContainerRequest, pid: int | None, *, kind: str | None = None, deadline: Deadline | None = None
+    ) -> Admitted:
         """Decide, enforce and record one container (or process). Raises an
-        :class:`~numa_pin.errors.AdmissionError` on rejection, after rolling everything back."""
+        :class:`~numa_pin.errors.AdmissionError` on rejection, after rolling everything back.
+
+        The decision is computed on a snapshot of the ledger, outside its lock, so a slow
+        decision never blocks other admissions, releases or the operator. The commit then
+        takes the lock, checks that the ledger is still the snapshot and, if another writer
+        got there first, decides again (at most :data:`MAX_ATTEMPTS` times). The whole
+        admission runs under ``deadline`` (default: the config's ``admission_timeout_s``);
+        past it the container is rejected with :class:`~numa_pin.errors.AdmissionTimeout`.
+        """
+        budget = deadline or Deadline(self.config.admission_timeout_s, f"admission of {request.container_id}")
+        with budget.active():
+            return self._admit(request, pid, kind, budget)
+
+    def _admit(self, request: ContainerRequest, pid: int | None, kind: str | None, deadline: Deadline) -> Admitted:
         cfg = self.config
         ref = None
         if pid:
             layout = self._layout()
             ref = cg.find_cgroup(pid, cfg.proc_root, cfg.cgroup_root, layout)
-        with self.ledger.transaction() as txn:
-            state, dropped = collect_garbage(txn.state, self._alive)
-            existing = state.grants.get(request.container_id)
-            undo = UndoLog()
-            try:
-                if existing is not None:
-                    grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root))
-                    decision = None
-                else:
-                    decision = decide(self.topology, state, request, self.settings)
-                    if not decision.admit:
-                        raise reject(decision)
-                    grant = self._grant(request, decision, pid, ref, kind)
-                new_state = state.with_grant(grant)
-                if decision is not None and decision.pod_affinity is not None and request.pod_id not in state.pods:
-                    new_state = new_state.with_pod(
-                        PodRecord(request.pod_id, decision.pod_affinity, decision.policy, decision.scope, time.time())
-                    )
-                self._enforce(grant, ref, new_state, undo, pool_changed=any(g.cpus for g in dropped))
-                if existing is None and pid and grant.devices:
-                    netdevs = self._grant_devices(grant, pid, undo)
-                    if netdevs:
-                        grant = replace(grant, netdevs=netdevs)
-                        new_state = new_state.with_grant(grant)
-            except BaseException as exc:
-                self._roll_back(undo, exc, request.container_id)
-                raise
-            txn.state = new_state
-        if decision is not None and cfg.syslog:
-            report.log_decision(grant, "admitted")
-        return Admitted(grant, decision)
+        for _attempt in range(MAX_ATTEMPTS):
+            with deadline.interruptible():
+                snapshot, _ = collect_garbage(self.ledger.read(), self._alive)
+                decision: Decision | None = None
+                if request.container_id not in snapshot.grants:
+                    decision = decide(self.topology, snapshot, request, self.settings)
+            if decision is not None and not decision.admit:
+                raise reject(decision)
+            timeout = min(cfg.lock_timeout_s, deadline.remaining())
+            with self.ledger.transaction(timeout=timeout, on_wait=report.lock_wait_notice) as txn:
+                state, dropped = collect_garbage(txn.state, self._alive)
+                if state != snapshot:
+                    continue  # another writer committed since the snapshot: decide again
+                deadline.check()
+                existing = state.grants.get(request.container_id)
+                undo = UndoLog()
+                try:
+                    if existing is not None:
+                        grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root))
+                        decision = None
+                    else:
+                        assert decision is not None
+                        grant = self._grant(request, decision, pid, ref, kind)
+                    new_state = state.with_grant(grant)
+                    if decision is not None and decision.pod_affinity is not None and request.pod_id not in state.pods:
+                        pod = PodRecord(
+                            request.pod_id, decision.pod_affinity, decision.policy, decision.scope, time.time()
+                        )
+                        new_state = new_state.with_pod(pod)
+                    self._enforce(grant, ref, new_state, undo, pool_changed=any(g.cpus for g in dropped))
+                    if existing is None and pid and grant.devices:
+                        netdevs = self._grant_devices(grant, pid, undo)
+                        if netdevs:
+                            grant = replace(grant, netdevs=netdevs)
+                            new_state = new_state.with_grant(grant)
+                except BaseException as exc:
+                    self._roll_back(undo, exc, request.container_id)
+                    raise
+                txn.state = new_state
+            if decision is not None and cfg.syslog:
+                report.log_decision(grant, "admitted")
+            return Admitted(grant, decision)
+        raise AdmissionTimeout(
+            f"admission of {request.container_id}: the ledger changed under {MAX_ATTEMPTS} decisions in a row; "
+            "try again"
+        )
 
     def _roll_back(self, undo: UndoLog, exc: BaseException, container_id: str) -> None:
         """Undo every write of a failed admission or release. Undo steps that fail are attached
@@ -186,8 +220,8 @@ class NodeService:
         """The CPUs reserved for the system (computed once per service: it only depends on config
         and topology)."""
         if self._reserved is None:
-            from numa_pin.topology.cpus import CpuTopology
             from numa_pin.allocators.cpu import reserved_cpus
+            from numa_pin.topology.cpus import CpuTopology
 
             s = self.settings
             self._reserved = reserved_cpus(

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping
 
 from numa_pin.errors import AgentError
 
-
 #: everything a hook can import, loaded before the first fork: what ``sys.modules`` showed after
 #: in-process admissions, a rejection and a release, plus every function-level import of the
 #: hook path (devices, GPUs, psutil for liveness on a real /proc, difflib for config errors).

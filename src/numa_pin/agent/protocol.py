@@ -19,7 +19,6 @@ from binascii import a2b_base64
 
 from numa_pin import __version__
 
-
 #: protocol revision; the server refuses any other
 PROTOCOL = 1
 

@@ -36,13 +36,13 @@ import socket
 import stat
 import struct
 import sys
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
-from numa_pin import __version__
-from numa_pin.errors import AgentError, NumaPinError
+from numa_pin import __version__, deadline
 from numa_pin.agent.client import CONNECT_TIMEOUT_S
 from numa_pin.agent.preload import changed_sources, preload, source_stamps
 from numa_pin.agent.protocol import (
@@ -55,6 +55,7 @@ from numa_pin.agent.protocol import (
     peer_allowed,
     refusal,
 )
+from numa_pin.errors import AgentError, NumaPinError
 
 #: namespaces a peer must share with the server (the OCI pid, paths, cgroups and netdevs
 #: in a request are only meaningful there)
@@ -265,6 +266,27 @@ def run_request(request: Request, environ: dict | None = None) -> tuple[int, str
     return rc, captured.getvalue()
 
 
+def watch_client(conn: socket.socket, served: threading.Event, poll_ms: int = 100) -> bool:
+    """Until ``served`` is set, watch the hook's end of ``conn``; when the hook hangs up (the
+    runtime killed it at its timeout), cancel the running admission's deadline, so the child
+    stops deciding and holds nothing for a container that will not start. Returns whether the
+    hook hung up."""
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLRDHUP)
+    while not served.is_set():
+        if poller.poll(poll_ms):
+            break
+    else:
+        return False
+    while not served.is_set():
+        running = deadline.current()
+        if running is not None:
+            running.cancel("the hook that asked for it went away (killed at the runtime's hook timeout?)")
+            return True
+        served.wait(poll_ms / 1000)
+    return True
+
+
 class AgentServer:
     """The parent: accepts, checks the peer's uid, forks one child per connection, reaps, and
     stops on SIGTERM/SIGINT. Build it from :func:`open_socket`'s results, then :meth:`serve`."""
@@ -418,11 +440,15 @@ class AgentServer:
         if reason is not None:
             self._refuse(conn, record, reason)
             return
+        served = threading.Event()
+        threading.Thread(target=watch_client, args=(conn, served), daemon=True).start()
         try:
             rc, err = run_request(request)
         except OSError as exc:
             self._refuse(conn, record, f"working directory {request.cwd}: {exc.strerror}")
             return
+        finally:
+            served.set()
         append_log(self.log_path, {
             **record, "outcome": "served", "rc": rc, "ms": round(1000 * (time.perf_counter() - started), 3),
             "new_modules": sorted(set(sys.modules) - before) if self.log_path else [],
@@ -492,4 +518,5 @@ __all__ = [
     "recv_frame",
     "run_request",
     "serve",
+    "watch_client",
 ]

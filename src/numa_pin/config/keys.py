@@ -120,6 +120,12 @@ ITEMS: tuple[ConfigItem, ...] = (
         "How long an admission waits for the ledger lock before failing.", p.seconds,
     ),
     ConfigItem(
+        "admission_timeout_s", "number of seconds (0-3600)", 20,
+        "Deadline of one admission, lock wait included; keep it below the runtime's hook timeout "
+        "(30 s in the shipped hooks.d files). Past it the container is rejected with AdmissionTimeout.",
+        p.seconds,
+    ),
+    ConfigItem(
         "syslog", "bool", True,
         "Also log decisions and errors to syslog (runtimes often drop hook stderr).", p.boolean,
     ),

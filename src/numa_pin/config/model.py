@@ -87,6 +87,7 @@ class Config:
     cgroup_root: str = _default_field("cgroup_root")
     state_dir: str = _default_field("state_dir")
     lock_timeout_s: float = _default_field("lock_timeout_s")
+    admission_timeout_s: float = _default_field("admission_timeout_s")
     syslog: bool = _default_field("syslog")
     source: str | None = field(default=None, compare=False)
 
@@ -114,6 +115,7 @@ class Config:
             "cgroup_root": self.cgroup_root,
             "state_dir": self.state_dir,
             "lock_timeout_s": self.lock_timeout_s,
+            "admission_timeout_s": self.admission_timeout_s,
             "syslog": self.syslog,
         }
 

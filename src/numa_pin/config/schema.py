@@ -111,6 +111,7 @@ def _build(v: Mapping[str, Any], source: str | None) -> Config:
         cgroup_root=v["cgroup_root"],
         state_dir=v["state_dir"],
         lock_timeout_s=v["lock_timeout_s"],
+        admission_timeout_s=v["admission_timeout_s"],
         syslog=v["syslog"],
         source=source,
     )

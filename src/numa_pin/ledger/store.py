@@ -27,7 +27,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -48,6 +48,8 @@ _TMP_SUFFIX = ".tmp"
 #: what an operator should do about a corrupt ledger (appended to every LedgerCorrupt)
 REMEDY = "inspect it, then move it aside; numa-pin never resets it silently"
 
+#: a wait for the lock longer than this is reported (``on_wait``)
+WAIT_NOTICE_S = 1.0
 _POLL_MIN_S = 0.001
 _POLL_MAX_S = 0.05
 
@@ -123,10 +125,14 @@ class Ledger:
         return self._load()
 
     @contextmanager
-    def transaction(self) -> Iterator[Transaction]:
+    def transaction(
+        self, timeout: float | None = None, on_wait: Callable[[int | None], None] | None = None
+    ) -> Iterator[Transaction]:
         """Lock, read, let the caller change ``txn.state``, write it durably, unlock.
 
-        Nothing is written when the block raises or leaves the state unchanged.
+        Nothing is written when the block raises or leaves the state unchanged. ``timeout``
+        (default ``lock_timeout``) bounds the wait for the lock; when the wait passes
+        :data:`WAIT_NOTICE_S`, ``on_wait`` is called once with the holder's pid (or None).
 
         Raises:
             LedgerLockTimeout: another writer held the lock for ``lock_timeout`` seconds.
@@ -138,7 +144,7 @@ class Ledger:
             raise LedgerError("nested ledger transaction in one thread", path=self.path)
         self._local.active = True
         try:
-            fd = self._lock()
+            fd = self._lock(self.lock_timeout if timeout is None else timeout, on_wait)
             try:
                 self._remove_stale_temp_files()
                 txn = Transaction(self._load())
@@ -152,14 +158,14 @@ class Ledger:
 
     # ---- locking -------------------------------------------------------------------
 
-    def _lock(self) -> int:
+    def _lock(self, timeout: float, on_wait: Callable[[int | None], None] | None) -> int:
         try:
             os.makedirs(self.state_dir, mode=0o755, exist_ok=True)
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise LedgerError(f"cannot open the ledger lock: {_reason(exc)}", path=self.lock_path) from exc
         try:
-            self._wait_for_lock(fd)
+            self._wait_for_lock(fd, timeout, on_wait)
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except BaseException:
@@ -167,9 +173,11 @@ class Ledger:
             raise
         return fd
 
-    def _wait_for_lock(self, fd: int) -> None:
-        deadline = time.monotonic() + self.lock_timeout
+    def _wait_for_lock(self, fd: int, timeout: float, on_wait: Callable[[int | None], None] | None) -> None:
+        start = time.monotonic()
+        deadline = start + timeout
         delay = _POLL_MIN_S
+        noticed = on_wait is None
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -178,14 +186,18 @@ class Ledger:
                 pass
             except OSError as exc:
                 raise LedgerError(f"cannot lock: {_reason(exc)}", path=self.lock_path) from exc
-            left = deadline - time.monotonic()
+            now = time.monotonic()
+            if not noticed and now - start >= WAIT_NOTICE_S:
+                noticed = True
+                on_wait(_read_holder(fd))  # type: ignore[misc]
+            left = deadline - now
             if left <= 0:
-                raise LedgerLockTimeout(self._timeout_message(fd), path=self.lock_path)
+                raise LedgerLockTimeout(self._timeout_message(fd, timeout), path=self.lock_path)
             time.sleep(min(delay, left))
             delay = min(delay * 2, _POLL_MAX_S)
 
-    def _timeout_message(self, fd: int) -> str:
-        msg = f"another numa-pin held the ledger lock for more than {self.lock_timeout:g}s"
+    def _timeout_message(self, fd: int, timeout: float) -> str:
+        msg = f"another numa-pin held the ledger lock for more than {timeout:g}s"
         holder = _read_holder(fd)
         if holder is not None:
             msg += f" (held by pid {holder}"

@@ -1,0 +1,108 @@
+"""A deadline for one admission, enforced even inside a long pure computation.
+
+Deciding is pure Python and can be slow on big machines, so a deadline that is only checked
+between steps is not enough. While a :class:`Deadline` is active in the main thread it owns
+``SIGALRM``: the timer fires when the budget runs out, and the handler raises
+:class:`~numa_pin.errors.AdmissionTimeout`, but only inside :meth:`Deadline.interruptible`
+sections (deciding, waiting). Anywhere else (enforcing, committing, rolling back) the expiry
+is remembered and raised at the next :meth:`Deadline.check`, so a write is never cut in half.
+
+:meth:`Deadline.cancel` ends the admission early from another thread (the warm agent's child
+calls it when its client has hung up). Off the main thread there is no timer; checks still work.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+from numa_pin.errors import AdmissionTimeout
+
+_current: Deadline | None = None
+
+
+def current() -> Deadline | None:
+    """The active deadline of this process, if any."""
+    return _current
+
+
+class Deadline:
+    """``seconds`` of budget from now for ``what`` (named in the timeout message)."""
+
+    def __init__(self, seconds: float, what: str = "admission") -> None:
+        self.seconds = seconds
+        self.what = what
+        self.expires = time.monotonic() + seconds
+        self._interruptible = False
+        self._reason: str | None = None
+        self._armed = False
+        self._previous: object = None
+
+    # ---- state --------------------------------------------------------------------------
+    def remaining(self) -> float:
+        return max(0.0, self.expires - time.monotonic())
+
+    def expired(self) -> bool:
+        return self._reason is not None or time.monotonic() >= self.expires
+
+    def _error(self) -> AdmissionTimeout:
+        if self._reason is not None:
+            return AdmissionTimeout(f"{self.what} stopped: {self._reason}")
+        return AdmissionTimeout(
+            f"{self.what} took longer than {self.seconds:g}s (admission_timeout_s); nothing was allocated"
+        )
+
+    def check(self) -> None:
+        """Raise :class:`AdmissionTimeout` if the budget is spent or the admission was cancelled."""
+        if self.expired():
+            raise self._error()
+
+    def cancel(self, reason: str) -> None:
+        """End the admission early (safe from any thread): raised at once inside an
+        interruptible section, otherwise at the next :meth:`check`."""
+        self._reason = reason
+        if self._armed and self._interruptible:
+            signal.setitimer(signal.ITIMER_REAL, 1e-6)
+
+    # ---- activation ---------------------------------------------------------------------
+    def _on_alarm(self, _signum: int, _frame: FrameType | None) -> None:
+        if self._interruptible and self.expired():
+            raise self._error()
+
+    @contextmanager
+    def active(self) -> Iterator[Deadline]:
+        """Own ``SIGALRM`` for the duration (main thread only) and register as :func:`current`."""
+        global _current
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
+            signal.setitimer(signal.ITIMER_REAL, max(self.remaining(), 1e-6))
+            self._armed = True
+        outer, _current = _current, self
+        try:
+            yield self
+        finally:
+            _current = outer
+            if main:
+                self._armed = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, self._previous)  # type: ignore[arg-type]
+
+    @contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """A section the timer may interrupt (pure computation or waiting, nothing to undo)."""
+        self.check()
+        self._interruptible = True
+        try:
+            if self._armed and self.expired():
+                signal.setitimer(signal.ITIMER_REAL, 1e-6)
+            yield
+        finally:
+            self._interruptible = False
+
+
+__all__ = ["Deadline", "current"]
