@@ -31,6 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 from numa_pin.testing.node import FakeNode  # noqa: E402  (after the src path is known)
+
 VENV_BIN = Path(sys.executable).parent
 HOOK = shutil.which("numa-pin-hook", path=str(VENV_BIN)) or shutil.which("numa-pin-hook")
 

@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from numa_pin.policy.hint import CapacityFamily
-from numa_pin.policy.registry import merge_hints
 from numa_pin.policy.reference import reference_merge
+from numa_pin.policy.registry import merge_hints
 
 GIB = 1 << 30
 CPUS_PER_NODE = 32

@@ -32,15 +32,14 @@ Memory
 from __future__ import annotations
 
 from numa_pin.allocators.cpu import take_cpus
-
-from numa_pin.topology.cpus import CpuInfo, CpuTopology
+from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import AllocationError, NumaPinError, SMTAlignmentError, TopologyAffinityError
 from numa_pin.policy.hint import CapacityFamily, TopologyHint
 from numa_pin.policy.registry import merge_hints
 from numa_pin.providers.cpu import cpu_hints
 from numa_pin.providers.devices import device_hints
-from numa_pin.devices.model import DeviceInfo
 from numa_pin.providers.memory import memory_hints
+from numa_pin.topology.cpus import CpuInfo, CpuTopology
 from numa_pin.topology.memory import build_memory_state
 
 __all__ = [

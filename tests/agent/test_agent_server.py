@@ -28,9 +28,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from numa_pin.agent import client, preload, protocol, server
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import NumaPinError
-from numa_pin.agent import client, preload, protocol, server
 from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
 from numa_pin.ledger.store import Ledger
 from numa_pin.testing.node import FakeNode

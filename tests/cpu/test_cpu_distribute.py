@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
-
 from cpu_kubelet_topologies import (
     DUAL_SOCKET_HT,
     DUAL_SOCKET_MULTI_NUMA_HT,
@@ -13,12 +10,15 @@ from cpu_kubelet_topologies import (
     SINGLE_SOCKET_HT,
     cpus,
 )
-from numa_pin.allocators.cpu import take_cpus
-from numa_pin.allocators.cpu_packed import take_packed
-from numa_pin.topology.cpus import CpuInfo, CpuTopology
-from numa_pin.allocators.cpu_distribute import numa_range, standard_deviation, take_distributed
-from numa_pin.errors import AllocationError
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from test_cpu_packed import COMMON
+
+from numa_pin.allocators.cpu import take_cpus
+from numa_pin.allocators.cpu_distribute import numa_range, standard_deviation, take_distributed
+from numa_pin.allocators.cpu_packed import take_packed
+from numa_pin.errors import AllocationError
+from numa_pin.topology.cpus import CpuInfo, CpuTopology
 
 # kubelet commonTakeByTopologyExtendedTestCases + TestTakeByTopologyNUMADistributed
 EXTENDED = [(name, topo, free, count, 1, expected) for name, topo, free, count, expected in COMMON] + [

@@ -4,11 +4,10 @@ CapacityFamily form checked against the enumerated list."""
 from __future__ import annotations
 
 import pytest
+from cpu_kubelet_topologies import DUAL_SOCKET_MULTI_NUMA_HT, HINTS_MACHINE, cpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cpu_kubelet_topologies import DUAL_SOCKET_MULTI_NUMA_HT, HINTS_MACHINE, cpus
-from numa_pin.topology.cpus import CpuInfo, CpuTopology
 from numa_pin.errors import RequestError
 from numa_pin.policy.hint import CapacityFamily, TopologyHint
 from numa_pin.providers.cpu import (
@@ -18,6 +17,7 @@ from numa_pin.providers.cpu import (
     min_affinity_size,
     pod_cpu_hints,
 )
+from numa_pin.topology.cpus import CpuInfo, CpuTopology
 
 
 def H(nodes, preferred):

@@ -7,7 +7,6 @@ out from the spec step by step (the docstring of each says how).
 from __future__ import annotations
 
 import pytest
-
 from cpu_kubelet_topologies import (
     DUAL_SOCKET_HT,
     DUAL_SOCKET_MULTI_NUMA_HT,
@@ -22,10 +21,11 @@ from cpu_kubelet_topologies import (
     UNCORE_SINGLE_SOCKET_SMT,
     cpus,
 )
+
 from numa_pin.allocators.cpu import take_cpus
 from numa_pin.allocators.cpu_packed import take_packed
-from numa_pin.topology.cpus import CpuInfo, CpuTopology
 from numa_pin.errors import AllocationError
+from numa_pin.topology.cpus import CpuInfo, CpuTopology
 
 # kubelet commonTakeByTopologyTestCases (shared by packed and distributed)
 COMMON = [

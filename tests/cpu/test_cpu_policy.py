@@ -7,7 +7,6 @@ TestTopologyAwareAllocateCPUs, TestStaticPolicyReuseCPUs) unless marked "derived
 from __future__ import annotations
 
 import pytest
-
 from cpu_kubelet_topologies import (
     DUAL_SOCKET_HT,
     DUAL_SOCKET_MULTI_NUMA_HT,
@@ -18,8 +17,7 @@ from cpu_kubelet_topologies import (
     UNCORE_SINGLE_SOCKET_SMT,
     cpus,
 )
-from numa_pin.errors import AllocationError, PolicyError, RequestError, SMTAlignmentError
-from numa_pin.providers.cpu import CpuOptions, guaranteed_cpus, pod_cpu_request
+
 from numa_pin.allocators.cpu import (
     APP,
     INIT,
@@ -30,6 +28,8 @@ from numa_pin.allocators.cpu import (
     reserved_physical_cpus,
     update_reusable,
 )
+from numa_pin.errors import AllocationError, PolicyError, RequestError, SMTAlignmentError
+from numa_pin.providers.cpu import CpuOptions, guaranteed_cpus, pod_cpu_request
 
 # ---- options --------------------------------------------------------------------------------
 PAIRS = [
@@ -144,7 +144,7 @@ def test_reserved_physical_cpus_are_all_siblings():
 
 
 # ---- Allocate ---------------------------------------------------------------------------------
-def _add(topo, default, count, options=CpuOptions(), num_reserved=0, explicit=None, affinity=None):
+def _add(topo, default, count, options=CpuOptions(), num_reserved=0, explicit=None, affinity=None):  # noqa: B008 (frozen)
     """kubelet's TestStaticPolicyAdd harness: reserved from the policy, available = shared - reserved."""
     reserved = reserved_cpus(topo, options, explicit=explicit, count=num_reserved)
     available = cpus(default) - reserved

@@ -6,7 +6,6 @@ Expected orderings are kubelet's ``cpu_assignment_test.go`` tables (TestCPUAccum
 from __future__ import annotations
 
 import pytest
-
 from cpu_kubelet_topologies import (
     DUAL_SOCKET_HT,
     DUAL_SOCKET_MULTI_NUMA_HT,
@@ -17,9 +16,10 @@ from cpu_kubelet_topologies import (
     TRIPLE_SOCKET_HT,
     cpus,
 )
+
 from numa_pin.allocators.cpu_packed import CpuAccumulator
-from numa_pin.topology.cpus import CpuInfo, CpuTopology
 from numa_pin.errors import AllocationError, TopologyError
+from numa_pin.topology.cpus import CpuInfo, CpuTopology
 from numa_pin.topology.model import Cpu, NumaNode, Topology
 
 

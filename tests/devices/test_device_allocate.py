@@ -6,9 +6,9 @@ import pytest
 
 from numa_pin.allocators.devices import allocate_devices, pack
 from numa_pin.devices.inventory import DeviceResource, Selector, inventory, parent_keys
+from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import AllocationError, RequestError
 from numa_pin.providers.devices import available_devices
-from numa_pin.devices.model import DeviceInfo
 from numa_pin.testing.machine import expected_topology
 from numa_pin.testing.shapes import shape
 

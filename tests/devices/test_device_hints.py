@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import RequestError
 from numa_pin.policy.hint import CapacityFamily
 from numa_pin.providers.devices import (
@@ -15,7 +16,6 @@ from numa_pin.providers.devices import (
     pod_device_request,
     resource_device_hints,
 )
-from numa_pin.devices.model import DeviceInfo
 
 T, F = True, False
 NODES = (0, 1)

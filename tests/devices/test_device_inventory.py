@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from numa_pin.devices.inventory import DeviceResource, Selector, check_resource_name, inventory, parent_keys
-from numa_pin.errors import ConfigError
 from numa_pin.devices.model import DeviceInfo
+from numa_pin.errors import ConfigError
 from numa_pin.testing.machine import expected_topology
 from numa_pin.testing.shapes import shape
 from numa_pin.topology.model import PciDevice, Topology

@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from numa_pin.allocators.devices import allocate_devices
+from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import AllocationError
 from numa_pin.policy.hint import CapacityFamily
 from numa_pin.providers.devices import available_devices, device_hint_family, device_hints
-from numa_pin.devices.model import DeviceInfo
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

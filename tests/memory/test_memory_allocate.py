@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from memkit import GiB, MiB, assign, hand_state, machine, readable
+
 from numa_pin.allocators.memory import MemoryGrant, allocate_memory
 from numa_pin.errors import AllocationError
 from numa_pin.providers.memory import memory_hints, reusable_key

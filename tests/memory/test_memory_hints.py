@@ -7,8 +7,8 @@ is the caller's (admission) and is not tested here. The regeneration ``None`` ca
 from __future__ import annotations
 
 import pytest
-
 from memkit import GiB, MiB, assign, hand_state, machine, readable
+
 from numa_pin.policy.hint import CapacityFamily
 from numa_pin.providers.memory import memory_hint_family, memory_hints, reusable_key
 from numa_pin.topology.memory import MemoryBlock, build_memory_state

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from memkit import GiB, MiB, machine
+
 from numa_pin.allocators.memory import allocate_memory
 from numa_pin.errors import AllocationError
 from numa_pin.policy import bitmask

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from memkit import GiB, MiB, assign, machine
+
 from numa_pin.errors import ConfigError, LedgerError, RequestError
 from numa_pin.providers.memory import pod_memory_request
 from numa_pin.topology.memory import (

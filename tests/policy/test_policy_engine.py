@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 from policy_strategies import family_search_forced
+from test_policy_kubelet_cases import DIST_EIGHT, EIGHT
 
 from numa_pin.policy.base import NumaInfo, Ranker
 from numa_pin.policy.hint import CapacityFamily
 from numa_pin.policy.hint import TopologyHint as H
-from numa_pin.policy.registry import merge_hints
 from numa_pin.policy.reference import reference_merge
-from test_policy_kubelet_cases import DIST_EIGHT, EIGHT
+from numa_pin.policy.registry import merge_hints
 
 AVERAGES = [
     ("{0,2}", [0, 2], 11.0),

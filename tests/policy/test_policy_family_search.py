@@ -18,8 +18,8 @@ from policy_strategies import DETERMINISTIC, family_search_forced
 from numa_pin.policy import merge
 from numa_pin.policy.base import NumaInfo, Ranker
 from numa_pin.policy.hint import CapacityFamily, TopologyHint
-from numa_pin.policy.registry import merge_hints
 from numa_pin.policy.reference import reference_merge
+from numa_pin.policy.registry import merge_hints
 
 SEARCH = DETERMINISTIC
 

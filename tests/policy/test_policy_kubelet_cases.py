@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import pytest
 
 from numa_pin.policy.hint import TopologyHint as H
-from numa_pin.policy.registry import merge_hints
 from numa_pin.policy.reference import reference_merge
+from numa_pin.policy.registry import merge_hints
 
 TWO = [0, 1]
 FOUR = [0, 1, 2, 3]

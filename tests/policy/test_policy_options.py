@@ -10,13 +10,11 @@ from hypothesis import strategies as st
 from policy_strategies import DETERMINISTIC
 
 from numa_pin.errors import PolicyError, TopologyError
-from numa_pin.policy.options import check_machine
-from numa_pin.policy.registry import POLICIES, SCOPES, check_scope, get_policy
 from numa_pin.policy.base import NumaInfo, flatten_providers
 from numa_pin.policy.hint import TopologyHint
-from numa_pin.policy.registry import merge_hints
-from numa_pin.policy.options import PolicyOptions, parse_bool, parse_int, parse_options
+from numa_pin.policy.options import PolicyOptions, check_machine, parse_bool, parse_int, parse_options
 from numa_pin.policy.reference import reference_merge
+from numa_pin.policy.registry import POLICIES, SCOPES, check_scope, get_policy, merge_hints
 
 PC, MAX = "prefer-closest-numa-nodes", "max-allowable-numa-nodes"
 

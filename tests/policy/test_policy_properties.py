@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from policy_strategies import DETERMINISTIC, POLICY_NAMES, family_search_forced, machines, provider_answers
 
-from numa_pin.policy.registry import merge_hints
 from numa_pin.policy.reference import reference_merge
+from numa_pin.policy.registry import merge_hints
 
 
 def _check_all_policies(nodes: list[int], distances: dict[int, list[int]], providers: list[object]) -> None:

@@ -15,7 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from .guest import DEFAULT_NUMA, GuestConfig, GuestError, GuestNode, GuestResult, run_in_guest, unavailable_reason, vng_command
+from .guest import (
+    DEFAULT_NUMA,
+    GuestConfig,
+    GuestError,
+    GuestNode,
+    GuestResult,
+    run_in_guest,
+    unavailable_reason,
+    vng_command,
+)
 
 pytestmark = pytest.mark.vm
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from numa_pin import names
 from numa_pin.admission.request import Amounts, ContainerRequest
-from numa_pin.topology.cpus import CpuTopology
+from numa_pin.allocators.cpu import allocate_cpus, reserved_cpus
 from numa_pin.errors import (
     AdmissionError,
     AllocationError,
@@ -32,11 +32,11 @@ from numa_pin.errors import (
 from numa_pin.ledger.model import LedgerState
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import ProviderHints, ResourceHints, TopologyHint
-from numa_pin.policy.registry import merge_hints
 from numa_pin.policy.options import check_machine
+from numa_pin.policy.registry import merge_hints
 from numa_pin.providers.cpu import CpuOptions, cpu_hint_family
-from numa_pin.allocators.cpu import allocate_cpus, reserved_cpus
 from numa_pin.quantity import format_bytes
+from numa_pin.topology.cpus import CpuTopology
 from numa_pin.topology.model import KIND_GPU, Topology
 
 if TYPE_CHECKING:  # memory and device code is imported only when a request needs it
@@ -322,7 +322,9 @@ def decide(
 
     affinity = hint.affinity if policy != names.NONE else None
     try:
-        cpus, memory, mem_group, devices = _allocate(machine, state, request.amounts, fixed, affinity, settings, request.container_id)
+        cpus, memory, mem_group, devices = _allocate(
+            machine, state, request.amounts, fixed, affinity, settings, request.container_id
+        )
     except AllocationError as exc:
         why = _free_summary(machine, state, request.amounts, settings, request.container_id)
         return Decision(

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
+from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import AllocationError, RequestError
 from numa_pin.policy import bitmask
-from numa_pin.devices.model import DeviceInfo
 
 Key = Callable[[str], Hashable]
 

@@ -84,7 +84,9 @@ def allocate_memory(
     if affinity_nodes is None:
         best = best_memory_hint(state, req, reusable)
         if best is None:
-            raise _error(state, req, "failed to get the default NUMA affinity, no NUMA nodes with enough memory is available")
+            raise _error(
+                state, req, "failed to get the default NUMA affinity, no NUMA nodes with enough memory is available"
+            )
         if preferred and not best.preferred:
             raise _error(state, req, "failed to find the default preferred hint")
         mask, preferred = best.mask or 0, best.preferred

@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from numa_pin.cli.main import write_out
 from numa_pin.cli.common import add_config_argument, load
+from numa_pin.cli.main import write_out
 
 NAME = "explain"
 HELP = "show why a container was rejected, or what it holds"
@@ -19,9 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.report import reason_path
     from numa_pin.cli.cmd_status import grant_dict
     from numa_pin.ledger.store import Ledger
+    from numa_pin.report import reason_path
 
     config = load(args)
     grant = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s).read().grants.get(args.container_id)

@@ -44,9 +44,9 @@ def _wait_status_to_code(status: int) -> int:
 def run(args: argparse.Namespace) -> int:
     import prctl
 
-    from numa_pin.service import NodeService
     from numa_pin.enforcer import cgroups, procgroup
     from numa_pin.errors import RequestError
+    from numa_pin.service import NodeService
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:

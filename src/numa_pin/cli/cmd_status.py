@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from numa_pin.cli.main import write_out
 from numa_pin.cli.common import add_config_argument, load
+from numa_pin.cli.main import write_out
 
 NAME = "status"
 HELP = "list grants recorded in the node ledger and what is free per NUMA node"
@@ -30,8 +30,8 @@ def grant_dict(g) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.service import NodeService
     from numa_pin.cpuset import format_list
+    from numa_pin.service import NodeService
 
     agent = NodeService(load(args))
     state = agent.ledger.read()

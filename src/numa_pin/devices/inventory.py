@@ -25,9 +25,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from numa_pin import pciaddr
+from numa_pin.devices.model import DeviceInfo
 from numa_pin.devices.selector import Selector, check_resource_name
 from numa_pin.errors import ConfigError
-from numa_pin.devices.model import DeviceInfo
 from numa_pin.topology.model import PciDevice, Topology
 
 

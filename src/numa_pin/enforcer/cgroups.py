@@ -393,7 +393,7 @@ def _strip_mount_root(path: str, mount_root: str) -> str:
 
 def _driver_of(rel: str) -> str:
     parts = _parts(rel)
-    if any(p.endswith(".slice") or p.endswith(".scope") for p in parts):
+    if any(p.endswith((".slice", ".scope")) for p in parts):
         return DRIVER_SYSTEMD
     return DRIVER_CGROUPFS
 

@@ -206,7 +206,7 @@ def vf_config_from_dicts(entries: list[dict[str, Any]], vf_index: int) -> VfConf
         if entry.get("vf") != vf_index:
             continue
 
-        def value(key: str) -> Any:
+        def value(key: str, entry: dict[str, Any] = entry) -> Any:
             v = entry.get(key)
             return None if v == _UNSUPPORTED else v
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar, Union
+from typing import ClassVar
 
 from numa_pin.errors import PolicyError, TopologyError
 from numa_pin.policy import bitmask
@@ -21,7 +21,7 @@ from numa_pin.policy.hint import CapacityFamily, ProviderHints, TopologyHint
 from numa_pin.policy.options import PolicyOptions
 
 #: one flattened per-resource list: explicit hints, or a family standing for its materialized list
-HintList = Union[list[TopologyHint], CapacityFamily]
+HintList = list[TopologyHint] | CapacityFamily
 
 #: distances above this are refused, so every average is computed exactly in float64
 MAX_DISTANCE = 2**32 - 1

@@ -265,8 +265,9 @@ def _closest_best(
     nodes ``A``: the sum so far, plus for each ``v`` in ``A`` its distances to the chosen nodes
     (and itself), plus half of its ``r - 1`` smallest round-trip distances to other undecided
     nodes (each pair inside ``A`` is counted from both ends); the ``r`` smallest such terms are
-    taken. Ties on the average are cut with the smallest integer still reachable. ``subtree_ok(inc, pool)`` must say exactly whether some
-    valid ``k``-set ``S`` has ``inc <= S <= inc | pool``; it prunes a subtree (or rejects a
+    taken. Ties on the average are cut with the smallest integer still reachable.
+    ``subtree_ok(inc, pool)`` must say exactly whether some valid ``k``-set ``S`` has ``inc <= S
+    <= inc | pool``; it prunes a subtree (or rejects a
     leaf) once the distance bound has let it through.
     """
     info = ranker.info

@@ -16,12 +16,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from itertools import combinations
 
-
 from numa_pin import names
-from numa_pin.topology.cpus import CpuTopology
 from numa_pin.errors import PolicyError, RequestError
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import CapacityFamily, ResourceHints, TopologyHint
+from numa_pin.topology.cpus import CpuTopology
 
 #: the resource name CPU hints are reported under
 RESOURCE_CPU = "cpu"

@@ -33,10 +33,9 @@ from dataclasses import dataclass
 from itertools import combinations
 
 from numa_pin.errors import RequestError
-from numa_pin.topology.memory import MemoryBlock, MemoryState, check_amount, check_request
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import CapacityFamily, ProviderHints, TopologyHint
-
+from numa_pin.topology.memory import MemoryBlock, MemoryState, check_amount, check_request
 
 #: past this many nodes :func:`memory_hint_family` never enumerates masks (see its docstring)
 DEFAULT_MAX_EXPLICIT_NODES = 16
@@ -92,7 +91,9 @@ def _sum(state: MemoryState, mask: int, resource: str, attr: str) -> int:
     return sum(getattr(state.table(n, resource), attr) for n in bitmask.bits(mask))
 
 
-def _fits(state: MemoryState, mask: int, request: Mapping[str, int], attr: str, extra: Mapping[str, int] | None = None) -> bool:
+def _fits(
+    state: MemoryState, mask: int, request: Mapping[str, int], attr: str, extra: Mapping[str, int] | None = None
+) -> bool:
     extra = extra or {}
     return all(_sum(state, mask, r, attr) + extra.get(r, 0) >= want for r, want in request.items())
 
@@ -123,7 +124,9 @@ def _regenerate(blocks: Iterable[MemoryBlock], request: Mapping[str, int]) -> Me
     return hints
 
 
-def _calculate(state: MemoryState, request: Mapping[str, int], reusable: Mapping[int, Mapping[str, int]]) -> dict[str, list[TopologyHint]]:
+def _calculate(
+    state: MemoryState, request: Mapping[str, int], reusable: Mapping[int, Mapping[str, int]]
+) -> dict[str, list[TopologyHint]]:
     """kubelet ``calculateHints``, enumerating every mask (``2**N``)."""
     ids = state.node_ids
     min_affinity = len(ids)

@@ -29,9 +29,6 @@ from pathlib import Path
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.errors import TopologyError
 from numa_pin.topology.model import (
-    KIND_GPU,
-    KIND_NIC,
-    KIND_OTHER,
     Cpu,
     HugePages,
     NumaNode,

@@ -19,7 +19,6 @@ from types import MappingProxyType
 from numa_pin.errors import ConfigError, LedgerError, RequestError
 from numa_pin.topology.model import Topology
 
-
 MEMORY = "memory"
 
 
@@ -221,7 +220,9 @@ def build_memory_state(
                 raise LedgerError(f"memory of {key}: the machine has no {resource}")
             for node_id, amount in per_node.items():
                 if node_id not in group:
-                    raise LedgerError(f"memory of {key}: {resource} on node {node_id} lies outside its group {sorted(group)}")
+                    raise LedgerError(
+                        f"memory of {key}: {resource} on node {node_id} lies outside its group {sorted(group)}"
+                    )
                 if isinstance(amount, bool) or not isinstance(amount, int) or amount < 0:
                     raise LedgerError(f"memory of {key}: {resource} on node {node_id}: bad amount {amount!r}")
                 held[(node_id, resource)] += amount
