@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from numa_pin.config import DeviceSelector, config_from_dict, config_from_yaml, load_config
+from numa_pin.config import (
+    DeviceSelector,
+    config_from_dict,
+    config_from_yaml,
+    load_config,
+)
 from numa_pin.devices.inventory import DeviceResource, inventory
 from numa_pin.devices.selector import Selector
 from numa_pin.errors import ConfigError

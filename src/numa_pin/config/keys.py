@@ -50,17 +50,17 @@ ITEMS: tuple[ConfigItem, ...] = (
     *(
         ConfigItem(f"cpu_manager.options.{name}", _BOOLISH, False, meaning, p.boolish)
         for name, meaning in (
-            ("full-pcpus-only", "Give exclusive CPUs as whole physical cores only; a request "
-             "that is not a multiple of the threads per core fails (SMTAlignmentError)."),
-            ("distribute-cpus-across-numa", "Spread exclusive CPUs evenly over the NUMA nodes "
-             "a container needs instead of filling one node first."),
-            ("distribute-cpus-across-cores", "Spread exclusive CPUs over physical cores, one "
-             "thread per core first."),
-            ("prefer-align-cpus-by-uncorecache", "Prefer exclusive CPUs that share an uncore "
-             "(L3) cache."),
+            ("full-pcpus-only", ("Give exclusive CPUs as whole physical cores only; a request "
+             "that is not a multiple of the threads per core fails (SMTAlignmentError).")),
+            ("distribute-cpus-across-numa", ("Spread exclusive CPUs evenly over the NUMA nodes "
+             "a container needs instead of filling one node first.")),
+            ("distribute-cpus-across-cores", ("Spread exclusive CPUs over physical cores, one "
+             "thread per core first.")),
+            ("prefer-align-cpus-by-uncorecache", ("Prefer exclusive CPUs that share an uncore "
+             "(L3) cache.")),
             ("strict-cpu-reservation", "Keep the reserved CPUs out of the shared pool too."),
-            ("align-by-socket", "Align exclusive CPUs to whole sockets rather than NUMA nodes "
-             "(refused with single-numa-node)."),
+            ("align-by-socket", ("Align exclusive CPUs to whole sockets rather than NUMA nodes "
+             "(refused with single-numa-node).")),
         )
     ),
     ConfigItem(
