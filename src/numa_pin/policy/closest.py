@@ -137,7 +137,22 @@ class _Search:
                     None if kinds is None else kinds[v],
                 )
                 groups.setdefault((cls, key), []).append(i)
+        key_of = {members[0]: key for (_cls, key), members in groups.items()}
         types = sorted(groups.values())
+        # interchangeable types (C5): twins of the matrix over types whose diagonal entry is
+        # everything a type is (its size, its validity key, its own distances)
+        qrows: list[list[object]] = [
+            [
+                (len(t), key_of[t[0]], rows[t[0]][t[0]], rows[t[0]][t[-1]]) if u is t else rows[t[0]][u[0]]
+                for u in types
+            ]
+            for t in types
+        ]
+        qcols = [[qrows[j][i] for j in range(len(types))] for i in range(len(types))]
+        orbits = _twin_classes(qrows, qcols)
+        types = [types[i] for orbit in orbits for i in orbit]
+        #: same_as_previous[t]: types t - 1 and t are interchangeable (C5)
+        self.same_as_previous = [i > 0 for orbit in orbits for i in range(len(orbit))]
         self.m = m = len(types)
         self.members = [[nodes[i] for i in t] for t in types]
         self.self_dist = [rows[t[0]][t[0]] for t in types]
@@ -208,6 +223,12 @@ class _Search:
         self.hi_after = list(accumulate(reversed(self.hi), initial=0))[::-1]
         self._partners: dict[tuple[int, int], tuple[list[int], list[int], list[int]]] = {}
         self.heavy = [sorted(range(m), key=lambda t, w=w: -w[t]) for w in self.weights]
+        # tied[t]: interchangeable with type t - 1 over the same domain, so that (by symmetry)
+        # only count vectors with c[t] <= c[t - 1] need to be searched (C5)
+        self.tied = [
+            self.same_as_previous[t] and self.lo[t] == self.lo[t - 1] and self.hi[t] == self.hi[t - 1]
+            for t in range(m)
+        ]
 
     def _partner_table(self, p: int, t: int) -> tuple[list[int], list[int], list[int]]:
         """Round trips from a node of type ``t`` to the nodes of types ``p..``, cheapest first:
@@ -308,6 +329,8 @@ class _Search:
                 return first
             cmin = max(self.lo[p], r - self.hi_after[p + 1])
             cmax = min(self.hi[p], r - self.lo_after[p + 1])
+            if self.tied[p]:
+                cmax = min(cmax, counts[p - 1])
             children = []
             for c in range(cmin, cmax + 1):
                 new_cost = cost + c * lin[p] + c * (c - 1) * self.inner[p]
