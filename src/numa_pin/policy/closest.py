@@ -11,46 +11,58 @@ C1. *Twins.* Nodes ``u`` and ``v`` are twins when swapping them leaves the dista
     ``d(u,u) = d(v,v)`` and ``d(u,v) = d(v,u)``. This is an equivalence (for ``u ~ v ~ x``:
     ``d(u,v) = d(v,u) = d(x,u) = d(x,v)`` and ``d(u,x) = d(v,x) = d(x,v) = d(x,u)``, the other
     entries directly), and every block of the matrix between two classes, and every off-diagonal
-    entry inside one class, is constant. A *type* is a set of twins that also agree on
-    everything validity looks at (forced or not, each constraint's weight, the caller's
-    ``kinds`` key). Permuting nodes inside a type maps valid sets to valid sets of the same
-    distance sum, so both depend only on the *count vector* ``c`` (nodes taken per type):
-    ``f(c) = sum_t c_t s_t + c_t (c_t - 1) a_t + sum_{t != u} c_t c_u D_tu`` with ``s`` the
-    diagonal, ``a`` the inside-type entry and ``D`` the block entry; each capacity sum is
-    ``sum_t c_t w_t``.
+    entry inside one class, is constant. So the distance sum of a set depends only on how many
+    nodes it takes from each class, its *totals* ``c``:
+    ``f(c) = sum_i c_i s_i + c_i (c_i - 1) a_i + sum_{i != j} c_i c_j D_ij`` (``s`` the
+    diagonal, ``a`` the entry inside a class, ``D`` the block entry).
 
-C2. *Branch and bound over count vectors.* Types are decided one at a time. A chosen node ``x``
-    among the ``r`` still to choose costs its distances to the decided nodes (both directions)
-    and ``d(x,x)``, plus half the round trips ``d(x,y) + d(y,x)`` to the other ``r - 1``
+C2. *Sub-types.* Inside a class, nodes that also agree on everything validity looks at (forced or
+    not, each constraint's weight, the caller's ``kinds`` key) form a sub-type; permuting a
+    sub-type changes neither validity nor the distance sum. A set is therefore described, up to
+    such permutations, by its count per sub-type (a *split* of the class totals).
+
+C3. *Branch and bound over class totals.* Classes are decided one at a time. A chosen node ``x``
+    among the ``r`` still to choose costs ``d(x,x)`` and its distances to the decided nodes
+    (both directions), plus half the round trips ``d(x,y) + d(y,x)`` to the other ``r - 1``
     chosen undecided nodes; the latter is at least the sum of the ``r - 1`` smallest round trips
-    from ``x``'s type to the undecided nodes available (each type counted up to its available
-    nodes, its own type one less). Taking the ``r`` cheapest such per-node terms (every type's
-    required nodes first) is a lower bound on the completion's distance sum (Gilmore-Lawler).
-    Capacity is bounded per constraint by the required nodes plus the heaviest available ones,
-    exactly; ``subtree_ok`` prunes with the decided nodes plus every still required node kept
-    and the other available nodes optional, cached by count vector (C1 makes that sound). A
-    leaf is a full count vector, checked exactly. Phase A finds the minimum sum ``S*``.
+    from ``x``'s class to the available undecided nodes (each class counted up to its available
+    nodes, its own one less). The ``r`` cheapest such per-node terms (every class's required
+    nodes first) bound the completion's sum from below (Gilmore-Lawler). Each capacity
+    constraint is bounded by the required nodes plus the heaviest available ones. A full vector
+    of totals is valid iff some split of it is (C2): a depth-first search over the classes'
+    splits, with only the Pareto-maximal weight sums per class when validity is capacity alone
+    (a split dominated in every constraint cannot help), pruned by the capacity bounds and by
+    ``subtree_ok`` (asked with the decided classes' nodes in, the others' kept nodes in and
+    their undecided nodes optional; answers cached by sub-type counts, C2). Phase A finds the
+    minimum sum ``S*``.
 
-C3. *Averages as Go computes them.* For a fixed count the average is ``fl(S / k**2)``, monotone
+C4. *Interchangeable classes.* Two classes are interchangeable when swapping them (any
+    bijection: their nodes are twins) preserves the matrix, the sub-types and the current
+    domain: the same twin test on the matrix over classes, whose diagonal entry is everything a
+    class is. Then only totals with ``c_j <= c_i`` (``i`` just before ``j``) need searching:
+    swapping the two classes maps every valid set to a valid set of equal sum.
+
+C5. *Averages as Go computes them.* For a fixed count the average is ``fl(S / k**2)``, monotone
     in ``S``; ``T`` is the largest sum whose float equals ``fl(S* / k**2)`` (``T = S*`` unless
     distances are huge), so "average equal to the best" is exactly "sum at most ``T``".
 
-C4. *The smallest integer.* Among valid sets with sum at most ``T``, the smallest integer is
+C6. *The smallest integer.* Among valid sets with sum at most ``T``, the smallest integer is
     built from the highest node down: leave the node out iff some such set still exists without
-    it, given the nodes decided so far (each question is phase A's search as a decision, with
-    the node's type holding one node fewer). Inside a type the undecided nodes are
-    interchangeable (C1), so a witness count vector is realized by the type's lowest undecided
-    nodes; the highest undecided node of its type is in the witness only when the witness takes
-    them all, and only then is a new search needed. With no twins every type is one node and
-    this is the plain branch and bound over nodes.
+    it, given the nodes decided so far (phase A's search as a decision, the node's sub-type
+    holding one undecided node fewer). Inside a sub-type the undecided nodes are
+    interchangeable (C2), so a witness split is realized by each sub-type's lowest undecided
+    nodes: the highest undecided node of its sub-type is in the witness only when the witness
+    takes them all, and only then is a new search needed.
 
 Worst case exponential (minimum-sum ``k``-subset contains densest ``k``-subgraph); on machines
-built from sockets, dies and boards the types are few and the decision takes milliseconds.
+built from sockets, dies and boards the classes are few and a decision takes milliseconds. With
+no twins every class is one node and this is a plain branch and bound over nodes.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from itertools import accumulate
 
@@ -58,6 +70,8 @@ from itertools import accumulate
 Constraint = tuple[Mapping[int, int], int]
 #: ``subtree_ok(inc, pool)``: does some valid ``k``-set ``S`` with ``inc <= S <= inc | pool`` exist?
 SubtreeOk = Callable[[int, int], bool]
+#: one way to take nodes from a class: (capacity sums, count per sub-type of the class)
+_Option = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 def closest_set(
@@ -75,7 +89,7 @@ def closest_set(
     Valid: holds ``forced``, meets every capacity constraint and is accepted by ``subtree_ok``
     (which must answer exactly, see :data:`SubtreeOk`). ``kinds`` maps each node to a key such
     that swapping two nodes of equal key (and equal forced bit and weights) never changes
-    ``subtree_ok``'s answers; without it, ``subtree_ok`` makes every node its own type.
+    ``subtree_ok``'s answers; without it, ``subtree_ok`` makes every node its own sub-type.
     ``distance(a, b)`` is the distance from ``a`` to ``b``.
     """
     nodes = sorted(set(nodes))
@@ -86,21 +100,20 @@ def closest_set(
         return None
     if subtree_ok is not None and kinds is None:
         kinds = {v: v for v in nodes}
-    search = _Search(distance, nodes, k, forced, constraints, subtree_ok, kinds)
-    return search.run()
+    return _Search(distance, nodes, k, forced, constraints, subtree_ok, kinds).run()
 
 
-def _twin_classes(rows: list[list[int]], cols: list[list[int]]) -> list[list[int]]:
+def _twin_classes(rows: Sequence[Sequence[object]], cols: Sequence[Sequence[object]]) -> list[list[int]]:
     """Positions grouped into twin classes (C1), each ascending, classes by first position."""
     classes: list[list[int]] = []
     for i in range(len(rows)):
         for members in classes:
             r = members[0]
-            row = rows[r][:]
+            row = list(rows[r])
             row[i], row[r] = row[r], row[i]
             if row != rows[i]:
                 continue
-            col = cols[r][:]
+            col = list(cols[r])
             col[i], col[r] = col[r], col[i]
             if col == cols[i]:
                 members.append(i)
@@ -110,8 +123,12 @@ def _twin_classes(rows: list[list[int]], cols: list[list[int]]) -> list[list[int
     return classes
 
 
+def _transpose(rows: Sequence[Sequence[object]]) -> list[list[object]]:
+    return [[row[i] for row in rows] for i in range(len(rows))]
+
+
 class _Search:
-    """One :func:`closest_set` question: types, the count-vector branch and bound, the greedy."""
+    """One :func:`closest_set` question: classes and sub-types, the branch and bound, the greedy."""
 
     def __init__(
         self,
@@ -125,153 +142,185 @@ class _Search:
     ) -> None:
         self.k = k
         self.subtree_ok = subtree_ok
+        self.needs = [need for _w, need in constraints]
         rows = [[distance(a, b) for b in nodes] for a in nodes]
-        cols = [[rows[j][i] for j in range(len(nodes))] for i in range(len(nodes))]
-        groups: dict[tuple[int, Hashable], list[int]] = {}
-        for cls, members in enumerate(_twin_classes(rows, cols)):
-            for i in members:
-                v = nodes[i]
-                key = (
-                    forced >> v & 1,
-                    tuple(w.get(v, 0) for w, _need in constraints),
-                    None if kinds is None else kinds[v],
-                )
-                groups.setdefault((cls, key), []).append(i)
-        key_of = {members[0]: key for (_cls, key), members in groups.items()}
-        types = sorted(groups.values())
-        # interchangeable types (C5): twins of the matrix over types whose diagonal entry is
-        # everything a type is (its size, its validity key, its own distances)
+        classes = _twin_classes(rows, _transpose(rows))
+
+        def key(v: int) -> Hashable:
+            return (forced >> v & 1, tuple(w.get(v, 0) for w, _need in constraints),
+                    None if kinds is None else kinds[v])
+
+        # C4: order the classes so that interchangeable ones are adjacent
+        makeup = [frozenset(Counter(key(nodes[i]) for i in members).items()) for members in classes]
         qrows: list[list[object]] = [
             [
-                (len(t), key_of[t[0]], rows[t[0]][t[0]], rows[t[0]][t[-1]]) if u is t else rows[t[0]][u[0]]
-                for u in types
+                (makeup[ci], rows[c[0]][c[0]], rows[c[0]][c[-1]]) if ci == di else rows[c[0]][d[0]]
+                for di, d in enumerate(classes)
             ]
-            for t in types
+            for ci, c in enumerate(classes)
         ]
-        qcols = [[qrows[j][i] for j in range(len(types))] for i in range(len(types))]
-        orbits = _twin_classes(qrows, qcols)
-        types = [types[i] for orbit in orbits for i in orbit]
-        #: same_as_previous[t]: types t - 1 and t are interchangeable (C5)
+        orbits = _twin_classes(qrows, _transpose(qrows))
+        classes = [classes[i] for orbit in orbits for i in orbit]
         self.same_as_previous = [i > 0 for orbit in orbits for i in range(len(orbit))]
-        self.m = m = len(types)
-        self.members = [[nodes[i] for i in t] for t in types]
-        self.self_dist = [rows[t[0]][t[0]] for t in types]
-        self.inner = [rows[t[0]][t[1]] if len(t) > 1 else 0 for t in types]
-        self.block = [[rows[t[0]][u[0]] for u in types] for t in types]
-        # round trip between a node of type t and another node of type u (t == u: inside the type)
+        self.m = m = len(classes)
+        self.self_dist = [rows[c[0]][c[0]] for c in classes]
+        self.inner = [rows[c[0]][c[1]] if len(c) > 1 else 0 for c in classes]
+        block = [[rows[c[0]][d[0]] for d in classes] for c in classes]
+        self.block = block
+        # round trip between a node of class i and another node of class j (i == j: inside it)
         self.trip = [
-            [2 * self.inner[t] if t == u else self.block[t][u] + self.block[u][t] for u in range(m)]
-            for t in range(m)
+            [2 * self.inner[i] if i == j else block[i][j] + block[j][i] for j in range(m)] for i in range(m)
         ]
-        self.weights = [[w.get(members[0], 0) for members in self.members] for w, _need in constraints]
-        self.needs = [need for _w, need in constraints]
-        self.type_of = {v: t for t, members in enumerate(self.members) for v in members}
-        # the domain: per type, nodes kept (in every answer) and nodes still undecided (ascending)
-        self.kept: list[list[int]] = [list(ms) if forced >> ms[0] & 1 else [] for ms in self.members]
-        self.open: list[list[int]] = [[] if forced >> ms[0] & 1 else list(ms) for ms in self.members]
+        # sub-types (C2): global indices; per class, its sub-types in order of their first node
+        self.subs: list[list[int]] = []  # class -> sub-type indices
+        self.sub_key: list[Hashable] = []
+        self.sub_weight: list[tuple[int, ...]] = []
+        self.kept: list[list[int]] = []  # sub-type -> nodes in every answer (ascending)
+        self.open: list[list[int]] = []  # sub-type -> undecided nodes (ascending)
+        self.sub_of: dict[int, int] = {}
+        for members in classes:
+            by_key: dict[Hashable, list[int]] = {}
+            for i in members:
+                by_key.setdefault(key(nodes[i]), []).append(nodes[i])
+            mine = []
+            for sub_key, sub_nodes in by_key.items():
+                s = len(self.sub_key)
+                mine.append(s)
+                self.sub_key.append(sub_key)
+                self.sub_weight.append(tuple(w.get(sub_nodes[0], 0) for w, _need in constraints))
+                is_forced = forced >> sub_nodes[0] & 1
+                self.kept.append(list(sub_nodes) if is_forced else [])
+                self.open.append([] if is_forced else list(sub_nodes))
+                for v in sub_nodes:
+                    self.sub_of[v] = s
+            self.subs.append(mine)
         self._oracle_cache: dict[tuple[int, ...], bool] = {}
+        self._options_cache: dict[tuple[object, ...], list[_Option]] = {}
 
-    # -- the objective and the oracle --------------------------------------------------------
+    # -- sets, sums and the oracle ---------------------------------------------------------
 
-    def cost(self, counts: Sequence[int]) -> int:
-        """``f(c)``: the distance sum of any set with these type counts (C1)."""
+    def cost(self, totals: Sequence[int]) -> int:
+        """``f(c)``: the distance sum of any set with these class totals (C1)."""
         total = 0
-        for t, c in enumerate(counts):
+        for i, c in enumerate(totals):
             if c:
-                total += c * self.self_dist[t] + c * (c - 1) * self.inner[t]
-                row = self.block[t]
-                total += c * sum(row[u] * counts[u] for u in range(self.m) if u != t)
+                total += c * self.self_dist[i] + c * (c - 1) * self.inner[i]
+                row = self.block[i]
+                total += c * sum(row[j] * totals[j] for j in range(self.m) if j != i)
         return total
 
-    def realize(self, counts: Sequence[int]) -> int:
-        """The smallest-integer set with these counts in the domain: kept nodes plus the lowest
-        undecided ones of each type."""
+    def realize(self, take: Sequence[int]) -> int:
+        """The smallest-integer set with ``take[s]`` nodes of each sub-type in the domain: its
+        kept nodes plus its lowest undecided ones."""
         mask = 0
-        for t, c in enumerate(counts):
-            for v in self.kept[t]:
+        for s, count in enumerate(take):
+            for v in self.kept[s]:
                 mask |= 1 << v
-            for v in self.open[t][: c - len(self.kept[t])]:
+            for v in self.open[s][: count - len(self.kept[s])]:
                 mask |= 1 << v
         return mask
 
-    def _oracle(self, decided: Sequence[int]) -> bool:
-        """``subtree_ok`` with the first ``len(decided)`` types at those counts, every other type's
-        kept nodes in and its undecided nodes optional (cached by counts: C1)."""
+    def _oracle(self, take: Sequence[int], upto: int) -> bool:
+        """``subtree_ok`` with the classes before ``upto`` at ``take`` (per sub-type, for those
+        classes), every other class's kept nodes in and its undecided nodes optional."""
         if self.subtree_ok is None:
             return True
-        p = len(decided)
-        key = (*decided, *(x for t in range(p, self.m) for x in (len(self.kept[t]), len(self.open[t]))))
+        later = [s for i in range(upto, self.m) for s in self.subs[i]]
+        key = (upto, *take, *(x for s in later for x in (len(self.kept[s]), len(self.open[s]))))
         found = self._oracle_cache.get(key)
         if found is None:
-            inc = self.realize([*decided, *(len(self.kept[t]) for t in range(p, self.m))])
+            full = list(take) + [len(self.kept[s]) for s in later]
+            inc = self.realize(full)
             pool = 0
-            for t in range(p, self.m):
-                for v in self.open[t]:
+            for s in later:
+                for v in self.open[s]:
                     pool |= 1 << v
             found = self.subtree_ok(inc, pool)
             self._oracle_cache[key] = found
         return found
 
-    # -- the branch and bound (C2) ------------------------------------------------------------
+    # -- per-call tables over the current domain -------------------------------------------------
 
     def _prepare(self) -> None:
-        """Per-call tables over the current domain."""
         m = self.m
-        self.lo = [len(self.kept[t]) for t in range(m)]
-        self.hi = [len(self.kept[t]) + len(self.open[t]) for t in range(m)]
+        self.lo = [sum(len(self.kept[s]) for s in self.subs[i]) for i in range(m)]
+        self.hi = [self.lo[i] + sum(len(self.open[s]) for s in self.subs[i]) for i in range(m)]
         self.lo_after = list(accumulate(reversed(self.lo), initial=0))[::-1]
         self.hi_after = list(accumulate(reversed(self.hi), initial=0))[::-1]
         self._partners: dict[tuple[int, int], tuple[list[int], list[int], list[int]]] = {}
-        self.heavy = [sorted(range(m), key=lambda t, w=w: -w[t]) for w in self.weights]
-        # tied[t]: interchangeable with type t - 1 over the same domain, so that (by symmetry)
-        # only count vectors with c[t] <= c[t - 1] need to be searched (C5)
-        self.tied = [
-            self.same_as_previous[t] and self.lo[t] == self.lo[t - 1] and self.hi[t] == self.hi[t - 1]
-            for t in range(m)
+        self._splits: dict[tuple[int, ...], list[int] | None] = {}
+        self.state = [
+            frozenset((self.sub_key[s], len(self.kept[s]), len(self.open[s])) for s in self.subs[i])
+            for i in range(m)
         ]
+        # tied[i]: interchangeable with class i - 1 over the same domain (C4)
+        self.tied = [self.same_as_previous[i] and self.state[i] == self.state[i - 1] for i in range(m)]
+        # capacity, per constraint q: required weight of classes i.. and, for the nodes beyond
+        # the required ones, the sums of the heaviest undecided weights of classes i..
+        self.kept_after: list[list[int]] = []
+        self.top_after: list[list[list[int]]] = []
+        self.class_top: list[list[list[int]]] = []  # [q][i][j]: kept + heaviest j undecided
+        for q in range(len(self.needs)):
+            kept_after = [0] * (m + 1)
+            top_after: list[list[int]] = [[0]] * (m + 1)
+            class_top: list[list[int]] = []
+            pooled: list[int] = []
+            for i in range(m):
+                kept = sum(len(self.kept[s]) * self.sub_weight[s][q] for s in self.subs[i])
+                spare = sorted((self.sub_weight[s][q] for s in self.subs[i] for _v in self.open[s]), reverse=True)
+                class_top.append(list(accumulate(spare, initial=kept)))
+            for i in range(m - 1, -1, -1):
+                kept_after[i] = kept_after[i + 1] + class_top[i][0]
+                pooled = sorted(
+                    pooled + [self.sub_weight[s][q] for s in self.subs[i] for _v in self.open[s]], reverse=True
+                )
+                top_after[i] = list(accumulate(pooled, initial=0))
+            self.kept_after.append(kept_after)
+            self.top_after.append(top_after)
+            self.class_top.append(class_top)
 
-    def _partner_table(self, p: int, t: int) -> tuple[list[int], list[int], list[int]]:
-        """Round trips from a node of type ``t`` to the nodes of types ``p..``, cheapest first:
+    # -- the distance bound (C3) -------------------------------------------------------------------
+
+    def _partner_table(self, p: int, i: int) -> tuple[list[int], list[int], list[int]]:
+        """Round trips from a node of class ``i`` to the nodes of classes ``p..``, cheapest first:
         (trip values, cumulative counts, cumulative sums)."""
-        table = self._partners.get((p, t))
+        table = self._partners.get((p, i))
         if table is None:
-            row = self.trip[t]
-            items = sorted(
-                (row[u], self.hi[u] - (u == t)) for u in range(p, self.m) if self.hi[u] - (u == t) > 0
-            )
+            row = self.trip[i]
+            items = sorted((row[j], self.hi[j] - (j == i)) for j in range(p, self.m) if self.hi[j] - (j == i) > 0)
             trips, counts, sums = [], [0], [0]
             for trip, count in items:
                 trips.append(trip)
                 counts.append(counts[-1] + count)
                 sums.append(sums[-1] + trip * count)
             table = (trips, counts, sums)
-            self._partners[(p, t)] = table
+            self._partners[(p, i)] = table
         return table
 
-    def _smallest_trips(self, p: int, t: int, j: int) -> int:
-        """Sum of the ``j`` smallest round trips from type ``t`` to the available nodes of types
-        ``p..`` (``j`` is at most their number, or the state is infeasible anyway)."""
+    def _smallest_trips(self, p: int, i: int, j: int) -> int:
+        """Sum of the ``j`` smallest round trips from class ``i`` to the available nodes of
+        classes ``p..`` (all of them when there are fewer: the state is infeasible then)."""
         if j <= 0:
             return 0
-        trips, counts, sums = self._partner_table(p, t)
-        i = bisect_left(counts, j)
-        if i >= len(counts):
+        trips, counts, sums = self._partner_table(p, i)
+        at = bisect_left(counts, j)
+        if at >= len(counts):
             return sums[-1]
-        return sums[i - 1] + (j - counts[i - 1]) * trips[i - 1]
+        return sums[at - 1] + (j - counts[at - 1]) * trips[at - 1]
 
     def _bound2(self, p: int, r: int, lin: list[int]) -> int:
-        """Twice a lower bound on the distance sum the ``r`` nodes still to choose from types
-        ``p..`` add (C2)."""
+        """Twice a lower bound on what the ``r`` nodes still to choose from classes ``p..`` add to
+        the distance sum (C3)."""
         if r == 0:
             return 0
         total = 0
         extra: list[tuple[int, int]] = []
-        for u in range(p, self.m):
-            hi = self.hi[u]
+        for j in range(p, self.m):
+            hi = self.hi[j]
             if not hi:
                 continue
-            term = 2 * lin[u] + self._smallest_trips(p, u, r - 1)
-            lo = self.lo[u]
+            term = 2 * lin[j] + self._smallest_trips(p, j, r - 1)
+            lo = self.lo[j]
             total += lo * term
             if hi > lo:
                 extra.append((term, hi - lo))
@@ -287,86 +336,142 @@ class _Search:
         return total
 
     def _capacity_ok(self, p: int, r: int, sums: list[int]) -> bool:
-        """Can the ``r`` nodes still to choose from types ``p..`` meet every constraint? (exact
-        per constraint: the required nodes, then the heaviest available)"""
+        """Can classes ``p..`` with ``r`` nodes still meet every constraint (each on its own)?"""
+        spare = r - self.lo_after[p]
         for q, need in enumerate(self.needs):
-            total = sums[q]
-            if total >= need:
+            if sums[q] >= need:
                 continue
-            w = self.weights[q]
-            left = r - self.lo_after[p]
-            for u in range(p, self.m):
-                total += self.lo[u] * w[u]
-            for u in self.heavy[q]:
-                if left <= 0 or total >= need:
-                    break
-                if u < p:
-                    continue
-                spare = self.hi[u] - self.lo[u]
-                take = spare if spare < left else left
-                total += take * w[u]
-                left -= take
-            if total < need:
+            top = self.top_after[q][p]
+            if sums[q] + self.kept_after[q][p] + top[min(spare, len(top) - 1)] < need:
                 return False
         return True
 
-    def best_counts(self, limit: int | None, first: bool) -> tuple[int, list[int]] | None:
-        """A valid count vector in the current domain with sum at most ``limit`` (``None``: no
-        limit): the first found when ``first``, else one of minimum sum. ``None`` if there is none.
-        """
+    # -- splits of a vector of totals (C2, C3) -------------------------------------------------------
+
+    def _options(self, i: int, total: int) -> list[_Option]:
+        """The ways to take ``total`` nodes from class ``i`` (kept ones included), as capacity sums
+        and counts per sub-type; only the Pareto-maximal sums when validity is capacity alone.
+        Heaviest first."""
+        subs = self.subs[i]
+        key = (i, total, *(x for s in subs for x in (len(self.kept[s]), len(self.open[s]))))
+        found = self._options_cache.get(key)
+        if found is not None:
+            return found
+        dims = len(self.needs)
+        start = tuple(sum(len(self.kept[s]) * self.sub_weight[s][q] for s in subs) for q in range(dims))
+        # partial[j]: options using j undecided nodes of the sub-types seen so far
+        partial: dict[int, list[_Option]] = {0: [(start, ())]}
+        for s in subs:
+            weight, kept, spare = self.sub_weight[s], len(self.kept[s]), len(self.open[s])
+            grown: dict[int, list[_Option]] = {}
+            for used, options in partial.items():
+                for extra in range(min(spare, total - self.lo[i] - used) + 1):
+                    bucket = grown.setdefault(used + extra, [])
+                    for sums, counts in options:
+                        bucket.append(
+                            (tuple(x + extra * w for x, w in zip(sums, weight)), (*counts, kept + extra))
+                        )
+            partial = grown
+            if self.subtree_ok is None:
+                partial = {used: _pareto(options) for used, options in partial.items()}
+        found = partial.get(total - self.lo[i], [])
+        found.sort(key=lambda option: tuple(-x for x in option[0]))
+        self._options_cache[key] = found
+        return found
+
+    def _split(self, totals: Sequence[int]) -> list[int] | None:
+        """A valid set with these class totals, as counts per sub-type, or ``None``."""
+        key = tuple(totals)
+        if key in self._splits:
+            return self._splits[key]
+        m, needs = self.m, self.needs
+        options = [self._options(i, totals[i]) for i in range(m)]
+        # best[q][i]: the most constraint q can get from classes i.. at these totals
+        best = [
+            list(accumulate(reversed([self.class_top[q][i][totals[i] - self.lo[i]] for i in range(m)]), initial=0))[::-1]
+            for q in range(len(needs))
+        ]
+        take: list[int] = []
+        failed: set[tuple[object, ...]] = set()
+
+        def rec(i: int, sums: tuple[int, ...]) -> bool:
+            if any(s + b[i] < need for s, b, need in zip(sums, best, needs)):
+                return False
+            if i == m:
+                return self._oracle(take, m)
+            memo = (i, *(min(s, need) for s, need in zip(sums, needs)))
+            if self.subtree_ok is None and memo in failed:
+                return False
+            for option_sums, counts in options[i]:
+                take.extend(counts)
+                if (i + 1 == m or self._oracle(take, i + 1)) and rec(
+                    i + 1, tuple(a + b for a, b in zip(sums, option_sums))
+                ):
+                    return True
+                del take[len(take) - len(counts):]
+            failed.add(memo)
+            return False
+
+        found = list(take) if rec(0, tuple(0 for _ in needs)) else None
+        self._splits[key] = found
+        return found
+
+    # -- the branch and bound over class totals (C3, C4) -----------------------------------------------
+
+    def best(self, limit: int | None, first: bool) -> tuple[int, list[int]] | None:
+        """A valid set in the current domain with distance sum at most ``limit`` (``None``: no
+        limit): the first found when ``first``, else one of minimum sum; as ``(sum, counts per
+        sub-type)``, or ``None`` if there is none."""
         self._prepare()
-        m = self.m
+        m, needs = self.m, self.needs
         if not self.lo_after[0] <= self.k <= self.hi_after[0]:
             return None
-        best: list[object] = [limit, None]  # [sum allowed (inclusive), counts]
-        counts: list[int] = []
+        bar: list[int | None] = [limit]  # largest sum still wanted (inclusive)
+        found: list[tuple[int, list[int]]] = []
+        totals: list[int] = []
 
         def rec(p: int, r: int, cost: int, lin: list[int], sums: list[int]) -> bool:
             if p == m:
-                if r or any(s < need for s, need in zip(sums, self.needs)) or not self._oracle(counts):
+                split = self._split(totals)
+                if split is None:
                     return False
-                best[0], best[1] = (cost if first else cost - 1), list(counts)
+                found.append((cost, split))
+                bar[0] = cost if first else cost - 1
                 return first
             cmin = max(self.lo[p], r - self.hi_after[p + 1])
             cmax = min(self.hi[p], r - self.lo_after[p + 1])
             if self.tied[p]:
-                cmax = min(cmax, counts[p - 1])
+                cmax = min(cmax, totals[p - 1])
+            trip = self.trip[p]
             children = []
             for c in range(cmin, cmax + 1):
                 new_cost = cost + c * lin[p] + c * (c - 1) * self.inner[p]
-                trip = self.trip[p]
-                new_lin = lin if not c else [0] * (p + 1) + [lin[u] + c * trip[u] for u in range(p + 1, m)]
-                new_sums = [s + c * w[p] for s, w in zip(sums, self.weights)]
+                new_lin = lin if not c else [0] * (p + 1) + [lin[j] + c * trip[j] for j in range(p + 1, m)]
+                new_sums = [x + tops[p][c - self.lo[p]] for x, tops in zip(sums, self.class_top)]
                 if not self._capacity_ok(p + 1, r - c, new_sums):
                     continue
                 lower = (2 * new_cost + self._bound2(p + 1, r - c, new_lin) + 1) // 2
-                if best[0] is not None and lower > best[0]:  # type: ignore[operator]
+                if bar[0] is not None and lower > bar[0]:
                     continue
                 children.append((lower, -c, c, new_cost, new_lin, new_sums))
             children.sort(key=lambda child: child[:2])
             for lower, _neg, c, new_cost, new_lin, new_sums in children:
-                if best[0] is not None and lower > best[0]:  # type: ignore[operator]
+                if bar[0] is not None and lower > bar[0]:
                     break
-                counts.append(c)
-                if p + 1 < m and not self._oracle(counts):
-                    counts.pop()
-                    continue
+                totals.append(c)
                 done = rec(p + 1, r - c, new_cost, new_lin, new_sums)
-                counts.pop()
+                totals.pop()
                 if done:
                     return True
             return False
 
-        rec(0, self.k, 0, list(self.self_dist), [0] * len(self.needs))
-        if best[1] is None:
-            return None
-        found: list[int] = best[1]  # type: ignore[assignment]
-        return self.cost(found), found
+        rec(0, self.k, 0, list(self.self_dist), [0] * len(needs))
+        return found[-1] if found else None
 
-    # -- the whole question (C3, C4) ----------------------------------------------------------
+    # -- the whole question (C5, C6) --------------------------------------------------------------
 
     def run(self) -> int | None:
-        optimum = self.best_counts(None, first=False)
+        optimum = self.best(None, first=False)
         if optimum is None:
             return None
         best_sum, witness = optimum
@@ -375,18 +480,27 @@ class _Search:
         limit = best_sum
         while float(limit + 1) / scale == average:
             limit += 1
-        for v in sorted(self.type_of, reverse=True):
-            t = self.type_of[v]
-            if not self.open[t] or self.open[t][-1] != v:
+        for v in sorted(self.sub_of, reverse=True):
+            s = self.sub_of[v]
+            if not self.open[s] or self.open[s][-1] != v:
                 continue  # a kept (forced) node
-            in_witness = witness[t] - len(self.kept[t]) == len(self.open[t])
-            self.open[t].pop()
+            in_witness = witness[s] - len(self.kept[s]) == len(self.open[s])
+            self.open[s].pop()
             if not in_witness:
                 continue
-            found = self.best_counts(limit, first=True)
+            found = self.best(limit, first=True)
             if found is not None:
                 witness = found[1]
             else:
-                self.kept[t].append(v)
-                self.kept[t].sort()
+                self.kept[s].append(v)
+                self.kept[s].sort()
         return self.realize(witness)
+
+
+def _pareto(options: list[_Option]) -> list[_Option]:
+    """The options whose sums no other option's sums reach in every constraint (one per sums)."""
+    kept: list[_Option] = []
+    for option in sorted(options, key=lambda o: tuple(-x for x in o[0])):
+        if not any(all(a >= b for a, b in zip(other[0], option[0])) for other in kept):
+            kept.append(option)
+    return kept
