@@ -105,6 +105,8 @@ def closest_set(
 
 def _twin_classes(rows: Sequence[Sequence[object]], cols: Sequence[Sequence[object]]) -> list[list[int]]:
     """Positions grouped into twin classes (C1), each ascending, classes by first position."""
+    rows = [list(row) for row in rows]
+    cols = [list(col) for col in cols]
     classes: list[list[int]] = []
     for i in range(len(rows)):
         for members in classes:
