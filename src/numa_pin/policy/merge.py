@@ -75,11 +75,12 @@ families with duplicate nodes are simply materialized.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from numa_pin.policy import bitmask
 from numa_pin.policy.base import HintList, NumaInfo, Ranker
+from numa_pin.policy.closest import closest_set
 from numa_pin.policy.hint import CapacityFamily, TopologyHint
 
 #: families over at most this many nodes are materialized (their lists are small)
@@ -255,90 +256,15 @@ def _closest_best(
     forced: int,
     constraints: Sequence[tuple[Mapping[int, int], int]],
     subtree_ok: Callable[[int, int], bool] | None = None,
+    kinds: Mapping[int, Hashable] | None = None,
 ) -> int | None:
     """The ``k``-subset of ``nodes`` with the smallest ``(average distance, int)`` that holds
     ``forced``, meets the capacity ``constraints`` and is accepted by ``subtree_ok``; ``None``
-    if there is none.
-
-    Branch and bound: branch on the undecided node whose inclusion adds the least distance
-    (include, then exclude). Lower bound on the distance sum of a completion by ``r`` undecided
-    nodes ``A``: the sum so far, plus for each ``v`` in ``A`` its distances to the chosen nodes
-    (and itself), plus half of its ``r - 1`` smallest round-trip distances to other undecided
-    nodes (each pair inside ``A`` is counted from both ends); the ``r`` smallest such terms are
-    taken. Ties on the average are cut with the smallest integer still reachable.
-    ``subtree_ok(inc, pool)`` must say exactly whether some valid ``k``-set ``S`` has ``inc <= S
-    <= inc | pool``; it prunes a subtree (or rejects a
-    leaf) once the distance bound has let it through.
+    if there is none. ``subtree_ok(inc, pool)`` must say exactly whether some valid ``k``-set
+    ``S`` has ``inc <= S <= inc | pool``; ``kinds`` keys the nodes it cannot tell apart.
+    See :mod:`numa_pin.policy.closest` (types of twin nodes, branch and bound over counts).
     """
-    info = ranker.info
-    if k <= 0 or k > len(nodes):
-        return None
-    dist = {a: {b: info.distance(a, b) for b in nodes} for a in nodes}
-    # round trips from each node to the others, nearest first
-    near = {a: sorted((dist[a][b] + dist[b][a], b) for b in nodes if b != a) for a in nodes}
-    scale = float(k * k)
-    best: list[object] = [None, None]  # [key, mask]
-    needs = [need for _w, need in constraints]
-
-    def rec(pool: int, inc: int, r: int, total: int, gain: dict[int, int], sums: tuple[int, ...]) -> None:
-        forced_pool = pool & forced
-        fc = forced_pool.bit_count()
-        if fc > r or pool.bit_count() < r:
-            return
-        if r == 0:
-            if any(s < nd for s, nd in zip(sums, needs)):
-                return
-            key = (ranker.average(inc), inc)
-            if best[0] is not None and key >= best[0]:  # type: ignore[operator]
-                return
-            if subtree_ok is not None and not subtree_ok(inc, 0):
-                return
-            best[0], best[1] = key, inc
-            return
-        members = list(bitmask.bits(pool))
-        for c, (weights, need) in enumerate(constraints):
-            if sums[c] + sum(heapq.nlargest(r, (weights.get(v, 0) for v in members))) < need:
-                return
-        if best[0] is not None:
-            terms = []
-            for v in members:
-                term, seen = 2 * gain[v], 0
-                if seen < r - 1:
-                    for trip, u in near[v]:
-                        if pool >> u & 1:
-                            term += trip
-                            seen += 1
-                            if seen == r - 1:
-                                break
-                terms.append(term)
-            lower = (2 * total + sum(heapq.nsmallest(r, terms)) + 1) // 2
-            min_int = inc | forced_pool
-            need_more = r - fc
-            for v in members:
-                if need_more == 0:
-                    break
-                if not forced_pool >> v & 1:
-                    min_int |= 1 << v
-                    need_more -= 1
-            if (float(lower) / scale, min_int) >= best[0]:  # type: ignore[operator]
-                return
-        if subtree_ok is not None and not subtree_ok(inc, pool):
-            return
-        if forced_pool:
-            u = next(bitmask.bits(forced_pool))
-        else:
-            u = min(members, key=lambda v: (gain[v], v))
-        bit = 1 << u
-        rest = pool & ~bit
-        new_gain = {v: gain[v] + dist[u][v] + dist[v][u] for v in bitmask.bits(rest)}
-        new_sums = tuple(s + constraints[c][0].get(u, 0) for c, s in enumerate(sums))
-        rec(rest, inc | bit, r - 1, total + gain[u], new_gain, new_sums)
-        if not forced_pool:
-            rec(rest, inc, r, total, gain, sums)
-
-    pool = bitmask.from_nodes(nodes)
-    rec(pool, 0, k, 0, {v: dist[v][v] for v in nodes}, tuple(0 for _ in constraints))
-    return best[1]  # type: ignore[return-value]
+    return closest_set(ranker.info.distance, nodes, k, forced, constraints, subtree_ok, kinds)
 
 
 class _Removal:
@@ -645,6 +571,7 @@ def _family_best(universe: int, fams: list[_Family], best_count: int, ranker: Ra
             subtree_ok=lambda inc, pool: removal.feasible(
                 universe & ~(inc | pool), pool, size - count - (universe & ~(inc | pool)).bit_count()
             ),
+            kinds={v: tuple((f.must >> v & 1, f.weight[v]) for f in fams) for v in bitmask.bits(universe)},
         )
     return _greedy_narrowest(removal, universe, count)
 
