@@ -389,6 +389,11 @@ ITEMS: tuple[ConfigItem, ...] = (
         "Directory of the node ledger (ledger.json, ledger.lock).", _abs_path,
     ),
     ConfigItem(
+        "kubelet_root", "absolute path", "/var/lib/kubelet",
+        "kubelet's root directory; numa-pin warns when its cpu_manager_state checkpoint shows the "
+        "static CPU manager policy (two allocators for the same CPUs).", _abs_path,
+    ),
+    ConfigItem(
         "lock_timeout_s", "number of seconds (0-3600)", 10,
         "How long an admission waits for the ledger lock before failing.", _seconds,
     ),
@@ -517,6 +522,7 @@ class Config:
     proc_root: str = _default_field("proc_root")
     cgroup_root: str = _default_field("cgroup_root")
     state_dir: str = _default_field("state_dir")
+    kubelet_root: str = _default_field("kubelet_root")
     lock_timeout_s: float = _default_field("lock_timeout_s")
     syslog: bool = _default_field("syslog")
     source: str | None = field(default=None, compare=False)
@@ -544,6 +550,7 @@ class Config:
             "proc_root": self.proc_root,
             "cgroup_root": self.cgroup_root,
             "state_dir": self.state_dir,
+            "kubelet_root": self.kubelet_root,
             "lock_timeout_s": self.lock_timeout_s,
             "syslog": self.syslog,
         }
@@ -623,6 +630,7 @@ def _build(v: Mapping[str, Any], source: str | None) -> Config:
         proc_root=v["proc_root"],
         cgroup_root=v["cgroup_root"],
         state_dir=v["state_dir"],
+        kubelet_root=v["kubelet_root"],
         lock_timeout_s=v["lock_timeout_s"],
         syslog=v["syslog"],
         source=source,

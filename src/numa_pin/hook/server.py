@@ -84,6 +84,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.policy",
     "numa_pin.policy.options",
     "numa_pin.ledger.liveness",
+    "numa_pin.kubelet",
     "encodings.ascii",
     "encodings.utf_8_sig",
     "yaml",
