@@ -84,7 +84,9 @@ def _resource(name: str, capacity: int, allocatable: int, available: int, fmt: A
     return {"name": name, "capacity": fmt(capacity), "allocatable": fmt(allocatable), "available": fmt(available)}
 
 
-def _memory_resources(topology: Topology, settings: NodeSettings, state: LedgerState) -> dict[int, list[dict[str, str]]]:
+def _memory_resources(
+    topology: Topology, settings: NodeSettings, state: LedgerState
+) -> dict[int, list[dict[str, str]]]:
     from numa_pin.providers.memory import MEMORY, build_memory_state, hugepage_size_kb
 
     assignments = [

@@ -31,7 +31,8 @@ from numa_pin.ledger.store import Ledger
 from numa_pin.testing import machine, shapes
 
 GIB = 1 << 30
-QUANTITY = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+QUANTITY = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+            r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 _INT_OR_STRING = {"anyOf": [{"type": "integer"}, {"type": "string"}], "pattern": QUANTITY,
                   "x-kubernetes-int-or-string": True}
 _ATTRIBUTES = {"type": "array", "items": {
@@ -213,7 +214,7 @@ def test_every_kit_machine(shape, tmp_path, tmp_path_factory, capsys):
     matrix = spec.distance_matrix()
     devices = _spec_devices(spec)
     sizes = spec.hugepage_sizes()
-    for node, zone in zip(spec.node_ids, zones):
+    for node, zone in zip(spec.node_ids, zones, strict=True):
         assert zone["costs"] == [{"name": f"node-{j}", "value": matrix[node][j]} for j in spec.node_ids]
         res = {name: {k: quantity(v) for k, v in r.items() if k != "name"}
                for name, r in _by_name(zone["resources"]).items()}

@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import tomllib
 from pathlib import Path

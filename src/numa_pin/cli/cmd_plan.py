@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from numa_pin.cli.main import write_out
 from numa_pin.cli.common import add_config_argument, add_request_arguments, load, request_from_args
+from numa_pin.cli.main import write_out
 
 NAME = "plan"
 HELP = "dry-run an admission for a bundle (--bundle) or for resource flags; changes nothing"

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
-from numa_pin.cli.main import write_out
 from numa_pin.cli.common import add_config_argument, load
+from numa_pin.cli.main import write_out
 
 NAME = "status"
 HELP = "list grants recorded in the node ledger and what is free per NUMA node"
@@ -36,7 +37,6 @@ def grant_dict(g) -> dict:
 def run(args: argparse.Namespace) -> int:
     from numa_pin.agent import Agent
     from numa_pin.cpuset import format_list
-
     from numa_pin.kubelet import describe
 
     config = load(args)
@@ -46,14 +46,14 @@ def run(args: argparse.Namespace) -> int:
     topo = agent.topology
     free = {n: sorted(topo.nodes[n].cpus & (topo.cpu_ids - state.exclusive_cpus() - agent.reserved()))
             for n in topo.node_ids}
-    out = {
+    out: dict[str, Any] = {
         "grants": [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)],
         "shared_pool": format_list(pool),
         "reserved": format_list(agent.reserved()),
         "free_exclusive_cpus_per_node": {str(n): format_list(c) for n, c in free.items()},
         "kubelet": describe(args.kubelet_root or config.kubelet_root),
     }
-    kubelet = out["kubelet"]
+    kubelet: dict[str, Any] = out["kubelet"]
     if kubelet["static"]:
         from numa_pin.cpuset import parse_list
 
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _kubelet_lines(kubelet: dict) -> list[str]:
+def _kubelet_lines(kubelet: dict[str, Any]) -> list[str]:
     """Nothing when there is no kubelet checkpoint; one or two lines otherwise."""
     where = kubelet["checkpoint"]
     if kubelet["error"]:
