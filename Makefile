@@ -4,13 +4,17 @@ PYTHON     ?= python3
 VENV       := .venv
 VPY        := $(VENV)/bin/python
 STAMP      := $(VENV)/.installed
+# what `make deb` needs: dpkg-deb, and Debian's python3 + setuptools 66 to build the wheel
+DEB_PKGS   := dpkg python3 python3-setuptools python3-wheel
 # Debian packages: build deps for python-prctl, the lstopo oracle, real runtimes for e2e,
-# and qemu + a stock kernel for the multi-NUMA guest.
+# and qemu + a stock kernel for the multi-NUMA guest; containerd (with ctr) for its e2e tier;
+# Debian's own python3 modules for the deb tier (the package runs on /usr/bin/python3).
 APT_PKGS   := python3 python3-venv python3-dev gcc make libcap-dev hwloc runc crun podman \
-              busybox-static iproute2 util-linux procps kmod qemu-system-x86 linux-image-amd64
+              busybox-static iproute2 util-linux procps kmod qemu-system-x86 linux-image-amd64 \
+              containerd $(DEB_PKGS) python3-psutil python3-pyroute2 python3-prctl python3-yaml
 PYTEST_ARGS ?=
 
-.PHONY: all deps venv demo lint test test-fast bench clean
+.PHONY: all deps venv demo lint test test-fast bench deb clean
 
 all: test
 
@@ -37,11 +41,16 @@ test: lint
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 test-fast: lint
-	$(VPY) -m pytest -m "not e2e and not vm and not root" $(PYTEST_ARGS)
+	$(VPY) -m pytest -m "not e2e and not vm and not root and not deb" $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VPY) bench/merge_scaling.py
 	$(VPY) bench/hook_latency.py
 
+# numa-pin_<version>_all.deb in this directory, from Debian's python3 (no venv needed)
+deb:
+	@bash packaging/scripts/install-deps.sh $(DEB_PKGS)
+	@bash packaging/scripts/build-deb.sh
+
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .hypothesis numa-pin_*_all.deb

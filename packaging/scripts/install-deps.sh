@@ -13,5 +13,6 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "numa-pin: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq "${missing[@]}" >/dev/null
+# wait for another apt/dpkg run (another checkout's make) instead of failing on its lock
+apt-get -o DPkg::Lock::Timeout=600 update -qq
+apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null

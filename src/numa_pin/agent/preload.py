@@ -19,7 +19,7 @@ from numa_pin.errors import AgentError
 #: in-process admissions, a rejection and a release, plus every function-level import of the
 #: hook path (devices, GPUs, psutil for liveness on a real /proc, difflib for config errors).
 #: Left out: pyroute2, which only SR-IOV moves import (in the child, ~20 ms) and which would
-#: add some 250 modules to every fork. tests/agentd checks both halves of this.
+#: add some 250 modules to every fork. tests/agent checks both halves of this.
 PRELOAD: tuple[str, ...] = (
     "numa_pin.hook.main",
     "numa_pin.hook.oci",
@@ -45,6 +45,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.policy.registry",
     "numa_pin.policy.options",
     "numa_pin.ledger.liveness",
+    "numa_pin.kubelet",
     "encodings.ascii",
     "encodings.utf_8_sig",
     "yaml",

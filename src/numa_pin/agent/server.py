@@ -143,6 +143,47 @@ def namespace_mismatch(peer_pid: int, proc_root: str = "/proc", names: Iterable[
     return None
 
 
+#: the first file descriptor systemd passes (``sd_listen_fds(3)``)
+SD_LISTEN_FDS_START = 3
+
+
+def systemd_listener(environ: Mapping[str, str], pid: int | None = None) -> socket.socket | None:
+    """The listening Unix socket systemd passed by socket activation, or None without one.
+
+    systemd sets ``LISTEN_PID`` to the service's pid and ``LISTEN_FDS`` to the number of
+    sockets, the first on fd 3. Variables meant for another process (``LISTEN_PID`` is not
+    ``pid``, default this process) are ignored. The socket is set close-on-exec, so the
+    forked admissions and anything they exec do not keep it.
+
+    Raises:
+        AgentError: ``LISTEN_FDS``/``LISTEN_PID`` are not numbers, more than one socket was
+            passed, or fd 3 is not a listening ``AF_UNIX`` stream socket (fix the
+            ``.socket`` unit: ``ListenStream=`` with a path, one per unit).
+    """
+    fds, listen_pid = environ.get("LISTEN_FDS"), environ.get("LISTEN_PID")
+    if not fds or not listen_pid:
+        return None
+    try:
+        count, owner = int(fds), int(listen_pid)
+    except ValueError:
+        raise AgentError(f"LISTEN_FDS={fds!r} LISTEN_PID={listen_pid!r}: not numbers") from None
+    if owner != (os.getpid() if pid is None else pid) or count == 0:
+        return None
+    if count != 1:
+        raise AgentError(f"LISTEN_FDS={count}: systemd passed {count} sockets, numa-pin serve takes one")
+    try:
+        listener = socket.socket(fileno=SD_LISTEN_FDS_START)
+    except OSError as exc:
+        raise AgentError(f"fd {SD_LISTEN_FDS_START} from systemd (LISTEN_FDS=1): not a socket: {exc.strerror}") from exc
+    accepting = listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+    if listener.family != socket.AF_UNIX or listener.type != socket.SOCK_STREAM or not accepting:
+        listener.detach()
+        raise AgentError(f"fd {SD_LISTEN_FDS_START} from systemd is not a listening Unix stream socket "
+                         "(the .socket unit needs ListenStream=/path)")
+    listener.set_inheritable(False)
+    return listener
+
+
 def open_socket(path: str) -> tuple[int, socket.socket]:
     """Take ``<path>.lock``, clear a stale socket and listen on ``path`` (mode 0600).
 
@@ -301,8 +342,11 @@ class AgentServer:
         proc_root: str = "/proc",
         stamps: Mapping[str, int] | None = None,
         max_children: int | None = None,
+        owns_path: bool = True,
     ) -> None:
         self.path = path
+        #: False for a socket systemd passed: systemd keeps listening on it after a stop
+        self.owns_path = owns_path
         self.lock_fd = lock_fd
         self.listener = listener
         self.log_path = log_path
@@ -313,7 +357,7 @@ class AgentServer:
         self.uid = os.geteuid()
         self.pid = os.getpid()
         self.stopping = False
-        self._inode = os.stat(path).st_ino
+        self._inode = os.stat(path).st_ino if owns_path else -1
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
 
     # ---- parent ------------------------------------------------------------------------------
@@ -389,9 +433,10 @@ class AgentServer:
             self.children.discard(pid)
 
     def close(self) -> None:
-        """Stop listening: remove the socket (only if it is still ours) and release the lock."""
+        """Stop listening: remove the socket (only if it is still ours and not systemd's) and
+        release the lock."""
         try:
-            if os.stat(self.path).st_ino == self._inode:
+            if self.owns_path and os.stat(self.path).st_ino == self._inode:
                 os.unlink(self.path)
         except OSError:
             pass
@@ -490,18 +535,41 @@ def _drain_fd(fd: int) -> None:
         pass
 
 
-def serve(path: str, *, log_path: str | None = None, proc_root: str = "/proc", out: TextIO | None = None) -> int:
+def serve(
+    path: str,
+    *,
+    log_path: str | None = None,
+    proc_root: str = "/proc",
+    out: TextIO | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
     """Preload the hook path, listen on ``path`` and serve until SIGTERM/SIGINT. Returns 0.
+
+    Under systemd socket activation (``LISTEN_FDS``/``LISTEN_PID`` in ``environ``, default
+    ``os.environ``) the passed socket is served instead and ``path`` is ignored; a stop then
+    leaves the socket to systemd, which starts the agent again on the next connection.
 
     Raises:
         NumaPinError: a module does not import, or the socket cannot be served (see
-            :func:`open_socket`).
+            :func:`open_socket` and :func:`systemd_listener`).
     """
     modules = preload()
     stamps = source_stamps(modules)
-    lock_fd, listener = open_socket(path)
-    server = AgentServer(path, lock_fd, listener, log_path=log_path, proc_root=proc_root, stamps=stamps)
-    print(f"numa-pin serve: numa-pin {__version__} listening on {path} (pid {server.pid}, "
+    listener = systemd_listener(os.environ if environ is None else environ)
+    if listener is None:
+        lock_fd, listener = open_socket(path)
+        how, passed = "listening on", False
+    else:
+        if environ is None:  # as sd_listen_fds(1): the admissions must not see them
+            for key in ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"):
+                os.environ.pop(key, None)
+        name = listener.getsockname()
+        path = name if isinstance(name, str) and name else path
+        lock_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)  # systemd runs one instance
+        how, passed = "serving the socket systemd passed,", True
+    server = AgentServer(path, lock_fd, listener, log_path=log_path, proc_root=proc_root, stamps=stamps,
+                         owns_path=not passed)
+    print(f"numa-pin serve: numa-pin {__version__} {how} {path} (pid {server.pid}, "
           f"{len(modules)} modules preloaded)", file=out or sys.stderr, flush=True)
     return server.serve()
 
@@ -518,5 +586,6 @@ __all__ = [
     "recv_frame",
     "run_request",
     "serve",
+    "systemd_listener",
     "watch_client",
 ]

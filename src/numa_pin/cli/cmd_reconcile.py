@@ -1,10 +1,15 @@
-"""``numa-pin reconcile``: drop grants of dead containers and repair drifted cpusets."""
+"""``numa-pin reconcile``: drop grants of dead containers and repair drifted cpusets.
+
+``--json``: ``{"dropped": [<grant as status lists it>], "repaired": [container id]}``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 
 from numa_pin.cli.common import add_config_argument, load
+from numa_pin.cli.main import write_out
 
 NAME = "reconcile"
 HELP = "drop grants whose process and cgroup are gone; re-assert cpusets that drifted"
@@ -12,16 +17,19 @@ HELP = "drop grants whose process and cgroup are gone; re-assert cpusets that dr
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print what was dropped and repaired as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
+    from numa_pin.cli.cmd_status import grant_dict
     from numa_pin.service import NodeService
 
     removed, repaired = NodeService(load(args)).reconcile()
-    for g in removed:
-        print(f"dropped {g.container_id} (process and cgroup gone)")
-    for cid in repaired:
-        print(f"repaired cpuset of {cid}")
-    if not removed and not repaired:
-        print("nothing to do")
+    if args.json:
+        write_out(json.dumps({"dropped": [grant_dict(g) for g in removed], "repaired": list(repaired)}, indent=2)
+                  + "\n")
+        return 0
+    lines = [f"dropped {g.container_id} (process and cgroup gone)" for g in removed]
+    lines += [f"repaired cpuset of {cid}" for cid in repaired]
+    write_out("\n".join(lines or ["nothing to do"]) + "\n")
     return 0

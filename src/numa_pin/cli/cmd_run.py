@@ -88,6 +88,11 @@ def run(args: argparse.Namespace) -> int:
         os.close(go_w)
     grant = admitted_grant.grant
     print(f"numa-pin: {name}: cpus={sorted(grant.cpus) or 'shared'} mems={sorted(grant.mems)}", file=sys.stderr)
+    from numa_pin.kubelet import conflict_warning
+
+    warning = conflict_warning(config.kubelet_root)
+    if warning:
+        print(warning, file=sys.stderr)
 
     def forward(signum, _frame):
         try:

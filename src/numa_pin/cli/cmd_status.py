@@ -1,9 +1,12 @@
-"""``numa-pin status``: grants in the ledger, the shared pool and free CPUs per NUMA node."""
+"""``numa-pin status``: grants in the ledger, the shared pool, free CPUs per NUMA node, and
+whether kubelet's CPU manager runs the static policy on this node too (its checkpoint under
+``--kubelet-root``, default the config's ``kubelet_root``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from numa_pin.cli.common import add_config_argument, load
 from numa_pin.cli.main import write_out
@@ -14,7 +17,9 @@ HELP = "list grants recorded in the node ledger and what is free per NUMA node"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--kubelet-root", metavar="DIR",
+                        help="kubelet's root directory (default: the config's kubelet_root, /var/lib/kubelet)")
 
 
 def grant_dict(g) -> dict:
@@ -31,25 +36,34 @@ def grant_dict(g) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from numa_pin.cpuset import format_list
+    from numa_pin.kubelet import describe
     from numa_pin.service import NodeService
 
-    agent = NodeService(load(args))
+    config = load(args)
+    agent = NodeService(config)
     state = agent.ledger.read()
     pool = agent.shared_pool(state)
     topo = agent.topology
     free = {n: sorted(topo.nodes[n].cpus & (topo.cpu_ids - state.exclusive_cpus() - agent.reserved()))
             for n in topo.node_ids}
-    out = {
+    out: dict[str, Any] = {
         "grants": [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)],
         "shared_pool": format_list(pool),
         "reserved": format_list(agent.reserved()),
         "free_exclusive_cpus_per_node": {str(n): format_list(c) for n, c in free.items()},
+        "kubelet": describe(args.kubelet_root or config.kubelet_root),
     }
+    kubelet: dict[str, Any] = out["kubelet"]
+    if kubelet["static"]:
+        from numa_pin.cpuset import parse_list
+
+        kubelet["overlap_with_numa_pin"] = format_list(parse_list(kubelet["exclusive_cpus"]) & state.exclusive_cpus())
     if args.json:
         write_out(json.dumps(out, indent=2) + "\n")
         return 0
     lines = [f"shared pool: {out['shared_pool']}   reserved: {out['reserved'] or '-'}"]
     lines += [f"node {n}: free for exclusive use: {c or '-'}" for n, c in out["free_exclusive_cpus_per_node"].items()]
+    lines += _kubelet_lines(kubelet)
     lines.append(f"{len(out['grants'])} grant(s)")
     for g in out["grants"]:
         lines.append(
@@ -58,3 +72,22 @@ def run(args: argparse.Namespace) -> int:
         )
     write_out("\n".join(lines) + "\n")
     return 0
+
+
+def _kubelet_lines(kubelet: dict[str, Any]) -> list[str]:
+    """Nothing when there is no kubelet checkpoint; one or two lines otherwise."""
+    where = kubelet["checkpoint"]
+    if kubelet["error"]:
+        return [f"kubelet: {where}: unreadable ({kubelet['error']})"]
+    if kubelet["policy"] is None:
+        return []
+    if not kubelet["static"]:
+        return [f"kubelet: CPU manager policy {kubelet['policy']} ({where}): no conflict"]
+    held = kubelet["exclusive_cpus"] or "none yet"
+    lines = [f"kubelet: WARNING: CPU manager policy static ({where}), exclusive CPUs {held} in "
+             f"{kubelet['containers']} container(s): kubelet and numa-pin both hand out exclusive CPUs"]
+    if kubelet.get("overlap_with_numa_pin"):
+        lines.append(f"kubelet: CPUs {kubelet['overlap_with_numa_pin']} are exclusive to both kubelet and numa-pin")
+    lines.append("kubelet: supported: cpuManagerPolicy none with numa-pin aligning, or numa-pin only for "
+                 "workloads kubelet does not run (README: Living next to kubelet)")
+    return lines

@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "release": "numa_pin.cli.cmd_release",
     "reconcile": "numa_pin.cli.cmd_reconcile",
     "serve": "numa_pin.cli.cmd_serve",
+    "nrt": "numa_pin.cli.cmd_nrt",
 }
 
 EXIT_OK = 0

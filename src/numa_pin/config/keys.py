@@ -116,6 +116,11 @@ ITEMS: tuple[ConfigItem, ...] = (
         "Directory of the node ledger (ledger.json, ledger.lock).", p.abs_path,
     ),
     ConfigItem(
+        "kubelet_root", "absolute path", "/var/lib/kubelet",
+        "kubelet's root directory; numa-pin warns when its cpu_manager_state checkpoint shows the "
+        "static CPU manager policy (two allocators for the same CPUs).", p.abs_path,
+    ),
+    ConfigItem(
         "lock_timeout_s", "number of seconds (0-3600)", 10,
         "How long an admission waits for the ledger lock before failing.", p.seconds,
     ),

@@ -86,6 +86,7 @@ class Config:
     proc_root: str = _default_field("proc_root")
     cgroup_root: str = _default_field("cgroup_root")
     state_dir: str = _default_field("state_dir")
+    kubelet_root: str = _default_field("kubelet_root")
     lock_timeout_s: float = _default_field("lock_timeout_s")
     admission_timeout_s: float = _default_field("admission_timeout_s")
     syslog: bool = _default_field("syslog")
@@ -114,6 +115,7 @@ class Config:
             "proc_root": self.proc_root,
             "cgroup_root": self.cgroup_root,
             "state_dir": self.state_dir,
+            "kubelet_root": self.kubelet_root,
             "lock_timeout_s": self.lock_timeout_s,
             "admission_timeout_s": self.admission_timeout_s,
             "syslog": self.syslog,

@@ -110,6 +110,7 @@ def _build(v: Mapping[str, Any], source: str | None) -> Config:
         proc_root=v["proc_root"],
         cgroup_root=v["cgroup_root"],
         state_dir=v["state_dir"],
+        kubelet_root=v["kubelet_root"],
         lock_timeout_s=v["lock_timeout_s"],
         admission_timeout_s=v["admission_timeout_s"],
         syslog=v["syslog"],

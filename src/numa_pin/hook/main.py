@@ -64,6 +64,20 @@ def _report(line: str, container_id: str, state_dir: str | None, use_syslog: boo
         log_syslog(line)
 
 
+def _warn_kubelet(kubelet_root: str, use_syslog: bool) -> None:
+    """One warning line (not a rejection) when kubelet's static CPU manager also runs here."""
+    from numa_pin.kubelet import conflict_warning
+
+    line = conflict_warning(kubelet_root)
+    if line is None:
+        return
+    print(line, file=sys.stderr, flush=True)
+    if use_syslog:
+        from numa_pin.report import log_syslog
+
+        log_syslog(line, error=False)
+
+
 def run(argv: list[str], stdin) -> int:
     """The hook, minus process setup; returns the exit code."""
     try:
@@ -103,6 +117,7 @@ def run(argv: list[str], stdin) -> int:
 
             raise HookInputError(f"container {cid}: the runtime passed no pid at {stage}")
         agent.admit(request, state.pid)
+        _warn_kubelet(config.kubelet_root, use_syslog)
         return 0
     except AdmissionError as exc:
         _report(f"numa-pin: rejected {cid}: {exc.kind}: {exc}", cid, state_dir, use_syslog, {"kind": exc.kind})

@@ -1,0 +1,247 @@
+"""``numa-pin nrt``: this node as a ``topology.node.k8s.io/v1alpha2`` ``NodeResourceTopology``.
+
+One shot: print the object as YAML (``--json``: JSON). ``--watch --output FILE``: keep FILE
+current; every ``--interval`` seconds the ledger file is checked, and when it (or the object)
+changed the object is rebuilt and FILE is replaced atomically (temporary file, fsync, rename).
+After each new version, when ``kubectl`` is on PATH and a kubeconfig exists (``--kubeconfig``,
+else ``$KUBECONFIG``, else ``~/.kube/config``), ``kubectl apply -f FILE`` publishes it; a failed
+apply is reported on stderr and retried with the next change. SIGTERM/SIGINT stop the watch.
+
+The object itself is built by :func:`numa_pin.nrt.build_nrt` (pure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from numa_pin.cli.common import add_config_argument, load
+from numa_pin.cli.main import write_out
+
+NAME = "nrt"
+HELP = "print this node as a NodeResourceTopology (v1alpha2) for the topology-aware scheduler"
+
+DEFAULT_SYSFS_ROOT = "/sys"
+DEFAULT_PROC_ROOT = "/proc"
+DEFAULT_INTERVAL_S = 2.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_argument(parser)
+    parser.add_argument("--node-name", metavar="NAME", help="metadata.name (default: this host's name)")
+    parser.add_argument("--sysfs-root", metavar="DIR", help="sysfs tree to read (default: the config's sysfs_root)")
+    parser.add_argument(
+        "--proc-root", metavar="DIR",
+        help="proc tree (default: the config's proc_root; none when only --sysfs-root is given)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    parser.add_argument("--watch", action="store_true", help="keep --output current until stopped")
+    parser.add_argument("--output", metavar="FILE", help="with --watch: the file to keep current")
+    parser.add_argument("--interval", metavar="S", type=float, default=DEFAULT_INTERVAL_S,
+                        help=f"with --watch: seconds between ledger checks (default {DEFAULT_INTERVAL_S:g})")
+    parser.add_argument("--kubeconfig", metavar="PATH",
+                        help="with --watch: kubeconfig for kubectl apply (default $KUBECONFIG, else ~/.kube/config)")
+
+
+def render(obj: Mapping[str, Any], as_json: bool) -> str:
+    """The object as JSON (2-space indent) or block-style YAML, keys in the object's order."""
+    if as_json:
+        return json.dumps(obj, indent=2) + "\n"
+    import yaml
+
+    return str(yaml.safe_dump(dict(obj), sort_keys=False, default_flow_style=False))
+
+
+def roots(args: argparse.Namespace, config: Any) -> tuple[str, str | None]:
+    """(sysfs root, proc root): flags win over the config; a fake sysfs never gets the live /proc."""
+    if args.sysfs_root is None:
+        return config.sysfs_root, args.proc_root or config.proc_root
+    proc = args.proc_root
+    if proc is None and args.sysfs_root == DEFAULT_SYSFS_ROOT:
+        proc = DEFAULT_PROC_ROOT
+    return args.sysfs_root, proc
+
+
+def builder(args: argparse.Namespace) -> tuple[Callable[[], dict[str, Any]], str]:
+    """A function that rebuilds the object from the ledger (the topology is read once), and
+    the ledger's path. Raises ConfigError, TopologyError, PolicyError."""
+    from numa_pin.devices.inventory import inventory
+    from numa_pin.ledger.store import Ledger
+    from numa_pin.nrt import build_nrt, reserved_cpus_of
+    from numa_pin.service import settings_from_config
+    from numa_pin.topology.discover import discover
+
+    config = load(args)
+    sysfs_root, proc_root = roots(args, config)
+    topology = discover(sysfs_root, proc_root)
+    settings = settings_from_config(config)
+    devices = inventory(topology, settings.device_resources)
+    reserved = reserved_cpus_of(topology, settings)
+    ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
+    node_name = args.node_name or socket.gethostname()
+
+    def build() -> dict[str, Any]:
+        return build_nrt(topology, settings, ledger.read(), devices, node_name, reserved)
+
+    return build, os.path.join(config.state_dir, "ledger.json")
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Replace ``path`` with ``text`` so readers see the old or the new file, never a part.
+    Raises OSError."""
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fp:
+            fp.write(text)
+            fp.flush()
+            os.fsync(fp.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def kubeconfig_path(flag: str | None, env: Mapping[str, str]) -> str | None:
+    """The kubeconfig ``kubectl apply`` uses: the flag, else ``$KUBECONFIG`` (first entry),
+    else ``~/.kube/config``; None when that file does not exist."""
+    candidate = flag or (env.get("KUBECONFIG", "").split(os.pathsep)[0] or None)
+    if candidate is None:
+        home = env.get("HOME") or os.path.expanduser("~")
+        candidate = os.path.join(home, ".kube", "config")
+    return candidate if os.path.isfile(candidate) else None
+
+
+def apply(kubectl: str, kubeconfig: str, path: str) -> str | None:
+    """``kubectl --kubeconfig K apply -f path``; None on success, else one line saying why."""
+    import subprocess
+
+    try:
+        done = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "apply", "-f", path],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"kubectl apply -f {path}: {exc}"
+    if done.returncode != 0:
+        return f"kubectl apply -f {path}: " + " ".join((done.stderr or done.stdout).split())
+    return None
+
+
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def watch(
+    build: Callable[[], dict[str, Any]],
+    ledger_path: str,
+    output: str,
+    *,
+    as_json: bool,
+    interval: float,
+    publish: Callable[[str], str | None] | None,
+    stopped: Callable[[], bool],
+    err: Any = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Keep ``output`` current until ``stopped()``; returns the number of versions written.
+
+    The ledger file is stat'ed every ``interval`` seconds; the object is rebuilt when the stat
+    changed, and written (then ``publish``\\ ed) only when its text changed. An error while
+    building or writing is reported on ``err`` and retried at the next check."""
+    err = err or sys.stderr
+    seen: tuple[int, int, int] | None | bool = False  # False: never looked
+    last_text: str | None = None
+    written = 0
+    while not stopped():
+        stamp = _stamp(ledger_path)
+        if stamp != seen or last_text is None:
+            try:
+                text = render(build(), as_json)
+                if text != last_text:
+                    write_atomic(output, text)
+                    written += 1
+                    last_text = text
+                    problem = publish(output) if publish is not None else None
+                    if problem:
+                        print(f"numa-pin nrt: {problem}", file=err, flush=True)
+                seen = stamp
+            except (OSError, ValueError) as exc:
+                print(f"numa-pin nrt: {output}: {exc}", file=err, flush=True)
+            except Exception as exc:  # NumaPinError from the ledger or the builder: keep watching
+                from numa_pin.errors import NumaPinError
+
+                if not isinstance(exc, NumaPinError):
+                    raise
+                print(f"numa-pin nrt: {exc.kind}: {exc}", file=err, flush=True)
+        if stopped():
+            break
+        sleep(interval)
+    return written
+
+
+def run(args: argparse.Namespace) -> int:
+    from numa_pin.errors import RequestError
+
+    if args.watch and not args.output:
+        raise RequestError("--watch needs --output FILE", annotation="--output")
+    if args.output and not args.watch:
+        raise RequestError("--output is for --watch; without it the object goes to stdout", annotation="--output")
+    if not args.interval > 0:
+        raise RequestError(f"--interval must be a positive number of seconds, got {args.interval}",
+                           annotation="--interval")
+    build, ledger_path = builder(args)
+    if not args.watch:
+        write_out(render(build(), args.json))
+        return 0
+
+    import shutil
+
+    kubectl = shutil.which("kubectl")
+    kubeconfig = kubeconfig_path(args.kubeconfig, os.environ)
+    publish = None
+    if kubectl and kubeconfig:
+        def publish(path: str) -> str | None:
+            return apply(kubectl, kubeconfig, path)
+        print(f"numa-pin nrt: keeping {args.output} current, applying it with {kubectl} ({kubeconfig})",
+              file=sys.stderr, flush=True)
+    else:
+        why = "kubectl is not on PATH" if not kubectl else "no kubeconfig found"
+        print(f"numa-pin nrt: keeping {args.output} current (not applying it: {why})", file=sys.stderr, flush=True)
+    stop = {"now": False}
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        stop["now"] = True
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+    watch(build, ledger_path, args.output, as_json=args.json, interval=args.interval, publish=publish,
+          stopped=lambda: stop["now"], sleep=lambda s: _sleep_unless(s, stop))
+    return 0
+
+
+def _sleep_unless(seconds: float, stop: Mapping[str, bool]) -> None:
+    """Sleep in short steps so a signal ends the watch promptly."""
+    deadline = time.monotonic() + seconds
+    while not stop["now"]:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.1))

@@ -1,0 +1,167 @@
+"""The node as a ``topology.node.k8s.io/v1alpha2`` ``NodeResourceTopology`` object (pure, no I/O).
+
+The topology-aware scheduler plugin (``NodeResourceTopologyMatch``) reads one such object per
+node and filters out nodes whose NUMA zones cannot hold a pod under the node's Topology Manager
+policy. :func:`build_nrt` makes it from what numa-pin already knows:
+
+* one zone per NUMA node, ``node-<id>``, ``type: Node``;
+* ``costs``: per zone, one entry ``node-<j>`` per NUMA node with the kernel's SLIT distance;
+* ``resources`` per zone, each with ``capacity`` (the machine), ``allocatable`` (capacity minus
+  what is reserved for the system) and ``available`` (allocatable minus the ledger's grants):
+
+  - ``cpu``: online CPUs of the node; minus the reserved CPUs; minus exclusively granted CPUs
+    (shared containers hold none);
+  - ``memory`` and ``hugepages-<size>``: kubelet's memory manager tables (``total``,
+    ``allocatable``, ``free``; memory's allocatable also leaves out the node's hugepages);
+  - every configured device resource: its devices on the node; minus unhealthy ones; minus
+    granted ones. Devices without a NUMA node belong to no zone and are not counted;
+
+* top-level ``attributes``: ``topologyManagerPolicy``, ``topologyManagerScope`` and each
+  ``policy_options`` entry under kubelet's option name; and the deprecated ``topologyPolicies``
+  list older plugin versions read.
+
+Quantities are Kubernetes quantity strings (``"16"``, ``"92Gi"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from numa_pin.quantity import format_bytes
+from numa_pin.topology.model import Topology
+
+if TYPE_CHECKING:
+    from numa_pin.admission.decide import NodeSettings
+    from numa_pin.ledger.model import LedgerState
+    from numa_pin.providers.devices import DeviceInfo
+
+API_VERSION = "topology.node.k8s.io/v1alpha2"
+KIND = "NodeResourceTopology"
+ZONE_TYPE = "Node"
+ATTR_POLICY = "topologyManagerPolicy"
+ATTR_SCOPE = "topologyManagerScope"
+
+#: (policy, scope) -> the deprecated ``topologyPolicies`` value (v1alpha2 ``TopologyManagerPolicy``)
+LEGACY_POLICIES: Mapping[tuple[str, str], str] = {
+    ("none", "container"): "None",
+    ("none", "pod"): "None",
+    ("best-effort", "container"): "BestEffortContainerLevel",
+    ("best-effort", "pod"): "BestEffortPodLevel",
+    ("restricted", "container"): "RestrictedContainerLevel",
+    ("restricted", "pod"): "RestrictedPodLevel",
+    ("single-numa-node", "container"): "SingleNUMANodeContainerLevel",
+    ("single-numa-node", "pod"): "SingleNUMANodePodLevel",
+}
+
+
+def zone_name(node: int) -> str:
+    """``node-<id>``, the zone name the scheduler plugin expects for a NUMA node."""
+    return f"node-{node}"
+
+
+def option_value(value: object) -> str:
+    """A policy option as an attribute value: booleans as ``true``/``false``, the rest as written."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def reserved_cpus_of(topology: Topology, settings: NodeSettings) -> frozenset[int]:
+    """The CPUs the config reserves for the system, picked as admissions pick them.
+
+    Raises:
+        PolicyError: the reserved CPUs are not online, or there are not enough CPUs.
+    """
+    from numa_pin.allocators.cpu import reserved_cpus
+    from numa_pin.topology.cpus import CpuTopology
+
+    return reserved_cpus(CpuTopology.from_topology(topology), settings.cpu_options, settings.reserved_cpus,
+                         settings.num_reserved_cpus)
+
+
+def _resource(name: str, capacity: int, allocatable: int, available: int, fmt: Any = str) -> dict[str, str]:
+    return {"name": name, "capacity": fmt(capacity), "allocatable": fmt(allocatable), "available": fmt(available)}
+
+
+def _memory_resources(
+    topology: Topology, settings: NodeSettings, state: LedgerState
+) -> dict[int, list[dict[str, str]]]:
+    from numa_pin.topology.memory import MEMORY, build_memory_state, hugepage_size_kb
+
+    assignments = [
+        (g.container_id, g.memory, frozenset(n for per_node in g.memory.values() for n in per_node))
+        for g in state.grants.values() if g.memory
+    ]
+    mem = build_memory_state(topology, settings.reserved_memory, assignments)
+    names = sorted(mem.resources() - {MEMORY}, key=hugepage_size_kb)
+    out: dict[int, list[dict[str, str]]] = {}
+    for node in topology.node_ids:
+        out[node] = [
+            _resource(res, t.total, t.allocatable, t.free, format_bytes)
+            for res in (MEMORY, *names)
+            for t in (mem.table(node, res),)
+        ]
+    return out
+
+
+def _device_resources(
+    node: int, devices: Mapping[str, Sequence[DeviceInfo]], state: LedgerState
+) -> list[dict[str, str]]:
+    out = []
+    for res in sorted(devices):
+        here = [d for d in devices[res] if node in d.numa_nodes]
+        healthy = {d.id for d in here if d.healthy}
+        out.append(_resource(res, len(here), len(healthy), len(healthy - state.devices_in_use(res))))
+    return out
+
+
+def build_nrt(
+    topology: Topology,
+    settings: NodeSettings,
+    state: LedgerState,
+    devices: Mapping[str, Sequence[DeviceInfo]],
+    node_name: str,
+    reserved_cpus: frozenset[int] | None = None,
+) -> dict[str, Any]:
+    """The ``NodeResourceTopology`` object (plain dicts and lists, ready for JSON or YAML).
+
+    ``devices`` is the device inventory of the configured resources
+    (:func:`numa_pin.devices.inventory.inventory`); ``reserved_cpus`` defaults to
+    :func:`reserved_cpus_of`.
+
+    Raises:
+        PolicyError: the reserved CPUs cannot be picked (see :func:`reserved_cpus_of`).
+        ConfigError: ``reserved_memory`` does not fit the machine.
+        LedgerError: a grant's memory names nodes or resources the machine lacks.
+    """
+    reserved = reserved_cpus_of(topology, settings) if reserved_cpus is None else reserved_cpus
+    exclusive = state.exclusive_cpus()
+    memory = _memory_resources(topology, settings, state)
+    zones = []
+    for node in topology.node_ids:
+        cpus = topology.nodes[node].cpus & topology.cpu_ids
+        allocatable = cpus - reserved
+        zones.append({
+            "name": zone_name(node),
+            "type": ZONE_TYPE,
+            "costs": [{"name": zone_name(j), "value": topology.distance(node, j)} for j in topology.node_ids],
+            "resources": [
+                _resource("cpu", len(cpus), len(allocatable), len(allocatable - exclusive)),
+                *memory[node],
+                *_device_resources(node, devices, state),
+            ],
+        })
+    attributes = [{"name": ATTR_POLICY, "value": settings.policy}, {"name": ATTR_SCOPE, "value": settings.scope}]
+    attributes += [{"name": str(k), "value": option_value(v)} for k, v in sorted(settings.policy_options.items())]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": node_name},
+        "topologyPolicies": [LEGACY_POLICIES[(settings.policy, settings.scope)]],
+        "attributes": attributes,
+        "zones": zones,
+    }
+
+
+__all__ = ["API_VERSION", "KIND", "LEGACY_POLICIES", "build_nrt", "option_value", "reserved_cpus_of", "zone_name"]
