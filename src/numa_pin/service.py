@@ -24,7 +24,7 @@ from numa_pin.config.schema import Config
 from numa_pin.deadline import Deadline
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
-from numa_pin.enforcer.pool import resize_shared, shared_pool
+from numa_pin.enforcer.pool import reserved_conflicts, resize_shared, shared_pool
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import AdmissionTimeout, EnforcementError, NumaPinError
 from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_time
@@ -215,6 +215,18 @@ class NodeService:
         """All CPUs minus every exclusive grant; the reserved CPUs keep it from emptying."""
         exclusive = [g.cpus for g in state.grants.values() if g.cpus]
         return shared_pool(self.topology.cpu_ids, exclusive, self.reserved())
+
+    def config_conflicts(self, state: LedgerState) -> list[str]:
+        """One line per grant that holds CPUs the current config reserves, with the way out
+        (kubelet checks its checkpoint against its config the same way, but refuses to start)."""
+        from numa_pin.cpuset import format_list
+
+        held = reserved_conflicts({g.container_id: g.cpus for g in state.grants.values() if g.cpus}, self.reserved())
+        return [
+            f"grant {cid} holds CPU {format_list(cpus)}, which the config now reserves; it stays with that "
+            f"container until it ends (numa-pin release {cid}), or restore the reservation it was made under"
+            for cid, cpus in held.items()
+        ]
 
     def reserved(self) -> frozenset[int]:
         """The CPUs reserved for the system (computed once per service: it only depends on config

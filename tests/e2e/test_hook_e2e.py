@@ -9,50 +9,15 @@ container process's ``Cpus_allowed_list``, plus what the runtime prints.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-
-from numa_pin.ledger.store import Ledger
 
 from . import harness
 
 pytestmark = pytest.mark.e2e
 
 ONE_CPU = {"numa-pin.io/cpus": "1"}
-
-
-@pytest.fixture
-def node(state_dir: Path):
-    """A node config for the real machine with a private state dir, and the hook entries."""
-    hook = harness.numa_pin_hook_path()
-    if hook is None:
-        pytest.skip("numa-pin-hook is not installed")
-    config = state_dir / "config.yaml"
-    ledger_dir = state_dir / "ledger"
-    config.write_text(f"policy: restricted\nstate_dir: {ledger_dir}\nsyslog: false\n")
-    env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", f"NUMA_PIN_CACHE_DIR={state_dir / 'cache'}"]
-
-    def entry(stage: str) -> dict:
-        return harness.hook_entry(hook, ["numa-pin-hook", "--config", str(config), stage], env=env, timeout=30)
-
-    class Node:
-        path = hook
-        cfg = config
-        state = ledger_dir
-        hooks = {"prestart": [entry("prestart")], "createRuntime": [entry("createRuntime")], "poststop": [entry("poststop")]}
-
-        @staticmethod
-        def grants() -> dict:
-            return dict(Ledger(str(ledger_dir)).read().grants)
-
-        @staticmethod
-        def cli(*args: str) -> subprocess.CompletedProcess[str]:
-            exe = hook.with_name("numa-pin")
-            return subprocess.run([str(exe), *args, "--config", str(config)], capture_output=True, text=True, timeout=60)
-
-    return Node
 
 
 def _bundle(tmp_path: Path, name: str, node, rootfs: Path, annotations=None, args=("sleep", "1000")) -> Path:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.cgroups import CgroupRef
-from numa_pin.enforcer.pool import plan_shared_updates, resize_shared, shared_pool
+from numa_pin.enforcer.pool import plan_shared_updates, reserved_conflicts, resize_shared, shared_pool
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import AllocationError, CgroupEscapeError, EnforcementError
 
@@ -42,14 +42,19 @@ def test_shared_pool(online, grants, reserved, expected) -> None:
     [
         (range(4), [[0, 1, 2, 3]], [], "would be empty"),
         (range(4), [[0, 1], [2, 3]], [], "would be empty"),
-        (range(4), [[0, 1]], [0], "reserved CPUs 0"),
         ([], [], [], "would be empty"),
     ],
-    ids=["all-granted", "all-granted-split", "grant-holds-reserved", "nothing-online"],
+    ids=["all-granted", "all-granted-split", "nothing-online"],
 )
 def test_shared_pool_refuses(online, grants, reserved, match: str) -> None:
     with pytest.raises(AllocationError, match=match):
         shared_pool(online, grants, reserved)
+
+
+def test_a_grant_holding_a_now_reserved_cpu_keeps_it_and_is_reported() -> None:
+    """A reservation changed under a live grant: the node keeps working, the clash is named."""
+    assert shared_pool(range(4), [[0, 1]], [0]) == {2, 3}
+    assert reserved_conflicts({"old": {0, 1}, "other": {3}}, [0]) == {"old": frozenset({0})}
 
 
 @given(

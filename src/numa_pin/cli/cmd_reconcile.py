@@ -24,12 +24,15 @@ def run(args: argparse.Namespace) -> int:
     from numa_pin.cli.cmd_status import grant_dict
     from numa_pin.service import NodeService
 
-    removed, repaired = NodeService(load(args)).reconcile()
+    service = NodeService(load(args))
+    removed, repaired = service.reconcile()
+    conflicts = service.config_conflicts(service.ledger.read())
     if args.json:
-        write_out(json.dumps({"dropped": [grant_dict(g) for g in removed], "repaired": list(repaired)}, indent=2)
-                  + "\n")
+        out = {"dropped": [grant_dict(g) for g in removed], "repaired": list(repaired), "conflicts": conflicts}
+        write_out(json.dumps(out, indent=2) + "\n")
         return 0
     lines = [f"dropped {g.container_id} (process and cgroup gone)" for g in removed]
     lines += [f"repaired cpuset of {cid}" for cid in repaired]
+    lines += [f"conflict: {c}" for c in conflicts]
     write_out("\n".join(lines or ["nothing to do"]) + "\n")
     return 0

@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         "reserved": format_list(agent.reserved()),
         "free_exclusive_cpus_per_node": {str(n): format_list(c) for n, c in free.items()},
         "kubelet": describe(args.kubelet_root or config.kubelet_root),
+        "conflicts": agent.config_conflicts(state),
     }
     kubelet: dict[str, Any] = out["kubelet"]
     if kubelet["static"]:
@@ -64,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     lines = [f"shared pool: {out['shared_pool']}   reserved: {out['reserved'] or '-'}"]
     lines += [f"node {n}: free for exclusive use: {c or '-'}" for n, c in out["free_exclusive_cpus_per_node"].items()]
     lines += _kubelet_lines(kubelet)
+    lines += [f"conflict: {c}" for c in out["conflicts"]]
     lines.append(f"{len(out['grants'])} grant(s)")
     for g in out["grants"]:
         lines.append(

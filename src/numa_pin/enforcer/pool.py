@@ -32,23 +32,17 @@ def shared_pool(
 ) -> frozenset[int]:
     """Online CPUs minus every exclusive grant (pure).
 
-    ``exclusive_grants_cpus`` holds one CPU collection per exclusive grant. Reserved
-    CPUs that are online always stay in the pool. Raises AllocationError when a grant
-    holds a reserved CPU (reserved CPUs are never exclusive) or when the pool would be
-    empty (nothing reserved and every online CPU granted).
+    ``exclusive_grants_cpus`` holds one CPU collection per exclusive grant. Reserved CPUs are
+    never granted by a decision, so they normally all stay in the pool. A grant made under an
+    older config can still hold a CPU the config now reserves: that CPU stays with its grant
+    until the grant ends (see :func:`reserved_conflicts`), it does not stop the node. Raises
+    AllocationError when the pool would be empty (nothing reserved and every online CPU granted).
     """
     online = frozenset(online_cpus)
-    reserved = frozenset(reserved_cpus) & online
     granted: set[int] = set()
     for grant in exclusive_grants_cpus:
         granted.update(grant)
-    clash = granted & reserved
-    if clash:
-        raise AllocationError(
-            f"exclusive grants hold reserved CPUs {cpulist.format_list(clash)}; reserved CPUs "
-            f"({cpulist.format_list(reserved)}) always stay in the shared pool"
-        )
-    pool = online - granted  # holds every reserved CPU: none is granted (checked above)
+    pool = online - granted
     if not pool:
         raise AllocationError(
             f"the shared CPU pool would be empty: all online CPUs "
@@ -56,6 +50,16 @@ def shared_pool(
             f"reserved"
         )
     return frozenset(pool)
+
+
+def reserved_conflicts(
+    exclusive: Mapping[str, Iterable[int]], reserved_cpus: Iterable[int]
+) -> dict[str, frozenset[int]]:
+    """``{container id: reserved CPUs it holds}`` for grants that hold CPUs the config reserves
+    (a grant made before the reservation changed). Pure."""
+    reserved = frozenset(reserved_cpus)
+    out = {cid: frozenset(cpus) & reserved for cid, cpus in exclusive.items()}
+    return {cid: held for cid, held in sorted(out.items()) if held}
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,12 @@ A grant is alive when **either**
 * its process exists and was started at the recorded time: ``grant.pid`` is running
   (not a zombie) and its start time equals ``grant.start_time`` to within
   :data:`START_TIME_TOLERANCE_S`, so a recycled pid does not keep a dead grant alive; or
-* its cgroup directory still exists: ``<cgroup_root>/<cgroup>`` on cgroup v2,
-  ``<cgroup_root>/cpuset/<cgroup>`` (the cpuset hierarchy) on cgroup v1.
+* its cgroup still exists and still holds a process: ``<cgroup_root>/<cgroup>`` on cgroup v2
+  (``populated 1`` in ``cgroup.events``), ``<cgroup_root>/cpuset/<cgroup>`` on cgroup v1 (a
+  non-empty ``cgroup.procs`` in it or in a child, such as crun's ``container``). An empty cgroup
+  is what a runtime leaves behind when its container was killed and its own state removed
+  without ``delete``: no poststop ever comes, so the grant is dead. A cgroup without these files
+  (not a kernel cgroupfs) counts as populated.
 
 A grant with neither a pid nor a cgroup carries no evidence of death and is kept.
 
@@ -57,8 +61,44 @@ def is_alive(
     if grant.pid is not None and process_alive(grant.pid, grant.start_time, proc_root):
         return True
     if grant.cgroup is not None:
-        return os.path.isdir(cgroup_dir(grant.cgroup, cgroup_root, cgroup_version))
+        directory = cgroup_dir(grant.cgroup, cgroup_root, cgroup_version)
+        return os.path.isdir(directory) and cgroup_populated(directory)
     return False
+
+
+#: how deep :func:`cgroup_populated` looks for processes in child cgroups (v1)
+MAX_CGROUP_DEPTH = 4
+
+
+def cgroup_populated(directory: str, depth: int = MAX_CGROUP_DEPTH) -> bool:
+    """Does the cgroup at ``directory`` (or a descendant) hold a process?
+
+    cgroup v2 says so in ``cgroup.events`` (``populated 0|1``); on v1 the ``cgroup.procs`` of
+    the group and its children (at most ``depth`` levels) are read. A directory with neither
+    file is not a kernel cgroup and counts as populated, so nothing is collected on a guess.
+    """
+    try:
+        with open(os.path.join(directory, "cgroup.events"), "rb") as fp:
+            for line in fp.read(4096).splitlines():
+                if line.startswith(b"populated "):
+                    return line.split()[1] != b"0"
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(directory, "cgroup.procs"), "rb") as fp:
+            if fp.read(64).strip():
+                return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return True  # unreadable: do not collect on a guess
+    if depth <= 0:
+        return False
+    try:
+        children = [e.path for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return True
+    return any(cgroup_populated(child, depth - 1) for child in children)
 
 
 def collect_garbage(
@@ -186,6 +226,7 @@ def _boot_time(proc_root: str) -> float:
 
 
 __all__ = [
+    "cgroup_populated",
     "START_TIME_TOLERANCE_S",
     "cgroup_dir",
     "collect_garbage",
