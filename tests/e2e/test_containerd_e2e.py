@@ -67,17 +67,10 @@ class Containerd:
         self.run("container", "rm", cid)
 
 
-@pytest.fixture(scope="module")
-def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]:
-    if not harness.is_root():
-        pytest.skip("containerd e2e tests need root")
-    ctr, daemon = harness.find_binary("ctr"), harness.find_binary("containerd")
-    if ctr is None or daemon is None:
-        pytest.skip("containerd is not installed (apt-get install containerd)")
-    running = Containerd(ctr, DEFAULT_ADDRESS)
-    if os.path.exists(DEFAULT_ADDRESS) and running.answers():
-        yield running
-        return
+@contextlib.contextmanager
+def private_containerd(ctr: str, daemon: str, extra_toml: str = "", cri: bool = False) -> Iterator[Containerd]:
+    """A containerd with its own root, state and address under /run/numa-pin-e2e, stopped and
+    removed afterwards. Without ``cri`` the CRI plugin is disabled (no CNI needed)."""
     # short paths: the shim's socket path must stay under the Unix socket limit
     base = Path(harness.DEFAULT_STATE_DIR) / f"ctrd-{uuid.uuid4().hex[:8]}"
     base.mkdir(parents=True)
@@ -85,8 +78,8 @@ def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]
     config = base / "config.toml"
     config.write_text(
         f'version = 2\nroot = "{base / "root"}"\nstate = "{base / "state"}"\n'
-        'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
-        f'[grpc]\n  address = "{address}"\n[ttrpc]\n  address = "{address}.ttrpc"\n'
+        + ("" if cri else 'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n')
+        + f'[grpc]\n  address = "{address}"\n[ttrpc]\n  address = "{address}.ttrpc"\n' + extra_toml
     )
     log = open(base / "containerd.log", "wb")
     proc = subprocess.Popen([daemon, "--config", str(config)], stdout=log, stderr=log, start_new_session=True)
@@ -108,6 +101,26 @@ def containerd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Containerd]
         log.close()
         subprocess.run(["umount", "-R", str(base / "state")], capture_output=True, timeout=60)
         subprocess.run(["rm", "-rf", "--one-file-system", str(base)], capture_output=True, timeout=60)
+
+
+def _binaries() -> tuple[str, str]:
+    if not harness.is_root():
+        pytest.skip("containerd e2e tests need root")
+    ctr, daemon = harness.find_binary("ctr"), harness.find_binary("containerd")
+    if ctr is None or daemon is None:
+        pytest.skip("containerd is not installed (apt-get install containerd)")
+    return ctr, daemon
+
+
+@pytest.fixture(scope="module")
+def containerd() -> Iterator[Containerd]:
+    ctr, daemon = _binaries()
+    running = Containerd(ctr, DEFAULT_ADDRESS)
+    if os.path.exists(DEFAULT_ADDRESS) and running.answers():
+        yield running
+        return
+    with private_containerd(ctr, daemon) as own:
+        yield own
 
 
 @pytest.fixture
@@ -218,3 +231,31 @@ def test_containerd_admits_rejects_with_reason_and_releases(containerd, base_spe
         for cid in (held, rejected, after):
             with contextlib.suppress(harness.HarnessError):
                 containerd.remove(cid)
+
+
+def _cri_status(containerd: Containerd) -> str:
+    rows = [line.split() for line in containerd.run("plugins", "ls").stdout.splitlines()]
+    return next(row[-1] for row in rows if row[:2] == ["io.containerd.grpc.v1", "cri"])
+
+
+@pytest.mark.parametrize("spec_ok", [True, False], ids=["shipped-snippet", "broken-spec"])
+def test_cri_plugin_loads_the_shipped_base_spec_snippet(tmp_path, spec_ok):
+    """The CRI way in: the shipped config.toml snippet with a base spec made by the shipped tool
+    from ``ctr oci spec``. containerd's CRI plugin parses base_runtime_spec at start; it reports
+    ``ok`` with the hooks' spec and ``error`` with a broken one (the check can fail)."""
+    ctr, daemon = _binaries()
+    base_spec = tmp_path / "numa-pin-base-spec.json"
+    if spec_ok:
+        made = subprocess.run(f"{ctr} oci spec | {SPEC_TOOL}", shell=True, capture_output=True, text=True,
+                              timeout=60)
+        assert made.returncode == 0, made.stderr
+        assert set(json.loads(made.stdout)["hooks"]) == {"createRuntime", "poststop"}
+        base_spec.write_text(made.stdout)
+    else:
+        base_spec.write_text('{"ociVersion": ')
+    snippet = (REPO / "packaging" / "containerd" / "config.toml").read_text()
+    body = "\n".join(line for line in snippet.splitlines() if not line.startswith(("#", "version")))
+    assert 'base_runtime_spec = "/etc/containerd/numa-pin-base-spec.json"' in body
+    body = body.replace("/etc/containerd/numa-pin-base-spec.json", str(base_spec))
+    with private_containerd(ctr, daemon, body, cri=True) as cri:
+        assert _cri_status(cri) == ("ok" if spec_ok else "error")

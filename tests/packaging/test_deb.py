@@ -250,6 +250,8 @@ def test_apt_install_runs_and_purges(deb, tmp_path):
         if shutil.which("systemd-analyze"):
             verify = _run(["systemd-analyze", "verify", "--man=no", *UNITS], env=clean)
             assert (verify.returncode, verify.stdout + verify.stderr) == (0, "")
+        if shutil.which("podman") and Path(BUSYBOX).is_file():
+            _podman_uses_the_installed_hooks(tmp_path, clean)
     finally:
         purged = _run([*apt, "purge", "numa-pin"], env=env)
     assert purged.returncode == 0, purged.stdout + purged.stderr
@@ -257,3 +259,37 @@ def test_apt_install_runs_and_purges(deb, tmp_path):
     for gone in ("/usr/bin/numa-pin", "/usr/bin/numa-pin-hook", "/usr/lib/python3/dist-packages/numa_pin",
                  f"/{HOOKS_D}/numa-pin.json", "/etc/numa-pin", "/lib/systemd/system/numa-pin-agent.socket"):
         assert not Path(gone).exists(), f"{gone} left after purge"
+
+
+BUSYBOX = "/bin/busybox"
+
+
+def _podman_uses_the_installed_hooks(tmp_path: Path, env: dict[str, str]) -> None:
+    """A plain ``podman run`` (no --hooks-dir) is admitted and released through the installed
+    /usr/share/containers/oci/hooks.d files and /etc/numa-pin/config.yaml."""
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "bin").mkdir(parents=True)
+    shutil.copy(BUSYBOX, rootfs / "bin" / "busybox")
+    for applet in ("sh", "cat"):
+        (rootfs / "bin" / applet).symlink_to("busybox")
+    for d in ("proc", "sys", "dev", "tmp", "etc"):
+        (rootfs / d).mkdir()
+    store = Path("/run") / f"numa-pin-deb-{os.getpid()}"
+    try:
+        ran = _run(["podman", "--root", str(store / "root"), "--runroot", str(store / "run"), "--runtime", "runc",
+                    "run", "--rm", "--network", "none", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
+                    "--annotation", "numa-pin.io/cpus=1", "--rootfs", str(rootfs), "cat", "/proc/self/status"],
+                   env=env)
+        assert ran.returncode == 0, ran.stderr
+        allowed = next(line.split(":", 1)[1].strip() for line in ran.stdout.splitlines()
+                       if line.startswith("Cpus_allowed_list:"))
+        status = json.loads(_run(["numa-pin", "status", "--json"], env=env).stdout)
+        from numa_pin.cpuset import parse_list
+
+        cpus = parse_list(allowed)
+        assert len(cpus) == 1, f"one exclusive CPU expected, the container had {allowed}"
+        assert not cpus & parse_list(status["reserved"])
+        assert status["grants"] == [], "podman's poststop hook released the grant"
+    finally:
+        subprocess.run(["umount", "-R", str(store)], capture_output=True, timeout=60)
+        shutil.rmtree(store, ignore_errors=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 from numa_pin.cli.common import add_config_argument, load
 from numa_pin.cli.main import write_out
+from numa_pin.errors import NumaPinError
 
 NAME = "nrt"
 HELP = "print this node as a NodeResourceTopology (v1alpha2) for the topology-aware scheduler"
@@ -183,14 +184,10 @@ def watch(
                     if problem:
                         print(f"numa-pin nrt: {problem}", file=err, flush=True)
                 seen = stamp
+            except NumaPinError as exc:  # a corrupt ledger, a config that no longer fits: keep watching
+                print(f"numa-pin nrt: {exc.kind}: {exc}", file=err, flush=True)
             except (OSError, ValueError) as exc:
                 print(f"numa-pin nrt: {output}: {exc}", file=err, flush=True)
-            except Exception as exc:  # NumaPinError from the ledger or the builder: keep watching
-                from numa_pin.errors import NumaPinError
-
-                if not isinstance(exc, NumaPinError):
-                    raise
-                print(f"numa-pin nrt: {exc.kind}: {exc}", file=err, flush=True)
         if stopped():
             break
         sleep(interval)
