@@ -131,6 +131,7 @@ def node(state_dir: Path):
         path = hook
         cfg = config
         state = ledger_dir
+        cache = state_dir / "cache"
         hooks = {"prestart": [entry("prestart")], "createRuntime": [entry("createRuntime")], "poststop": [entry("poststop")]}
 
         @staticmethod

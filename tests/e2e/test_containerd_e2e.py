@@ -25,8 +25,6 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.ledger.store import Ledger
-
 from . import harness
 
 pytestmark = pytest.mark.e2e
@@ -121,26 +119,6 @@ def containerd() -> Iterator[Containerd]:
         return
     with private_containerd(ctr, daemon) as own:
         yield own
-
-
-@pytest.fixture
-def node(state_dir: Path):
-    hook = harness.numa_pin_hook_path()
-    if hook is None:
-        pytest.skip("numa-pin-hook is not installed")
-    config = state_dir / "config.yaml"
-    ledger_dir = state_dir / "ledger"
-    config.write_text(f"policy: restricted\nstate_dir: {ledger_dir}\nsyslog: false\n")
-
-    class Node:
-        path, cfg, state = hook, config, ledger_dir
-        cache = state_dir / "cache"
-
-        @staticmethod
-        def grants() -> dict:
-            return dict(Ledger(str(ledger_dir)).read().grants)
-
-    return Node
 
 
 @pytest.fixture(scope="module")
