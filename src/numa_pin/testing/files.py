@@ -1,0 +1,41 @@
+"""Writing files, directories and relative symlinks below one tree (the kit's only I/O)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class TreeFiles:
+    """Creates entries of a sysfs/proc tree; parent directories are made on demand.
+
+    Raises :class:`OSError` for write failures and :class:`FileExistsError` when a link
+    already exists.
+    """
+
+    def __init__(self) -> None:
+        self._made: set[Path] = set()
+
+    def mkdir(self, path: Path) -> None:
+        """``path`` and its parents (each made once)."""
+        if path not in self._made:
+            path.mkdir(parents=True, exist_ok=True)
+            self._made.update((path, *path.parents))
+
+    def write(self, path: Path, text: str | bytes) -> None:
+        """``path`` holding exactly ``text`` (UTF-8) or the given bytes, mode 0644."""
+        self.mkdir(path.parent)
+        data = text.encode() if isinstance(text, str) else text
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def link(self, link: Path, target: Path) -> None:
+        """``link`` as a relative symlink to ``target`` (both absolute paths)."""
+        self.mkdir(link.parent)
+        os.symlink(os.path.relpath(target, link.parent), link)
+
+
+__all__ = ["TreeFiles"]
