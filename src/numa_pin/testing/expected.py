@@ -23,21 +23,27 @@ def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
 
     Node ``distances`` are rows of :meth:`MachineSpec.distance_matrix`; CPUs are the online
     ones; ``Cpu.core`` is the package-relative ``core_id``; ``Cpu.l3`` the machine-wide L3 id;
-    ``Cpu.cluster`` the ``cluster_id`` (the machine-wide core index, as x86 prints per-core
-    clusters); PCI ``numa_node`` follows :meth:`MachineSpec.pci_expected_node`, VFs
-    inheriting their PF's. IOMMU groups are the ones :func:`build` assigns.
+    ``Cpu.cluster`` the ``cluster_id`` (:attr:`CpuLayout.cluster`); PCI ``numa_node``
+    follows :meth:`MachineSpec.pci_expected_node`, VFs inheriting their PF's. IOMMU groups
+    are the ones :func:`build` assigns.
+
+    Quirks read back as the kernel would have meant them: ``physical_package_id`` -1 still
+    gives one socket per package (numbered by lowest CPU), a missing ``distance`` file the
+    kernel's no-SLIT default (10 local, 20 remote), a ``meminfo`` without ``MemFree`` an
+    unknown (None) free memory.
     """
+    quirks = spec.quirks
     matrix = spec.distance_matrix()
     nodes: dict[int, NumaNode] = {}
-    for n in spec.node_ids:
+    for pos, n in enumerate(spec.node_ids):
         declared = spec.node_hugepages(n)
         hps = tuple(HugePages(size, *declared.get(size, (0, 0))) for size in spec.hugepage_sizes())
         nodes[n] = NumaNode(
             id=n,
             cpus=spec.cpus_of_node(n),
             memory_total_kb=spec.node_memory_kb(n),
-            memory_free_kb=spec.node_memory_free_kb(n),
-            distances=matrix[n],
+            memory_free_kb=None if quirks.node_meminfo_total_only else spec.node_memory_free_kb(n),
+            distances=_no_slit_row(spec, n) if quirks.no_node_distance else matrix[pos],
             hugepages=hps,
         )
     layout = spec.cpu_layout()
@@ -54,7 +60,7 @@ def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
             numa=c.node,
             siblings=frozenset(siblings[c.core_index]),
             l3=c.l3,
-            cluster=c.core_index,
+            cluster=c.cluster,
         )
         for c in layout
         if c.online
@@ -105,6 +111,10 @@ def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
     return Topology(
         nodes=nodes, cpus=dict(sorted(cpus.items())), pci_devices=tuple(devices), source=source
     )
+
+
+def _no_slit_row(spec: MachineSpec, node: int) -> tuple[int, ...]:
+    return tuple(10 if other == node else 20 for other in spec.node_ids)
 
 
 __all__ = ["expected_topology", "pci_kind"]

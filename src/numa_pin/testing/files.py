@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 
 class TreeFiles:
     """Creates entries of a sysfs/proc tree; parent directories are made on demand.
 
-    Raises :class:`OSError` for write failures and :class:`FileExistsError` when a link
-    already exists.
+    ``nul_after(path)`` true makes a text file that ends with a newline end with
+    ``"\\n\\0"`` instead, as some kernels print. Raises :class:`OSError` for write failures
+    and :class:`FileExistsError` when a link already exists.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, nul_after: Callable[[Path], bool] | None = None) -> None:
         self._made: set[Path] = set()
+        self._nul_after = nul_after
 
     def mkdir(self, path: Path) -> None:
         """``path`` and its parents (each made once)."""
@@ -25,7 +28,12 @@ class TreeFiles:
     def write(self, path: Path, text: str | bytes) -> None:
         """``path`` holding exactly ``text`` (UTF-8) or the given bytes, mode 0644."""
         self.mkdir(path.parent)
-        data = text.encode() if isinstance(text, str) else text
+        if isinstance(text, str):
+            if self._nul_after is not None and text.endswith("\n") and self._nul_after(path):
+                text += "\0"
+            data = text.encode()
+        else:
+            data = text
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, data)

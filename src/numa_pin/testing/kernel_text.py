@@ -116,8 +116,12 @@ def l3_size_kb(spec: MachineSpec) -> int:
 
 def cpuinfo(spec: MachineSpec) -> str:
     """``/proc/cpuinfo``: one block per online CPU."""
-    cores_per_socket = spec.cores_per_node * spec.nodes_per_socket
-    threads_per_socket = cores_per_socket * spec.threads_per_core
+    online = [c for c in spec.cpu_layout() if c.online]
+    threads_per_socket = {s: sum(c.socket == s for c in online) for s in range(spec.sockets)}
+    cores_per_socket = {
+        s: len({c.core_index for c in online if c.socket == s}) for s in range(spec.sockets)
+    }
+    package_id = (lambda socket: -1) if spec.quirks.package_id_unknown else (lambda socket: socket)
     intel = spec.vendor == "GenuineIntel"
     family, model, stepping = (6, 106, 6) if intel else (25, 1, 1)
     flags = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush "
@@ -125,9 +129,7 @@ def cpuinfo(spec: MachineSpec) -> str:
     flags += "xtopology nonstop_tsc cpuid pni pclmulqdq ssse3 fma cx16 sse4_1 sse4_2 x2apic "
     flags += "movbe popcnt aes xsave avx f16c rdrand hypervisor lahf_lm abm avx2 bmi1 bmi2"
     blocks: list[str] = []
-    for c in spec.cpu_layout():
-        if not c.online:
-            continue
+    for c in online:
         apic = (c.socket << 8) | (c.core << 1) | c.thread
         rows = [
             ("processor", str(c.id)),
@@ -139,10 +141,10 @@ def cpuinfo(spec: MachineSpec) -> str:
             ("microcode", "0xd0003a5"),
             ("cpu MHz", "2000.000"),
             ("cache size", f"{l3_size_kb(spec)} KB"),
-            ("physical id", str(c.socket)),
-            ("siblings", str(threads_per_socket)),
+            ("physical id", str(package_id(c.socket))),
+            ("siblings", str(threads_per_socket[c.socket])),
             ("core id", str(c.core)),
-            ("cpu cores", str(cores_per_socket)),
+            ("cpu cores", str(cores_per_socket[c.socket])),
             ("apicid", str(apic)),
             ("initial apicid", str(apic)),
             ("fpu", "yes"),

@@ -56,6 +56,41 @@ class CpuLayout:
     thread: int
     l3: int  # machine-wide L3 cache id
     online: bool
+    cluster: int = 0  # machine-wide cluster id (what ``cluster_id`` prints)
+    efficiency: bool = False  # an E core of a hybrid part (no SMT, L2 shared by its cluster)
+
+
+#: where :class:`KernelQuirks` puts a NUL byte after the final newline
+NUL_NONE = "none"
+NUL_NODE_LISTS = "node-lists"  # node/{online,possible,has_cpu,has_normal_memory}: old x86
+NUL_SYSTEM = "system"  # every text file under devices/system: ARM, 5.15
+#: the node-level list files :data:`NUL_NODE_LISTS` touches
+NODE_LIST_FILES = ("online", "possible", "has_cpu", "has_normal_memory")
+
+
+@dataclass(frozen=True)
+class KernelQuirks:
+    """What real kernels and firmware do that a tidy sysfs would not (all off by default).
+
+    * ``nul_after_newline``: :data:`NUL_NODE_LISTS` or :data:`NUL_SYSTEM` files end with
+      ``"\\n\\0"`` instead of ``"\\n"``;
+    * ``node_meminfo_total_only``: ``nodeN/meminfo`` holds only the ``MemTotal`` line;
+    * ``no_node_distance``: no ``nodeN/distance`` file (the kernel's own default, when the
+      firmware gives no SLIT, is 10 local and 20 remote);
+    * ``package_id_unknown``: every ``physical_package_id`` reads ``-1`` (POWER without
+      ``ibm,chip-id``); ``package_cpus`` still groups each socket's CPUs;
+    * ``has_cpu_empty``: ``node/has_cpu`` is empty although nodes list CPUs.
+    """
+
+    nul_after_newline: str = NUL_NONE
+    node_meminfo_total_only: bool = False
+    no_node_distance: bool = False
+    package_id_unknown: bool = False
+    has_cpu_empty: bool = False
+
+    def __post_init__(self) -> None:
+        if self.nul_after_newline not in (NUL_NONE, NUL_NODE_LISTS, NUL_SYSTEM):
+            raise TopologyError(f"unknown nul_after_newline {self.nul_after_newline!r}")
 
 
 @dataclass(frozen=True)
@@ -69,6 +104,13 @@ class MachineSpec:
     for every CPU node or one value per CPU node. ``hugepages`` is ``{size_kb: (total, free)}``
     for every CPU node or one mapping per CPU node. ``l3_scope`` is ``"socket"``, ``"node"``
     or ``"ccx"`` (``cores_per_ccx`` cores share one L3).
+
+    ``node_numbers`` gives the kernel's id of each node (CPU nodes, then CPU-less ones) when
+    they are not ``0..n-1`` (sparse ids); every method taking or returning a node uses these
+    ids, while ``distances`` rows and columns follow their order. ``cores_per_cluster`` cores
+    share one ``cluster_id``. ``e_cores_per_node`` adds single-threaded efficiency cores to
+    every CPU node (a hybrid part): their CPU ids follow every P-core thread, and each 4 of
+    them share a cluster and an L2. ``quirks`` are the :class:`KernelQuirks` to reproduce.
 
     Raises :class:`TopologyError` for inconsistent values. A spec holding dicts or lists
     (``hugepages``, ``distances``) is not hashable; :func:`build_once` keys on its ``repr``.
@@ -95,6 +137,10 @@ class MachineSpec:
     vendor: str = "GenuineIntel"
     model_name: str = "Intel(R) Xeon(R) Gold 6338 CPU @ 2.00GHz"
     iommu: bool = True
+    node_numbers: tuple[int, ...] | None = None
+    cores_per_cluster: int = 1
+    e_cores_per_node: int = 0
+    quirks: KernelQuirks = field(default_factory=KernelQuirks)
 
     def __post_init__(self) -> None:
         for label in (
@@ -104,9 +150,11 @@ class MachineSpec:
             "threads_per_core",
             "dies_per_socket",
             "cores_per_ccx",
+            "cores_per_cluster",
         ):
             if getattr(self, label) < 1:
                 raise TopologyError(f"machine {self.name}: {label} must be >= 1")
+        self._check_numbering()
         if (
             self.nodes_per_socket % self.dies_per_socket
             and self.dies_per_socket % self.nodes_per_socket
@@ -152,21 +200,46 @@ class MachineSpec:
 
     @property
     def node_ids(self) -> tuple[int, ...]:
+        """The kernel's node ids, CPU nodes first (``node_numbers``, else ``0..n-1``)."""
+        if self.node_numbers is not None:
+            return tuple(self.node_numbers)
         return tuple(range(self.node_count))
 
     @property
+    def cpu_node_ids(self) -> tuple[int, ...]:
+        return self.node_ids[: self.cpu_node_count]
+
+    def node_index(self, node: int) -> int:
+        """Position of kernel node ``node`` in :attr:`node_ids` (and in the distance matrix).
+
+        Raises :class:`TopologyError` for a node the machine does not have."""
+        try:
+            return self.node_ids.index(node)
+        except ValueError:
+            raise TopologyError(f"machine {self.name}: no node {node}") from None
+
+    def cpuless_spec(self, node: int) -> CpulessNodeSpec | None:
+        """The :class:`CpulessNodeSpec` of kernel node ``node``, None for a CPU node."""
+        index = self.node_index(node)
+        if index < self.cpu_node_count:
+            return None
+        return self.cpuless_nodes[index - self.cpu_node_count]
+
+    @property
     def core_count(self) -> int:
+        """P cores (every core of a non-hybrid part)."""
         return self.cpu_node_count * self.cores_per_node
 
     @property
     def cpu_count(self) -> int:
-        return self.core_count * self.threads_per_core
+        return self.core_count * self.threads_per_core + self.cpu_node_count * self.e_cores_per_node
 
     def socket_of_node(self, node: int) -> int:
         """Socket a node belongs to (for a CPU-less node: its ``socket``)."""
-        if node >= self.cpu_node_count:
-            return self.cpuless_nodes[node - self.cpu_node_count].socket
-        return node // self.nodes_per_socket
+        cpuless = self.cpuless_spec(node)
+        if cpuless is not None:
+            return cpuless.socket
+        return self.node_index(node) // self.nodes_per_socket
 
     def cpu_layout(self) -> tuple[CpuLayout, ...]:
         """Every logical CPU (online or not), by id."""
@@ -179,7 +252,7 @@ class MachineSpec:
         cores_per_die = cores_per_socket // self.dies_per_socket
         for core_index in range(self.core_count):
             socket, local = divmod(core_index, cores_per_socket)
-            node = core_index // self.cores_per_node
+            node = self.node_ids[core_index // self.cores_per_node]
             die = local // cores_per_die
             for thread in range(self.threads_per_core):
                 if self.sibling_layout == "spread":
@@ -197,10 +270,39 @@ class MachineSpec:
                         thread=thread,
                         l3=self._l3_of(core_index),
                         online=cpu not in self.offline_cpus,
+                        cluster=core_index // self.cores_per_cluster,
                     )
                 )
+        out.extend(self._e_cores())
         out.sort(key=lambda c: c.id)
         return tuple(out)
+
+    def _e_cores(self) -> list[CpuLayout]:
+        """Hybrid E cores: after every P-core thread, node by node, 4 to a cluster."""
+        out: list[CpuLayout] = []
+        first_cpu = self.core_count * self.threads_per_core
+        first_cluster = -(-self.core_count // self.cores_per_cluster)
+        for index in range(self.cpu_node_count * self.e_cores_per_node):
+            node_index, local = divmod(index, self.e_cores_per_node)
+            socket = node_index // self.nodes_per_socket
+            in_socket = (node_index % self.nodes_per_socket) * self.e_cores_per_node + local
+            cpu = first_cpu + index
+            out.append(
+                CpuLayout(
+                    id=cpu,
+                    socket=socket,
+                    die=0,
+                    node=self.node_ids[node_index],
+                    core=self.cores_per_node * self.nodes_per_socket + in_socket,
+                    core_index=self.core_count + index,
+                    thread=0,
+                    l3=socket if self.l3_scope == "socket" else node_index,
+                    online=cpu not in self.offline_cpus,
+                    cluster=first_cluster + index // 4,
+                    efficiency=True,
+                )
+            )
+        return out
 
     def _l3_of(self, core_index: int) -> int:
         if self.l3_scope == "socket":
@@ -236,25 +338,27 @@ class MachineSpec:
         return {}
 
     def node_memory_kb(self, node: int) -> int:
-        if node >= self.cpu_node_count:
-            return self.cpuless_nodes[node - self.cpu_node_count].memory_kb
-        return _per_node(self.memory_kb, node)
+        cpuless = self.cpuless_spec(node)
+        if cpuless is not None:
+            return cpuless.memory_kb
+        return _per_node(self.memory_kb, self.node_index(node))
 
     def node_memory_free_kb(self, node: int) -> int:
-        if node < self.cpu_node_count and self.memory_free_kb is not None:
-            return _per_node(self.memory_free_kb, node)
+        if self.cpuless_spec(node) is None and self.memory_free_kb is not None:
+            return _per_node(self.memory_free_kb, self.node_index(node))
         total = self.node_memory_kb(node)
         used_by_huge = sum(size * free for size, (_, free) in self.node_hugepages(node).items())
         return max(0, total - total // 8 - used_by_huge)
 
     def node_hugepages(self, node: int) -> dict[int, tuple[int, int]]:
         """``{size_kb: (total, free)}`` of one node."""
-        if node >= self.cpu_node_count:
-            return dict(self.cpuless_nodes[node - self.cpu_node_count].hugepages)
+        cpuless = self.cpuless_spec(node)
+        if cpuless is not None:
+            return dict(cpuless.hugepages)
         hp = self.hugepages
         if isinstance(hp, Mapping):
             return dict(hp)
-        return dict(hp[node])
+        return dict(hp[self.node_index(node)])
 
     def hugepage_sizes(self) -> tuple[int, ...]:
         """Hugepage sizes the machine supports (2M and 1G on x86, plus any declared)."""
@@ -264,7 +368,7 @@ class MachineSpec:
         return tuple(sorted(sizes))
 
     def distance_matrix(self) -> tuple[tuple[int, ...], ...]:
-        """Full SLIT matrix, ``[from][to]``."""
+        """Full SLIT matrix, ``[from][to]`` by position in :attr:`node_ids`."""
         if self.distances is not None:
             return tuple(tuple(row) for row in self.distances)
         rows: list[tuple[int, ...]] = []
@@ -272,14 +376,19 @@ class MachineSpec:
             rows.append(tuple(self._default_distance(a, b) for b in self.node_ids))
         return tuple(rows)
 
+    def distance(self, a: int, b: int) -> int:
+        """SLIT distance between kernel nodes ``a`` and ``b``."""
+        return self.distance_matrix()[self.node_index(a)][self.node_index(b)]
+
     def _default_distance(self, a: int, b: int) -> int:
         if a == b:
             return LOCAL_DISTANCE
-        n = self.cpu_node_count
-        if a >= n or b >= n:
-            cpuless = self.cpuless_nodes[(a if a >= n else b) - n]
-            other = b if a >= n else a
-            if other < n and self.socket_of_node(other) == cpuless.socket:
+        spec_a, spec_b = self.cpuless_spec(a), self.cpuless_spec(b)
+        if spec_a is not None or spec_b is not None:
+            cpuless = spec_a if spec_a is not None else spec_b
+            assert cpuless is not None
+            other = b if spec_a is not None else a
+            if self.cpuless_spec(other) is None and self.socket_of_node(other) == cpuless.socket:
                 return cpuless.near
             return cpuless.far
         if self.socket_of_node(a) == self.socket_of_node(b):
@@ -362,6 +471,19 @@ class MachineSpec:
             if huge_kb > total_kb:
                 raise TopologyError(f"machine {self.name}: node {n} hugepages exceed its memory")
 
+    def _check_numbering(self) -> None:
+        if self.node_numbers is not None:
+            ids = self.node_numbers
+            if len(ids) != self.node_count or list(ids) != sorted(set(ids)) or min(ids) < 0:
+                raise TopologyError(
+                    f"machine {self.name}: node_numbers needs {self.node_count} ascending ids >= 0"
+                )
+        if self.e_cores_per_node:
+            if self.e_cores_per_node < 0 or self.dies_per_socket != 1:
+                raise TopologyError(f"machine {self.name}: E cores need one die per socket")
+            if self.l3_scope == "ccx":
+                raise TopologyError(f"machine {self.name}: E cores need a socket or node L3")
+
     def _check_distances(self) -> None:
         matrix = self.distance_matrix()
         n = self.node_count
@@ -395,7 +517,7 @@ class MachineSpec:
                 if nd in netdevs or nd == "lo":
                     raise TopologyError(f"machine {self.name}: netdev {nd} used twice")
                 netdevs.add(nd)
-            if dev.numa_node >= self.node_count:
+            if dev.numa_node >= 0 and dev.numa_node not in self.node_ids:
                 raise TopologyError(f"{dev.address}: numa_node {dev.numa_node} does not exist")
             if dev.parent is not None:
                 parent = by_addr.get(dev.parent)

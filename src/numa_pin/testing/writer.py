@@ -26,7 +26,13 @@ from numa_pin.testing.kernel_text import (
     meminfo,
     node_meminfo,
 )
-from numa_pin.testing.spec import CpuLayout, MachineSpec
+from numa_pin.testing.spec import (
+    NODE_LIST_FILES,
+    NUL_NODE_LISTS,
+    NUL_SYSTEM,
+    CpuLayout,
+    MachineSpec,
+)
 from numa_pin.testing.writer_pci import PciWriter
 
 KERNEL_MAX = 8191  # CONFIG_NR_CPUS=8192, as Debian and most distributions build
@@ -93,11 +99,22 @@ class _Writer:
         self.spec = spec
         self.sys = sys_root
         self.proc = proc_root
-        self.files = TreeFiles()
         self.layout = spec.cpu_layout()
         self.nbits = spec.cpu_count  # nr_cpu_ids: every possible CPU
         self.node_dir = sys_root / "devices" / "system" / "node"
         self.cpu_dir = sys_root / "devices" / "system" / "cpu"
+        self.files = TreeFiles(nul_after=self._nul_after())
+
+    def _nul_after(self) -> Callable[[Path], bool] | None:
+        """Which text files end with a NUL byte after their newline (``quirks``)."""
+        scope = self.spec.quirks.nul_after_newline
+        if scope == NUL_SYSTEM:
+            system = self.node_dir.parent
+            return lambda path: path.is_relative_to(system)
+        if scope == NUL_NODE_LISTS:
+            lists = frozenset(self.node_dir / name for name in NODE_LIST_FILES)
+            return lambda path: path in lists
+        return None
 
     def write_all(self) -> None:
         self.write_nodes()
@@ -109,24 +126,28 @@ class _Writer:
     # ---- nodes ---------------------------------------------------------------------------
     def write_nodes(self) -> None:
         spec = self.spec
+        quirks = spec.quirks
         ids = spec.node_ids
         self.files.write(self.node_dir / "online", list_line(ids))
         self.files.write(self.node_dir / "possible", list_line(ids))
-        self.files.write(
-            self.node_dir / "has_cpu", list_line(n for n in ids if spec.cpus_of_node(n))
-        )
+        with_cpus = [] if quirks.has_cpu_empty else [n for n in ids if spec.cpus_of_node(n)]
+        self.files.write(self.node_dir / "has_cpu", list_line(with_cpus))
         with_mem = [n for n in ids if spec.node_memory_kb(n) > 0]
         self.files.write(self.node_dir / "has_memory", list_line(with_mem))
         self.files.write(self.node_dir / "has_normal_memory", list_line(with_mem))
         self.files.write(self.node_dir / "has_generic_initiator", "\n")
         matrix = spec.distance_matrix()
-        for n in ids:
+        for pos, n in enumerate(ids):
             d = self.node_dir / f"node{n}"
             cpus = spec.cpus_of_node(n)
             self.files.write(d / "cpulist", list_line(cpus))
             self.files.write(d / "cpumap", kernel_mask(cpus, self.nbits) + "\n")
-            self.files.write(d / "distance", " ".join(str(x) for x in matrix[n]) + "\n")
-            self.files.write(d / "meminfo", node_meminfo(spec, n))
+            if not quirks.no_node_distance:
+                self.files.write(d / "distance", " ".join(str(x) for x in matrix[pos]) + "\n")
+            meminfo_text = node_meminfo(spec, n)
+            if quirks.node_meminfo_total_only:
+                meminfo_text = meminfo_text.splitlines(keepends=True)[0]
+            self.files.write(d / "meminfo", meminfo_text)
             self.files.write(
                 d / "numastat",
                 "numa_hit 0\nnuma_miss 0\nnuma_foreign 0\n"
@@ -142,20 +163,21 @@ class _Writer:
             for c in self.layout:
                 if c.node == n:
                     self.files.link(d / f"cpu{c.id}", self.cpu_dir / f"cpu{c.id}")
-            if n >= spec.cpu_node_count:
-                cpuless = spec.cpuless_nodes[n - spec.cpu_node_count]
+            cpuless = spec.cpuless_spec(n)
+            if cpuless is not None:
                 if cpuless.initiators:
                     acc = d / "access0" / "initiators"
                     self.files.mkdir(acc)
-                    for m in range(spec.cpu_node_count):
+                    for m in spec.cpu_node_ids:
                         if spec.socket_of_node(m) == cpuless.socket:
                             self.files.link(acc / f"node{m}", self.node_dir / f"node{m}")
                     targets = d / "access0" / "targets"
                     self.files.mkdir(targets)
             else:
                 for other in ids[spec.cpu_node_count :]:
-                    cpuless = spec.cpuless_nodes[other - spec.cpu_node_count]
-                    if cpuless.initiators and cpuless.socket == spec.socket_of_node(n):
+                    target = spec.cpuless_spec(other)
+                    assert target is not None
+                    if target.initiators and target.socket == spec.socket_of_node(n):
                         self.files.link(
                             d / "access0" / "targets" / f"node{other}",
                             self.node_dir / f"node{other}",
@@ -173,6 +195,10 @@ class _Writer:
         self.files.write(self.cpu_dir / "kernel_max", f"{KERNEL_MAX}\n")
         self.files.write(self.cpu_dir / "isolated", "\n")
         smt = spec.threads_per_core > 1
+        if spec.e_cores_per_node:  # what Intel hybrid parts expose (hwloc reads them)
+            for pmu, e_core in (("cpu_core", False), ("cpu_atom", True)):
+                kind = [c.id for c in self.layout if c.efficiency == e_core and c.online]
+                self.files.write(self.sys / "devices" / pmu / "cpus", list_line(kind))
         self.files.write(self.cpu_dir / "smt" / "active", "1\n" if smt else "0\n")
         self.files.write(self.cpu_dir / "smt" / "control", "on\n" if smt else "notsupported\n")
 
@@ -184,6 +210,7 @@ class _Writer:
             return {c.id: frozenset(members.get(key(c), ())) for c in self.layout}
 
         core_sets = group(lambda c: c.core_index)
+        cluster_sets = group(lambda c: c.cluster)
         pkg_sets = group(lambda c: c.socket)
         die_sets = group(lambda c: (c.socket, c.die))
         l3_sets = group(lambda c: c.l3)
@@ -202,7 +229,7 @@ class _Writer:
             sets = {
                 "thread_siblings": core_sets[c.id],
                 "core_cpus": core_sets[c.id],
-                "cluster_cpus": core_sets[c.id],
+                "cluster_cpus": cluster_sets[c.id],
                 "core_siblings": pkg_sets[c.id],
                 "package_cpus": pkg_sets[c.id],
                 "die_cpus": die_sets[c.id],
@@ -210,13 +237,17 @@ class _Writer:
             for name, cpus in sets.items():
                 self.files.write(t / name, kernel_mask(cpus, self.nbits) + "\n")
                 self.files.write(t / f"{name}_list", list_line(cpus))
-            self.files.write(t / "physical_package_id", f"{c.socket}\n")
+            package_id = -1 if spec.quirks.package_id_unknown else c.socket
+            self.files.write(t / "physical_package_id", f"{package_id}\n")
             self.files.write(t / "die_id", f"{c.die}\n")
-            self.files.write(t / "cluster_id", f"{c.core_index}\n")
+            self.files.write(t / "cluster_id", f"{c.cluster}\n")
             self.files.write(t / "core_id", f"{c.core}\n")
             index = 0
             for level, ctype, size_kb, ways in caches:
-                self._cache(d, index, level, ctype, size_kb, ways, c.core_index, core_sets[c.id])
+                cache_id, shared = c.core_index, core_sets[c.id]
+                if level == 2 and c.efficiency:  # E cores share their cluster's L2
+                    cache_id, shared = c.cluster, cluster_sets[c.id]
+                self._cache(d, index, level, ctype, size_kb, ways, cache_id, shared)
                 index += 1
             self._cache(d, index, 3, "Unified", l3_kb, l3_ways, c.l3, l3_sets[c.id])
 
