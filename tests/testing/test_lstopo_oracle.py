@@ -36,6 +36,7 @@ import pytest
 
 from numa_pin.testing.machine import GIB_KB, CpulessNodeSpec, MachineSpec, PciSpec, build_once
 from numa_pin.testing.shapes import QUIRK_SHAPES, SHAPES, shape
+from numa_pin.topology.model import Topology
 
 pytestmark = pytest.mark.lstopo
 
@@ -378,7 +379,10 @@ def test_discovery_agrees_with_lstopo(views, name: str) -> None:
     from numa_pin.topology.discover import discover  # lazy: another area's module
 
     _, root, view = views[name]
-    topo = discover(root / "sys", root / "proc")
+    _assert_discovery_matches(discover(root / "sys", root / "proc"), view)
+
+
+def _assert_discovery_matches(topo: Topology, view: LstopoView) -> None:
     assert topo.node_ids == tuple(sorted(view.node_cpus))
     for node in topo.node_ids:
         own = topo.nodes[node].cpus
@@ -417,7 +421,10 @@ def test_discovery_pci_agrees_with_lstopo(views, name: str) -> None:
     from numa_pin.topology.discover import discover  # lazy: another area's module
 
     _, root, view = views[name]
-    topo = discover(root / "sys", root / "proc")
+    _assert_discovery_pci_matches(discover(root / "sys", root / "proc"), view)
+
+
+def _assert_discovery_pci_matches(topo: Topology, view: LstopoView) -> None:
     assert {d.address for d in topo.pci_devices} == set(view.pci)
     pinned = 0
     for seen in view.pci.values():
@@ -430,3 +437,23 @@ def test_discovery_pci_agrees_with_lstopo(views, name: str) -> None:
             assert dev.numa_node == next(iter(seen.cpu_nodes)), seen.busid
             pinned += 1
     assert pinned > 0
+
+
+# ---- real machines: sysfs snapshots (tests/testing/snapshots/capture.py) ------------------
+SNAPSHOTS_DIR = Path(__file__).parent / "snapshots"
+SNAPSHOTS = sorted(p.name for p in SNAPSHOTS_DIR.iterdir() if (p / "sys").is_dir())
+
+
+@pytest.mark.parametrize("name", SNAPSHOTS, ids=SNAPSHOTS)
+def test_discovery_agrees_with_lstopo_on_a_real_snapshot(
+    lstopo: str, tmp_path: Path, name: str
+) -> None:
+    from numa_pin.topology.discover import discover  # lazy: another area's module
+
+    root = tmp_path / name
+    shutil.copytree(SNAPSHOTS_DIR / name, root, symlinks=True)
+    (root / "proc").mkdir()  # what lstopo needs to take the directory as a filesystem root
+    view = _read_view(_run_lstopo(lstopo, root))
+    topo = discover(SNAPSHOTS_DIR / name / "sys")
+    _assert_discovery_matches(topo, view)
+    _assert_discovery_pci_matches(topo, view)
