@@ -404,7 +404,8 @@ def _assert_discovery_matches(topo: Topology, view: LstopoView) -> None:
     if view.packages:  # hwloc knows the package ids: they must be the same
         assert sockets == view.packages
     else:  # ids unknown to hwloc (-1): numa-pin numbers packages by lowest CPU
-        assert [min(sockets[s]) for s in sorted(sockets)] == sorted(min(p) for p in sockets.values())
+        lowest = [min(sockets[s]) for s in sorted(sockets)]
+        assert lowest == sorted(lowest)
     assert {c.siblings for c in topo.cpus.values()} == view.cores
     l3 = {frozenset(o.id for o in topo.cpus.values() if o.l3 == c.l3) for c in topo.cpus.values()}
     assert l3 == view.l3

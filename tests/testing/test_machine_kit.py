@@ -530,7 +530,8 @@ def test_package_id_minus_one_with_package_lists(built) -> None:
         t = machine.sysfs_root / CPU / f"cpu{cpu}/topology"
         assert _read(t / "physical_package_id") == "-1"
         socket = 0 if cpu < 16 else 1
-        assert parse_list(_read(t / "package_cpus_list")) == set(range(16 * socket, 16 * socket + 16))
+        package = set(range(16 * socket, 16 * socket + 16))
+        assert parse_list(_read(t / "package_cpus_list")) == package
 
 
 def test_has_cpu_empty(built) -> None:

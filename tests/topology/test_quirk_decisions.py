@@ -62,9 +62,7 @@ def test_every_quirk_shape_has_a_decision_case() -> None:
     assert {name for name, _, _ in CASES} == set(QUIRK_SHAPES)
 
 
-@pytest.mark.parametrize(
-    "name,cpus,memory_gib", CASES, ids=[f"{n}-{c}cpus" for n, c, _ in CASES]
-)
+@pytest.mark.parametrize("name,cpus,memory_gib", CASES, ids=[f"{n}-{c}cpus" for n, c, _ in CASES])
 def test_single_numa_node_places_on_the_right_node(
     tmp_path_factory: pytest.TempPathFactory, name: str, cpus: int, memory_gib: int
 ) -> None:
@@ -93,9 +91,7 @@ def test_single_numa_node_places_on_the_right_node(
         assert all(cores[c] <= decision.cpus for c in decision.cpus), sorted(decision.cpus)
 
 
-def test_relative_roots_decide_the_same(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_relative_roots_decide_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spec = shape("sparse-node-ids")
     build_once(spec, tmp_path)
     (root,) = [p for p in tmp_path.iterdir() if p.name.startswith("sparse-node-ids")]

@@ -107,7 +107,7 @@ def test_has_cpu_empty_although_nodes_have_cpus(two_node) -> None:
 def test_sparse_cpuless_and_memoryless_nodes(fake) -> None:
     # node 0: CPUs 0-1 and memory; node 2: CPUs 2-3, no memory; node 5: memory, no CPUs
     for cpu, node in ((0, 0), (1, 0), (2, 2), (3, 2)):
-        fake.cpu(cpu, socket=0, core=cpu, l3=0)
+        fake.cpu(cpu, socket=0, core=cpu, l3=0, node=node)
     fake.node(0, [0, 1], [10, 12, 17], 4096, 1024)
     fake.node(2, [2, 3], [12, 10, 17], 0, 0)
     fake.node(5, [], [17, 17, 10], 8192, 8000)
