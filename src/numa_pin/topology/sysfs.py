@@ -104,7 +104,7 @@ class SysfsReader:
         Raises SysfsError when the file cannot be read or the list does not parse.
         """
         full = self.path(rel)
-        return _parsed(full, cpuset.parse_list, _read_text(full))
+        return _parsed(full, _expecting(cpuset.parse_list, "a list like '0-3,8'"), _read_text(full))
 
     def read_mask(self, rel: PathArg) -> frozenset[int]:
         """The file's comma-grouped hex mask (``"ff,ffffffff"``).
@@ -112,7 +112,9 @@ class SysfsReader:
         Raises SysfsError when the file cannot be read or the mask does not parse.
         """
         full = self.path(rel)
-        return _parsed(full, cpuset.parse_mask, _read_text(full))
+        return _parsed(
+            full, _expecting(cpuset.parse_mask, "a mask like 'ff,00000001'"), _read_text(full)
+        )
 
     def read_hex_str(self, rel: PathArg) -> str:
         """A ``0x``-prefixed hex string kept as text (PCI ``vendor``, ``device``, ``class``).
@@ -218,6 +220,18 @@ def _read_text(full: Path) -> str:
         return data.decode("utf-8").strip(_BLANK)
     except UnicodeDecodeError as exc:
         raise SysfsError(full, "garbage content: not UTF-8 text") from exc
+
+
+def _expecting(parse: Callable[[str], T], expected: str) -> Callable[[str], T]:
+    """``parse`` whose ValueError also says what the file should have held."""
+
+    def checked(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (expected {expected})") from exc
+
+    return checked
 
 
 def _parsed(full: Path, parse: Callable[[str], T], text: str) -> T:
