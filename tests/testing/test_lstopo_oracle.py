@@ -8,8 +8,19 @@ with its bridge, netdevs and locality. Then numa-pin's own discovery of the same
 match hwloc's view.
 
 Only hwloc's rules are modelled here, never the kit's code: a CPU-less node sits with its
-HMAT initiators, else with the CPU node(s) nearest by SLIT; a PCI tree sits where the
-``local_cpus`` of the function on the root bus points.
+HMAT initiators, else with the node(s) nearest by SLIT (no locality when every other node is
+equally near); a PCI tree sits where the ``local_cpus`` of the function on the root bus points.
+
+The quirk shapes (``QUIRK_SHAPES``, issue 12) run through every test. Where hwloc reads a quirk
+differently from the kernel's meaning, the test says so:
+
+* no ``nodeN/distance`` file: hwloc reports no distance matrix at all, while the kernel (and
+  numa-pin) use 10 local / 20 remote, the kernel's default without a SLIT;
+* ``physical_package_id`` -1: hwloc still makes one Package per ``package_cpus`` group but
+  gives it no os_index; numa-pin numbers them 0, 1, ... by lowest CPU;
+* a CPU-less node equally near every other node: hwloc gives it an empty cpuset
+  (``fixup_cpuless_node_locality_from_distances`` refuses to choose); numa-pin never gives a
+  CPU-less node a locality anyway.
 """
 
 from __future__ import annotations
@@ -24,7 +35,8 @@ from pathlib import Path
 import pytest
 
 from numa_pin.testing.machine import GIB_KB, CpulessNodeSpec, MachineSpec, PciSpec, build_once
-from numa_pin.testing.shapes import SHAPES, shape
+from numa_pin.testing.shapes import QUIRK_SHAPES, SHAPES, shape
+from numa_pin.topology.model import Topology
 
 pytestmark = pytest.mark.lstopo
 
@@ -92,7 +104,8 @@ class LstopoView:
     node_cpus: dict[int, frozenset[int]] = field(default_factory=dict)
     node_memory: dict[int, int] = field(default_factory=dict)  # bytes
     node_pages: dict[int, dict[int, int]] = field(default_factory=dict)  # bytes -> count
-    packages: dict[int, frozenset[int]] = field(default_factory=dict)
+    packages: dict[int, frozenset[int]] = field(default_factory=dict)  # known os_index only
+    package_sets: set[frozenset[int]] = field(default_factory=set)  # every Package's cpuset
     dies: set[tuple[int, frozenset[int]]] = field(default_factory=set)
     cores: set[frozenset[int]] = field(default_factory=set)
     l3: set[frozenset[int]] = field(default_factory=set)
@@ -129,7 +142,11 @@ def _read_view(top: ET.Element) -> LstopoView:
                 int(p.get("size", "0")): int(p.get("count", "0")) for p in obj.findall("page_type")
             }
         elif kind == "Package":
-            view.packages[int(obj.get("os_index", "-1"))] = _parse_bitmap(obj.get("cpuset", ""))
+            cpus = _parse_bitmap(obj.get("cpuset", ""))
+            view.package_sets.add(cpus)
+            os_index = int(obj.get("os_index", "-1"))
+            if 0 <= os_index < 0xFFFFFFFF:  # hwloc's HWLOC_UNKNOWN_INDEX, or no attribute
+                view.packages[os_index] = cpus
         elif kind == "Die":
             pkg = next(a for a in reversed(ancestors) if a.get("type") == "Package")
             view.dies.add((int(pkg.get("os_index", "-1")), _parse_bitmap(obj.get("cpuset", ""))))
@@ -209,16 +226,17 @@ def views(
 
 # ---- what hwloc should conclude from a spec (hwloc's rules, not the kit's) ---------------
 def _hwloc_node_locality(spec: MachineSpec, node: int) -> frozenset[int]:
-    if node < spec.cpu_node_count:
+    cpuless = spec.cpuless_spec(node)
+    if cpuless is None:
         return spec.cpus_of_node(node)
-    cpuless = spec.cpuless_nodes[node - spec.cpu_node_count]
-    cpu_nodes = range(spec.cpu_node_count)
     if cpuless.initiators:
-        near = [m for m in cpu_nodes if spec.socket_of_node(m) == cpuless.socket]
-    else:
-        row = spec.distance_matrix()[node]
-        best = min(row[m] for m in cpu_nodes)
-        near = [m for m in cpu_nodes if row[m] == best]
+        near = [m for m in spec.cpu_node_ids if spec.socket_of_node(m) == cpuless.socket]
+    else:  # hwloc's fixup_cpuless_node_locality_from_distances: nearest of *all* other nodes
+        others = [m for m in spec.node_ids if m != node]
+        best = min(spec.distance(node, m) for m in others)
+        near = [m for m in others if spec.distance(node, m) == best]
+        if best <= spec.distance(node, node) or len(near) == len(others):
+            return frozenset()  # equally near everything: hwloc gives it no locality
     return frozenset().union(*(spec.cpus_of_node(m) for m in near))
 
 
@@ -234,7 +252,7 @@ def _root_function(spec: MachineSpec, address: str) -> PciSpec:
 def _hwloc_pci_nodes(spec: MachineSpec, address: str) -> frozenset[int]:
     """CPU nodes of the object hwloc hangs the function's PCI tree from."""
     local = spec.pci_local_cpus(_root_function(spec, address))
-    return frozenset(n for n in range(spec.cpu_node_count) if spec.cpus_of_node(n) & local)
+    return frozenset(n for n in spec.cpu_node_ids if spec.cpus_of_node(n) & local)
 
 
 def _spec_functions(spec: MachineSpec) -> dict[str, tuple[PciSpec, str | None, tuple[str, ...]]]:
@@ -260,7 +278,12 @@ def test_numa_nodes_and_their_pus(views, name: str) -> None:
 @pytest.mark.parametrize("name", list(ALL_SPECS), ids=list(ALL_SPECS))
 def test_packages_dies_cores_and_l3(views, name: str) -> None:
     spec, _, view = views[name]
-    assert view.packages == {s: spec.cpus_of_socket(s) for s in range(spec.sockets)}
+    sockets = {s: spec.cpus_of_socket(s) for s in range(spec.sockets)}
+    assert view.package_sets == set(sockets.values())
+    if spec.quirks.package_id_unknown:  # hwloc keeps the groups, without an os_index
+        assert view.packages == {}
+    else:
+        assert view.packages == sockets
     layout = [c for c in spec.cpu_layout() if c.online]
     cores = {
         frozenset(c.id for c in layout if c.core_index == k) for k in {c.core_index for c in layout}
@@ -291,12 +314,18 @@ def test_memory_and_hugepages(views, name: str) -> None:
 @pytest.mark.parametrize("name", list(ALL_SPECS), ids=list(ALL_SPECS))
 def test_distance_matrix(views, name: str) -> None:
     spec, _, view = views[name]
-    matrix = spec.distance_matrix()
     if spec.node_count == 1:
         assert view.distances in ({}, {(0, 0): 10})
         return
-    expected = {(a, b): matrix[a][b] for a in spec.node_ids for b in spec.node_ids}
+    if spec.quirks.no_node_distance:  # hwloc: no files, no matrix (the kernel means 10/20)
+        assert view.distances == {}
+        return
+    expected = {(a, b): spec.distance(a, b) for a in spec.node_ids for b in spec.node_ids}
     assert view.distances == expected
+
+
+def test_every_quirk_shape_is_checked_against_lstopo() -> None:
+    assert set(QUIRK_SHAPES) <= set(ALL_SPECS)
 
 
 def test_asymmetric_slit_survives(views) -> None:
@@ -350,14 +379,18 @@ def test_discovery_agrees_with_lstopo(views, name: str) -> None:
     from numa_pin.topology.discover import discover  # lazy: another area's module
 
     _, root, view = views[name]
-    topo = discover(root / "sys", root / "proc")
+    _assert_discovery_matches(discover(root / "sys", root / "proc"), view)
+
+
+def _assert_discovery_matches(topo: Topology, view: LstopoView) -> None:
     assert topo.node_ids == tuple(sorted(view.node_cpus))
     for node in topo.node_ids:
         own = topo.nodes[node].cpus
         if own:
             assert own == view.node_cpus[node], f"node {node}"
         else:  # CPU-less: hwloc attaches it to a CPU node's locality, never gives it PUs
-            assert _is_shared(view, node), f"node {node} has PUs in lstopo"
+            # (or, equally near every node, no locality at all: an empty cpuset)
+            assert _is_shared(view, node) or not view.node_cpus[node], f"node {node} has PUs"
         assert topo.nodes[node].memory_total_kb * 1024 == view.node_memory[node]
         totals = {hp.size_kb * 1024: hp.total for hp in topo.nodes[node].hugepages}
         for size, count in view.node_pages[node].items():
@@ -367,14 +400,21 @@ def test_discovery_agrees_with_lstopo(views, name: str) -> None:
     sockets = {
         s: frozenset(c.id for c in topo.cpus.values() if c.socket == s) for s in topo.sockets()
     }
-    assert sockets == view.packages
+    assert set(sockets.values()) == view.package_sets
+    if view.packages:  # hwloc knows the package ids: they must be the same
+        assert sockets == view.packages
+    else:  # ids unknown to hwloc (-1): numa-pin numbers packages by lowest CPU
+        lowest = [min(sockets[s]) for s in sorted(sockets)]
+        assert lowest == sorted(lowest)
     assert {c.siblings for c in topo.cpus.values()} == view.cores
     l3 = {frozenset(o.id for o in topo.cpus.values() if o.l3 == c.l3) for c in topo.cpus.values()}
     assert l3 == view.l3
     if len(topo.node_ids) > 1:
-        assert {
-            (a, b): topo.distance(a, b) for a in topo.node_ids for b in topo.node_ids
-        } == view.distances
+        got = {(a, b): topo.distance(a, b) for a in topo.node_ids for b in topo.node_ids}
+        if view.distances:
+            assert got == view.distances
+        else:  # no distance files: hwloc has no matrix, numa-pin the kernel's no-SLIT one
+            assert got == {(a, b): 10 if a == b else 20 for a, b in got}
 
 
 @pytest.mark.parametrize("name", list(PCI_SPECS), ids=list(PCI_SPECS))
@@ -382,7 +422,10 @@ def test_discovery_pci_agrees_with_lstopo(views, name: str) -> None:
     from numa_pin.topology.discover import discover  # lazy: another area's module
 
     _, root, view = views[name]
-    topo = discover(root / "sys", root / "proc")
+    _assert_discovery_pci_matches(discover(root / "sys", root / "proc"), view)
+
+
+def _assert_discovery_pci_matches(topo: Topology, view: LstopoView) -> None:
     assert {d.address for d in topo.pci_devices} == set(view.pci)
     pinned = 0
     for seen in view.pci.values():
@@ -395,3 +438,23 @@ def test_discovery_pci_agrees_with_lstopo(views, name: str) -> None:
             assert dev.numa_node == next(iter(seen.cpu_nodes)), seen.busid
             pinned += 1
     assert pinned > 0
+
+
+# ---- real machines: sysfs snapshots (tests/testing/snapshots/capture.py) ------------------
+SNAPSHOTS_DIR = Path(__file__).parent / "snapshots"
+SNAPSHOTS = sorted(p.name for p in SNAPSHOTS_DIR.iterdir() if (p / "sys").is_dir())
+
+
+@pytest.mark.parametrize("name", SNAPSHOTS, ids=SNAPSHOTS)
+def test_discovery_agrees_with_lstopo_on_a_real_snapshot(
+    lstopo: str, tmp_path: Path, name: str
+) -> None:
+    from numa_pin.topology.discover import discover  # lazy: another area's module
+
+    root = tmp_path / name
+    shutil.copytree(SNAPSHOTS_DIR / name, root, symlinks=True)
+    (root / "proc").mkdir()  # what lstopo needs to take the directory as a filesystem root
+    view = _read_view(_run_lstopo(lstopo, root))
+    topo = discover(SNAPSHOTS_DIR / name / "sys")
+    _assert_discovery_matches(topo, view)
+    _assert_discovery_pci_matches(topo, view)

@@ -24,9 +24,13 @@ from numa_pin.testing.machine import (
     expected_topology,
     kernel_mask,
 )
-from numa_pin.testing.shapes import SHAPES, gpu_uuid, shape
+from numa_pin.testing.shapes import QUIRK_SHAPES, SHAPES, gpu_uuid, shape
+from numa_pin.testing.spec import NUL_NODE_LISTS, NUL_SYSTEM, KernelQuirks
 
 NAMES = list(SHAPES)
+#: shapes whose files follow the kernel's tidy format (no :class:`KernelQuirks`); the
+#: quirky ones are checked by ``test_quirks_are_in_the_tree``
+TIDY = [n for n in NAMES if shape(n).quirks == KernelQuirks()]
 NODE = "devices/system/node"
 CPU = "devices/system/cpu"
 
@@ -98,7 +102,7 @@ def test_cpu_and_node_links_point_at_each_other(built, name: str) -> None:
 
 
 # ---- cpus and nodes --------------------------------------------------------------------
-@pytest.mark.parametrize("name", NAMES, ids=NAMES)
+@pytest.mark.parametrize("name", TIDY, ids=TIDY)
 def test_node_cpulists_partition_the_online_cpus(built, name: str) -> None:
     machine = built[name]
     sys_ = machine.sysfs_root
@@ -115,7 +119,7 @@ def test_node_cpulists_partition_the_online_cpus(built, name: str) -> None:
     assert has_cpu == {n for n in machine.spec.node_ids if machine.spec.cpus_of_node(n)}
 
 
-@pytest.mark.parametrize("name", NAMES, ids=NAMES)
+@pytest.mark.parametrize("name", TIDY, ids=TIDY)
 def test_topology_files_agree_with_each_other(built, name: str) -> None:
     sys_ = built[name].sysfs_root
     online = parse_list(_read(sys_ / CPU / "online"))
@@ -139,7 +143,7 @@ def test_topology_files_agree_with_each_other(built, name: str) -> None:
         assert cpu in parse_list(_read(t / "die_cpus_list"))
 
 
-@pytest.mark.parametrize("name", NAMES, ids=NAMES)
+@pytest.mark.parametrize("name", TIDY, ids=TIDY)
 def test_caches_are_shared_by_the_cpus_they_list(built, name: str) -> None:
     sys_ = built[name].sysfs_root
     online = parse_list(_read(sys_ / CPU / "online"))
@@ -158,7 +162,7 @@ def test_caches_are_shared_by_the_cpus_they_list(built, name: str) -> None:
         assert levels == [(1, "Data"), (1, "Instruction"), (2, "Unified"), (3, "Unified")]
 
 
-@pytest.mark.parametrize("name", NAMES, ids=NAMES)
+@pytest.mark.parametrize("name", TIDY, ids=TIDY)
 def test_distance_rows(built, name: str) -> None:
     machine = built[name]
     sys_ = machine.sysfs_root
@@ -167,10 +171,10 @@ def test_distance_rows(built, name: str) -> None:
         row = [int(x) for x in _read(sys_ / NODE / f"node{node}" / "distance").split()]
         assert len(row) == len(nodes)
         assert row[i] == 10
-        assert tuple(row) == machine.spec.distance_matrix()[node]
+        assert tuple(row) == machine.spec.distance_matrix()[i]
 
 
-@pytest.mark.parametrize("name", NAMES, ids=NAMES)
+@pytest.mark.parametrize("name", TIDY, ids=TIDY)
 def test_meminfo_and_hugepages(built, name: str) -> None:
     machine = built[name]
     spec = machine.spec
@@ -196,7 +200,7 @@ def test_meminfo_and_hugepages(built, name: str) -> None:
     assert int(meminfo["MemTotal"]) == total
 
 
-@pytest.mark.parametrize("name", NAMES, ids=NAMES)
+@pytest.mark.parametrize("name", TIDY, ids=TIDY)
 def test_proc_cpuinfo_matches_sysfs(built, name: str) -> None:
     machine = built[name]
     sys_ = machine.sysfs_root
@@ -481,3 +485,94 @@ def test_build_once_reuses_a_tree_per_spec(tmp_path: Path) -> None:
     other = build_once(replace(shape("laptop"), threads_per_core=1), tmp_path)
     assert other.root != first.root
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+# ---- quirks (issue 12): each one is really in the tree ----------------------------------
+def _raw(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def test_every_quirk_shape_is_a_named_shape() -> None:
+    assert set(QUIRK_SHAPES) <= set(SHAPES)
+
+
+def test_nul_bytes_after_the_newline_where_the_quirk_says(built) -> None:
+    sys_ = built["arm-nul-bytes"].sysfs_root
+    system = [p for p in (sys_ / "devices/system").rglob("*") if p.is_file() and not p.is_symlink()]
+    assert system and all(_raw(p).endswith(b"\n\0") for p in system)
+    assert _raw(sys_ / CPU / "cpu3/topology/core_id") == b"3\n\0"
+    assert not _raw(built["arm-nul-bytes"].pci_dir("0000:01:00.0") / "vendor").endswith(b"\0")
+    lists = built["x86-nul-node-lists"].sysfs_root / NODE
+    for name in ("online", "possible", "has_cpu", "has_normal_memory"):
+        assert _raw(lists / name).endswith(b"\n\0"), name
+    assert _raw(lists / "has_memory") == b"0-1\n"
+    assert _raw(lists / "node0/cpulist").endswith(b"\n")
+    assert shape("arm-nul-bytes").quirks.nul_after_newline == NUL_SYSTEM
+    assert shape("x86-nul-node-lists").quirks.nul_after_newline == NUL_NODE_LISTS
+
+
+def test_node_meminfo_with_only_memtotal(built) -> None:
+    machine = built["meminfo-total-only"]
+    for node in machine.spec.node_ids:
+        text = (machine.sysfs_root / NODE / f"node{node}/meminfo").read_text()
+        assert text.splitlines() == [f"Node {node} MemTotal:       {32 * 1024 * 1024:8d} kB"]
+
+
+def test_no_distance_files(built) -> None:
+    sys_ = built["no-node-distance"].sysfs_root
+    assert (sys_ / NODE / "node1/cpulist").exists()
+    assert not list((sys_ / NODE).glob("node*/distance"))
+
+
+def test_package_id_minus_one_with_package_lists(built) -> None:
+    machine = built["power-no-package-id"]
+    for cpu in machine.spec.online_cpus:
+        t = machine.sysfs_root / CPU / f"cpu{cpu}/topology"
+        assert _read(t / "physical_package_id") == "-1"
+        socket = 0 if cpu < 16 else 1
+        package = set(range(16 * socket, 16 * socket + 16))
+        assert parse_list(_read(t / "package_cpus_list")) == package
+
+
+def test_has_cpu_empty(built) -> None:
+    node = built["has-cpu-empty"].sysfs_root / NODE
+    assert _raw(node / "has_cpu") == b"\n"
+    assert _read(node / "node0/cpulist")
+
+
+def test_sparse_node_ids_and_their_distance_rows(built) -> None:
+    machine = built["sparse-node-ids"]
+    node = machine.sysfs_root / NODE
+    assert _read(node / "online") == "0,2,5"
+    assert sorted(p.name for p in node.glob("node*") if p.is_dir()) == ["node0", "node2", "node5"]
+    assert _read(node / "node5/distance") == "26 14 10"
+    assert _read(node / "node5/cpulist") == ""
+    assert _read(machine.pci_dir("0000:81:00.0") / "numa_node") == "2"
+
+
+def test_memoryless_node(built) -> None:
+    node = built["memoryless-node"].sysfs_root / NODE
+    assert _read(node / "has_memory") == "0,2" and _read(node / "has_cpu") == "0-1"
+    assert re.search(r"^Node 1 MemTotal:\s+0 kB$", (node / "node1/meminfo").read_text(), re.M)
+
+
+def test_hybrid_e_cores_share_a_cluster_and_an_l2(built) -> None:
+    sys_ = built["hybrid-pe"].sysfs_root
+    assert _read(sys_ / "devices/cpu_atom/cpus") == "16-23"
+    assert _read(sys_ / "devices/cpu_core/cpus") == "0-15"
+    for cpu in range(16, 24):
+        t = sys_ / CPU / f"cpu{cpu}"
+        cluster = set(range(16, 20)) if cpu < 20 else set(range(20, 24))
+        assert parse_list(_read(t / "topology/cluster_cpus_list")) == cluster
+        assert parse_list(_read(t / "topology/thread_siblings_list")) == {cpu}
+        assert parse_list(_read(t / "cache/index2/shared_cpu_list")) == cluster
+    assert parse_list(_read(sys_ / CPU / "cpu0/topology/thread_siblings_list")) == {0, 1}
+
+
+def test_arm_clusters_of_four_cores(built) -> None:
+    sys_ = built["arm-nul-bytes"].sysfs_root
+    clusters = {
+        int(_raw(sys_ / CPU / f"cpu{cpu}/topology/cluster_id").rstrip(b"\n\0"))
+        for cpu in range(16)
+    }
+    assert len(clusters) == 4

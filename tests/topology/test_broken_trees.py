@@ -46,7 +46,7 @@ CASES = [
         f"{NODE}/node0/meminfo",
     ),
     (
-        lambda f: f.write(f"{NODE}/node0/meminfo", "Node 0 MemTotal: 10 kB"),
+        lambda f: f.write(f"{NODE}/node0/meminfo", "Node 0 MemFree: 10 kB"),
         SysfsError,
         f"{NODE}/node0/meminfo",
     ),
@@ -182,7 +182,7 @@ IDS = [
     "node-cpulist-missing",
     "node-cpulist-garbage",
     "meminfo-garbage",
-    "meminfo-no-memfree",
+    "meminfo-no-memtotal",
     "meminfo-missing",
     "distance-too-short",
     "distance-too-long",

@@ -2,12 +2,14 @@
 
 ``--sysfs-root`` defaults to ``/sys``. ``--proc-root`` defaults to ``/proc`` only when the
 sysfs root is the default one: a fake sysfs tree is never mixed with the live ``/proc``.
+Either root may be relative to the current directory.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from numa_pin.cli.main import write_out
 
@@ -43,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from numa_pin.topology.render import render_text, to_json_dict
 
     proc_root = args.proc_root
-    if proc_root is None and args.sysfs_root == DEFAULT_SYSFS_ROOT:
+    if proc_root is None and os.path.normpath(args.sysfs_root) == DEFAULT_SYSFS_ROOT:
         proc_root = DEFAULT_PROC_ROOT
     topology = discover(args.sysfs_root, proc_root)
     if args.json:

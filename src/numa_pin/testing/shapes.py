@@ -24,6 +24,7 @@ from numa_pin.testing.machine import (
     PciSpec,
     VfSpec,
 )
+from numa_pin.testing.spec import NUL_NODE_LISTS, NUL_SYSTEM, KernelQuirks
 
 _GPU_UUID_NS = uuid.UUID("6f1c3a52-2d0e-4c7e-9a0b-6e756d612d70")
 
@@ -358,6 +359,248 @@ def big_64node() -> MachineSpec:
     )
 
 
+# ---- what real kernels and firmware do (issue 12) ------------------------------------------
+def arm_nul_bytes() -> MachineSpec:
+    """An ARM server (5.15 kernel): every text file under ``devices/system`` ends ``\\n\\0``.
+
+    One socket, 2 nodes of 8 cores, no SMT, siblings numbered adjacently; every 4 cores share
+    a ``cluster_id`` (and ``cluster_cpus``), the L3 spans the socket. A NIC on node 1.
+    """
+    return MachineSpec(
+        name="arm-nul-bytes",
+        sockets=1,
+        nodes_per_socket=2,
+        cores_per_node=8,
+        threads_per_core=1,
+        sibling_layout="adjacent",
+        cores_per_cluster=4,
+        same_socket_distance=20,
+        memory_kb=64 * GIB_KB,
+        hugepages={2048: (64, 64)},
+        model_name="Ampere Altra Q80-30 (cpuinfo in x86 layout)",
+        quirks=KernelQuirks(nul_after_newline=NUL_SYSTEM),
+        pci=(
+            PciSpec(
+                "0000:01:00.0",
+                "0x15b3",
+                "0x1017",
+                CLASS_ETHERNET,
+                1,
+                driver="mlx5_core",
+                netdevs=("enP1p1s0f0",),
+            ),
+        ),
+    )
+
+
+def x86_nul_node_lists() -> MachineSpec:
+    """``intel-2s-ht`` on an older x86 kernel: ``node/online``, ``possible``, ``has_cpu``
+    and ``has_normal_memory`` end with ``\\n\\0``."""
+    return replace(
+        intel_2s_ht(),
+        name="x86-nul-node-lists",
+        quirks=KernelQuirks(nul_after_newline=NUL_NODE_LISTS),
+    )
+
+
+def meminfo_total_only() -> MachineSpec:
+    """``intel-2s-snc2`` whose ``nodeN/meminfo`` files hold only the ``MemTotal`` line."""
+    return replace(
+        intel_2s_snc2(),
+        name="meminfo-total-only",
+        quirks=KernelQuirks(node_meminfo_total_only=True),
+    )
+
+
+def no_node_distance() -> MachineSpec:
+    """Two sockets, one node each, and no ``nodeN/distance`` file at all.
+
+    The firmware's SLIT would say 10/20, the kernel's own default without one.
+    """
+    return MachineSpec(
+        name="no-node-distance",
+        sockets=2,
+        cores_per_node=4,
+        threads_per_core=2,
+        remote_distance=20,
+        memory_kb=32 * GIB_KB,
+        quirks=KernelQuirks(no_node_distance=True),
+    )
+
+
+def sparse_node_ids() -> MachineSpec:
+    """Two sockets whose nodes are numbered 0 and 2, and a CPU-less CXL node 5.
+
+    SLIT 10 local, 21 across sockets; node 5 is 14 from node 2 (its socket) and 26 from
+    node 0. A NIC on node 2.
+    """
+    return MachineSpec(
+        name="sparse-node-ids",
+        sockets=2,
+        cores_per_node=4,
+        threads_per_core=2,
+        memory_kb=32 * GIB_KB,
+        hugepages={2048: (32, 32)},
+        cpuless_nodes=(CpulessNodeSpec(memory_kb=64 * GIB_KB, socket=1),),
+        node_numbers=(0, 2, 5),
+        pci=(
+            PciSpec(
+                "0000:81:00.0",
+                "0x8086",
+                "0x1592",
+                CLASS_ETHERNET,
+                2,
+                driver="ice",
+                netdevs=("ens81f0",),
+            ),
+        ),
+    )
+
+
+def memoryless_node() -> MachineSpec:
+    """One socket, node 0 with CPUs and memory, node 1 with CPUs and *no* memory (an
+    unpopulated channel), and node 2 with memory and no CPUs.
+
+    ``has_memory`` is ``0,2``, ``has_cpu`` ``0-1``.
+    """
+    return MachineSpec(
+        name="memoryless-node",
+        sockets=1,
+        nodes_per_socket=2,
+        cores_per_node=4,
+        threads_per_core=2,
+        memory_kb=(32 * GIB_KB, 0),
+        hugepages=({2048: (64, 64)}, {}),
+        cpuless_nodes=(CpulessNodeSpec(memory_kb=64 * GIB_KB, socket=0),),
+    )
+
+
+def power_no_package_id() -> MachineSpec:
+    """A POWER9-like machine without ``ibm,chip-id``: ``physical_package_id`` is -1 on every
+    CPU, while ``package_cpus`` still groups each chip.
+
+    Two chips, one node each, 4 cores x SMT4 numbered adjacently (0-3 is one core). Core ids
+    restart at 0 on each chip, so (package, core) alone no longer tells the cores apart.
+    """
+    return MachineSpec(
+        name="power-no-package-id",
+        sockets=2,
+        cores_per_node=4,
+        threads_per_core=4,
+        sibling_layout="adjacent",
+        remote_distance=40,
+        memory_kb=64 * GIB_KB,
+        l3_scope="node",
+        model_name="POWER9, altivec supported (cpuinfo in x86 layout)",
+        quirks=KernelQuirks(package_id_unknown=True),
+    )
+
+
+def pci_numa_node_unknown() -> MachineSpec:
+    """Two sockets, firmware without PCI proximity: ``numa_node`` is -1 on every function.
+
+    * GPU ``0000:17:00.0``: ``local_cpulist`` every CPU: its node is unknown;
+    * NIC ``0000:b1:00.0``: ``local_cpulist`` node 1's CPUs: node 1;
+    * NVMe ``0000:65:00.0`` behind root port ``0000:64:01.0`` (``local_cpulist`` node 0).
+    """
+    base = MachineSpec(
+        name="pci-numa-node-unknown",
+        sockets=2,
+        cores_per_node=4,
+        threads_per_core=2,
+        memory_kb=32 * GIB_KB,
+    )
+    node0, node1 = (format_list(base.cpus_of_node(n)) for n in (0, 1))
+    return replace(
+        base,
+        pci=(
+            PciSpec(
+                "0000:17:00.0",
+                "0x10de",
+                "0x20b2",
+                CLASS_3D,
+                -1,
+                driver="nvidia",
+                gpu_uuid=gpu_uuid(100),
+                gpu_minor=0,
+            ),
+            PciSpec(
+                "0000:b1:00.0",
+                "0x8086",
+                "0x1592",
+                CLASS_ETHERNET,
+                -1,
+                driver="ice",
+                netdevs=("ens6f0",),
+                local_cpulist=node1,
+            ),
+            PciSpec(
+                "0000:64:01.0",
+                "0x8086",
+                "0x347a",
+                CLASS_PCI_BRIDGE,
+                -1,
+                driver="pcieport",
+                local_cpulist=node0,
+            ),
+            PciSpec(
+                "0000:65:00.0",
+                "0x144d",
+                "0xa80a",
+                CLASS_NVME,
+                -1,
+                driver="nvme",
+                parent="0000:64:01.0",
+                local_cpulist=node0,
+            ),
+        ),
+    )
+
+
+def offline_smt() -> MachineSpec:
+    """``intel-2s-ht`` booted with SMT siblings offline (CPUs 16-31): each core has one
+    online thread, ``thread_siblings_list`` of an online CPU names only itself."""
+    return replace(intel_2s_ht(), name="offline-smt", offline_cpus=frozenset(range(16, 32)))
+
+
+def hybrid_pe() -> MachineSpec:
+    """An Alder Lake-like hybrid part: 8 P cores x 2 threads (CPUs 0-15, siblings adjacent)
+    and 8 single-threaded E cores (CPUs 16-23) in 2 clusters of 4 sharing an L2."""
+    return MachineSpec(
+        name="hybrid-pe",
+        sockets=1,
+        cores_per_node=8,
+        threads_per_core=2,
+        sibling_layout="adjacent",
+        e_cores_per_node=8,
+        memory_kb=32 * GIB_KB,
+        model_name="12th Gen Intel(R) Core(TM) i9-12900K",
+    )
+
+
+def two_die_snc() -> MachineSpec:
+    """A Cascade Lake-AP-like part: 2 sockets of 2 dies, each die its own node (4 nodes),
+    ``die_id`` 0/1 inside each package; the L3 is per die (node)."""
+    return MachineSpec(
+        name="two-die-snc",
+        sockets=2,
+        nodes_per_socket=2,
+        dies_per_socket=2,
+        cores_per_node=4,
+        threads_per_core=2,
+        same_socket_distance=12,
+        remote_distance=21,
+        l3_scope="node",
+        memory_kb=32 * GIB_KB,
+        model_name="Intel(R) Xeon(R) Platinum 9282 CPU @ 2.60GHz",
+    )
+
+
+def has_cpu_empty() -> MachineSpec:
+    """``intel-2s-snc2`` whose ``node/has_cpu`` is empty although every node lists CPUs."""
+    return replace(intel_2s_snc2(), name="has-cpu-empty", quirks=KernelQuirks(has_cpu_empty=True))
+
+
 SHAPES: dict[str, Callable[[], MachineSpec]] = {
     "laptop": laptop,
     "intel-2s-ht": intel_2s_ht,
@@ -366,7 +609,35 @@ SHAPES: dict[str, Callable[[], MachineSpec]] = {
     "gpu8-sriov": gpu8_sriov,
     "cpuless-memory-node": cpuless_memory_node,
     "big-64node": big_64node,
+    "arm-nul-bytes": arm_nul_bytes,
+    "x86-nul-node-lists": x86_nul_node_lists,
+    "meminfo-total-only": meminfo_total_only,
+    "no-node-distance": no_node_distance,
+    "sparse-node-ids": sparse_node_ids,
+    "memoryless-node": memoryless_node,
+    "power-no-package-id": power_no_package_id,
+    "pci-numa-node-unknown": pci_numa_node_unknown,
+    "offline-smt": offline_smt,
+    "hybrid-pe": hybrid_pe,
+    "two-die-snc": two_die_snc,
+    "has-cpu-empty": has_cpu_empty,
 }
+
+#: the shapes that reproduce a real kernel's or firmware's quirk (issue 12)
+QUIRK_SHAPES: tuple[str, ...] = (
+    "arm-nul-bytes",
+    "x86-nul-node-lists",
+    "meminfo-total-only",
+    "no-node-distance",
+    "sparse-node-ids",
+    "memoryless-node",
+    "power-no-package-id",
+    "pci-numa-node-unknown",
+    "offline-smt",
+    "hybrid-pe",
+    "two-die-snc",
+    "has-cpu-empty",
+)
 
 
 def shape(name: str) -> MachineSpec:
@@ -388,6 +659,7 @@ __all__ = [
     "AMD_NPS4_DISTANCES",
     "CPULESS_DISTANCES",
     "GPU8_ROOT_BUSES",
+    "QUIRK_SHAPES",
     "SHAPES",
     "amd_nps4_8node",
     "big_64node",

@@ -123,13 +123,16 @@ def cached_discover(
 ) -> Topology:
     """:func:`~numa_pin.topology.discover.discover`, through the cache in ``cache_dir``.
 
-    Without a cache dir this is plain discovery. Raises what discovery raises.
+    Without a cache dir this is plain discovery. Relative roots are made absolute first (the
+    cache is keyed by the tree). Raises what discovery raises.
     """
     from numa_pin.topology.discover import discover
 
     if not cache_dir:
         return discover(sysfs_root, proc_root)
-    sysfs_root = os.fspath(sysfs_root)
+    # one entry per tree: a relative root names another tree from another directory
+    sysfs_root = os.path.abspath(sysfs_root)
+    proc_root = None if proc_root is None else os.path.abspath(proc_root)
     now = time.time() if now is None else now
     fp = fingerprint(sysfs_root, proc_root)
     path = os.path.join(cache_dir, "topology-" + hashlib.sha256(sysfs_root.encode()).hexdigest()[:16] + ".json")

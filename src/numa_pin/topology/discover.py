@@ -6,20 +6,35 @@ live machine, ``discover(tmp_path)`` reads a test tree.
 
 Sources (paths relative to the sysfs root):
 
-* ``devices/system/node/online`` (else the ``nodeN`` directories): online NUMA nodes;
-  per node ``cpulist``, ``distance``, ``meminfo`` (``MemTotal``/``MemFree``) and
-  ``hugepages/hugepages-<size>kB/{nr_hugepages,free_hugepages}``.
+* ``devices/system/node/online`` (else the ``nodeN`` directories): online NUMA nodes, whose
+  ids may be sparse; per node ``cpulist`` (may be empty: a CPU-less node), ``distance``,
+  ``meminfo`` (``MemTotal`` may be 0: a memory-less node) and
+  ``hugepages/hugepages-<size>kB/{nr_hugepages,free_hugepages}``. ``has_cpu``,
+  ``has_memory`` and ``has_normal_memory`` are not read: some kernels leave ``has_cpu``
+  empty although nodes list CPUs.
 * ``devices/system/cpu/online``: online CPUs (a CPU whose ``cpuN/online`` reads 0 is
   dropped too); per CPU ``topology/{physical_package_id,die_id,core_id,
-  thread_siblings_list,cluster_id}`` and the level-3 entry of ``cache/indexN``.
+  thread_siblings_list,cluster_id}`` (``package_cpus_list`` or ``core_siblings_list`` when
+  the package id is unknown) and the level-3 entry of ``cache/indexN``.
+
+What is required is what a decision needs: the CPU and node lists, each node's ``MemTotal``,
+each online CPU's ``core_id`` and ``thread_siblings_list``. Anything else that is missing has
+a fallback; a file that is present but garbage is always an error naming it.
 
 Fallbacks (each is documented in ``docs/topology.md``):
 
 * no ``devices/system/node`` directory (kernel built without NUMA): one node 0 holding
   every online CPU, distance row ``(10,)``, memory from ``<proc_root>/meminfo`` when a
   proc root is given (else 0), hugepages from ``kernel/mm/hugepages``;
-* ``die_id`` missing or negative -> 0; ``physical_package_id`` negative -> 0;
-  ``cluster_id`` missing, negative or 65535 (the kernel's "unknown") -> ``None``;
+* no ``nodeN/distance`` file -> what the kernel uses without a SLIT: 10 to itself, 20 to
+  every other node;
+* no ``MemFree`` line in ``nodeN/meminfo`` -> free memory unknown (``None``); no decision
+  uses it (kubelet's memory manager works from capacity);
+* ``die_id`` missing or negative -> 0; ``cluster_id`` missing, negative or 65535 (the
+  kernel's "unknown") -> ``None``;
+* ``physical_package_id`` -1 (POWER without ``ibm,chip-id``) -> one socket per distinct
+  ``package_cpus_list`` (else ``core_siblings_list``), numbered by lowest CPU after the
+  known package ids; without either list, socket 0;
 * L3 ``id`` missing -> the lowest CPU of that cache's ``shared_cpu_list``; no level-3
   cache -> ``None``;
 * a CPU absent from every node ``cpulist`` -> the node of its ``cpuN/nodeM`` link.
@@ -29,6 +44,8 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
+from pathlib import PurePath
 
 from numa_pin.errors import SysfsError, TopologyError
 from numa_pin.topology.model import Cpu, HugePages, NumaNode, Topology
@@ -40,8 +57,12 @@ CPU_DIR = "devices/system/cpu"
 GLOBAL_HUGEPAGES_DIR = "kernel/mm/hugepages"
 #: SLIT distance of a node to itself; the only row a non-NUMA machine has
 LOCAL_DISTANCE = 10
+#: what the kernel uses between two different nodes when firmware gives no SLIT
+REMOTE_DISTANCE = 20
 #: ``cluster_id`` value x86 kernels print when the cluster is unknown (BAD_APICID)
 _UNKNOWN_CLUSTER = 0xFFFF
+#: per-CPU lists naming the CPUs of its package, newest name first
+_PACKAGE_LISTS = ("package_cpus_list", "core_siblings_list")
 
 _NODE_RE = re.compile(r"node(\d+)")
 _INDEX_RE = re.compile(r"index(\d+)")
@@ -107,7 +128,36 @@ def read_cpus(
     that belongs to no node (or whose ``nodeN`` link is ambiguous).
     """
     node_of = _cpu_to_node(reader, nodes)
-    return {cpu: _read_cpu(reader, cpu, online, nodes, node_of) for cpu in sorted(online)}
+    cpus = {cpu: _read_cpu(reader, cpu, online, nodes, node_of) for cpu in sorted(online)}
+    return _number_unknown_packages(reader, cpus)
+
+
+def _number_unknown_packages(reader: SysfsReader, cpus: dict[int, Cpu]) -> dict[int, Cpu]:
+    """Give CPUs whose ``physical_package_id`` is negative (read as -1) a socket: one per
+    distinct package CPU list, numbered by lowest CPU after the highest known id."""
+    unknown = [cpu for cpu in cpus.values() if cpu.socket < 0]
+    if not unknown:
+        return cpus
+    groups: dict[int, frozenset[int]] = {}
+    for cpu in unknown:
+        groups[cpu.id] = _package_list(reader, cpu.id) or frozenset({-1})
+    first = max((c.socket for c in cpus.values()), default=-1) + 1
+    order = sorted(set(groups.values()), key=min)
+    number = {group: first + i for i, group in enumerate(order)}
+    out = dict(cpus)
+    for cpu in unknown:
+        group = groups[cpu.id]
+        socket = 0 if group == frozenset({-1}) and first == 0 else number[group]
+        out[cpu.id] = replace(cpu, socket=socket)
+    return out
+
+
+def _package_list(reader: SysfsReader, cpu: int) -> frozenset[int] | None:
+    topo = f"{CPU_DIR}/cpu{cpu}/topology"
+    for name in _PACKAGE_LISTS:
+        if reader.exists(f"{topo}/{name}"):
+            return reader.read_list(f"{topo}/{name}")
+    return None
 
 
 def _read_cpu(
@@ -119,7 +169,7 @@ def _read_cpu(
 ) -> Cpu:
     base = f"{CPU_DIR}/cpu{cpu}"
     topo = f"{base}/topology"
-    socket = max(reader.read_int(f"{topo}/physical_package_id"), 0)
+    socket = max(reader.read_int(f"{topo}/physical_package_id"), -1)  # -1: numbered later
     die = max(reader.read_int(f"{topo}/die_id"), 0) if reader.exists(f"{topo}/die_id") else 0
     core_path = f"{topo}/core_id"
     core = reader.read_int(core_path)
@@ -258,10 +308,14 @@ def _read_node(
 
 def _read_distance_row(reader: SysfsReader, rel: str, ids: tuple[int, ...]) -> tuple[int, ...]:
     full = reader.path(rel)
+    if not reader.exists(rel):
+        nid = int(PurePath(rel).parent.name.removeprefix("node"))
+        return tuple(LOCAL_DISTANCE if other == nid else REMOTE_DISTANCE for other in ids)
+    text = reader.read_str(rel)
     try:
-        row = parse_int_row(reader.read_str(rel))
+        row = parse_int_row(text)
     except ValueError as exc:
-        raise SysfsError(full, f"garbage content: {exc}") from None
+        raise SysfsError(full, f"garbage content: {exc}") from exc
     if len(row) != len(ids):
         raise SysfsError(
             full,
@@ -273,16 +327,19 @@ def _read_distance_row(reader: SysfsReader, rel: str, ids: tuple[int, ...]) -> t
     return row
 
 
-def _read_meminfo(reader: SysfsReader, rel: str) -> tuple[int, int]:
+def _read_meminfo(reader: SysfsReader, rel: str) -> tuple[int, int | None]:
+    """``(MemTotal, MemFree)`` in kB; MemFree is None when the file has no such line."""
     full = reader.path(rel)
+    text = reader.read_str(rel)
     try:
-        info = parse_meminfo(reader.read_str(rel))
+        info = parse_meminfo(text)
     except ValueError as exc:
-        raise SysfsError(full, f"garbage content: {exc}") from None
-    for key in ("MemTotal", "MemFree"):
-        if key not in info:
-            raise SysfsError(full, f"no {key} line")
-    return info["MemTotal"], info["MemFree"]
+        raise SysfsError(full, f"garbage content: {exc}") from exc
+    if "MemTotal" not in info:
+        raise SysfsError(
+            full, "no MemTotal line (expected '[Node N] MemTotal: <kB> kB': the node's capacity)"
+        )
+    return info["MemTotal"], info.get("MemFree")
 
 
 def read_hugepages(reader: SysfsReader, rel: str) -> tuple[HugePages, ...]:
@@ -311,7 +368,8 @@ def read_hugepages(reader: SysfsReader, rel: str) -> tuple[HugePages, ...]:
 def _single_node(
     reader: SysfsReader, online_cpus: frozenset[int], proc: SysfsReader | None
 ) -> NumaNode:
-    total = free = 0
+    total: int = 0
+    free: int | None = 0
     if proc is not None:
         total, free = _read_meminfo(proc, "meminfo")
     return NumaNode(

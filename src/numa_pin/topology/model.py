@@ -38,7 +38,7 @@ class NumaNode:
     id: int
     cpus: frozenset[int]
     memory_total_kb: int
-    memory_free_kb: int
+    memory_free_kb: int | None  # None: the kernel did not say (no MemFree line)
     distances: tuple[int, ...]
     hugepages: tuple[HugePages, ...] = ()
 

@@ -30,6 +30,8 @@ PCI_DEVICES_DIR = "bus/pci/devices"
 NVIDIA_INFO = "driver/nvidia/gpus/{address}/information"
 
 _VIRTFN_RE = re.compile(r"virtfn(\d+)")
+#: child devices that hold a function's network interface (virtio-net: ``virtioN/net``)
+_NET_PARENT_RE = re.compile(r"virtio\d+")
 
 
 def is_pci_address(name: str) -> bool:
@@ -155,7 +157,8 @@ def read_device(
     """Read one PCI function ``address`` (an entry of ``bus/pci/devices``).
 
     Required: the entry link, ``vendor``, ``device``, ``class``. Optional, with their
-    fallbacks: ``driver`` link (None), ``iommu_group`` link (None), ``net/`` (no netdevs),
+    fallbacks: ``driver`` link (None), ``iommu_group`` link (None), ``net/`` and
+    ``virtioN/net/`` (no netdevs),
     ``sriov_totalvfs``/``sriov_numvfs`` (None), ``virtfnN`` links (no VFs), ``physfn``
     link (None), ``numa_node`` (-1, then the locality fallbacks), ``local_cpulist``
     (empty), NVIDIA ``information`` (UUID and minor None). Raises SysfsError naming the
@@ -174,7 +177,7 @@ def read_device(
         driver=_optional_link_name(reader, dev / "driver"),
         iommu_group=_iommu_group(reader, dev),
         kind=classify(pci_class),
-        netdevs=tuple(reader.listdir(dev / "net")) if reader.is_dir(dev / "net") else (),
+        netdevs=_netdevs(reader, dev),
         physfn=_optional_link_name(reader, dev / "physfn"),
         vfs=_virtfns(reader, dev),
         sriov_totalvfs=_optional_int(reader, dev / "sriov_totalvfs"),
@@ -184,6 +187,15 @@ def read_device(
         gpu_uuid=gpu_uuid,
         gpu_minor=gpu_minor,
     )
+
+
+def _netdevs(reader: SysfsReader, dev: Path) -> tuple[str, ...]:
+    """Interface names under ``net/``, and under ``virtioN/net/`` for virtio-net functions."""
+    names: list[str] = []
+    for parent in (dev, *(dev / n for n in reader.listdir(dev) if _NET_PARENT_RE.fullmatch(n))):
+        if reader.is_dir(parent / "net"):
+            names.extend(reader.listdir(parent / "net"))
+    return tuple(sorted(names))
 
 
 def _optional_link_name(reader: SysfsReader, path: Path) -> str | None:

@@ -105,9 +105,8 @@ def render_text(topology: Topology) -> str:
         lines.append("")
         lines.append(f"NUMA node {n}")
         lines.extend(_node_cpu_lines(topology, node, multi_socket, multi_die))
-        lines.append(
-            f"  memory: {_kb(node.memory_total_kb)} total, {_kb(node.memory_free_kb)} free"
-        )
+        free = "unknown" if node.memory_free_kb is None else _kb(node.memory_free_kb)
+        lines.append(f"  memory: {_kb(node.memory_total_kb)} total, {free} free")
         lines.append(f"  hugepages: {_hugepages_text(node)}")
         lines.extend(_device_lines(topology.devices_on_node(n), "  devices:"))
     orphans = tuple(d for d in topology.pci_devices if d.numa_node is None)

@@ -5,6 +5,11 @@
 :class:`numa_pin.errors.SysfsError` carrying the *full* path of the file involved, so the
 one line a user sees says which file to look at.
 
+Text is read the way the kernel means it, not byte for byte: surrounding whitespace and NUL
+bytes are dropped (some kernels end files with ``"\\n\\0"``: ARM 5.15 on most topology
+files, older x86 on ``node/online``, ``possible``, ``has_cpu``, ``has_normal_memory``).
+Relative roots are fine: a path is joined to the root once.
+
 The parsing helpers at the bottom (:func:`parse_int`, :func:`parse_meminfo`, ...) are
 pure functions over text; they raise :class:`ValueError` and the reader wraps that into a
 ``SysfsError`` naming the file.
@@ -15,6 +20,7 @@ from __future__ import annotations
 import errno as errno_mod
 import os
 import re
+import string
 from collections.abc import Callable
 from pathlib import Path, PurePath
 from typing import TypeVar
@@ -27,6 +33,8 @@ PathArg = str | PurePath
 T = TypeVar("T")
 
 _HEX_RE = re.compile(r"0x[0-9a-fA-F]+")
+#: what surrounds a value in a sysfs file: whitespace and, on some kernels, NUL bytes
+_BLANK = string.whitespace + "\0"
 _MEMINFO_RE = re.compile(r"^(?:Node\s+\d+\s+)?([A-Za-z0-9_()]+):\s+(\d+)(?:\s+kB)?$")
 
 
@@ -72,23 +80,15 @@ class SysfsReader:
         try:
             return sorted(os.listdir(full))
         except OSError as exc:
-            raise _os_error(full, exc) from None
+            raise _os_error(full, exc) from exc
 
     # ---- reads ---------------------------------------------------------------------
     def read_str(self, rel: PathArg) -> str:
-        """The file's text with surrounding whitespace removed.
+        """The file's text with surrounding whitespace and NUL bytes removed.
 
         Raises SysfsError when missing, unreadable, a directory, or not UTF-8 text.
         """
-        full = self.path(rel)
-        try:
-            data = full.read_bytes()
-        except OSError as exc:
-            raise _os_error(full, exc) from None
-        try:
-            return data.decode("utf-8").strip()
-        except UnicodeDecodeError:
-            raise SysfsError(full, "garbage content: not UTF-8 text") from None
+        return _read_text(self.path(rel))
 
     def read_int(self, rel: PathArg, base: int = 10) -> int:
         """The file's content as one integer (``base`` 10, or 16 / 0 for ``0x`` values).
@@ -96,7 +96,7 @@ class SysfsReader:
         Raises SysfsError when the file cannot be read or is not exactly one integer.
         """
         full = self.path(rel)
-        return _parsed(full, lambda t: parse_int(t, base), self.read_str(full))
+        return _parsed(full, lambda t: parse_int(t, base), _read_text(full))
 
     def read_list(self, rel: PathArg) -> frozenset[int]:
         """The file's kernel list (``"0-3,8"``); an empty file is the empty set.
@@ -104,7 +104,7 @@ class SysfsReader:
         Raises SysfsError when the file cannot be read or the list does not parse.
         """
         full = self.path(rel)
-        return _parsed(full, cpuset.parse_list, self.read_str(full))
+        return _parsed(full, _expecting(cpuset.parse_list, "a list like '0-3,8'"), _read_text(full))
 
     def read_mask(self, rel: PathArg) -> frozenset[int]:
         """The file's comma-grouped hex mask (``"ff,ffffffff"``).
@@ -112,7 +112,9 @@ class SysfsReader:
         Raises SysfsError when the file cannot be read or the mask does not parse.
         """
         full = self.path(rel)
-        return _parsed(full, cpuset.parse_mask, self.read_str(full))
+        return _parsed(
+            full, _expecting(cpuset.parse_mask, "a mask like 'ff,00000001'"), _read_text(full)
+        )
 
     def read_hex_str(self, rel: PathArg) -> str:
         """A ``0x``-prefixed hex string kept as text (PCI ``vendor``, ``device``, ``class``).
@@ -120,7 +122,7 @@ class SysfsReader:
         Raises SysfsError when the file cannot be read or does not hold ``0x<hex>``.
         """
         full = self.path(rel)
-        text = self.read_str(full)
+        text = _read_text(full)
         if not _HEX_RE.fullmatch(text):
             raise SysfsError(full, f"garbage content: expected 0x<hex>, got {_show(text)}")
         return text.lower()
@@ -135,8 +137,8 @@ class SysfsReader:
             os.readlink(full)
         except OSError as exc:
             if exc.errno == errno_mod.EINVAL:
-                raise SysfsError(full, "not a symlink", exc.errno) from None
-            raise _os_error(full, exc) from None
+                raise SysfsError(full, "not a symlink", exc.errno) from exc
+            raise _os_error(full, exc) from exc
         target = Path(os.path.realpath(full))
         if not target.exists():
             raise SysfsError(full, f"dangling symlink (target {target} does not exist)")
@@ -209,11 +211,34 @@ def parse_key_values(text: str, *, strict: bool = True) -> dict[str, str]:
     return out
 
 
+def _read_text(full: Path) -> str:
+    try:
+        data = full.read_bytes()
+    except OSError as exc:
+        raise _os_error(full, exc) from exc
+    try:
+        return data.decode("utf-8").strip(_BLANK)
+    except UnicodeDecodeError as exc:
+        raise SysfsError(full, "garbage content: not UTF-8 text") from exc
+
+
+def _expecting(parse: Callable[[str], T], expected: str) -> Callable[[str], T]:
+    """``parse`` whose ValueError also says what the file should have held."""
+
+    def checked(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (expected {expected})") from exc
+
+    return checked
+
+
 def _parsed(full: Path, parse: Callable[[str], T], text: str) -> T:
     try:
         return parse(text)
     except ValueError as exc:
-        raise SysfsError(full, f"garbage content: {exc}") from None
+        raise SysfsError(full, f"garbage content: {exc}") from exc
 
 
 def _os_error(full: Path, exc: OSError) -> SysfsError:

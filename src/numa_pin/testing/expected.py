@@ -1,0 +1,120 @@
+"""What discovery should read back from a built spec: an oracle for discovery tests.
+
+:func:`expected_topology` states the kit's promise as numa-pin's own model; hwloc's ``lstopo``
+(``tests/testing/test_lstopo_oracle.py``) checks the same trees independently.
+"""
+
+from __future__ import annotations
+
+from numa_pin.testing.spec import MachineSpec
+from numa_pin.topology.model import Cpu, HugePages, NumaNode, PciDevice, Topology
+
+
+def pci_kind(pci_class: str) -> str:
+    """The device kind numa-pin's discovery gives a class string (one definition, in
+    :func:`numa_pin.topology.pci.classify`)."""
+    from numa_pin.topology.pci import classify
+
+    return classify(pci_class)
+
+
+def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
+    """The :class:`Topology` the spec describes (an oracle for discovery tests).
+
+    Node ``distances`` are rows of :meth:`MachineSpec.distance_matrix`; CPUs are the online
+    ones; ``Cpu.core`` is the package-relative ``core_id``; ``Cpu.l3`` the machine-wide L3 id;
+    ``Cpu.cluster`` the ``cluster_id`` (:attr:`CpuLayout.cluster`); PCI ``numa_node``
+    follows :meth:`MachineSpec.pci_expected_node`, VFs inheriting their PF's. IOMMU groups
+    are the ones :func:`build` assigns.
+
+    Quirks read back as the kernel would have meant them: ``physical_package_id`` -1 still
+    gives one socket per package (numbered by lowest CPU), a missing ``distance`` file the
+    kernel's no-SLIT default (10 local, 20 remote), a ``meminfo`` without ``MemFree`` an
+    unknown (None) free memory.
+    """
+    quirks = spec.quirks
+    matrix = spec.distance_matrix()
+    nodes: dict[int, NumaNode] = {}
+    for pos, n in enumerate(spec.node_ids):
+        declared = spec.node_hugepages(n)
+        hps = tuple(HugePages(size, *declared.get(size, (0, 0))) for size in spec.hugepage_sizes())
+        nodes[n] = NumaNode(
+            id=n,
+            cpus=spec.cpus_of_node(n),
+            memory_total_kb=spec.node_memory_kb(n),
+            memory_free_kb=None if quirks.node_meminfo_total_only else spec.node_memory_free_kb(n),
+            distances=_no_slit_row(spec, n) if quirks.no_node_distance else matrix[pos],
+            hugepages=hps,
+        )
+    layout = spec.cpu_layout()
+    siblings: dict[int, set[int]] = {}
+    for c in layout:
+        if c.online:
+            siblings.setdefault(c.core_index, set()).add(c.id)
+    cpus = {
+        c.id: Cpu(
+            id=c.id,
+            socket=c.socket,
+            die=c.die,
+            core=c.core,
+            numa=c.node,
+            siblings=frozenset(siblings[c.core_index]),
+            l3=c.l3,
+            cluster=c.cluster,
+        )
+        for c in layout
+        if c.online
+    }
+    groups = spec.iommu_groups()
+    devices: list[PciDevice] = []
+    for dev in spec.pci:
+        node = spec.pci_expected_node(dev)
+        local = spec.pci_local_cpus(dev)
+        devices.append(
+            PciDevice(
+                address=dev.address,
+                vendor=dev.vendor,
+                device=dev.device,
+                pci_class=dev.pci_class,
+                numa_node=node,
+                driver=dev.driver,
+                iommu_group=groups.get(dev.address),
+                kind=pci_kind(dev.pci_class),
+                netdevs=tuple(dev.netdevs),
+                vfs=tuple(v.address for v in dev.vfs),
+                sriov_totalvfs=dev.sriov_totalvfs,
+                sriov_numvfs=dev.numvfs if dev.sriov_totalvfs is not None else None,
+                parent=dev.parent,
+                local_cpus=local,
+                gpu_uuid=dev.gpu_uuid,
+                gpu_minor=dev.gpu_minor,
+            )
+        )
+        for vf in dev.vfs:
+            devices.append(
+                PciDevice(
+                    address=vf.address,
+                    vendor=dev.vendor,
+                    device=dev.vf_device or dev.device,
+                    pci_class=dev.pci_class,
+                    numa_node=node,
+                    driver=vf.driver,
+                    iommu_group=groups.get(vf.address),
+                    kind=pci_kind(dev.pci_class),
+                    netdevs=(vf.netdev,) if vf.netdev else (),
+                    physfn=dev.address,
+                    parent=dev.parent,
+                    local_cpus=local,
+                )
+            )
+    devices.sort(key=lambda d: d.address)
+    return Topology(
+        nodes=nodes, cpus=dict(sorted(cpus.items())), pci_devices=tuple(devices), source=source
+    )
+
+
+def _no_slit_row(spec: MachineSpec, node: int) -> tuple[int, ...]:
+    return tuple(10 if other == node else 20 for other in spec.node_ids)
+
+
+__all__ = ["expected_topology", "pci_kind"]

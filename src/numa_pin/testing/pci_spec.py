@@ -1,0 +1,154 @@
+"""PCI functions of a fake machine, declared: :class:`PciSpec` and its :class:`VfSpec` VFs.
+
+Pure values; invalid ones raise :class:`numa_pin.errors.TopologyError` from the constructors.
+Where a function sits among the machine's nodes is :class:`~numa_pin.testing.spec.MachineSpec`'s
+business (``pci_local_cpus``, ``pci_expected_node``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from numa_pin import pciaddr
+from numa_pin.cpuset import parse_list
+from numa_pin.errors import TopologyError
+
+#: PCI classes (as sysfs prints them) used by the shapes and the tests
+CLASS_VGA = "0x030000"
+CLASS_3D = "0x030200"
+CLASS_ETHERNET = "0x020000"
+CLASS_NVME = "0x010802"
+CLASS_PCI_BRIDGE = "0x060400"
+
+_HEX16_RE = re.compile(r"^0x[0-9a-f]{4}$")
+_CLASS_RE = re.compile(r"^0x[0-9a-f]{6}$")
+
+
+@dataclass(frozen=True)
+class VfSpec:
+    """One SR-IOV virtual function of a :class:`PciSpec` physical function.
+
+    ``driver=None`` leaves the VF unbound; ``netdev=None`` gives it no network interface
+    (as with ``vfio-pci``). ``iommu_group=None`` gets the next free group number.
+    """
+
+    address: str
+    netdev: str | None = None
+    driver: str | None = "iavf"
+    iommu_group: int | None = None
+
+    def __post_init__(self) -> None:
+        check_address(self.address, "VF")
+
+
+@dataclass(frozen=True)
+class PciSpec:
+    """One PCI function and where it sits.
+
+    ``numa_node`` is what ``numa_node`` prints (``-1``: firmware gave no proximity).
+    ``local_cpulist`` overrides ``local_cpus``/``local_cpulist``; by default they are the
+    node's CPUs, or every online CPU when ``numa_node`` is ``-1`` (what x86 Linux prints).
+    ``parent`` is the address of the upstream bridge (another :class:`PciSpec` of class
+    ``0x0604xx``) or ``None`` for a function on a root bus (``/sys/devices/pciDDDD:BB``).
+    ``sriov_numvfs`` defaults to ``len(vfs)``. ``gpu_uuid``/``gpu_minor`` write
+    ``/proc/driver/nvidia/gpus/<address>/information``.
+    """
+
+    address: str
+    vendor: str
+    device: str
+    pci_class: str
+    numa_node: int = -1
+    driver: str | None = None
+    netdevs: tuple[str, ...] = ()
+    sriov_totalvfs: int | None = None
+    sriov_numvfs: int | None = None
+    vfs: tuple[VfSpec, ...] = ()
+    vf_device: str | None = None  # VF device id; defaults to ``device``
+    parent: str | None = None
+    iommu_group: int | None = None
+    local_cpulist: str | None = None
+    gpu_uuid: str | None = None
+    gpu_minor: int | None = None
+    model: str = ""
+    subsystem_vendor: str | None = None  # defaults to ``vendor``
+    subsystem_device: str = "0x0000"
+    revision: str = "0x01"
+    link_speed: str = "16.0 GT/s PCIe"
+    link_width: int = 16
+
+    def __post_init__(self) -> None:
+        check_address(self.address, "PCI function")
+        for label, value in (("vendor", self.vendor), ("device", self.device)):
+            if not _HEX16_RE.match(value):
+                raise TopologyError(f"{self.address}: {label} {value!r} is not like '0x10de'")
+        if not _CLASS_RE.match(self.pci_class):
+            raise TopologyError(f"{self.address}: class {self.pci_class!r} is not like '0x030200'")
+        if self.numa_node < -1:
+            raise TopologyError(f"{self.address}: numa_node {self.numa_node} < -1")
+        if self.parent is not None:
+            check_address(self.parent, f"{self.address}: parent")
+        if self.vfs and not self.sriov_totalvfs:
+            raise TopologyError(f"{self.address}: VFs listed but sriov_totalvfs is not set")
+        if self.sriov_totalvfs is not None and self.numvfs > self.sriov_totalvfs:
+            raise TopologyError(f"{self.address}: sriov_numvfs exceeds sriov_totalvfs")
+        if self.sriov_numvfs is not None and self.sriov_numvfs != len(self.vfs):
+            raise TopologyError(
+                f"{self.address}: sriov_numvfs {self.sriov_numvfs} but {len(self.vfs)} VFs listed"
+            )
+        if self.local_cpulist is not None:
+            try:
+                parse_list(self.local_cpulist)
+            except ValueError as exc:
+                raise TopologyError(f"{self.address}: local_cpulist: {exc}") from None
+
+    @property
+    def numvfs(self) -> int:
+        return len(self.vfs)
+
+    @property
+    def is_bridge(self) -> bool:
+        return self.pci_class.startswith("0x0604")
+
+    @property
+    def bus(self) -> int:
+        return addr_parts(self.address)[1]
+
+    @property
+    def domain(self) -> int:
+        return addr_parts(self.address)[0]
+
+
+def _canonical(address: str) -> pciaddr.PciAddress | None:
+    """The parsed address when ``address`` is already in sysfs's canonical form, else None."""
+    try:
+        parsed = pciaddr.parse(address, domain_optional=False)
+    except ValueError:
+        return None
+    return parsed if str(parsed) == address else None
+
+
+def addr_parts(address: str) -> tuple[int, int, int, int]:
+    parsed = _canonical(address)
+    if parsed is None:
+        raise TopologyError(f"PCI address {address!r} is not like '0000:3b:00.0'")
+    return (parsed.domain, parsed.bus, parsed.device, parsed.function)
+
+
+def check_address(address: str, what: str) -> None:
+    if _canonical(address) is None:
+        raise TopologyError(f"{what} address {address!r} is not like '0000:3b:00.0' (lower case)")
+
+
+__all__ = [
+    "CLASS_3D",
+    "CLASS_ETHERNET",
+    "CLASS_NVME",
+    "CLASS_PCI_BRIDGE",
+    "CLASS_VGA",
+    "PciSpec",
+    "VfSpec",
+    "addr_parts",
+    "check_address",
+]
