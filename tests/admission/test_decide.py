@@ -40,8 +40,8 @@ def test_pod_scope_places_later_containers_inside_the_pods_affinity():
                                                      "numa-pin.io/pod-cpus": "8"}), settings)
     assert first.admit and first.pod_affinity == frozenset({1}), "the pod's 8 CPUs only fit node 1"
     assert nodes_of(t, first.cpus) == {1} and len(first.cpus) == 2
-    state = state.with_grant(Grant("a", "p", "a", "exclusive", cpus=first.cpus, mems=first.mems)).with_pod(
-        PodRecord("p", first.pod_affinity, "restricted", "pod"))
+    state = state.with_grant(Grant("a", "user:p", "a", "exclusive", cpus=first.cpus, mems=first.mems)).with_pod(
+        PodRecord("user:p", first.pod_affinity, "restricted", "pod"))
     second = decide(t, state, request_from_oci("b", {"numa-pin.io/pod": "p", "numa-pin.io/cpus": "2"}), settings)
     assert second.admit and nodes_of(t, second.cpus) == {1}, "container scope would have chosen node 0"
     alone = decide(t, state, request_from_oci("b", {"numa-pin.io/pod": "p", "numa-pin.io/cpus": "2"}),

@@ -107,12 +107,13 @@ def test_nvidia_visible_devices_special_values(value):
         ({"io.kubernetes.cri-o.SandboxID": "sb1", "io.kubernetes.container.name": "app"}, "sb1", "app", False),
         ({"io.kubernetes.cri.sandbox-id": "sb2", "io.kubernetes.cri.container-name": "db"}, "sb2", "db", False),
         ({"io.kubernetes.pod.uid": "uid3"}, "uid3", "c", False),
-        ({"numa-pin.io/pod": "mypod"}, "mypod", "c", False),
+        ({"numa-pin.io/pod": "mypod"}, "user:mypod", "c", False),
+        ({"io.kubernetes.pod.uid": "uid4", "numa-pin.io/pod": "mypod"}, "uid4", "c", False),
         ({}, "c", "c", False),
         ({"io.kubernetes.cri-o.SandboxID": "sb", "io.kubernetes.cri-o.ContainerType": "sandbox",
           "numa-pin.io/cpus": "2"}, "sb", "c", True),
     ],
-    ids=["cri-o", "containerd", "pod-uid", "annotation", "own-pod", "sandbox-infra"],
+    ids=["cri-o", "containerd", "pod-uid", "annotation", "sandbox-wins", "own-pod", "sandbox-infra"],
 )
 def test_pod_identity(annotations, pod_id, name, sandbox):
     req = request_from_oci("c", annotations)

@@ -9,7 +9,8 @@ Annotations (all optional)::
     numa-pin.io/devices         "resource=count[,resource=count]"
     numa-pin.io/policy          per-container/pod override of the node policy
     numa-pin.io/scope           per-container/pod override of the node scope
-    numa-pin.io/pod             pod identity when no runtime sandbox id is present
+    numa-pin.io/pod             pod identity when no runtime sandbox id is present (recorded as
+                                ``user:<value>``, so it never names a runtime sandbox's pod)
     numa-pin.io/pod-cpus        pod-scope totals (the pod's effective request)
     numa-pin.io/pod-memory
     numa-pin.io/pod-devices
@@ -48,6 +49,8 @@ MAX_COUNT = 1 << 16
 POD_ID_KEYS = ("io.kubernetes.cri-o.SandboxID", "io.kubernetes.cri.sandbox-id", "io.kubernetes.pod.uid")
 NAME_KEYS = ("io.kubernetes.container.name", "io.kubernetes.cri.container-name")
 SANDBOX_TYPE_KEYS = ("io.kubernetes.cri-o.ContainerType", "io.kubernetes.cri.container-type")
+#: prefix of a pod id taken from ``numa-pin.io/pod``: user pods and runtime sandboxes never share ids
+USER_POD_PREFIX = "user:"
 
 _KNOWN = {
     "cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices", "policy", "scope", "pod",
@@ -91,6 +94,8 @@ class ContainerRequest:
     sandbox: bool = False  # the pod's infra/pause container
     fixed_gpus: tuple[str, ...] = ()  # NVIDIA_VISIBLE_DEVICES tokens (indexes or UUIDs)
     fixed_pci: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # PCIDEVICE_<X> -> BDFs
+    #: the ``numa-pin.io/pod`` value when it (not a runtime sandbox annotation) names the pod
+    claimed_pod: str | None = None
 
     @property
     def exclusive(self) -> bool:
@@ -213,8 +218,7 @@ def request_from_oci(
             if key.startswith("PCIDEVICE_") and not key.endswith("_INFO") and value.strip():
                 fixed_pci[key[len("PCIDEVICE_"):]] = tuple(v.strip() for v in value.split(",") if v.strip())
 
-    pod_id = next((annotations[k] for k in POD_ID_KEYS if annotations.get(k)), None)
-    pod_id = pod_id or annotations.get(PREFIX + "pod") or container_id
+    pod_id, claimed_pod = pod_identity(container_id, annotations)
     name = next((annotations[k] for k in NAME_KEYS if annotations.get(k)), container_id)
     sandbox = any(annotations.get(k) == "sandbox" for k in SANDBOX_TYPE_KEYS)
     return ContainerRequest(
@@ -228,4 +232,21 @@ def request_from_oci(
         sandbox=sandbox,
         fixed_gpus=fixed_gpus,
         fixed_pci=fixed_pci,
+        claimed_pod=claimed_pod,
     )
+
+
+def pod_identity(container_id: str, annotations: Mapping[str, str]) -> tuple[str, str | None]:
+    """``(pod_id, claimed)``: the runtime's sandbox id when any sandbox annotation is set (a
+    ``numa-pin.io/pod`` beside it is ignored); else ``user:<numa-pin.io/pod>``, with the claimed
+    value returned so the decision can refuse a claim on another sandbox's pod; else the container
+    alone. Raises :class:`RequestError` for an empty ``numa-pin.io/pod``."""
+    sandbox = next((annotations[k] for k in POD_ID_KEYS if annotations.get(k)), None)
+    if sandbox:
+        return sandbox, None
+    claimed = annotations.get(PREFIX + "pod")
+    if claimed is None:
+        return container_id, None
+    if not claimed or claimed != claimed.strip() or not claimed.isprintable():
+        raise RequestError(f"{claimed!r} is not a pod name (empty, blank or unprintable)", annotation=PREFIX + "pod")
+    return USER_POD_PREFIX + claimed, claimed
