@@ -25,9 +25,9 @@ from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
 from numa_pin.enforcer.pool import resize_shared, shared_pool
 from numa_pin.enforcer.undo import UndoLog, describe_failures
-from numa_pin.errors import EnforcementError, NumaPinError
+from numa_pin.errors import EnforcementError, NumaPinError, RequestError
 from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_time
-from numa_pin.ledger.model import Grant, LedgerState, PodRecord
+from numa_pin.ledger.model import KIND_PROCESS, Grant, LedgerState, PodRecord
 from numa_pin.ledger.store import Ledger
 from numa_pin.topology.cache import cached_discover
 from numa_pin.topology.model import Topology
@@ -98,6 +98,11 @@ class NodeService:
             self._cgroup_layout = cg.detect_layout(self.config.proc_root)
         return self._cgroup_layout
 
+    def live_grant(self, container_id: str) -> Grant | None:
+        """The grant recorded under ``container_id`` while its process or cgroup lives (read-only)."""
+        grant = self.ledger.read().grants.get(container_id)
+        return grant if grant is not None and self._alive(grant) else None
+
     # ---- decisions -------------------------------------------------------------------------
     def plan(self, request: ContainerRequest) -> Decision:
         """What :meth:`admit` would decide now, without changing anything."""
@@ -117,6 +122,8 @@ class NodeService:
             existing = state.grants.get(request.container_id)
             undo = UndoLog()
             try:
+                if existing is not None and kind == KIND_PROCESS and existing.pid != pid:
+                    raise RequestError(live_name_message(existing), annotation="--name")
                 if existing is not None:
                     grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root))
                     decision = None
@@ -186,8 +193,8 @@ class NodeService:
         """The CPUs reserved for the system (computed once per service: it only depends on config
         and topology)."""
         if self._reserved is None:
-            from numa_pin.topology.cpus import CpuTopology
             from numa_pin.allocators.cpu import reserved_cpus
+            from numa_pin.topology.cpus import CpuTopology
 
             s = self.settings
             self._reserved = reserved_cpus(
@@ -305,9 +312,20 @@ class NodeService:
         return list(removed), repaired
 
 
+def live_name_message(grant: Grant) -> str:
+    """Why ``numa-pin run --name`` may not take a name a live grant holds."""
+    from numa_pin.cpuset import format_list
+
+    return (
+        f"{grant.container_id!r} is the name of a live grant (pid {grant.pid}, cpus "
+        f"{format_list(grant.cpus) or 'shared'}); choose another --name, or `numa-pin release "
+        f"{grant.container_id}` once that job is gone"
+    )
+
+
 def _start_time(pid: int | None, proc_root: str) -> float | None:
     """The process start time liveness compares against, so pid reuse cannot fool GC."""
     return process_start_time(pid, proc_root) if pid else None
 
 
-__all__ = ["Admitted", "NodeService", "settings_from_config"]
+__all__ = ["Admitted", "NodeService", "live_name_message", "settings_from_config"]

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from numa_pin.admission.request import request_from_oci
-from numa_pin.service import NodeService
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
-from numa_pin.errors import EnforcementError, TopologyAffinityError
+from numa_pin.errors import EnforcementError, RequestError, TopologyAffinityError
+from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 
 
@@ -218,3 +218,16 @@ def test_syslog_setting_logs_every_decision(node, monkeypatch):
         agent.release(f"l{on}")
         verbs = [line.split()[1] for line, error in logged if not error]
         assert verbs == (["admitted", "released"] if on else [])
+
+
+def test_a_process_cannot_take_a_live_grant_by_name(node):
+    """``numa-pin run --name job`` twice: the second admission is refused inside the transaction,
+    even when it got past the command's own check (a race), and the first grant is untouched."""
+    agent = NodeService(node.config)
+    first = agent.admit(request_from_oci("job", {"numa-pin.io/cpus": "2"}), node.container(1), kind="process").grant
+    assert agent.live_grant("job") == first
+    with pytest.raises(RequestError, match=r"^--name: 'job' is the name of a live grant \(pid 50001, cpus "):
+        agent.admit(request_from_oci("job", {"numa-pin.io/cpus": "2"}), node.container(2), kind="process")
+    assert agent.ledger.read().grants["job"] == first
+    # the runtime's second hook stage for the same pid stays idempotent
+    assert agent.admit(request_from_oci("job", {}), 50001, kind="process").grant.cpus == first.cpus
