@@ -23,6 +23,7 @@ from numa_pin.admission.request import ContainerRequest
 from numa_pin.config.schema import Config
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
+from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
 from numa_pin.enforcer.pool import resize_shared, shared_pool
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import EnforcementError, NumaPinError, RequestError
@@ -109,14 +110,20 @@ class NodeService:
         state, _ = collect_garbage(self.ledger.read(), self._alive)
         return decide(self.topology, state, request, self.settings)
 
-    def admit(self, request: ContainerRequest, pid: int | None, *, kind: str | None = None) -> Admitted:
+    def admit(
+        self, request: ContainerRequest, pid: int | None, *, kind: str | None = None,
+        owner: ContainerCgroup | None = None,
+    ) -> Admitted:
         """Decide, enforce and record one container (or process). Raises an
-        :class:`~numa_pin.errors.AdmissionError` on rejection, after rolling everything back."""
+        :class:`~numa_pin.errors.AdmissionError` on rejection, after rolling everything back;
+        :class:`~numa_pin.errors.EnforcementError` before anything is written when ``pid`` sits in
+        the hierarchy root, or (with ``owner``, the bundle's cgroup facts) in another cgroup."""
         cfg = self.config
         ref = None
         if pid:
             layout = self._layout()
             ref = cg.find_cgroup(pid, cfg.proc_root, cfg.cgroup_root, layout)
+            check_container_cgroup(ref, owner, pid, os.path.join(cfg.proc_root, str(pid), "cgroup"))
         with self.ledger.transaction() as txn:
             state, dropped = collect_garbage(txn.state, self._alive)
             existing = state.grants.get(request.container_id)

@@ -32,7 +32,8 @@ def node(state_dir: Path):
     config = state_dir / "config.yaml"
     ledger_dir = state_dir / "ledger"
     config.write_text(f"policy: restricted\nstate_dir: {ledger_dir}\nsyslog: false\n")
-    env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", f"NUMA_PIN_CACHE_DIR={state_dir / 'cache'}"]
+    env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           f"NUMA_PIN_CACHE_DIR={state_dir / 'cache'}"]
 
     def entry(stage: str) -> dict:
         return harness.hook_entry(hook, ["numa-pin-hook", "--config", str(config), stage], env=env, timeout=30)
@@ -41,7 +42,8 @@ def node(state_dir: Path):
         path = hook
         cfg = config
         state = ledger_dir
-        hooks = {"prestart": [entry("prestart")], "createRuntime": [entry("createRuntime")], "poststop": [entry("poststop")]}
+        hooks = {"prestart": [entry("prestart")], "createRuntime": [entry("createRuntime")],
+                 "poststop": [entry("poststop")]}
 
         @staticmethod
         def grants() -> dict:
@@ -50,7 +52,8 @@ def node(state_dir: Path):
         @staticmethod
         def cli(*args: str) -> subprocess.CompletedProcess[str]:
             exe = hook.with_name("numa-pin")
-            return subprocess.run([str(exe), *args, "--config", str(config)], capture_output=True, text=True, timeout=60)
+            return subprocess.run([str(exe), *args, "--config", str(config)], capture_output=True, text=True,
+                                  timeout=60)
 
     return Node
 
@@ -171,3 +174,48 @@ def test_podman_hooks_dir_admits_and_releases(podman_runc, node, busybox_rootfs,
     assert res.returncode == 0, res.stderr
     assert _cpus_allowed(res.stdout) == "1"
     assert node.grants() == {}, "podman ran the poststop hook, which released the grant"
+
+
+def _forged_hook(node, bundle: Path, cid: str, pid: int) -> subprocess.CompletedProcess[str]:
+    """numa-pin-hook handed a state whose pid is not the container's (as a buggy or hostile caller could)."""
+    state = json.dumps({"ociVersion": "1.0.2", "id": cid, "status": "created", "pid": pid, "bundle": str(bundle)})
+    return subprocess.run([str(node.path), "--config", str(node.cfg), "prestart"], input=state, capture_output=True,
+                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "NUMA_PIN_NO_AGENT": "1"})
+
+
+def test_hook_refuses_another_runc_containers_pid(runc_rt, node, busybox_rootfs, tmp_path, cid):
+    """The pid of a real runc container (no hooks) handed in another container's state: refused,
+    and the real container's cpuset is left as runc made it."""
+    victim = harness.make_bundle(tmp_path / "victim", args=["sleep", "1000"], rootfs=busybox_rootfs)
+    forged = _bundle(tmp_path, "forged", node, busybox_rootfs, ONE_CPU)
+    with harness.running_container(runc_rt, victim, cid) as st:
+        before = harness.read_cpuset(st["pid"])
+        group = harness.proc_cgroups(st["pid"])["cpuset"]
+        res = _forged_hook(node, forged, cid + "-forged", st["pid"])
+        assert res.returncode == 1
+        assert res.stderr.strip() == (
+            f"numa-pin: error {cid}-forged: EnforcementError: /proc/{st['pid']}/cgroup: pid {st['pid']} is in cgroup "
+            f"{group}, which is not container {cid}-forged's (a leaf cgroup named after container {cid}-forged); "
+            "refusing to pin another process")
+        assert harness.read_cpuset(st["pid"]) == before
+    assert node.grants() == {}
+
+
+def test_hook_refuses_a_host_process(node, busybox_rootfs, tmp_path):
+    """A host process (here in the cpuset hierarchy's root on this cgroup-v1 machine) is never
+    pinned, and the hierarchy root's cpuset is never written."""
+    forged = _bundle(tmp_path, "forged", node, busybox_rootfs, ONE_CPU)
+    host = subprocess.Popen(["sleep", "100"])
+    try:
+        before = harness.read_cpuset(host.pid)
+        group = harness.proc_cgroups(host.pid)["cpuset"]
+        res = _forged_hook(node, forged, "np-e2e-host", host.pid)
+        assert res.returncode == 1
+        why = ("is in the root cgroup; numa-pin never writes the root of a hierarchy" if group == "/"
+               else f"is in cgroup {group}, which is not container np-e2e-host's")
+        assert f"EnforcementError: /proc/{host.pid}/cgroup: pid {host.pid} {why}" in res.stderr, res.stderr
+        assert harness.read_cpuset(host.pid) == before
+    finally:
+        host.kill()
+        host.wait()
+    assert node.grants() == {}

@@ -13,6 +13,7 @@ import pytest
 from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
+from numa_pin.enforcer.owner import ContainerCgroup
 from numa_pin.errors import EnforcementError, RequestError, TopologyAffinityError
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
@@ -231,3 +232,45 @@ def test_a_process_cannot_take_a_live_grant_by_name(node):
     assert agent.ledger.read().grants["job"] == first
     # the runtime's second hook stage for the same pid stays idempotent
     assert agent.admit(request_from_oci("job", {}), 50001, kind="process").grant.cpus == first.cpus
+
+
+def _host_process(node: Node, pid: int, cgroup: str) -> Path:
+    """A process that is no container: ``pid`` in ``cgroup`` (``/`` is the hierarchy root)."""
+    directory = node.cg / "cpuset" / cgroup.strip("/")
+    directory.mkdir(parents=True, exist_ok=True)
+    for leaf, value in (("cpuset.cpus", "0-127"), ("cpuset.mems", "0-3")):
+        if not (directory / leaf).exists():
+            (directory / leaf).write_text(value + "\n")
+    (node.proc_root / str(pid)).mkdir(parents=True)
+    (node.proc_root / str(pid) / "cgroup").write_text(f"4:cpuset:{cgroup}\n")
+    return directory
+
+
+@pytest.mark.parametrize("owner", [ContainerCgroup("c9", "/ctr/c9"), ContainerCgroup("c9", "system.slice:runc:c9"),
+                                   ContainerCgroup("c9")], ids=["cgroupfs", "systemd", "no-cgroups-path"])
+def test_a_foreign_pid_is_refused_before_anything_is_written(node, owner):
+    session = _host_process(node, 61000, "/user.slice/session-3.scope")
+    before = (session / "cpuset.cpus").read_text()
+    agent = NodeService(node.config)
+    with pytest.raises(EnforcementError, match=r"pid 61000 is in cgroup /user.slice/session-3.scope, which is not "
+                                               r"container c9's"):
+        agent.admit(request_from_oci("c9", {"numa-pin.io/cpus": "2"}), 61000, owner=owner)
+    assert (session / "cpuset.cpus").read_text() == before
+    assert agent.ledger.read().grants == {}
+
+
+def test_a_pid_in_the_root_cgroup_is_refused(node):
+    root = _host_process(node, 61001, "/")
+    before = (root / "cpuset.cpus").read_text(), (root / "cpuset.mems").read_text()
+    agent = NodeService(node.config)
+    with pytest.raises(EnforcementError, match=r"pid 61001 is in the root cgroup; numa-pin never writes the root"):
+        agent.admit(request_from_oci("c9", {"numa-pin.io/cpus": "2"}), 61001)
+    assert ((root / "cpuset.cpus").read_text(), (root / "cpuset.mems").read_text()) == before
+    assert agent.ledger.read().grants == {}
+
+
+def test_the_containers_own_pid_passes_the_check(node):
+    agent = NodeService(node.config)
+    grant = agent.admit(request_from_oci("c1", {"numa-pin.io/cpus": "2"}), node.container(1),
+                        owner=ContainerCgroup("c1", "/ctr/c1")).grant
+    assert parse_list(node.cpuset(1)[0]) == grant.cpus

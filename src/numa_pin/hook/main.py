@@ -95,14 +95,14 @@ def run(argv: list[str], stdin) -> int:
         if stage in RELEASE_STAGES:
             agent.release(state.id)
             return 0
-        from numa_pin.hook.admit import request_for
+        from numa_pin.hook.admit import admission_for
 
-        request = request_for(state, config)
+        request, owner = admission_for(state, config)
         if not state.pid:
             from numa_pin.errors import HookInputError
 
             raise HookInputError(f"container {cid}: the runtime passed no pid at {stage}")
-        agent.admit(request, state.pid)
+        agent.admit(request, state.pid, owner=owner)
         return 0
     except AdmissionError as exc:
         _report(f"numa-pin: rejected {cid}: {exc.kind}: {exc}", cid, state_dir, use_syslog, {"kind": exc.kind})
