@@ -183,6 +183,7 @@ class NodeService:
             mems=decision.mems,
             devices={k: tuple(v) for k, v in decision.devices.items()},
             memory={k: dict(v) for k, v in decision.memory.items()},
+            cpuset_limit=request.cpuset,
             affinity=decision.hint.affinity,
             policy=decision.policy,
             scope=decision.scope,
@@ -217,15 +218,25 @@ class NodeService:
                 refs.append(cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout))
         return refs
 
+    def _limits(self, state: LedgerState) -> dict[cg.CgroupRef, frozenset[int]]:
+        """Shared containers' own cpusets (their cpuset is the pool inside it), by cgroup."""
+        layout = self._layout()
+        return {
+            cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout): g.cpuset_limit
+            for g in state.shared_grants() if g.cgroup and g.cpuset_limit
+        }
+
     def _enforce(self, grant: Grant, ref, state: LedgerState, undo: UndoLog, pool_changed: bool = False) -> None:
         pool = self.shared_pool(state)
         if ref is not None:
             if grant.cpus:
                 apply_cpuset(ref, grant.cpus, grant.mems, self.config.cgroup_root, undo)
             elif grant.kind == "shared":
-                apply_cpuset(ref, pool, read_cpuset(ref).mems, self.config.cgroup_root, undo)
+                own = pool & grant.cpuset_limit if grant.cpuset_limit else pool
+                apply_cpuset(ref, own, read_cpuset(ref).mems, self.config.cgroup_root, undo)
         if grant.cpus or pool_changed:
-            resize_shared(self._shared_refs(state, exclude=grant.container_id), pool, self.config.cgroup_root, undo)
+            refs = self._shared_refs(state, exclude=grant.container_id)
+            resize_shared(refs, pool, self.config.cgroup_root, undo, self._limits(state))
 
     def _grant_devices(self, grant: Grant, pid: int, undo: UndoLog) -> tuple[dict[str, str], ...]:
         """Move granted SR-IOV VF netdevs into the container's netns (``net1``, ``net2``, ...) and
@@ -286,7 +297,8 @@ class NodeService:
             if (grant is not None and grant.cpus) or any(g.cpus for g in dropped):
                 undo = UndoLog()
                 try:
-                    resize_shared(self._shared_refs(state), self.shared_pool(state), self.config.cgroup_root, undo)
+                    resize_shared(self._shared_refs(state), self.shared_pool(state), self.config.cgroup_root, undo,
+                                  self._limits(state))
                 except EnforcementError as exc:
                     self._roll_back(undo, exc, container_id)
                     raise
@@ -309,7 +321,7 @@ class NodeService:
                 ref = cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout)
                 if not os.path.isdir(ref.cpuset_dir):
                     continue
-                cpus = g.cpus if g.cpus else pool
+                cpus = g.cpus if g.cpus else (pool & g.cpuset_limit if g.cpuset_limit else pool)
                 before = len(undo)
                 mems = g.mems if g.cpus and g.mems else read_cpuset(ref).mems
                 apply_cpuset(ref, cpus, mems, self.config.cgroup_root, undo)

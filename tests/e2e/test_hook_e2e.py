@@ -219,3 +219,27 @@ def test_hook_refuses_a_host_process(node, busybox_rootfs, tmp_path):
         host.kill()
         host.wait()
     assert node.grants() == {}
+
+
+def _pinned_bundle(tmp_path: Path, name: str, node, rootfs: Path, cpus: str, annotations=None) -> Path:
+    """A bundle whose user set ``linux.resources.cpu.cpus`` (podman/docker ``--cpuset-cpus``)."""
+    return harness.make_bundle(tmp_path / name, args=["cat", "/proc/self/status"], annotations=annotations or {},
+                               hooks=node.hooks, rootfs=rootfs, resources={"cpu": {"cpus": cpus}})
+
+
+def test_runc_shared_container_keeps_its_own_cpuset(runc_rt, node, busybox_rootfs, tmp_path, cid):
+    """A shared container pinned to CPU 1 is not widened to the shared pool (0-1)."""
+    res = runc_rt.run(_pinned_bundle(tmp_path, "a", node, busybox_rootfs, "1"), cid)
+    assert res.returncode == 0, res.stderr
+    assert _cpus_allowed(res.stdout) == "1"
+
+
+def test_runc_exclusive_request_outside_the_users_cpuset_is_rejected(runc_rt, node, busybox_rootfs, tmp_path, cid):
+    """cpuset 0 with one exclusive CPU asked: CPU 0 is reserved, so nothing inside the set is free;
+    the container is rejected instead of being moved to CPU 1."""
+    res = runc_rt.run(_pinned_bundle(tmp_path, "a", node, busybox_rootfs, "0", ONE_CPU), cid)
+    assert res.returncode != 0
+    assert (f"numa-pin: rejected {cid}: TopologyAffinityError: restricted policy: resources cannot be aligned on "
+            "their preferred NUMA nodes (cpu 1 requested, free per node: 0=0; only inside the container's cpuset 0 "
+            "(linux.resources.cpu.cpus))") in res.stderr
+    assert node.grants() == {}

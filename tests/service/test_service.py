@@ -14,7 +14,7 @@ from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.enforcer.owner import ContainerCgroup
-from numa_pin.errors import EnforcementError, RequestError, TopologyAffinityError
+from numa_pin.errors import AllocationError, EnforcementError, RequestError, TopologyAffinityError
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 
@@ -274,3 +274,16 @@ def test_the_containers_own_pid_passes_the_check(node):
     grant = agent.admit(request_from_oci("c1", {"numa-pin.io/cpus": "2"}), node.container(1),
                         owner=ContainerCgroup("c1", "/ctr/c1")).grant
     assert parse_list(node.cpuset(1)[0]) == grant.cpus
+
+
+def test_a_shared_containers_own_cpuset_shrinks_and_grows_but_never_widens(node):
+    agent = NodeService(node.config)
+    agent.admit(request_from_oci("c1", {}, cpuset="1-2"), node.container(1))
+    assert node.cpuset(1)[0] == "1-2", "not widened to the shared pool"
+    agent.admit(request_from_oci("c2", {"numa-pin.io/cpus": "1"}, cpuset="1"), node.container(2))
+    assert node.cpuset(2)[0] == "1" and node.cpuset(1)[0] == "2"
+    with pytest.raises(AllocationError, match="would leave shared container c1 without a CPU of its own cpuset 1-2"):
+        agent.admit(request_from_oci("c3", {"numa-pin.io/cpus": "1"}, cpuset="2"), node.container(3))
+    agent.release("c2")
+    assert node.cpuset(1)[0] == "1-2", "grows back to its own set, not to the pool"
+    assert agent.ledger.read().grants["c1"].cpuset_limit == frozenset({1, 2})

@@ -28,12 +28,13 @@ Nothing here touches the machine; :mod:`numa_pin.agent` does the I/O around it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from numa_pin import names
-from numa_pin.admission.request import Amounts, ContainerRequest
+from numa_pin.admission.request import CPUSET_FIELD, Amounts, ContainerRequest
 from numa_pin.allocators.cpu import allocate_cpus, reserved_cpus
+from numa_pin.cpuset import format_list
 from numa_pin.errors import (
     AdmissionError,
     AllocationError,
@@ -333,13 +334,23 @@ def decide(
     need_devices = bool(request.fixed_gpus or request.fixed_pci or request.amounts.devices
                         or (request.pod_amounts is not None and request.pod_amounts.devices))
     machine = _machine(topology, cpu_topo, state, settings, request.container_id, need_devices)
+    if request.cpuset is not None:  # the user's own cpuset: allocate inside it or not at all
+        machine = replace(machine, free_cpus=machine.free_cpus & request.cpuset)
     fixed = resolve_fixed_devices(request, machine)
     all_nodes = frozenset(topology.node_ids)
     mem_nodes = frozenset(n for n, node in topology.nodes.items() if node.memory_total_kb > 0) or all_nodes
 
     _check_claimed_pod(state, request)
     if request.amounts.empty and not fixed:
-        return Decision(request.container_id, True, policy, scope, TopologyHint(None, True), mems=frozenset())
+        hint = TopologyHint(None, True)
+        pool = _pool_after(topology, state, request.container_id, frozenset())
+        if request.cpuset is not None and not pool & request.cpuset:
+            return Decision(
+                request.container_id, False, policy, scope, hint, error=AllocationError,
+                reason=f"the container's cpuset {format_list(request.cpuset)} ({CPUSET_FIELD}) holds no CPU of "
+                f"the shared pool ({format_list(pool)}); numa-pin never moves a cpuset the user set",
+            )
+        return Decision(request.container_id, True, policy, scope, hint, mems=frozenset())
 
     pod = state.pods.get(request.pod_id) if scope == names.POD_SCOPE else None
     pod_affinity: frozenset[int] | None = None
@@ -359,7 +370,7 @@ def decide(
             prefer_closest=options.prefer_closest_numa_nodes,
         )
         if not admit:
-            why = _free_summary(machine, state, amounts, settings, request.container_id)
+            why = _free_summary(machine, state, amounts, settings, request.container_id) + _inside(request)
             return Decision(
                 request.container_id, False, policy, scope, hint,
                 reason=f"{policy} policy: resources cannot be aligned on "
@@ -375,12 +386,15 @@ def decide(
             machine, state, request.amounts, fixed, affinity, settings, request.container_id, strict
         )
     except (AllocationError, TopologyAffinityError) as exc:
-        why = _free_summary(machine, state, request.amounts, settings, request.container_id)
+        why = _free_summary(machine, state, request.amounts, settings, request.container_id) + _inside(request)
         reason = f"{exc} ({why})" if why else str(exc)
         if isinstance(exc, TopologyAffinityError):
             where = f"pod {request.pod_id} is aligned to" if pod is not None else "the merged affinity is"
             reason = f"{policy} policy: {where} NUMA node(s) {_nodes(affinity or all_nodes)}, and {reason}"
         return Decision(request.container_id, False, policy, scope, hint, reason=reason, error=type(exc))
+    starved = _starved_shared(topology, state, request.container_id, cpus)
+    if starved:
+        return Decision(request.container_id, False, policy, scope, hint, error=AllocationError, reason=starved)
     if mem_group:
         mems = mem_group
     elif affinity is not None and policy != names.NONE:
@@ -392,6 +406,33 @@ def decide(
         memory=memory, pod_affinity=pod_affinity,
         reason=f"{policy}/{scope}: affinity {bitmask.format_mask(hint.mask)}",
     )
+
+
+def _inside(request: ContainerRequest) -> str:
+    if request.cpuset is None:
+        return ""
+    return f"; only inside the container's cpuset {format_list(request.cpuset)} ({CPUSET_FIELD})"
+
+
+def _pool_after(topology: Topology, state: LedgerState, container_id: str, taking: frozenset[int]) -> frozenset[int]:
+    """The shared pool once ``container_id`` holds ``taking`` (reserved CPUs are never granted)."""
+    others = state.without(container_id) if container_id in state.grants else state
+    return topology.cpu_ids - others.exclusive_cpus() - taking
+
+
+def _starved_shared(topology: Topology, state: LedgerState, container_id: str, taking: frozenset[int]) -> str:
+    """Why taking ``taking`` would leave a shared container with a cpuset of its own without a
+    CPU (its cpuset is the pool inside its own set), or ``""``."""
+    if not taking:
+        return ""
+    pool = _pool_after(topology, state, container_id, taking)
+    for g in state.shared_grants():
+        if g.container_id != container_id and g.cpuset_limit and not pool & g.cpuset_limit:
+            return (
+                f"exclusive cpus {format_list(taking)} would leave shared container {g.container_id} without a CPU "
+                f"of its own cpuset {format_list(g.cpuset_limit)} ({CPUSET_FIELD})"
+            )
+    return ""
 
 
 def at_least(pod: Amounts, container: Amounts) -> Amounts:

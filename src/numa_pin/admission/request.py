@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from numa_pin import names
+from numa_pin.cpuset import parse_list
 from numa_pin.errors import RequestError
 from numa_pin.quantity import parse_bytes, parse_count
 
@@ -49,6 +50,8 @@ MAX_COUNT = 1 << 16
 POD_ID_KEYS = ("io.kubernetes.cri-o.SandboxID", "io.kubernetes.cri.sandbox-id", "io.kubernetes.pod.uid")
 NAME_KEYS = ("io.kubernetes.container.name", "io.kubernetes.cri.container-name")
 SANDBOX_TYPE_KEYS = ("io.kubernetes.cri-o.ContainerType", "io.kubernetes.cri.container-type")
+#: where a container's own cpuset comes from
+CPUSET_FIELD = "linux.resources.cpu.cpus"
 #: prefix of a pod id taken from ``numa-pin.io/pod``: user pods and runtime sandboxes never share ids
 USER_POD_PREFIX = "user:"
 
@@ -96,6 +99,9 @@ class ContainerRequest:
     fixed_pci: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # PCIDEVICE_<X> -> BDFs
     #: the ``numa-pin.io/pod`` value when it (not a runtime sandbox annotation) names the pod
     claimed_pod: str | None = None
+    #: the CPUs the user pinned the container to (``linux.resources.cpu.cpus``, podman
+    #: ``--cpuset-cpus``): a constraint, never widened or moved
+    cpuset: frozenset[int] | None = None
 
     @property
     def exclusive(self) -> bool:
@@ -178,8 +184,10 @@ def request_from_oci(
     memory_limit: int | None = None,
     hugepage_limits: Mapping[str, int] | None = None,
     inference: Inference = Inference(),
+    cpuset: str | None = None,
 ) -> ContainerRequest:
-    """Build the request of one container. Raises :class:`RequestError` naming the annotation."""
+    """Build the request of one container. Raises :class:`RequestError` naming the annotation
+    (or the ``config.json`` field)."""
     env = env or {}
     for key in annotations:
         if key.startswith(PREFIX) and key[len(PREFIX):] not in _KNOWN:
@@ -233,7 +241,18 @@ def request_from_oci(
         fixed_gpus=fixed_gpus,
         fixed_pci=fixed_pci,
         claimed_pod=claimed_pod,
+        cpuset=_cpuset(cpuset),
     )
+
+
+def _cpuset(text: str | None) -> frozenset[int] | None:
+    """``linux.resources.cpu.cpus``; unset or empty means no constraint."""
+    if text is None or not text.strip():
+        return None
+    try:
+        return parse_list(text)
+    except ValueError as exc:
+        raise RequestError(f"{text!r} is not a CPU list ({exc})", annotation=CPUSET_FIELD) from exc
 
 
 def pod_identity(container_id: str, annotations: Mapping[str, str]) -> tuple[str, str | None]:

@@ -20,6 +20,7 @@ def request_from_spec(state: OciState, spec: OciSpec, config: Config) -> Contain
         cpu_period=spec.cpu_period,
         memory_limit=spec.memory_limit,
         hugepage_limits=spec.hugepage_limits,
+        cpuset=spec.cpuset_cpus,
         inference=Inference(inf.guaranteed_cpus, inf.hugepages, inf.device_plugin_env),
     )
 
