@@ -70,9 +70,37 @@ def test_malformed_annotations_name_the_annotation(annotations, bad_key):
     ids=["integer-guaranteed", "fractional", "no-memory-limit", "no-quota", "unlimited-quota"],
 )
 def test_guaranteed_inference(quota, period, limit, expect_cpus):
-    req = request_from_oci("c", {}, cpu_quota=quota, cpu_period=period, memory_limit=limit)
+    req = request_from_oci("c", CRI, cpu_quota=quota, cpu_period=period, memory_limit=limit)
     assert req.amounts.cpus == expect_cpus
     assert req.amounts.memory == (limit if expect_cpus else 0)
+
+
+#: what containerd's CRI plugin puts on an app container of a pod
+CRI = {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-id": "sb1",
+       "io.kubernetes.cri.container-name": "app"}
+#: what ``podman run --cpus 1 --memory 100m`` puts in config.json (podman 4, seen on this machine)
+PODMAN = {"io.container.manager": "libpod", "io.kubernetes.cri-o.Created": "2026-11-24T16:45:15.575128905Z",
+          "io.kubernetes.cri-o.TTY": "false", "io.podman.annotations.autoremove": "TRUE"}
+
+
+@pytest.mark.parametrize(
+    "annotations, everywhere, expect_cpus",
+    [
+        (CRI, False, 1),
+        ({"io.kubernetes.cri-o.ContainerType": "container", "io.kubernetes.cri-o.SandboxID": "sb"}, False, 1),
+        ({}, False, 0),
+        (PODMAN, False, 0),
+        ({**PODMAN, "io.kubernetes.cri-o.SandboxID": "pod-infra"}, False, 0),
+        ({}, True, 1),
+        (PODMAN, True, 1),
+    ],
+    ids=["containerd", "cri-o", "plain-runc", "podman", "podman-pod", "plain-switched-on", "podman-switched-on"],
+)
+def test_guaranteed_inference_is_for_kubernetes_containers(annotations, everywhere, expect_cpus):
+    inference = Inference(guaranteed_cpus_outside_kubernetes=everywhere)
+    req = request_from_oci("c", annotations, cpu_quota=100000, cpu_period=100000, memory_limit=100 * MI,
+                           inference=inference)
+    assert req.amounts.cpus == expect_cpus and req.exclusive is bool(expect_cpus)
 
 
 def test_inference_switched_off():

@@ -158,7 +158,8 @@ def test_crun_rejection_is_recorded_for_explain(crun_rt, node, busybox_rootfs, t
     assert node.grants() == {}
 
 
-def test_podman_hooks_dir_admits_and_releases(podman_runc, node, busybox_rootfs, tmp_path):
+def _hooks_dir(tmp_path: Path, node) -> Path:
+    """The shipped hooks.d files, pointed at this checkout's hook and the test's config."""
     hooks_dir = tmp_path / "hooks.d"
     packaged = Path(__file__).resolve().parents[2] / "packaging" / "hooks.d"
     for src in sorted(packaged.glob("*.json")):
@@ -169,6 +170,27 @@ def test_podman_hooks_dir_admits_and_releases(podman_runc, node, busybox_rootfs,
         doc["hook"]["env"] = doc["hook"]["env"] + [f"NUMA_PIN_CACHE_DIR={node.state.parent / 'cache'}"]
         hooks_dir.mkdir(exist_ok=True)
         (hooks_dir / src.name).write_text(json.dumps(doc))
+    return hooks_dir
+
+
+def test_podman_cpus_and_memory_alone_stay_shared(podman_runc, node, busybox_rootfs, tmp_path):
+    """``podman run --cpus 1 --memory 100m`` is no Kubernetes Guaranteed pod: it stays in the
+    shared pool, and a second identical run starts while the first one runs."""
+    hooks_dir = _hooks_dir(tmp_path, node)
+    limits = ["--cpus", "1", "--memory", "100m"]
+    first = harness.run_podman(busybox_rootfs, args=["sleep", "1000"], store=podman_runc, hooks_dir=hooks_dir,
+                               name=harness.new_container_id(), extra=["-d", *limits])
+    assert first.returncode == 0, first.stderr
+    grants = node.grants()
+    assert len(grants) == 1 and next(iter(grants.values())).kind == "shared"
+    second = harness.run_podman(busybox_rootfs, args=["cat", "/proc/self/status"], store=podman_runc,
+                                hooks_dir=hooks_dir, name=harness.new_container_id(), extra=limits)
+    assert second.returncode == 0, second.stderr
+    assert _cpus_allowed(second.stdout) == "0-1"
+
+
+def test_podman_hooks_dir_admits_and_releases(podman_runc, node, busybox_rootfs, tmp_path):
+    hooks_dir = _hooks_dir(tmp_path, node)
     res = harness.run_podman(busybox_rootfs, args=["cat", "/proc/self/status"], store=podman_runc,
                              annotations=ONE_CPU, hooks_dir=hooks_dir, name=harness.new_container_id())
     assert res.returncode == 0, res.stderr

@@ -18,7 +18,10 @@ Annotations (all optional)::
 Kubernetes-compatible inference (each switchable in the config):
 
 * ``linux.resources.cpu`` quota/period that divide evenly, together with a memory limit, mean
-  that many exclusive CPUs (a Guaranteed pod with integer CPUs);
+  that many exclusive CPUs (a Guaranteed pod with integer CPUs), for Kubernetes containers only
+  (a CRI annotation from :data:`KUBERNETES_KEYS` is set, and the container is not podman's),
+  unless ``guaranteed_cpus_outside_kubernetes`` is on: ``podman run --cpus 1 --memory 100m``
+  stays a shared container;
 * ``linux.resources.hugepageLimits`` mean hugepages to align;
 * ``NVIDIA_VISIBLE_DEVICES`` and ``PCIDEVICE_*`` in ``process.env`` are devices a device plugin
   already chose: they become fixed devices, and CPUs and memory align to them.
@@ -50,6 +53,11 @@ MAX_COUNT = 1 << 16
 POD_ID_KEYS = ("io.kubernetes.cri-o.SandboxID", "io.kubernetes.cri.sandbox-id", "io.kubernetes.pod.uid")
 NAME_KEYS = ("io.kubernetes.container.name", "io.kubernetes.cri.container-name")
 SANDBOX_TYPE_KEYS = ("io.kubernetes.cri-o.ContainerType", "io.kubernetes.cri.container-type")
+#: annotations only a kubelet-driven CRI runtime (containerd, CRI-O) sets; podman sets some
+#: ``io.kubernetes.cri-o.*`` keys too (``Created``, ``TTY``), but none of these
+KUBERNETES_KEYS = POD_ID_KEYS + NAME_KEYS + SANDBOX_TYPE_KEYS
+#: ``io.container.manager`` value of podman's containers
+PODMAN_MANAGER = "libpod"
 #: where a container's own cpuset comes from
 CPUSET_FIELD = "linux.resources.cpu.cpus"
 #: prefix of a pod id taken from ``numa-pin.io/pod``: user pods and runtime sandboxes never share ids
@@ -115,6 +123,7 @@ class Inference:
     guaranteed_cpus: bool = True
     hugepages: bool = True
     device_plugin_env: bool = True
+    guaranteed_cpus_outside_kubernetes: bool = False
 
 
 def parse_devices(text: str, annotation: str) -> dict[str, int]:
@@ -165,6 +174,13 @@ def _annotation_amounts(ann: Mapping[str, str], pod: bool) -> Amounts | None:
     return Amounts(cpus=cpus, memory=memory, hugepages=huge, devices=devices)
 
 
+def is_kubernetes(annotations: Mapping[str, str]) -> bool:
+    """True for a container a kubelet asked a CRI runtime for (not a podman container)."""
+    if annotations.get("io.container.manager") == PODMAN_MANAGER:
+        return False
+    return any(annotations.get(k) for k in KUBERNETES_KEYS)
+
+
 def infer_guaranteed_cpus(quota: int | None, period: int | None, memory_limit: int | None) -> int:
     """Exclusive CPUs kubelet would give: integer quota/period with a memory limit, else 0."""
     if not quota or not period or quota <= 0 or period <= 0 or not memory_limit or memory_limit <= 0:
@@ -204,7 +220,10 @@ def request_from_oci(
     amounts = _annotation_amounts(annotations, pod=False)
     if amounts is None:
         # a Guaranteed-style container: its memory limit is aligned together with its CPUs
-        cpus = infer_guaranteed_cpus(cpu_quota, cpu_period, memory_limit) if inference.guaranteed_cpus else 0
+        infer = inference.guaranteed_cpus and (
+            inference.guaranteed_cpus_outside_kubernetes or is_kubernetes(annotations)
+        )
+        cpus = infer_guaranteed_cpus(cpu_quota, cpu_period, memory_limit) if infer else 0
         amounts = Amounts(cpus=cpus, memory=(memory_limit or 0) if cpus else 0)
     if inference.hugepages and hugepage_limits and not amounts.hugepages:
         huge: dict[str, int] = {}
