@@ -23,7 +23,9 @@ def reason_path(state_dir: str, container_id: str) -> str:
     return os.path.join(state_dir, "reasons", safe + ".json")
 
 
-def write_reason(state_dir: str, container_id: str, line: str, details: Mapping[str, object] | None = None) -> str | None:
+def write_reason(
+    state_dir: str, container_id: str, line: str, details: Mapping[str, object] | None = None
+) -> str | None:
     """Keep the rejection reason where ``numa-pin explain`` finds it (crun hides hook stderr)."""
     path = reason_path(state_dir, container_id)
     directory = os.path.dirname(path)
@@ -36,6 +38,25 @@ def write_reason(state_dir: str, container_id: str, line: str, details: Mapping[
     except OSError:
         return None
     return path
+
+
+def read_reasons(state_dir: str) -> dict[str, dict[str, object]]:
+    """Every recorded rejection, by container id (unreadable or foreign files are skipped)."""
+    directory = os.path.join(state_dir, "reasons")
+    try:
+        names = [n for n in os.listdir(directory) if n.endswith(".json")]
+    except OSError:
+        return {}
+    out: dict[str, dict[str, object]] = {}
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as fp:
+                doc = json.load(fp)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("container_id"), str):
+            out[doc["container_id"]] = doc
+    return out
 
 
 def log_syslog(line: str, error: bool = True) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from numa_pin.cli.common import SHORT_ID, add_config_argument, load, short_ids
 from numa_pin.cli.main import write_out
-from numa_pin.cli.common import add_config_argument, load
 
 NAME = "status"
 HELP = "list grants recorded in the node ledger and what is free per NUMA node"
@@ -30,8 +30,8 @@ def grant_dict(g) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.service import NodeService
     from numa_pin.cpuset import format_list
+    from numa_pin.service import NodeService
 
     agent = NodeService(load(args))
     state = agent.ledger.read()
@@ -39,21 +39,28 @@ def run(args: argparse.Namespace) -> int:
     topo = agent.topology
     free = {n: sorted(topo.nodes[n].cpus & (topo.cpu_ids - state.exclusive_cpus() - agent.reserved()))
             for n in topo.node_ids}
+    grants = [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)]
+    free_per_node = {str(n): format_list(c) for n, c in free.items()}
     out = {
-        "grants": [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)],
+        "grants": grants,
         "shared_pool": format_list(pool),
         "reserved": format_list(agent.reserved()),
-        "free_exclusive_cpus_per_node": {str(n): format_list(c) for n, c in free.items()},
+        "free_exclusive_cpus_per_node": free_per_node,
     }
     if args.json:
         write_out(json.dumps(out, indent=2) + "\n")
         return 0
+    from numa_pin.report import read_reasons
+
+    # ids as short as `explain` and `release` still resolve uniquely (rejections count too)
+    short = short_ids(set(state.grants) | set(read_reasons(agent.config.state_dir)))
+    width = max((len(short[g["container_id"]]) for g in grants), default=SHORT_ID)
     lines = [f"shared pool: {out['shared_pool']}   reserved: {out['reserved'] or '-'}"]
-    lines += [f"node {n}: free for exclusive use: {c or '-'}" for n, c in out["free_exclusive_cpus_per_node"].items()]
-    lines.append(f"{len(out['grants'])} grant(s)")
-    for g in out["grants"]:
+    lines += [f"node {n}: free for exclusive use: {c or '-'}" for n, c in free_per_node.items()]
+    lines.append(f"{len(grants)} grant(s)")
+    for g in grants:
         lines.append(
-            f"  {g['container_id'][:24]:24} {g['kind']:9} cpus={g['cpus'] or '-':8} mems={g['mems'] or '-':6} "
+            f"  {short[g['container_id']]:{width}} {g['kind']:9} cpus={g['cpus'] or '-':8} mems={g['mems'] or '-':6} "
             f"pod={g['pod_id'][:16]} {g['policy']}"
         )
     write_out("\n".join(lines) + "\n")
