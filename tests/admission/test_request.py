@@ -159,3 +159,32 @@ def test_pod_totals():
 def test_parse_devices_duplicate():
     with pytest.raises(RequestError, match="given twice"):
         parse_devices("a.io/x=1,a.io/x=2", "numa-pin.io/devices")
+
+
+@pytest.mark.parametrize(
+    "annotations, limits, message",
+    [
+        ({"numa-pin.io/hugepages-2Mi": "3Mi"}, None,
+         "numa-pin.io/hugepages-2Mi: '3Mi' is not a whole number of 2Mi pages (3145728 bytes is 1.5 pages); "
+         "hugepages come in whole pages"),
+        ({"numa-pin.io/hugepages-1Gi": "1536Mi"}, None, "is not a whole number of 1Gi pages"),
+        ({}, {"2MB": 3 * MI}, "linux.resources.hugepageLimits: '3145728' is not a whole number of 2Mi pages"),
+    ],
+    ids=["2Mi-annotation", "1Gi-annotation", "spec-limit"],
+)
+def test_hugepages_come_in_whole_pages(annotations, limits, message):
+    with pytest.raises(RequestError) as err:
+        request_from_oci("c", annotations, hugepage_limits=limits)
+    assert message in str(err.value)
+
+
+def test_whole_hugepages_pass():
+    req = request_from_oci("c", {"numa-pin.io/hugepages-2Mi": "4Mi", "numa-pin.io/hugepages-1Gi": "2Gi"})
+    assert dict(req.amounts.hugepages) == {"hugepages-2Mi": 4 * MI, "hugepages-1Gi": 2 * GI}
+
+
+@pytest.mark.parametrize("key, value", [("numa-pin.io/cpus", "2\u00a0"), ("numa-pin.io/devices", "a.b/c=1\u00a0"),
+                                        ("numa-pin.io/devices", "a.b/c\u00a0=1")], ids=["cpus", "count", "name"])
+def test_unicode_whitespace_is_not_trimmed(key, value):
+    with pytest.raises(RequestError, match=f"^{key}: "):
+        request_from_oci("c", {key: value})

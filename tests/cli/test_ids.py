@@ -90,3 +90,20 @@ def test_release_by_truncated_id_and_of_nothing(node, capsys):
     assert cli_main(["release", A[:24], "--config", config]) == 1
     assert f"no grant matches '{A[:24]}'" in capsys.readouterr().err
     assert set(Ledger(str(state_dir)).read().grants) == {B}
+
+
+@pytest.mark.parametrize(
+    "flags, line",
+    [
+        (["--cpus", "abc"],
+         "numa-pin: RequestError: --cpus: 'abc' is not a valid quantity (a whole number, e.g. 2, 16)"),
+        (["--memory", "1Gb"], "numa-pin: RequestError: --memory: '1Gb' is not a valid quantity (e.g. 512Mi, 2Gi"),
+        (["--hugepages-2Mi", "3Mi"], "numa-pin: RequestError: --hugepages-2Mi: '3Mi' is not a whole number of 2Mi"),
+        (["--devices", "gpu"], "numa-pin: RequestError: --devices: expected resource=count, got 'gpu'"),
+    ],
+    ids=["cpus", "memory", "hugepages", "devices"],
+)
+def test_flag_errors_name_the_flag(flags, line, capsys):
+    assert cli_main(["plan", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(line) and "numa-pin.io/" not in err, err

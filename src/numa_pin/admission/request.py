@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from numa_pin import names
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import RequestError
-from numa_pin.quantity import parse_bytes, parse_count
+from numa_pin.quantity import ASCII_BLANKS, parse_bytes, parse_count
 
 PREFIX = "numa-pin.io/"
 POLICIES = names.POLICIES
@@ -130,18 +130,20 @@ def parse_devices(text: str, annotation: str) -> dict[str, int]:
     """``"nvidia.com/gpu=2,intel.com/sriov=1"`` -> ``{"nvidia.com/gpu": 2, ...}``."""
     out: dict[str, int] = {}
     for part in text.split(","):
-        part = part.strip()
+        part = part.strip(ASCII_BLANKS)
         if not part:
             continue
         name, sep, count = part.partition("=")
-        name = name.strip()
+        name = name.strip(ASCII_BLANKS)
         if not sep or not name:
             raise RequestError(f"expected resource=count, got {part!r}", annotation=annotation)
+        if any(not c.isascii() or c.isspace() or not c.isprintable() for c in name):
+            raise RequestError(f"resource {name!r} holds a blank or non-ASCII character", annotation=annotation)
         if "/" not in name or name.startswith("/") or name.endswith("/"):
             raise RequestError(f"resource {name!r} is not of the form domain/name", annotation=annotation)
         if name in out:
             raise RequestError(f"resource {name!r} given twice", annotation=annotation)
-        out[name] = _bounded_count(count.strip(), annotation)
+        out[name] = _bounded_count(count.strip(ASCII_BLANKS), annotation)
     return out
 
 
@@ -170,7 +172,8 @@ def _annotation_amounts(ann: Mapping[str, str], pod: bool) -> Amounts | None:
     if not pod:
         for res in HUGEPAGE_RESOURCES:
             if PREFIX + res in ann:
-                huge[res] = parse_bytes(ann[PREFIX + res], PREFIX + res)
+                huge[res] = whole_pages(res, parse_bytes(ann[PREFIX + res], PREFIX + res), ann[PREFIX + res],
+                                        PREFIX + res)
     return Amounts(cpus=cpus, memory=memory, hugepages=huge, devices=devices)
 
 
@@ -179,6 +182,17 @@ def is_kubernetes(annotations: Mapping[str, str]) -> bool:
     if annotations.get("io.container.manager") == PODMAN_MANAGER:
         return False
     return any(annotations.get(k) for k in KUBERNETES_KEYS)
+
+
+def whole_pages(resource: str, size: int, text: str, what: str) -> int:
+    """``size`` bytes of ``resource`` (``hugepages-2Mi``), refused unless a whole number of pages."""
+    page = HUGEPAGE_RESOURCES[resource] * 1024
+    if size % page:
+        raise RequestError(
+            f"{text!r} is not a whole number of {resource[len('hugepages-'):]} pages "
+            f"({size} bytes is {size / page:g} pages); hugepages come in whole pages", annotation=what,
+        )
+    return size
 
 
 def infer_guaranteed_cpus(quota: int | None, period: int | None, memory_limit: int | None) -> int:
@@ -232,7 +246,7 @@ def request_from_oci(
             if res is None:
                 raise RequestError(f"unsupported hugepage size {size!r}", annotation="linux.resources.hugepageLimits")
             if limit > 0:
-                huge[res] = limit
+                huge[res] = whole_pages(res, limit, str(limit), "linux.resources.hugepageLimits")
         amounts = Amounts(amounts.cpus, amounts.memory, huge, amounts.devices)
 
     fixed_gpus: tuple[str, ...] = ()

@@ -56,7 +56,14 @@ def request_from_args(args: argparse.Namespace, container_id: str) -> ContainerR
         value = getattr(args, flag, None)
         if value is not None:
             annotations[PREFIX + key] = str(value)
-    return request_from_oci(container_id, annotations)
+    try:
+        return request_from_oci(container_id, annotations)
+    except RequestError as exc:  # name the flag the user typed, not the annotation it mirrors
+        key = exc.annotation or ""
+        if not key.startswith(PREFIX):
+            raise
+        message = str(exc).removeprefix(f"{key}: ")
+        raise RequestError(message, annotation="--" + key[len(PREFIX):]) from exc
 
 
 def resolve_id(query: str, candidates: Iterable[str]) -> str | None:
