@@ -133,3 +133,34 @@ def test_an_exclusive_grant_may_not_starve_a_pinned_shared_container():
     d = decide(t, state, request_from_oci("x", {"numa-pin.io/cpus": "1"}, cpuset="1"), NodeSettings())
     assert not d.admit and d.reason == (
         "exclusive cpus 1 would leave shared container s without a CPU of its own cpuset 1 (linux.resources.cpu.cpus)")
+
+
+def _busy_node(t, node, count):
+    return LedgerState({"busy": Grant("busy", "busy", "busy", "exclusive",
+                                      cpus=frozenset(sorted(t.nodes[node].cpus - {0})[:count]))})
+
+
+def test_rejection_names_a_device_plugin_gpu_and_its_node():
+    """The GPU's node has 4 free CPUs: the per-node counts alone would look as if 8 fit elsewhere."""
+    t = topo("gpu8-sriov")
+    gpu = next(d for d in t.pci_devices if d.kind == "gpu" and d.numa_node == 2)
+    req = request_from_oci("c", {"numa-pin.io/cpus": "8"}, {"NVIDIA_VISIBLE_DEVICES": gpu.gpu_uuid})
+    d = decide(t, _busy_node(t, 2, 12), req, NodeSettings(policy="single-numa-node"))
+    assert not d.admit
+    assert d.reason.endswith(f"; nvidia.com/gpu {gpu.address} already assigned by the device plugin, "
+                             "on NUMA node(s) 2)"), d.reason
+
+
+def test_rejection_names_a_device_plugin_vf_and_its_node():
+    from numa_pin.config.schema import config_from_dict
+    from numa_pin.service import settings_from_config
+
+    t = topo("gpu8-sriov")
+    vf = next(d for d in t.pci_devices if d.is_vf and d.numa_node is not None)
+    settings = settings_from_config(config_from_dict({"policy": "single-numa-node",
+                                                      "devices": {"example.com/vf": [{"is_vf": True}]}}))
+    req = request_from_oci("c", {"numa-pin.io/cpus": "8"}, {"PCIDEVICE_EXAMPLE_COM_VF": vf.address})
+    d = decide(t, _busy_node(t, vf.numa_node, 12), req, settings)
+    assert not d.admit
+    assert f"example.com/vf {vf.address} already assigned by the device plugin, on NUMA node(s) {vf.numa_node}" \
+        in d.reason, d.reason

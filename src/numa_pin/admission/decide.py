@@ -221,8 +221,12 @@ def _assignments(state: LedgerState, container_id: str):
             yield (g.container_id, g.memory, nodes)
 
 
-def _free_summary(machine: _Machine, state: LedgerState, amounts: Amounts, settings: NodeSettings, cid: str) -> str:
-    """``cpu free per node: 0=1 1=0; memory ...`` for the resources the request names."""
+def _free_summary(
+    machine: _Machine, state: LedgerState, amounts: Amounts, settings: NodeSettings, cid: str,
+    fixed: Mapping[str, tuple[str, ...]] | None = None,
+) -> str:
+    """``cpu free per node: 0=1 1=0; memory ...`` for the resources the request names, then
+    every device a device plugin already chose, with its NUMA node (it is not free to move)."""
     parts: list[str] = []
     nodes = machine.topology.node_ids
     if amounts.cpus:
@@ -242,6 +246,13 @@ def _free_summary(machine: _Machine, state: LedgerState, amounts: Amounts, setti
             f"{n}={sum(1 for i in machine.free_devices.get(res, ()) if n in infos[i].numa_nodes)}" for n in nodes
         )
         parts.append(f"{res} {count} requested, free per node: {per}")
+    for res, ids in sorted((fixed or {}).items()):
+        infos = {d.id: d for d in machine.devices.get(res, ())}
+        for dev_id in ids:
+            info = infos.get(dev_id)
+            where = (f"on NUMA node(s) {_nodes(frozenset(info.numa_nodes))}" if info is not None and info.numa_nodes
+                     else "on no NUMA node")
+            parts.append(f"{res} {dev_id} already assigned by the device plugin, {where}")
     return "; ".join(parts)
 
 
@@ -370,7 +381,7 @@ def decide(
             prefer_closest=options.prefer_closest_numa_nodes,
         )
         if not admit:
-            why = _free_summary(machine, state, amounts, settings, request.container_id) + _inside(request)
+            why = _free_summary(machine, state, amounts, settings, request.container_id, fixed) + _inside(request)
             return Decision(
                 request.container_id, False, policy, scope, hint,
                 reason=f"{policy} policy: resources cannot be aligned on "
@@ -386,7 +397,8 @@ def decide(
             machine, state, request.amounts, fixed, affinity, settings, request.container_id, strict
         )
     except (AllocationError, TopologyAffinityError) as exc:
-        why = _free_summary(machine, state, request.amounts, settings, request.container_id) + _inside(request)
+        why = _free_summary(machine, state, request.amounts, settings, request.container_id, fixed)
+        why += _inside(request)
         reason = f"{exc} ({why})" if why else str(exc)
         if isinstance(exc, TopologyAffinityError):
             where = f"pod {request.pod_id} is aligned to" if pod is not None else "the merged affinity is"
