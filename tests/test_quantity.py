@@ -193,3 +193,18 @@ def test_arbitrary_text_raises_only_request_error(text: str) -> None:
             assert exc.annotation == "fuzz"
         else:
             assert isinstance(value, int) and 0 <= value <= MAX_VALUE
+
+
+@pytest.mark.parametrize("text", ["2\u00a0", "\u20032", "1Gi\u2003", "\u30002", "2\u200b"],
+                         ids=["nbsp-after", "em-space-before", "em-space-after-suffix", "ideographic-space",
+                              "zero-width-space"])
+def test_unicode_whitespace_and_digits_are_refused(text: str) -> None:
+    """Kubernetes' ParseQuantity trims nothing; only ASCII blanks are forgiven here."""
+    with pytest.raises(RequestError, match=r"holds the character U\+[0-9A-F]{4}; quantities are plain ASCII"):
+        parse_bytes(text, "memory")
+
+
+def test_count_errors_suggest_counts() -> None:
+    with pytest.raises(RequestError) as err:
+        parse_count("abc", "--cpus")
+    assert str(err.value) == "--cpus: 'abc' is not a valid quantity (a whole number, e.g. 2, 16)"

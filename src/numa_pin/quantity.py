@@ -10,7 +10,8 @@ The grammar is the one of ``k8s.io/apimachinery/pkg/api/resource.Quantity``::
 
 Arithmetic is exact (integers only, no floats). A value that is not a whole number of
 bytes is rounded *up*, as ``Quantity.Value()`` does, so ``"1.5"`` bytes is 2 bytes and
-``"500m"`` bytes is 1 byte. Surrounding whitespace is ignored. Negative values,
+``"500m"`` bytes is 1 byte. Surrounding ASCII blanks are ignored; any other character outside
+the grammar, Unicode whitespace such as U+00A0 included, is refused (Kubernetes trims nothing). Negative values,
 ``NaN``/``inf``, and values above ``2**63 - 1`` (Go's ``int64``) are refused.
 
 Every parser raises :class:`numa_pin.errors.RequestError` (``annotation=what``) and
@@ -39,6 +40,10 @@ _QUANTITY = re.compile(
 )
 
 _EXAMPLES = "e.g. 512Mi, 2Gi, 1G, 1500, 1.5Gi, 1e3"
+_COUNT_EXAMPLES = "a whole number, e.g. 2, 16"
+_CPU_EXAMPLES = "e.g. 2, 500m, 1.5"
+#: what :func:`_parse` strips around a quantity (str.strip() would also take Unicode spaces)
+ASCII_BLANKS = " \t\n\r\f\v"
 
 
 def parse_bytes(text: str | int, what: str) -> int:
@@ -49,7 +54,7 @@ def parse_bytes(text: str | int, what: str) -> int:
     Raises:
         RequestError: ``text`` is empty, not a quantity, negative or above ``2**63 - 1``.
     """
-    return _parse(text, what, extra_scale=0, whole=False)
+    return _parse(text, what, extra_scale=0, whole=False, examples=_EXAMPLES)
 
 
 def parse_count(text: str | int, what: str) -> int:
@@ -61,7 +66,7 @@ def parse_count(text: str | int, what: str) -> int:
     Raises:
         RequestError: as :func:`parse_bytes`, or the value is not a whole number.
     """
-    return _parse(text, what, extra_scale=0, whole=True)
+    return _parse(text, what, extra_scale=0, whole=True, examples=_COUNT_EXAMPLES)
 
 
 def parse_cpu_millis(text: str | int, what: str) -> int:
@@ -72,7 +77,7 @@ def parse_cpu_millis(text: str | int, what: str) -> int:
     Raises:
         RequestError: as :func:`parse_bytes`.
     """
-    return _parse(text, what, extra_scale=3, whole=False)
+    return _parse(text, what, extra_scale=3, whole=False, examples=_CPU_EXAMPLES)
 
 
 def format_bytes(n: int) -> str:
@@ -95,10 +100,10 @@ def format_bytes(n: int) -> str:
     return str(n)
 
 
-def _parse(text: str | int, what: str, *, extra_scale: int, whole: bool) -> int:
+def _parse(text: str | int, what: str, *, extra_scale: int, whole: bool, examples: str) -> int:
     if isinstance(text, bool) or not isinstance(text, (str, int)):
         raise RequestError(
-            f"{text!r} is not a quantity: expected a string or an integer ({_EXAMPLES})",
+            f"{text!r} is not a quantity: expected a string or an integer ({examples})",
             annotation=what,
         )
     if isinstance(text, int):  # an integer from YAML/JSON: no suffix, no rounding
@@ -110,16 +115,22 @@ def _parse(text: str | int, what: str, *, extra_scale: int, whole: bool) -> int:
             raise RequestError(f"quantity {shown} is larger than {MAX_VALUE}", annotation=what)
         return text * factor
     shown = text if len(text) <= MAX_LENGTH else text[:MAX_LENGTH] + "..."
-    raw = text.strip()
+    raw = text.strip(ASCII_BLANKS)
     if not raw:
-        raise RequestError(f"empty quantity {shown!r} ({_EXAMPLES})", annotation=what)
+        raise RequestError(f"empty quantity {shown!r} ({examples})", annotation=what)
+    odd = next((c for c in raw if not c.isascii() and (c.isspace() or not c.isprintable())), None)
+    if odd is not None:
+        raise RequestError(
+            f"quantity {shown!r} holds the character U+{ord(odd):04X}; quantities are plain ASCII "
+            "and Kubernetes trims nothing", annotation=what,
+        )
     if len(raw) > MAX_LENGTH:
         raise RequestError(
             f"quantity {shown!r} is longer than {MAX_LENGTH} characters", annotation=what
         )
     match = _QUANTITY.fullmatch(raw)
     if match is None or not (match["int"] or match["frac"]):
-        raise RequestError(f"{shown!r} is not a valid quantity ({_EXAMPLES})", annotation=what)
+        raise RequestError(f"{shown!r} is not a valid quantity ({examples})", annotation=what)
     if match["sign"] == "-":
         raise RequestError(f"quantity {shown!r} must not be negative", annotation=what)
 

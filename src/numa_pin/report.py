@@ -41,6 +41,25 @@ def write_reason(
     return path
 
 
+def read_reasons(state_dir: str) -> dict[str, dict[str, object]]:
+    """Every recorded rejection, by container id (unreadable or foreign files are skipped)."""
+    directory = os.path.join(state_dir, "reasons")
+    try:
+        names = [n for n in os.listdir(directory) if n.endswith(".json")]
+    except OSError:
+        return {}
+    out: dict[str, dict[str, object]] = {}
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8") as fp:
+                doc = json.load(fp)
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("container_id"), str):
+            out[doc["container_id"]] = doc
+    return out
+
+
 def log_syslog(line: str, error: bool = True) -> None:
     """One line to the system log (LOG_DAEMON, LOG_ERR or LOG_INFO); the C library never raises."""
     import syslog

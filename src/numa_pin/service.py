@@ -24,11 +24,12 @@ from numa_pin.config.schema import Config
 from numa_pin.deadline import Deadline
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
+from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
 from numa_pin.enforcer.pool import reserved_conflicts, resize_shared, shared_pool
 from numa_pin.enforcer.undo import UndoLog, describe_failures
-from numa_pin.errors import AdmissionTimeout, EnforcementError, NumaPinError
+from numa_pin.errors import AdmissionTimeout, EnforcementError, NumaPinError, RequestError
 from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_time
-from numa_pin.ledger.model import Grant, LedgerState, PodRecord
+from numa_pin.ledger.model import KIND_PROCESS, Grant, LedgerState, PodRecord
 from numa_pin.ledger.store import Ledger
 from numa_pin.topology.cache import cached_discover
 from numa_pin.topology.model import Topology
@@ -102,6 +103,11 @@ class NodeService:
             self._cgroup_layout = cg.detect_layout(self.config.proc_root)
         return self._cgroup_layout
 
+    def live_grant(self, container_id: str) -> Grant | None:
+        """The grant recorded under ``container_id`` while its process or cgroup lives (read-only)."""
+        grant = self.ledger.read().grants.get(container_id)
+        return grant if grant is not None and self._alive(grant) else None
+
     # ---- decisions -------------------------------------------------------------------------
     def plan(self, request: ContainerRequest) -> Decision:
         """What :meth:`admit` would decide now, without changing anything."""
@@ -109,7 +115,8 @@ class NodeService:
         return decide(self.topology, state, request, self.settings)
 
     def admit(
-        self, request: ContainerRequest, pid: int | None, *, kind: str | None = None, deadline: Deadline | None = None
+        self, request: ContainerRequest, pid: int | None, *, kind: str | None = None,
+        owner: ContainerCgroup | None = None, deadline: Deadline | None = None,
     ) -> Admitted:
         """Decide, enforce and record one container (or process). Raises an
         :class:`~numa_pin.errors.AdmissionError` on rejection, after rolling everything back.
@@ -120,17 +127,24 @@ class NodeService:
         got there first, decides again (at most :data:`MAX_ATTEMPTS` times). The whole
         admission runs under ``deadline`` (default: the config's ``admission_timeout_s``);
         past it the container is rejected with :class:`~numa_pin.errors.AdmissionTimeout`.
+
+        Raises :class:`~numa_pin.errors.EnforcementError` before anything is written when ``pid``
+        sits in the hierarchy root, or (with ``owner``, the bundle's cgroup facts) in another cgroup.
         """
         budget = deadline or Deadline(self.config.admission_timeout_s, f"admission of {request.container_id}")
         with budget.active():
-            return self._admit(request, pid, kind, budget)
+            return self._admit(request, pid, kind, owner, budget)
 
-    def _admit(self, request: ContainerRequest, pid: int | None, kind: str | None, deadline: Deadline) -> Admitted:
+    def _admit(
+        self, request: ContainerRequest, pid: int | None, kind: str | None, owner: ContainerCgroup | None,
+        deadline: Deadline,
+    ) -> Admitted:
         cfg = self.config
         ref = None
         if pid:
             layout = self._layout()
             ref = cg.find_cgroup(pid, cfg.proc_root, cfg.cgroup_root, layout)
+            check_container_cgroup(ref, owner, pid, os.path.join(cfg.proc_root, str(pid), "cgroup"))
         for _attempt in range(MAX_ATTEMPTS):
             with deadline.interruptible():
                 snapshot, _ = collect_garbage(self.ledger.read(), self._alive)
@@ -148,6 +162,8 @@ class NodeService:
                 existing = state.grants.get(request.container_id)
                 undo = UndoLog()
                 try:
+                    if existing is not None and kind == KIND_PROCESS and existing.pid != pid:
+                        raise RequestError(live_name_message(existing), annotation="--name")
                     if existing is not None:
                         grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root))
                         decision = None
@@ -203,6 +219,7 @@ class NodeService:
             mems=decision.mems,
             devices={k: tuple(v) for k, v in decision.devices.items()},
             memory={k: dict(v) for k, v in decision.memory.items()},
+            cpuset_limit=request.cpuset,
             affinity=decision.hint.affinity,
             policy=decision.policy,
             scope=decision.scope,
@@ -249,15 +266,25 @@ class NodeService:
                 refs.append(cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout))
         return refs
 
+    def _limits(self, state: LedgerState) -> dict[cg.CgroupRef, frozenset[int]]:
+        """Shared containers' own cpusets (their cpuset is the pool inside it), by cgroup."""
+        layout = self._layout()
+        return {
+            cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout): g.cpuset_limit
+            for g in state.shared_grants() if g.cgroup and g.cpuset_limit
+        }
+
     def _enforce(self, grant: Grant, ref, state: LedgerState, undo: UndoLog, pool_changed: bool = False) -> None:
         pool = self.shared_pool(state)
         if ref is not None:
             if grant.cpus:
                 apply_cpuset(ref, grant.cpus, grant.mems, self.config.cgroup_root, undo)
             elif grant.kind == "shared":
-                apply_cpuset(ref, pool, read_cpuset(ref).mems, self.config.cgroup_root, undo)
+                own = pool & grant.cpuset_limit if grant.cpuset_limit else pool
+                apply_cpuset(ref, own, read_cpuset(ref).mems, self.config.cgroup_root, undo)
         if grant.cpus or pool_changed:
-            resize_shared(self._shared_refs(state, exclude=grant.container_id), pool, self.config.cgroup_root, undo)
+            refs = self._shared_refs(state, exclude=grant.container_id)
+            resize_shared(refs, pool, self.config.cgroup_root, undo, self._limits(state))
 
     def _grant_devices(self, grant: Grant, pid: int, undo: UndoLog) -> tuple[dict[str, str], ...]:
         """Move granted SR-IOV VF netdevs into the container's netns (``net1``, ``net2``, ...) and
@@ -318,7 +345,8 @@ class NodeService:
             if (grant is not None and grant.cpus) or any(g.cpus for g in dropped):
                 undo = UndoLog()
                 try:
-                    resize_shared(self._shared_refs(state), self.shared_pool(state), self.config.cgroup_root, undo)
+                    resize_shared(self._shared_refs(state), self.shared_pool(state), self.config.cgroup_root, undo,
+                                  self._limits(state))
                 except EnforcementError as exc:
                     self._roll_back(undo, exc, container_id)
                     raise
@@ -341,7 +369,7 @@ class NodeService:
                 ref = cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout)
                 if not os.path.isdir(ref.cpuset_dir):
                     continue
-                cpus = g.cpus if g.cpus else pool
+                cpus = g.cpus if g.cpus else (pool & g.cpuset_limit if g.cpuset_limit else pool)
                 before = len(undo)
                 mems = g.mems if g.cpus and g.mems else read_cpuset(ref).mems
                 apply_cpuset(ref, cpus, mems, self.config.cgroup_root, undo)
@@ -351,9 +379,20 @@ class NodeService:
         return list(removed), repaired
 
 
+def live_name_message(grant: Grant) -> str:
+    """Why ``numa-pin run --name`` may not take a name a live grant holds."""
+    from numa_pin.cpuset import format_list
+
+    return (
+        f"{grant.container_id!r} is the name of a live grant (pid {grant.pid}, cpus "
+        f"{format_list(grant.cpus) or 'shared'}); choose another --name, or `numa-pin release "
+        f"{grant.container_id}` once that job is gone"
+    )
+
+
 def _start_time(pid: int | None, proc_root: str) -> float | None:
     """The process start time liveness compares against, so pid reuse cannot fool GC."""
     return process_start_time(pid, proc_root) if pid else None
 
 
-__all__ = ["Admitted", "NodeService", "settings_from_config"]
+__all__ = ["Admitted", "NodeService", "live_name_message", "settings_from_config"]

@@ -40,8 +40,8 @@ def test_pod_scope_places_later_containers_inside_the_pods_affinity():
                                                      "numa-pin.io/pod-cpus": "8"}), settings)
     assert first.admit and first.pod_affinity == frozenset({1}), "the pod's 8 CPUs only fit node 1"
     assert nodes_of(t, first.cpus) == {1} and len(first.cpus) == 2
-    state = state.with_grant(Grant("a", "p", "a", "exclusive", cpus=first.cpus, mems=first.mems)).with_pod(
-        PodRecord("p", first.pod_affinity, "restricted", "pod"))
+    state = state.with_grant(Grant("a", "user:p", "a", "exclusive", cpus=first.cpus, mems=first.mems)).with_pod(
+        PodRecord("user:p", first.pod_affinity, "restricted", "pod"))
     second = decide(t, state, request_from_oci("b", {"numa-pin.io/pod": "p", "numa-pin.io/cpus": "2"}), settings)
     assert second.admit and nodes_of(t, second.cpus) == {1}, "container scope would have chosen node 0"
     alone = decide(t, state, request_from_oci("b", {"numa-pin.io/pod": "p", "numa-pin.io/cpus": "2"}),
@@ -99,3 +99,68 @@ def test_64_nodes_need_the_option_and_then_work():
     d = decide(t, LedgerState(), req, NodeSettings(policy="single-numa-node",
                                                    policy_options={"max-allowable-numa-nodes": "64"}))
     assert d.admit and len(nodes_of(t, d.cpus)) == 1
+
+
+def test_exclusive_cpus_come_from_the_users_cpuset():
+    """``linux.resources.cpu.cpus`` 8-15 (node 0's second half): the grant stays inside, where the
+    packed allocator alone starts at CPU 1."""
+    t = topo("intel-2s-ht")
+    d = decide(t, LedgerState(), request_from_oci("c", {"numa-pin.io/cpus": "4"}, cpuset="8-11,24-27"),
+               NodeSettings(policy="restricted"))
+    assert d.admit and len(d.cpus) == 4 and d.cpus <= frozenset({8, 9, 10, 11, 24, 25, 26, 27})
+
+
+def test_a_users_cpuset_without_free_cpus_rejects():
+    t = topo("intel-2s-ht")
+    d = decide(t, LedgerState(), request_from_oci("c", {"numa-pin.io/cpus": "1"}, cpuset="0"),
+               NodeSettings(policy="best-effort"))
+    assert not d.admit and d.cpus == frozenset()
+    assert d.reason.endswith("only inside the container's cpuset 0 (linux.resources.cpu.cpus))"), d.reason
+
+
+def test_shared_container_with_no_pool_cpu_in_its_cpuset_is_rejected():
+    t = topo("intel-2s-ht")
+    state = LedgerState({"x": Grant("x", "x", "x", "exclusive", cpus=frozenset({5}), mems=frozenset({0}))})
+    d = decide(t, state, request_from_oci("s", {}, cpuset="5"), NodeSettings())
+    assert not d.admit and d.reason.startswith("the container's cpuset 5 (linux.resources.cpu.cpus) holds no CPU of "
+                                               "the shared pool (0-4,6-31)")
+    assert decide(t, state, request_from_oci("s", {}, cpuset="5-6"), NodeSettings()).admit
+
+
+def test_an_exclusive_grant_may_not_starve_a_pinned_shared_container():
+    t = topo("intel-2s-ht")
+    state = LedgerState({"s": Grant("s", "s", "s", "shared", cpuset_limit=frozenset({1}))})
+    d = decide(t, state, request_from_oci("x", {"numa-pin.io/cpus": "1"}, cpuset="1"), NodeSettings())
+    assert not d.admit and d.reason == (
+        "exclusive cpus 1 would leave shared container s without a CPU of its own cpuset 1 (linux.resources.cpu.cpus)")
+
+
+def _busy_node(t, node, count):
+    return LedgerState({"busy": Grant("busy", "busy", "busy", "exclusive",
+                                      cpus=frozenset(sorted(t.nodes[node].cpus - {0})[:count]))})
+
+
+def test_rejection_names_a_device_plugin_gpu_and_its_node():
+    """The GPU's node has 4 free CPUs: the per-node counts alone would look as if 8 fit elsewhere."""
+    t = topo("gpu8-sriov")
+    gpu = next(d for d in t.pci_devices if d.kind == "gpu" and d.numa_node == 2)
+    req = request_from_oci("c", {"numa-pin.io/cpus": "8"}, {"NVIDIA_VISIBLE_DEVICES": gpu.gpu_uuid})
+    d = decide(t, _busy_node(t, 2, 12), req, NodeSettings(policy="single-numa-node"))
+    assert not d.admit
+    assert d.reason.endswith(f"; nvidia.com/gpu {gpu.address} already assigned by the device plugin, "
+                             "on NUMA node(s) 2)"), d.reason
+
+
+def test_rejection_names_a_device_plugin_vf_and_its_node():
+    from numa_pin.config.schema import config_from_dict
+    from numa_pin.service import settings_from_config
+
+    t = topo("gpu8-sriov")
+    vf = next(d for d in t.pci_devices if d.is_vf and d.numa_node is not None)
+    settings = settings_from_config(config_from_dict({"policy": "single-numa-node",
+                                                      "devices": {"example.com/vf": [{"is_vf": True}]}}))
+    req = request_from_oci("c", {"numa-pin.io/cpus": "8"}, {"PCIDEVICE_EXAMPLE_COM_VF": vf.address})
+    d = decide(t, _busy_node(t, vf.numa_node, 12), req, settings)
+    assert not d.admit
+    assert f"example.com/vf {vf.address} already assigned by the device plugin, on NUMA node(s) {vf.numa_node}" \
+        in d.reason, d.reason

@@ -70,9 +70,37 @@ def test_malformed_annotations_name_the_annotation(annotations, bad_key):
     ids=["integer-guaranteed", "fractional", "no-memory-limit", "no-quota", "unlimited-quota"],
 )
 def test_guaranteed_inference(quota, period, limit, expect_cpus):
-    req = request_from_oci("c", {}, cpu_quota=quota, cpu_period=period, memory_limit=limit)
+    req = request_from_oci("c", CRI, cpu_quota=quota, cpu_period=period, memory_limit=limit)
     assert req.amounts.cpus == expect_cpus
     assert req.amounts.memory == (limit if expect_cpus else 0)
+
+
+#: what containerd's CRI plugin puts on an app container of a pod
+CRI = {"io.kubernetes.cri.container-type": "container", "io.kubernetes.cri.sandbox-id": "sb1",
+       "io.kubernetes.cri.container-name": "app"}
+#: what ``podman run --cpus 1 --memory 100m`` puts in config.json (podman 4, seen on this machine)
+PODMAN = {"io.container.manager": "libpod", "io.kubernetes.cri-o.Created": "2026-11-24T16:45:15.575128905Z",
+          "io.kubernetes.cri-o.TTY": "false", "io.podman.annotations.autoremove": "TRUE"}
+
+
+@pytest.mark.parametrize(
+    "annotations, everywhere, expect_cpus",
+    [
+        (CRI, False, 1),
+        ({"io.kubernetes.cri-o.ContainerType": "container", "io.kubernetes.cri-o.SandboxID": "sb"}, False, 1),
+        ({}, False, 0),
+        (PODMAN, False, 0),
+        ({**PODMAN, "io.kubernetes.cri-o.SandboxID": "pod-infra"}, False, 0),
+        ({}, True, 1),
+        (PODMAN, True, 1),
+    ],
+    ids=["containerd", "cri-o", "plain-runc", "podman", "podman-pod", "plain-switched-on", "podman-switched-on"],
+)
+def test_guaranteed_inference_is_for_kubernetes_containers(annotations, everywhere, expect_cpus):
+    inference = Inference(guaranteed_cpus_outside_kubernetes=everywhere)
+    req = request_from_oci("c", annotations, cpu_quota=100000, cpu_period=100000, memory_limit=100 * MI,
+                           inference=inference)
+    assert req.amounts.cpus == expect_cpus and req.exclusive is bool(expect_cpus)
 
 
 def test_inference_switched_off():
@@ -107,12 +135,13 @@ def test_nvidia_visible_devices_special_values(value):
         ({"io.kubernetes.cri-o.SandboxID": "sb1", "io.kubernetes.container.name": "app"}, "sb1", "app", False),
         ({"io.kubernetes.cri.sandbox-id": "sb2", "io.kubernetes.cri.container-name": "db"}, "sb2", "db", False),
         ({"io.kubernetes.pod.uid": "uid3"}, "uid3", "c", False),
-        ({"numa-pin.io/pod": "mypod"}, "mypod", "c", False),
+        ({"numa-pin.io/pod": "mypod"}, "user:mypod", "c", False),
+        ({"io.kubernetes.pod.uid": "uid4", "numa-pin.io/pod": "mypod"}, "uid4", "c", False),
         ({}, "c", "c", False),
         ({"io.kubernetes.cri-o.SandboxID": "sb", "io.kubernetes.cri-o.ContainerType": "sandbox",
           "numa-pin.io/cpus": "2"}, "sb", "c", True),
     ],
-    ids=["cri-o", "containerd", "pod-uid", "annotation", "own-pod", "sandbox-infra"],
+    ids=["cri-o", "containerd", "pod-uid", "annotation", "sandbox-wins", "own-pod", "sandbox-infra"],
 )
 def test_pod_identity(annotations, pod_id, name, sandbox):
     req = request_from_oci("c", annotations)
@@ -130,3 +159,32 @@ def test_pod_totals():
 def test_parse_devices_duplicate():
     with pytest.raises(RequestError, match="given twice"):
         parse_devices("a.io/x=1,a.io/x=2", "numa-pin.io/devices")
+
+
+@pytest.mark.parametrize(
+    "annotations, limits, message",
+    [
+        ({"numa-pin.io/hugepages-2Mi": "3Mi"}, None,
+         "numa-pin.io/hugepages-2Mi: '3Mi' is not a whole number of 2Mi pages (3145728 bytes is 1.5 pages); "
+         "hugepages come in whole pages"),
+        ({"numa-pin.io/hugepages-1Gi": "1536Mi"}, None, "is not a whole number of 1Gi pages"),
+        ({}, {"2MB": 3 * MI}, "linux.resources.hugepageLimits: '3145728' is not a whole number of 2Mi pages"),
+    ],
+    ids=["2Mi-annotation", "1Gi-annotation", "spec-limit"],
+)
+def test_hugepages_come_in_whole_pages(annotations, limits, message):
+    with pytest.raises(RequestError) as err:
+        request_from_oci("c", annotations, hugepage_limits=limits)
+    assert message in str(err.value)
+
+
+def test_whole_hugepages_pass():
+    req = request_from_oci("c", {"numa-pin.io/hugepages-2Mi": "4Mi", "numa-pin.io/hugepages-1Gi": "2Gi"})
+    assert dict(req.amounts.hugepages) == {"hugepages-2Mi": 4 * MI, "hugepages-1Gi": 2 * GI}
+
+
+@pytest.mark.parametrize("key, value", [("numa-pin.io/cpus", "2\u00a0"), ("numa-pin.io/devices", "a.b/c=1\u00a0"),
+                                        ("numa-pin.io/devices", "a.b/c\u00a0=1")], ids=["cpus", "count", "name"])
+def test_unicode_whitespace_is_not_trimmed(key, value):
+    with pytest.raises(RequestError, match=f"^{key}: "):
+        request_from_oci("c", {key: value})

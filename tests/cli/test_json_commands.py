@@ -90,10 +90,10 @@ def test_release_json(node, capsys):
     first = _json(capsys, "release", "c0", "--config", str(node.config), "--json")
     assert (first["released"], first["grant"]["cpus"]) == (True, format_list(grant.cpus))
     assert Ledger(str(node.state_dir)).read().grants == {}
-    again = _json(capsys, "release", "c0", "--config", str(node.config), "--json")
+    again = _json(capsys, "release", "c0", "--config", str(node.config), "--json", rc=1)
     assert (again["released"], again["grant"]) == (False, None)
-    assert main(["release", "c0", "--config", str(node.config)]) == 0
-    assert capsys.readouterr().out == "c0: no grant (already released)\n"
+    assert main(["release", "c0", "--config", str(node.config)]) == 1
+    assert "no grant matches 'c0'" in capsys.readouterr().err
 
 
 def test_reconcile_json_drops_the_dead(node, capsys):

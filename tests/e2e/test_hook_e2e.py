@@ -9,6 +9,7 @@ container process's ``Cpus_allowed_list``, plus what the runtime prints.
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -120,7 +121,8 @@ def test_crun_rejection_is_recorded_for_explain(crun_rt, node, busybox_rootfs, t
     assert node.grants() == {}
 
 
-def test_podman_hooks_dir_admits_and_releases(podman_runc, node, busybox_rootfs, tmp_path):
+def _hooks_dir(tmp_path: Path, node) -> Path:
+    """The shipped hooks.d files, pointed at this checkout's hook and the test's config."""
     hooks_dir = tmp_path / "hooks.d"
     packaged = Path(__file__).resolve().parents[2] / "packaging" / "hooks.d"
     for src in sorted(packaged.glob("*.json")):
@@ -131,8 +133,98 @@ def test_podman_hooks_dir_admits_and_releases(podman_runc, node, busybox_rootfs,
         doc["hook"]["env"] = doc["hook"]["env"] + [f"NUMA_PIN_CACHE_DIR={node.state.parent / 'cache'}"]
         hooks_dir.mkdir(exist_ok=True)
         (hooks_dir / src.name).write_text(json.dumps(doc))
+    return hooks_dir
+
+
+def test_podman_cpus_and_memory_alone_stay_shared(podman_runc, node, busybox_rootfs, tmp_path):
+    """``podman run --cpus 1 --memory 100m`` is no Kubernetes Guaranteed pod: it stays in the
+    shared pool, and a second identical run starts while the first one runs."""
+    hooks_dir = _hooks_dir(tmp_path, node)
+    limits = ["--cpus", "1", "--memory", "100m"]
+    first = harness.run_podman(busybox_rootfs, args=["sleep", "1000"], store=podman_runc, hooks_dir=hooks_dir,
+                               name=harness.new_container_id(), extra=["-d", *limits])
+    assert first.returncode == 0, first.stderr
+    grants = node.grants()
+    assert len(grants) == 1 and next(iter(grants.values())).kind == "shared"
+    second = harness.run_podman(busybox_rootfs, args=["cat", "/proc/self/status"], store=podman_runc,
+                                hooks_dir=hooks_dir, name=harness.new_container_id(), extra=limits)
+    assert second.returncode == 0, second.stderr
+    assert _cpus_allowed(second.stdout) == "0-1"
+
+
+def test_podman_hooks_dir_admits_and_releases(podman_runc, node, busybox_rootfs, tmp_path):
+    hooks_dir = _hooks_dir(tmp_path, node)
     res = harness.run_podman(busybox_rootfs, args=["cat", "/proc/self/status"], store=podman_runc,
                              annotations=ONE_CPU, hooks_dir=hooks_dir, name=harness.new_container_id())
     assert res.returncode == 0, res.stderr
     assert _cpus_allowed(res.stdout) == "1"
     assert node.grants() == {}, "podman ran the poststop hook, which released the grant"
+
+
+def _forged_hook(node, bundle: Path, cid: str, pid: int) -> subprocess.CompletedProcess[str]:
+    """numa-pin-hook handed a state whose pid is not the container's (as a buggy or hostile caller could)."""
+    state = json.dumps({"ociVersion": "1.0.2", "id": cid, "status": "created", "pid": pid, "bundle": str(bundle)})
+    return subprocess.run([str(node.path), "--config", str(node.cfg), "prestart"], input=state, capture_output=True,
+                          text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "NUMA_PIN_NO_AGENT": "1"})
+
+
+def test_hook_refuses_another_runc_containers_pid(runc_rt, node, busybox_rootfs, tmp_path, cid):
+    """The pid of a real runc container (no hooks) handed in another container's state: refused,
+    and the real container's cpuset is left as runc made it."""
+    victim = harness.make_bundle(tmp_path / "victim", args=["sleep", "1000"], rootfs=busybox_rootfs)
+    forged = _bundle(tmp_path, "forged", node, busybox_rootfs, ONE_CPU)
+    with harness.running_container(runc_rt, victim, cid) as st:
+        before = harness.read_cpuset(st["pid"])
+        group = harness.proc_cgroups(st["pid"])["cpuset"]
+        res = _forged_hook(node, forged, cid + "-forged", st["pid"])
+        assert res.returncode == 1
+        assert res.stderr.strip() == (
+            f"numa-pin: error {cid}-forged: EnforcementError: /proc/{st['pid']}/cgroup: pid {st['pid']} is in cgroup "
+            f"{group}, which is not container {cid}-forged's (a leaf cgroup named after container {cid}-forged); "
+            "refusing to pin another process")
+        assert harness.read_cpuset(st["pid"]) == before
+    assert node.grants() == {}
+
+
+def test_hook_refuses_a_host_process(node, busybox_rootfs, tmp_path):
+    """A host process (here in the cpuset hierarchy's root on this cgroup-v1 machine) is never
+    pinned, and the hierarchy root's cpuset is never written."""
+    forged = _bundle(tmp_path, "forged", node, busybox_rootfs, ONE_CPU)
+    host = subprocess.Popen(["sleep", "100"])
+    try:
+        before = harness.read_cpuset(host.pid)
+        group = harness.proc_cgroups(host.pid)["cpuset"]
+        res = _forged_hook(node, forged, "np-e2e-host", host.pid)
+        assert res.returncode == 1
+        why = ("is in the root cgroup; numa-pin never writes the root of a hierarchy" if group == "/"
+               else f"is in cgroup {group}, which is not container np-e2e-host's")
+        assert f"EnforcementError: /proc/{host.pid}/cgroup: pid {host.pid} {why}" in res.stderr, res.stderr
+        assert harness.read_cpuset(host.pid) == before
+    finally:
+        host.kill()
+        host.wait()
+    assert node.grants() == {}
+
+
+def _pinned_bundle(tmp_path: Path, name: str, node, rootfs: Path, cpus: str, annotations=None) -> Path:
+    """A bundle whose user set ``linux.resources.cpu.cpus`` (podman/docker ``--cpuset-cpus``)."""
+    return harness.make_bundle(tmp_path / name, args=["cat", "/proc/self/status"], annotations=annotations or {},
+                               hooks=node.hooks, rootfs=rootfs, resources={"cpu": {"cpus": cpus}})
+
+
+def test_runc_shared_container_keeps_its_own_cpuset(runc_rt, node, busybox_rootfs, tmp_path, cid):
+    """A shared container pinned to CPU 1 is not widened to the shared pool (0-1)."""
+    res = runc_rt.run(_pinned_bundle(tmp_path, "a", node, busybox_rootfs, "1"), cid)
+    assert res.returncode == 0, res.stderr
+    assert _cpus_allowed(res.stdout) == "1"
+
+
+def test_runc_exclusive_request_outside_the_users_cpuset_is_rejected(runc_rt, node, busybox_rootfs, tmp_path, cid):
+    """cpuset 0 with one exclusive CPU asked: CPU 0 is reserved, so nothing inside the set is free;
+    the container is rejected instead of being moved to CPU 1."""
+    res = runc_rt.run(_pinned_bundle(tmp_path, "a", node, busybox_rootfs, "0", ONE_CPU), cid)
+    assert res.returncode != 0
+    assert (f"numa-pin: rejected {cid}: TopologyAffinityError: restricted policy: resources cannot be aligned on "
+            "their preferred NUMA nodes (cpu 1 requested, free per node: 0=0; only inside the container's cpuset 0 "
+            "(linux.resources.cpu.cpus))") in res.stderr
+    assert node.grants() == {}

@@ -70,3 +70,29 @@ def test_second_job_is_rejected_while_the_first_holds_the_cpu(cfg):
 def test_no_command_is_a_usage_error(cfg):
     res = run(cfg, "--cpus", "1")
     assert res.returncode == 2 and "no command given" in res.stderr
+
+
+def test_a_live_name_is_refused(cfg):
+    """A second ``--name holder`` must not take over (and later release) the first job's grant."""
+    holder = subprocess.Popen([str(NUMA_PIN), "run", "--config", str(cfg), "--cpus", "1", "--name", "holder", "--",
+                               "sleep", "30"], stderr=subprocess.PIPE, text=True)
+    try:
+        ledger = Ledger(str(cfg.parent / "ledger"))
+        for _ in range(200):
+            if "holder" in ledger.read().grants:
+                break
+            time.sleep(0.05)
+        first = ledger.read().grants["holder"]
+        marker = cfg.parent / "ran"
+        res = run(cfg, "--name", "holder", "--", "touch", str(marker))
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.startswith(
+            "numa-pin: RequestError: --name: 'holder' is the name of a live grant "
+            f"(pid {first.pid}, cpus 1); choose another --name"), res.stderr
+        assert not marker.exists(), "a refused command never runs"
+        assert ledger.read().grants["holder"] == first, "the first job keeps its grant"
+        assert os.path.isdir("/sys/fs/cgroup/cpuset/numa-pin/holder")
+    finally:
+        holder.terminate()
+        holder.wait(timeout=30)
+    assert Ledger(str(cfg.parent / "ledger")).read().grants == {}

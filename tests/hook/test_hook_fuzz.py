@@ -116,7 +116,8 @@ SETTINGS = settings(max_examples=120, deadline=None, derandomize=True,
        stage=st.sampled_from(["prestart", "createRuntime", "poststop"]))
 def test_random_annotations_never_traceback(fake, annotations, stage, monkeypatch, capsys):
     fake["bundle"].mkdir(exist_ok=True)
-    (fake["bundle"] / "config.json").write_text(json.dumps({"annotations": annotations, "root": {"path": "rootfs"}}))
+    (fake["bundle"] / "config.json").write_text(json.dumps({"annotations": annotations, "root": {"path": "rootfs"},
+                                                                 "linux": {"cgroupsPath": "/c"}}))
     state = {"ociVersion": "1.0", "id": "fuzz", "status": "creating", "pid": 4242, "bundle": str(fake["bundle"]),
              "annotations": annotations}
     rc, err = run_hook(fake, json.dumps(state).encode(), stage, monkeypatch, capsys)
@@ -154,7 +155,8 @@ def test_random_config_never_traceback(fake, cfg, monkeypatch, capsys, tmp_path_
     bad.write_text(base + "".join(f"{k}: {json.dumps(v)}\n" for k, v in cfg.items() if k not in base))
     state = {"id": "cfg", "bundle": str(fake["bundle"]), "pid": 4242}
     fake["bundle"].mkdir(exist_ok=True)
-    (fake["bundle"] / "config.json").write_text(json.dumps({"annotations": {"numa-pin.io/cpus": "1"}}))
+    (fake["bundle"] / "config.json").write_text(json.dumps({"annotations": {"numa-pin.io/cpus": "1"},
+                                                                 "linux": {"cgroupsPath": "/c"}}))
     monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(fake["cache"]))
     guard = WriteGuard(fake["root"])
     with monkeypatch.context() as m:
@@ -169,7 +171,8 @@ def test_random_config_never_traceback(fake, cfg, monkeypatch, capsys, tmp_path_
 def test_hook_start_up_imports_no_pyroute2_and_no_cli(fake, tmp_path):
     """A real admission in a fresh interpreter; then look at what it imported."""
     fake["bundle"].mkdir(exist_ok=True)
-    (fake["bundle"] / "config.json").write_text(json.dumps({"annotations": {"numa-pin.io/cpus": "1"}}))
+    (fake["bundle"] / "config.json").write_text(json.dumps({"annotations": {"numa-pin.io/cpus": "1"},
+                                                                 "linux": {"cgroupsPath": "/c"}}))
     state = json.dumps({"id": "imports", "bundle": str(fake["bundle"]), "pid": 4242})
     code = (
         "import io, sys\nfrom numa_pin.hook import main\n"

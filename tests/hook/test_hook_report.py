@@ -33,7 +33,7 @@ def node(tmp_path):
 )
 def test_rejection_goes_to_stderr_reason_file_and_syslog(node, monkeypatch, capsys, annotations, kind, needle):
     config, bundle, state_dir = node
-    (bundle / "config.json").write_text(json.dumps({"annotations": annotations}))
+    (bundle / "config.json").write_text(json.dumps({"annotations": annotations, "linux": {"cgroupsPath": "/c"}}))
     logged: list[tuple[int, str]] = []
     monkeypatch.setattr("syslog.syslog", lambda prio, msg: logged.append((prio, msg)))
     monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(state_dir.parent / "cache"))
@@ -52,7 +52,8 @@ def test_rejection_goes_to_stderr_reason_file_and_syslog(node, monkeypatch, caps
 
 def test_admitted_container_is_explained_from_the_ledger(node, monkeypatch, capsys):
     config, bundle, state_dir = node
-    (bundle / "config.json").write_text(json.dumps({"annotations": {"numa-pin.io/cpus": "2"}}))
+    (bundle / "config.json").write_text(json.dumps({"annotations": {"numa-pin.io/cpus": "2"},
+                                                    "linux": {"cgroupsPath": "/c"}}))
     monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(state_dir.parent / "cache"))
     state = json.dumps({"id": "ok-1", "bundle": str(bundle), "pid": 77}).encode()
     assert hook_main.run(["--config", str(config), "createRuntime"], io.BytesIO(state)) == 0
@@ -70,7 +71,8 @@ def test_admitted_container_is_explained_from_the_ledger(node, monkeypatch, caps
 
 @pytest.mark.parametrize("argv, code", [(["bogus-stage"], 2), (["--config"], 2), (["--wat"], 2),
                                         (["poststart"], 0), (["createContainer"], 0)],
-                         ids=["unknown-stage", "config-without-path", "unknown-flag", "noop-poststart", "noop-create-container"])
+                         ids=["unknown-stage", "config-without-path", "unknown-flag", "noop-poststart",
+                              "noop-create-container"])
 def test_hook_usage(argv, code, capsys):
     assert hook_main.run(argv, io.BytesIO(b"{}")) == code
     if code:

@@ -56,7 +56,7 @@ def _spec(**linux):
         "annotations": {"k": "v"},
         "linux": {
             "resources": {
-                "cpu": {"quota": 200000, "period": 100000, "shares": 2048},
+                "cpu": {"quota": 200000, "period": 100000, "shares": 2048, "cpus": "2-3"},
                 "memory": {"limit": 1 << 30},
                 "hugepageLimits": [{"pageSize": "2MB", "limit": 4 << 20}],
             },
@@ -76,6 +76,7 @@ def test_parse_spec_fields():
     assert dict(spec.hugepage_limits) == {"2MB": 4 << 20}
     assert spec.netns_path == "/var/run/netns/p1"
     assert spec.cgroups_path == "system.slice:runc:c1"
+    assert spec.cpuset_cpus == "2-3"
 
 
 def test_parse_spec_absolute_root_and_minimal():

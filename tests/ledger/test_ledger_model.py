@@ -210,6 +210,15 @@ def test_migration_hook_runs_steps_in_order() -> None:
     assert out == {"version": 3, "seen1": True, "seen2": True}
 
 
+def test_version_1_ledgers_gain_an_empty_cpuset_limit() -> None:
+    g = Grant("c1", "p", "c1", "shared", cpuset_limit=frozenset({1, 2}))
+    v2 = LedgerState({"c1": g}).to_dict()
+    v1 = {**v2, "version": 1, "grants": {"c1": {k: v for k, v in v2["grants"]["c1"].items() if k != "cpuset_limit"}}}
+    state = LedgerState.from_dict(v1)
+    assert state.grants["c1"].cpuset_limit is None
+    assert LedgerState.from_dict(v2).grants["c1"] == g and v2["grants"]["c1"]["cpuset_limit"] == "1-2"
+
+
 def test_migration_must_advance_version() -> None:
     with pytest.raises(LedgerCorrupt, match="did not produce version 2"):
         migrate({"version": 1}, migrations={1: lambda d: d}, current=2)

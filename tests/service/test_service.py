@@ -13,7 +13,8 @@ import pytest
 from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
-from numa_pin.errors import EnforcementError, TopologyAffinityError
+from numa_pin.enforcer.owner import ContainerCgroup
+from numa_pin.errors import AllocationError, EnforcementError, RequestError, TopologyAffinityError
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 
@@ -218,3 +219,71 @@ def test_syslog_setting_logs_every_decision(node, monkeypatch):
         agent.release(f"l{on}")
         verbs = [line.split()[1] for line, error in logged if not error]
         assert verbs == (["admitted", "released"] if on else [])
+
+
+def test_a_process_cannot_take_a_live_grant_by_name(node):
+    """``numa-pin run --name job`` twice: the second admission is refused inside the transaction,
+    even when it got past the command's own check (a race), and the first grant is untouched."""
+    agent = NodeService(node.config)
+    first = agent.admit(request_from_oci("job", {"numa-pin.io/cpus": "2"}), node.container(1), kind="process").grant
+    assert agent.live_grant("job") == first
+    with pytest.raises(RequestError, match=r"^--name: 'job' is the name of a live grant \(pid 50001, cpus "):
+        agent.admit(request_from_oci("job", {"numa-pin.io/cpus": "2"}), node.container(2), kind="process")
+    assert agent.ledger.read().grants["job"] == first
+    # the runtime's second hook stage for the same pid stays idempotent
+    assert agent.admit(request_from_oci("job", {}), 50001, kind="process").grant.cpus == first.cpus
+
+
+def _host_process(node: Node, pid: int, cgroup: str) -> Path:
+    """A process that is no container: ``pid`` in ``cgroup`` (``/`` is the hierarchy root)."""
+    directory = node.cg / "cpuset" / cgroup.strip("/")
+    directory.mkdir(parents=True, exist_ok=True)
+    for leaf, value in (("cpuset.cpus", "0-127"), ("cpuset.mems", "0-3")):
+        if not (directory / leaf).exists():
+            (directory / leaf).write_text(value + "\n")
+    (node.proc_root / str(pid)).mkdir(parents=True)
+    (node.proc_root / str(pid) / "cgroup").write_text(f"4:cpuset:{cgroup}\n")
+    return directory
+
+
+@pytest.mark.parametrize("owner", [ContainerCgroup("c9", "/ctr/c9"), ContainerCgroup("c9", "system.slice:runc:c9"),
+                                   ContainerCgroup("c9")], ids=["cgroupfs", "systemd", "no-cgroups-path"])
+def test_a_foreign_pid_is_refused_before_anything_is_written(node, owner):
+    session = _host_process(node, 61000, "/user.slice/session-3.scope")
+    before = (session / "cpuset.cpus").read_text()
+    agent = NodeService(node.config)
+    with pytest.raises(EnforcementError, match=r"pid 61000 is in cgroup /user.slice/session-3.scope, which is not "
+                                               r"container c9's"):
+        agent.admit(request_from_oci("c9", {"numa-pin.io/cpus": "2"}), 61000, owner=owner)
+    assert (session / "cpuset.cpus").read_text() == before
+    assert agent.ledger.read().grants == {}
+
+
+def test_a_pid_in_the_root_cgroup_is_refused(node):
+    root = _host_process(node, 61001, "/")
+    before = (root / "cpuset.cpus").read_text(), (root / "cpuset.mems").read_text()
+    agent = NodeService(node.config)
+    with pytest.raises(EnforcementError, match=r"pid 61001 is in the root cgroup; numa-pin never writes the root"):
+        agent.admit(request_from_oci("c9", {"numa-pin.io/cpus": "2"}), 61001)
+    assert ((root / "cpuset.cpus").read_text(), (root / "cpuset.mems").read_text()) == before
+    assert agent.ledger.read().grants == {}
+
+
+def test_the_containers_own_pid_passes_the_check(node):
+    agent = NodeService(node.config)
+    grant = agent.admit(request_from_oci("c1", {"numa-pin.io/cpus": "2"}), node.container(1),
+                        owner=ContainerCgroup("c1", "/ctr/c1")).grant
+    assert parse_list(node.cpuset(1)[0]) == grant.cpus
+
+
+def test_a_shared_containers_own_cpuset_shrinks_and_grows_but_never_widens(node):
+    agent = NodeService(node.config)
+    agent.admit(request_from_oci("c1", {}, cpuset="1-2"), node.container(1))
+    assert node.cpuset(1)[0] == "1-2", "not widened to the shared pool"
+    agent.admit(request_from_oci("c2", {"numa-pin.io/cpus": "1"}, cpuset="1"), node.container(2))
+    assert node.cpuset(2)[0] == "1" and node.cpuset(1)[0] == "2"
+    with pytest.raises(AllocationError, match="would leave shared container c1 without a CPU of its own cpuset 1-2"):
+        agent.admit(request_from_oci("c3", {"numa-pin.io/cpus": "1"}, cpuset="2"), node.container(3))
+    agent.release("c2")
+    assert node.cpuset(1)[0] == "1-2", "grows back to its own set, not to the pool"
+    assert agent.ledger.read().grants["c1"].cpuset_limit == frozenset({1, 2})

@@ -6,10 +6,21 @@ This is kubelet's Topology Manager admit path on one node:
 2. the policy merges the answers into one NUMA affinity and says admit or not,
 3. if admitted, every allocator takes its resources inside that affinity.
 
-Scopes: ``container`` merges each container alone. ``pod`` merges once per pod with the pod's
-effective request (``numa-pin.io/pod-*`` totals, or the first container's request) and places
-every later container of the pod inside the pod's affinity, as kubelet stores one hint for all
-of a pod's containers.
+Scopes: ``container`` merges each container alone. ``pod`` merges once per pod, at the pod's
+first container with exclusive resources, and records the pod's affinity; every later container
+of the pod is placed inside it, as kubelet stores one hint for all of a pod's containers.
+numa-pin sees one container at a time, so the pod's total may be unknown or understated; the rule:
+
+* the first merge asks, per resource, for the larger of the pod total (``numa-pin.io/pod-*``)
+  and the container's own request, so a missing or understated total never lets a container
+  through that the policy would refuse alone;
+* under ``restricted`` and ``single-numa-node`` every container (first or later, either scope)
+  takes its CPUs, memory and devices strictly inside the affinity, and a device a device plugin
+  already chose must lie there too; a container that does not fit is rejected
+  (``TopologyAffinityError``), never spilled to other nodes. ``none`` and ``best-effort`` keep
+  kubelet's fallback to other nodes;
+* a pod named by ``numa-pin.io/pod`` is ``user:<name>``; naming a pod that a runtime sandbox (or
+  another container) owns is a :class:`~numa_pin.errors.RequestError`.
 
 Nothing here touches the machine; :mod:`numa_pin.agent` does the I/O around it.
 """
@@ -17,12 +28,13 @@ Nothing here touches the machine; :mod:`numa_pin.agent` does the I/O around it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from numa_pin import names
-from numa_pin.admission.request import Amounts, ContainerRequest
+from numa_pin.admission.request import CPUSET_FIELD, Amounts, ContainerRequest
 from numa_pin.allocators.cpu import allocate_cpus, reserved_cpus
+from numa_pin.cpuset import format_list
 from numa_pin.errors import (
     AdmissionError,
     AllocationError,
@@ -45,6 +57,8 @@ if TYPE_CHECKING:  # memory and device code is imported only when a request need
 
 NVIDIA_GPU = "nvidia.com/gpu"
 NVIDIA_VENDOR = "0x10de"
+#: policies that admit only aligned results: allocation never leaves their affinity
+STRICT_POLICIES = (names.RESTRICTED, names.SINGLE_NUMA_NODE)
 
 
 @dataclass(frozen=True)
@@ -207,8 +221,12 @@ def _assignments(state: LedgerState, container_id: str):
             yield (g.container_id, g.memory, nodes)
 
 
-def _free_summary(machine: _Machine, state: LedgerState, amounts: Amounts, settings: NodeSettings, cid: str) -> str:
-    """``cpu free per node: 0=1 1=0; memory ...`` for the resources the request names."""
+def _free_summary(
+    machine: _Machine, state: LedgerState, amounts: Amounts, settings: NodeSettings, cid: str,
+    fixed: Mapping[str, tuple[str, ...]] | None = None,
+) -> str:
+    """``cpu free per node: 0=1 1=0; memory ...`` for the resources the request names, then
+    every device a device plugin already chose, with its NUMA node (it is not free to move)."""
     parts: list[str] = []
     nodes = machine.topology.node_ids
     if amounts.cpus:
@@ -228,6 +246,13 @@ def _free_summary(machine: _Machine, state: LedgerState, amounts: Amounts, setti
             f"{n}={sum(1 for i in machine.free_devices.get(res, ()) if n in infos[i].numa_nodes)}" for n in nodes
         )
         parts.append(f"{res} {count} requested, free per node: {per}")
+    for res, ids in sorted((fixed or {}).items()):
+        infos = {d.id: d for d in machine.devices.get(res, ())}
+        for dev_id in ids:
+            info = infos.get(dev_id)
+            where = (f"on NUMA node(s) {_nodes(frozenset(info.numa_nodes))}" if info is not None and info.numa_nodes
+                     else "on no NUMA node")
+            parts.append(f"{res} {dev_id} already assigned by the device plugin, {where}")
     return "; ".join(parts)
 
 
@@ -239,11 +264,23 @@ def _allocate(
     affinity: frozenset[int] | None,
     settings: NodeSettings,
     container_id: str,
+    strict: bool = False,
 ) -> tuple[frozenset[int], dict[str, dict[int, int]], frozenset[int], dict[str, tuple[str, ...]]]:
+    """Take every resource inside ``affinity``; ``strict`` (restricted, single-numa-node) refuses
+    what does not fit there with :class:`TopologyAffinityError` instead of spilling to other nodes.
+    Raises :class:`AllocationError` (or a subclass) when a resource is short."""
+    inside = affinity if strict else None
+    if inside is not None:
+        _check_fixed_inside(machine, fixed, inside)
     cpus: frozenset[int] = frozenset()
     if amounts.cpus:
+        free = machine.free_cpus
+        if inside is not None:
+            free = free & machine.cpu_topology.cpus_in_numa_nodes(*sorted(inside))
+            if len(free) < amounts.cpus:
+                raise TopologyAffinityError(f"only {len(free)} of the {amounts.cpus} CPUs requested are free there")
         cpus = allocate_cpus(
-            machine.cpu_topology, settings.cpu_options, machine.free_cpus, frozenset(), amounts.cpus, affinity
+            machine.cpu_topology, settings.cpu_options, free, frozenset(), amounts.cpus, affinity
         )
     memory: dict[str, dict[int, int]] = {}
     mem_group: frozenset[int] = frozenset()
@@ -252,7 +289,12 @@ def _allocate(
         from numa_pin.topology.memory import build_memory_state
 
         mem_state = build_memory_state(machine.topology, settings.reserved_memory, _assignments(state, container_id))
-        grant = allocate_memory(mem_state, amounts.memory_resources, affinity)
+        req = amounts.memory_resources
+        if inside is not None and any(sum(mem_state.free(n, r) for n in inside) < want for r, want in req.items()):
+            raise TopologyAffinityError("the memory requested does not fit there")
+        grant = allocate_memory(mem_state, req, affinity)
+        if inside is not None and not grant.nodes <= inside:
+            raise TopologyAffinityError("the memory allocator would leave these nodes")
         memory = {res: dict(per) for res, per in grant.per_resource.items()}
         mem_group = grant.nodes
     devices: dict[str, tuple[str, ...]] = dict(fixed)
@@ -265,9 +307,26 @@ def _allocate(
     for res, count in amounts.devices.items():
         if count and res not in fixed:
             devices[res] = allocate_devices(
-                machine.devices[res], machine.free_devices[res], count, affinity, closeness=closeness, resource=res
+                machine.devices[res], machine.free_devices[res], count, affinity, closeness=closeness, resource=res,
+                allow_outside=inside is None,
             )
     return cpus, memory, mem_group, devices
+
+
+def _nodes(nodes: frozenset[int]) -> str:
+    return ",".join(str(n) for n in sorted(nodes))
+
+
+def _check_fixed_inside(machine: _Machine, fixed: Mapping[str, tuple[str, ...]], inside: frozenset[int]) -> None:
+    """A device a device plugin already chose must touch the affinity (or have no NUMA node)."""
+    for res, ids in fixed.items():
+        infos = {d.id: d for d in machine.devices.get(res, ())}
+        for dev_id in ids:
+            info = infos.get(dev_id)
+            if info is not None and info.numa_nodes and not set(info.numa_nodes) & inside:
+                raise TopologyAffinityError(
+                    f"{res} {dev_id} (already assigned) is on NUMA node(s) {_nodes(frozenset(info.numa_nodes))}"
+                )
 
 
 def decide(
@@ -286,12 +345,23 @@ def decide(
     need_devices = bool(request.fixed_gpus or request.fixed_pci or request.amounts.devices
                         or (request.pod_amounts is not None and request.pod_amounts.devices))
     machine = _machine(topology, cpu_topo, state, settings, request.container_id, need_devices)
+    if request.cpuset is not None:  # the user's own cpuset: allocate inside it or not at all
+        machine = replace(machine, free_cpus=machine.free_cpus & request.cpuset)
     fixed = resolve_fixed_devices(request, machine)
     all_nodes = frozenset(topology.node_ids)
     mem_nodes = frozenset(n for n, node in topology.nodes.items() if node.memory_total_kb > 0) or all_nodes
 
+    _check_claimed_pod(state, request)
     if request.amounts.empty and not fixed:
-        return Decision(request.container_id, True, policy, scope, TopologyHint(None, True), mems=frozenset())
+        hint = TopologyHint(None, True)
+        pool = _pool_after(topology, state, request.container_id, frozenset())
+        if request.cpuset is not None and not pool & request.cpuset:
+            return Decision(
+                request.container_id, False, policy, scope, hint, error=AllocationError,
+                reason=f"the container's cpuset {format_list(request.cpuset)} ({CPUSET_FIELD}) holds no CPU of "
+                f"the shared pool ({format_list(pool)}); numa-pin never moves a cpuset the user set",
+            )
+        return Decision(request.container_id, True, policy, scope, hint, mems=frozenset())
 
     pod = state.pods.get(request.pod_id) if scope == names.POD_SCOPE else None
     pod_affinity: frozenset[int] | None = None
@@ -301,7 +371,7 @@ def decide(
     else:
         amounts = request.amounts
         if scope == names.POD_SCOPE and request.pod_amounts is not None:
-            amounts = request.pod_amounts
+            amounts = at_least(request.pod_amounts, request.amounts)
         providers = _provider_hints(machine, state, amounts, fixed, settings, request.container_id)
         hint, admit = merge_hints(
             policy,
@@ -311,7 +381,7 @@ def decide(
             prefer_closest=options.prefer_closest_numa_nodes,
         )
         if not admit:
-            why = _free_summary(machine, state, amounts, settings, request.container_id)
+            why = _free_summary(machine, state, amounts, settings, request.container_id, fixed) + _inside(request)
             return Decision(
                 request.container_id, False, policy, scope, hint,
                 reason=f"{policy} policy: resources cannot be aligned on "
@@ -321,15 +391,22 @@ def decide(
             pod_affinity = hint.affinity if hint.affinity is not None else all_nodes
 
     affinity = hint.affinity if policy != names.NONE else None
+    strict = policy in STRICT_POLICIES and affinity is not None
     try:
         cpus, memory, mem_group, devices = _allocate(
-            machine, state, request.amounts, fixed, affinity, settings, request.container_id
+            machine, state, request.amounts, fixed, affinity, settings, request.container_id, strict
         )
-    except AllocationError as exc:
-        why = _free_summary(machine, state, request.amounts, settings, request.container_id)
-        return Decision(
-            request.container_id, False, policy, scope, hint, reason=f"{exc} ({why})", error=type(exc)
-        )
+    except (AllocationError, TopologyAffinityError) as exc:
+        why = _free_summary(machine, state, request.amounts, settings, request.container_id, fixed)
+        why += _inside(request)
+        reason = f"{exc} ({why})" if why else str(exc)
+        if isinstance(exc, TopologyAffinityError):
+            where = f"pod {request.pod_id} is aligned to" if pod is not None else "the merged affinity is"
+            reason = f"{policy} policy: {where} NUMA node(s) {_nodes(affinity or all_nodes)}, and {reason}"
+        return Decision(request.container_id, False, policy, scope, hint, reason=reason, error=type(exc))
+    starved = _starved_shared(topology, state, request.container_id, cpus)
+    if starved:
+        return Decision(request.container_id, False, policy, scope, hint, error=AllocationError, reason=starved)
     if mem_group:
         mems = mem_group
     elif affinity is not None and policy != names.NONE:
@@ -341,6 +418,58 @@ def decide(
         memory=memory, pod_affinity=pod_affinity,
         reason=f"{policy}/{scope}: affinity {bitmask.format_mask(hint.mask)}",
     )
+
+
+def _inside(request: ContainerRequest) -> str:
+    if request.cpuset is None:
+        return ""
+    return f"; only inside the container's cpuset {format_list(request.cpuset)} ({CPUSET_FIELD})"
+
+
+def _pool_after(topology: Topology, state: LedgerState, container_id: str, taking: frozenset[int]) -> frozenset[int]:
+    """The shared pool once ``container_id`` holds ``taking`` (reserved CPUs are never granted)."""
+    others = state.without(container_id) if container_id in state.grants else state
+    return topology.cpu_ids - others.exclusive_cpus() - taking
+
+
+def _starved_shared(topology: Topology, state: LedgerState, container_id: str, taking: frozenset[int]) -> str:
+    """Why taking ``taking`` would leave a shared container with a cpuset of its own without a
+    CPU (its cpuset is the pool inside its own set), or ``""``."""
+    if not taking:
+        return ""
+    pool = _pool_after(topology, state, container_id, taking)
+    for g in state.shared_grants():
+        if g.container_id != container_id and g.cpuset_limit and not pool & g.cpuset_limit:
+            return (
+                f"exclusive cpus {format_list(taking)} would leave shared container {g.container_id} without a CPU "
+                f"of its own cpuset {format_list(g.cpuset_limit)} ({CPUSET_FIELD})"
+            )
+    return ""
+
+
+def at_least(pod: Amounts, container: Amounts) -> Amounts:
+    """Per resource, the larger of the pod's total and the container's own request."""
+    devices = dict(pod.devices)
+    for res, count in container.devices.items():
+        devices[res] = max(devices.get(res, 0), count)
+    hugepages = dict(pod.hugepages)
+    for res, size in container.hugepages.items():
+        hugepages[res] = max(hugepages.get(res, 0), size)
+    return Amounts(max(pod.cpus, container.cpus), max(pod.memory, container.memory), hugepages, devices)
+
+
+def _check_claimed_pod(state: LedgerState, request: ContainerRequest) -> None:
+    """``numa-pin.io/pod`` may name a user pod, never a pod a runtime sandbox (or another
+    container alone) owns. Raises :class:`RequestError` naming the annotation."""
+    claimed = request.claimed_pod
+    if claimed is None:
+        return
+    if claimed in state.pods or any(g.pod_id == claimed for g in state.grants.values()):
+        raise RequestError(
+            f"pod {claimed!r} belongs to another sandbox or container; a container without the runtime's "
+            "sandbox annotations cannot join it",
+            annotation="numa-pin.io/pod",
+        )
 
 
 def reject(decision: Decision) -> AdmissionError:

@@ -9,7 +9,8 @@ Annotations (all optional)::
     numa-pin.io/devices         "resource=count[,resource=count]"
     numa-pin.io/policy          per-container/pod override of the node policy
     numa-pin.io/scope           per-container/pod override of the node scope
-    numa-pin.io/pod             pod identity when no runtime sandbox id is present
+    numa-pin.io/pod             pod identity when no runtime sandbox id is present (recorded as
+                                ``user:<value>``, so it never names a runtime sandbox's pod)
     numa-pin.io/pod-cpus        pod-scope totals (the pod's effective request)
     numa-pin.io/pod-memory
     numa-pin.io/pod-devices
@@ -17,7 +18,10 @@ Annotations (all optional)::
 Kubernetes-compatible inference (each switchable in the config):
 
 * ``linux.resources.cpu`` quota/period that divide evenly, together with a memory limit, mean
-  that many exclusive CPUs (a Guaranteed pod with integer CPUs);
+  that many exclusive CPUs (a Guaranteed pod with integer CPUs), for Kubernetes containers only
+  (a CRI annotation from :data:`KUBERNETES_KEYS` is set, and the container is not podman's),
+  unless ``guaranteed_cpus_outside_kubernetes`` is on: ``podman run --cpus 1 --memory 100m``
+  stays a shared container;
 * ``linux.resources.hugepageLimits`` mean hugepages to align;
 * ``NVIDIA_VISIBLE_DEVICES`` and ``PCIDEVICE_*`` in ``process.env`` are devices a device plugin
   already chose: they become fixed devices, and CPUs and memory align to them.
@@ -29,8 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from numa_pin import names
+from numa_pin.cpuset import parse_list
 from numa_pin.errors import RequestError
-from numa_pin.quantity import parse_bytes, parse_count
+from numa_pin.quantity import ASCII_BLANKS, parse_bytes, parse_count
 
 PREFIX = "numa-pin.io/"
 POLICIES = names.POLICIES
@@ -48,6 +53,15 @@ MAX_COUNT = 1 << 16
 POD_ID_KEYS = ("io.kubernetes.cri-o.SandboxID", "io.kubernetes.cri.sandbox-id", "io.kubernetes.pod.uid")
 NAME_KEYS = ("io.kubernetes.container.name", "io.kubernetes.cri.container-name")
 SANDBOX_TYPE_KEYS = ("io.kubernetes.cri-o.ContainerType", "io.kubernetes.cri.container-type")
+#: annotations only a kubelet-driven CRI runtime (containerd, CRI-O) sets; podman sets some
+#: ``io.kubernetes.cri-o.*`` keys too (``Created``, ``TTY``), but none of these
+KUBERNETES_KEYS = POD_ID_KEYS + NAME_KEYS + SANDBOX_TYPE_KEYS
+#: ``io.container.manager`` value of podman's containers
+PODMAN_MANAGER = "libpod"
+#: where a container's own cpuset comes from
+CPUSET_FIELD = "linux.resources.cpu.cpus"
+#: prefix of a pod id taken from ``numa-pin.io/pod``: user pods and runtime sandboxes never share ids
+USER_POD_PREFIX = "user:"
 
 _KNOWN = {
     "cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices", "policy", "scope", "pod",
@@ -91,6 +105,11 @@ class ContainerRequest:
     sandbox: bool = False  # the pod's infra/pause container
     fixed_gpus: tuple[str, ...] = ()  # NVIDIA_VISIBLE_DEVICES tokens (indexes or UUIDs)
     fixed_pci: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # PCIDEVICE_<X> -> BDFs
+    #: the ``numa-pin.io/pod`` value when it (not a runtime sandbox annotation) names the pod
+    claimed_pod: str | None = None
+    #: the CPUs the user pinned the container to (``linux.resources.cpu.cpus``, podman
+    #: ``--cpuset-cpus``): a constraint, never widened or moved
+    cpuset: frozenset[int] | None = None
 
     @property
     def exclusive(self) -> bool:
@@ -104,24 +123,27 @@ class Inference:
     guaranteed_cpus: bool = True
     hugepages: bool = True
     device_plugin_env: bool = True
+    guaranteed_cpus_outside_kubernetes: bool = False
 
 
 def parse_devices(text: str, annotation: str) -> dict[str, int]:
     """``"nvidia.com/gpu=2,intel.com/sriov=1"`` -> ``{"nvidia.com/gpu": 2, ...}``."""
     out: dict[str, int] = {}
     for part in text.split(","):
-        part = part.strip()
+        part = part.strip(ASCII_BLANKS)
         if not part:
             continue
         name, sep, count = part.partition("=")
-        name = name.strip()
+        name = name.strip(ASCII_BLANKS)
         if not sep or not name:
             raise RequestError(f"expected resource=count, got {part!r}", annotation=annotation)
+        if any(not c.isascii() or c.isspace() or not c.isprintable() for c in name):
+            raise RequestError(f"resource {name!r} holds a blank or non-ASCII character", annotation=annotation)
         if "/" not in name or name.startswith("/") or name.endswith("/"):
             raise RequestError(f"resource {name!r} is not of the form domain/name", annotation=annotation)
         if name in out:
             raise RequestError(f"resource {name!r} given twice", annotation=annotation)
-        out[name] = _bounded_count(count.strip(), annotation)
+        out[name] = _bounded_count(count.strip(ASCII_BLANKS), annotation)
     return out
 
 
@@ -150,8 +172,27 @@ def _annotation_amounts(ann: Mapping[str, str], pod: bool) -> Amounts | None:
     if not pod:
         for res in HUGEPAGE_RESOURCES:
             if PREFIX + res in ann:
-                huge[res] = parse_bytes(ann[PREFIX + res], PREFIX + res)
+                huge[res] = whole_pages(res, parse_bytes(ann[PREFIX + res], PREFIX + res), ann[PREFIX + res],
+                                        PREFIX + res)
     return Amounts(cpus=cpus, memory=memory, hugepages=huge, devices=devices)
+
+
+def is_kubernetes(annotations: Mapping[str, str]) -> bool:
+    """True for a container a kubelet asked a CRI runtime for (not a podman container)."""
+    if annotations.get("io.container.manager") == PODMAN_MANAGER:
+        return False
+    return any(annotations.get(k) for k in KUBERNETES_KEYS)
+
+
+def whole_pages(resource: str, size: int, text: str, what: str) -> int:
+    """``size`` bytes of ``resource`` (``hugepages-2Mi``), refused unless a whole number of pages."""
+    page = HUGEPAGE_RESOURCES[resource] * 1024
+    if size % page:
+        raise RequestError(
+            f"{text!r} is not a whole number of {resource[len('hugepages-'):]} pages "
+            f"({size} bytes is {size / page:g} pages); hugepages come in whole pages", annotation=what,
+        )
+    return size
 
 
 def infer_guaranteed_cpus(quota: int | None, period: int | None, memory_limit: int | None) -> int:
@@ -173,8 +214,10 @@ def request_from_oci(
     memory_limit: int | None = None,
     hugepage_limits: Mapping[str, int] | None = None,
     inference: Inference = Inference(),
+    cpuset: str | None = None,
 ) -> ContainerRequest:
-    """Build the request of one container. Raises :class:`RequestError` naming the annotation."""
+    """Build the request of one container. Raises :class:`RequestError` naming the annotation
+    (or the ``config.json`` field)."""
     env = env or {}
     for key in annotations:
         if key.startswith(PREFIX) and key[len(PREFIX):] not in _KNOWN:
@@ -191,7 +234,10 @@ def request_from_oci(
     amounts = _annotation_amounts(annotations, pod=False)
     if amounts is None:
         # a Guaranteed-style container: its memory limit is aligned together with its CPUs
-        cpus = infer_guaranteed_cpus(cpu_quota, cpu_period, memory_limit) if inference.guaranteed_cpus else 0
+        infer = inference.guaranteed_cpus and (
+            inference.guaranteed_cpus_outside_kubernetes or is_kubernetes(annotations)
+        )
+        cpus = infer_guaranteed_cpus(cpu_quota, cpu_period, memory_limit) if infer else 0
         amounts = Amounts(cpus=cpus, memory=(memory_limit or 0) if cpus else 0)
     if inference.hugepages and hugepage_limits and not amounts.hugepages:
         huge: dict[str, int] = {}
@@ -200,7 +246,7 @@ def request_from_oci(
             if res is None:
                 raise RequestError(f"unsupported hugepage size {size!r}", annotation="linux.resources.hugepageLimits")
             if limit > 0:
-                huge[res] = limit
+                huge[res] = whole_pages(res, limit, str(limit), "linux.resources.hugepageLimits")
         amounts = Amounts(amounts.cpus, amounts.memory, huge, amounts.devices)
 
     fixed_gpus: tuple[str, ...] = ()
@@ -213,8 +259,7 @@ def request_from_oci(
             if key.startswith("PCIDEVICE_") and not key.endswith("_INFO") and value.strip():
                 fixed_pci[key[len("PCIDEVICE_"):]] = tuple(v.strip() for v in value.split(",") if v.strip())
 
-    pod_id = next((annotations[k] for k in POD_ID_KEYS if annotations.get(k)), None)
-    pod_id = pod_id or annotations.get(PREFIX + "pod") or container_id
+    pod_id, claimed_pod = pod_identity(container_id, annotations)
     name = next((annotations[k] for k in NAME_KEYS if annotations.get(k)), container_id)
     sandbox = any(annotations.get(k) == "sandbox" for k in SANDBOX_TYPE_KEYS)
     return ContainerRequest(
@@ -228,4 +273,32 @@ def request_from_oci(
         sandbox=sandbox,
         fixed_gpus=fixed_gpus,
         fixed_pci=fixed_pci,
+        claimed_pod=claimed_pod,
+        cpuset=_cpuset(cpuset),
     )
+
+
+def _cpuset(text: str | None) -> frozenset[int] | None:
+    """``linux.resources.cpu.cpus``; unset or empty means no constraint."""
+    if text is None or not text.strip():
+        return None
+    try:
+        return parse_list(text)
+    except ValueError as exc:
+        raise RequestError(f"{text!r} is not a CPU list ({exc})", annotation=CPUSET_FIELD) from exc
+
+
+def pod_identity(container_id: str, annotations: Mapping[str, str]) -> tuple[str, str | None]:
+    """``(pod_id, claimed)``: the runtime's sandbox id when any sandbox annotation is set (a
+    ``numa-pin.io/pod`` beside it is ignored); else ``user:<numa-pin.io/pod>``, with the claimed
+    value returned so the decision can refuse a claim on another sandbox's pod; else the container
+    alone. Raises :class:`RequestError` for an empty ``numa-pin.io/pod``."""
+    sandbox = next((annotations[k] for k in POD_ID_KEYS if annotations.get(k)), None)
+    if sandbox:
+        return sandbox, None
+    claimed = annotations.get(PREFIX + "pod")
+    if claimed is None:
+        return container_id, None
+    if not claimed or claimed != claimed.strip() or not claimed.isprintable():
+        raise RequestError(f"{claimed!r} is not a pod name (empty, blank or unprintable)", annotation=PREFIX + "pod")
+    return USER_POD_PREFIX + claimed, claimed

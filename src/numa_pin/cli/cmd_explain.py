@@ -1,8 +1,9 @@
-"""``numa-pin explain ID``: why a container was rejected, or what it was granted.
+"""``numa-pin explain ID|--last``: why a container was rejected, or what it was granted.
 
-Text: the grant as JSON, or the rejection line. ``--json``: one object,
-``{"container_id", "state": "granted" | "rejected" | "unknown", "grant", "rejection"}`` where
-``grant`` is what ``status --json`` lists and ``rejection`` the reason file
+``ID`` is a container id or a unique prefix of one (as git and podman take them); ``--last``
+is the most recent rejection. Text: the grant as JSON, or the rejection line. ``--json``: one
+object, ``{"container_id", "state": "granted" | "rejected" | "unknown", "grant", "rejection"}``
+where ``grant`` is what ``status --json`` lists and ``rejection`` the reason file
 (``line``, ``kind``, ``time``); exit 1 when the state is ``unknown``.
 """
 
@@ -13,8 +14,9 @@ import json
 import sys
 from typing import Any
 
-from numa_pin.cli.common import add_config_argument, load
+from numa_pin.cli.common import add_config_argument, load, resolve_id
 from numa_pin.cli.main import write_out
+from numa_pin.errors import RequestError
 
 NAME = "explain"
 HELP = "show why a container was rejected, or what it holds"
@@ -22,45 +24,50 @@ HELP = "show why a container was rejected, or what it holds"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
-    parser.add_argument("container_id", metavar="ID")
+    parser.add_argument("container_id", metavar="ID", nargs="?", help="a container id, or a unique prefix of one")
+    parser.add_argument("--last", action="store_true", help="the most recent rejection")
     parser.add_argument("--json", action="store_true", help="print one JSON object (see the module doc)")
 
 
 def run(args: argparse.Namespace) -> int:
     from numa_pin.cli.cmd_status import grant_dict
     from numa_pin.ledger.store import Ledger
-    from numa_pin.report import reason_path
+    from numa_pin.report import read_reasons
 
+    if (args.container_id is None) == (not args.last):
+        raise RequestError("give an ID or --last (not both)", annotation="ID")
     config = load(args)
-    cid = args.container_id
-    out: dict[str, Any] = {"container_id": cid, "state": "unknown", "grant": None, "rejection": None}
-    grant = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s).read().grants.get(cid)
+    grants = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s).read().grants
+    reasons = read_reasons(config.state_dir)
+    cid: str | None
+    if args.last:
+        cid = max(reasons, key=lambda c: _time(reasons[c])) if reasons else None
+        problem = "no recorded rejection"
+    else:
+        cid = resolve_id(args.container_id, set(grants) | set(reasons))
+        problem = f"no grant and no recorded rejection for {args.container_id}"
+    out: dict[str, Any] = {"container_id": cid or args.container_id, "state": "unknown", "grant": None,
+                           "rejection": None}
+    grant = grants.get(cid) if cid is not None and not args.last else None
     if grant is not None:
         out.update(state="granted", grant=grant_dict(grant))
-        if args.json:
-            write_out(json.dumps(out, indent=2) + "\n")
-        else:
-            write_out(json.dumps({"granted": out["grant"]}, indent=2) + "\n")
-        return 0
-    path = reason_path(config.state_dir, cid)
-    problem = None
-    try:
-        with open(path, encoding="utf-8") as fp:
-            reason = json.load(fp)
-        if not isinstance(reason, dict):
-            raise ValueError("not a JSON object")
-        out.update(state="rejected", rejection=reason)
-    except FileNotFoundError:
-        problem = f"no grant and no recorded rejection for {cid}"
-    except (OSError, ValueError) as exc:
-        problem = f"{path}: unreadable ({exc})"
+    elif cid is not None:
+        out.update(state="rejected", rejection=reasons[cid])
     if args.json:
-        if problem:
+        if out["state"] == "unknown":
             out["error"] = problem
         write_out(json.dumps(out, indent=2) + "\n")
-        return 0 if out["state"] == "rejected" else 1
-    if problem:
+        return 0 if out["state"] != "unknown" else 1
+    if out["state"] == "unknown":
         print(f"numa-pin: {problem}", file=sys.stderr)
         return 1
+    if grant is not None:
+        write_out(json.dumps({"granted": out["grant"]}, indent=2) + "\n")
+        return 0
     write_out(str(out["rejection"].get("line", "")) + "\n")
     return 0
+
+
+def _time(reason: dict[str, object]) -> float:
+    value = reason.get("time")
+    return float(value) if isinstance(value, (int, float)) else 0.0

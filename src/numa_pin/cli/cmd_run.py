@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     from numa_pin.enforcer import cgroups, procgroup
     from numa_pin.errors import RequestError
-    from numa_pin.service import NodeService
+    from numa_pin.service import NodeService, live_name_message
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
@@ -55,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
     name = args.name or f"run-{os.getpid()}-{int(time.time())}"
     request = request_from_args(args, name)
     agent = NodeService(config)
+    live = agent.live_grant(name)
+    if live is not None:  # checked again inside the admission's transaction
+        raise RequestError(live_name_message(live), annotation="--name")
     layout = cgroups.detect_layout(config.proc_root)
     group = procgroup.create(config.cgroup_root, name, layout.cpuset_version)
 

@@ -8,7 +8,7 @@ import argparse
 import json
 from typing import Any
 
-from numa_pin.cli.common import add_config_argument, load
+from numa_pin.cli.common import SHORT_ID, add_config_argument, load, short_ids
 from numa_pin.cli.main import write_out
 
 NAME = "status"
@@ -46,11 +46,13 @@ def run(args: argparse.Namespace) -> int:
     topo = agent.topology
     free = {n: sorted(topo.nodes[n].cpus & (topo.cpu_ids - state.exclusive_cpus() - agent.reserved()))
             for n in topo.node_ids}
+    grants = [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)]
+    free_per_node = {str(n): format_list(c) for n, c in free.items()}
     out: dict[str, Any] = {
-        "grants": [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)],
+        "grants": grants,
         "shared_pool": format_list(pool),
         "reserved": format_list(agent.reserved()),
-        "free_exclusive_cpus_per_node": {str(n): format_list(c) for n, c in free.items()},
+        "free_exclusive_cpus_per_node": free_per_node,
         "kubelet": describe(args.kubelet_root or config.kubelet_root),
         "conflicts": agent.config_conflicts(state),
     }
@@ -62,14 +64,19 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_out(json.dumps(out, indent=2) + "\n")
         return 0
+    from numa_pin.report import read_reasons
+
+    # ids as short as `explain` and `release` still resolve uniquely (rejections count too)
+    short = short_ids(set(state.grants) | set(read_reasons(agent.config.state_dir)))
+    width = max((len(short[g["container_id"]]) for g in grants), default=SHORT_ID)
     lines = [f"shared pool: {out['shared_pool']}   reserved: {out['reserved'] or '-'}"]
-    lines += [f"node {n}: free for exclusive use: {c or '-'}" for n, c in out["free_exclusive_cpus_per_node"].items()]
+    lines += [f"node {n}: free for exclusive use: {c or '-'}" for n, c in free_per_node.items()]
     lines += _kubelet_lines(kubelet)
     lines += [f"conflict: {c}" for c in out["conflicts"]]
-    lines.append(f"{len(out['grants'])} grant(s)")
-    for g in out["grants"]:
+    lines.append(f"{len(grants)} grant(s)")
+    for g in grants:
         lines.append(
-            f"  {g['container_id'][:24]:24} {g['kind']:9} cpus={g['cpus'] or '-':8} mems={g['mems'] or '-':6} "
+            f"  {short[g['container_id']]:{width}} {g['kind']:9} cpus={g['cpus'] or '-':8} mems={g['mems'] or '-':6} "
             f"pod={g['pod_id'][:16]} {g['policy']}"
         )
     write_out("\n".join(lines) + "\n")

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterable
 
 from numa_pin import names
 from numa_pin.admission.request import ContainerRequest
+from numa_pin.errors import RequestError
+
+#: the shortest id ``status`` prints (as podman and docker print 12 characters)
+SHORT_ID = 12
 
 
 def add_config_argument(parser: argparse.ArgumentParser) -> None:
@@ -51,4 +56,43 @@ def request_from_args(args: argparse.Namespace, container_id: str) -> ContainerR
         value = getattr(args, flag, None)
         if value is not None:
             annotations[PREFIX + key] = str(value)
-    return request_from_oci(container_id, annotations)
+    try:
+        return request_from_oci(container_id, annotations)
+    except RequestError as exc:  # name the flag the user typed, not the annotation it mirrors
+        key = exc.annotation or ""
+        if not key.startswith(PREFIX):
+            raise
+        message = str(exc).removeprefix(f"{key}: ")
+        raise RequestError(message, annotation="--" + key[len(PREFIX):]) from exc
+
+
+def resolve_id(query: str, candidates: Iterable[str]) -> str | None:
+    """The id ``query`` names, as git and podman resolve them: an exact match, else the one
+    candidate it is a prefix of. ``None`` when nothing matches.
+
+    Raises:
+        RequestError: ``query`` is empty, or a prefix of several ids (they are listed).
+    """
+    if not query:
+        raise RequestError("an empty id names nothing", annotation="ID")
+    ids = set(candidates)
+    if query in ids:
+        return query
+    hits = sorted(c for c in ids if c.startswith(query))
+    if len(hits) > 1:
+        shown = ", ".join(hits[:8]) + (f" and {len(hits) - 8} more" if len(hits) > 8 else "")
+        raise RequestError(f"{query!r} is a prefix of {len(hits)} ids: {shown}; give more of the id", annotation="ID")
+    return hits[0] if hits else None
+
+
+def short_ids(ids: Iterable[str], minimum: int = SHORT_ID) -> dict[str, str]:
+    """Each id cut to its shortest prefix (at least ``minimum`` characters) that
+    :func:`resolve_id` maps back to it among ``ids``."""
+    pool = sorted(set(ids))
+    out: dict[str, str] = {}
+    for cid in pool:
+        length = min(minimum, len(cid))
+        while length < len(cid) and any(o != cid and o.startswith(cid[:length]) for o in pool):
+            length += 1
+        out[cid] = cid[:length]
+    return out

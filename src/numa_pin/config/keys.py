@@ -93,8 +93,14 @@ ITEMS: tuple[ConfigItem, ...] = (
     ),
     ConfigItem(
         "inference.guaranteed_cpus", "bool", True,
-        "Without a numa-pin annotation, treat a container whose CPU quota is a whole "
-        "number of CPUs as a Guaranteed pod would be: give it exclusive CPUs.", p.boolean,
+        "Without a numa-pin annotation, treat a Kubernetes container (CRI annotations "
+        "present) whose CPU quota is a whole number of CPUs and that has a memory limit as a "
+        "Guaranteed pod would be: give it exclusive CPUs.", p.boolean,
+    ),
+    ConfigItem(
+        "inference.guaranteed_cpus_outside_kubernetes", "bool", False,
+        "Apply that inference to every container, not only Kubernetes ones: a plain "
+        "`podman run --cpus 1 --memory 100m` then gets an exclusive CPU.", p.boolean,
     ),
     ConfigItem(
         "inference.hugepages", "bool", True,

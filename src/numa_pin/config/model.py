@@ -62,6 +62,7 @@ class InferenceConfig:
     """What the hook may infer from an OCI spec without numa-pin annotations."""
 
     guaranteed_cpus: bool = _default_field("inference.guaranteed_cpus")
+    guaranteed_cpus_outside_kubernetes: bool = _default_field("inference.guaranteed_cpus_outside_kubernetes")
     hugepages: bool = _default_field("inference.hugepages")
     device_plugin_env: bool = _default_field("inference.device_plugin_env")
 
@@ -108,6 +109,7 @@ class Config:
             "devices": {name: [s.to_dict() for s in sels] for name, sels in sorted(self.devices.items())},
             "inference": {
                 "guaranteed_cpus": self.inference.guaranteed_cpus,
+                "guaranteed_cpus_outside_kubernetes": self.inference.guaranteed_cpus_outside_kubernetes,
                 "hugepages": self.inference.hugepages,
                 "device_plugin_env": self.inference.device_plugin_env,
             },

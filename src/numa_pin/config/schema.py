@@ -103,6 +103,7 @@ def _build(v: Mapping[str, Any], source: str | None) -> Config:
         devices=v["devices"],
         inference=InferenceConfig(
             guaranteed_cpus=v["inference.guaranteed_cpus"],
+            guaranteed_cpus_outside_kubernetes=v["inference.guaranteed_cpus_outside_kubernetes"],
             hugepages=v["inference.hugepages"],
             device_plugin_env=v["inference.device_plugin_env"],
         ),

@@ -146,18 +146,23 @@ class CgroupRef:
     def container_id(self) -> str | None:
         """The container id the leaf cgroup name carries, when it follows a runtime's
         naming (``runc-<id>.scope``, ``libpod-<id>``, ``<id>``); best effort."""
-        parts = _parts(self.rel_path)
-        if not parts:
-            return None
-        leaf = parts[-1]
-        if leaf.endswith(".scope"):
-            leaf = leaf[: -len(".scope")]
-        elif leaf.endswith(".slice"):
-            return None
-        for prefix in _LEAF_PREFIXES:
-            if leaf.startswith(prefix):
-                return leaf[len(prefix):] or None
-        return leaf
+        return leaf_container_id(self.rel_path)
+
+
+def leaf_container_id(rel: str) -> str | None:
+    """The container id the leaf of cgroup path ``rel`` carries (see :attr:`CgroupRef.container_id`)."""
+    parts = _parts(rel)
+    if not parts:
+        return None
+    leaf = parts[-1]
+    if leaf.endswith(".scope"):
+        leaf = leaf[: -len(".scope")]
+    elif leaf.endswith(".slice"):
+        return None
+    for prefix in _LEAF_PREFIXES:
+        if leaf.startswith(prefix):
+            return leaf[len(prefix):] or None
+    return leaf
 
 
 # ---- paths ---------------------------------------------------------------------------
@@ -515,6 +520,7 @@ __all__ = [
     "find_v1_controller_dir",
     "join_under",
     "layout_from_mounts",
+    "leaf_container_id",
     "parse_mountinfo",
     "parse_proc_cgroup",
     "read_cgroup_file",

@@ -82,17 +82,21 @@ class SharedUpdate:
 def plan_shared_updates(
     shared_refs_current: Mapping[Any, Iterable[int]],
     pool: Iterable[int],
+    limits: Mapping[Any, frozenset[int]] | None = None,
 ) -> tuple[SharedUpdate, ...]:
-    """The shared containers whose current CPUs differ from ``pool`` (pure).
+    """The shared containers whose current CPUs differ from their target (pure).
 
     ``shared_refs_current`` maps a container key (a CgroupRef, an id) to its current
-    ``cpuset.cpus``. The result keeps the mapping's order; containers already on the
-    pool are left out.
+    ``cpuset.cpus``. The target is ``pool``, or ``pool`` inside the container's own cpuset
+    when ``limits`` has one for the key (never wider). The result keeps the mapping's order;
+    containers already on their target are left out.
     """
-    target = frozenset(pool)
+    pool_set = frozenset(pool)
+    limits = limits or {}
     out: list[SharedUpdate] = []
     for key, current in shared_refs_current.items():
         cur = frozenset(current)
+        target = pool_set & limits[key] if key in limits else pool_set
         if cur != target:
             out.append(SharedUpdate(key, cur, target))
     return tuple(out)
@@ -112,8 +116,10 @@ def resize_shared(
     pool: Iterable[int],
     cgroup_root: str | os.PathLike[str],
     undo: UndoLog,
+    limits: Mapping[CgroupRef, frozenset[int]] | None = None,
 ) -> ResizeResult:
-    """Set ``cpuset.cpus`` of every shared container cgroup in ``refs`` to ``pool``.
+    """Set ``cpuset.cpus`` of every shared container cgroup in ``refs`` to ``pool`` (inside the
+    container's own cpuset where ``limits`` gives one).
 
     A cgroup whose directory no longer exists (before or during the write) is skipped
     as exited. On v2 ``cpuset`` is first enabled in the ancestors' subtree_control.
@@ -121,7 +127,7 @@ def resize_shared(
     writes of this call are rolled back and EnforcementError names the cgroup (on v1
     usually a parent that lacks pool CPUs, or a child cgroup that still uses CPUs the
     pool no longer has). Raises CgroupEscapeError for a ref outside ``cgroup_root`` and
-    AllocationError for an empty pool.
+    AllocationError for an empty pool, or a container whose own cpuset holds no pool CPU.
     """
     target = frozenset(pool)
     if not target:
@@ -146,7 +152,13 @@ def resize_shared(
                 if os.path.isdir(ref.cpuset_dir):
                     raise
                 missing.append(ref)
-        plan = plan_shared_updates(current, target)
+        plan = plan_shared_updates(current, target, limits)
+        empty = [cast(CgroupRef, u.key).rel_path for u in plan if not u.target]
+        if empty:
+            raise AllocationError(
+                f"shared containers {', '.join(empty)} would have no CPU: their own cpusets hold none of "
+                f"the shared pool {cpulist.format_list(target)}"
+            )
         changing = {u.key for u in plan}
         unchanged.extend(r for r in current if r not in changing)
         for update in plan:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from numa_pin.admission.request import ContainerRequest, Inference, request_from_oci
 from numa_pin.config.schema import Config
+from numa_pin.enforcer.owner import ContainerCgroup
 from numa_pin.hook.oci import OciSpec, OciState, load_spec
 
 
@@ -19,9 +20,18 @@ def request_from_spec(state: OciState, spec: OciSpec, config: Config) -> Contain
         cpu_period=spec.cpu_period,
         memory_limit=spec.memory_limit,
         hugepage_limits=spec.hugepage_limits,
-        inference=Inference(inf.guaranteed_cpus, inf.hugepages, inf.device_plugin_env),
+        cpuset=spec.cpuset_cpus,
+        inference=Inference(inf.guaranteed_cpus, inf.hugepages, inf.device_plugin_env,
+                            inf.guaranteed_cpus_outside_kubernetes),
     )
 
 
 def request_for(state: OciState, config: Config) -> ContainerRequest:
     return request_from_spec(state, load_spec(state.bundle), config)
+
+
+def admission_for(state: OciState, config: Config) -> tuple[ContainerRequest, ContainerCgroup]:
+    """The request, and what the bundle says the container's cgroup is (the state's pid must
+    sit there: :func:`numa_pin.enforcer.owner.check_container_cgroup`)."""
+    spec = load_spec(state.bundle)
+    return request_from_spec(state, spec, config), ContainerCgroup(state.id, spec.cgroups_path)

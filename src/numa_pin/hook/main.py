@@ -109,14 +109,14 @@ def run(argv: list[str], stdin) -> int:
         if stage in RELEASE_STAGES:
             agent.release(state.id)
             return 0
-        from numa_pin.hook.admit import request_for
+        from numa_pin.hook.admit import admission_for
 
-        request = request_for(state, config)
+        request, owner = admission_for(state, config)
         if not state.pid:
             from numa_pin.errors import HookInputError
 
             raise HookInputError(f"container {cid}: the runtime passed no pid at {stage}")
-        agent.admit(request, state.pid)
+        agent.admit(request, state.pid, owner=owner)
         _warn_kubelet(config.kubelet_root, use_syslog)
         return 0
     except AdmissionError as exc:

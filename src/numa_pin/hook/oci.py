@@ -41,6 +41,7 @@ class OciSpec:
     cpu_quota: int | None
     cpu_period: int | None
     cpu_shares: int | None
+    cpuset_cpus: str | None  # linux.resources.cpu.cpus as written (a kernel CPU list)
     memory_limit: int | None
     hugepage_limits: Mapping[str, int]  # pageSize ("2MB", "1GB") -> bytes
     netns_path: str | None
@@ -145,6 +146,9 @@ def parse_spec(text: bytes | str, bundle: str, source: str = "config.json") -> O
         if isinstance(ns, dict) and ns.get("type") == "network" and isinstance(ns.get("path"), str):
             netns = ns["path"]
     cgroups_path = _dig(doc, "linux", "cgroupsPath")
+    cpuset_cpus = cpu.get("cpus")
+    if cpuset_cpus is not None and not isinstance(cpuset_cpus, str):
+        raise HookInputError(f"{source}: linux.resources.cpu.cpus must be a string, got {cpuset_cpus!r}")
     return OciSpec(
         annotations=_str_map(doc.get("annotations"), f"{source}: annotations"),
         env=env,
@@ -153,6 +157,7 @@ def parse_spec(text: bytes | str, bundle: str, source: str = "config.json") -> O
         cpu_quota=_opt_int(cpu.get("quota"), f"{source}: linux.resources.cpu.quota"),
         cpu_period=_opt_int(cpu.get("period"), f"{source}: linux.resources.cpu.period"),
         cpu_shares=_opt_int(cpu.get("shares"), f"{source}: linux.resources.cpu.shares"),
+        cpuset_cpus=cpuset_cpus,
         memory_limit=_opt_int(mem.get("limit"), f"{source}: linux.resources.memory.limit"),
         hugepage_limits=hugepages,
         netns_path=netns,

@@ -6,7 +6,7 @@ containers share a pod-scope decision. Updates return new states; nothing mutate
 
 ``to_dict`` / ``from_dict`` convert to and from the JSON-ready form the store writes.
 That form carries a ``version``; older versions are migrated by :data:`MIGRATIONS`
-(empty while version 1 is the only one), newer ones are refused with
+(version 1 had no ``cpuset_limit``: it becomes ``null``), newer ones are refused with
 :class:`numa_pin.errors.LedgerCorrupt` naming the numa-pin release that wrote them.
 
 Construction checks types and raises :class:`ValueError` (a programming error);
@@ -26,10 +26,20 @@ from numa_pin.cpuset import format_list, parse_list
 from numa_pin.errors import LedgerCorrupt
 
 #: the ledger format this numa-pin writes
-LEDGER_VERSION = 1
+LEDGER_VERSION = 2
+
+
+def _v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 adds ``cpuset_limit`` to every grant (``null``: no cpuset of its own)."""
+    grants = d.get("grants")
+    if isinstance(grants, dict):
+        d["grants"] = {k: {**g, "cpuset_limit": None} if isinstance(g, dict) else g for k, g in grants.items()}
+    d["version"] = 2
+    return d
+
 
 #: ``migrate`` steps: ``MIGRATIONS[n]`` turns a version-``n`` dict into a version ``n + 1`` dict
-MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = MappingProxyType({})
+MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = MappingProxyType({1: _v1_to_v2})
 
 KIND_EXCLUSIVE = "exclusive"  # container with exclusive CPUs
 KIND_SHARED = "shared"  # container in the shared pool (no exclusive CPUs)
@@ -53,6 +63,8 @@ class Grant:
     ``pid``/``start_time`` (psutil ``create_time``) and ``cgroup`` (relative to the
     cgroup hierarchy root) are how :mod:`numa_pin.ledger.liveness` decides the grant is
     still in use. ``netdevs`` records moved SR-IOV VFs so they can be put back.
+    ``cpuset_limit`` is the cpuset the user gave the container (``linux.resources.cpu.cpus``);
+    a shared container's cpuset is the shared pool inside it, never wider.
 
     Raises:
         ValueError: a field has the wrong type or value.
@@ -74,6 +86,7 @@ class Grant:
     scope: str = names.CONTAINER_SCOPE
     created: float = 0.0
     netdevs: tuple[Mapping[str, str], ...] = field(default=(), hash=False)
+    cpuset_limit: frozenset[int] | None = None
 
     def __post_init__(self) -> None:
         _require_str("container_id", self.container_id, nonempty=True)
@@ -99,6 +112,8 @@ class Grant:
         _require_str("scope", self.scope, nonempty=True)
         _set(self, "created", _finite("created", self.created))
         _set(self, "netdevs", _netdevs(self.netdevs))
+        if self.cpuset_limit is not None:
+            _set(self, "cpuset_limit", _ids("cpuset_limit", self.cpuset_limit))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: CPU and node sets as kernel list strings (``"0-3,8"``)."""
@@ -122,6 +137,7 @@ class Grant:
             "scope": self.scope,
             "created": self.created,
             "netdevs": [dict(sorted(rec.items())) for rec in self.netdevs],
+            "cpuset_limit": None if self.cpuset_limit is None else format_list(self.cpuset_limit),
         }
 
     @classmethod
@@ -154,6 +170,7 @@ class Grant:
                 scope=_json(obj, "scope", str, where),
                 created=_json(obj, "created", (int, float), where),
                 netdevs=tuple(_json(obj, "netdevs", list, where)),
+                cpuset_limit=_opt_list(_json(obj, "cpuset_limit", (str, type(None)), where)),
             )
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
@@ -161,7 +178,7 @@ class Grant:
 
 _GRANT_KEYS = frozenset(
     ("container_id", "pod_id", "container_name", "kind", "pid", "start_time", "cgroup", "cpus")
-    + ("mems", "devices", "memory", "affinity", "policy", "scope", "created", "netdevs")
+    + ("mems", "devices", "memory", "affinity", "policy", "scope", "created", "netdevs", "cpuset_limit")
 )
 
 
