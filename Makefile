@@ -37,6 +37,7 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(VPY) bench/merge_scaling.py
+	$(VPY) bench/prefer_closest.py
 	$(VPY) bench/hook_latency.py
 
 clean:

@@ -264,7 +264,17 @@ def _closest_best(
     ``S`` has ``inc <= S <= inc | pool``; ``kinds`` keys the nodes it cannot tell apart.
     See :mod:`numa_pin.policy.closest` (types of twin nodes, branch and bound over counts).
     """
-    return closest_set(ranker.info.distance, nodes, k, forced, constraints, subtree_ok, kinds)
+    info = ranker.info
+    assert info.matrix is not None  # the ranker checked every row is there
+    where = {node: i for i, node in enumerate(info.nodes)}
+    ordered = sorted(nodes)
+    at = [where[v] for v in ordered]
+    rows = []
+    for i in at:
+        full = info.matrix[i]
+        assert full is not None
+        rows.append([full[j] for j in at])
+    return closest_set(rows, ordered, k, forced, constraints, subtree_ok, kinds)
 
 
 class _Removal:
