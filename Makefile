@@ -45,6 +45,7 @@ test-fast: lint
 
 bench: $(STAMP)
 	$(VPY) bench/merge_scaling.py
+	$(VPY) bench/prefer_closest.py
 	$(VPY) bench/hook_latency.py
 
 # numa-pin_<version>_all.deb in this directory, from Debian's python3 (no venv needed)

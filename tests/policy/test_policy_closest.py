@@ -142,7 +142,7 @@ def test_closest_set_equals_brute_force(case: tuple[Matrix, int, int, list[tuple
     matrix, k, forced, constraints = case
     n = len(matrix)
     expected = brute_closest(matrix, k, _capacity_valid(forced, constraints))
-    got = closest_set(lambda a, b: matrix[a][b], range(n), k, forced, constraints)
+    got = closest_set(matrix, range(n), k, forced, constraints)
     assert got == expected
 
 
@@ -162,8 +162,8 @@ def test_closest_set_with_an_oracle_equals_brute_force(matrix: Matrix, data: st.
 
     subtree_ok = _exact_oracle(n, k, valid)
     expected = brute_closest(matrix, k, valid)
-    with_kinds = closest_set(lambda a, b: matrix[a][b], range(n), k, forced, (), subtree_ok, dict(enumerate(labels)))
-    without = closest_set(lambda a, b: matrix[a][b], range(n), k, forced, (), subtree_ok)
+    with_kinds = closest_set(matrix, range(n), k, forced, (), subtree_ok, dict(enumerate(labels)))
+    without = closest_set(matrix, range(n), k, forced, (), subtree_ok)
     assert with_kinds == expected
     assert without == expected
 
@@ -186,7 +186,7 @@ def test_oracle_split_search_does_not_reuse_failures_across_prefixes() -> None:
 
     expected = brute_closest(matrix, 4, valid)
     assert expected is not None
-    got = closest_set(lambda a, b: matrix[a][b], range(8), 4, 0, (), _exact_oracle(8, 4, valid), dict(enumerate(labels)))
+    got = closest_set(matrix, range(8), 4, 0, (), _exact_oracle(8, 4, valid), dict(enumerate(labels)))
     assert got == expected
 
 
@@ -261,7 +261,7 @@ def test_large_machines_small_and_large_k_equal_brute_force(name: str, k: int) -
     forced = 1 << rng.randrange(n) if rng.random() < 0.3 else 0
     constraints = [(weights, need)]
     expected = brute_closest(matrix, k, _capacity_valid(forced, constraints))
-    got = closest_set(lambda a, b: matrix[a][b], range(n), k, forced, constraints)
+    got = closest_set(matrix, range(n), k, forced, constraints)
     assert got == expected
 
 
@@ -341,7 +341,7 @@ def test_partly_used_large_machines_certificates(name: str, seed: int) -> None:
             (mem, rng.randint(0, sum(mem[v] for v in witness))),
         ]
         valid = _capacity_valid(0, constraints)
-        got = closest_set(lambda a, b: matrix[a][b], range(n), k, 0, constraints)
+        got = closest_set(matrix, range(n), k, 0, constraints)
         assert got is not None and got.bit_count() == k
         _swap_certificate(matrix, got, valid)
 
@@ -378,7 +378,7 @@ def test_twin_classes_are_twins() -> None:
 def test_interchangeable_sockets_are_found() -> None:
     """On the kit machine the eight sockets are interchangeable classes (C4)."""
     matrix = kit_64()
-    search = _Search(lambda a, b: matrix[a][b], list(range(64)), 20, 0, (), None, None)
+    search = _Search(matrix, list(range(64)), 20, 0, (), None, None)
     assert search.same_as_previous == [False] + [True] * 7
 
 
@@ -393,22 +393,22 @@ def test_equal_float_averages_tie_on_the_integer() -> None:
             tuple(base if a == b else base + rng.randint(0, 3) for b in range(n)) for a in range(n)
         )
         expected = brute_closest(matrix, 3, lambda mask: True)
-        assert closest_set(lambda a, b: matrix[a][b], range(n), 3) == expected
+        assert closest_set(matrix, range(n), 3) == expected
 
 
 def test_an_exact_tie_on_the_sum_goes_to_the_smaller_integer() -> None:
     """Two sockets of a 10/12/32 machine hold the same sum; the lower one wins."""
     matrix = kit_64()
-    got = closest_set(lambda a, b: matrix[a][b], range(64), 8, 0, [({v: 1 for v in range(8, 64)}, 8)])
+    got = closest_set(matrix, range(64), 8, 0, [({v: 1 for v in range(8, 64)}, 8)])
     assert got == _mask(range(8, 16))
 
 
 def test_no_valid_set() -> None:
     matrix = SMALL["snc4-2s"]
-    assert closest_set(lambda a, b: matrix[a][b], range(8), 3, 0, [({0: 1}, 2)]) is None
-    assert closest_set(lambda a, b: matrix[a][b], range(8), 2, _mask([0, 1, 2])) is None
-    assert closest_set(lambda a, b: matrix[a][b], range(8), 0) is None
-    assert closest_set(lambda a, b: matrix[a][b], range(8), 9) is None
+    assert closest_set(matrix, range(8), 3, 0, [({0: 1}, 2)]) is None
+    assert closest_set(matrix, range(8), 2, _mask([0, 1, 2])) is None
+    assert closest_set(matrix, range(8), 0) is None
+    assert closest_set(matrix, range(8), 9) is None
 
 
 def test_merge_uses_the_search_for_families() -> None:

@@ -64,6 +64,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from functools import lru_cache
 from itertools import accumulate
 
 #: ``(weight per node, need)``: a valid set's weights add up to at least ``need``
@@ -75,7 +76,7 @@ _Option = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 def closest_set(
-    distance: Callable[[int, int], int],
+    rows: Sequence[Sequence[int]],
     nodes: Sequence[int],
     k: int,
     forced: int = 0,
@@ -86,21 +87,49 @@ def closest_set(
     """The valid ``k``-subset of ``nodes`` with the smallest ``(average distance, int)``, or
     ``None`` when there is none.
 
-    Valid: holds ``forced``, meets every capacity constraint and is accepted by ``subtree_ok``
-    (which must answer exactly, see :data:`SubtreeOk`). ``kinds`` maps each node to a key such
-    that swapping two nodes of equal key (and equal forced bit and weights) never changes
-    ``subtree_ok``'s answers; without it, ``subtree_ok`` makes every node its own sub-type.
-    ``distance(a, b)`` is the distance from ``a`` to ``b``.
+    ``nodes`` are distinct node ids in ascending order and ``rows[i][j]`` is the distance from
+    ``nodes[i]`` to ``nodes[j]``. Valid: holds ``forced``, meets every capacity constraint and
+    is accepted by ``subtree_ok`` (which must answer exactly, see :data:`SubtreeOk`). ``kinds``
+    maps each node to a key such that swapping two nodes of equal key (and equal forced bit and
+    weights) never changes ``subtree_ok``'s answers; without it, ``subtree_ok`` makes every
+    node its own sub-type. Raises :class:`ValueError` when ``nodes`` are not ascending and
+    distinct or ``rows`` does not match them.
     """
-    nodes = sorted(set(nodes))
+    nodes = list(nodes)
+    if any(a >= b for a, b in zip(nodes, nodes[1:])) or (nodes and nodes[0] < 0):
+        raise ValueError(f"nodes must be distinct, ascending and non-negative, got {nodes}")
+    if len(rows) != len(nodes) or any(len(row) != len(nodes) for row in rows):
+        raise ValueError(f"the distance rows must form a {len(nodes)}x{len(nodes)} matrix")
     universe = 0
     for v in nodes:
         universe |= 1 << v
     if k <= 0 or k > len(nodes) or forced & ~universe or forced.bit_count() > k:
         return None
+    if k == 1:
+        return _closest_single(rows, nodes, forced, constraints, subtree_ok)
     if subtree_ok is not None and kinds is None:
         kinds = {v: v for v in nodes}
-    return _Search(distance, nodes, k, forced, constraints, subtree_ok, kinds).run()
+    return _Search(rows, nodes, k, forced, constraints, subtree_ok, kinds).run()
+
+
+def _closest_single(
+    rows: Sequence[Sequence[int]],
+    nodes: list[int],
+    forced: int,
+    constraints: Sequence[Constraint],
+    subtree_ok: SubtreeOk | None,
+) -> int | None:
+    """``k == 1``: the valid node with the smallest ``(d(v, v), v)``."""
+    best: tuple[int, int] | None = None
+    for i, v in enumerate(nodes):
+        if forced & ~(1 << v):
+            continue
+        if any(w.get(v, 0) < need for w, need in constraints):
+            continue
+        key = (rows[i][i], v)
+        if (best is None or key < best) and (subtree_ok is None or subtree_ok(1 << v, 0)):
+            best = key
+    return None if best is None else 1 << best[1]
 
 
 def _twin_classes(rows: Sequence[Sequence[object]], cols: Sequence[Sequence[object]]) -> list[list[int]]:
@@ -108,9 +137,13 @@ def _twin_classes(rows: Sequence[Sequence[object]], cols: Sequence[Sequence[obje
     rows = [list(row) for row in rows]
     cols = [list(col) for col in cols]
     classes: list[list[int]] = []
-    for i in range(len(rows)):
+    n = len(rows)
+    for i in range(n):
         for members in classes:
             r = members[0]
+            j = 0 if r else 1 if i != 1 else 2  # a position other than i and r (r < i)
+            if j < n and (rows[i][j] != rows[r][j] or cols[i][j] != cols[r][j]):
+                continue
             row = list(rows[r])
             row[i], row[r] = row[r], row[i]
             if row != rows[i]:
@@ -125,6 +158,13 @@ def _twin_classes(rows: Sequence[Sequence[object]], cols: Sequence[Sequence[obje
     return classes
 
 
+@lru_cache(maxsize=8)
+def _matrix_classes(rows: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    """The twin classes of a distance matrix (cached: the merge asks about the same machine
+    repeatedly, and a warm agent about every admission)."""
+    return tuple(tuple(c) for c in _twin_classes(rows, _transpose(rows)))
+
+
 def _transpose(rows: Sequence[Sequence[object]]) -> list[list[object]]:
     return [[row[i] for row in rows] for i in range(len(rows))]
 
@@ -134,7 +174,7 @@ class _Search:
 
     def __init__(
         self,
-        distance: Callable[[int, int], int],
+        rows: Sequence[Sequence[int]],
         nodes: list[int],
         k: int,
         forced: int,
@@ -145,8 +185,7 @@ class _Search:
         self.k = k
         self.subtree_ok = subtree_ok
         self.needs = [need for _w, need in constraints]
-        rows = [[distance(a, b) for b in nodes] for a in nodes]
-        classes = _twin_classes(rows, _transpose(rows))
+        classes = [list(c) for c in _matrix_classes(tuple(tuple(row) for row in rows))]
 
         def key(v: int) -> Hashable:
             return (forced >> v & 1, tuple(w.get(v, 0) for w, _need in constraints),
@@ -196,7 +235,7 @@ class _Search:
                 for v in sub_nodes:
                     self.sub_of[v] = s
             self.subs.append(mine)
-        self._oracle_cache: dict[tuple[int, ...], bool] = {}
+        self._oracle_cache: dict[tuple[object, ...], bool] = {}
         self._options_cache: dict[tuple[object, ...], list[_Option]] = {}
 
     # -- sets, sums and the oracle ---------------------------------------------------------
@@ -222,22 +261,46 @@ class _Search:
                 mask |= 1 << v
         return mask
 
+    def _masks(self) -> None:
+        """Bit masks of the current domain: per sub-type, its kept nodes plus its ``j`` lowest
+        undecided ones (``taken[s][j]``); per class index ``i``, the kept and the undecided
+        nodes of classes ``i..``."""
+        self.taken: list[list[int]] = []
+        for s in range(len(self.kept)):
+            base = 0
+            for v in self.kept[s]:
+                base |= 1 << v
+            prefix = [base]
+            for v in self.open[s]:
+                prefix.append(prefix[-1] | 1 << v)
+            self.taken.append(prefix)
+        self.kept_from = [0] * (self.m + 1)
+        self.open_from = [0] * (self.m + 1)
+        for i in range(self.m - 1, -1, -1):
+            kept, spare = self.kept_from[i + 1], self.open_from[i + 1]
+            for s in self.subs[i]:
+                kept |= self.taken[s][0]
+                spare |= self.taken[s][-1] & ~self.taken[s][0]
+            self.kept_from[i], self.open_from[i] = kept, spare
+
     def _oracle(self, take: Sequence[int], upto: int) -> bool:
         """``subtree_ok`` with the classes before ``upto`` at ``take`` (per sub-type, for those
         classes), every other class's kept nodes in and its undecided nodes optional."""
         if self.subtree_ok is None:
             return True
-        later = [s for i in range(upto, self.m) for s in self.subs[i]]
-        key = (upto, *take, *(x for s in later for x in (len(self.kept[s]), len(self.open[s]))))
+        later = self._later.get(upto)
+        if later is None:
+            later = tuple(
+                x for i in range(upto, self.m) for s in self.subs[i] for x in (len(self.kept[s]), len(self.open[s]))
+            )
+            self._later[upto] = later
+        key = (upto, later, *take)
         found = self._oracle_cache.get(key)
         if found is None:
-            full = list(take) + [len(self.kept[s]) for s in later]
-            inc = self.realize(full)
-            pool = 0
-            for s in later:
-                for v in self.open[s]:
-                    pool |= 1 << v
-            found = self.subtree_ok(inc, pool)
+            inc = self.kept_from[upto]
+            for s, count in enumerate(take):
+                inc |= self.taken[s][count - len(self.kept[s])]
+            found = self.subtree_ok(inc, self.open_from[upto])
             self._oracle_cache[key] = found
         return found
 
@@ -249,6 +312,9 @@ class _Search:
         self.hi = [self.lo[i] + sum(len(self.open[s]) for s in self.subs[i]) for i in range(m)]
         self.lo_after = list(accumulate(reversed(self.lo), initial=0))[::-1]
         self.hi_after = list(accumulate(reversed(self.hi), initial=0))[::-1]
+        if self.subtree_ok is not None:
+            self._masks()
+            self._later: dict[int, tuple[int, ...]] = {}
         self._partners: dict[tuple[int, int], tuple[list[int], list[int], list[int]]] = {}
         self._splits: dict[tuple[int, ...], list[int] | None] = {}
         self.state = [
@@ -361,6 +427,10 @@ class _Search:
             return found
         dims = len(self.needs)
         start = tuple(sum(len(self.kept[s]) * self.sub_weight[s][q] for s in subs) for q in range(dims))
+        if total == self.lo[i]:  # the kept nodes only
+            found = [(start, tuple(len(self.kept[s]) for s in subs))]
+            self._options_cache[key] = found
+            return found
         # partial[j]: options using j undecided nodes of the sub-types seen so far
         partial: dict[int, list[_Option]] = {0: [(start, ())]}
         for s in subs:
@@ -389,12 +459,10 @@ class _Search:
         m, needs = self.m, self.needs
         options = [self._options(i, totals[i]) for i in range(m)]
         # best[q][i]: the most constraint q can get from classes i.. at these totals
-        best = [
-            list(accumulate(reversed([self.class_top[q][i][totals[i] - self.lo[i]] for i in range(m)]), initial=0))[
-                ::-1
-            ]
-            for q in range(len(needs))
-        ]
+        best = []
+        for tops in self.class_top:
+            most = [tops[i][totals[i] - self.lo[i]] for i in range(m)]
+            best.append(list(accumulate(reversed(most), initial=0))[::-1])
         take: list[int] = []
         failed: set[tuple[object, ...]] = set()
 

@@ -35,7 +35,8 @@ F4. *Families are never materialized on big machines.* A :class:`CapacityFamily`
     upward-closed set of masks holding enough capacity (kubelet's enumeration, described):
     (a) its preferred hints are its members of size ``min_affinity``: a preferred outcome made of
         families is a mask that is such a member of every family, found by a pruned search over
-        ``min_affinity``-subsets (colex order for narrowest, branch and bound for closest);
+        ``min_affinity``-subsets (colex order for narrowest, :mod:`~numa_pin.policy.closest`
+        for closest);
     (b) ``B`` for a family is the size ``b`` of its smallest member (same search, sizes upward);
     (c) intersections of one member per family are upward-closed (``X = cap M_i`` and
         ``X <= Y`` give ``Y = cap (M_i | Y)``), and every member of a family is such an
@@ -53,8 +54,8 @@ F4. *Families are never materialized on big machines.* A :class:`CapacityFamily`
         memoization on the remaining slack and a count bound on optional removals;
     (e) candidates are searched in rank order: the narrowest ``B``-set is built greedily from the
         highest node down (leave the node out iff an achievable ``B``-set without it still
-        exists, asked of (d)), the closest by branch and bound over ``B``-sets with an
-        average-distance lower bound, (d) pruning every subtree without an achievable completion.
+        exists, asked of (d)), the closest by :mod:`~numa_pin.policy.closest` (branch and bound
+        over how many nodes each class of twin nodes gives, (d) as its exact validity oracle).
         With a single family, (d) reduces to a capacity check and the member searches of (a)
         answer directly.
     Explicit lists mixed with families are merged first (F3); each resulting mask ``x`` becomes
@@ -66,8 +67,10 @@ Complexity: F2 is linear in the hints; F3 is bounded by distinct masks; F4's sea
 exponential in the worst case (they generalize multi-dimensional knapsack and min-sum
 ``k``-subset problems) but pruned by capacity bounds (with a surrogate constraint across
 dimensions and dominance memoization), free nodes, slack memoization and distance bounds, so
-realistic 64-node decisions take milliseconds (``bench/merge_scaling.py``). Known slow corner:
-prefer-closest on 32-64 nodes with requests spanning a third of the machine or more (seconds).
+realistic 64-node decisions take milliseconds (``bench/merge_scaling.py``,
+``bench/prefer_closest.py``). Known slow corner: prefer-closest on partly used 64-node machines
+without twin structure across sockets (glued designs on a ring), requests spanning half the
+machine, non-preferred (seconds; see ``docs/policy.md``).
 Families on at most :data:`MATERIALIZE_LIMIT` nodes, families with nodes outside the machine and
 families with duplicate nodes are simply materialized.
 """
@@ -262,9 +265,19 @@ def _closest_best(
     ``forced``, meets the capacity ``constraints`` and is accepted by ``subtree_ok``; ``None``
     if there is none. ``subtree_ok(inc, pool)`` must say exactly whether some valid ``k``-set
     ``S`` has ``inc <= S <= inc | pool``; ``kinds`` keys the nodes it cannot tell apart.
-    See :mod:`numa_pin.policy.closest` (types of twin nodes, branch and bound over counts).
+    See :mod:`numa_pin.policy.closest` (classes of twin nodes, branch and bound over counts).
     """
-    return closest_set(ranker.info.distance, nodes, k, forced, constraints, subtree_ok, kinds)
+    info = ranker.info
+    assert info.matrix is not None  # the ranker checked every row is there
+    where = {node: i for i, node in enumerate(info.nodes)}
+    ordered = sorted(nodes)
+    at = [where[v] for v in ordered]
+    rows = []
+    for i in at:
+        full = info.matrix[i]
+        assert full is not None
+        rows.append([full[j] for j in at])
+    return closest_set(rows, ordered, k, forced, constraints, subtree_ok, kinds)
 
 
 class _Removal:
