@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from numa_pin.cpuset import format_list
 from numa_pin.ledger.model import Grant
+from numa_pin.text import one_line
 
 
 def reason_path(state_dir: str, container_id: str) -> str:
@@ -23,7 +24,9 @@ def reason_path(state_dir: str, container_id: str) -> str:
     return os.path.join(state_dir, "reasons", safe + ".json")
 
 
-def write_reason(state_dir: str, container_id: str, line: str, details: Mapping[str, object] | None = None) -> str | None:
+def write_reason(
+    state_dir: str, container_id: str, line: str, details: Mapping[str, object] | None = None
+) -> str | None:
     """Keep the rejection reason where ``numa-pin explain`` finds it (crun hides hook stderr)."""
     path = reason_path(state_dir, container_id)
     directory = os.path.dirname(path)
@@ -31,7 +34,8 @@ def write_reason(state_dir: str, container_id: str, line: str, details: Mapping[
         os.makedirs(directory, mode=0o700, exist_ok=True)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fp:
-            json.dump({"container_id": container_id, "time": time.time(), "line": line, **(details or {})}, fp)
+            record = {"container_id": container_id, "time": time.time(), "line": one_line(line), **(details or {})}
+            json.dump(record, fp)
         os.replace(tmp, path)
     except OSError:
         return None
@@ -39,11 +43,11 @@ def write_reason(state_dir: str, container_id: str, line: str, details: Mapping[
 
 
 def log_syslog(line: str, error: bool = True) -> None:
-    """One line to the system log (LOG_DAEMON, LOG_ERR or LOG_INFO); the C library never raises."""
+    """One line (escaped) to the system log (LOG_DAEMON, LOG_ERR or LOG_INFO); the C library never raises."""
     import syslog
 
     syslog.openlog("numa-pin", syslog.LOG_PID, syslog.LOG_DAEMON)
-    syslog.syslog(syslog.LOG_ERR if error else syslog.LOG_INFO, line)
+    syslog.syslog(syslog.LOG_ERR if error else syslog.LOG_INFO, one_line(line))
 
 
 
@@ -52,7 +56,7 @@ def decision_line(grant: Grant, verb: str) -> str:
     parts = [f"cpus {format_list(grant.cpus) or 'shared'}", f"mems {format_list(grant.mems) or 'any'}"]
     for resource, ids in sorted(grant.devices.items()):
         parts.append(f"{resource}={','.join(ids)}")
-    return f"numa-pin: {verb} {grant.container_id}: {' '.join(parts)} ({grant.policy}/{grant.scope})"
+    return one_line(f"numa-pin: {verb} {grant.container_id}: {' '.join(parts)} ({grant.policy}/{grant.scope})")
 
 
 def log_decision(grant: Grant, verb: str) -> None:

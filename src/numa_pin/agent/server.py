@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from numa_pin import __version__
-from numa_pin.errors import AgentError, NumaPinError
 from numa_pin.agent.client import CONNECT_TIMEOUT_S
 from numa_pin.agent.preload import changed_sources, preload, source_stamps
 from numa_pin.agent.protocol import (
@@ -55,6 +54,8 @@ from numa_pin.agent.protocol import (
     peer_allowed,
     refusal,
 )
+from numa_pin.errors import AgentError, NumaPinError
+from numa_pin.text import one_line
 
 #: namespaces a peer must share with the server (the OCI pid, paths, cgroups and netdevs
 #: in a request are only meaningful there)
@@ -433,7 +434,8 @@ class AgentServer:
             pass  # the hook gave up and runs in-process; admission is idempotent
 
     def _refuse(self, conn: socket.socket, record: Mapping[str, object], reason: str) -> None:
-        print(f"numa-pin serve: sent pid {record['peer_pid']} (uid {record['peer_uid']}) back in-process: {reason}",
+        print(f"numa-pin serve: sent pid {record['peer_pid']} (uid {record['peer_uid']}) back in-process: "
+              f"{one_line(reason)}",
               file=sys.stderr, flush=True)
         append_log(self.log_path, {**record, "outcome": "fallback", "reason": reason})
         try:

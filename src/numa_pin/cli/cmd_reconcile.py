@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from numa_pin.cli.common import add_config_argument, load
+from numa_pin.text import one_line
 
 NAME = "reconcile"
 HELP = "drop grants whose process and cgroup are gone; re-assert cpusets that drifted"
@@ -19,9 +20,9 @@ def run(args: argparse.Namespace) -> int:
 
     removed, repaired = NodeService(load(args)).reconcile()
     for g in removed:
-        print(f"dropped {g.container_id} (process and cgroup gone)")
+        print(f"dropped {one_line(g.container_id)} (process and cgroup gone)")
     for cid in repaired:
-        print(f"repaired cpuset of {cid}")
+        print(f"repaired cpuset of {one_line(cid)}")
     if not removed and not repaired:
         print("nothing to do")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from numa_pin.cli.common import add_config_argument, load
+from numa_pin.text import one_line
 
 NAME = "release"
 HELP = "release the grant of a container or process and return its CPUs to the shared pool"
@@ -20,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
 
     grant = NodeService(load(args)).release(args.container_id)
     if grant is None:
-        print(f"{args.container_id}: no grant (already released)")
+        print(f"{one_line(args.container_id)}: no grant (already released)")
     else:
-        print(f"{args.container_id}: released")
+        print(f"{one_line(args.container_id)}: released")
     return 0

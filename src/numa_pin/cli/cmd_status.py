@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
-from numa_pin.cli.main import write_out
 from numa_pin.cli.common import add_config_argument, load
+from numa_pin.cli.main import write_out
+from numa_pin.text import one_line
 
 NAME = "status"
 HELP = "list grants recorded in the node ledger and what is free per NUMA node"
@@ -30,8 +32,8 @@ def grant_dict(g) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.service import NodeService
     from numa_pin.cpuset import format_list
+    from numa_pin.service import NodeService
 
     agent = NodeService(load(args))
     state = agent.ledger.read()
@@ -39,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     topo = agent.topology
     free = {n: sorted(topo.nodes[n].cpus & (topo.cpu_ids - state.exclusive_cpus() - agent.reserved()))
             for n in topo.node_ids}
-    out = {
+    out: dict[str, Any] = {
         "grants": [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)],
         "shared_pool": format_list(pool),
         "reserved": format_list(agent.reserved()),
@@ -53,8 +55,8 @@ def run(args: argparse.Namespace) -> int:
     lines.append(f"{len(out['grants'])} grant(s)")
     for g in out["grants"]:
         lines.append(
-            f"  {g['container_id'][:24]:24} {g['kind']:9} cpus={g['cpus'] or '-':8} mems={g['mems'] or '-':6} "
-            f"pod={g['pod_id'][:16]} {g['policy']}"
+            f"  {one_line(g['container_id'][:24]):24} {one_line(g['kind']):9} cpus={g['cpus'] or '-':8} "
+            f"mems={g['mems'] or '-':6} pod={one_line(g['pod_id'][:16])} {one_line(g['policy'])}"
         )
     write_out("\n".join(lines) + "\n")
     return 0

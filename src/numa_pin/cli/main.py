@@ -25,6 +25,7 @@ from types import ModuleType
 
 from numa_pin import __version__
 from numa_pin.errors import NumaPinError, RequestError
+from numa_pin.text import one_line
 
 PROG = "numa-pin"
 
@@ -156,8 +157,9 @@ def write_out(text: str) -> None:
 
 
 def _error_line(message: str) -> None:
-    one_line = " ".join(message.split())
-    print(f"{PROG}: {one_line}", file=sys.stderr)
+    """One line on stderr: runs of whitespace (newlines included) become one space, and the
+    remaining control characters (an escape sequence in a container id) are escaped."""
+    print(f"{PROG}: {one_line(' '.join(message.split()))}", file=sys.stderr)
 
 
 def _silence_stdout() -> None:

@@ -30,6 +30,7 @@ from typing import Any
 from numa_pin import __version__
 from numa_pin.config.schema import Config, config_from_dict
 from numa_pin.errors import ConfigError
+from numa_pin.text import one_line
 
 #: the system-wide configuration file
 DEFAULT_PATH = "/etc/numa-pin/config.yaml"
@@ -192,10 +193,10 @@ def _parse_yaml(text: str, source: str | None) -> Any:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = exc.problem or exc.context or "syntax error"
-        raise ConfigError(f"invalid YAML{where}: {problem}", path=source) from None
+        problem = " ".join((exc.problem or exc.context or "syntax error").split())
+        raise ConfigError(f"invalid YAML{where}: {one_line(problem)}", path=source) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"invalid YAML: {exc}", path=source) from None
+        raise ConfigError(f"invalid YAML: {one_line(' '.join(str(exc).split()))}", path=source) from None
     except RecursionError:
         raise ConfigError("invalid YAML: nested too deeply", path=source) from None
 

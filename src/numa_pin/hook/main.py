@@ -53,6 +53,10 @@ def _parse_argv(argv: list[str]) -> tuple[str | None, str]:
 
 
 def _report(line: str, container_id: str, state_dir: str | None, use_syslog: bool, details: dict | None = None) -> None:
+    """Print ``line`` (escaped to one line) and keep it in a reason file and syslog."""
+    from numa_pin.text import one_line
+
+    line = one_line(line)
     print(line, file=sys.stderr, flush=True)
     if state_dir:
         from numa_pin.report import write_reason
@@ -69,7 +73,9 @@ def run(argv: list[str], stdin) -> int:
     try:
         config_path, stage = _parse_argv(argv)
     except ValueError as exc:
-        print(f"numa-pin: {exc}\n{USAGE}", file=sys.stderr)
+        from numa_pin.text import one_line
+
+        print(f"numa-pin: {one_line(exc)}\n{USAGE}", file=sys.stderr)
         return 2
     if stage in NOOP_STAGES:
         return 0
