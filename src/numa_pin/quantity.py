@@ -10,7 +10,8 @@ The grammar is the one of ``k8s.io/apimachinery/pkg/api/resource.Quantity``::
 
 Arithmetic is exact (integers only, no floats). A value that is not a whole number of
 bytes is rounded *up*, as ``Quantity.Value()`` does, so ``"1.5"`` bytes is 2 bytes and
-``"500m"`` bytes is 1 byte. Surrounding whitespace is ignored. Negative values,
+``"500m"`` bytes is 1 byte. Surrounding ASCII whitespace is ignored; any other Unicode
+whitespace (no-break space, ideographic space, NEL, ...) makes the value malformed. Negative values,
 ``NaN``/``inf``, and values above ``2**63 - 1`` (Go's ``int64``) are refused.
 
 Every parser raises :class:`numa_pin.errors.RequestError` (``annotation=what``) and
@@ -37,6 +38,9 @@ _QUANTITY = re.compile(
     r"(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?"
     r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?[0-9]+|[mkMGTPE])?"
 )
+
+#: the whitespace ignored around a quantity (ASCII only: Unicode spaces are refused)
+_ASCII_SPACE = " \t\n\r\v\f"
 
 _EXAMPLES = "e.g. 512Mi, 2Gi, 1G, 1500, 1.5Gi, 1e3"
 
@@ -110,7 +114,7 @@ def _parse(text: str | int, what: str, *, extra_scale: int, whole: bool) -> int:
             raise RequestError(f"quantity {shown} is larger than {MAX_VALUE}", annotation=what)
         return text * factor
     shown = text if len(text) <= MAX_LENGTH else text[:MAX_LENGTH] + "..."
-    raw = text.strip()
+    raw = text.strip(_ASCII_SPACE)  # str.strip() would also drop U+00A0, U+3000, U+0085 ...
     if not raw:
         raise RequestError(f"empty quantity {shown!r} ({_EXAMPLES})", annotation=what)
     if len(raw) > MAX_LENGTH:

@@ -28,9 +28,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from numa_pin.agent import client, preload, protocol, server
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import NumaPinError
-from numa_pin.agent import client, preload, protocol, server
 from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
 from numa_pin.ledger.store import Ledger
 from numa_pin.testing.node import FakeNode
@@ -618,7 +618,8 @@ def test_decode_request(body, error):
 
 @pytest.mark.parametrize(
     "revision, version, want",
-    [(protocol.PROTOCOL, "0.1.0", None), (protocol.PROTOCOL + 1, "0.1.0", "protocol"), (protocol.PROTOCOL, "0.2.0", "restart")],
+    [(protocol.PROTOCOL, "0.1.0", None), (protocol.PROTOCOL + 1, "0.1.0", "protocol"),
+     (protocol.PROTOCOL, "0.2.0", "restart")],
     ids=["match", "protocol-mismatch", "version-mismatch"],
 )
 def test_refusal(revision, version, want):
@@ -761,3 +762,13 @@ def test_try_agent_refuses_an_oversized_request_without_connecting(tmp_path):
 def test_socket_path(flag, env, want):
     assert protocol.socket_path(env, flag) == want
 
+
+
+def test_a_fifo_config_leaves_no_child_stuck(served, node, tmp_path):
+    """Before: the agent's child blocked opening the FIFO forever and counted against MAX_CHILDREN."""
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    rc, err = run_hook(node, node.state_json(1), sock=served.sock, argv=["--config", str(fifo), "prestart"])
+    assert rc != 0 and "a FIFO, not a regular file" in err and len(err.splitlines()) == 1, err
+    assert [r["rc"] for r in served.records("served")] == [rc]  # the agent's child ran it and answered
+    wait_for(lambda: not served.children(), "the agent's child to exit")

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping
 
 from numa_pin.errors import AgentError
 
-
 #: everything a hook can import, loaded before the first fork: what ``sys.modules`` showed after
 #: in-process admissions, a rejection and a release, plus every function-level import of the
 #: hook path (devices, GPUs, psutil for liveness on a real /proc, difflib for config errors).
@@ -29,6 +28,8 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.config.schema",
     "numa_pin.service",
     "numa_pin.report",
+    "numa_pin.text",
+    "numa_pin.boundedio",
     "numa_pin.admission.decide",
     "numa_pin.admission.request",
     "numa_pin.providers.cpu",

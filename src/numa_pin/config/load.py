@@ -22,12 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from numa_pin import __version__
+from numa_pin.boundedio import UnsafeInput, json_loads_bounded, open_regular, read_fd
 from numa_pin.config.schema import Config, config_from_dict
 from numa_pin.errors import ConfigError
 from numa_pin.text import one_line
@@ -42,6 +42,10 @@ _CACHE_FORMAT = 1
 #: timestamp tick would leave mtime and ctime unchanged ("racy git" problem)
 _RACY_NS = 2_000_000_000
 _MAX_CONFIG_BYTES = 1 << 20  # a config file larger than 1 MiB is a mistake
+#: deepest nesting of lists and mappings in a config (a real one nests 3 or 4 levels)
+_MAX_DEPTH = 64
+#: most values (scalars and collections, aliases expanded) in a config
+_MAX_NODES = 200_000
 
 
 def load_config(
@@ -103,13 +107,12 @@ def config_from_yaml(text: str, source: str | None = None) -> Config:
 def _load_file(path: str, cache_dir: str | None) -> Config:
     real = os.path.realpath(path)
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC)
+        fd, before = open_regular(real)
+    except UnsafeInput as exc:
+        raise ConfigError(str(exc), path=path) from None
     except OSError as exc:
         raise ConfigError(f"cannot open: {exc.strerror}", path=path) from None
     try:
-        before = os.fstat(fd)
-        if not stat.S_ISREG(before.st_mode):
-            raise ConfigError("not a regular file", path=path)
         key = _cache_key(real, before)
         if cache_dir is not None:
             cached = _read_cache(cache_dir, key, path)
@@ -134,17 +137,12 @@ def _recently_changed(st: os.stat_result) -> bool:
 
 
 def _read_all(fd: int, path: str) -> bytes:
-    chunks = []
-    size = 0
     try:
-        while chunk := os.read(fd, 65536):
-            size += len(chunk)
-            if size > _MAX_CONFIG_BYTES:
-                raise ConfigError(f"larger than {_MAX_CONFIG_BYTES} bytes", path=path)
-            chunks.append(chunk)
+        return read_fd(fd, _MAX_CONFIG_BYTES)
+    except UnsafeInput as exc:
+        raise ConfigError(str(exc), path=path) from None
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", path=path) from None
-    return b"".join(chunks)
 
 
 _loader_class: Any = None
@@ -185,10 +183,58 @@ def _loader() -> Any:
     return StrictLoader
 
 
+def _check_shape(text: str, source: str | None) -> None:
+    """Walk YAML's event stream (libyaml's parser is iterative) before anything recursive
+    runs: composing 50,000 nested ``[`` overflows the C loader's stack (SIGSEGV), and a chain
+    of aliases ("billion laughs") multiplies into more nodes than any config has.
+
+    Raises:
+        ConfigError: nested deeper than :data:`_MAX_DEPTH`, or more than :data:`_MAX_NODES`
+            nodes once aliases are expanded.
+        yaml.YAMLError: the text is not YAML.
+    """
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    open_counts: list[int] = [0]  # expanded nodes inside each open collection
+    open_anchors: list[str | None] = [None]
+    anchors: dict[str, int] = {}
+    total = 0
+    for event in yaml.parse(text, Loader=base):
+        if isinstance(event, yaml.CollectionStartEvent):
+            open_counts.append(1)
+            open_anchors.append(event.anchor)
+            total += 1
+            if len(open_counts) - 1 > _MAX_DEPTH:
+                mark = event.start_mark
+                where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+                raise ConfigError(f"invalid YAML{where}: nested more than {_MAX_DEPTH} levels deep", path=source)
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            count, anchor = open_counts.pop(), open_anchors.pop()
+            if anchor is not None:
+                anchors[anchor] = count
+            open_counts[-1] += count
+            continue
+        if isinstance(event, yaml.ScalarEvent):
+            count = 1
+            if event.anchor is not None:
+                anchors[event.anchor] = 1
+        elif isinstance(event, yaml.AliasEvent):
+            count = anchors.get(event.anchor, 1)
+        else:
+            continue
+        open_counts[-1] += count
+        total += count
+        if total > _MAX_NODES:
+            raise ConfigError(f"invalid YAML: more than {_MAX_NODES} values once aliases are expanded", path=source)
+
+
 def _parse_yaml(text: str, source: str | None) -> Any:
     import yaml
 
     try:
+        _check_shape(text, source)
         return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -231,15 +277,14 @@ def _read_cache(cache_dir: str, key: Mapping[str, Any], source: str) -> Config |
     """The cached config when the cache is trustworthy and its key matches, else None."""
     target = cache_file(cache_dir, key["path"])
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
+        fd, st = open_regular(target, follow=False)
+    except (OSError, UnsafeInput):
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
             return None
-        doc = json.loads(_read_all(fd, target))
-    except (OSError, ValueError, RecursionError, ConfigError):
+        doc = json_loads_bounded(_read_all(fd, target), _MAX_DEPTH)
+    except (OSError, ValueError, ConfigError):
         return None
     finally:
         os.close(fd)

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from numa_pin.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
 from numa_pin.errors import LedgerCorrupt, LedgerError, LedgerLockTimeout
 from numa_pin.ledger.model import (
     LEDGER_VERSION,
@@ -47,6 +48,11 @@ _TMP_SUFFIX = ".tmp"
 
 #: what an operator should do about a corrupt ledger (appended to every LedgerCorrupt)
 REMEDY = "inspect it, then move it aside; numa-pin never resets it silently"
+
+#: largest ledger read (a grant takes about 1 KiB; a node holds hundreds, not tens of thousands)
+MAX_LEDGER_BYTES = 64 << 20
+#: deepest nesting read (a ledger nests 5 levels)
+MAX_DEPTH = 32
 
 _POLL_MIN_S = 0.001
 _POLL_MAX_S = 0.05
@@ -198,10 +204,11 @@ class Ledger:
 
     def _load(self) -> LedgerState:
         try:
-            with open(self.path, "rb") as fp:
-                raw = fp.read()
+            raw = read_regular_file(self.path, MAX_LEDGER_BYTES, follow=False)
         except FileNotFoundError:
             return LedgerState()
+        except UnsafeInput as exc:
+            raise _corrupt(str(exc), self.path) from exc
         except OSError as exc:
             raise LedgerError(f"cannot read the ledger: {_reason(exc)}", path=self.path) from exc
         return decode(raw, self.path)
@@ -250,8 +257,8 @@ def decode(raw: bytes, path: str) -> LedgerState:
         LedgerCorrupt: bad UTF-8/JSON, wrong shape, newer version, bad checksum.
     """
     try:
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        doc = json_loads_bounded(raw.decode("utf-8"), MAX_DEPTH, parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
         raise _corrupt(f"not valid JSON ({exc})", path) from exc
     if not isinstance(doc, dict):
         raise _corrupt(f"expected a JSON object, found {type(doc).__name__}", path)
