@@ -22,7 +22,8 @@ is allowed to escape as a traceback.
     ├── EnforcementError(path, errno)  writing cgroups, moving netdevs, granting devices
     │   └── CgroupEscapeError          a path would leave the cgroup root
     ├── HookInputError                 the OCI state on stdin or config.json is unusable
-    └── AgentError(path)               the warm agent cannot serve its socket
+    ├── AgentError(path)               the warm agent cannot serve its socket
+    └── UnsafePathError(path)          a state, cache or socket path others could redirect
 
 Each class documents when it is raised. Errors carry the file, container or
 resource involved so the single line a user sees is actionable. An error raised
@@ -218,6 +219,19 @@ class AgentError(NumaPinError):
         super().__init__(f"{path}: {message}" if path else message)
 
 
+class UnsafePathError(NumaPinError):
+    """A state, cache or socket directory or file that someone other than root and this user
+    could replace: writable by group or others without the sticky bit, owned by another
+    non-root user, a symbolic link where none is followed, or not the kind of file expected.
+    ``path`` is the offending directory or file."""
+
+    kind = "UnsafePathError"
+
+    def __init__(self, message: str, *, path: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}")
+
+
 __all__ = [
     "AdmissionError",
     "AgentError",
@@ -236,4 +250,5 @@ __all__ = [
     "SysfsError",
     "TopologyAffinityError",
     "TopologyError",
+    "UnsafePathError",
 ]

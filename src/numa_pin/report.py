@@ -14,14 +14,19 @@ import time
 from collections.abc import Mapping
 
 from numa_pin.cpuset import format_list
+from numa_pin.errors import UnsafePathError
 from numa_pin.ledger.model import Grant
+from numa_pin.safefs import check_dir, create_private, ensure_dir, write_all
 from numa_pin.text import one_line
+
+#: the directory of reason files under ``state_dir``
+REASONS = "reasons"
 
 
 def reason_path(state_dir: str, container_id: str) -> str:
     """``<state_dir>/reasons/<id>.json``, the id reduced to a safe file name."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in container_id)[:200] or "_"
-    return os.path.join(state_dir, "reasons", safe + ".json")
+    return os.path.join(state_dir, REASONS, safe + ".json")
 
 
 def write_reason(
@@ -29,17 +34,48 @@ def write_reason(
 ) -> str | None:
     """Keep the rejection reason where ``numa-pin explain`` finds it (crun hides hook stderr)."""
     path = reason_path(state_dir, container_id)
-    directory = os.path.dirname(path)
+    record = {"container_id": container_id, "time": time.time(), "line": one_line(line), **(details or {})}
+    tmp = None
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fp:
-            record = {"container_id": container_id, "time": time.time(), "line": one_line(line), **(details or {})}
-            json.dump(record, fp)
+        directory = reasons_dir(state_dir)
+        fd, tmp = create_private(directory, ".reason.")
+        try:
+            write_all(fd, json.dumps(record).encode("utf-8"))
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
-    except OSError:
+        tmp = None
+    except (OSError, UnsafePathError):
         return None
+    finally:
+        if tmp is not None:
+            _unlink_quietly(tmp)
     return path
+
+
+def reasons_dir(state_dir: str) -> str:
+    """``<state_dir>/reasons``, created 0700 (the state directory too); the state directory must pass
+    :func:`numa_pin.safefs.check_dir`, and ``reasons`` must be a real directory, not a symlink.
+
+    Raises:
+        UnsafePathError: either check failed.
+        OSError: it cannot be created or examined.
+    """
+    ensure_dir(state_dir, 0o700)
+    directory = os.path.join(state_dir, REASONS)
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    check_dir(directory, follow=False)
+    return directory
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # best effort
 
 
 def log_syslog(line: str, error: bool = True) -> None:

@@ -12,7 +12,8 @@ validated configuration is kept as JSON in ``<cache_dir>/config-<hash>.json``, k
 the file's real path, ``st_dev``, ``st_ino``, ``st_size``, ``st_mtime_ns``,
 ``st_ctime_ns`` and the numa-pin version; a cache whose key differs, that does not
 parse, fails its checksum or validation, or that is not a private file of the current
-user is ignored (and rewritten). A file changed within the last two seconds is not
+user is ignored (and rewritten). A cache directory that others could write (or one above it)
+is refused with :class:`~numa_pin.errors.UnsafePathError`. A file changed within the last two seconds is not
 cached, so two same-size edits inside one timestamp tick cannot leave a stale entry.
 The cache only skips YAML parsing: its content is validated again on every load.
 """
@@ -30,6 +31,7 @@ from numa_pin import __version__
 from numa_pin.boundedio import UnsafeInput, json_loads_bounded, open_regular, read_fd
 from numa_pin.config.schema import Config, config_from_dict
 from numa_pin.errors import ConfigError
+from numa_pin.safefs import create_private, ensure_dir, write_all
 from numa_pin.text import one_line
 
 #: the system-wide configuration file
@@ -114,6 +116,11 @@ def _load_file(path: str, cache_dir: str | None) -> Config:
         raise ConfigError(f"cannot open: {exc.strerror}", path=path) from None
     try:
         key = _cache_key(real, before)
+        if cache_dir is not None:
+            try:
+                ensure_dir(cache_dir, 0o700)  # UnsafePathError when others could write there
+            except OSError:
+                cache_dir = None  # cannot be created or examined: no cache, only slower
         if cache_dir is not None:
             cached = _read_cache(cache_dir, key, path)
             if cached is not None:
@@ -304,22 +311,23 @@ def _write_cache(cache_dir: str, key: Mapping[str, Any], config: Config) -> None
     body = json.loads(json.dumps(config.to_dict()))  # the form a reader will see (str keys)
     doc = {"format": _CACHE_FORMAT, "key": dict(key), "checksum": _digest(body), "config": body}
     target = cache_file(cache_dir, key["path"])
-    tmp = f"{target}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    tmp = None
     try:
-        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fd, tmp = create_private(cache_dir, os.path.basename(target) + ".")
         try:
-            view = memoryview(json.dumps(doc, sort_keys=True).encode("utf-8"))
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, json.dumps(doc, sort_keys=True).encode("utf-8"))
         finally:
             os.close(fd)
         os.replace(tmp, target)
+        tmp = None
     except (OSError, ValueError):
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 __all__ = ["DEFAULT_PATH", "ENV_VAR", "cache_file", "config_from_yaml", "load_config", "resolve_config_path"]

@@ -8,7 +8,9 @@ A grant is alive when **either**
 * its cgroup directory still exists: ``<cgroup_root>/<cgroup>`` on cgroup v2,
   ``<cgroup_root>/cpuset/<cgroup>`` (the cpuset hierarchy) on cgroup v1.
 
-A grant with neither a pid nor a cgroup carries no evidence of death and is kept.
+A grant with neither a pid nor a cgroup is dead: nothing could ever show it alive, so keeping it
+would hold its CPUs and devices forever (no admission records one; a hand-edited or older
+ledger might).
 
 Start times are psutil's ``create_time()``: ``starttime`` ticks from ``/proc/<pid>/stat``
 divided by ``SC_CLK_TCK``, plus ``btime`` from ``/proc/stat``. psutil always reads the
@@ -52,8 +54,6 @@ def is_alive(
         CgroupEscapeError: ``grant.cgroup`` would resolve outside the cgroup root.
         SysfsError: a proc file exists but cannot be parsed.
     """
-    if grant.pid is None and grant.cgroup is None:
-        return True
     if grant.pid is not None and process_alive(grant.pid, grant.start_time, proc_root):
         return True
     if grant.cgroup is not None:
