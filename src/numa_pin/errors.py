@@ -232,7 +232,40 @@ class UnsafePathError(NumaPinError):
         super().__init__(f"{path}: {message}")
 
 
+# ---- exit codes ------------------------------------------------------------------------
+#: exit codes of ``numa-pin-hook`` and ``numa-pin`` (README, "Exit codes")
+EXIT_OK = 0
+#: the container or process must not start: it cannot be placed (:class:`AdmissionError`) or its
+#: request or OCI input is malformed (:class:`RequestError`, :class:`HookInputError`)
+EXIT_REJECTED = 1
+#: the command line is wrong
+EXIT_USAGE = 2
+#: the configuration file is unusable (:class:`ConfigError`, :class:`PolicyError`)
+EXIT_CONFIG = 3
+#: any other numa-pin error: ledger, topology, enforcement, agent, unsafe paths, OS errors
+EXIT_ERROR = 4
+#: a bug: an exception numa-pin did not expect (``EX_SOFTWARE`` of sysexits.h)
+EXIT_INTERNAL = 70
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit code an entry point returns for ``error`` (pure)."""
+    if isinstance(error, (AdmissionError, RequestError, HookInputError)):
+        return EXIT_REJECTED
+    if isinstance(error, (ConfigError, PolicyError)):
+        return EXIT_CONFIG
+    if isinstance(error, (NumaPinError, OSError)):
+        return EXIT_ERROR
+    return EXIT_INTERNAL
+
+
 __all__ = [
+    "EXIT_CONFIG",
+    "EXIT_ERROR",
+    "EXIT_INTERNAL",
+    "EXIT_OK",
+    "EXIT_REJECTED",
+    "EXIT_USAGE",
     "AdmissionError",
     "AgentError",
     "AllocationError",
@@ -251,4 +284,5 @@ __all__ = [
     "TopologyAffinityError",
     "TopologyError",
     "UnsafePathError",
+    "exit_code",
 ]

@@ -1,18 +1,26 @@
 """Where decisions are reported: reason files for ``numa-pin explain``, and syslog.
 
-crun and podman hide a hook's stderr, so a rejection also goes to
-``<state_dir>/reasons/<id>.json`` and, when the config's ``syslog`` is on, to the system log with
-every other decision (``admitted``, ``released``). Reporting never fails an admission: a reason
-file that cannot be written is returned as ``None``, and syslog errors are the C library's.
+crun and podman hide a hook's stderr, so a rejection also goes to a reason file under
+``<state_dir>/reasons/`` and, when the config's ``syslog`` is on, to the system log with every
+other decision (``admitted``, ``released``). Reporting never fails an admission: a reason file
+that cannot be written is returned as ``None``, and syslog errors are the C library's.
+
+A reason file is named ``<prefix>-<hash>.json``: the id reduced to at most 64 safe characters,
+then the first 16 hex digits of the SHA-256 of the exact id, so ``rt-a/b`` and ``rt-a_b`` never
+share a file; :func:`read_reason` also checks the id recorded inside. Files are 0600 (they name
+containers), at most :data:`MAX_REASONS` are kept (the oldest go first), and a container's file
+is deleted when it is admitted or released (:func:`forget_reason`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
 from collections.abc import Mapping
 
+from numa_pin.boundedio import json_loads_bounded, read_regular_file
 from numa_pin.cpuset import format_list
 from numa_pin.errors import UnsafePathError
 from numa_pin.ledger.model import Grant
@@ -21,12 +29,62 @@ from numa_pin.text import one_line
 
 #: the directory of reason files under ``state_dir``
 REASONS = "reasons"
+#: reason files kept at most; writing one more deletes the oldest
+MAX_REASONS = 1000
+#: largest reason file read back (one line and a few details)
+MAX_REASON_BYTES = 1 << 20
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
 def reason_path(state_dir: str, container_id: str) -> str:
-    """``<state_dir>/reasons/<id>.json``, the id reduced to a safe file name."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in container_id)[:200] or "_"
-    return os.path.join(state_dir, REASONS, safe + ".json")
+    """``<state_dir>/reasons/<prefix>-<sha256 of the exact id, 16 hex>.json`` (pure)."""
+    prefix = "".join(c if c in _SAFE else "_" for c in container_id[:64])
+    digest = hashlib.sha256(container_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return os.path.join(state_dir, REASONS, f"{prefix}-{digest}.json")
+
+
+def read_reason(state_dir: str, container_id: str) -> dict[str, object] | None:
+    """The reason recorded for exactly ``container_id``, or None when there is none.
+
+    Raises:
+        OSError, ValueError: the file exists but cannot be read or parsed (not a regular
+            file, a symlink, too large, not JSON).
+        UnsafePathError: the state directory fails :func:`numa_pin.safefs.check_dir`.
+    """
+    check_dir(state_dir)
+    try:
+        raw = read_regular_file(reason_path(state_dir, container_id), MAX_REASON_BYTES, follow=False)
+    except FileNotFoundError:
+        return None
+    doc = json_loads_bounded(raw, 8)
+    if not isinstance(doc, dict) or doc.get("container_id") != container_id:
+        return None
+    return doc
+
+
+def forget_reason(state_dir: str | None, container_id: str) -> None:
+    """Delete ``container_id``'s reason file, if any (best effort: never raises)."""
+    if state_dir:
+        _unlink_quietly(reason_path(state_dir, container_id))
+
+
+def _prune(directory: str, keep: int) -> None:
+    """Delete the oldest reason files until at most ``keep`` remain (best effort)."""
+    try:
+        names = [n for n in os.listdir(directory) if n.endswith(".json")]
+    except OSError:
+        return
+    if len(names) <= keep:
+        return
+    aged = []
+    for name in names:
+        try:
+            aged.append((os.lstat(os.path.join(directory, name)).st_mtime_ns, name))
+        except OSError:
+            continue
+    aged.sort()
+    for _, name in aged[: len(aged) - keep]:
+        _unlink_quietly(os.path.join(directory, name))
 
 
 def write_reason(
@@ -45,6 +103,7 @@ def write_reason(
             os.close(fd)
         os.replace(tmp, path)
         tmp = None
+        _prune(directory, MAX_REASONS)
     except (OSError, UnsafePathError):
         return None
     finally:
@@ -100,4 +159,5 @@ def log_decision(grant: Grant, verb: str) -> None:
     log_syslog(decision_line(grant, verb), error=False)
 
 
-__all__ = ["decision_line", "log_decision", "log_syslog", "reason_path", "write_reason"]
+__all__ = ["MAX_REASONS", "decision_line", "forget_reason", "log_decision", "log_syslog", "read_reason", "reason_path",
+           "reasons_dir", "write_reason"]

@@ -33,6 +33,7 @@ from numa_pin.cpuset import parse_list
 from numa_pin.errors import NumaPinError
 from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
 from numa_pin.ledger.store import Ledger
+from numa_pin.report import reason_path
 from numa_pin.testing.node import FakeNode
 
 BIN = Path(sys.executable).parent
@@ -225,7 +226,7 @@ def test_agent_gives_the_in_process_result(shared_agent, node, twin, annotations
     if rc:
         lines = err.splitlines()
         assert len(lines) == 1 and lines[0].startswith("numa-pin: "), err
-        assert json.loads((node.state / "reasons" / "c1.json").read_text())["line"] == lines[0]
+        assert json.loads(Path(reason_path(str(node.state), "c1")).read_text())["line"] == lines[0]
     else:
         assert err == ""
     assert node.grants() == twin.grants()
@@ -484,7 +485,7 @@ def test_a_server_at_its_limit_sends_hooks_back(tmp_path, node):
 def test_serve_refuses_a_socket_in_use(shared_agent):
     out = subprocess.run([NUMA_PIN, "serve", "--socket", str(shared_agent.sock)], capture_output=True,
                          text=True, timeout=120)
-    assert out.returncode == 1
+    assert out.returncode == 4
     assert out.stderr.strip().startswith("numa-pin: AgentError: ") and "\n" not in out.stderr.strip()
     assert shared_agent.proc.poll() is None and shared_agent.sock.exists()
 

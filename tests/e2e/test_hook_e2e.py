@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from numa_pin.ledger.store import Ledger
+from numa_pin.report import reason_path
 
 from . import harness
 
@@ -32,7 +33,8 @@ def node(state_dir: Path):
     config = state_dir / "config.yaml"
     ledger_dir = state_dir / "ledger"
     config.write_text(f"policy: restricted\nstate_dir: {ledger_dir}\nsyslog: false\n")
-    env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", f"NUMA_PIN_CACHE_DIR={state_dir / 'cache'}"]
+    env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           f"NUMA_PIN_CACHE_DIR={state_dir / 'cache'}"]
 
     def entry(stage: str) -> dict:
         return harness.hook_entry(hook, ["numa-pin-hook", "--config", str(config), stage], env=env, timeout=30)
@@ -41,7 +43,8 @@ def node(state_dir: Path):
         path = hook
         cfg = config
         state = ledger_dir
-        hooks = {"prestart": [entry("prestart")], "createRuntime": [entry("createRuntime")], "poststop": [entry("poststop")]}
+        hooks = {"prestart": [entry("prestart")], "createRuntime": [entry("createRuntime")],
+                 "poststop": [entry("poststop")]}
 
         @staticmethod
         def grants() -> dict:
@@ -50,7 +53,8 @@ def node(state_dir: Path):
         @staticmethod
         def cli(*args: str) -> subprocess.CompletedProcess[str]:
             exe = hook.with_name("numa-pin")
-            return subprocess.run([str(exe), *args, "--config", str(config)], capture_output=True, text=True, timeout=60)
+            return subprocess.run([str(exe), *args, "--config", str(config)], capture_output=True, text=True,
+                                  timeout=60)
 
     return Node
 
@@ -150,7 +154,7 @@ def test_crun_rejection_is_recorded_for_explain(crun_rt, node, busybox_rootfs, t
         res = crun_rt.run(_bundle(tmp_path, "b", node, busybox_rootfs, ONE_CPU, args=("true",)), second_id)
         assert res.returncode != 0
         assert set(node.grants()) == {cid}
-        reason = json.loads((node.state / "reasons" / f"{second_id}.json").read_text())
+        reason = json.loads(Path(reason_path(str(node.state), second_id)).read_text())
         assert reason["line"].startswith(f"numa-pin: rejected {second_id}: TopologyAffinityError:")
     assert node.grants() == {}
 

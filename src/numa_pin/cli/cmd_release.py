@@ -17,9 +17,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from numa_pin.report import forget_reason
     from numa_pin.service import NodeService
 
-    grant = NodeService(load(args)).release(args.container_id)
+    config = load(args)
+    grant = NodeService(config).release(args.container_id)
+    forget_reason(config.state_dir, args.container_id)
     if grant is None:
         print(f"{one_line(args.container_id)}: no grant (already released)")
     else:
