@@ -10,7 +10,7 @@ APT_PKGS   := python3 python3-venv python3-dev gcc make libcap-dev hwloc runc cr
               busybox-static iproute2 util-linux procps kmod qemu-system-x86 linux-image-amd64
 PYTEST_ARGS ?=
 
-.PHONY: all deps venv demo lint test test-fast bench clean
+.PHONY: all deps venv demo lint test test-fast stress bench clean
 
 all: test
 
@@ -38,6 +38,13 @@ test: lint
 
 test-fast: lint
 	$(VPY) -m pytest -m "not e2e and not vm and not root" $(PYTEST_ARGS)
+
+# 10,000 hostile hook inputs (FIFOs, deep nesting, symlinked state files, control characters);
+# figures in stress-report.json. STRESS_EXAMPLES=N changes the count.
+STRESS_EXAMPLES ?= 10000
+stress: $(STAMP)
+	NUMA_PIN_STRESS=1 NUMA_PIN_STRESS_EXAMPLES=$(STRESS_EXAMPLES) NUMA_PIN_STRESS_REPORT=stress-report.json \
+		$(VPY) -m pytest -q -s -p no:cacheprovider tests/hook/test_hook_stress.py $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VPY) bench/merge_scaling.py

@@ -51,9 +51,11 @@ def read_reason(state_dir: str, container_id: str) -> dict[str, object] | None:
             file, a symlink, too large, not JSON).
         UnsafePathError: the state directory fails :func:`numa_pin.safefs.check_dir`.
     """
-    check_dir(state_dir)
+    path = reason_path(state_dir, container_id)
     try:
-        raw = read_regular_file(reason_path(state_dir, container_id), MAX_REASON_BYTES, follow=False)
+        check_dir(state_dir)
+        check_dir(os.path.dirname(path), follow=False)
+        raw = read_regular_file(path, MAX_REASON_BYTES, follow=False)
     except FileNotFoundError:
         return None
     doc = json_loads_bounded(raw, 8)
@@ -63,9 +65,22 @@ def read_reason(state_dir: str, container_id: str) -> dict[str, object] | None:
 
 
 def forget_reason(state_dir: str | None, container_id: str) -> None:
-    """Delete ``container_id``'s reason file, if any (best effort: never raises)."""
-    if state_dir:
-        _unlink_quietly(reason_path(state_dir, container_id))
+    """Delete ``container_id``'s reason file, if any (best effort: never raises). Nothing is
+    deleted when ``reasons/`` is a symlink or the state directory fails its checks."""
+    if not state_dir:
+        return
+    path = reason_path(state_dir, container_id)
+    try:
+        fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return  # no reasons directory (nothing to forget), or a symlink (not ours to touch)
+    try:
+        check_dir(state_dir)
+        os.unlink(os.path.basename(path), dir_fd=fd)
+    except (OSError, UnsafePathError):
+        pass
+    finally:
+        os.close(fd)
 
 
 def _prune(directory: str, keep: int) -> None:
