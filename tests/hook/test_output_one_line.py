@@ -94,3 +94,14 @@ def test_cli_error_boundary_escapes_yaml_errors(tmp_path, capsys):
     bad.write_text("policy: [\x1b[31m\n")
     assert cli_main(["status", "--config", str(bad)]) != 0
     assert_one_safe_line(capsys.readouterr().err)
+
+
+def test_plan_text_escapes_the_bundle_name_and_reason(node, capsys):
+    fake, config, _ = node
+    bundle = fake.root / "ctr\nnuma-pin: admitted forged\x1b[2J"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({"annotations": {"numa-pin.io/cpus": "999"}}))
+    assert cli_main(["plan", "--bundle", str(bundle), "--config", str(config)]) == 1  # rejected
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and not [line for line in out.splitlines() if line.startswith("numa-pin")]
+    assert out.splitlines()[0] == "container: ctr\\nnuma-pin: admitted forged\\x1b[2J"
