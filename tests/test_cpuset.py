@@ -47,3 +47,15 @@ def test_malformed_elements_are_refused(text):
 def test_ascii_whitespace_is_ignored():
     assert parse_list(" 0-2, 5 \n") == {0, 1, 2, 5}
     assert parse_list("0-65535") == frozenset(range(65536))
+
+
+def test_config_reports_a_huge_reserved_cpus_in_one_short_line():
+    from numa_pin.config.load import config_from_yaml
+    from numa_pin.errors import ConfigError
+
+    value = ",".join(["0-1048576"] * 50_000)
+    started = time.process_time()
+    with pytest.raises(ConfigError, match="cpu_manager.reserved_cpus: bad cpulist") as info:
+        config_from_yaml(f"cpu_manager:\n  reserved_cpus: '{value}'\n")
+    assert time.process_time() - started < 10
+    assert len(str(info.value)) < 400
