@@ -9,7 +9,7 @@ A reason file is named ``<prefix>-<hash>.json``: the id reduced to at most 64 sa
 then the first 16 hex digits of the SHA-256 of the exact id, so ``rt-a/b`` and ``rt-a_b`` never
 share a file; :func:`read_reason` also checks the id recorded inside. Files are 0600 (they name
 containers), at most :data:`MAX_REASONS` are kept (the oldest go first), and a container's file
-is deleted when it is admitted or released (:func:`forget_reason`).
+is deleted when it is admitted or its grant is released (:func:`forget_reason`).
 """
 
 from __future__ import annotations

@@ -71,6 +71,8 @@ def test_admission_and_release_delete_the_reason(node, capsys):
     assert hook(fake, config, "c1", {"numa-pin.io/cpus": "999"}) == EXIT_REJECTED
     path = Path(report.reason_path(str(fake.state_dir), "c1"))
     assert path.exists() and path.stat().st_mode & 0o777 == 0o600
+    assert hook(fake, config, "c1", {}, stage="poststop") == 0  # runc's poststop after a rejection
+    assert path.exists(), "the rejection must stay explainable"
     assert hook(fake, config, "c1", {"numa-pin.io/cpus": "1"}) == 0
     assert not path.exists()
     assert report.write_reason(str(fake.state_dir), "c1", "numa-pin: error c1: stale") is not None

@@ -22,7 +22,8 @@ def run(args: argparse.Namespace) -> int:
 
     config = load(args)
     grant = NodeService(config).release(args.container_id)
-    forget_reason(config.state_dir, args.container_id)
+    if grant is not None:
+        forget_reason(config.state_dir, args.container_id)
     if grant is None:
         print(f"{one_line(args.container_id)}: no grant (already released)")
     else:

@@ -9,9 +9,9 @@ The OCI state arrives on stdin. A rejection exits 1 with one line on stderr::
     numa-pin: rejected <container-id>: TopologyAffinityError: <why>
 
 and the same line goes to a reason file under ``<state_dir>/reasons/`` (read by ``numa-pin
-explain``) and to syslog, because crun and podman hide hook stderr. A successful admission or
-release deletes the container's reason file. No traceback is ever printed unless
-``NUMA_PIN_DEBUG=1``.
+explain``) and to syslog, because crun and podman hide hook stderr. A successful admission, or
+the release of a grant, deletes the container's reason file (a poststop after a rejection keeps
+it). No traceback is ever printed unless ``NUMA_PIN_DEBUG=1``.
 
 Exit codes (:mod:`numa_pin.errors`): 0 admitted, released or nothing to do; 1 rejected (no fit,
 malformed request or OCI input); 2 usage error; 3 configuration error; 4 any other numa-pin error
@@ -107,8 +107,10 @@ def run(argv: list[str], stdin) -> int:
         from numa_pin.report import forget_reason
 
         if stage in RELEASE_STAGES:
-            agent.release(state.id)
-            forget_reason(state_dir, state.id)
+            # runc runs poststop after a rejected prestart too: the rejection's reason is kept
+            # for `numa-pin explain` unless a grant was actually released
+            if agent.release(state.id) is not None:
+                forget_reason(state_dir, state.id)
             return EXIT_OK
         from numa_pin.hook.admit import request_for
 
