@@ -38,11 +38,14 @@ ID_TEXT = st.text(alphabet=st.sampled_from(string.ascii_letters + string.digits 
                   max_size=40)
 DEPTHS = st.one_of(st.integers(1, 70), st.sampled_from([100, 1_000, 5_000, 50_000, 200_000]))
 
-FIFO = st.tuples(st.just("fifo"), st.sampled_from(["config.json", "--config", "env", "cache", "ledger.json"]))
+# every class also draws the container id, so hypothesis (which never repeats an input) can
+# give each class its share of a long run
+FIFO = st.tuples(st.just("fifo"), st.sampled_from(["config.json", "--config", "env", "cache", "ledger.json"]),
+                 ID_TEXT)
 DEEP = st.tuples(st.just("deep"), st.sampled_from(["state", "config.json", "yaml-flow", "yaml-block"]),
-                 st.sampled_from(["list", "object"]), DEPTHS)
+                 st.sampled_from(["list", "object"]), DEPTHS, ID_TEXT)
 SYMLINK = st.tuples(st.just("symlink"), st.sampled_from(["ledger.lock", "ledger.json", "reasons", "cache"]),
-                    st.sampled_from(["1", "999", "lots"]))
+                    st.sampled_from(["1", "999", "lots"]), ID_TEXT)
 IDS = st.tuples(st.just("ids"), ID_TEXT, st.dictionaries(
     st.sampled_from(["numa-pin.io/cpus", "numa-pin.io/pod", "numa-pin.io/memory", "numa-pin.io/policy"]),
     ID_TEXT, max_size=3), st.one_of(st.none(), ID_TEXT))
@@ -90,8 +93,8 @@ class Hostile:
         self.victim.write_text("precious\n")
         planted: list[Path] = []
         argv = ["--config", str(self.config), "prestart"]
-        stdin = self.state()
         kind = case[0]
+        stdin = self.state(case[-1] if kind != "ids" else "hz")
         self.spec({"numa-pin.io/cpus": "1"})
         with monkeypatch.context() as m:
             m.setenv("NUMA_PIN_CACHE_DIR", str(self.node.cache_dir))
@@ -166,7 +169,8 @@ class Hostile:
             opener, closer = ("[", "]") if shape == "list" else ('{"a":', "}")
             deep = opener * depth + "1" + closer * depth
             if where == "state":
-                return argv, f'{{"id": "hz", "bundle": "{self.bundle}", "pid": 4242, "x": {deep}}}'.encode()
+                head = json.dumps({"id": "hz", "bundle": str(self.bundle), "pid": 4242})[:-1]
+                return argv, f'{head}, "x": {deep}}}'.encode()
             self._put(self.bundle / "config.json", '{"annotations": {}, "x": ' + deep + "}")
             return argv, stdin
         path = self.root / "deep-config.yaml"  # refused either way: too deep, or an unknown key
