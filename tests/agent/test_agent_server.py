@@ -773,3 +773,25 @@ def test_a_fifo_config_leaves_no_child_stuck(served, node, tmp_path):
     assert rc != 0 and "a FIFO, not a regular file" in err and len(err.splitlines()) == 1, err
     assert [r["rc"] for r in served.records("served")] == [rc]  # the agent's child ran it and answered
     wait_for(lambda: not served.children(), "the agent's child to exit")
+
+
+@pytest.mark.parametrize("cid, annotations", [
+    ("c\nnuma-pin: admitted forged: cpus 0-3", {"numa-pin.io/cpus": "20"}),
+    ("c\x1b[2J\x07", {"numa-pin.io/cpus": "lots\x1b[31m"}),
+    ("deep", {"numa-pin.io/cpus": "1"}),
+], ids=["newline-in-id", "escapes-in-id-and-value", "deep-config-json"])
+def test_hostile_input_through_the_agent_matches_in_process(shared_agent, node, twin, cid, annotations):
+    """Same one escaped line, same exit code, through the agent's child and in-process."""
+    def hook(n: Node, sock: Path | None) -> tuple[int, str]:
+        state = n.oci_state(cid, n.pid(4), annotations)
+        if cid == "deep":
+            bundle = json.loads(state)["bundle"]
+            Path(bundle, "config.json").write_text('{"annotations": ' + "[" * 100_000 + "]" * 100_000 + "}")
+        return run_hook(n, state, sock=sock)
+
+    got = hook(node, shared_agent.sock)
+    want = hook(twin, None)
+    assert got == (want[0], want[1].replace(str(twin.root), str(node.root)))  # the twin's paths differ
+    rc, err = got
+    assert rc == 1 and len(err.splitlines()) == 1 and err.startswith("numa-pin: "), err
+    assert "\x1b" not in err and "internal error" not in err
