@@ -14,7 +14,7 @@ APT_PKGS   := python3 python3-venv python3-dev gcc make libcap-dev hwloc runc cr
               containerd $(DEB_PKGS) python3-psutil python3-pyroute2 python3-prctl python3-yaml
 PYTEST_ARGS ?=
 
-.PHONY: all deps venv demo lint test test-fast bench deb clean
+.PHONY: all deps venv demo lint test test-fast stress bench deb clean
 
 all: test
 
@@ -42,6 +42,17 @@ test: lint
 
 test-fast: lint
 	$(VPY) -m pytest -m "not e2e and not vm and not root and not deb" $(PYTEST_ARGS)
+
+# 10,000 hostile hook inputs (FIFOs, deep nesting, symlinked state files, control characters);
+# figures in stress-report.json. STRESS_EXAMPLES=N changes the count. The fake node lives on
+# tmpfs (STRESS_TMP): every admission fsyncs the ledger, and on a busy disk that, not numa-pin,
+# would be what is measured.
+STRESS_EXAMPLES ?= 10000
+STRESS_TMP ?= $(if $(wildcard /dev/shm),/dev/shm/numa-pin-stress,$(CURDIR)/.stress-tmp)
+stress: $(STAMP)
+	NUMA_PIN_STRESS=1 NUMA_PIN_STRESS_EXAMPLES=$(STRESS_EXAMPLES) NUMA_PIN_STRESS_REPORT=stress-report.json \
+		$(VPY) -m pytest -q -s -p no:cacheprovider --basetemp=$(STRESS_TMP) tests/hook/test_hook_stress.py \
+		$(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(VPY) bench/merge_scaling.py

@@ -7,6 +7,7 @@ examples or other health checks set them explicitly on top of this profile.
 Test tiers (markers, registered in pyproject.toml): ``root`` tests write real cgroups, network
 namespaces or devices and are skipped for other users; ``e2e`` drives real runtimes and ``vm``
 boots a multi-NUMA guest (both need root as well). ``make test-fast`` deselects all three.
+``stress`` tests run only with ``NUMA_PIN_STRESS=1`` (``make stress``).
 """
 
 import os
@@ -25,10 +26,16 @@ settings.load_profile("numa-pin")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Every e2e or vm test needs root too: give it the ``root`` marker."""
+    """Every e2e or vm test needs root too: give it the ``root`` marker. ``stress`` tests (long
+    fuzz runs, ``make stress``) are deselected unless ``NUMA_PIN_STRESS=1``."""
     for item in items:
         if item.get_closest_marker("e2e") or item.get_closest_marker("vm"):
             item.add_marker(pytest.mark.root)
+    if os.environ.get("NUMA_PIN_STRESS") != "1":
+        stress = [item for item in items if item.get_closest_marker("stress")]
+        if stress:
+            config.hook.pytest_deselected(items=stress)
+            items[:] = [item for item in items if not item.get_closest_marker("stress")]
 
 
 def pytest_runtest_setup(item):

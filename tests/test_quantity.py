@@ -208,3 +208,22 @@ def test_count_errors_suggest_counts() -> None:
     with pytest.raises(RequestError) as err:
         parse_count("abc", "--cpus")
     assert str(err.value) == "--cpus: 'abc' is not a valid quantity (a whole number, e.g. 2, 16)"
+
+
+#: every Unicode whitespace character outside ASCII, by the oracle str.isspace()
+UNICODE_SPACES = [chr(c) for c in range(0x80, 0x10000) if chr(c).isspace()]
+
+
+@pytest.mark.parametrize("space", UNICODE_SPACES, ids=[f"U+{ord(c):04X}" for c in UNICODE_SPACES])
+def test_unicode_whitespace_is_refused(space: str) -> None:
+    """Before: "\\u00a02Gi" parsed as 2Gi (str.strip() removes any Unicode space)."""
+    for text in (space + "2Gi", "2Gi" + space, "1" + space):
+        for parse in (parse_bytes, parse_count, parse_cpu_millis):
+            with pytest.raises(RequestError):
+                parse(text, "numa-pin.io/memory")
+
+
+@pytest.mark.parametrize("text", [" 2Gi", "2Gi\n", "\t2Gi\r\n", "\x0b2Gi\x0c"],
+                         ids=["space", "nl", "tab-crlf", "vt-ff"])
+def test_ascii_whitespace_around_a_quantity_is_ignored(text: str) -> None:
+    assert parse_bytes(text, "x") == 2 << 30

@@ -23,7 +23,8 @@ is allowed to escape as a traceback.
     ├── EnforcementError(path, errno)  writing cgroups, moving netdevs, granting devices
     │   └── CgroupEscapeError          a path would leave the cgroup root
     ├── HookInputError                 the OCI state on stdin or config.json is unusable
-    └── AgentError(path)               the warm agent cannot serve its socket
+    ├── AgentError(path)               the warm agent cannot serve its socket
+    └── UnsafePathError(path)          a state, cache or socket path others could redirect
 
 Each class documents when it is raised. Errors carry the file, container or
 resource involved so the single line a user sees is actionable. An error raised
@@ -225,7 +226,53 @@ class AgentError(NumaPinError):
         super().__init__(f"{path}: {message}" if path else message)
 
 
+class UnsafePathError(NumaPinError):
+    """A state, cache or socket directory or file that someone other than root and this user
+    could replace: writable by group or others without the sticky bit, owned by another
+    non-root user, a symbolic link where none is followed, or not the kind of file expected.
+    ``path`` is the offending directory or file."""
+
+    kind = "UnsafePathError"
+
+    def __init__(self, message: str, *, path: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}")
+
+
+# ---- exit codes ------------------------------------------------------------------------
+#: exit codes of ``numa-pin-hook`` and ``numa-pin`` (README, "Exit codes")
+EXIT_OK = 0
+#: the container or process must not start: it cannot be placed (:class:`AdmissionError`) or its
+#: request or OCI input is malformed (:class:`RequestError`, :class:`HookInputError`)
+EXIT_REJECTED = 1
+#: the command line is wrong
+EXIT_USAGE = 2
+#: the configuration file is unusable (:class:`ConfigError`, :class:`PolicyError`)
+EXIT_CONFIG = 3
+#: any other numa-pin error: ledger, topology, enforcement, agent, unsafe paths, OS errors
+EXIT_ERROR = 4
+#: a bug: an exception numa-pin did not expect (``EX_SOFTWARE`` of sysexits.h)
+EXIT_INTERNAL = 70
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit code an entry point returns for ``error`` (pure)."""
+    if isinstance(error, (AdmissionError, RequestError, HookInputError)):
+        return EXIT_REJECTED
+    if isinstance(error, (ConfigError, PolicyError)):
+        return EXIT_CONFIG
+    if isinstance(error, (NumaPinError, OSError)):
+        return EXIT_ERROR
+    return EXIT_INTERNAL
+
+
 __all__ = [
+    "EXIT_CONFIG",
+    "EXIT_ERROR",
+    "EXIT_INTERNAL",
+    "EXIT_OK",
+    "EXIT_REJECTED",
+    "EXIT_USAGE",
     "AdmissionError",
     "AdmissionTimeout",
     "AgentError",
@@ -244,4 +291,6 @@ __all__ = [
     "SysfsError",
     "TopologyAffinityError",
     "TopologyError",
+    "UnsafePathError",
+    "exit_code",
 ]

@@ -10,8 +10,8 @@ The grammar is the one of ``k8s.io/apimachinery/pkg/api/resource.Quantity``::
 
 Arithmetic is exact (integers only, no floats). A value that is not a whole number of
 bytes is rounded *up*, as ``Quantity.Value()`` does, so ``"1.5"`` bytes is 2 bytes and
-``"500m"`` bytes is 1 byte. Surrounding ASCII blanks are ignored; any other character outside
-the grammar, Unicode whitespace such as U+00A0 included, is refused (Kubernetes trims nothing). Negative values,
+``"500m"`` bytes is 1 byte. Surrounding ASCII whitespace is ignored; any other Unicode
+whitespace (no-break space, ideographic space, NEL, ...) makes the value malformed. Negative values,
 ``NaN``/``inf``, and values above ``2**63 - 1`` (Go's ``int64``) are refused.
 
 Every parser raises :class:`numa_pin.errors.RequestError` (``annotation=what``) and
@@ -42,7 +42,8 @@ _QUANTITY = re.compile(
 _EXAMPLES = "e.g. 512Mi, 2Gi, 1G, 1500, 1.5Gi, 1e3"
 _COUNT_EXAMPLES = "a whole number, e.g. 2, 16"
 _CPU_EXAMPLES = "e.g. 2, 500m, 1.5"
-#: what :func:`_parse` strips around a quantity (str.strip() would also take Unicode spaces)
+#: the whitespace ignored around a quantity (ASCII only: str.strip() would also take Unicode
+#: spaces, which Kubernetes refuses)
 ASCII_BLANKS = " \t\n\r\f\v"
 
 
@@ -115,7 +116,7 @@ def _parse(text: str | int, what: str, *, extra_scale: int, whole: bool, example
             raise RequestError(f"quantity {shown} is larger than {MAX_VALUE}", annotation=what)
         return text * factor
     shown = text if len(text) <= MAX_LENGTH else text[:MAX_LENGTH] + "..."
-    raw = text.strip(ASCII_BLANKS)
+    raw = text.strip(ASCII_BLANKS)  # str.strip() would also drop U+00A0, U+3000, U+0085 ...
     if not raw:
         raise RequestError(f"empty quantity {shown!r} ({examples})", annotation=what)
     odd = next((c for c in raw if not c.isascii() and (c.isspace() or not c.isprintable())), None)

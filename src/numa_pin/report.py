@@ -1,27 +1,106 @@
 """Where decisions are reported: reason files for ``numa-pin explain``, and syslog.
 
-crun and podman hide a hook's stderr, so a rejection also goes to
-``<state_dir>/reasons/<id>.json`` and, when the config's ``syslog`` is on, to the system log with
-every other decision (``admitted``, ``released``). Reporting never fails an admission: a reason
-file that cannot be written is returned as ``None``, and syslog errors are the C library's.
+crun and podman hide a hook's stderr, so a rejection also goes to a reason file under
+``<state_dir>/reasons/`` and, when the config's ``syslog`` is on, to the system log with every
+other decision (``admitted``, ``released``). Reporting never fails an admission: a reason file
+that cannot be written is returned as ``None``, and syslog errors are the C library's.
+
+A reason file is named ``<prefix>-<hash>.json``: the id reduced to at most 64 safe characters,
+then the first 16 hex digits of the SHA-256 of the exact id, so ``rt-a/b`` and ``rt-a_b`` never
+share a file; :func:`read_reason` also checks the id recorded inside. Files are 0600 (they name
+containers), at most :data:`MAX_REASONS` are kept (the oldest go first), and a container's file
+is deleted when it is admitted or its grant is released (:func:`forget_reason`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
 import time
 from collections.abc import Mapping
 
+from numa_pin.boundedio import json_loads_bounded, read_regular_file
 from numa_pin.cpuset import format_list
+from numa_pin.errors import UnsafePathError
 from numa_pin.ledger.model import Grant
+from numa_pin.safefs import check_dir, create_private, ensure_dir, write_all
+from numa_pin.text import one_line
+
+#: the directory of reason files under ``state_dir``
+REASONS = "reasons"
+#: reason files kept at most; writing one more deletes the oldest
+MAX_REASONS = 1000
+#: largest reason file read back (one line and a few details)
+MAX_REASON_BYTES = 1 << 20
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
 def reason_path(state_dir: str, container_id: str) -> str:
-    """``<state_dir>/reasons/<id>.json``, the id reduced to a safe file name."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in container_id)[:200] or "_"
-    return os.path.join(state_dir, "reasons", safe + ".json")
+    """``<state_dir>/reasons/<prefix>-<sha256 of the exact id, 16 hex>.json`` (pure)."""
+    prefix = "".join(c if c in _SAFE else "_" for c in container_id[:64])
+    digest = hashlib.sha256(container_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return os.path.join(state_dir, REASONS, f"{prefix}-{digest}.json")
+
+
+def read_reason(state_dir: str, container_id: str) -> dict[str, object] | None:
+    """The reason recorded for exactly ``container_id``, or None when there is none.
+
+    Raises:
+        OSError, ValueError: the file exists but cannot be read or parsed (not a regular
+            file, a symlink, too large, not JSON).
+        UnsafePathError: the state directory fails :func:`numa_pin.safefs.check_dir`.
+    """
+    path = reason_path(state_dir, container_id)
+    try:
+        check_dir(state_dir)
+        check_dir(os.path.dirname(path), follow=False)
+        raw = read_regular_file(path, MAX_REASON_BYTES, follow=False)
+    except FileNotFoundError:
+        return None
+    doc = json_loads_bounded(raw, 8)
+    if not isinstance(doc, dict) or doc.get("container_id") != container_id:
+        return None
+    return doc
+
+
+def forget_reason(state_dir: str | None, container_id: str) -> None:
+    """Delete ``container_id``'s reason file, if any (best effort: never raises). Nothing is
+    deleted when ``reasons/`` is a symlink or the state directory fails its checks."""
+    if not state_dir:
+        return
+    path = reason_path(state_dir, container_id)
+    try:
+        fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return  # no reasons directory (nothing to forget), or a symlink (not ours to touch)
+    try:
+        check_dir(state_dir)
+        os.unlink(os.path.basename(path), dir_fd=fd)
+    except (OSError, UnsafePathError):
+        pass
+    finally:
+        os.close(fd)
+
+
+def _prune(directory: str, keep: int) -> None:
+    """Delete the oldest reason files until at most ``keep`` remain (best effort)."""
+    try:
+        names = [n for n in os.listdir(directory) if n.endswith(".json")]
+    except OSError:
+        return
+    if len(names) <= keep:
+        return
+    aged = []
+    for name in names:
+        try:
+            aged.append((os.lstat(os.path.join(directory, name)).st_mtime_ns, name))
+        except OSError:
+            continue
+    aged.sort()
+    for _, name in aged[: len(aged) - keep]:
+        _unlink_quietly(os.path.join(directory, name))
 
 
 def write_reason(
@@ -29,30 +108,69 @@ def write_reason(
 ) -> str | None:
     """Keep the rejection reason where ``numa-pin explain`` finds it (crun hides hook stderr)."""
     path = reason_path(state_dir, container_id)
-    directory = os.path.dirname(path)
+    record = {"container_id": container_id, "time": time.time(), "line": one_line(line), **(details or {})}
+    tmp = None
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fp:
-            json.dump({"container_id": container_id, "time": time.time(), "line": line, **(details or {})}, fp)
+        directory = reasons_dir(state_dir)
+        fd, tmp = create_private(directory, ".reason.")
+        try:
+            write_all(fd, json.dumps(record).encode("utf-8"))
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
-    except OSError:
+        tmp = None
+        _prune(directory, MAX_REASONS)
+    except (OSError, UnsafePathError):
         return None
+    finally:
+        if tmp is not None:
+            _unlink_quietly(tmp)
     return path
 
 
-def read_reasons(state_dir: str) -> dict[str, dict[str, object]]:
-    """Every recorded rejection, by container id (unreadable or foreign files are skipped)."""
-    directory = os.path.join(state_dir, "reasons")
+def reasons_dir(state_dir: str) -> str:
+    """``<state_dir>/reasons``, created 0700 (the state directory too); the state directory must pass
+    :func:`numa_pin.safefs.check_dir`, and ``reasons`` must be a real directory, not a symlink.
+
+    Raises:
+        UnsafePathError: either check failed.
+        OSError: it cannot be created or examined.
+    """
+    ensure_dir(state_dir, 0o700)
+    directory = os.path.join(state_dir, REASONS)
     try:
-        names = [n for n in os.listdir(directory) if n.endswith(".json")]
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    check_dir(directory, follow=False)
+    return directory
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
     except OSError:
+        pass  # best effort
+
+
+def read_reasons(state_dir: str) -> dict[str, dict[str, object]]:
+    """Every recorded rejection, by container id (for id prefixes and ``explain --last``).
+
+    Files that are unreadable, not private regular files, or foreign are skipped; nothing is
+    read through a symlinked ``reasons/`` or a state directory that fails its checks.
+    """
+    directory = os.path.join(state_dir, REASONS)
+    try:
+        check_dir(state_dir)
+        check_dir(directory, follow=False)
+        names = [n for n in os.listdir(directory) if n.endswith(".json")]
+    except (OSError, UnsafePathError):
         return {}
     out: dict[str, dict[str, object]] = {}
     for name in names:
         try:
-            with open(os.path.join(directory, name), encoding="utf-8") as fp:
-                doc = json.load(fp)
+            raw = read_regular_file(os.path.join(directory, name), MAX_REASON_BYTES, follow=False)
+            doc = json_loads_bounded(raw, 8)
         except (OSError, ValueError):
             continue
         if isinstance(doc, dict) and isinstance(doc.get("container_id"), str):
@@ -61,11 +179,11 @@ def read_reasons(state_dir: str) -> dict[str, dict[str, object]]:
 
 
 def log_syslog(line: str, error: bool = True) -> None:
-    """One line to the system log (LOG_DAEMON, LOG_ERR or LOG_INFO); the C library never raises."""
+    """One line (escaped) to the system log (LOG_DAEMON, LOG_ERR or LOG_INFO); the C library never raises."""
     import syslog
 
     syslog.openlog("numa-pin", syslog.LOG_PID, syslog.LOG_DAEMON)
-    syslog.syslog(syslog.LOG_ERR if error else syslog.LOG_INFO, line)
+    syslog.syslog(syslog.LOG_ERR if error else syslog.LOG_INFO, one_line(line))
 
 
 
@@ -74,7 +192,7 @@ def decision_line(grant: Grant, verb: str) -> str:
     parts = [f"cpus {format_list(grant.cpus) or 'shared'}", f"mems {format_list(grant.mems) or 'any'}"]
     for resource, ids in sorted(grant.devices.items()):
         parts.append(f"{resource}={','.join(ids)}")
-    return f"numa-pin: {verb} {grant.container_id}: {' '.join(parts)} ({grant.policy}/{grant.scope})"
+    return one_line(f"numa-pin: {verb} {grant.container_id}: {' '.join(parts)} ({grant.policy}/{grant.scope})")
 
 
 def log_decision(grant: Grant, verb: str) -> None:
@@ -89,6 +207,5 @@ def lock_wait_notice(holder: int | None) -> None:
     print(f"numa-pin: waiting for the ledger lock (held by {who})", file=sys.stderr, flush=True)
 
 
-__all__ = [
-    "lock_wait_notice",
-    "decision_line", "log_decision", "log_syslog", "reason_path", "write_reason"]
+__all__ = ["MAX_REASONS", "decision_line", "forget_reason", "lock_wait_notice", "log_decision", "log_syslog",
+           "read_reason", "read_reasons", "reason_path", "reasons_dir", "write_reason"]

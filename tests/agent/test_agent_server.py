@@ -33,6 +33,7 @@ from numa_pin.cpuset import parse_list
 from numa_pin.errors import NumaPinError
 from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
 from numa_pin.ledger.store import Ledger
+from numa_pin.report import reason_path
 from numa_pin.testing.node import FakeNode
 
 BIN = Path(sys.executable).parent
@@ -225,7 +226,7 @@ def test_agent_gives_the_in_process_result(shared_agent, node, twin, annotations
     if rc:
         lines = err.splitlines()
         assert len(lines) == 1 and lines[0].startswith("numa-pin: "), err
-        assert json.loads((node.state / "reasons" / "c1.json").read_text())["line"] == lines[0]
+        assert json.loads(Path(reason_path(str(node.state), "c1")).read_text())["line"] == lines[0]
     else:
         assert err == ""
     assert node.grants() == twin.grants()
@@ -484,7 +485,7 @@ def test_a_server_at_its_limit_sends_hooks_back(tmp_path, node):
 def test_serve_refuses_a_socket_in_use(shared_agent):
     out = subprocess.run([NUMA_PIN, "serve", "--socket", str(shared_agent.sock)], capture_output=True,
                          text=True, timeout=120)
-    assert out.returncode == 1
+    assert out.returncode == 4
     assert out.stderr.strip().startswith("numa-pin: AgentError: ") and "\n" not in out.stderr.strip()
     assert shared_agent.proc.poll() is None and shared_agent.sock.exists()
 
@@ -618,7 +619,8 @@ def test_decode_request(body, error):
 
 @pytest.mark.parametrize(
     "revision, version, want",
-    [(protocol.PROTOCOL, "0.1.0", None), (protocol.PROTOCOL + 1, "0.1.0", "protocol"), (protocol.PROTOCOL, "0.2.0", "restart")],
+    [(protocol.PROTOCOL, "0.1.0", None), (protocol.PROTOCOL + 1, "0.1.0", "protocol"),
+     (protocol.PROTOCOL, "0.2.0", "restart")],
     ids=["match", "protocol-mismatch", "version-mismatch"],
 )
 def test_refusal(revision, version, want):
@@ -761,3 +763,35 @@ def test_try_agent_refuses_an_oversized_request_without_connecting(tmp_path):
 def test_socket_path(flag, env, want):
     assert protocol.socket_path(env, flag) == want
 
+
+
+def test_a_fifo_config_leaves_no_child_stuck(served, node, tmp_path):
+    """Before: the agent's child blocked opening the FIFO forever and counted against MAX_CHILDREN."""
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    rc, err = run_hook(node, node.state_json(1), sock=served.sock, argv=["--config", str(fifo), "prestart"])
+    assert rc != 0 and "a FIFO, not a regular file" in err and len(err.splitlines()) == 1, err
+    assert [r["rc"] for r in served.records("served")] == [rc]  # the agent's child ran it and answered
+    wait_for(lambda: not served.children(), "the agent's child to exit")
+
+
+@pytest.mark.parametrize("cid, annotations", [
+    ("c\nnuma-pin: admitted forged: cpus 0-3", {"numa-pin.io/cpus": "20"}),
+    ("c\x1b[2J\x07", {"numa-pin.io/cpus": "lots\x1b[31m"}),
+    ("deep", {"numa-pin.io/cpus": "1"}),
+], ids=["newline-in-id", "escapes-in-id-and-value", "deep-config-json"])
+def test_hostile_input_through_the_agent_matches_in_process(shared_agent, node, twin, cid, annotations):
+    """Same one escaped line, same exit code, through the agent's child and in-process."""
+    def hook(n: Node, sock: Path | None) -> tuple[int, str]:
+        state = n.oci_state(cid, n.pid(4), annotations)
+        if cid == "deep":
+            bundle = json.loads(state)["bundle"]
+            Path(bundle, "config.json").write_text('{"annotations": ' + "[" * 100_000 + "]" * 100_000 + "}")
+        return run_hook(n, state, sock=sock)
+
+    got = hook(node, shared_agent.sock)
+    want = hook(twin, None)
+    assert got == (want[0], want[1].replace(str(twin.root), str(node.root)))  # the twin's paths differ
+    rc, err = got
+    assert rc == 1 and len(err.splitlines()) == 1 and err.startswith("numa-pin: "), err
+    assert "\x1b" not in err and "internal error" not in err

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from numa_pin.cli import main as cli
-from numa_pin.errors import PolicyError, RequestError, SysfsError
+from numa_pin.errors import AdmissionError, ConfigError, PolicyError, RequestError, SysfsError
 
 CPU = "devices/system/cpu"
 NODE = "devices/system/node"
@@ -106,7 +106,7 @@ BROKEN = [
 )
 def test_broken_root_one_line_error(root: Path, capsys, breakage, rel: str) -> None:
     breakage(root)
-    assert cli.main(["topology", "--sysfs-root", str(root)]) == 1
+    assert cli.main(["topology", "--sysfs-root", str(root)]) == 4
     out, err = capsys.readouterr()
     assert out == ""
     lines = err.splitlines()
@@ -123,7 +123,7 @@ def test_broken_root_subprocess_has_no_traceback(tmp_path: Path) -> None:
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 4
     assert proc.stdout == ""
     assert proc.stderr == f"numa-pin: SysfsError: {missing / CPU / 'online'}: missing\n"
 
@@ -184,22 +184,27 @@ def _raising(exc: BaseException):
         ),
         (
             PolicyError("unknown policy 'strict'"),
-            1,
+            3,  # a configuration error (distinct codes, issue 10 section 5)
             "numa-pin: PolicyError: unknown policy 'strict'\n",
         ),
         (
             SysfsError("/x/y", "line one\nline two"),
-            1,
+            4,
             "numa-pin: SysfsError: /x/y: line one line two\n",
         ),
         (KeyboardInterrupt(), 130, "numa-pin: interrupted\n"),
+        (AdmissionError("no fit"), 1, "numa-pin: AdmissionError: no fit\n"),
+        (ConfigError("bad", key="policy", path="/c.yaml"), 3, "numa-pin: ConfigError: /c.yaml: policy: bad\n"),
+        (ZeroDivisionError("boom\x1b[2J"), 70,
+         "numa-pin: internal error: ZeroDivisionError: boom\\x1b[2J (run with --debug for a traceback)\n"),
         (
             PermissionError(13, "Permission denied", "/x/cpuset.cpus"),
-            1,
+            4,
             "numa-pin: PermissionError: [Errno 13] Permission denied: '/x/cpuset.cpus'\n",
         ),
     ],
-    ids=["usage-error", "numa-pin-error", "multiline-message", "ctrl-c", "os-error"],
+    ids=["usage-error", "policy-error", "multiline-message", "ctrl-c", "rejection", "config-error", "internal-error",
+         "os-error"],
 )
 def test_error_boundary(monkeypatch, capsys, exc: BaseException, code: int, stderr: str) -> None:
     module = importlib.import_module(cli.COMMANDS["topology"])

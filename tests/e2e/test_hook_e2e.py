@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.report import reason_path
+
 from . import harness
 
 pytestmark = pytest.mark.e2e
@@ -116,7 +118,7 @@ def test_crun_rejection_is_recorded_for_explain(crun_rt, node, busybox_rootfs, t
         res = crun_rt.run(_bundle(tmp_path, "b", node, busybox_rootfs, ONE_CPU, args=("true",)), second_id)
         assert res.returncode != 0
         assert set(node.grants()) == {cid}
-        reason = json.loads((node.state / "reasons" / f"{second_id}.json").read_text())
+        reason = json.loads(Path(reason_path(str(node.state), second_id)).read_text())
         assert reason["line"].startswith(f"numa-pin: rejected {second_id}: TopologyAffinityError:")
     assert node.grants() == {}
 

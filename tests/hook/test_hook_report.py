@@ -5,11 +5,13 @@ from __future__ import annotations
 import io
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 from numa_pin.cli.main import main as cli_main
 from numa_pin.hook import main as hook_main
+from numa_pin.report import reason_path
 from numa_pin.testing.node import FakeNode
 
 
@@ -44,7 +46,7 @@ def test_rejection_goes_to_stderr_reason_file_and_syslog(node, monkeypatch, caps
     verb = "rejected" if kind == "TopologyAffinityError" else "error"
     assert err.startswith(f"numa-pin: {verb} ctr-1: {kind}:") and needle in err and "\n" not in err
     assert [m for _, m in logged] == [err]
-    reason = json.loads((state_dir / "reasons" / "ctr-1.json").read_text())
+    reason = json.loads(Path(reason_path(str(state_dir), "ctr-1")).read_text())
     assert reason["line"] == err and reason["kind"] == kind
     assert cli_main(["explain", "ctr-1", "--config", str(config)]) == 0
     assert capsys.readouterr().out.strip() == err
@@ -66,7 +68,7 @@ def test_admitted_container_is_explained_from_the_ledger(node, monkeypatch, caps
     assert [g["container_id"] for g in status["grants"]] == ["ok-1"]
     assert cli_main(["release", "ok-1", "--config", str(config)]) == 0
     assert "released" in capsys.readouterr().out
-    assert not os.path.exists(state_dir / "reasons" / "ok-1.json")
+    assert not os.path.exists(reason_path(str(state_dir), "ok-1"))
 
 
 @pytest.mark.parametrize("argv, code", [(["bogus-stage"], 2), (["--config"], 2), (["--wat"], 2),

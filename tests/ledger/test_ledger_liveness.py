@@ -78,7 +78,7 @@ LIVENESS = [
     ("v2_cgroup_alive", {"pid": None, "cgroup": "kubepods/alive"}, "v2", True),
     ("v2_cgroup_gone", {"pid": None, "cgroup": "kubepods/gone"}, "v2", False),
     ("pid_alive_cgroup_gone", {"pid": 100, "start_time": None, "cgroup": "kubepods/gone"}, "v2", True),
-    ("no_evidence_kept", {"pid": None, "start_time": None, "cgroup": None}, "v1", True),
+    ("no_evidence_dropped", {"pid": None, "start_time": None, "cgroup": None}, "v1", False),  # was kept forever
 ]
 
 

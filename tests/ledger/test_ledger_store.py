@@ -44,7 +44,7 @@ def test_transaction_writes_checksummed_file(tmp_path: Path) -> None:
     state = ledger.read()
     assert state.grant("c1") == grant("c1")
     assert state.pods["pod-a"].affinity == frozenset({0})
-    assert (tmp_path / LEDGER_FILE).stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / LEDGER_FILE).stat().st_mode & 0o777 == 0o600  # private: it names every container
 
 
 def test_state_assignment_and_helpers(tmp_path: Path) -> None:

@@ -28,6 +28,8 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.config.schema",
     "numa_pin.service",
     "numa_pin.report",
+    "numa_pin.text",
+    "numa_pin.boundedio",
     "numa_pin.admission.decide",
     "numa_pin.admission.request",
     "numa_pin.providers.cpu",

@@ -56,6 +56,8 @@ from numa_pin.agent.protocol import (
     refusal,
 )
 from numa_pin.errors import AgentError, NumaPinError
+from numa_pin.safefs import ensure_dir, open_private
+from numa_pin.text import one_line
 
 #: namespaces a peer must share with the server (the OCI pid, paths, cgroups and netdevs
 #: in a request are only meaningful there)
@@ -188,24 +190,23 @@ def open_socket(path: str) -> tuple[int, socket.socket]:
     """Take ``<path>.lock``, clear a stale socket and listen on ``path`` (mode 0600).
 
     Creates a missing parent directory with mode 0700; an existing one is used as it is, but
-    one that others may write to without the sticky bit is refused (they could swap the
-    socket). Returns (lock fd, listening socket).
+    one that others may write to without the sticky bit, or that another non-root user owns, is
+    refused (they could swap the socket), and so is ``<path>.lock`` when it is a symlink or not
+    this user's private file. Returns (lock fd, listening socket).
 
     Raises:
         AgentError: another ``numa-pin serve`` holds the lock or answers on ``path``; the
-            path is something other than a socket; the directory is unsafe; or an OS error.
+            path is something other than a socket; or an OS error.
+        UnsafePathError: the directory (or one above it) or the lock file is unsafe.
     """
     parent = os.path.dirname(os.path.abspath(path))
     try:
-        os.makedirs(parent, mode=0o700, exist_ok=True)
-        st = os.stat(parent)
+        ensure_dir(parent, 0o700)  # UnsafePathError: others could swap the socket or plant the lock
     except OSError as exc:
         raise AgentError(f"{parent}: cannot create the agent socket directory: {exc.strerror}") from None
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
-        raise AgentError(f"{parent}: writable by others without the sticky bit; refusing to put {path} there")
     lock_path = path + ".lock"
     try:
-        lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        lock_fd = open_private(lock_path, os.O_RDWR | os.O_CREAT)  # never through a symlink
     except OSError as exc:
         raise AgentError(f"{lock_path}: cannot open: {exc.strerror}") from None
     try:
@@ -504,7 +505,8 @@ class AgentServer:
             pass  # the hook gave up and runs in-process; admission is idempotent
 
     def _refuse(self, conn: socket.socket, record: Mapping[str, object], reason: str) -> None:
-        print(f"numa-pin serve: sent pid {record['peer_pid']} (uid {record['peer_uid']}) back in-process: {reason}",
+        print(f"numa-pin serve: sent pid {record['peer_pid']} (uid {record['peer_uid']}) back in-process: "
+              f"{one_line(reason)}",
               file=sys.stderr, flush=True)
         append_log(self.log_path, {**record, "outcome": "fallback", "reason": reason})
         try:

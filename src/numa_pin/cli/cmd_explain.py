@@ -17,8 +17,11 @@ from typing import Any
 from numa_pin.cli.common import add_config_argument, load, resolve_id
 from numa_pin.cli.main import write_out
 from numa_pin.errors import RequestError
+from numa_pin.text import one_line
 
 NAME = "explain"
+#: exit code when the id has neither a grant nor a recorded rejection
+NOT_FOUND = 1
 HELP = "show why a container was rejected, or what it holds"
 
 
@@ -59,12 +62,12 @@ def run(args: argparse.Namespace) -> int:
         write_out(json.dumps(out, indent=2) + "\n")
         return 0 if out["state"] != "unknown" else 1
     if out["state"] == "unknown":
-        print(f"numa-pin: {problem}", file=sys.stderr)
+        print(f"numa-pin: {one_line(problem)}", file=sys.stderr)
         return 1
     if grant is not None:
         write_out(json.dumps({"granted": out["grant"]}, indent=2) + "\n")
         return 0
-    write_out(str(out["rejection"].get("line", "")) + "\n")
+    write_out(one_line(out["rejection"].get("line", "")) + "\n")
     return 0
 
 

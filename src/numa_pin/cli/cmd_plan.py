@@ -7,6 +7,7 @@ import json
 
 from numa_pin.cli.common import add_config_argument, add_request_arguments, load, request_from_args
 from numa_pin.cli.main import write_out
+from numa_pin.text import one_line
 
 NAME = "plan"
 HELP = "dry-run an admission for a bundle (--bundle) or for resource flags; changes nothing"
@@ -54,7 +55,7 @@ def print_decision(decision, as_json: bool) -> None:
         lines += [f"cpus:      {d['cpus'] or '(shared pool)'}", f"mems:      {d['mems'] or '(unchanged)'}"]
         lines += [f"devices:   {res}: {', '.join(ids)}" for res, ids in d["devices"].items()]
     lines.append(f"reason:    {d['reason']}")
-    write_out("\n".join(lines) + "\n")
+    write_out("\n".join(one_line(line) for line in lines) + "\n")  # ids and reasons come from bundles
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ import json
 
 from numa_pin.cli.common import add_config_argument, load
 from numa_pin.cli.main import write_out
+from numa_pin.text import one_line
 
 NAME = "reconcile"
 HELP = "drop grants whose process and cgroup are gone; re-assert cpusets that drifted"
@@ -31,8 +32,8 @@ def run(args: argparse.Namespace) -> int:
         out = {"dropped": [grant_dict(g) for g in removed], "repaired": list(repaired), "conflicts": conflicts}
         write_out(json.dumps(out, indent=2) + "\n")
         return 0
-    lines = [f"dropped {g.container_id} (process and cgroup gone)" for g in removed]
-    lines += [f"repaired cpuset of {cid}" for cid in repaired]
-    lines += [f"conflict: {c}" for c in conflicts]
+    lines = [f"dropped {one_line(g.container_id)} (process and cgroup gone)" for g in removed]
+    lines += [f"repaired cpuset of {one_line(cid)}" for cid in repaired]
+    lines += [f"conflict: {one_line(c)}" for c in conflicts]
     write_out("\n".join(lines or ["nothing to do"]) + "\n")
     return 0

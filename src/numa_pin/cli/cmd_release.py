@@ -12,6 +12,7 @@ import sys
 
 from numa_pin.cli.common import add_config_argument, load, resolve_id
 from numa_pin.cli.main import write_out
+from numa_pin.text import one_line
 
 NAME = "release"
 HELP = "release the grant of a container or process and return its CPUs to the shared pool"
@@ -26,19 +27,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Release the grant whose id is ``ID`` or starts with it; exit 1 when none does."""
     from numa_pin.cli.cmd_status import grant_dict
+    from numa_pin.report import forget_reason
     from numa_pin.service import NodeService
 
     service = NodeService(load(args))
     cid = resolve_id(args.container_id, service.ledger.read().grants)
     grant = service.release(cid) if cid is not None else None
+    if grant is not None:
+        forget_reason(service.config.state_dir, grant.container_id)
     if args.json:
         out = {"container_id": cid or args.container_id, "released": grant is not None,
                "grant": None if grant is None else grant_dict(grant)}
         write_out(json.dumps(out, indent=2) + "\n")
     elif grant is not None:
-        write_out(f"{grant.container_id}: released\n")
+        write_out(f"{one_line(grant.container_id)}: released\n")
     if grant is None:
-        print(f"numa-pin: no grant matches {args.container_id!r} (already released, or a wrong id; "
+        print(f"numa-pin: no grant matches {one_line(repr(args.container_id))} (already released, or a wrong id; "
               "see numa-pin status)", file=sys.stderr)
         return 1
     return 0

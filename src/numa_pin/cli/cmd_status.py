@@ -10,6 +10,7 @@ from typing import Any
 
 from numa_pin.cli.common import SHORT_ID, add_config_argument, load, short_ids
 from numa_pin.cli.main import write_out
+from numa_pin.text import one_line
 
 NAME = "status"
 HELP = "list grants recorded in the node ledger and what is free per NUMA node"
@@ -76,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
     lines.append(f"{len(grants)} grant(s)")
     for g in grants:
         lines.append(
-            f"  {short[g['container_id']]:{width}} {g['kind']:9} cpus={g['cpus'] or '-':8} mems={g['mems'] or '-':6} "
-            f"pod={g['pod_id'][:16]} {g['policy']}"
+            f"  {one_line(short[g['container_id']]):{width}} {one_line(g['kind']):9} cpus={g['cpus'] or '-':8} "
+            f"mems={g['mems'] or '-':6} pod={one_line(g['pod_id'][:16])} {one_line(g['policy'])}"
         )
     write_out("\n".join(lines) + "\n")
     return 0

@@ -6,11 +6,13 @@ to module paths; adding a subcommand is one line there. Only the selected module
 imported (``numa-pin topology`` never imports pyroute2); the top-level ``--help`` and
 usage errors import them all to list their one-line help.
 
-Exit codes: the subcommand's return value; 1 for a :class:`~numa_pin.errors.NumaPinError`
-(printed as one line ``numa-pin: <kind>: <message>``) or an OS error; 2 for usage errors
-(argparse errors, :class:`~numa_pin.errors.RequestError`); 130 on Ctrl-C; 141 when stdout
-is a closed pipe. ``--debug`` (before or after the subcommand) re-raises instead, for a
-traceback.
+Exit codes (shared with ``numa-pin-hook``, see :mod:`numa_pin.errors` and the README): the
+subcommand's return value on success; 1 when an admission is rejected; 2 for usage errors
+(argparse errors, and a :class:`~numa_pin.errors.RequestError`, which here comes from the
+flags); 3 for a configuration error; 4 for any other :class:`~numa_pin.errors.NumaPinError` or
+an OS error; 70 for an unexpected exception (an internal error); 130 on Ctrl-C; 141 when stdout
+is a closed pipe. Errors are printed as one line ``numa-pin: <kind>: <message>``. ``--debug``
+(before or after the subcommand) re-raises instead, for a traceback.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from numa_pin import __version__
-from numa_pin.errors import NumaPinError, RequestError
+from numa_pin.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_USAGE, NumaPinError, RequestError, exit_code
+from numa_pin.text import one_line
 
 PROG = "numa-pin"
 
@@ -41,9 +44,6 @@ COMMANDS: dict[str, str] = {
     "nrt": "numa_pin.cli.cmd_nrt",
 }
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 141
 #: NumaPinError subclasses that mean the user asked for something malformed
@@ -115,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         _error_line(f"{err.kind}: {err}")
-        return EXIT_USAGE if isinstance(err, USAGE_ERRORS) else EXIT_ERROR
+        return EXIT_USAGE if isinstance(err, USAGE_ERRORS) else exit_code(err)
     except KeyboardInterrupt:
         if args.debug:
             raise
@@ -131,6 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         _error_line(f"{type(err).__name__}: {err}")
         return EXIT_ERROR
+    except Exception as err:  # the boundary: a user never sees a traceback
+        if args.debug:
+            raise
+        _error_line(f"internal error: {type(err).__name__}: {err} (run with --debug for a traceback)")
+        return EXIT_INTERNAL
 
 
 def write_out(text: str) -> None:
@@ -157,8 +162,9 @@ def write_out(text: str) -> None:
 
 
 def _error_line(message: str) -> None:
-    one_line = " ".join(message.split())
-    print(f"{PROG}: {one_line}", file=sys.stderr)
+    """One line on stderr: runs of whitespace (newlines included) become one space, and the
+    remaining control characters (an escape sequence in a container id) are escaped."""
+    print(f"{PROG}: {one_line(' '.join(message.split()))}", file=sys.stderr)
 
 
 def _silence_stdout() -> None:

@@ -12,7 +12,8 @@ validated configuration is kept as JSON in ``<cache_dir>/config-<hash>.json``, k
 the file's real path, ``st_dev``, ``st_ino``, ``st_size``, ``st_mtime_ns``,
 ``st_ctime_ns`` and the numa-pin version; a cache whose key differs, that does not
 parse, fails its checksum or validation, or that is not a private file of the current
-user is ignored (and rewritten). A file changed within the last two seconds is not
+user is ignored (and rewritten). A cache directory that others could write (or one above it)
+is refused with :class:`~numa_pin.errors.UnsafePathError`. A file changed within the last two seconds is not
 cached, so two same-size edits inside one timestamp tick cannot leave a stale entry.
 The cache only skips YAML parsing: its content is validated again on every load.
 """
@@ -22,14 +23,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import stat
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from numa_pin import __version__
+from numa_pin.boundedio import UnsafeInput, json_loads_bounded, open_regular, read_fd
 from numa_pin.config.schema import Config, config_from_dict
 from numa_pin.errors import ConfigError
+from numa_pin.safefs import create_private, ensure_dir, write_all
+from numa_pin.text import one_line
 
 #: the system-wide configuration file
 DEFAULT_PATH = "/etc/numa-pin/config.yaml"
@@ -41,6 +44,10 @@ _CACHE_FORMAT = 1
 #: timestamp tick would leave mtime and ctime unchanged ("racy git" problem)
 _RACY_NS = 2_000_000_000
 _MAX_CONFIG_BYTES = 1 << 20  # a config file larger than 1 MiB is a mistake
+#: deepest nesting of lists and mappings in a config (a real one nests 3 or 4 levels)
+_MAX_DEPTH = 64
+#: most values (scalars and collections, aliases expanded) in a config
+_MAX_NODES = 200_000
 
 
 def load_config(
@@ -102,14 +109,18 @@ def config_from_yaml(text: str, source: str | None = None) -> Config:
 def _load_file(path: str, cache_dir: str | None) -> Config:
     real = os.path.realpath(path)
     try:
-        fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC)
+        fd, before = open_regular(real)
+    except UnsafeInput as exc:
+        raise ConfigError(str(exc), path=path) from None
     except OSError as exc:
         raise ConfigError(f"cannot open: {exc.strerror}", path=path) from None
     try:
-        before = os.fstat(fd)
-        if not stat.S_ISREG(before.st_mode):
-            raise ConfigError("not a regular file", path=path)
         key = _cache_key(real, before)
+        if cache_dir is not None:
+            try:
+                ensure_dir(cache_dir, 0o700)  # UnsafePathError when others could write there
+            except OSError:
+                cache_dir = None  # cannot be created or examined: no cache, only slower
         if cache_dir is not None:
             cached = _read_cache(cache_dir, key, path)
             if cached is not None:
@@ -133,17 +144,12 @@ def _recently_changed(st: os.stat_result) -> bool:
 
 
 def _read_all(fd: int, path: str) -> bytes:
-    chunks = []
-    size = 0
     try:
-        while chunk := os.read(fd, 65536):
-            size += len(chunk)
-            if size > _MAX_CONFIG_BYTES:
-                raise ConfigError(f"larger than {_MAX_CONFIG_BYTES} bytes", path=path)
-            chunks.append(chunk)
+        return read_fd(fd, _MAX_CONFIG_BYTES)
+    except UnsafeInput as exc:
+        raise ConfigError(str(exc), path=path) from None
     except OSError as exc:
         raise ConfigError(f"cannot read: {exc.strerror}", path=path) from None
-    return b"".join(chunks)
 
 
 _loader_class: Any = None
@@ -184,18 +190,66 @@ def _loader() -> Any:
     return StrictLoader
 
 
+def _check_shape(text: str, source: str | None) -> None:
+    """Walk YAML's event stream (libyaml's parser is iterative) before anything recursive
+    runs: composing 50,000 nested ``[`` overflows the C loader's stack (SIGSEGV), and a chain
+    of aliases ("billion laughs") multiplies into more nodes than any config has.
+
+    Raises:
+        ConfigError: nested deeper than :data:`_MAX_DEPTH`, or more than :data:`_MAX_NODES`
+            nodes once aliases are expanded.
+        yaml.YAMLError: the text is not YAML.
+    """
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    open_counts: list[int] = [0]  # expanded nodes inside each open collection
+    open_anchors: list[str | None] = [None]
+    anchors: dict[str, int] = {}
+    total = 0
+    for event in yaml.parse(text, Loader=base):
+        if isinstance(event, yaml.CollectionStartEvent):
+            open_counts.append(1)
+            open_anchors.append(event.anchor)
+            total += 1
+            if len(open_counts) - 1 > _MAX_DEPTH:
+                mark = event.start_mark
+                where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+                raise ConfigError(f"invalid YAML{where}: nested more than {_MAX_DEPTH} levels deep", path=source)
+            continue
+        if isinstance(event, yaml.CollectionEndEvent):
+            count, anchor = open_counts.pop(), open_anchors.pop()
+            if anchor is not None:
+                anchors[anchor] = count
+            open_counts[-1] += count
+            continue
+        if isinstance(event, yaml.ScalarEvent):
+            count = 1
+            if event.anchor is not None:
+                anchors[event.anchor] = 1
+        elif isinstance(event, yaml.AliasEvent):
+            count = anchors.get(event.anchor, 1)
+        else:
+            continue
+        open_counts[-1] += count
+        total += count
+        if total > _MAX_NODES:
+            raise ConfigError(f"invalid YAML: more than {_MAX_NODES} values once aliases are expanded", path=source)
+
+
 def _parse_yaml(text: str, source: str | None) -> Any:
     import yaml
 
     try:
+        _check_shape(text, source)
         return yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = exc.problem or exc.context or "syntax error"
-        raise ConfigError(f"invalid YAML{where}: {problem}", path=source) from None
+        problem = " ".join((exc.problem or exc.context or "syntax error").split())
+        raise ConfigError(f"invalid YAML{where}: {one_line(problem)}", path=source) from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"invalid YAML: {exc}", path=source) from None
+        raise ConfigError(f"invalid YAML: {one_line(' '.join(str(exc).split()))}", path=source) from None
     except RecursionError:
         raise ConfigError("invalid YAML: nested too deeply", path=source) from None
 
@@ -230,15 +284,14 @@ def _read_cache(cache_dir: str, key: Mapping[str, Any], source: str) -> Config |
     """The cached config when the cache is trustworthy and its key matches, else None."""
     target = cache_file(cache_dir, key["path"])
     try:
-        fd = os.open(target, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
+        fd, st = open_regular(target, follow=False)
+    except (OSError, UnsafeInput):
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
             return None
-        doc = json.loads(_read_all(fd, target))
-    except (OSError, ValueError, RecursionError, ConfigError):
+        doc = json_loads_bounded(_read_all(fd, target), _MAX_DEPTH)
+    except (OSError, ValueError, ConfigError):
         return None
     finally:
         os.close(fd)
@@ -258,22 +311,23 @@ def _write_cache(cache_dir: str, key: Mapping[str, Any], config: Config) -> None
     body = json.loads(json.dumps(config.to_dict()))  # the form a reader will see (str keys)
     doc = {"format": _CACHE_FORMAT, "key": dict(key), "checksum": _digest(body), "config": body}
     target = cache_file(cache_dir, key["path"])
-    tmp = f"{target}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    tmp = None
     try:
-        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        fd, tmp = create_private(cache_dir, os.path.basename(target) + ".")
         try:
-            view = memoryview(json.dumps(doc, sort_keys=True).encode("utf-8"))
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, json.dumps(doc, sort_keys=True).encode("utf-8"))
         finally:
             os.close(fd)
         os.replace(tmp, target)
+        tmp = None
     except (OSError, ValueError):
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        pass
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 __all__ = ["DEFAULT_PATH", "ENV_VAR", "cache_file", "config_from_yaml", "load_config", "resolve_config_path"]

@@ -116,7 +116,8 @@ def cpulist(value: Any, key: str) -> frozenset[int] | None:
     try:
         return parse_list(value)
     except ValueError as exc:
-        raise Invalid(key, f"bad cpulist {value!r}: {exc}") from None
+        shown = value if len(value) <= 60 else value[:60] + "..."  # the message stays one short line
+        raise Invalid(key, f"bad cpulist {shown!r}: {exc}") from None
 
 
 def mapping(value: Any, key: str) -> Mapping[Any, Any]:

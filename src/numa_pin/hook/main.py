@@ -8,8 +8,14 @@ The OCI state arrives on stdin. A rejection exits 1 with one line on stderr::
 
     numa-pin: rejected <container-id>: TopologyAffinityError: <why>
 
-and the same line goes to ``<state_dir>/reasons/<id>.json`` and to syslog, because crun and
-podman hide hook stderr. No traceback is ever printed unless ``NUMA_PIN_DEBUG=1``.
+and the same line goes to a reason file under ``<state_dir>/reasons/`` (read by ``numa-pin
+explain``) and to syslog, because crun and podman hide hook stderr. A successful admission, or
+the release of a grant, deletes the container's reason file (a poststop after a rejection keeps
+it). No traceback is ever printed unless ``NUMA_PIN_DEBUG=1``.
+
+Exit codes (:mod:`numa_pin.errors`): 0 admitted, released or nothing to do; 1 rejected (no fit,
+malformed request or OCI input); 2 usage error; 3 configuration error; 4 any other numa-pin error
+(ledger, topology, enforcement, unsafe state paths); 70 internal error.
 
 Start-up cost matters (this runs on every container start), so this module imports only the
 standard library at the top; nothing here imports pyroute2, argparse or the CLI. When the warm
@@ -53,6 +59,10 @@ def _parse_argv(argv: list[str]) -> tuple[str | None, str]:
 
 
 def _report(line: str, container_id: str, state_dir: str | None, use_syslog: bool, details: dict | None = None) -> None:
+    """Print ``line`` (escaped to one line) and keep it in a reason file and syslog."""
+    from numa_pin.text import one_line
+
+    line = one_line(line)
     print(line, file=sys.stderr, flush=True)
     if state_dir:
         from numa_pin.report import write_reason
@@ -83,12 +93,14 @@ def run(argv: list[str], stdin) -> int:
     try:
         config_path, stage = _parse_argv(argv)
     except ValueError as exc:
-        print(f"numa-pin: {exc}\n{USAGE}", file=sys.stderr)
+        from numa_pin.text import one_line
+
+        print(f"numa-pin: {one_line(exc)}\n{USAGE}", file=sys.stderr)
         return 2
     if stage in NOOP_STAGES:
         return 0
 
-    from numa_pin.errors import AdmissionError, NumaPinError
+    from numa_pin.errors import EXIT_INTERNAL, EXIT_OK, AdmissionError, NumaPinError, exit_code
 
     cid = "?"
     state_dir: str | None = None
@@ -106,9 +118,14 @@ def run(argv: list[str], stdin) -> int:
         from numa_pin.service import NodeService
 
         agent = NodeService(config, cache_dir=cache_dir)
+        from numa_pin.report import forget_reason
+
         if stage in RELEASE_STAGES:
-            agent.release(state.id)
-            return 0
+            # runc runs poststop after a rejected prestart too: the rejection's reason is kept
+            # for `numa-pin explain` unless a grant was actually released
+            if agent.release(state.id) is not None:
+                forget_reason(state_dir, state.id)
+            return EXIT_OK
         from numa_pin.hook.admit import admission_for
 
         request, owner = admission_for(state, config)
@@ -117,14 +134,15 @@ def run(argv: list[str], stdin) -> int:
 
             raise HookInputError(f"container {cid}: the runtime passed no pid at {stage}")
         agent.admit(request, state.pid, owner=owner)
+        forget_reason(state_dir, state.id)  # an earlier rejection no longer explains this container
         _warn_kubelet(config.kubelet_root, use_syslog)
-        return 0
+        return EXIT_OK
     except AdmissionError as exc:
         _report(f"numa-pin: rejected {cid}: {exc.kind}: {exc}", cid, state_dir, use_syslog, {"kind": exc.kind})
-        return 1
+        return exit_code(exc)
     except NumaPinError as exc:
         _report(f"numa-pin: error {cid}: {exc.kind}: {exc}", cid, state_dir, use_syslog, {"kind": exc.kind})
-        return 1
+        return exit_code(exc)
     except Exception as exc:  # the boundary: a user never sees a traceback
         if os.environ.get("NUMA_PIN_DEBUG") == "1":
             raise
@@ -132,7 +150,7 @@ def run(argv: list[str], stdin) -> int:
             f"numa-pin: internal error {cid}: {type(exc).__name__}: {exc} (set NUMA_PIN_DEBUG=1 for a traceback)",
             cid, state_dir, use_syslog,
         )
-        return 1
+        return EXIT_INTERNAL
 
 
 def main(argv: list[str] | None = None) -> int:

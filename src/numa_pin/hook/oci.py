@@ -7,16 +7,18 @@ newer runtime-spec versions keep working.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from numa_pin.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
 from numa_pin.errors import HookInputError
 
 #: largest state / config.json numa-pin accepts (a real one is a few KiB)
 MAX_DOCUMENT_BYTES = 4 << 20
+#: deepest nesting of lists and objects accepted in either (a real config.json nests about 6)
+MAX_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -51,8 +53,10 @@ def _load_json(text: bytes | str, what: str) -> Any:
     if len(text) > MAX_DOCUMENT_BYTES:
         raise HookInputError(f"{what}: larger than {MAX_DOCUMENT_BYTES} bytes")
     try:
-        return json.loads(text)
-    except (ValueError, UnicodeDecodeError) as exc:
+        return json_loads_bounded(text, MAX_DEPTH)
+    except UnsafeInput as exc:
+        raise HookInputError(f"{what}: {exc}") from None
+    except ValueError as exc:  # UnicodeDecodeError included
         raise HookInputError(f"{what}: not valid JSON ({exc})") from None
 
 
@@ -165,11 +169,18 @@ def parse_spec(text: bytes | str, bundle: str, source: str = "config.json") -> O
 
 
 def load_spec(bundle: str) -> OciSpec:
-    """Read ``<bundle>/config.json``. A missing or unreadable file names the path."""
+    """Read ``<bundle>/config.json``: a regular file of at most :data:`MAX_DOCUMENT_BYTES`, opened
+    without blocking (a FIFO there is refused, not waited on).
+
+    Raises:
+        HookInputError: the file is missing, unreadable, not a regular file, too large, not
+            JSON or nested too deeply; the message names the path.
+    """
     path = os.path.join(bundle, "config.json")
     try:
-        with open(path, "rb") as fp:
-            text = fp.read(MAX_DOCUMENT_BYTES + 1)
+        text = read_regular_file(path, MAX_DOCUMENT_BYTES)
+    except UnsafeInput as exc:
+        raise HookInputError(f"{path}: {exc}") from None
     except OSError as exc:
         raise HookInputError(f"{path}: cannot read ({exc.strerror})") from None
     return parse_spec(text, bundle, source=path)

@@ -12,7 +12,9 @@ A grant is alive when **either**
   without ``delete``: no poststop ever comes, so the grant is dead. A cgroup without these files
   (not a kernel cgroupfs) counts as populated.
 
-A grant with neither a pid nor a cgroup carries no evidence of death and is kept.
+A grant with neither a pid nor a cgroup is dead: nothing could ever show it alive, so keeping it
+would hold its CPUs and devices forever (no admission records one; a hand-edited or older
+ledger might).
 
 Start times are psutil's ``create_time()``: ``starttime`` ticks from ``/proc/<pid>/stat``
 divided by ``SC_CLK_TCK``, plus ``btime`` from ``/proc/stat``. psutil always reads the
@@ -56,8 +58,6 @@ def is_alive(
         CgroupEscapeError: ``grant.cgroup`` would resolve outside the cgroup root.
         SysfsError: a proc file exists but cannot be parsed.
     """
-    if grant.pid is None and grant.cgroup is None:
-        return True
     if grant.pid is not None and process_alive(grant.pid, grant.start_time, proc_root):
         return True
     if grant.cgroup is not None:

@@ -12,6 +12,13 @@ fsyncs the directory, so a reader (or a crash at any instant) sees either the ol
 or the new one, never a mixture. Writers serialise on an exclusive ``flock`` taken with
 a bounded wait.
 
+Protection: ``state_dir`` must be root's and not writable by others (mode 0700 is created and
+recommended). The checksum is unkeyed, so anyone who can write ``state_dir`` could forge grants;
+a key would have to be stored where the same writer could read it. So every use checks the
+directory and its parents (:func:`numa_pin.safefs.check_dir`) and refuses with
+:class:`~numa_pin.errors.UnsafePathError` when others could write there; ``ledger.lock`` is
+opened with ``O_NOFOLLOW`` and must be this user's regular file, and ``ledger.json`` is 0600.
+
 A missing ``ledger.json`` is the empty ledger. Anything else that does not parse, has
 the wrong shape or fails its checksum raises :class:`~numa_pin.errors.LedgerCorrupt`;
 the ledger is never reset silently, because forgetting grants would hand the same CPUs
@@ -31,6 +38,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from numa_pin.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
 from numa_pin.errors import LedgerCorrupt, LedgerError, LedgerLockTimeout
 from numa_pin.ledger.model import (
     LEDGER_VERSION,
@@ -39,6 +47,7 @@ from numa_pin.ledger.model import (
     PodRecord,
     newer_version_message,
 )
+from numa_pin.safefs import check_dir, create_private, ensure_dir, open_private
 
 LEDGER_FILE = "ledger.json"
 LOCK_FILE = "ledger.lock"
@@ -50,6 +59,11 @@ REMEDY = "inspect it, then move it aside; numa-pin never resets it silently"
 
 #: a wait for the lock longer than this is reported (``on_wait``)
 WAIT_NOTICE_S = 1.0
+#: largest ledger read (a grant takes about 1 KiB; a node holds hundreds, not tens of thousands)
+MAX_LEDGER_BYTES = 64 << 20
+#: deepest nesting read (a ledger nests 5 levels)
+MAX_DEPTH = 32
+
 _POLL_MIN_S = 0.001
 _POLL_MAX_S = 0.05
 
@@ -160,8 +174,7 @@ class Ledger:
 
     def _lock(self, timeout: float, on_wait: Callable[[int | None], None] | None) -> int:
         try:
-            os.makedirs(self.state_dir, mode=0o755, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = self._open_lock_file()
         except OSError as exc:
             raise LedgerError(f"cannot open the ledger lock: {_reason(exc)}", path=self.lock_path) from exc
         try:
@@ -172,6 +185,18 @@ class Ledger:
             os.close(fd)
             raise
         return fd
+
+    def _open_lock_file(self) -> int:
+        """``ledger.lock`` in a checked state directory (created 0700), opened without following
+        a symlink and checked to be this user's private regular file before it is written.
+
+        Raises:
+            UnsafePathError: the state directory or the lock file fails the checks of
+                :mod:`numa_pin.safefs`.
+            OSError: it cannot be created or opened (``ELOOP``: a symlink).
+        """
+        ensure_dir(self.state_dir, 0o700)
+        return open_private(self.lock_path, os.O_RDWR | os.O_CREAT)
 
     def _wait_for_lock(self, fd: int, timeout: float, on_wait: Callable[[int | None], None] | None) -> None:
         start = time.monotonic()
@@ -210,10 +235,12 @@ class Ledger:
 
     def _load(self) -> LedgerState:
         try:
-            with open(self.path, "rb") as fp:
-                raw = fp.read()
+            check_dir(self.state_dir)
+            raw = read_regular_file(self.path, MAX_LEDGER_BYTES, follow=False)
         except FileNotFoundError:
             return LedgerState()
+        except UnsafeInput as exc:
+            raise _corrupt(str(exc), self.path) from exc
         except OSError as exc:
             raise LedgerError(f"cannot read the ledger: {_reason(exc)}", path=self.path) from exc
         return decode(raw, self.path)
@@ -262,8 +289,8 @@ def decode(raw: bytes, path: str) -> LedgerState:
         LedgerCorrupt: bad UTF-8/JSON, wrong shape, newer version, bad checksum.
     """
     try:
-        doc = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        doc = json_loads_bounded(raw.decode("utf-8"), MAX_DEPTH, parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
         raise _corrupt(f"not valid JSON ({exc})", path) from exc
     if not isinstance(doc, dict):
         raise _corrupt(f"expected a JSON object, found {type(doc).__name__}", path)
@@ -306,16 +333,9 @@ def _refuse_constant(name: str) -> Any:
 
 
 def _create_temp(directory: str) -> tuple[int, str]:
-    """A new, exclusively created temp file next to the ledger (mode 0644)."""
-    while True:
-        name = f"{_TMP_PREFIX}{os.getpid()}.{os.urandom(4).hex()}{_TMP_SUFFIX}"
-        path = os.path.join(directory, name)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        except FileExistsError:
-            continue
-        os.fchmod(fd, 0o644)  # the umask must not make the ledger unreadable
-        return fd, path
+    """A new temp file next to the ledger, created exclusively without following a symlink,
+    mode 0600: the ledger names every container, pid and device on the node."""
+    return create_private(directory, _TMP_PREFIX, _TMP_SUFFIX)
 
 
 def _write_all(fd: int, payload: bytes) -> None:

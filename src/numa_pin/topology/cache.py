@@ -24,10 +24,15 @@ import os
 import time
 from typing import Any
 
+from numa_pin.boundedio import json_loads_bounded, read_fd
+from numa_pin.errors import UnsafePathError
+from numa_pin.safefs import create_private, ensure_dir, open_private, write_all
 from numa_pin.topology.model import Cpu, HugePages, NumaNode, PciDevice, Topology
 
 FORMAT = 1
 DEFAULT_MAX_AGE_S = 60.0
+#: largest cache file read (a 64-node, 1024-CPU machine with hundreds of PCI functions is ~1 MiB)
+MAX_CACHE_BYTES = 32 << 20
 
 
 def _read(path: str) -> str:
@@ -124,7 +129,13 @@ def cached_discover(
     """:func:`~numa_pin.topology.discover.discover`, through the cache in ``cache_dir``.
 
     Without a cache dir this is plain discovery. Relative roots are made absolute first (the
-    cache is keyed by the tree). Raises what discovery raises.
+    cache is keyed by the tree). The cache directory is created 0700 and checked
+    (:func:`numa_pin.safefs.ensure_dir`); a cache file that is not this user's private regular
+    file is ignored and replaced.
+
+    Raises:
+        UnsafePathError: the cache directory, or one above it, could be written by others.
+        TopologyError: what discovery raises.
     """
     from numa_pin.topology.discover import discover
 
@@ -137,19 +148,53 @@ def cached_discover(
     fp = fingerprint(sysfs_root, proc_root)
     path = os.path.join(cache_dir, "topology-" + hashlib.sha256(sysfs_root.encode()).hexdigest()[:16] + ".json")
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
+        ensure_dir(cache_dir, 0o700)
+    except OSError:
+        return discover(sysfs_root, proc_root)  # cannot create or examine it: no cache, only slower
+    doc = _read_cache(path)
+    try:
         if doc.get("format") == FORMAT and doc.get("fingerprint") == fp and 0 <= now - doc.get("time", 0) <= max_age:
             return from_dict(doc["topology"])
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
         pass  # absent, stale or damaged: rediscover below
     topology = discover(sysfs_root, proc_root)
-    try:
-        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump({"format": FORMAT, "fingerprint": fp, "time": now, "topology": to_dict(topology)}, f)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only or full cache dir only costs speed
+    _write_cache(cache_dir, path, {"format": FORMAT, "fingerprint": fp, "time": now, "topology": to_dict(topology)})
     return topology
+
+
+def _read_cache(path: str) -> dict[str, Any]:
+    """The cache document, or ``{}`` when it is absent, damaged or not trustworthy: not a regular
+    file of this user (a symlink is not followed), writable by others, too large or too deep."""
+    try:
+        fd = open_private(path, os.O_RDONLY)
+    except (OSError, UnsafePathError):
+        return {}
+    try:
+        doc = json_loads_bounded(read_fd(fd, MAX_CACHE_BYTES), 16)
+    except (OSError, ValueError):
+        return {}
+    finally:
+        os.close(fd)
+    return doc if isinstance(doc, dict) else {}
+
+
+def _write_cache(cache_dir: str, path: str, doc: dict[str, Any]) -> None:
+    """Best effort: a private temp file (``O_EXCL``, 0600, unpredictable name) renamed over
+    ``path``; a read-only or full cache directory only costs speed."""
+    tmp = None
+    try:
+        fd, tmp = create_private(cache_dir, os.path.basename(path) + ".")
+        try:
+            write_all(fd, json.dumps(doc).encode("utf-8"))
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        tmp = None
+    except (OSError, ValueError):
+        pass
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass

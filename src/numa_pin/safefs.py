@@ -1,0 +1,144 @@
+"""Directories and files in places a non-root user might write: checked, never followed blindly.
+
+numa-pin runs as root from an OCI hook, and keeps files in its state directory (the ledger,
+its lock, reason files), its cache directory (topology and config caches) and its socket
+directory (the agent's socket and lock). If one of those directories, or a directory above
+it, can be written by another user, that user can plant a symlink or a FIFO, or forge the
+ledger (its checksum is unkeyed: a key would have to be stored where the same user could read
+it). The protection is the directory's owner and mode, so every such directory is checked:
+
+* it must be owned by root or by the current user;
+* it must not be writable by group or others, unless the sticky bit is set (``/tmp``);
+* the same holds for every directory above it (otherwise it could be renamed away).
+
+A failed check raises :class:`~numa_pin.errors.UnsafePathError` naming the directory, which
+entry points print as one line. Files inside are created with :func:`create_private` (``O_EXCL
+| O_NOFOLLOW``, mode ``0600``) and opened with ``O_NOFOLLOW``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from numa_pin.errors import UnsafePathError
+
+_WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
+
+
+def check_owner_and_mode(st: os.stat_result, path: str) -> None:
+    """Raise :class:`UnsafePathError` when ``st`` (of ``path``) is owned by another non-root
+    user, or is writable by group or others without the sticky bit."""
+    uid = os.geteuid()
+    if st.st_uid not in (0, uid):
+        raise UnsafePathError(f"owned by uid {st.st_uid}, neither root nor this user (uid {uid}); "
+                              "numa-pin's state, cache and socket directories must be root's (mode 0700)", path=path)
+    if st.st_mode & _WRITABLE_BY_OTHERS and not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX):
+        raise UnsafePathError(f"writable by others (mode {stat.S_IMODE(st.st_mode):04o}: group or world) without "
+                              "the sticky bit; make it 0700 or 0755", path=path)
+
+
+def check_dir(path: str | os.PathLike[str], *, follow: bool = True) -> None:
+    """Check the directory ``path`` and every directory above it (see the module docstring).
+
+    With ``follow`` False, ``path`` itself must not be a symbolic link.
+
+    Raises:
+        UnsafePathError: a check failed; ``path`` is not a directory.
+        OSError: ``path`` or a parent cannot be examined (FileNotFoundError when missing).
+    """
+    path = os.fspath(path)
+    st = os.stat(path) if follow else os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError("is a symbolic link; refusing to follow it", path=path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError("is not a directory", path=path)
+    check_owner_and_mode(st, path)
+    current = os.path.realpath(path)
+    while current != os.path.dirname(current):
+        current = os.path.dirname(current)
+        check_owner_and_mode(os.stat(current), current)
+
+
+def ensure_dir(path: str | os.PathLike[str], mode: int = 0o700, *, follow: bool = True) -> None:
+    """Create ``path`` (and missing parents) with ``mode`` unless it exists, then :func:`check_dir`.
+
+    Raises:
+        UnsafePathError: as :func:`check_dir`.
+        OSError: the directory cannot be created or examined.
+    """
+    path = os.fspath(path)
+    try:
+        os.makedirs(path, mode=mode)
+    except FileExistsError:
+        pass
+    check_dir(path, follow=follow)
+
+
+def check_own_file(fd: int, path: str) -> os.stat_result:
+    """``fstat`` of an opened ``path``: a regular file with one link, owned by this user and not
+    writable by group or others (a hard link planted to another file fails the link count).
+
+    Raises:
+        UnsafePathError: any of these does not hold.
+        OSError: from ``fstat``.
+    """
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise UnsafePathError("is not a regular file", path=path)
+    if st.st_nlink != 1:
+        raise UnsafePathError(f"has {st.st_nlink} hard links; refusing to use it", path=path)
+    if st.st_uid != os.geteuid():
+        raise UnsafePathError(f"owned by uid {st.st_uid}, not this user (uid {os.geteuid()})", path=path)
+    check_owner_and_mode(st, path)
+    return st
+
+
+def open_private(path: str, flags: int, mode: int = 0o600) -> int:
+    """``os.open(path, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, mode)`` checked with
+    :func:`check_own_file` (the descriptor is made blocking again).
+
+    Raises:
+        UnsafePathError: as :func:`check_own_file`.
+        OSError: the open failed (``ELOOP`` for a symlink).
+    """
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
+    try:
+        check_own_file(fd, path)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def create_private(directory: str, prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
+    """A new file ``<directory>/<prefix><random><suffix>``, created exclusively (``O_EXCL |
+    O_NOFOLLOW``) with mode ``0600`` whatever the umask. Returns (descriptor, path).
+
+    Raises:
+        OSError: it cannot be created.
+    """
+    while True:
+        path = os.path.join(directory, f"{prefix}{os.getpid()}.{os.urandom(6).hex()}{suffix}")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        try:
+            os.fchmod(fd, 0o600)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, path
+
+
+def write_all(fd: int, payload: bytes) -> None:
+    """Write all of ``payload`` to ``fd``, looping over partial writes. Raises OSError."""
+    view = memoryview(payload)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+__all__ = ["check_dir", "check_own_file", "check_owner_and_mode", "create_private", "ensure_dir", "open_private",
+           "write_all"]

@@ -1,0 +1,45 @@
+"""Text that reaches a terminal, a log or a reason file: one line, no control characters (pure).
+
+Container ids, pod ids, annotation values and ``PCIDEVICE_*`` values come from whoever starts a
+container. Printed as they are, a newline in one forges a second ``numa-pin: admitted ...`` line
+in the runtime's log or in syslog, and an escape sequence reaches the operator's terminal.
+:func:`one_line` makes any text safe to print as (part of) one line: it escapes
+
+* the C0 controls, DEL and the C1 controls (``\\n``, ``\\r``, ``\\t``, else ``\\xNN``);
+* the Unicode line and paragraph separators (U+2028, U+2029) and the bidirectional
+  formatting characters (U+061C, U+200E, U+200F, U+202A..U+202E, U+2066..U+2069), which can make
+  a line read differently from what it says (``\\uNNNN``).
+
+Backslashes are left alone, so escaping is idempotent (``one_line(one_line(s)) ==
+one_line(s)``) and paths stay readable. Nothing here imports anything: the hook calls it on
+every report.
+"""
+
+from __future__ import annotations
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(code: int) -> str:
+    char = chr(code)
+    if char in _NAMED:
+        return _NAMED[char]
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+_UNSAFE = [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, 0x061C, 0x200E, 0x200F,
+           *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_TABLE = {code: _escape(code) for code in _UNSAFE}
+
+
+def one_line(text: object) -> str:
+    """``str(text)`` with every control, line-separator and bidi character escaped (pure)."""
+    return str(text).translate(_TABLE)
+
+
+def is_one_line(text: str) -> bool:
+    """True when :func:`one_line` would leave ``text`` unchanged (pure)."""
+    return not any(ord(c) in _TABLE for c in text)
+
+
+__all__ = ["is_one_line", "one_line"]

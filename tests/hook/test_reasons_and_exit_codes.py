@@ -1,0 +1,117 @@
+"""Reason files never collide and are pruned; exit codes tell the failure classes apart
+(issue 10, §5). Before: ``explain rt-a_b`` showed the rejection of ``rt-a/b``; reason files were
+never deleted; rejection, configuration, usage and internal errors shared exit codes 1 and 2.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from numa_pin import report
+from numa_pin.cli.main import main as cli_main
+from numa_pin.errors import EXIT_CONFIG, EXIT_ERROR, EXIT_INTERNAL, EXIT_REJECTED, EXIT_USAGE
+from numa_pin.hook import main as hook_main
+from numa_pin.testing.node import FakeNode
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    fake = FakeNode(tmp_path, "laptop", parent="")
+    fake.add_container("c", 77)
+    monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("NUMA_PIN_DEBUG", raising=False)
+    return fake, fake.write_config(settled=False, policy="restricted")
+
+
+def hook(fake, config, cid: str, annotations: dict, stage: str = "prestart") -> int:
+    bundle = fake.root / "bundle"
+    bundle.mkdir(exist_ok=True)
+    (bundle / "config.json").write_text(json.dumps({"annotations": annotations}))
+    state = json.dumps({"id": cid, "bundle": str(bundle), "pid": 77}).encode()
+    return hook_main.run(["--config", str(config), stage], io.BytesIO(state))
+
+
+def test_ids_that_sanitise_alike_do_not_share_a_reason(node, capsys):
+    fake, config = node
+    assert hook(fake, config, "rt-a/b", {"numa-pin.io/cpus": "999"}) == EXIT_REJECTED
+    capsys.readouterr()
+    assert cli_main(["explain", "rt-a_b", "--config", str(config)]) == 1
+    assert "no grant and no recorded rejection for rt-a_b" in capsys.readouterr().err
+    assert cli_main(["explain", "rt-a/b", "--config", str(config)]) == 0
+    assert "rejected rt-a/b" in capsys.readouterr().out
+
+
+@given(st.lists(st.text(min_size=1, max_size=80), min_size=2, max_size=2, unique=True))
+def test_reason_paths_of_distinct_ids_differ(ids):
+    a, b = (report.reason_path("/s", i) for i in ids)
+    assert a != b
+    for path in (a, b):
+        name = os.path.basename(path)
+        assert os.path.dirname(path) == "/s/reasons" and "/" not in name and name not in (".", "..")
+        assert len(name.encode()) <= 255
+
+
+def test_explain_checks_the_id_recorded_in_the_file(node, capsys):
+    fake, config = node
+    path = Path(report.reason_path(str(fake.state_dir), "x"))
+    assert report.write_reason(str(fake.state_dir), "y", "numa-pin: rejected y: planted") is not None
+    os.replace(report.reason_path(str(fake.state_dir), "y"), path)  # y's record under x's name
+    assert cli_main(["explain", "x", "--config", str(config)]) == 1
+
+
+def test_admission_and_release_delete_the_reason(node, capsys):
+    fake, config = node
+    assert hook(fake, config, "c1", {"numa-pin.io/cpus": "999"}) == EXIT_REJECTED
+    path = Path(report.reason_path(str(fake.state_dir), "c1"))
+    assert path.exists() and path.stat().st_mode & 0o777 == 0o600
+    assert hook(fake, config, "c1", {}, stage="poststop") == 0  # runc's poststop after a rejection
+    assert path.exists(), "the rejection must stay explainable"
+    assert hook(fake, config, "c1", {"numa-pin.io/cpus": "1"}) == 0
+    assert not path.exists()
+    assert report.write_reason(str(fake.state_dir), "c1", "numa-pin: error c1: stale") is not None
+    assert hook(fake, config, "c1", {}, stage="poststop") == 0
+    assert not path.exists()
+
+
+def test_reason_files_are_pruned_oldest_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "MAX_REASONS", 5)
+    state = str(tmp_path / "state")
+    for i in range(8):
+        path = report.write_reason(state, f"c{i}", f"numa-pin: rejected c{i}: x")
+        assert path is not None
+        os.utime(path, ns=(i * 10**9, i * 10**9))  # c0 is the oldest
+    kept = {json.loads(p.read_text())["container_id"] for p in (tmp_path / "state" / "reasons").iterdir()}
+    assert len(kept) == 5 and "c7" in kept and "c0" not in kept
+
+
+def test_hook_exit_codes(node, tmp_path, capsys, monkeypatch):
+    fake, config = node
+    assert hook(fake, config, "r", {"numa-pin.io/cpus": "999"}) == EXIT_REJECTED == 1
+    assert hook(fake, config, "r", {"numa-pin.io/cpus": "lots"}) == EXIT_REJECTED  # malformed request
+    assert hook_main.run(["--wat"], io.BytesIO(b"{}")) == EXIT_USAGE == 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("policy: strict\n")
+    assert hook(fake, bad, "r", {}) == EXIT_CONFIG == 3
+    os.chmod(fake.state_dir, 0o777)
+    assert hook(fake, config, "r", {"numa-pin.io/cpus": "1"}) == EXIT_ERROR == 4
+    assert "UnsafePathError" in capsys.readouterr().err
+    os.chmod(fake.state_dir, 0o700)
+    monkeypatch.setattr("numa_pin.hook.admit.request_for", lambda state, cfg: 1 / 0)
+    assert hook(fake, config, "r", {"numa-pin.io/cpus": "1"}) == EXIT_INTERNAL == 70
+    assert "internal error r: ZeroDivisionError" in capsys.readouterr().err
+
+
+def test_cli_exit_codes(node, tmp_path, capsys):
+    fake, config = node
+    assert cli_main(["status", "--bogus"]) == EXIT_USAGE
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("policy: strict\n")
+    assert cli_main(["status", "--config", str(bad)]) == EXIT_CONFIG
+    capsys.readouterr()
