@@ -775,12 +775,13 @@ def test_a_fifo_config_leaves_no_child_stuck(served, node, tmp_path):
     wait_for(lambda: not served.children(), "the agent's child to exit")
 
 
-@pytest.mark.parametrize("cid, annotations", [
-    ("c\nnuma-pin: admitted forged: cpus 0-3", {"numa-pin.io/cpus": "20"}),
-    ("c\x1b[2J\x07", {"numa-pin.io/cpus": "lots\x1b[31m"}),
-    ("deep", {"numa-pin.io/cpus": "1"}),
+@pytest.mark.parametrize("cid, annotations, want_rc", [
+    # the pid belongs to container c4, not to this id: refused before anything is written (exit 4)
+    ("c\nnuma-pin: admitted forged: cpus 0-3", {"numa-pin.io/cpus": "20"}, 4),
+    ("c\x1b[2J\x07", {"numa-pin.io/cpus": "lots\x1b[31m"}, 1),
+    ("deep", {"numa-pin.io/cpus": "1"}, 1),
 ], ids=["newline-in-id", "escapes-in-id-and-value", "deep-config-json"])
-def test_hostile_input_through_the_agent_matches_in_process(shared_agent, node, twin, cid, annotations):
+def test_hostile_input_through_the_agent_matches_in_process(shared_agent, node, twin, cid, annotations, want_rc):
     """Same one escaped line, same exit code, through the agent's child and in-process."""
     def hook(n: Node, sock: Path | None) -> tuple[int, str]:
         state = n.oci_state(cid, n.pid(4), annotations)
@@ -793,5 +794,5 @@ def test_hostile_input_through_the_agent_matches_in_process(shared_agent, node, 
     want = hook(twin, None)
     assert got == (want[0], want[1].replace(str(twin.root), str(node.root)))  # the twin's paths differ
     rc, err = got
-    assert rc == 1 and len(err.splitlines()) == 1 and err.startswith("numa-pin: "), err
+    assert rc == want_rc and len(err.splitlines()) == 1 and err.startswith("numa-pin: "), err
     assert "\x1b" not in err and "internal error" not in err

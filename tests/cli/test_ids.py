@@ -15,7 +15,7 @@ from numa_pin.cli.main import main as cli_main
 from numa_pin.errors import RequestError
 from numa_pin.ledger.model import Grant
 from numa_pin.ledger.store import Ledger
-from numa_pin.report import write_reason
+from numa_pin.report import reason_path, write_reason
 from numa_pin.testing.node import FakeNode
 
 A = "a3f1c2" + "0" * 58  # 64-character runtime ids
@@ -56,10 +56,11 @@ def node(tmp_path):
     fake = FakeNode(tmp_path, "laptop", parent="")
     config = fake.write_config(tmp_path / "config.yaml", settled=False, policy="restricted")
     with Ledger(str(fake.state_dir)).transaction() as txn:
-        for cid in (A, B):
-            txn.state = txn.state.with_grant(Grant(cid, cid, cid, "shared"))
+        for n, cid in enumerate((A, B)):  # each grant's cgroup exists, so garbage collection keeps it
+            fake.add_container(cid, 900 + n)
+            txn.state = txn.state.with_grant(Grant(cid, cid, cid, "shared", cgroup="/" + cid))
     write_reason(str(fake.state_dir), C, f"numa-pin: rejected {C}: TopologyAffinityError: older")
-    os.utime(os.path.join(fake.state_dir, "reasons", C + ".json"), (time.time() - 60,) * 2)
+    os.utime(reason_path(str(fake.state_dir), C), (time.time() - 60,) * 2)
     write_reason(str(fake.state_dir), "d4" * 32, f"numa-pin: rejected {'d4' * 32}: AllocationError: newest")
     return str(config), fake.state_dir
 

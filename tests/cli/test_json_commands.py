@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from numa_pin.cli.main import COMMANDS, build_parser, main
 from numa_pin.cpuset import format_list
 from numa_pin.hook.main import run as hook_run
 from numa_pin.ledger.store import Ledger
+from numa_pin.report import reason_path
 from numa_pin.testing.node import FakeNode
 
 #: commands that only look (or whose result is worth reading): each takes --json
@@ -73,7 +75,7 @@ def test_explain_json_granted_rejected_unknown(node, capsys):
     assert rc == 1
     rejected = _json(capsys, "explain", "c1", "--config", str(node.config), "--json")
     assert rejected["state"] == "rejected" and rejected["grant"] is None
-    reason = json.loads((node.state_dir / "reasons" / "c1.json").read_text())
+    reason = json.loads(Path(reason_path(str(node.state_dir), "c1")).read_text())
     assert rejected["rejection"] == reason and rejected["rejection"]["line"] == err.strip()
     unknown = _json(capsys, "explain", "nope", "--config", str(node.config), "--json", rc=1)
     assert (unknown["state"], unknown["grant"], unknown["rejection"]) == ("unknown", None, None)

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.report import reason_path
+
 from . import harness
 
 pytestmark = pytest.mark.e2e
@@ -184,7 +186,7 @@ def test_containerd_admits_rejects_with_reason_and_releases(containerd, base_spe
         assert res.returncode != 0
         line = f"numa-pin: rejected {rejected}: TopologyAffinityError:"
         assert line in res.stderr and "cpu 1 requested, free per node: 0=0" in res.stderr, res.stderr
-        reason = json.loads((node.state / "reasons" / f"{rejected}.json").read_text())
+        reason = json.loads(Path(reason_path(str(node.state), rejected)).read_text())
         assert reason["line"].startswith(line)
         assert set(node.grants()) == {held}
         assert rejected not in containerd.run("container", "ls", "--quiet").stdout.split()

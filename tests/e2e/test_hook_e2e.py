@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.errors import EXIT_ERROR
 from numa_pin.report import reason_path
 
 from . import harness
@@ -179,7 +180,7 @@ def test_hook_refuses_another_runc_containers_pid(runc_rt, node, busybox_rootfs,
         before = harness.read_cpuset(st["pid"])
         group = harness.proc_cgroups(st["pid"])["cpuset"]
         res = _forged_hook(node, forged, cid + "-forged", st["pid"])
-        assert res.returncode == 1
+        assert res.returncode == EXIT_ERROR  # an error, not a rejection: nothing was decided
         assert res.stderr.strip() == (
             f"numa-pin: error {cid}-forged: EnforcementError: /proc/{st['pid']}/cgroup: pid {st['pid']} is in cgroup "
             f"{group}, which is not container {cid}-forged's (a leaf cgroup named after container {cid}-forged); "
@@ -197,7 +198,7 @@ def test_hook_refuses_a_host_process(node, busybox_rootfs, tmp_path):
         before = harness.read_cpuset(host.pid)
         group = harness.proc_cgroups(host.pid)["cpuset"]
         res = _forged_hook(node, forged, "np-e2e-host", host.pid)
-        assert res.returncode == 1
+        assert res.returncode == EXIT_ERROR
         why = ("is in the root cgroup; numa-pin never writes the root of a hierarchy" if group == "/"
                else f"is in cgroup {group}, which is not container np-e2e-host's")
         assert f"EnforcementError: /proc/{host.pid}/cgroup: pid {host.pid} {why}" in res.stderr, res.stderr

@@ -44,7 +44,8 @@ def node(tmp_path, monkeypatch):
 def hook(config, fake, cid: str, spec: dict, stage: str = "prestart") -> int:
     bundle = fake.root / "bundle"
     bundle.mkdir(exist_ok=True)
-    (bundle / "config.json").write_text(json.dumps(spec))
+    # the pid's cgroup is /c: the bundle says so, as runtimes do
+    (bundle / "config.json").write_text(json.dumps({**spec, "linux": {"cgroupsPath": "/c"}}))
     state = json.dumps({"id": cid, "bundle": str(bundle), "pid": 77})
     return hook_main.run(["--config", str(config), stage], io.BytesIO(state.encode()))
 
@@ -75,7 +76,8 @@ def test_hook_report_is_one_escaped_line_everywhere(node, capsys, cid, spec):
 def test_admitted_ids_are_escaped_in_status_and_syslog(node, capsys):
     fake, config, logged = node
     cid = "ok" + FORGED
-    assert hook(config, fake, cid, {"annotations": {"numa-pin.io/cpus": "1", "numa-pin.io/pod": "\x1b]0;pwn\x07"}}) == 0
+    sandbox = {"io.kubernetes.cri.sandbox-id": "\x1b]0;pwn\x07"}  # a runtime's pod id, not checked by numa-pin
+    assert hook(config, fake, cid, {"annotations": {"numa-pin.io/cpus": "1", **sandbox}}) == 0
     assert len(logged) == 1 and "\n" not in logged[0] and "\x1b" not in logged[0]
     assert cli_main(["status", "--config", str(config)]) == 0
     out = capsys.readouterr().out

@@ -33,7 +33,8 @@ def node(tmp_path, monkeypatch):
 def hook(fake, config, cid: str, annotations: dict, stage: str = "prestart") -> int:
     bundle = fake.root / "bundle"
     bundle.mkdir(exist_ok=True)
-    (bundle / "config.json").write_text(json.dumps({"annotations": annotations}))
+    # the pid's cgroup is /c: the bundle says so, as runtimes do
+    (bundle / "config.json").write_text(json.dumps({"annotations": annotations, "linux": {"cgroupsPath": "/c"}}))
     state = json.dumps({"id": cid, "bundle": str(bundle), "pid": 77}).encode()
     return hook_main.run(["--config", str(config), stage], io.BytesIO(state))
 
@@ -103,7 +104,7 @@ def test_hook_exit_codes(node, tmp_path, capsys, monkeypatch):
     assert hook(fake, config, "r", {"numa-pin.io/cpus": "1"}) == EXIT_ERROR == 4
     assert "UnsafePathError" in capsys.readouterr().err
     os.chmod(fake.state_dir, 0o700)
-    monkeypatch.setattr("numa_pin.hook.admit.request_for", lambda state, cfg: 1 / 0)
+    monkeypatch.setattr("numa_pin.hook.admit.admission_for", lambda state, cfg: 1 / 0)
     assert hook(fake, config, "r", {"numa-pin.io/cpus": "1"}) == EXIT_INTERNAL == 70
     assert "internal error r: ZeroDivisionError" in capsys.readouterr().err
 
