@@ -43,7 +43,9 @@ test: lint
 test-fast: lint
 	$(VPY) -m pytest -m "not e2e and not vm and not root and not deb" $(PYTEST_ARGS)
 
-# 10,000 hostile hook inputs (FIFOs, deep nesting, symlinked state files, control characters);
+# 10,000 hostile hook inputs (FIFOs, deep nesting, symlinked state files, control characters),
+# SIGKILL at random instants of admissions and releases (in-process and the agent's children),
+# 64 admissions at once and a decision that never ends (tests/service/test_node_stress.py);
 # figures in stress-report.json. STRESS_EXAMPLES=N changes the count. The fake node lives on
 # tmpfs (STRESS_TMP): every admission fsyncs the ledger, and on a busy disk that, not numa-pin,
 # would be what is measured.
@@ -52,6 +54,7 @@ STRESS_TMP ?= $(if $(wildcard /dev/shm),/dev/shm/numa-pin-stress,$(CURDIR)/.stre
 stress: $(STAMP)
 	NUMA_PIN_STRESS=1 NUMA_PIN_STRESS_EXAMPLES=$(STRESS_EXAMPLES) NUMA_PIN_STRESS_REPORT=stress-report.json \
 		$(VPY) -m pytest -q -s -p no:cacheprovider --basetemp=$(STRESS_TMP) tests/hook/test_hook_stress.py \
+		tests/service/test_node_stress.py \
 		$(PYTEST_ARGS)
 
 bench: $(STAMP)
