@@ -77,7 +77,7 @@ def test_ledger_and_its_directory_are_private(tmp_path):
         (lambda d: os.chmod(d, 0o777), "writable by others"),
         (lambda d: os.chmod(d, 0o775), "writable by others"),
         (lambda d: os.chmod(d.parent, 0o777), "writable by others"),
-        (lambda d: os.chown(d, OTHER_UID, -1), f"owned by uid {OTHER_UID}"),
+        pytest.param(lambda d: os.chown(d, OTHER_UID, -1), f"owned by uid {OTHER_UID}", marks=pytest.mark.root),
     ],
     ids=["world-writable", "group-writable", "parent-world-writable", "other-owner"],
 )
