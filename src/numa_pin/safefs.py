@@ -140,5 +140,27 @@ def write_all(fd: int, payload: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def replace_private(directory: str, target: str, payload: bytes) -> None:
+    """Put ``payload`` at ``target`` atomically: a :func:`create_private` file in ``directory``,
+    written whole, then renamed over ``target`` (removed again when anything fails).
+
+    Raises:
+        OSError: it cannot be created, written or renamed.
+    """
+    fd, tmp = create_private(directory, os.path.basename(target) + ".")
+    try:
+        try:
+            write_all(fd, payload)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 __all__ = ["check_dir", "check_own_file", "check_owner_and_mode", "create_private", "ensure_dir", "open_private",
-           "write_all"]
+           "replace_private", "write_all"]

@@ -31,7 +31,7 @@ from numa_pin import __version__
 from numa_pin.boundedio import UnsafeInput, json_loads_bounded, open_regular, read_fd
 from numa_pin.config.schema import Config, config_from_dict
 from numa_pin.errors import ConfigError
-from numa_pin.safefs import create_private, ensure_dir, write_all
+from numa_pin.safefs import ensure_dir, replace_private
 from numa_pin.text import one_line
 
 #: the system-wide configuration file
@@ -310,24 +310,11 @@ def _write_cache(cache_dir: str, key: Mapping[str, Any], config: Config) -> None
     """Best effort: a cache that cannot be written only costs the next load a parse."""
     body = json.loads(json.dumps(config.to_dict()))  # the form a reader will see (str keys)
     doc = {"format": _CACHE_FORMAT, "key": dict(key), "checksum": _digest(body), "config": body}
-    target = cache_file(cache_dir, key["path"])
-    tmp = None
     try:
-        fd, tmp = create_private(cache_dir, os.path.basename(target) + ".")
-        try:
-            write_all(fd, json.dumps(doc, sort_keys=True).encode("utf-8"))
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-        tmp = None
+        payload = json.dumps(doc, sort_keys=True).encode("utf-8")
+        replace_private(cache_dir, cache_file(cache_dir, key["path"]), payload)
     except (OSError, ValueError):
         pass
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
 
 
 __all__ = ["DEFAULT_PATH", "ENV_VAR", "cache_file", "config_from_yaml", "load_config", "resolve_config_path"]

@@ -26,7 +26,7 @@ from typing import Any
 
 from numa_pin.boundedio import json_loads_bounded, read_fd
 from numa_pin.errors import UnsafePathError
-from numa_pin.safefs import create_private, ensure_dir, open_private, write_all
+from numa_pin.safefs import ensure_dir, open_private, replace_private
 from numa_pin.topology.model import Cpu, HugePages, NumaNode, PciDevice, Topology
 
 FORMAT = 1
@@ -181,20 +181,7 @@ def _read_cache(path: str) -> dict[str, Any]:
 def _write_cache(cache_dir: str, path: str, doc: dict[str, Any]) -> None:
     """Best effort: a private temp file (``O_EXCL``, 0600, unpredictable name) renamed over
     ``path``; a read-only or full cache directory only costs speed."""
-    tmp = None
     try:
-        fd, tmp = create_private(cache_dir, os.path.basename(path) + ".")
-        try:
-            write_all(fd, json.dumps(doc).encode("utf-8"))
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        tmp = None
+        replace_private(cache_dir, path, json.dumps(doc).encode("utf-8"))
     except (OSError, ValueError):
         pass
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
