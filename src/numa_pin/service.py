@@ -148,8 +148,10 @@ class NodeService:
                 existing = state.grants.get(request.container_id)
                 undo = UndoLog()
                 try:
+                    bind = existing is not None and existing.pid is None and pid is not None
                     if existing is not None:
-                        grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root))
+                        grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root),
+                                        cgroup=existing.cgroup or (ref.rel_path if ref is not None else None))
                         decision = None
                     else:
                         assert decision is not None
@@ -161,7 +163,7 @@ class NodeService:
                         )
                         new_state = new_state.with_pod(pod)
                     self._enforce(grant, ref, new_state, undo, pool_changed=any(g.cpus for g in dropped))
-                    if existing is None and pid and grant.devices:
+                    if (existing is None or bind) and pid and grant.devices and not grant.netdevs:
                         netdevs = self._grant_devices(grant, pid, undo)
                         if netdevs:
                             grant = replace(grant, netdevs=netdevs)
@@ -281,12 +283,22 @@ class NodeService:
 
         problems: list[str] = []
         for entry in grant.netdevs:
+            if "record" not in entry:
+                continue  # moved by the runtime (linux.netDevices), which the kernel gives back
             try:
                 rec = NetdevRecord.from_dict(json.loads(entry["record"]))
                 restore_netdev(rec, None, self.config.sysfs_root, self.config.proc_root)
             except (NumaPinError, KeyError, ValueError) as exc:
                 problems.append(f"{grant.container_id}: netdev not restored: {exc}")
         return problems
+
+    def note_runtime_netdevs(self, container_id: str, host_names: tuple[str, ...]) -> Grant:
+        """Record that the runtime moves these VF netdevs (``linux.netDevices``), so no later
+        stage moves them again. Raises LedgerError, or KeyError when the grant is gone."""
+        with self.ledger.transaction() as txn:
+            grant = replace(txn.state.grants[container_id], netdevs=tuple({"runtime": n} for n in host_names))
+            txn.state = txn.state.with_grant(grant)
+        return grant
 
     # ---- release ---------------------------------------------------------------------------
     def release(self, container_id: str) -> Grant | None:
