@@ -112,6 +112,14 @@ def run(argv: list[str], stdin, stdout=None) -> int:
 
             state = read_state(stdin)
             cid = state.id
+        from numa_pin.hook.rootless import is_rootless
+
+        if is_rootless():
+            from numa_pin.hook.rootless import run_rootless
+
+            precreate_data = data if stage in PRECREATE_STAGES else None
+            return run_rootless(stage, cid, precreate_data, None if precreate_data is not None else state,
+                                config_path, stdout if stdout is not None else sys.stdout.buffer)
         from numa_pin.config.load import load_config
 
         cache_dir = os.environ.get("NUMA_PIN_CACHE_DIR", DEFAULT_CACHE_DIR)
