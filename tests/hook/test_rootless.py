@@ -121,3 +121,14 @@ def test_rootless_request_is_refused_with_what_it_needs(unprivileged, stage):
     assert err.startswith(f"numa-pin: rejected {CID}: RootlessError: numa-pin needs a root runtime to pin CPUs")
     assert "1 exclusive CPUs" in err and f"hook uid {NOBODY}" in err
     assert os.listdir(node.state_dir) == []
+
+
+def test_rootless_gpu_container_that_did_not_ask_numa_pin_passes(unprivileged):
+    """GPUs chosen by CDI or a device plugin are not an ask of numa-pin: a rootless one must run."""
+    run, node, _bundle = unprivileged
+    doc = json.loads(_proposed({"cdi.k8s.io/gpu": "nvidia.com/gpu=0"}))
+    doc["process"]["env"].append("NVIDIA_VISIBLE_DEVICES=GPU-0000")
+    data = json.dumps(doc).encode()
+    res = run("precreate", data)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == data

@@ -32,6 +32,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.service",
     "numa_pin.report",
     "numa_pin.admission.decide",
+    "numa_pin.admission.cdi_map",
     "numa_pin.admission.request",
     "numa_pin.providers.cpu",
     "numa_pin.providers.memory",

@@ -241,7 +241,7 @@ def asks_nothing(request: Any) -> bool:
 
 
 def _fixed(request: Any) -> Sequence[object]:
-    return [*request.fixed_gpus, *request.fixed_pci.values(), *getattr(request, "fixed_cdi", ())]
+    return [*request.fixed_gpus, *request.fixed_pci.values(), *request.fixed_cdi]
 
 
 def _uvm_major(proc_root: str) -> int | None:

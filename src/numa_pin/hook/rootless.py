@@ -3,7 +3,9 @@
 Without root numa-pin can neither lock the node ledger nor write the cgroups, so:
 
 * a container that asks for nothing passes: exit 0, nothing read but the request, and at
-  ``precreate`` the proposed config comes back unchanged;
+  ``precreate`` the proposed config comes back unchanged. Asking means a ``numa-pin.io/*``
+  annotation; what numa-pin would otherwise infer (CPU quota, hugepage limits, GPUs a device
+  plugin or CDI chose) is no ask, since a rootless container cannot be aligned anyway;
 * a container that asks gets one line saying what it needs (:func:`refusal`);
 * ``poststop`` has nothing to release (nothing was ever recorded).
 
@@ -17,6 +19,9 @@ from __future__ import annotations
 import os
 
 from numa_pin.errors import RootlessError
+
+#: annotations that ask numa-pin for something
+REQUEST_PREFIX = "numa-pin.io/"
 
 #: ``/proc/self/uid_map`` of the initial user namespace
 _INITIAL_MAP = ("0", "0", "4294967295")
@@ -62,6 +67,7 @@ def describe_request(request) -> str:
                 parts.append(f"{label}{res}={count}")
     parts += [f"GPU {g}" for g in request.fixed_gpus]
     parts += [f"PCIDEVICE_{k}" for k in sorted(request.fixed_pci)]
+    parts += [f"CDI {d}" for d in request.fixed_cdi]
     return ", ".join(parts) or "resources"
 
 
@@ -91,9 +97,13 @@ def run_rootless(stage: str, container_id: str, data: bytes | None, state, confi
         state = OciState(id=container_id, status="precreate", pid=None, bundle="/")
     else:
         spec = load_spec(state.bundle)
-    request = request_from_spec(state, spec, config)
-    if not asks_nothing(request):
-        raise refusal(container_id, describe_request(request))
+    annotations = {**spec.annotations, **state.annotations}
+    if not any(key.startswith(REQUEST_PREFIX) for key in annotations):
+        pass  # inferred requests (quota, hugepages, device-plugin env, CDI) are not asks of numa-pin
+    else:
+        request = request_from_spec(state, spec, config)
+        if not asks_nothing(request):
+            raise refusal(container_id, describe_request(request))
     if data is not None:
         stdout.write(data)
         stdout.flush()
