@@ -109,7 +109,8 @@ class NodeService:
         return decide(self.topology, state, request, self.settings)
 
     def admit(
-        self, request: ContainerRequest, pid: int | None, *, kind: str | None = None, deadline: Deadline | None = None
+        self, request: ContainerRequest, pid: int | None, *, kind: str | None = None, deadline: Deadline | None = None,
+        rootfs: str | None = None,
     ) -> Admitted:
         """Decide, enforce and record one container (or process). Raises an
         :class:`~numa_pin.errors.AdmissionError` on rejection, after rolling everything back.
@@ -120,12 +121,15 @@ class NodeService:
         got there first, decides again (at most :data:`MAX_ATTEMPTS` times). The whole
         admission runs under ``deadline`` (default: the config's ``admission_timeout_s``);
         past it the container is rejected with :class:`~numa_pin.errors.AdmissionTimeout`.
+        ``rootfs`` (the spec's ``root.path``) is where granted GPU nodes go before pivot_root.
         """
         budget = deadline or Deadline(self.config.admission_timeout_s, f"admission of {request.container_id}")
         with budget.active():
-            return self._admit(request, pid, kind, budget)
+            return self._admit(request, pid, kind, budget, rootfs)
 
-    def _admit(self, request: ContainerRequest, pid: int | None, kind: str | None, deadline: Deadline) -> Admitted:
+    def _admit(
+        self, request: ContainerRequest, pid: int | None, kind: str | None, deadline: Deadline, rootfs: str | None
+    ) -> Admitted:
         cfg = self.config
         ref = None
         if pid:
@@ -164,7 +168,7 @@ class NodeService:
                         new_state = new_state.with_pod(pod)
                     self._enforce(grant, ref, new_state, undo, pool_changed=any(g.cpus for g in dropped))
                     if (existing is None or bind) and pid and grant.devices and not grant.netdevs:
-                        netdevs = self._grant_devices(grant, pid, undo)
+                        netdevs = self._grant_devices(grant, pid, undo, rootfs)
                         if netdevs:
                             grant = replace(grant, netdevs=netdevs)
                             new_state = new_state.with_grant(grant)
@@ -249,9 +253,10 @@ class NodeService:
         if grant.cpus or pool_changed:
             resize_shared(self._shared_refs(state, exclude=grant.container_id), pool, self.config.cgroup_root, undo)
 
-    def _grant_devices(self, grant: Grant, pid: int, undo: UndoLog) -> tuple[dict[str, str], ...]:
-        """Move granted SR-IOV VF netdevs into the container's netns (``net1``, ``net2``, ...) and
-        open the container's device cgroup to granted GPUs. Returns the netdev records to keep."""
+    def _grant_devices(self, grant: Grant, pid: int, undo: UndoLog, rootfs: str | None) -> tuple[dict[str, str], ...]:
+        """Move granted SR-IOV VF netdevs into the container's netns (``net1``, ``net2``, ...),
+        open the container's device cgroup to granted GPUs and create their nodes (and the GPU
+        list file) in the container's mount namespace. Returns the netdev records to keep."""
         from numa_pin.topology.model import KIND_GPU
 
         records: list[dict[str, str]] = []
@@ -274,8 +279,37 @@ class NodeService:
         if gpus:
             from numa_pin.enforcer.gpu import grant_gpus
 
-            grant_gpus(gpus, pid, self.config.proc_root, self.config.cgroup_root, self._layout(), undo)
+            allowed = grant_gpus(gpus, pid, self.config.proc_root, self.config.cgroup_root, self._layout(), undo)
+            from numa_pin.enforcer.devnodes import expose_gpus
+
+            nodes = expose_gpus(gpus, pid, self.config.proc_root, rootfs, undo)
+            rules = [str(r) for r in allowed.added] if allowed is not None else []
+            if nodes or rules:  # what a release of a live container takes back (see _revoke_gpus)
+                records.append({"gpu": json.dumps({
+                    "nodes": list(nodes), "rules": rules,
+                    "devices_dir": allowed.cgroup_dir if allowed is not None else None,
+                }, sort_keys=True)})
         return tuple(records)
+
+    def _revoke_gpus(self, grant: Grant) -> list[str]:
+        """Take back the GPU nodes and device rules of a grant whose container still runs (a
+        release by hand); a dead container took them along with its namespace and cgroup."""
+        problems: list[str] = []
+        for entry in grant.netdevs:
+            if "gpu" not in entry or grant.pid is None or not self._alive(grant):
+                continue
+            try:
+                rec = json.loads(entry["gpu"])
+                from numa_pin.enforcer import cgroups as cgf
+                from numa_pin.enforcer.devnodes import remove_device_nodes
+
+                remove_device_nodes(grant.pid, rec["nodes"], self.config.proc_root, None)
+                if rec.get("devices_dir") and os.path.isdir(rec["devices_dir"]):
+                    for rule in rec["rules"]:
+                        cgf.write_cgroup_file(os.path.join(rec["devices_dir"], "devices.deny"), rule)
+            except (NumaPinError, KeyError, ValueError, TypeError) as exc:
+                problems.append(f"{grant.container_id}: GPU access not taken back: {exc}")
+        return problems
 
     def _restore_netdevs(self, grant: Grant) -> list[str]:
         """Give moved VFs back to the host (by PCI address, under their host names)."""
@@ -313,7 +347,7 @@ class NodeService:
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)
             for g in ([grant] if grant is not None else []) + list(dropped):
-                for problem in self._restore_netdevs(g):
+                for problem in self._restore_netdevs(g) + self._revoke_gpus(g):
                     report.log_syslog(f"numa-pin: {problem}")
             if (grant is not None and grant.cpus) or any(g.cpus for g in dropped):
                 undo = UndoLog()

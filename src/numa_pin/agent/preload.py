@@ -19,7 +19,9 @@ from numa_pin.errors import AgentError
 #: in-process admissions, a rejection and a release, plus every function-level import of the
 #: hook path (devices, GPUs, psutil for liveness on a real /proc, difflib for config errors).
 #: Left out: pyroute2, which only SR-IOV moves import (in the child, ~20 ms) and which would
-#: add some 250 modules to every fork. tests/agent checks both halves of this.
+#: add some 250 modules to every fork; and ctypes, which only a GPU grant imports (in the forked
+#: child that joins the container's mount namespace, Python 3.11 having no os.setns).
+#: tests/agent checks both halves of this.
 PRELOAD: tuple[str, ...] = (
     "numa_pin.hook.main",
     "numa_pin.hook.oci",
@@ -61,7 +63,7 @@ PRELOAD: tuple[str, ...] = (
 
 
 #: function-level imports of the hook path that :data:`PRELOAD` leaves out on purpose
-NOT_PRELOADED = ("pyroute2", "pyroute2.netlink.exceptions")
+NOT_PRELOADED = ("pyroute2", "pyroute2.netlink.exceptions", "ctypes")
 
 
 def preload(names: Iterable[str] = PRELOAD) -> list[str]:

@@ -11,20 +11,37 @@ its device rules allow them (see :mod:`numa_pin.enforcer.gpu` for the rules):
 :func:`gpu_device_nodes` lists them; :func:`oci_device_entry` and :func:`oci_allow_rule` write
 them the way a runtime reads them from ``config.json`` (``linux.devices`` and
 ``linux.resources.devices``).
+
+In prestart mode (runc, crun, containerd: no config edit possible) :func:`create_device_nodes`
+makes the nodes inside the container's mount namespace: a forked child joins
+``/proc/<pid>/ns/mnt`` (``setns``) and calls ``mknod`` there, so the nodes land in the
+container's own ``/dev`` tmpfs and never on the host. At prestart/createRuntime the container's
+mounts exist but ``pivot_root`` has not happened, so its root is still ``root.path``; later the
+root is ``/``. The same child writes the list of granted GPUs to ``/run/numa-pin/gpus`` (or
+``/dev/numa-pin/gpus`` when the image has no ``/run`` directory). Paths that are symlinks are
+refused, so an image cannot point a write at the host.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import errno
+import json
+import os
+import stat
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from numa_pin.enforcer.gpu import NVIDIA_MAJOR, NVIDIACTL_MINOR, DeviceRule
+from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
 from numa_pin.topology.model import PciDevice
 
 #: permissions of a created node (the NVIDIA driver's default for its nodes)
 NODE_MODE = 0o666
+#: where the container finds the list of its GPUs (first directory that exists in the image)
+GPU_LIST_PATHS = ("/run/numa-pin/gpus", "/dev/numa-pin/gpus")
+CLONE_NEWNS = 0x00020000
 
 
 @dataclass(frozen=True)
@@ -83,4 +100,201 @@ def gpu_list_text(gpus: Sequence[PciDevice]) -> str:
                    for g in gpus)
 
 
-__all__ = ["NODE_MODE", "DeviceNode", "gpu_device_nodes", "gpu_list_text", "oci_allow_rule", "oci_device_entry"]
+# ---- I/O: inside the container's mount namespace ------------------------------------------
+def _setns(fd: int) -> None:
+    setns = getattr(os, "setns", None)  # Python 3.12+
+    if setns is not None:
+        setns(fd, CLONE_NEWNS)
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNS) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def in_mount_namespace(pid: int | str, proc_root: str, work: Callable[[], Any], what: str) -> Any:
+    """Run ``work`` in a forked child that joined ``<proc_root>/<pid>/ns/mnt``; return its JSON result.
+
+    Raises EnforcementError (naming ``what`` and the namespace) when the namespace cannot be
+    joined or ``work`` raised OSError or ValueError there.
+    """
+    ns = os.path.join(proc_root, str(pid), "ns", "mnt")
+    try:
+        ns_fd = os.open(ns, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise EnforcementError(f"{what}: cannot open the container's mount namespace: {exc.strerror}",
+                               path=ns) from exc
+    read_end, write_end = os.pipe()
+    try:
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the child, checked through the pipe
+            reply: dict[str, Any]
+            try:
+                os.close(read_end)
+                _setns(ns_fd)
+                reply = {"ok": work()}
+            except (OSError, ValueError) as exc:
+                reply = {"error": str(exc), "errno": getattr(exc, "errno", None)}
+            except BaseException as exc:  # the child must always answer and exit
+                reply = {"error": f"{type(exc).__name__}: {exc}", "errno": None}
+            try:
+                os.write(write_end, json.dumps(reply).encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        write_end = -1
+        chunks = []
+        while chunk := os.read(read_end, 65536):
+            chunks.append(chunk)
+        os.waitpid(child, 0)
+    finally:
+        os.close(ns_fd)
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    try:
+        answer = json.loads(b"".join(chunks) or b"{}")
+    except ValueError:
+        answer = {}
+    if "ok" not in answer:
+        raise EnforcementError(f"{what} in the container's mount namespace: {answer.get('error', 'no answer')}",
+                               path=ns)
+    return answer["ok"]
+
+
+def _container_root(rootfs: str | None) -> str:
+    """Inside the joined namespace: ``rootfs`` before pivot_root, ``/`` after."""
+    if rootfs and rootfs != "/" and os.path.isdir(os.path.join(rootfs, "dev")):
+        return rootfs
+    return "/"
+
+
+def _no_symlink(path: str) -> None:
+    if os.path.islink(path):
+        raise ValueError(f"{path} is a symlink; numa-pin does not follow links inside a container")
+
+
+def _make_nodes(rootfs: str | None, nodes: Sequence[tuple[str, int, int, int]], gpu_text: str | None) -> list[str]:
+    """In the container's namespace: mknod what is missing, write the GPU list; created paths.
+    On failure what was created is removed again before the error propagates."""
+    created: list[str] = []
+    try:
+        return _make_nodes_into(_container_root(rootfs), nodes, gpu_text, created)
+    except (OSError, ValueError):
+        _remove(rootfs, created)
+        raise
+
+
+def _make_nodes_into(root: str, nodes: Sequence[tuple[str, int, int, int]], gpu_text: str | None,
+                     created: list[str]) -> list[str]:
+    for path, major, minor, mode in nodes:
+        target = os.path.join(root, path.lstrip("/"))
+        _no_symlink(os.path.dirname(target))
+        try:
+            st = os.lstat(target)
+        except FileNotFoundError:
+            os.mknod(target, stat.S_IFCHR | mode, os.makedev(major, minor))
+            os.chmod(target, mode)
+            created.append(path)
+            continue
+        if not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != (major, minor):
+            raise ValueError(f"{path} exists in the container and is not character device {major}:{minor}")
+    if gpu_text is not None:
+        for path in GPU_LIST_PATHS:
+            top = os.path.join(root, path.lstrip("/").split("/", 1)[0])
+            if os.path.isdir(top) and not os.path.islink(top):
+                break
+        directory = os.path.join(root, os.path.dirname(path).lstrip("/"))
+        _no_symlink(directory)
+        if not os.path.isdir(directory):
+            os.mkdir(directory, 0o755)
+            created.append(os.path.dirname(path))
+        target = os.path.join(directory, os.path.basename(path))
+        _no_symlink(target)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, gpu_text.encode("ascii", errors="replace"))
+        finally:
+            os.close(fd)
+        created.insert(0, path)
+    return created
+
+
+def _remove(rootfs: str | None, paths: Sequence[str]) -> list[str]:
+    root = _container_root(rootfs)
+    for path in paths:  # files before the directory that holds them
+        target = os.path.join(root, path.lstrip("/"))
+        try:
+            if os.path.isdir(target) and not os.path.islink(target):
+                os.rmdir(target)
+            else:
+                os.unlink(target)
+        except FileNotFoundError:
+            pass
+    return list(paths)
+
+
+def create_device_nodes(
+    pid: int | str,
+    nodes: Sequence[DeviceNode],
+    proc_root: str,
+    rootfs: str | None,
+    undo: UndoLog,
+    *,
+    gpu_text: str | None = None,
+) -> tuple[str, ...]:
+    """Create ``nodes`` (and the GPU list file) in the mount namespace of container ``pid``.
+
+    Nodes that already exist with the right numbers are left alone (the runtime or CDI made
+    them); what this call created is recorded in ``undo`` and returned (container paths).
+    Raises EnforcementError when the namespace cannot be joined, a path is a symlink, a node
+    exists with other numbers, or mknod/write fail (nothing of this call is left then).
+    """
+    spec = [(n.path, n.major, n.minor, n.mode) for n in nodes]
+    created = in_mount_namespace(pid, proc_root, lambda: _make_nodes(rootfs, spec, gpu_text),
+                                 "creating device nodes")
+    paths = tuple(str(p) for p in created)
+    if paths:
+        undo.record(f"container {pid}: device nodes {', '.join(paths)}",
+                    lambda: remove_device_nodes(pid, paths, proc_root, rootfs))
+    return paths
+
+
+def expose_gpus(gpus: Sequence[PciDevice], pid: int | str, proc_root: str, rootfs: str | None,
+                undo: UndoLog) -> tuple[str, ...]:
+    """The nodes of ``gpus`` and the GPU list, created in container ``pid`` (see
+    :func:`create_device_nodes`; also raises EnforcementError for an unreadable /proc/devices)."""
+    from numa_pin.enforcer.gpu import read_uvm_major
+
+    nodes = gpu_device_nodes(gpus, read_uvm_major(proc_root))
+    return create_device_nodes(pid, nodes, proc_root, rootfs, undo, gpu_text=gpu_list_text(gpus))
+
+
+def remove_device_nodes(pid: int | str, paths: Sequence[str], proc_root: str, rootfs: str | None) -> None:
+    """Remove ``paths`` from container ``pid``'s namespace; a container that is gone took them along.
+
+    Raises EnforcementError when the namespace exists but the removal fails.
+    """
+    try:
+        in_mount_namespace(pid, proc_root, lambda: _remove(rootfs, list(paths)), "removing device nodes")
+    except EnforcementError as exc:
+        if exc.__cause__ is not None and getattr(exc.__cause__, "errno", None) in (errno.ENOENT, errno.ESRCH):
+            return
+        raise
+
+
+__all__ = [
+    "GPU_LIST_PATHS",
+    "NODE_MODE",
+    "DeviceNode",
+    "create_device_nodes",
+    "expose_gpus",
+    "gpu_device_nodes",
+    "gpu_list_text",
+    "in_mount_namespace",
+    "oci_allow_rule",
+    "oci_device_entry",
+    "remove_device_nodes",
+]

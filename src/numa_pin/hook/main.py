@@ -143,14 +143,16 @@ def run(argv: list[str], stdin, stdout=None) -> int:
         if stage in RELEASE_STAGES:
             agent.release(state.id)
             return 0
-        from numa_pin.hook.admit import request_for
+        from numa_pin.hook.admit import request_from_spec
+        from numa_pin.hook.oci import load_spec
 
-        request = request_for(state, config)
+        spec = load_spec(state.bundle)
+        request = request_from_spec(state, spec, config)
         if not state.pid:
             from numa_pin.errors import HookInputError
 
             raise HookInputError(f"container {cid}: the runtime passed no pid at {stage}")
-        agent.admit(request, state.pid)
+        agent.admit(request, state.pid, rootfs=spec.root_path)
         _warn_kubelet(config.kubelet_root, use_syslog)
         return 0
     except AdmissionError as exc:

@@ -1,0 +1,122 @@
+"""GPU device nodes in prestart mode, with a real runc container on this cgroup v1 machine.
+
+No GPU here, so a character device stands in for one: ``/dev/nvidia0`` is made with the numbers
+of ``/dev/kmsg`` (1:11), which runc's default device rules do **not** allow (unlike /dev/null or
+/dev/zero) and which any process may open write-only. A prestart hook (a few lines of Python
+around :mod:`numa_pin.enforcer.devnodes` and :func:`numa_pin.enforcer.gpu.allow_device_rules`,
+the two calls ``NodeService`` makes for a granted GPU) runs at the real prestart point: mounts
+done, pivot_root not yet. The oracles are the kernel (open succeeds or fails with EPERM inside
+the container, the node is or is not in its ``/dev``) and the cgroup's own ``devices.list``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from numa_pin.enforcer import cgroups
+from numa_pin.enforcer.devnodes import DeviceNode, create_device_nodes
+from numa_pin.enforcer.gpu import DeviceRule, allow_device_rules
+from numa_pin.enforcer.undo import UndoLog
+
+from . import harness
+
+pytestmark = pytest.mark.e2e
+
+STAND_IN = DeviceNode("/dev/nvidia0", 1, 11)  # /dev/kmsg's numbers
+PROBE = ("ls -l /dev/nvidia0; cat /run/numa-pin/gpus /dev/numa-pin/gpus 2>/dev/null; "
+         "if [ -c /dev/nvidia0 ] && dd if=/dev/null of=/dev/nvidia0 count=0 conv=notrunc 2>/dev/null; then echo OPENED; else echo DENIED; fi")
+
+HOOK = '''#!{python}
+import json, os, sys
+from numa_pin.enforcer import cgroups
+from numa_pin.enforcer.devnodes import DeviceNode, create_device_nodes
+from numa_pin.enforcer.gpu import DeviceRule, allow_device_rules
+from numa_pin.enforcer.undo import UndoLog
+
+mode = sys.argv[1]
+state = json.load(sys.stdin)
+with open(os.path.join(state["bundle"], "config.json")) as fp:
+    root = json.load(fp)["root"]["path"]
+rootfs = os.path.join(state["bundle"], root)
+undo = UndoLog()
+if mode == "full":
+    allow_device_rules((DeviceRule("c", 1, 11),), state["pid"], "/proc", "/sys/fs/cgroup",
+                       cgroups.detect_layout("/proc"), undo)
+create_device_nodes(state["pid"], [DeviceNode("/dev/nvidia0", 1, 11)], "/proc", rootfs, undo,
+                    gpu_text="GPU-stand-in 0\\n")
+'''
+
+
+@pytest.fixture
+def gpu_hook(tmp_path):
+    if harness.hybrid_cgroup2_mount() is None and not Path("/sys/fs/cgroup/devices").is_dir():
+        pytest.skip("needs a cgroup v1 devices hierarchy")
+    path = tmp_path / "gpu-hook"
+    path.write_text(HOOK.format(python=sys.executable))
+    path.chmod(0o755)
+
+    def hooks(mode: str) -> dict:
+        return {"prestart": [harness.hook_entry(path, [str(path), mode], timeout=30)]}
+
+    return hooks
+
+
+def _run(runc_rt, tmp_path, name, busybox_rootfs, hooks=None, cid=None) -> subprocess.CompletedProcess[str]:
+    bundle = harness.make_bundle(tmp_path / name, args=["sh", "-c", PROBE], hooks=hooks or {}, rootfs=busybox_rootfs)
+    return runc_rt.run(bundle, cid or harness.new_container_id())
+
+
+def test_without_a_grant_there_is_no_node(runc_rt, busybox_rootfs, tmp_path):
+    res = _run(runc_rt, tmp_path, "plain", busybox_rootfs)
+    assert "No such file" in res.stdout + res.stderr and "OPENED" not in res.stdout
+
+
+def test_a_node_without_the_cgroup_rule_cannot_be_opened(runc_rt, gpu_hook, busybox_rootfs, tmp_path):
+    res = _run(runc_rt, tmp_path, "nodes", busybox_rootfs, gpu_hook("nodes-only"))
+    assert res.returncode == 0, res.stderr
+    assert "DENIED" in res.stdout and "OPENED" not in res.stdout, res.stdout
+    assert "crw-rw-rw-" in res.stdout and "1,  11" in res.stdout
+
+
+def test_granted_container_sees_and_opens_its_gpu_then_the_next_one_without_is_denied(
+        runc_rt, gpu_hook, busybox_rootfs, tmp_path):
+    res = _run(runc_rt, tmp_path, "full", busybox_rootfs, gpu_hook("full"))
+    assert res.returncode == 0, res.stderr
+    assert "OPENED" in res.stdout, res.stdout
+    assert "GPU-stand-in 0" in res.stdout, "the container learns which GPU it got"
+    assert not Path("/dev/nvidia0").exists() or os.major(os.stat("/dev/nvidia0").st_rdev) != 1, \
+        "the node was made in the container's /dev, not the host's"
+    again = _run(runc_rt, tmp_path, "after", busybox_rootfs, gpu_hook("nodes-only"))
+    assert "DENIED" in again.stdout and "OPENED" not in again.stdout
+
+
+def test_undo_removes_the_nodes_and_the_cgroup_rule(runc_rt, busybox_rootfs, tmp_path, cid):
+    """What a failed admission (or a release while the container lives) rolls back."""
+    bundle = harness.make_bundle(tmp_path / "live", args=["sleep", "1000"], rootfs=busybox_rootfs)
+
+    def probe() -> str:
+        res = runc_rt._exec("exec", cid, "sh", "-c", PROBE, timeout=60)
+        return res.stdout + res.stderr
+
+    with harness.running_container(runc_rt, bundle, cid) as state:
+        pid = int(state["pid"])
+        layout = cgroups.detect_layout("/proc")
+        devices_dir = cgroups.find_v1_controller_dir(pid, "/proc", "/sys/fs/cgroup", layout, "devices")
+        assert devices_dir is not None
+        rule = "c 1:11 rwm"
+        undo = UndoLog()
+        allow_device_rules((DeviceRule("c", 1, 11),), pid, "/proc", "/sys/fs/cgroup", layout, undo)
+        created = create_device_nodes(pid, [STAND_IN], "/proc", str(busybox_rootfs), undo, gpu_text="GPU-x 0\n")
+        assert "/dev/nvidia0" in created, "after pivot_root the container's root is /"
+        assert rule in Path(devices_dir, "devices.list").read_text()
+        seen = probe()
+        assert "OPENED" in seen and "GPU-x 0" in seen, seen
+        assert not undo.rollback()
+        gone = probe()
+        assert "No such file" in gone and "GPU-x" not in gone and "OPENED" not in gone, gone
+        assert rule not in Path(devices_dir, "devices.list").read_text()
