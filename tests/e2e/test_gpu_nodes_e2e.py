@@ -120,3 +120,33 @@ def test_undo_removes_the_nodes_and_the_cgroup_rule(runc_rt, busybox_rootfs, tmp
         gone = probe()
         assert "No such file" in gone and "GPU-x" not in gone and "OPENED" not in gone, gone
         assert rule not in Path(devices_dir, "devices.list").read_text()
+
+
+def test_release_of_a_live_container_takes_gpu_access_back(runc_rt, busybox_rootfs, tmp_path, cid, state_dir):
+    """``numa-pin release ID`` while the container runs: the ledger's GPU record is undone."""
+    import json
+
+    from numa_pin.config.model import Config
+    from numa_pin.ledger.liveness import process_start_time
+    from numa_pin.ledger.model import Grant
+    from numa_pin.service import NodeService
+
+    bundle = harness.make_bundle(tmp_path / "live", args=["sleep", "1000"], rootfs=busybox_rootfs)
+    with harness.running_container(runc_rt, bundle, cid) as state:
+        pid = int(state["pid"])
+        layout = cgroups.detect_layout("/proc")
+        undo = UndoLog()
+        allowed = allow_device_rules((DeviceRule("c", 1, 11),), pid, "/proc", "/sys/fs/cgroup", layout, undo)
+        nodes = create_device_nodes(pid, [STAND_IN], "/proc", None, undo, gpu_text="GPU-x 0\n")
+        record = {"nodes": list(nodes), "rules": [str(r) for r in allowed.added], "devices_dir": allowed.cgroup_dir}
+        service = NodeService(Config(state_dir=str(state_dir / "ledger"), syslog=False))
+        grant = Grant(cid, cid, cid, "shared", pid=pid, start_time=process_start_time(pid, "/proc"),
+                      netdevs=({"gpu": json.dumps(record)},))
+        with service.ledger.transaction() as txn:
+            txn.state = txn.state.with_grant(grant)
+        before = runc_rt._exec("exec", cid, "sh", "-c", PROBE, timeout=60).stdout
+        assert "OPENED" in before, before
+        assert service.release(cid) is not None
+        after = runc_rt._exec("exec", cid, "sh", "-c", PROBE, timeout=60)
+        assert "OPENED" not in after.stdout and "No such file" in after.stderr, after
+        assert "c 1:11 rwm" not in Path(allowed.cgroup_dir or "", "devices.list").read_text()
