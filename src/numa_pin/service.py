@@ -35,6 +35,9 @@ from numa_pin.topology.model import Topology
 
 #: how often an admission decides again when other writers keep committing first
 MAX_ATTEMPTS = 8
+#: how long a grant made before its container exists (podman precreate: no pid yet, the cgroup
+#: named in the config not created yet) counts as alive without its cgroup
+PENDING_GRACE_S = 120.0
 
 
 def settings_from_config(config: Config) -> NodeSettings:
@@ -94,7 +97,12 @@ class NodeService:
         return self._settings
 
     def _alive(self, grant: Grant) -> bool:
-        return is_alive(grant, self.config.proc_root, self.config.cgroup_root)
+        """:func:`is_alive`, plus: a pid-less grant with an expected cgroup (made at precreate) is
+        alive for :data:`PENDING_GRACE_S` before the runtime creates that cgroup. So a container
+        the runtime never started (podman then runs no poststop) does not keep its grant."""
+        if is_alive(grant, self.config.proc_root, self.config.cgroup_root):
+            return True
+        return grant.pid is None and grant.cgroup is not None and time.time() - grant.created < PENDING_GRACE_S
 
     def _layout(self) -> cg.CgroupLayout:
         """How cgroups are mounted (read once per service from mountinfo)."""
@@ -110,7 +118,7 @@ class NodeService:
 
     def admit(
         self, request: ContainerRequest, pid: int | None, *, kind: str | None = None, deadline: Deadline | None = None,
-        rootfs: str | None = None,
+        rootfs: str | None = None, expected_cgroup: str | None = None,
     ) -> Admitted:
         """Decide, enforce and record one container (or process). Raises an
         :class:`~numa_pin.errors.AdmissionError` on rejection, after rolling everything back.
@@ -122,13 +130,16 @@ class NodeService:
         admission runs under ``deadline`` (default: the config's ``admission_timeout_s``);
         past it the container is rejected with :class:`~numa_pin.errors.AdmissionTimeout`.
         ``rootfs`` (the spec's ``root.path``) is where granted GPU nodes go before pivot_root.
+        ``expected_cgroup`` (precreate, no pid yet) is the cgroup the runtime will create; the
+        grant lives by it once :data:`PENDING_GRACE_S` have passed.
         """
         budget = deadline or Deadline(self.config.admission_timeout_s, f"admission of {request.container_id}")
         with budget.active():
-            return self._admit(request, pid, kind, budget, rootfs)
+            return self._admit(request, pid, kind, budget, rootfs, expected_cgroup)
 
     def _admit(
-        self, request: ContainerRequest, pid: int | None, kind: str | None, deadline: Deadline, rootfs: str | None
+        self, request: ContainerRequest, pid: int | None, kind: str | None, deadline: Deadline, rootfs: str | None,
+        expected_cgroup: str | None = None,
     ) -> Admitted:
         cfg = self.config
         ref = None
@@ -155,11 +166,13 @@ class NodeService:
                     bind = existing is not None and existing.pid is None and pid is not None
                     if existing is not None:
                         grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root),
-                                        cgroup=existing.cgroup or (ref.rel_path if ref is not None else None))
+                                        cgroup=ref.rel_path if ref is not None else existing.cgroup)
                         decision = None
                     else:
                         assert decision is not None
                         grant = self._grant(request, decision, pid, ref, kind)
+                        if ref is None and expected_cgroup:
+                            grant = replace(grant, cgroup=expected_cgroup)
                     new_state = state.with_grant(grant)
                     if decision is not None and decision.pod_affinity is not None and request.pod_id not in state.pods:
                         pod = PodRecord(
@@ -390,4 +403,4 @@ def _start_time(pid: int | None, proc_root: str) -> float | None:
     return process_start_time(pid, proc_root) if pid else None
 
 
-__all__ = ["Admitted", "NodeService", "settings_from_config"]
+__all__ = ["PENDING_GRACE_S", "Admitted", "NodeService", "settings_from_config"]

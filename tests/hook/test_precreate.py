@@ -164,3 +164,44 @@ def test_gpu_nodes_rules_and_env_in_the_config(tmp_path, monkeypatch, capsys):
 def kit_cpus_of_node(node: int) -> frozenset[int]:
     topo = machine.expected_topology(shapes.SHAPES["gpu8-sriov"]())
     return frozenset(topo.nodes[node].cpus)
+
+
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        (f"/libpod_parent/libpod-{CID}", f"/libpod_parent/libpod-{CID}"),
+        (f"machine.slice:libpod:{CID}", f"/machine.slice/libpod-{CID}.scope"),
+        ("kubepods-burstable-pod12.slice:crio:abc",
+         "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12.slice/crio-abc.scope"),
+        ("system.slice:runc:x", "/system.slice/runc-x.scope"),
+        ("nonsense", None),
+        (None, None),
+    ],
+    ids=["cgroupfs", "systemd", "kubepods", "runc", "bad", "none"],
+)
+def test_expected_cgroup_follows_the_runtime_conventions(path, expected):
+    """The systemd rows are the reference's worked example (slice expansion on dashes)."""
+    from numa_pin.hook.precreate import expected_cgroup
+
+    assert expected_cgroup(path) == expected
+
+
+def test_a_container_the_runtime_never_made_loses_its_grant_after_the_grace(tmp_path, monkeypatch, capsys):
+    """podman runs no poststop when the runtime fails after precreate (seen with podman 4.3.1)."""
+    from dataclasses import replace
+
+    from numa_pin.service import PENDING_GRACE_S
+
+    fake, cfg = _node(tmp_path, monkeypatch)
+    assert _precreate(cfg, _proposed({"numa-pin.io/cpus": "2"}))[0] == 0
+    ledger = Ledger(str(fake.state_dir))
+    grant = ledger.read().grants[CID]
+    assert grant.cgroup == f"/libpod_parent/libpod-{CID}" and grant.pid is None
+    other = "1" * 64
+    assert _precreate(cfg, _proposed({"numa-pin.io/cpus": "1"}, cid=other))[0] == 0
+    assert set(ledger.read().grants) == {CID, other}, "inside the grace both are kept"
+    with ledger.transaction() as txn:
+        txn.state = txn.state.with_grant(replace(grant, created=grant.created - PENDING_GRACE_S - 1))
+    third = "2" * 64
+    assert _precreate(cfg, _proposed({"numa-pin.io/cpus": "1"}, cid=third))[0] == 0, capsys.readouterr().err
+    assert set(ledger.read().grants) == {other, third}, "the stale pending grant was collected"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -56,6 +57,30 @@ def container_id_from_cgroups_path(path: str | None) -> str | None:
     if sep and prefix and _HEX_ID.fullmatch(rest):
         name = rest
     return name or None
+
+
+def expected_cgroup(path: str | None) -> str | None:
+    """The cgroup (relative to the hierarchy root) a runtime makes for ``linux.cgroupsPath``.
+
+    A path is taken as it is; ``slice:prefix:name`` (systemd driver) is
+    ``/<expanded slice>/<prefix>-<name>.scope``, the slice expanded on dashes as systemd does
+    (``a-b.slice`` lives in ``a.slice``). None when there is no path.
+    """
+    if not path:
+        return None
+    if path.startswith("/"):
+        return os.path.normpath(path)
+    parts = path.split(":")
+    if len(parts) != 3:
+        return None
+    slice_name, prefix, name = parts
+    chain: list[str] = []
+    if slice_name and slice_name != "-.slice":
+        stem = slice_name.removesuffix(".slice")
+        pieces = stem.split("-")
+        chain = ["-".join(pieces[: i + 1]) + ".slice" for i in range(len(pieces))]
+    unit = name if name.endswith(".slice") else f"{prefix}-{name}.scope" if prefix else f"{name}.scope"
+    return "/" + "/".join([*chain, unit])
 
 
 def _version(text: object) -> tuple[int, ...]:
@@ -221,7 +246,7 @@ def precreate(data: bytes, service: Any) -> Precreate:
             "proposed config has no linux.cgroupsPath naming the container, so numa-pin cannot "
             "key its grant; run the container with cgroups enabled"
         )
-    admitted = service.admit(request, None)
+    admitted = service.admit(request, None, expected_cgroup=expected_cgroup(spec.cgroups_path))
     grant = admitted.grant
     try:
         uvm = _uvm_major(service.config.proc_root) if grant.devices else None
@@ -257,6 +282,7 @@ __all__ = [
     "asks_nothing",
     "container_id_from_cgroups_path",
     "edit_spec",
+    "expected_cgroup",
     "granted_devices",
     "precreate",
     "read_proposed",
