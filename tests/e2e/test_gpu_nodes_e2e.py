@@ -150,3 +150,15 @@ def test_release_of_a_live_container_takes_gpu_access_back(runc_rt, busybox_root
         after = runc_rt._exec("exec", cid, "sh", "-c", PROBE, timeout=60)
         assert "OPENED" not in after.stdout and "No such file" in after.stderr, after
         assert "c 1:11 rwm" not in Path(allowed.cgroup_dir or "", "devices.list").read_text()
+
+
+def test_an_image_run_without_tmpfs_sends_the_gpu_list_to_dev(runc_rt, gpu_hook, tmp_path):
+    """An image's own /run (no tmpfs on it) is the host's disk before pivot_root: the list goes to /dev."""
+    rootfs = harness.make_rootfs(tmp_path / "rootfs-with-run")
+    (rootfs / "run").mkdir()
+    bundle = harness.make_bundle(tmp_path / "ro", args=["sh", "-c", PROBE + "; ls /dev/numa-pin"],
+                                 hooks=gpu_hook("full"), rootfs=rootfs)
+    res = runc_rt.run(bundle, harness.new_container_id())
+    assert res.returncode == 0, res.stderr
+    assert "OPENED" in res.stdout and "GPU-stand-in 0" in res.stdout and "gpus" in res.stdout, res.stdout
+    assert os.listdir(rootfs / "run") == [], "nothing was written into the image on the host's disk"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 
 import pytest
 
@@ -39,9 +40,17 @@ def test_a_gpu_without_minor_names_the_driver():
 
 @pytest.fixture
 def container_root(tmp_path):
-    (tmp_path / "dev").mkdir()
-    (tmp_path / "run").mkdir()
-    return tmp_path
+    """``dev/`` and ``run/`` as tmpfs mounts of their own, like a runtime's (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("mknod, mount and setns need root")
+    mounted = []
+    for name in ("dev", "run"):
+        (tmp_path / name).mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(tmp_path / name)], check=True)
+        mounted.append(tmp_path / name)
+    yield tmp_path
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], check=False)
 
 
 @root_only
@@ -71,6 +80,7 @@ def test_an_existing_right_node_is_left_alone_and_a_wrong_one_refused(container_
 @root_only
 def test_a_symlinked_run_is_not_followed(container_root, tmp_path_factory):
     outside = tmp_path_factory.mktemp("host-etc")
+    subprocess.run(["umount", str(container_root / "run")], check=True)
     (container_root / "run").rmdir()
     (container_root / "run").symlink_to(outside)
     create_device_nodes(os.getpid(), [DeviceNode("/dev/nvidia0", 1, 11)], "/proc", str(container_root),
@@ -82,7 +92,7 @@ def test_a_symlinked_run_is_not_followed(container_root, tmp_path_factory):
 @root_only
 def test_a_symlinked_list_directory_is_refused_and_nothing_is_left(container_root, tmp_path_factory):
     outside = tmp_path_factory.mktemp("host-etc")
-    (container_root / "run").rmdir()
+    subprocess.run(["umount", str(container_root / "run")], check=True)
     (container_root / "dev" / "numa-pin").symlink_to(outside)
     with pytest.raises(EnforcementError, match="symlink"):
         create_device_nodes(os.getpid(), [DeviceNode("/dev/nvidia0", 1, 11)], "/proc", str(container_root),

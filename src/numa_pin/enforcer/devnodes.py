@@ -17,8 +17,9 @@ makes the nodes inside the container's mount namespace: a forked child joins
 ``/proc/<pid>/ns/mnt`` (``setns``) and calls ``mknod`` there, so the nodes land in the
 container's own ``/dev`` tmpfs and never on the host. At prestart/createRuntime the container's
 mounts exist but ``pivot_root`` has not happened, so its root is still ``root.path``; later the
-root is ``/``. The same child writes the list of granted GPUs to ``/run/numa-pin/gpus`` (or
-``/dev/numa-pin/gpus`` when the image has no ``/run`` directory). Paths that are symlinks are
+root is ``/``. The same child writes the list of granted GPUs to ``/run/numa-pin/gpus`` when
+``/run`` is a mount of its own (a tmpfs, as podman and CRI-O give), else to
+``/dev/numa-pin/gpus`` (the runtime's ``/dev`` tmpfs), never into the image itself. Paths that are symlinks are
 refused, so an image cannot point a write at the host.
 """
 
@@ -39,7 +40,7 @@ from numa_pin.topology.model import PciDevice
 
 #: permissions of a created node (the NVIDIA driver's default for its nodes)
 NODE_MODE = 0o666
-#: where the container finds the list of its GPUs (first directory that exists in the image)
+#: where the container finds the list of its GPUs (the first whose top directory is a mount)
 GPU_LIST_PATHS = ("/run/numa-pin/gpus", "/dev/numa-pin/gpus")
 CLONE_NEWNS = 0x00020000
 
@@ -202,24 +203,37 @@ def _make_nodes_into(root: str, nodes: Sequence[tuple[str, int, int, int]], gpu_
         if not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != (major, minor):
             raise ValueError(f"{path} exists in the container and is not character device {major}:{minor}")
     if gpu_text is not None:
-        for path in GPU_LIST_PATHS:
-            top = os.path.join(root, path.lstrip("/").split("/", 1)[0])
-            if os.path.isdir(top) and not os.path.islink(top):
+        candidates = [p for p in GPU_LIST_PATHS if _own_mount(os.path.join(root, p.lstrip("/").split("/", 1)[0]))]
+        for i, path in enumerate(candidates):
+            try:
+                _write_list(root, path, gpu_text, created)
                 break
-        directory = os.path.join(root, os.path.dirname(path).lstrip("/"))
-        _no_symlink(directory)
-        if not os.path.isdir(directory):
-            os.mkdir(directory, 0o755)
-            created.append(os.path.dirname(path))
-        target = os.path.join(directory, os.path.basename(path))
-        _no_symlink(target)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            os.write(fd, gpu_text.encode("ascii", errors="replace"))
-        finally:
-            os.close(fd)
-        created.insert(0, path)
+            except OSError as exc:  # a read-only image /run: try the next place (/dev is the runtime's tmpfs)
+                if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or i == len(candidates) - 1:
+                    raise
     return created
+
+
+def _own_mount(path: str) -> bool:
+    """A real directory that is a mount of its own (the runtime's tmpfs), so a write there stays in
+    the container; before pivot_root the image's own ``/run`` is the host's disk."""
+    return os.path.isdir(path) and not os.path.islink(path) and os.path.ismount(path)
+
+
+def _write_list(root: str, path: str, text: str, created: list[str]) -> None:
+    directory = os.path.join(root, os.path.dirname(path).lstrip("/"))
+    _no_symlink(directory)
+    if not os.path.isdir(directory):
+        os.mkdir(directory, 0o755)
+        created.append(os.path.dirname(path))
+    target = os.path.join(directory, os.path.basename(path))
+    _no_symlink(target)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, text.encode("ascii", errors="replace"))
+    finally:
+        os.close(fd)
+    created.insert(0, path)
 
 
 def _remove(rootfs: str | None, paths: Sequence[str]) -> list[str]:
