@@ -59,10 +59,10 @@ install_file() {  # MODE SOURCE DEST
 pk="$top/packaging"
 hooksd=/usr/share/containers/oci/hooks.d
 share=/usr/share/numa-pin
-install_file 644 "$pk/hooks.d/numa-pin.json" "$hooksd/numa-pin.json"
-install_file 644 "$pk/hooks.d/numa-pin-release.json" "$hooksd/numa-pin-release.json"
-install_file 644 "$pk/hooks.d/numa-pin.json" "$share/hooks.d/numa-pin.json"
-install_file 644 "$pk/hooks.d/numa-pin-release.json" "$share/hooks.d/numa-pin-release.json"
+for hook in numa-pin-precreate.json numa-pin.json numa-pin-release.json; do
+    install_file 644 "$pk/hooks.d/$hook" "$hooksd/$hook"
+    install_file 644 "$pk/hooks.d/$hook" "$share/hooks.d/$hook"
+done
 install_file 644 "$pk/runc/hooks-snippet.json" "$share/runc/hooks-snippet.json"
 install_file 644 "$pk/containerd/hooks.json" "$share/containerd/hooks.json"
 install_file 644 "$pk/containerd/config.toml" "$share/containerd/config.toml"

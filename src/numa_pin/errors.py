@@ -15,6 +15,7 @@ is allowed to escape as a traceback.
     ├── AdmissionError                 the container must not start
     │   ├── TopologyAffinityError      the policy rejected the merged hint
     │   ├── AdmissionTimeout           the deadline passed (or the client left) before a decision
+    │   ├── RootlessError              a rootless container asked for resources only root can pin
     │   └── AllocationError            an allocator could not satisfy a request
     │       └── SMTAlignmentError      full-pcpus-only could not be honoured
     ├── LedgerError(path, errno)       the node ledger
@@ -143,6 +144,13 @@ class AdmissionTimeout(AdmissionError):
     """The admission ran past its deadline (``admission_timeout_s``) or its client went away."""
 
     kind = "AdmissionTimeout"
+
+
+class RootlessError(AdmissionError):
+    """A container run without root (rootless podman) asked numa-pin for CPUs, memory or devices:
+    pinning them needs the root runtime's cgroups and the node ledger."""
+
+    kind = "RootlessError"
 
 
 class AllocationError(AdmissionError):
@@ -287,6 +295,7 @@ __all__ = [
     "NumaPinError",
     "PolicyError",
     "RequestError",
+    "RootlessError",
     "SMTAlignmentError",
     "SysfsError",
     "TopologyAffinityError",

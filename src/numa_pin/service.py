@@ -36,6 +36,9 @@ from numa_pin.topology.model import Topology
 
 #: how often an admission decides again when other writers keep committing first
 MAX_ATTEMPTS = 8
+#: how long a grant made before its container exists (podman precreate: no pid yet, the cgroup
+#: named in the config not created yet) counts as alive without its cgroup
+PENDING_GRACE_S = 120.0
 
 
 def settings_from_config(config: Config) -> NodeSettings:
@@ -95,7 +98,12 @@ class NodeService:
         return self._settings
 
     def _alive(self, grant: Grant) -> bool:
-        return is_alive(grant, self.config.proc_root, self.config.cgroup_root)
+        """:func:`is_alive`, plus: a pid-less grant with an expected cgroup (made at precreate) is
+        alive for :data:`PENDING_GRACE_S` before the runtime creates that cgroup. So a container
+        the runtime never started (podman then runs no poststop) does not keep its grant."""
+        if is_alive(grant, self.config.proc_root, self.config.cgroup_root):
+            return True
+        return grant.pid is None and grant.cgroup is not None and time.time() - grant.created < PENDING_GRACE_S
 
     def _layout(self) -> cg.CgroupLayout:
         """How cgroups are mounted (read once per service from mountinfo)."""
@@ -117,6 +125,7 @@ class NodeService:
     def admit(
         self, request: ContainerRequest, pid: int | None, *, kind: str | None = None,
         owner: ContainerCgroup | None = None, deadline: Deadline | None = None,
+        rootfs: str | None = None, expected_cgroup: str | None = None,
     ) -> Admitted:
         """Decide, enforce and record one container (or process). Raises an
         :class:`~numa_pin.errors.AdmissionError` on rejection, after rolling everything back.
@@ -130,14 +139,17 @@ class NodeService:
 
         Raises :class:`~numa_pin.errors.EnforcementError` before anything is written when ``pid``
         sits in the hierarchy root, or (with ``owner``, the bundle's cgroup facts) in another cgroup.
+        ``rootfs`` (the spec's ``root.path``) is where granted GPU nodes go before pivot_root.
+        ``expected_cgroup`` (precreate, no pid yet) is the cgroup the runtime will create; the
+        grant lives by it once :data:`PENDING_GRACE_S` have passed.
         """
         budget = deadline or Deadline(self.config.admission_timeout_s, f"admission of {request.container_id}")
         with budget.active():
-            return self._admit(request, pid, kind, owner, budget)
+            return self._admit(request, pid, kind, owner, budget, rootfs, expected_cgroup)
 
     def _admit(
         self, request: ContainerRequest, pid: int | None, kind: str | None, owner: ContainerCgroup | None,
-        deadline: Deadline,
+        deadline: Deadline, rootfs: str | None = None, expected_cgroup: str | None = None,
     ) -> Admitted:
         cfg = self.config
         ref = None
@@ -162,14 +174,18 @@ class NodeService:
                 existing = state.grants.get(request.container_id)
                 undo = UndoLog()
                 try:
-                    if existing is not None and kind == KIND_PROCESS and existing.pid != pid:
+                    if existing is not None and kind == KIND_PROCESS and existing.pid not in (pid, None):
                         raise RequestError(live_name_message(existing), annotation="--name")
+                    bind = existing is not None and existing.pid is None and pid is not None
                     if existing is not None:
-                        grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root))
+                        grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root),
+                                        cgroup=ref.rel_path if ref is not None else existing.cgroup)
                         decision = None
                     else:
                         assert decision is not None
                         grant = self._grant(request, decision, pid, ref, kind)
+                        if ref is None and expected_cgroup:
+                            grant = replace(grant, cgroup=expected_cgroup)
                     new_state = state.with_grant(grant)
                     if decision is not None and decision.pod_affinity is not None and request.pod_id not in state.pods:
                         pod = PodRecord(
@@ -177,8 +193,8 @@ class NodeService:
                         )
                         new_state = new_state.with_pod(pod)
                     self._enforce(grant, ref, new_state, undo, pool_changed=any(g.cpus for g in dropped))
-                    if existing is None and pid and grant.devices:
-                        netdevs = self._grant_devices(grant, pid, undo)
+                    if (existing is None or bind) and pid and grant.devices and not grant.netdevs:
+                        netdevs = self._grant_devices(grant, pid, undo, rootfs)
                         if netdevs:
                             grant = replace(grant, netdevs=netdevs)
                             new_state = new_state.with_grant(grant)
@@ -286,9 +302,10 @@ class NodeService:
             refs = self._shared_refs(state, exclude=grant.container_id)
             resize_shared(refs, pool, self.config.cgroup_root, undo, self._limits(state))
 
-    def _grant_devices(self, grant: Grant, pid: int, undo: UndoLog) -> tuple[dict[str, str], ...]:
-        """Move granted SR-IOV VF netdevs into the container's netns (``net1``, ``net2``, ...) and
-        open the container's device cgroup to granted GPUs. Returns the netdev records to keep."""
+    def _grant_devices(self, grant: Grant, pid: int, undo: UndoLog, rootfs: str | None) -> tuple[dict[str, str], ...]:
+        """Move granted SR-IOV VF netdevs into the container's netns (``net1``, ``net2``, ...),
+        open the container's device cgroup to granted GPUs and create their nodes (and the GPU
+        list file) in the container's mount namespace. Returns the netdev records to keep."""
         from numa_pin.topology.model import KIND_GPU
 
         records: list[dict[str, str]] = []
@@ -311,8 +328,37 @@ class NodeService:
         if gpus:
             from numa_pin.enforcer.gpu import grant_gpus
 
-            grant_gpus(gpus, pid, self.config.proc_root, self.config.cgroup_root, self._layout(), undo)
+            allowed = grant_gpus(gpus, pid, self.config.proc_root, self.config.cgroup_root, self._layout(), undo)
+            from numa_pin.enforcer.devnodes import expose_gpus
+
+            nodes = expose_gpus(gpus, pid, self.config.proc_root, rootfs, undo)
+            rules = [str(r) for r in allowed.added] if allowed is not None else []
+            if nodes or rules:  # what a release of a live container takes back (see _revoke_gpus)
+                records.append({"gpu": json.dumps({
+                    "nodes": list(nodes), "rules": rules,
+                    "devices_dir": allowed.cgroup_dir if allowed is not None else None,
+                }, sort_keys=True)})
         return tuple(records)
+
+    def _revoke_gpus(self, grant: Grant) -> list[str]:
+        """Take back the GPU nodes and device rules of a grant whose container still runs (a
+        release by hand); a dead container took them along with its namespace and cgroup."""
+        problems: list[str] = []
+        for entry in grant.netdevs:
+            if "gpu" not in entry or grant.pid is None or not self._alive(grant):
+                continue
+            try:
+                rec = json.loads(entry["gpu"])
+                from numa_pin.enforcer import cgroups as cgf
+                from numa_pin.enforcer.devnodes import remove_device_nodes
+
+                remove_device_nodes(grant.pid, rec["nodes"], self.config.proc_root, None)
+                if rec.get("devices_dir") and os.path.isdir(rec["devices_dir"]):
+                    for rule in rec["rules"]:
+                        cgf.write_cgroup_file(os.path.join(rec["devices_dir"], "devices.deny"), rule)
+            except (NumaPinError, KeyError, ValueError, TypeError) as exc:
+                problems.append(f"{grant.container_id}: GPU access not taken back: {exc}")
+        return problems
 
     def _restore_netdevs(self, grant: Grant) -> list[str]:
         """Give moved VFs back to the host (by PCI address, under their host names)."""
@@ -320,12 +366,22 @@ class NodeService:
 
         problems: list[str] = []
         for entry in grant.netdevs:
+            if "record" not in entry:
+                continue  # moved by the runtime (linux.netDevices), which the kernel gives back
             try:
                 rec = NetdevRecord.from_dict(json.loads(entry["record"]))
                 restore_netdev(rec, None, self.config.sysfs_root, self.config.proc_root)
             except (NumaPinError, KeyError, ValueError) as exc:
                 problems.append(f"{grant.container_id}: netdev not restored: {exc}")
         return problems
+
+    def note_runtime_netdevs(self, container_id: str, host_names: tuple[str, ...]) -> Grant:
+        """Record that the runtime moves these VF netdevs (``linux.netDevices``), so no later
+        stage moves them again. Raises LedgerError, or KeyError when the grant is gone."""
+        with self.ledger.transaction() as txn:
+            grant = replace(txn.state.grants[container_id], netdevs=tuple({"runtime": n} for n in host_names))
+            txn.state = txn.state.with_grant(grant)
+        return grant
 
     # ---- release ---------------------------------------------------------------------------
     def release(self, container_id: str) -> Grant | None:
@@ -340,7 +396,7 @@ class NodeService:
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)
             for g in ([grant] if grant is not None else []) + list(dropped):
-                for problem in self._restore_netdevs(g):
+                for problem in self._restore_netdevs(g) + self._revoke_gpus(g):
                     report.log_syslog(f"numa-pin: {problem}")
             if (grant is not None and grant.cpus) or any(g.cpus for g in dropped):
                 undo = UndoLog()
@@ -395,4 +451,4 @@ def _start_time(pid: int | None, proc_root: str) -> float | None:
     return process_start_time(pid, proc_root) if pid else None
 
 
-__all__ = ["Admitted", "NodeService", "live_name_message", "settings_from_config"]
+__all__ = ["PENDING_GRACE_S", "Admitted", "NodeService", "live_name_message", "settings_from_config"]

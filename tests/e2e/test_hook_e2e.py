@@ -230,4 +230,85 @@ def test_runc_exclusive_request_outside_the_users_cpuset_is_rejected(runc_rt, no
     assert (f"numa-pin: rejected {cid}: TopologyAffinityError: restricted policy: resources cannot be aligned on "
             "their preferred NUMA nodes (cpu 1 requested, free per node: 0=0; only inside the container's cpuset 0 "
             "(linux.resources.cpu.cpus))") in res.stderr
+
+
+# ---------------------------------------------------------------- podman precreate (issue 13)
+def _hooks_dir(node, folder: Path, files: tuple[str, ...]) -> Path:
+    """The packaged hooks.d ``files``, pointed at this checkout's hook and the test config."""
+    packaged = Path(__file__).resolve().parents[2] / "packaging" / "hooks.d"
+    folder.mkdir(exist_ok=True)
+    for name in files:
+        doc = json.loads((packaged / name).read_text())
+        stage = doc["hook"]["args"][-1]
+        doc["hook"]["path"] = str(node.path)
+        doc["hook"]["args"] = ["numa-pin-hook", "--config", str(node.cfg), stage]
+        doc["hook"]["env"] = doc["hook"]["env"] + [f"NUMA_PIN_CACHE_DIR={node.state.parent / 'cache'}"]
+        (folder / name).write_text(json.dumps(doc))
+    return folder
+
+
+PRECREATE_ONLY = ("numa-pin-precreate.json", "numa-pin-release.json")
+
+
+def _oci_config(store, name: str) -> dict:
+    """The config.json podman handed the runtime (``podman inspect``'s OCIConfigPath)."""
+    res = harness.execute(store.argv("inspect", "--format", "{{.OCIConfigPath}}", name), timeout=60)
+    assert res.returncode == 0, res.stderr
+    return json.loads(Path(res.stdout.strip()).read_text())
+
+
+def test_podman_precreate_writes_the_cpu_into_the_config_runc_gets(podman_runc, node, busybox_rootfs, tmp_path):
+    """Only the precreate and poststop files: the CPU can only come from the config podman hands runc."""
+    hooks = _hooks_dir(node, tmp_path / "hooks.d", PRECREATE_ONLY)
+    for _ in range(2):  # released at exit, granted again to the next container
+        name = harness.new_container_id()
+        res = harness.run_podman(busybox_rootfs, args=["cat", "/proc/self/status"], store=podman_runc,
+                                 annotations=ONE_CPU, hooks_dir=hooks, name=name, remove=False)
+        assert res.returncode == 0, res.stderr
+        assert _cpus_allowed(res.stdout) == "1"
+        config = _oci_config(podman_runc, name)
+        assert config["linux"]["resources"]["cpu"]["cpus"] == "1"
+        assert config["linux"]["resources"]["cpu"]["mems"] == "0"
+        harness.execute(podman_runc.argv("rm", name), timeout=60)
+        assert node.grants() == {}, "poststop released the CPU"
+
+
+def test_podman_precreate_rejection_stops_the_container_and_keeps_nothing(podman_runc, node, busybox_rootfs,
+                                                                            tmp_path):
+    hooks = _hooks_dir(node, tmp_path / "hooks.d", PRECREATE_ONLY)
+    holder = harness.new_container_id()
+    res = harness.run_podman(busybox_rootfs, args=["sleep", "1000"], store=podman_runc, annotations=ONE_CPU,
+                             hooks_dir=hooks, name=holder, extra=["-d"])
+    assert res.returncode == 0, res.stderr
+    try:
+        held = node.grants()
+        assert [g.cpus for g in held.values()] == [frozenset({1})]
+        second = harness.new_container_id()
+        res = harness.run_podman(busybox_rootfs, args=["true"], store=podman_runc, annotations=ONE_CPU,
+                                 hooks_dir=hooks, name=second)
+        assert res.returncode != 0
+        assert "precreate" in res.stderr or "hook" in res.stderr, res.stderr
+        assert node.grants() == held, "the refused container left nothing in the ledger"
+        (reason,) = [json.loads(p.read_text()) for p in (node.state / "reasons").glob("*.json")]
+        assert reason["line"].startswith("numa-pin: rejected ") and "TopologyAffinityError" in reason["line"]
+    finally:
+        harness.execute(podman_runc.argv("rm", "--force", holder), timeout=60)
+    assert node.grants() == {}
+
+
+def test_podman_all_hooks_precreate_then_prestart_binds_the_pid(podman_runc, node, busybox_rootfs, tmp_path):
+    """precreate decides, prestart binds the grant to the container's pid and cgroup, poststop releases."""
+    hooks = _hooks_dir(node, tmp_path / "hooks.d", ("numa-pin-precreate.json", "numa-pin.json",
+                                                   "numa-pin-release.json"))
+    name = harness.new_container_id()
+    res = harness.run_podman(busybox_rootfs, args=["sleep", "1000"], store=podman_runc, annotations=ONE_CPU,
+                             hooks_dir=hooks, name=name, extra=["-d"])
+    assert res.returncode == 0, res.stderr
+    try:
+        (grant,) = node.grants().values()
+        assert grant.cpus == frozenset({1}) and grant.pid is not None and grant.cgroup is not None
+        status = Path(f"/proc/{grant.pid}/status").read_text()
+        assert _cpus_allowed(status) == "1"
+    finally:
+        harness.execute(podman_runc.argv("rm", "--force", name), timeout=60)
     assert node.grants() == {}

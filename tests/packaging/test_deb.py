@@ -40,7 +40,7 @@ UNITS = ("numa-pin-agent.socket", "numa-pin-agent.service", "numa-pin-reconcile.
          "numa-pin-nrt.service")
 WANT_FILES = {
     "usr/bin/numa-pin", "usr/bin/numa-pin-hook",
-    f"{HOOKS_D}/numa-pin.json", f"{HOOKS_D}/numa-pin-release.json",
+    f"{HOOKS_D}/numa-pin.json", f"{HOOKS_D}/numa-pin-release.json", f"{HOOKS_D}/numa-pin-precreate.json",
     "etc/numa-pin/config.yaml",
     "usr/share/numa-pin/runc/hooks-snippet.json",
     "usr/share/numa-pin/containerd/config.toml", "usr/share/numa-pin/containerd/hooks.json",
@@ -135,7 +135,7 @@ def test_commands_run_on_debian_python(extracted):
 
 
 def test_shipped_files_point_at_installed_paths(extracted):
-    for path in ("numa-pin.json", "numa-pin-release.json"):
+    for path in ("numa-pin-precreate.json", "numa-pin.json", "numa-pin-release.json"):
         hook = json.loads((extracted / HOOKS_D / path).read_text())
         assert hook["hook"]["path"] == "/usr/bin/numa-pin-hook"
     snippet = json.loads((extracted / "usr/share/numa-pin/runc/hooks-snippet.json").read_text())

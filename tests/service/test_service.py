@@ -127,6 +127,7 @@ def test_gpu_and_vf_alignment_moves_the_vf(node, monkeypatch):
     monkeypatch.setattr("numa_pin.enforcer.netdev.NetdevRecord.from_dict", classmethod(lambda cls, d: d))
     monkeypatch.setattr("numa_pin.enforcer.netdev.restore_netdev", fake_restore)
     monkeypatch.setattr("numa_pin.enforcer.gpu.grant_gpus", lambda *a, **k: None)
+    monkeypatch.setattr("numa_pin.enforcer.devnodes.expose_gpus", lambda *a, **k: ())
     agent = NodeService(node.config)
     req = request_from_oci("g", {"numa-pin.io/cpus": "2", "numa-pin.io/devices": "nvidia.com/gpu=1,example.com/vf=1"})
     grant = agent.admit(req, node.container(1)).grant

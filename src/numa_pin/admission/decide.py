@@ -176,7 +176,13 @@ def resolve_fixed_devices(request: ContainerRequest, machine: _Machine) -> dict[
             if addr not in known:
                 raise RequestError(f"device {addr} is not a {matched} device", annotation="PCIDEVICE_" + suffix)
         fixed.setdefault(matched, []).extend(addrs)
-    return {r: tuple(a) for r, a in fixed.items()}
+    if request.fixed_cdi:
+        from numa_pin.admission.cdi_map import resolve_cdi
+
+        gpus_in_order = sorted(_nvidia_gpus(machine.topology), key=lambda d: d.address)
+        for res, addr in resolve_cdi(request.fixed_cdi, gpus_in_order, machine.devices, NVIDIA_GPU):
+            fixed.setdefault(res, []).append(addr)
+    return {r: tuple(dict.fromkeys(a)) for r, a in fixed.items()}
 
 
 def _provider_hints(
@@ -342,7 +348,7 @@ def decide(
     options = check_machine(policy, settings.policy_options, topology.node_ids, topology.distance_rows())
     cpu_topo = CpuTopology.from_topology(topology)
     settings.cpu_options.validate(cpu_topo, policy)
-    need_devices = bool(request.fixed_gpus or request.fixed_pci or request.amounts.devices
+    need_devices = bool(request.fixed_gpus or request.fixed_pci or request.fixed_cdi or request.amounts.devices
                         or (request.pod_amounts is not None and request.pod_amounts.devices))
     machine = _machine(topology, cpu_topo, state, settings, request.container_id, need_devices)
     if request.cpuset is not None:  # the user's own cpuset: allocate inside it or not at all

@@ -24,7 +24,9 @@ Kubernetes-compatible inference (each switchable in the config):
   stays a shared container;
 * ``linux.resources.hugepageLimits`` mean hugepages to align;
 * ``NVIDIA_VISIBLE_DEVICES`` and ``PCIDEVICE_*`` in ``process.env`` are devices a device plugin
-  already chose: they become fixed devices, and CPUs and memory align to them.
+  already chose: they become fixed devices, and CPUs and memory align to them. So are devices
+  chosen through CDI: the names in ``cdi.k8s.io/*`` annotations (always read) and CDI names in
+  ``NVIDIA_VISIBLE_DEVICES`` (:mod:`numa_pin.devices.cdi`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 
 from numa_pin import names
 from numa_pin.cpuset import parse_list
+from numa_pin.devices.cdi import CdiDevice, devices_from_annotations, devices_from_env_tokens
 from numa_pin.errors import RequestError
 from numa_pin.quantity import ASCII_BLANKS, parse_bytes, parse_count
 
@@ -110,6 +113,7 @@ class ContainerRequest:
     #: the CPUs the user pinned the container to (``linux.resources.cpu.cpus``, podman
     #: ``--cpuset-cpus``): a constraint, never widened or moved
     cpuset: frozenset[int] | None = None
+    fixed_cdi: tuple[CdiDevice, ...] = ()  # devices chosen through CDI (cdi.k8s.io/*, CDI names in env)
 
     @property
     def exclusive(self) -> bool:
@@ -251,10 +255,13 @@ def request_from_oci(
 
     fixed_gpus: tuple[str, ...] = ()
     fixed_pci: dict[str, tuple[str, ...]] = {}
+    fixed_cdi: tuple[CdiDevice, ...] = ()
     if inference.device_plugin_env:
         gpus = env.get("NVIDIA_VISIBLE_DEVICES", "").strip()
         if gpus and gpus not in ("none", "void", "all"):
-            fixed_gpus = tuple(t.strip() for t in gpus.split(",") if t.strip())
+            tokens = tuple(t.strip() for t in gpus.split(",") if t.strip())
+            fixed_cdi = devices_from_env_tokens(tokens, "NVIDIA_VISIBLE_DEVICES")
+            fixed_gpus = tuple(t for t in tokens if not any(t == str(d) for d in fixed_cdi))
         for key, value in env.items():
             if key.startswith("PCIDEVICE_") and not key.endswith("_INFO") and value.strip():
                 fixed_pci[key[len("PCIDEVICE_"):]] = tuple(v.strip() for v in value.split(",") if v.strip())
@@ -275,7 +282,15 @@ def request_from_oci(
         fixed_pci=fixed_pci,
         claimed_pod=claimed_pod,
         cpuset=_cpuset(cpuset),
+        fixed_cdi=_unique_cdi(fixed_cdi + devices_from_annotations(annotations)),
     )
+
+
+def _unique_cdi(devices: tuple[CdiDevice, ...]) -> tuple[CdiDevice, ...]:
+    seen: dict[str, CdiDevice] = {}
+    for dev in devices:
+        seen.setdefault(str(dev), dev)
+    return tuple(seen.values())
 
 
 def _cpuset(text: str | None) -> frozenset[int] | None:

@@ -19,11 +19,16 @@ from numa_pin.errors import AgentError
 #: in-process admissions, a rejection and a release, plus every function-level import of the
 #: hook path (devices, GPUs, psutil for liveness on a real /proc, difflib for config errors).
 #: Left out: pyroute2, which only SR-IOV moves import (in the child, ~20 ms) and which would
-#: add some 250 modules to every fork. tests/agent checks both halves of this.
+#: add some 250 modules to every fork; and ctypes, which only a GPU grant imports (in the forked
+#: child that joins the container's mount namespace, Python 3.11 having no os.setns).
+#: tests/agent checks both halves of this.
 PRELOAD: tuple[str, ...] = (
     "numa_pin.hook.main",
     "numa_pin.hook.oci",
     "numa_pin.hook.admit",
+    "numa_pin.hook.rootless",
+    "numa_pin.hook.precreate",
+    "numa_pin.enforcer.devnodes",
     "numa_pin.config.load",
     "numa_pin.config.schema",
     "numa_pin.service",
@@ -31,6 +36,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.text",
     "numa_pin.boundedio",
     "numa_pin.admission.decide",
+    "numa_pin.admission.cdi_map",
     "numa_pin.admission.request",
     "numa_pin.providers.cpu",
     "numa_pin.providers.memory",
@@ -59,7 +65,7 @@ PRELOAD: tuple[str, ...] = (
 
 
 #: function-level imports of the hook path that :data:`PRELOAD` leaves out on purpose
-NOT_PRELOADED = ("pyroute2", "pyroute2.netlink.exceptions")
+NOT_PRELOADED = ("pyroute2", "pyroute2.netlink.exceptions", "ctypes")
 
 
 def preload(names: Iterable[str] = PRELOAD) -> list[str]:

@@ -20,7 +20,7 @@ rewrite would not last). Grant GPUs on v2 through CDI or the runtime (``linux.de
 rules it is given and raises EnforcementError, with that explanation, only when access is
 actually missing.
 
-Device nodes inside the container's ``/dev`` are not created here.
+Device nodes inside the container's ``/dev`` are created by :mod:`numa_pin.enforcer.devnodes`.
 """
 
 from __future__ import annotations
@@ -276,6 +276,20 @@ def grant_gpus(
     rolled back); CgroupEscapeError for a cgroup path outside ``cgroup_root``.
     """
     rules = nvidia_rules(_gpu_minors(gpus), read_uvm_major(proc_root))
+    return allow_device_rules(rules, pid, proc_root, cgroup_root, layout, undo, oci_rules=oci_rules)
+
+
+def allow_device_rules(
+    rules: tuple[DeviceRule, ...],
+    pid: int | str,
+    proc_root: str | os.PathLike[str],
+    cgroup_root: str | os.PathLike[str],
+    layout: CgroupLayout,
+    undo: UndoLog,
+    *,
+    oci_rules: Sequence[OciDeviceRule] | None = None,
+) -> GpuGrant:
+    """:func:`grant_gpus` for any device ``rules`` (same writes, checks and errors)."""
     devices_dir = cgroups.find_v1_controller_dir(pid, proc_root, cgroup_root, layout, "devices")
     if devices_dir is None:
         return _check_v2(rules, pid, proc_root, cgroup_root, layout, oci_rules)
@@ -398,6 +412,7 @@ __all__ = [
     "DeviceRule",
     "GpuGrant",
     "OciDeviceRule",
+    "allow_device_rules",
     "expose_gpu_env_file",
     "grant_gpus",
     "nvidia_rules",

@@ -30,8 +30,9 @@ def request_for(state: OciState, config: Config) -> ContainerRequest:
     return request_from_spec(state, load_spec(state.bundle), config)
 
 
-def admission_for(state: OciState, config: Config) -> tuple[ContainerRequest, ContainerCgroup]:
-    """The request, and what the bundle says the container's cgroup is (the state's pid must
-    sit there: :func:`numa_pin.enforcer.owner.check_container_cgroup`)."""
+def admission_for(state: OciState, config: Config) -> tuple[ContainerRequest, ContainerCgroup, str | None]:
+    """The request; what the bundle says the container's cgroup is (the state's pid must sit
+    there: :func:`numa_pin.enforcer.owner.check_container_cgroup`); and the container's root
+    filesystem (where granted GPU nodes go before pivot_root)."""
     spec = load_spec(state.bundle)
-    return request_from_spec(state, spec, config), ContainerCgroup(state.id, spec.cgroups_path)
+    return request_from_spec(state, spec, config), ContainerCgroup(state.id, spec.cgroups_path), spec.root_path

@@ -3,6 +3,8 @@
 STAGE is ``prestart`` (default) or ``createRuntime`` to admit and enforce (running both is
 harmless: the second finds the grant and re-applies it), or ``poststop`` to release. Other
 stages are accepted and do nothing, so a hooks.d file listing them cannot break a container.
+``precreate`` (podman's hooks.d extension stage) reads the proposed ``config.json`` on stdin,
+admits, and prints the config with the decision written into it (:mod:`numa_pin.hook.precreate`).
 
 The OCI state arrives on stdin. A rejection exits 1 with one line on stderr::
 
@@ -30,8 +32,10 @@ import sys
 
 ADMIT_STAGES = {"prestart", "createRuntime", "create-runtime"}
 RELEASE_STAGES = {"poststop"}
+PRECREATE_STAGES = {"precreate"}
 NOOP_STAGES = {"createContainer", "startContainer", "poststart"}
-USAGE = "usage: numa-pin-hook [--config PATH] [prestart|createRuntime|poststop]  (OCI state on stdin)"
+USAGE = ("usage: numa-pin-hook [--config PATH] [prestart|createRuntime|poststop]  (OCI state on stdin)\n"
+         "       numa-pin-hook [--config PATH] precreate  (proposed config.json on stdin, config to use on stdout)")
 #: where the parsed config is cached between hook runs (override: NUMA_PIN_CACHE_DIR)
 DEFAULT_CACHE_DIR = "/run/numa-pin"
 
@@ -53,7 +57,7 @@ def _parse_argv(argv: list[str]) -> tuple[str | None, str]:
             raise ValueError(f"unknown option {arg}")
         else:
             stage = arg
-    if stage not in ADMIT_STAGES | RELEASE_STAGES | NOOP_STAGES:
+    if stage not in ADMIT_STAGES | RELEASE_STAGES | NOOP_STAGES | PRECREATE_STAGES:
         raise ValueError(f"unknown stage {stage!r}")
     return config, stage
 
@@ -88,8 +92,9 @@ def _warn_kubelet(kubelet_root: str, use_syslog: bool) -> None:
         log_syslog(line, error=False)
 
 
-def run(argv: list[str], stdin) -> int:
-    """The hook, minus process setup; returns the exit code."""
+def run(argv: list[str], stdin, stdout=None) -> int:
+    """The hook, minus process setup; returns the exit code. Only ``precreate`` writes to
+    ``stdout`` (default: ``sys.stdout``'s buffer)."""
     try:
         config_path, stage = _parse_argv(argv)
     except ValueError as exc:
@@ -106,10 +111,27 @@ def run(argv: list[str], stdin) -> int:
     state_dir: str | None = None
     use_syslog = False
     try:
-        from numa_pin.hook.oci import read_state
+        if stage in PRECREATE_STAGES:
+            from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
+            from numa_pin.hook.precreate import container_id_from_cgroups_path, read_proposed
 
-        state = read_state(stdin)
-        cid = state.id
+            data = stdin.read(MAX_DOCUMENT_BYTES + 1)
+            data = data.encode() if isinstance(data, str) else data
+            cgroups_path = (read_proposed(data).get("linux") or {}).get("cgroupsPath")
+            cid = container_id_from_cgroups_path(cgroups_path if isinstance(cgroups_path, str) else None) or "?"
+        else:
+            from numa_pin.hook.oci import read_state
+
+            state = read_state(stdin)
+            cid = state.id
+        from numa_pin.hook.rootless import is_rootless
+
+        if is_rootless():
+            from numa_pin.hook.rootless import run_rootless
+
+            precreate_data = data if stage in PRECREATE_STAGES else None
+            return run_rootless(stage, cid, precreate_data, None if precreate_data is not None else state,
+                                config_path, stdout if stdout is not None else sys.stdout.buffer)
         from numa_pin.config.load import load_config
 
         cache_dir = os.environ.get("NUMA_PIN_CACHE_DIR", DEFAULT_CACHE_DIR)
@@ -120,6 +142,18 @@ def run(argv: list[str], stdin) -> int:
         agent = NodeService(config, cache_dir=cache_dir)
         from numa_pin.report import forget_reason
 
+        if stage in PRECREATE_STAGES:
+            import json
+
+            from numa_pin.hook.precreate import precreate
+
+            result = precreate(data, agent)
+            out = stdout if stdout is not None else sys.stdout.buffer
+            out.write(json.dumps(result.spec).encode())
+            out.flush()
+            if result.grant is not None:
+                _warn_kubelet(config.kubelet_root, use_syslog)
+            return EXIT_OK
         if stage in RELEASE_STAGES:
             # runc runs poststop after a rejected prestart too: the rejection's reason is kept
             # for `numa-pin explain` unless a grant was actually released
@@ -128,12 +162,12 @@ def run(argv: list[str], stdin) -> int:
             return EXIT_OK
         from numa_pin.hook.admit import admission_for
 
-        request, owner = admission_for(state, config)
+        request, owner, rootfs = admission_for(state, config)
         if not state.pid:
             from numa_pin.errors import HookInputError
 
             raise HookInputError(f"container {cid}: the runtime passed no pid at {stage}")
-        agent.admit(request, state.pid, owner=owner)
+        agent.admit(request, state.pid, owner=owner, rootfs=rootfs)
         forget_reason(state_dir, state.id)  # an earlier rejection no longer explains this container
         _warn_kubelet(config.kubelet_root, use_syslog)
         return EXIT_OK
@@ -157,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     """The ``numa-pin-hook`` script: hand the hook to the warm agent (``numa-pin serve``) when
     one answers on its socket, else (or with ``NUMA_PIN_NO_AGENT=1``) run it in this process."""
     args = sys.argv[1:] if argv is None else argv
-    if os.environ.get("NUMA_PIN_NO_AGENT") == "1":
+    if os.environ.get("NUMA_PIN_NO_AGENT") == "1" or "precreate" in args:  # the agent returns no stdout
         return run(args, sys.stdin.buffer)
     import io
 

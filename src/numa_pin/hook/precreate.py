@@ -1,0 +1,290 @@
+"""``numa-pin-hook precreate``: decide from the proposed ``config.json`` and write the decision into it.
+
+podman runs hooks.d hooks of the ``precreate`` stage before it calls the runtime: the hook reads
+the proposed OCI config on stdin and prints the config to use on stdout. numa-pin then
+
+1. takes the container id from ``linux.cgroupsPath`` (``machine.slice:libpod:<id>`` with the
+   systemd driver, ``/libpod_parent/libpod-<id>`` with cgroupfs): the OCI state does not exist
+   yet, and that id is the one the runtime and the later hooks use;
+2. builds the request exactly as prestart does (annotations, ``linux.resources``, device-plugin
+   env, CDI names) and admits it without a pid: the grant is recorded in the ledger under the
+   container id, the shared pool shrinks, nothing else is touched;
+3. writes the grant into the config: ``linux.resources.cpu.cpus`` / ``.mems``; for GPUs the
+   device nodes (``linux.devices``), their allow rules (``linux.resources.devices``) and
+   ``NVIDIA_VISIBLE_DEVICES``; ``linux.memoryPolicy`` and ``linux.netDevices`` only when the
+   config says its runtime-spec has them (:func:`runtime_features`).
+
+The runtime (and systemd) then apply the values themselves, so a ``daemon-reload`` or ``runc
+update`` keeps them, and GPUs work on cgroup v2. The prestart/createRuntime hook, when installed
+too, finds the grant, binds it to the container's pid and cgroup and re-applies it (idempotent);
+poststop releases it. A container that asks for nothing passes through unchanged and unrecorded.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from numa_pin.cpuset import format_list
+from numa_pin.errors import HookInputError, NumaPinError
+from numa_pin.ledger.model import Grant
+from numa_pin.topology.model import KIND_GPU, PciDevice, Topology
+
+#: the runtime-spec release that added ``linux.netDevices`` and ``linux.memoryPolicy``
+NATIVE_FIELDS_SINCE = (1, 3, 0)
+_HEX_ID = re.compile(r"[0-9a-f]{12,128}")
+
+
+def container_id_from_cgroups_path(path: str | None) -> str | None:
+    """The container id in a ``linux.cgroupsPath``, or None when there is none.
+
+    ``slice:prefix:name`` (systemd driver) gives ``name``; a path gives its last component
+    without a ``<prefix>-`` in front of a hex id and without ``.scope``.
+    """
+    if not path:
+        return None
+    if ":" in path and not path.startswith("/"):
+        name = path.rsplit(":", 1)[1]
+    else:
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+    name = name.removesuffix(".scope")
+    prefix, sep, rest = name.rpartition("-")
+    if sep and prefix and _HEX_ID.fullmatch(rest):
+        name = rest
+    return name or None
+
+
+def expected_cgroup(path: str | None) -> str | None:
+    """The cgroup (relative to the hierarchy root) a runtime makes for ``linux.cgroupsPath``.
+
+    A path is taken as it is; ``slice:prefix:name`` (systemd driver) is
+    ``/<expanded slice>/<prefix>-<name>.scope``, the slice expanded on dashes as systemd does
+    (``a-b.slice`` lives in ``a.slice``). None when there is no path.
+    """
+    if not path:
+        return None
+    if path.startswith("/"):
+        return os.path.normpath(path)
+    parts = path.split(":")
+    if len(parts) != 3:
+        return None
+    slice_name, prefix, name = parts
+    chain: list[str] = []
+    if slice_name and slice_name != "-.slice":
+        stem = slice_name.removesuffix(".slice")
+        pieces = stem.split("-")
+        chain = ["-".join(pieces[: i + 1]) + ".slice" for i in range(len(pieces))]
+    unit = name if name.endswith(".slice") else f"{prefix}-{name}.scope" if prefix else f"{name}.scope"
+    return "/" + "/".join([*chain, unit])
+
+
+def _version(text: object) -> tuple[int, ...]:
+    if not isinstance(text, str):
+        return ()
+    parts: list[int] = []
+    for piece in text.split("-", 1)[0].split("."):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    return tuple(parts)
+
+
+@dataclass(frozen=True)
+class RuntimeFeatures:
+    """Which optional config fields the runtime that gets this config is known to apply."""
+
+    net_devices: bool = False
+    memory_policy: bool = False
+
+
+def runtime_features(doc: Mapping[str, Any]) -> RuntimeFeatures:
+    """What the config's ``ociVersion`` promises (pure). A config of runtime-spec 1.3.0 or later
+    was made for a runtime that knows ``linux.netDevices`` and ``linux.memoryPolicy``; anything
+    older (podman 4.3 writes ``1.0.2-dev``) gets neither, since an older runtime ignores them."""
+    new = _version(doc.get("ociVersion")) >= NATIVE_FIELDS_SINCE
+    return RuntimeFeatures(net_devices=new, memory_policy=new)
+
+
+def _obj(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = parent.get(key)
+    if value is None:
+        value = parent[key] = {}
+    if not isinstance(value, dict):
+        raise HookInputError(f"proposed config: {where} must be an object")
+    return value
+
+
+def _list(parent: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = parent.get(key)
+    if value is None:
+        value = parent[key] = []
+    if not isinstance(value, list):
+        raise HookInputError(f"proposed config: {where} must be a list")
+    return value
+
+
+def _set_env(doc: dict[str, Any], key: str, value: str) -> None:
+    env = _list(_obj(doc, "process", "process"), "env", "process.env")
+    entry = f"{key}={value}"
+    for i, item in enumerate(env):
+        if isinstance(item, str) and item.partition("=")[0] == key:
+            env[i] = entry
+            return
+    env.append(entry)
+
+
+def granted_devices(grant: Grant, topology: Topology) -> list[PciDevice]:
+    """The PCI devices of ``grant`` the topology knows, in grant order."""
+    out: list[PciDevice] = []
+    for ids in grant.devices.values():
+        for address in ids:
+            dev = topology.device(address)
+            if dev is not None:
+                out.append(dev)
+    return out
+
+
+def edit_spec(
+    doc: Mapping[str, Any],
+    grant: Grant,
+    topology: Topology,
+    uvm_major: int | None,
+    features: RuntimeFeatures,
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """A copy of ``doc`` carrying ``grant`` (pure), and the VF netdevs handed to the runtime.
+
+    Raises HookInputError when a field numa-pin writes has the wrong shape, EnforcementError
+    for a granted GPU without a device minor.
+    """
+    from numa_pin.enforcer.devnodes import gpu_device_nodes, oci_allow_rule, oci_device_entry
+
+    out: dict[str, Any] = copy.deepcopy(dict(doc))
+    linux = _obj(out, "linux", "linux")
+    resources = _obj(linux, "resources", "linux.resources")
+    if grant.cpus:
+        cpu = _obj(resources, "cpu", "linux.resources.cpu")
+        cpu["cpus"] = format_list(grant.cpus)
+        if grant.mems:
+            cpu["mems"] = format_list(grant.mems)
+        if features.memory_policy and grant.mems and grant.memory and "memoryPolicy" not in linux:
+            linux["memoryPolicy"] = {"mode": "MPOL_BIND", "nodes": format_list(grant.mems)}
+    devices = granted_devices(grant, topology)
+    gpus = [d for d in devices if d.kind == KIND_GPU]
+    if gpus:
+        nodes = gpu_device_nodes(gpus, uvm_major)
+        entries = _list(linux, "devices", "linux.devices")
+        present = {e.get("path") for e in entries if isinstance(e, dict)}
+        rules = _list(resources, "devices", "linux.resources.devices")
+        for node in nodes:
+            if node.path not in present:
+                entries.append(oci_device_entry(node))
+            rules.append(oci_allow_rule(node))
+        _set_env(out, "NVIDIA_VISIBLE_DEVICES", ",".join(g.gpu_uuid or g.address for g in gpus))
+    moved: list[str] = []
+    if features.net_devices:
+        vfs = [d for d in devices if d.is_vf and d.netdevs]
+        if vfs:
+            net = _obj(linux, "netDevices", "linux.netDevices")
+            for dev in vfs:
+                host = dev.netdevs[0]
+                net[host] = {"name": f"net{len(moved) + 1}"}
+                moved.append(host)
+    return out, tuple(moved)
+
+
+def read_proposed(data: bytes) -> dict[str, Any]:
+    """The proposed config podman wrote on stdin (bounded like every hook input).
+
+    Raises HookInputError for a document that is too large, not JSON or not an object.
+    """
+    from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
+
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise HookInputError(f"proposed config on stdin: larger than {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HookInputError(f"proposed config on stdin: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise HookInputError("proposed config on stdin: expected a JSON object")
+    return doc
+
+
+@dataclass(frozen=True)
+class Precreate:
+    """What :func:`precreate` did: the config to print, and the grant it recorded (if any)."""
+
+    container_id: str | None
+    spec: dict[str, Any]
+    grant: Grant | None
+
+
+def precreate(data: bytes, service: Any) -> Precreate:
+    """Decide from the proposed config ``data`` through ``service`` (a NodeService).
+
+    A container that asks for nothing comes back unchanged and is not recorded. Raises
+    HookInputError (bad config, no container id for a container that asks for something),
+    RequestError, an AdmissionError on rejection (nothing stays allocated), LedgerError.
+    """
+    from numa_pin.hook.admit import request_from_spec
+    from numa_pin.hook.oci import OciState, parse_spec
+
+    doc = read_proposed(data)
+    spec = parse_spec(data, "/", source="proposed config on stdin")
+    cid = container_id_from_cgroups_path(spec.cgroups_path)
+    state = OciState(id=cid or "precreate", status="precreate", pid=None, bundle="/")
+    request = request_from_spec(state, spec, service.config)
+    if asks_nothing(request):
+        return Precreate(cid, doc, None)
+    if cid is None:
+        raise HookInputError(
+            "proposed config has no linux.cgroupsPath naming the container, so numa-pin cannot "
+            "key its grant; run the container with cgroups enabled"
+        )
+    admitted = service.admit(request, None, expected_cgroup=expected_cgroup(spec.cgroups_path))
+    grant = admitted.grant
+    try:
+        uvm = _uvm_major(service.config.proc_root) if grant.devices else None
+        spec_out, moved = edit_spec(doc, grant, service.topology, uvm, runtime_features(doc))
+    except NumaPinError:
+        service.release(cid)
+        raise
+    if moved:
+        grant = service.note_runtime_netdevs(cid, moved)
+    return Precreate(cid, spec_out, grant)
+
+
+def asks_nothing(request: Any) -> bool:
+    """True for a request with no amounts, pod amounts or fixed devices."""
+    pod_empty = request.pod_amounts is None or request.pod_amounts.empty
+    return bool(request.amounts.empty and pod_empty and not _fixed(request))
+
+
+def _fixed(request: Any) -> Sequence[object]:
+    return [*request.fixed_gpus, *request.fixed_pci.values(), *request.fixed_cdi]
+
+
+def _uvm_major(proc_root: str) -> int | None:
+    from numa_pin.enforcer.gpu import read_uvm_major
+
+    return read_uvm_major(proc_root)
+
+
+__all__ = [
+    "NATIVE_FIELDS_SINCE",
+    "Precreate",
+    "RuntimeFeatures",
+    "asks_nothing",
+    "container_id_from_cgroups_path",
+    "edit_spec",
+    "expected_cgroup",
+    "granted_devices",
+    "precreate",
+    "read_proposed",
+    "runtime_features",
+]

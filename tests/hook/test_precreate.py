@@ -1,0 +1,207 @@
+"""``numa-pin-hook precreate`` on fake nodes: the decision lands in the config podman hands the runtime.
+
+Oracles: the ledger (the spec must carry exactly the recorded grant), the kit machine's own
+description (GPU minors and UUIDs written by ``numa_pin.testing``), and the device-rule evaluator of
+:mod:`numa_pin.enforcer.gpu` (what a runtime allows after podman's deny-all rule).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+
+import pytest
+
+from numa_pin.cpuset import parse_list
+from numa_pin.enforcer.gpu import DeviceRule, oci_allows, oci_rules_from_config
+from numa_pin.hook import main as hook_main
+from numa_pin.hook.precreate import container_id_from_cgroups_path, runtime_features
+from numa_pin.ledger.store import Ledger
+from numa_pin.testing import machine, shapes
+from numa_pin.testing.node import FakeNode
+
+CID = "0f2a83a2d618ece3563383e4d2c110bfc35717b71b479661529c6d7a83acaedb"
+
+
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        (f"machine.slice:libpod:{CID}", CID),
+        (f"/libpod_parent/libpod-{CID}", CID),
+        (f"/machine.slice/libpod-{CID}.scope", CID),
+        ("system.slice:crio:abc", "abc"),
+        ("/mygroup/ctr-1", "ctr-1"),
+        ("", None),
+        (None, None),
+    ],
+    ids=["systemd", "cgroupfs", "scope-path", "crio", "plain", "empty", "none"],
+)
+def test_container_id_from_cgroups_path(path, expected):
+    assert container_id_from_cgroups_path(path) == expected
+
+
+@pytest.mark.parametrize(
+    "version, native",
+    [("1.0.2-dev", False), ("1.2.1", False), ("1.3.0", True), ("1.3.0-rc.1", True), ("2.0", True), (None, False),
+     ("garbage", False)],
+)
+def test_native_fields_follow_the_spec_version(version, native):
+    feats = runtime_features({"ociVersion": version} if version is not None else {})
+    assert feats.net_devices is native and feats.memory_policy is native
+
+
+def _proposed(annotations: dict[str, str], version: str = "1.0.2-dev", cid: str = CID, env=()) -> dict:
+    """A config shaped like podman 4.3.1's proposed config (captured from a real run)."""
+    return {
+        "ociVersion": version,
+        "process": {"args": ["sh"], "env": ["PATH=/usr/bin", *env]},
+        "annotations": {"io.container.manager": "libpod", **annotations},
+        "linux": {
+            "cgroupsPath": f"/libpod_parent/libpod-{cid}",
+            "resources": {"devices": [{"allow": False, "access": "rwm"}], "pids": {"limit": 2048}},
+        },
+    }
+
+
+def _node(tmp_path, monkeypatch, shape="laptop", **config):
+    fake = FakeNode(tmp_path, shape, parent="")
+    built = machine.build_once(shapes.SHAPES[shape](), tmp_path / "machines")
+    if (built.proc_root / "driver").is_dir():
+        shutil.copytree(built.proc_root / "driver", fake.proc_root / "driver")
+    (fake.proc_root / "devices").write_text("Character devices:\n  1 mem\n195 nvidia\n507 nvidia-uvm\n\nBlock devices:\n")
+    cfg = fake.write_config(tmp_path / "config.yaml", settled=False, **{"policy": "restricted", **config})
+    monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(tmp_path / "cache"))
+    return fake, cfg
+
+
+def _precreate(cfg, doc) -> tuple[int, dict | None]:
+    out = io.BytesIO()
+    rc = hook_main.run(["--config", str(cfg), "precreate"], io.BytesIO(json.dumps(doc).encode()), out)
+    return rc, (json.loads(out.getvalue()) if out.getvalue() else None)
+
+
+def test_exclusive_cpus_are_written_and_recorded_then_bound_and_released(tmp_path, monkeypatch, capsys):
+    fake, cfg = _node(tmp_path, monkeypatch)
+    rc, spec = _precreate(cfg, _proposed({"numa-pin.io/cpus": "2"}))
+    assert rc == 0, capsys.readouterr().err
+    grant = Ledger(str(fake.state_dir)).read().grants[CID]
+    assert grant.pid is None and len(grant.cpus) == 2
+    cpu = spec["linux"]["resources"]["cpu"]
+    assert parse_list(cpu["cpus"]) == grant.cpus and parse_list(cpu["mems"]) == grant.mems
+    assert spec["linux"]["resources"]["pids"] == {"limit": 2048}, "the rest of the config is kept"
+    assert "memoryPolicy" not in spec["linux"], "podman 4.3's config is runtime-spec 1.0.2"
+
+    # prestart binds the grant to the container's pid and cgroup and re-applies it
+    fake.add_container(f"libpod-{CID}", 4242)
+    state = json.dumps({"id": CID, "pid": 4242, "bundle": str(tmp_path), "status": "creating"}).encode()
+    bundle_cfg = tmp_path / "config.json"
+    bundle_cfg.write_text(json.dumps(spec))
+    assert hook_main.run(["--config", str(cfg), "prestart"], io.BytesIO(state)) == 0
+    bound = Ledger(str(fake.state_dir)).read().grants[CID]
+    assert bound.pid == 4242 and bound.cgroup == f"/libpod-{CID}" and bound.cpus == grant.cpus
+    assert parse_list(fake.cpuset(f"libpod-{CID}")[0]) == grant.cpus
+
+    stop = json.dumps({"id": CID, "bundle": str(tmp_path), "status": "stopped"}).encode()
+    assert hook_main.run(["--config", str(cfg), "poststop"], io.BytesIO(stop)) == 0
+    assert Ledger(str(fake.state_dir)).read().grants == {}
+
+
+def test_a_container_that_asks_for_nothing_passes_through_unrecorded(tmp_path, monkeypatch):
+    fake, cfg = _node(tmp_path, monkeypatch)
+    doc = _proposed({})
+    assert _precreate(cfg, doc) == (0, doc)
+    assert Ledger(str(fake.state_dir)).read().grants == {}
+
+
+def test_rejection_prints_one_line_no_config_and_keeps_nothing(tmp_path, monkeypatch, capsys):
+    fake, cfg = _node(tmp_path, monkeypatch)
+    rc, spec = _precreate(cfg, _proposed({"numa-pin.io/cpus": "64"}))
+    err = capsys.readouterr().err
+    assert rc == 1 and spec is None
+    assert err.startswith(f"numa-pin: rejected {CID}: TopologyAffinityError:") and err.count("\n") == 1
+    assert Ledger(str(fake.state_dir)).read().grants == {}
+
+
+def test_a_request_without_a_container_id_is_refused_with_the_reason(tmp_path, monkeypatch, capsys):
+    fake, cfg = _node(tmp_path, monkeypatch)
+    doc = _proposed({"numa-pin.io/cpus": "1"})
+    del doc["linux"]["cgroupsPath"]
+    assert _precreate(cfg, doc) == (1, None)
+    assert "linux.cgroupsPath" in capsys.readouterr().err
+    assert Ledger(str(fake.state_dir)).read().grants == {}
+
+
+def test_memory_policy_only_for_a_runtime_spec_that_has_it(tmp_path, monkeypatch):
+    fake, cfg = _node(tmp_path, monkeypatch)
+    rc, spec = _precreate(cfg, _proposed({"numa-pin.io/cpus": "1", "numa-pin.io/memory": "64Mi"}, version="1.3.0"))
+    assert rc == 0
+    grant = Ledger(str(fake.state_dir)).read().grants[CID]
+    assert spec["linux"]["memoryPolicy"]["mode"] == "MPOL_BIND"
+    assert parse_list(spec["linux"]["memoryPolicy"]["nodes"]) == grant.mems
+
+
+def test_gpu_nodes_rules_and_env_in_the_config(tmp_path, monkeypatch, capsys):
+    fake, cfg = _node(tmp_path, monkeypatch, shape="gpu8-sriov", policy="single-numa-node")
+    rc, spec = _precreate(cfg, _proposed({"numa-pin.io/cpus": "2", "numa-pin.io/devices": "nvidia.com/gpu=1"}))
+    assert rc == 0, capsys.readouterr().err
+    grant = Ledger(str(fake.state_dir)).read().grants[CID]
+    (address,) = grant.devices["nvidia.com/gpu"]
+    kit = {g.address: g for g in machine.expected_topology(shapes.SHAPES["gpu8-sriov"]()).pci_devices}
+    gpu = kit[address]
+    paths = {d["path"]: (d["major"], d["minor"]) for d in spec["linux"]["devices"]}
+    assert paths == {f"/dev/nvidia{gpu.gpu_minor}": (195, gpu.gpu_minor), "/dev/nvidiactl": (195, 255),
+                     "/dev/nvidia-uvm": (507, 0), "/dev/nvidia-uvm-tools": (507, 1)}
+    rules = oci_rules_from_config(spec)
+    for major, minor in paths.values():
+        assert oci_allows(rules, DeviceRule("c", major, minor))
+    other = next(g for g in kit.values() if g.gpu_minor is not None and g.address != address)
+    assert not oci_allows(rules, DeviceRule("c", 195, other.gpu_minor)), "podman's deny-all still holds"
+    assert f"NVIDIA_VISIBLE_DEVICES={gpu.gpu_uuid}" in spec["process"]["env"]
+    assert parse_list(spec["linux"]["resources"]["cpu"]["cpus"]) <= kit_cpus_of_node(gpu.numa_node)
+
+
+def kit_cpus_of_node(node: int) -> frozenset[int]:
+    topo = machine.expected_topology(shapes.SHAPES["gpu8-sriov"]())
+    return frozenset(topo.nodes[node].cpus)
+
+
+@pytest.mark.parametrize(
+    "path, expected",
+    [
+        (f"/libpod_parent/libpod-{CID}", f"/libpod_parent/libpod-{CID}"),
+        (f"machine.slice:libpod:{CID}", f"/machine.slice/libpod-{CID}.scope"),
+        ("kubepods-burstable-pod12.slice:crio:abc",
+         "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12.slice/crio-abc.scope"),
+        ("system.slice:runc:x", "/system.slice/runc-x.scope"),
+        ("nonsense", None),
+        (None, None),
+    ],
+    ids=["cgroupfs", "systemd", "kubepods", "runc", "bad", "none"],
+)
+def test_expected_cgroup_follows_the_runtime_conventions(path, expected):
+    """The systemd rows are the reference's worked example (slice expansion on dashes)."""
+    from numa_pin.hook.precreate import expected_cgroup
+
+    assert expected_cgroup(path) == expected
+
+
+def test_a_container_the_runtime_never_made_loses_its_grant_after_the_grace(tmp_path, monkeypatch, capsys):
+    """podman runs no poststop when the runtime fails after precreate (seen with podman 4.3.1)."""
+    from dataclasses import replace
+
+    from numa_pin.service import PENDING_GRACE_S
+
+    fake, cfg = _node(tmp_path, monkeypatch)
+    assert _precreate(cfg, _proposed({"numa-pin.io/cpus": "2"}))[0] == 0
+    ledger = Ledger(str(fake.state_dir))
+    grant = ledger.read().grants[CID]
+    assert grant.cgroup == f"/libpod_parent/libpod-{CID}" and grant.pid is None
+    other = "1" * 64
+    assert _precreate(cfg, _proposed({"numa-pin.io/cpus": "1"}, cid=other))[0] == 0
+    assert set(ledger.read().grants) == {CID, other}, "inside the grace both are kept"
+    with ledger.transaction() as txn:
+        txn.state = txn.state.with_grant(replace(grant, created=grant.created - PENDING_GRACE_S - 1))
+    third = "2" * 64
+    assert _precreate(cfg, _proposed({"numa-pin.io/cpus": "1"}, cid=third))[0] == 0, capsys.readouterr().err
+    assert set(ledger.read().grants) == {other, third}, "the stale pending grant was collected"
