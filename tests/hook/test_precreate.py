@@ -65,7 +65,7 @@ def _proposed(annotations: dict[str, str], version: str = "1.0.2-dev", cid: str 
 
 
 def _node(tmp_path, monkeypatch, shape="laptop", **config):
-    fake = FakeNode(tmp_path, shape, parent="")
+    fake = FakeNode(tmp_path, shape, parent="libpod_parent")  # where podman's cgroupfs driver puts containers
     built = machine.build_once(shapes.SHAPES[shape](), tmp_path / "machines")
     if (built.proc_root / "driver").is_dir():
         shutil.copytree(built.proc_root / "driver", fake.proc_root / "driver")
@@ -99,7 +99,7 @@ def test_exclusive_cpus_are_written_and_recorded_then_bound_and_released(tmp_pat
     bundle_cfg.write_text(json.dumps(spec))
     assert hook_main.run(["--config", str(cfg), "prestart"], io.BytesIO(state)) == 0
     bound = Ledger(str(fake.state_dir)).read().grants[CID]
-    assert bound.pid == 4242 and bound.cgroup == f"/libpod-{CID}" and bound.cpus == grant.cpus
+    assert bound.pid == 4242 and bound.cgroup == f"/libpod_parent/libpod-{CID}" and bound.cpus == grant.cpus
     assert parse_list(fake.cpuset(f"libpod-{CID}")[0]) == grant.cpus
 
     stop = json.dumps({"id": CID, "bundle": str(tmp_path), "status": "stopped"}).encode()
