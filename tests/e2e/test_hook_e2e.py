@@ -124,25 +124,10 @@ def test_crun_rejection_is_recorded_for_explain(crun_rt, node, busybox_rootfs, t
     assert node.grants() == {}
 
 
-def _hooks_dir(tmp_path: Path, node) -> Path:
-    """The shipped hooks.d files, pointed at this checkout's hook and the test's config."""
-    hooks_dir = tmp_path / "hooks.d"
-    packaged = Path(__file__).resolve().parents[2] / "packaging" / "hooks.d"
-    for src in sorted(packaged.glob("*.json")):
-        doc = json.loads(src.read_text())
-        stage = doc["hook"]["args"][-1]
-        doc["hook"]["path"] = str(node.path)
-        doc["hook"]["args"] = ["numa-pin-hook", "--config", str(node.cfg), stage]
-        doc["hook"]["env"] = doc["hook"]["env"] + [f"NUMA_PIN_CACHE_DIR={node.state.parent / 'cache'}"]
-        hooks_dir.mkdir(exist_ok=True)
-        (hooks_dir / src.name).write_text(json.dumps(doc))
-    return hooks_dir
-
-
 def test_podman_cpus_and_memory_alone_stay_shared(podman_runc, node, busybox_rootfs, tmp_path):
     """``podman run --cpus 1 --memory 100m`` is no Kubernetes Guaranteed pod: it stays in the
     shared pool, and a second identical run starts while the first one runs."""
-    hooks_dir = _hooks_dir(tmp_path, node)
+    hooks_dir = _hooks_dir(node, tmp_path / "hooks.d", SHIPPED)
     limits = ["--cpus", "1", "--memory", "100m"]
     first = harness.run_podman(busybox_rootfs, args=["sleep", "1000"], store=podman_runc, hooks_dir=hooks_dir,
                                name=harness.new_container_id(), extra=["-d", *limits])
@@ -156,7 +141,7 @@ def test_podman_cpus_and_memory_alone_stay_shared(podman_runc, node, busybox_roo
 
 
 def test_podman_hooks_dir_admits_and_releases(podman_runc, node, busybox_rootfs, tmp_path):
-    hooks_dir = _hooks_dir(tmp_path, node)
+    hooks_dir = _hooks_dir(node, tmp_path / "hooks.d", SHIPPED)
     res = harness.run_podman(busybox_rootfs, args=["cat", "/proc/self/status"], store=podman_runc,
                              annotations=ONE_CPU, hooks_dir=hooks_dir, name=harness.new_container_id())
     assert res.returncode == 0, res.stderr
@@ -248,6 +233,8 @@ def _hooks_dir(node, folder: Path, files: tuple[str, ...]) -> Path:
 
 
 PRECREATE_ONLY = ("numa-pin-precreate.json", "numa-pin-release.json")
+#: every hooks.d file the package ships
+SHIPPED = tuple(sorted(p.name for p in (Path(__file__).resolve().parents[2] / "packaging" / "hooks.d").glob("*.json")))
 
 
 def _oci_config(store, name: str) -> dict:
