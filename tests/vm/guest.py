@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -110,6 +110,21 @@ class GuestError(RuntimeError):
         self.console = console
         tail = console.strip()[-3000:]
         super().__init__(f"{message}\n--- console tail ---\n{tail}" if tail else message)
+
+
+class GuestTimeout(GuestError):
+    """The guest ran past its timeout (an emulated guest stalls now and then under load)."""
+
+
+def run_in_guest_with_retry(make_shared: Callable[[], Path], script: str, timeout: float = 600) -> GuestResult:
+    """:func:`run_in_guest` in a fresh shared directory from ``make_shared``; when the guest
+    stalls past ``timeout`` (a TCG guest on a loaded host does, rarely), boot it once more.
+    Any other failure, and a second stall, is raised."""
+    try:
+        return run_in_guest(script, make_shared(), timeout=timeout)
+    except GuestTimeout as exc:
+        print(f"guest stalled ({exc}); booting it once more", file=sys.stderr)
+        return run_in_guest(script, make_shared(), timeout=timeout)
 
 
 def find_kernel(boot: Path = Path("/boot")) -> Path | None:
@@ -247,7 +262,7 @@ def run_in_guest(
                 os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
-            raise GuestError(f"guest ran past {timeout:g}s and was killed", _tail(console)) from None
+            raise GuestTimeout(f"guest ran past {timeout:g}s and was killed", _tail(console)) from None
         elapsed = time.monotonic() - started
         console_text = _tail(console)
 

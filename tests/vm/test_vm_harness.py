@@ -22,6 +22,7 @@ from .guest import (
     GuestNode,
     GuestResult,
     run_in_guest,
+    run_in_guest_with_retry,
     unavailable_reason,
     vng_command,
 )
@@ -110,11 +111,14 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> GuestResult:
     reason = unavailable_reason()
     if reason is not None:
         pytest.skip(reason)
-    shared = tmp_path_factory.mktemp("guest")
-    cases = {"runtimes": list(RUNTIMES), "containers": [[c[0], c[1]] for c in CONTAINER_CASES]}
-    (shared / "cases.json").write_text(json.dumps(cases))
-    (shared / "driver.py").write_text(textwrap.dedent(GUEST_DRIVER))
-    return run_in_guest(GUEST_SCRIPT, shared, timeout=600)
+    def make_shared() -> Path:
+        shared = tmp_path_factory.mktemp("guest")
+        cases = {"runtimes": list(RUNTIMES), "containers": [[c[0], c[1]] for c in CONTAINER_CASES]}
+        (shared / "cases.json").write_text(json.dumps(cases))
+        (shared / "driver.py").write_text(textwrap.dedent(GUEST_DRIVER))
+        return shared
+
+    return run_in_guest_with_retry(make_shared, GUEST_SCRIPT, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from .guest import DEFAULT_NUMA, GuestResult, run_in_guest, unavailable_reason
+from .guest import DEFAULT_NUMA, GuestResult, run_in_guest_with_retry, unavailable_reason
 
 pytestmark = pytest.mark.vm
 
@@ -89,10 +90,14 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     hook = guest_mod.REPO / ".venv" / "bin" / "numa-pin-hook"
     if not hook.exists():
         pytest.skip("numa-pin-hook is not installed in .venv")
-    shared = tmp_path_factory.mktemp("hookguest")
-    (shared / "hook_driver.py").write_text(textwrap.dedent(GUEST_DRIVER))
+
+    def make_shared() -> Path:
+        shared = tmp_path_factory.mktemp("hookguest")
+        (shared / "hook_driver.py").write_text(textwrap.dedent(GUEST_DRIVER))
+        return shared
+
     script = f"export NP_HOOK={hook}\n" + GUEST_SCRIPT
-    result: GuestResult = run_in_guest(script, shared, timeout=600)
+    result: GuestResult = run_in_guest_with_retry(make_shared, script, timeout=600)
     assert "hook_report.json" in result.files, (
         f"rc={result.rc}\n{result.files.get('driver.out', b'').decode()}\nconsole:{result.console[-2000:]}"
     )
