@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,7 +48,10 @@ def test_exit_status_is_the_commands(cfg, script, code):
     assert run(cfg, "--", "sh", "-c", script).returncode == code
 
 
-def test_second_job_is_rejected_while_the_first_holds_the_cpu(cfg):
+@contextlib.contextmanager
+def holding_job(cfg: Path) -> Iterator[Ledger]:
+    """``numa-pin run --cpus 1 --name holder -- sleep 30`` until the block ends; yields the
+    ledger once the job's grant is in it."""
     holder = subprocess.Popen([str(NUMA_PIN), "run", "--config", str(cfg), "--cpus", "1", "--name", "holder", "--",
                                "sleep", "30"], stderr=subprocess.PIPE, text=True)
     try:
@@ -55,15 +60,20 @@ def test_second_job_is_rejected_while_the_first_holds_the_cpu(cfg):
             if "holder" in ledger.read().grants:
                 break
             time.sleep(0.05)
+        yield ledger
+    finally:
+        holder.terminate()
+        holder.wait(timeout=30)
+
+
+def test_second_job_is_rejected_while_the_first_holds_the_cpu(cfg):
+    with holding_job(cfg) as ledger:
         assert ledger.read().grants["holder"].cpus == frozenset({1})
         marker = cfg.parent / "ran"
         res = run(cfg, "--cpus", "1", "--", "touch", str(marker))
         assert res.returncode == 1
         assert "TopologyAffinityError" in res.stderr and "Traceback" not in res.stderr
         assert not marker.exists(), "a rejected command never runs"
-    finally:
-        holder.terminate()
-        holder.wait(timeout=30)
     assert Ledger(str(cfg.parent / "ledger")).read().grants == {}
 
 
@@ -74,14 +84,7 @@ def test_no_command_is_a_usage_error(cfg):
 
 def test_a_live_name_is_refused(cfg):
     """A second ``--name holder`` must not take over (and later release) the first job's grant."""
-    holder = subprocess.Popen([str(NUMA_PIN), "run", "--config", str(cfg), "--cpus", "1", "--name", "holder", "--",
-                               "sleep", "30"], stderr=subprocess.PIPE, text=True)
-    try:
-        ledger = Ledger(str(cfg.parent / "ledger"))
-        for _ in range(200):
-            if "holder" in ledger.read().grants:
-                break
-            time.sleep(0.05)
+    with holding_job(cfg) as ledger:
         first = ledger.read().grants["holder"]
         marker = cfg.parent / "ran"
         res = run(cfg, "--name", "holder", "--", "touch", str(marker))
@@ -92,7 +95,4 @@ def test_a_live_name_is_refused(cfg):
         assert not marker.exists(), "a refused command never runs"
         assert ledger.read().grants["holder"] == first, "the first job keeps its grant"
         assert os.path.isdir("/sys/fs/cgroup/cpuset/numa-pin/holder")
-    finally:
-        holder.terminate()
-        holder.wait(timeout=30)
     assert Ledger(str(cfg.parent / "ledger")).read().grants == {}
