@@ -8,6 +8,11 @@ Test tiers (markers, registered in pyproject.toml): ``root`` tests write real cg
 namespaces or devices and are skipped for other users; ``e2e`` drives real runtimes and ``vm``
 boots a multi-NUMA guest (both need root as well). ``make test-fast`` deselects all three.
 ``stress`` tests run only with ``NUMA_PIN_STRESS=1`` (``make stress``).
+
+A hook that finds no agent starts one (``numa-pin serve --idle-exit``). Hooks that inherit the
+test process's environment do not (``NUMA_PIN_AGENT_AUTOSTART=0``), so a test never leaves an
+agent behind by accident; tests of the on-demand agent turn it back on, and hooks a real runtime
+runs with their own environment (e2e) get the default, as on a node.
 """
 
 import os
@@ -23,6 +28,7 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("numa-pin")
+os.environ.setdefault("NUMA_PIN_AGENT_AUTOSTART", "0")
 
 
 def pytest_collection_modifyitems(config, items):

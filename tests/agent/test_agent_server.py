@@ -90,6 +90,7 @@ def hook_env(node: Node, sock: Path | None, **extra: str) -> dict[str, str]:
     """The hook's environment: no agent at all when ``sock`` is None."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMA_PIN_")}
     env["NUMA_PIN_CACHE_DIR"] = str(node.cache)
+    env["NUMA_PIN_AGENT_AUTOSTART"] = "0"  # the on-demand tests below turn it on
     if sock is None:
         env["NUMA_PIN_NO_AGENT"] = "1"
         env["NUMA_PIN_AGENT_SOCKET"] = str(node.root / "no-such-agent.sock")
@@ -796,3 +797,153 @@ def test_hostile_input_through_the_agent_matches_in_process(shared_agent, node, 
     rc, err = got
     assert rc == want_rc and len(err.splitlines()) == 1 and err.startswith("numa-pin: "), err
     assert "\x1b" not in err and "internal error" not in err
+
+
+# ---- an agent started on demand --------------------------------------------------------------
+
+
+def _agents_on(sock: Path) -> list[psutil.Process]:
+    """Live ``numa-pin serve`` processes started for ``sock`` (found by their command line)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmd = proc.info["cmdline"] or []
+        if "serve" in cmd and str(sock) in cmd and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(proc)
+    return found
+
+
+def _answers(node: Node, sock: Path) -> bool:
+    """Whether an agent on ``sock`` runs a hook (a release of a container with no grant)."""
+    rc, _ = client.ask_agent(["--config", str(node.config), "poststop"], node.state_json(7), hook_env(node, sock),
+                             str(sock))
+    return rc == 0
+
+
+@pytest.fixture
+def on_demand(node):
+    """The agent socket of ``node``; any agent started there is killed afterwards."""
+    sock = node.root / "run" / "agent.sock"
+    yield sock
+    for proc in _agents_on(sock):
+        proc.kill()
+
+
+def test_a_hook_that_finds_no_agent_starts_one_for_the_next(node, twin, on_demand):
+    """The first hook admits in-process (same result as the in-process oracle) and leaves an
+    agent that serves the next one. run_hook captures stdout and stderr, so it returns only once
+    every holder of those pipes closed them: the agent kept neither (a runtime would hang)."""
+    state = node.state_json(0, {"numa-pin.io/cpus": "2"})
+    assert run_hook(node, state, sock=on_demand, NUMA_PIN_AGENT_AUTOSTART="1") == (0, "")
+    assert run_hook(twin, twin.state_json(0, {"numa-pin.io/cpus": "2"}), sock=None) == (0, "")
+    assert node.grants() == twin.grants()
+    wait_for(lambda: _answers(node, on_demand), "the agent started by the hook to answer")
+    (agent,) = _agents_on(on_demand)
+    assert os.getsid(agent.pid) == agent.pid  # a session of its own: the runtime's signals miss it
+    assert agent.cwd() == "/"  # keeps no bundle directory busy
+    assert {os.readlink(f"/proc/{agent.pid}/fd/{fd}") for fd in (0, 1, 2)} == {os.devnull}
+    assert "--idle-exit" in agent.cmdline() and "-I" in agent.cmdline()
+    assert run_hook(node, node.state_json(1, {"numa-pin.io/cpus": "2"}), sock=on_demand,
+                    NUMA_PIN_AGENT_AUTOSTART="1") == (0, "")
+    assert run_hook(twin, twin.state_json(1, {"numa-pin.io/cpus": "2"}), sock=None) == (0, "")
+    assert node.grants() == twin.grants()
+    assert [p.pid for p in _agents_on(on_demand)] == [agent.pid]  # served, not started again
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"NUMA_PIN_AGENT_AUTOSTART": "0"}, {"NUMA_PIN_NO_AGENT": "1"}],
+    ids=["autostart-off", "no-agent"],
+)
+def test_no_agent_is_started_when_turned_off(node, on_demand, extra):
+    assert run_hook(node, node.state_json(0, {"numa-pin.io/cpus": "2"}), sock=on_demand, **extra) == (0, "")
+    time.sleep(0.5)
+    assert _agents_on(on_demand) == [] and not on_demand.exists()
+
+
+def test_two_agents_started_at_once_leave_one(node, on_demand):
+    """Past the start stamp's window, two starts race: the first to lock serves, the other exits
+    before importing the hook path."""
+    env = hook_env(node, on_demand)
+    now = time.time()
+    first = client.start_agent(env, str(on_demand), now=now)
+    second = client.start_agent(env, str(on_demand), now=now + client.RESTART_AFTER_S + 1)
+    assert first and second
+    exited = wait_for(lambda: [pid for pid in (first, second) if os.waitpid(pid, os.WNOHANG)[0]],
+                      "one of two agents to give way")
+    assert len(exited) == 1
+    wait_for(lambda: _answers(node, on_demand), "the other agent to answer")
+    assert [p.pid for p in _agents_on(on_demand)] == [{first, second}.difference(exited).pop()]
+
+
+def test_starts_are_spaced(node, on_demand):
+    """One start per RESTART_AFTER_S: an agent that cannot come up is not retried by every hook."""
+    env = hook_env(node, on_demand)
+    on_demand.parent.mkdir(mode=0o700)
+    now = time.time()
+    pid = client.start_agent(env, str(on_demand), now=now)
+    assert pid
+    assert client.start_agent(env, str(on_demand), now=now + 1) is None
+    assert (on_demand.parent / "agent.sock.start").stat().st_mode & 0o777 == 0o600
+    wait_for(lambda: _answers(node, on_demand), "the agent to answer")
+
+
+def test_an_idle_agent_exits(node, on_demand):
+    pid = client.start_agent(hook_env(node, on_demand), str(on_demand), idle_exit_s=1)
+    assert pid
+    wait_for(lambda: _answers(node, on_demand), "the agent to answer")
+    _, status = wait_for(lambda: (lambda r: r if r[0] else None)(os.waitpid(pid, os.WNOHANG)), "the idle agent to exit")
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert not on_demand.exists()  # new hooks find nothing and start another
+
+
+def test_an_on_demand_agent_retires_when_idle_or_upgraded(tmp_path):
+    source = tmp_path / "module.py"
+    source.write_text("x = 1\n")
+    path = str(tmp_path / "run" / "agent.sock")
+    lock_fd, listener = server.open_socket(path)
+    agent = server.AgentServer(path, lock_fd, listener, stamps={str(source): source.stat().st_mtime_ns},
+                               idle_exit_s=60)
+    try:
+        now = agent.last_active
+        assert not agent.retired(now + 1)
+        assert agent.retired(now + 61)  # idle, nothing running
+        agent.children.add(-1)
+        assert not agent.retired(now + 61)  # an admission still runs (and the sources are as loaded)
+        os.utime(source, ns=(0, 0))  # an upgrade
+        assert not agent.retired(now + 62)  # sources are looked at every 5 s
+        assert agent.retired(now + 67)
+        plain = server.AgentServer(path, os.dup(lock_fd), listener, idle_exit_s=None)
+        assert not plain.retired(now + 10**6)  # a served socket or systemd's agent never retires
+    finally:
+        agent.close()
+
+
+@pytest.mark.parametrize(
+    "mine, pid1, pid2, env, euid, want",
+    [
+        (SAME_NS, SAME_NS, {}, {}, 0, True),
+        (SAME_NS, {**SAME_NS, "mnt": "mnt:[9]"}, {}, {}, 0, False),  # crun inside `unshare -m`
+        (SAME_NS, {**SAME_NS, "pid": "pid:[9]"}, {}, {}, 0, False),
+        (SAME_NS, {}, SAME_NS, {}, 0, True),  # pid 1 not readable: kthreadd tells
+        (SAME_NS, {}, {**SAME_NS, "mnt": "mnt:[9]"}, {}, 0, False),
+        (SAME_NS, {}, {}, {}, 0, False),  # nothing to compare with
+        (SAME_NS, SAME_NS, {}, {}, 1000, False),  # rootless
+        (SAME_NS, SAME_NS, {}, {"NUMA_PIN_AGENT_AUTOSTART": "0"}, 0, False),
+        (SAME_NS, SAME_NS, {}, {"NUMA_PIN_NO_AGENT": "1"}, 0, False),
+    ],
+    ids=["host", "private-mount-ns", "private-pid-ns", "init-hidden-kthreadd-same", "init-hidden-kthreadd-other",
+         "nothing-readable", "rootless", "autostart-off", "no-agent"],
+)
+def test_autostart_allowed(tmp_path, monkeypatch, mine, pid1, pid2, env, euid, want):
+    for pid, links in (("self", mine), ("1", pid1), ("2", pid2)):
+        (tmp_path / pid / "ns").mkdir(parents=True)
+        for name, target in links.items():
+            os.symlink(target, tmp_path / pid / "ns" / name)
+    monkeypatch.setattr(client.os, "geteuid", lambda: euid)
+    assert client.autostart_allowed(env, str(tmp_path)) is want
+
+
+def test_serve_idle_exit_must_be_positive(tmp_path):
+    proc = subprocess.run([NUMA_PIN, "serve", "--socket", str(tmp_path / "s.sock"), "--idle-exit", "0"],
+                          capture_output=True, text=True, timeout=WAIT_S)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--idle-exit" in proc.stderr

@@ -7,6 +7,7 @@ The client half (``encode_request``, ``decode_reply``) avoids :mod:`json`; the s
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from hypothesis import given
@@ -32,7 +33,7 @@ def test_request_round_trip(argv, stdin, env, cwd):
     body = protocol.encode_request(argv, stdin, {**env, "UNRELATED": "x"}, cwd)
     assert json.loads(body)["v"] == protocol.PROTOCOL  # the hand-built JSON is real JSON
     req = protocol.decode_request(body)
-    assert req == protocol.Request(protocol.PROTOCOL, __version__, tuple(argv), stdin, env, cwd)
+    assert req == protocol.Request(protocol.PROTOCOL, __version__, tuple(argv), stdin, env, cwd, protocol.HOME)
 
 
 @given(rc=st.integers(0, 255), err=st.text(max_size=100))
@@ -62,8 +63,9 @@ def test_stderr_is_cut_at_the_limit():
 @pytest.mark.parametrize(
     "doc, field",
     [({"v": "1"}, "'v'"), ({"version": 1}, "'version'"), ({"argv": "x"}, "'argv'"),
-     ({"stdin": "***"}, "'stdin'"), ({"env": {"PATH": "/"}}, "'env'"), ({"cwd": "rel"}, "'cwd'")],
-    ids=["v", "version", "argv", "stdin", "env", "cwd"],
+     ({"stdin": "***"}, "'stdin'"), ({"env": {"PATH": "/"}}, "'env'"), ({"cwd": "rel"}, "'cwd'"),
+     ({"home": ["/x"]}, "'home'")],
+    ids=["v", "version", "argv", "stdin", "env", "cwd", "home"],
 )
 def test_bad_request_names_the_field(doc, field):
     good = json.loads(protocol.encode_request([], b"", {}, "/"))
@@ -76,7 +78,19 @@ def test_refusal_and_peer_rules():
     assert "restart" in protocol.refusal(req, server_version="1.0")
     assert protocol.refusal(req.replace(version="1.0"), server_version="1.0") is None
     assert protocol.peer_allowed(0, 1000) and protocol.peer_allowed(1000, 1000)
+    # a hook of another installation (another checkout, a pip install beside the package) is
+    # sent back; a hook that does not say where it runs from (an older one) is served
+    mine = req.replace(version="1.0", home="/opt/a/numa_pin")
+    assert "/opt/b/numa_pin" in protocol.refusal(mine, server_version="1.0", server_home="/opt/b/numa_pin")
+    assert protocol.refusal(mine, server_version="1.0", server_home="/opt/a/numa_pin") is None
+    assert protocol.refusal(req.replace(version="1.0"), server_version="1.0", server_home="/opt/b") is None
     assert not protocol.peer_allowed(1001, 1000)
+
+
+def test_request_names_this_installation():
+    doc = json.loads(protocol.encode_request([], b"", {}, "/"))
+    assert doc["home"] == protocol.HOME and os.path.isfile(os.path.join(doc["home"], "__init__.py"))
+    assert protocol.decode_request(json.dumps({k: v for k, v in doc.items() if k != "home"}).encode()).home is None
 
 
 def test_socket_path_precedence():

@@ -12,6 +12,11 @@ compiled into the interpreter or cost well under a millisecond: ``_socket`` inst
 :mod:`json` (which pulls in :mod:`re`) and ``binascii`` instead of :mod:`base64`. Together
 the public modules would add about 15 ms to a 13 ms interpreter start; these add about 1 ms.
 
+When nothing listens at the socket, :func:`start_agent` starts one (``numa-pin serve
+--idle-exit``) detached from the hook, so the containers after the first are served warm on a
+node where no service manager runs the agent (the packaged socket unit does it under systemd).
+The hook that started it still runs its own admission in-process and never waits for it.
+
 The wire format is :mod:`numa_pin.agent.protocol`.
 """
 
@@ -22,9 +27,11 @@ import sys
 from _collections_abc import Mapping, Sequence  # loaded at interpreter start; collections.abc is not
 
 from numa_pin.agent.protocol import (
+    AUTOSTART_ENV,
     HEADER_BYTES,
     MAX_REPLY_BYTES,
     MAX_REQUEST_BYTES,
+    NO_AGENT_ENV,
     decode_reply,
     encode_request,
     frame,
@@ -35,6 +42,15 @@ from numa_pin.agent.protocol import (
 CONNECT_TIMEOUT_S = 0.5
 #: how long the hook waits for the verdict (the runtime's own hook timeout is shorter)
 REPLY_TIMEOUT_S = 60.0
+#: an agent started on demand exits after this many seconds without a hook
+IDLE_EXIT_S = 600
+#: a hook starts no agent within this many seconds of the last start (one that failed to come
+#: up is not retried by every container start)
+RESTART_AFTER_S = 10.0
+#: namespaces a hook and the agent must share (the OCI pid, paths, cgroups and netdevs in a
+#: request mean something only there); a hook starts an agent only when it shares them with
+#: pid 1, since one started in a private mount or pid namespace would serve nobody else
+NAMESPACES = ("pid", "mnt", "net", "cgroup")
 
 
 def peer_uid(sock) -> int:
@@ -64,45 +80,142 @@ def try_agent(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], path: s
     is too large, or the exchange failed at any point (before or after the request was sent).
     Never raises for socket or protocol trouble.
     """
+    return ask_agent(argv, stdin, env, path)[0]
+
+
+def ask_agent(argv: Sequence[str], stdin: bytes, env: Mapping[str, str],
+              path: str | None = None) -> tuple[int | None, bool]:
+    """:func:`try_agent`, and whether the reason for a None was that no agent listens at all
+    (no socket, or a socket nobody accepts on): the case in which :func:`start_agent` helps."""
     try:
         import _socket
     except ImportError:
-        return None
+        return None, False
     try:
         cwd = os.getcwd()
     except OSError:  # a deleted working directory: relative paths mean nothing to the agent
-        return None
+        return None, False
     try:
         request = frame(encode_request(argv, stdin, env, cwd))
     except ImportError:  # an interpreter without the _json accelerator
-        return None
+        return None, False
     if len(request) > MAX_REQUEST_BYTES + HEADER_BYTES:
-        return None
+        return None, False
     try:
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     except OSError:
-        return None
+        return None, False
     try:
         sock.settimeout(CONNECT_TIMEOUT_S)
-        sock.connect(path or socket_path(env))
+        try:
+            sock.connect(path or socket_path(env))
+        except (FileNotFoundError, ConnectionRefusedError):
+            return None, True
         if peer_uid(sock) not in (0, os.geteuid()):
-            return None
+            return None, False
         sock.settimeout(REPLY_TIMEOUT_S)
         sock.sendall(request)
         header = _recv_exact(sock, HEADER_BYTES)
         if header is None:
-            return None
+            return None, False
         size = int.from_bytes(header, "big")
         body = _recv_exact(sock, size) if size <= MAX_REPLY_BYTES else None
-    except (OSError, ImportError):  # ENOENT, ECONNREFUSED, EACCES, timeouts, EPIPE, ECONNRESET
-        return None
+    except (OSError, ImportError):  # EACCES, timeouts, EPIPE, ECONNRESET
+        return None, False
     finally:
         sock.close()
     reply = decode_reply(body) if body is not None else None
     if reply is None:
-        return None
+        return None, False
     rc, err = reply
     if err:
         sys.stderr.write(err)
         sys.stderr.flush()
-    return rc
+    return rc, False
+
+
+def namespace_mismatch(peer_pid: int, proc_root: str = "/proc", names: Sequence[str] = NAMESPACES) -> str | None:
+    """The first namespace in which ``peer_pid`` differs from the calling process, or None.
+
+    Compares the ``<proc_root>/<pid>/ns/<name>`` link targets (``pid:[4026531836]``). A kind
+    this kernel does not have (no link for ``self``) is skipped; a peer whose link cannot be
+    read (gone, or pid 0: not visible from this pid namespace) counts as different.
+    """
+    for name in names:
+        try:
+            mine = os.readlink(os.path.join(proc_root, "self", "ns", name))
+        except OSError:
+            continue
+        try:
+            theirs = os.readlink(os.path.join(proc_root, str(peer_pid), "ns", name)) if peer_pid > 0 else None
+        except OSError:
+            theirs = None
+        if theirs != mine:
+            return name
+    return None
+
+
+def host_namespaces(proc_root: str) -> bool:
+    """Whether this process shares :data:`NAMESPACES` with pid 1, or, where pid 1's links
+    cannot be read (an init that is not dumpable), with pid 2, the kernel's ``kthreadd``, which
+    lives in the initial namespaces. False when neither can be read."""
+    for ref in (1, 2):
+        try:
+            os.readlink(f"{proc_root}/{ref}/ns/mnt")
+        except OSError:
+            continue
+        return namespace_mismatch(ref, proc_root) is None
+    return False
+
+
+def autostart_allowed(env: Mapping[str, str], proc_root: str = "/proc") -> bool:
+    """Whether a hook that found no agent may start one: root (a rootless hook never touches the
+    node's state), not turned off (``NUMA_PIN_NO_AGENT=1`` or ``NUMA_PIN_AGENT_AUTOSTART=0``),
+    and in pid 1's namespaces."""
+    if os.geteuid() != 0 or env.get(NO_AGENT_ENV) == "1" or env.get(AUTOSTART_ENV) == "0":
+        return False
+    return host_namespaces(proc_root)
+
+
+def start_agent(env: Mapping[str, str], path: str | None = None, *, now: float | None = None,
+                idle_exit_s: int = IDLE_EXIT_S) -> int | None:
+    """Start ``numa-pin serve --idle-exit`` on the agent socket, detached; return its pid, or
+    None when it was not started.
+
+    The agent gets a session of its own and ``/dev/null`` for stdin, stdout and stderr (a
+    runtime waits for every holder of the hook's output pipes), and this process does not wait
+    for it. At most one start per :data:`RESTART_AFTER_S`: ``<socket>.start`` records the last
+    one (created without following a symlink); several agents started at once are harmless, the
+    first to take ``<socket>.lock`` serves and the others exit before importing anything more.
+    Never raises.
+    """
+    import time
+
+    sock = path or socket_path(env)
+    stamp = sock + ".start"
+    now = time.time() if now is None else now
+    try:
+        if now - os.lstat(stamp).st_mtime < RESTART_AFTER_S:
+            return None
+    except OSError:
+        pass
+    try:
+        fd = os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.utime(fd, (now, now))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass  # no directory yet (the agent makes it) or not ours: start anyway, unstamped
+    # -I: neither the runtime's working directory (the bundle) nor PYTHON* variables on sys.path
+    argv = [sys.executable, "-I", "-m", "numa_pin.cli.main", "serve", "--socket", sock, "--idle-exit", str(idle_exit_s)]
+    child_env = {k: v for k, v in env.items() if not k.startswith("LISTEN_")}
+    null = os.devnull
+    try:
+        return os.posix_spawn(sys.executable, argv, child_env, setsid=True, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, null, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, null, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_DUP2, 1, 2),
+        ])
+    except OSError:
+        return None

@@ -1,7 +1,9 @@
 """The warm agent's wire protocol, shared by the hook (client) and ``numa-pin serve``. Pure.
 
 Both directions: a 4-byte big-endian length, then that many bytes of UTF-8 JSON. Request:
-``{"v": 1, "version": str, "argv": [str], "stdin": base64, "env": {str: str}, "cwd": str}``.
+``{"v": 1, "version": str, "argv": [str], "stdin": base64, "env": {str: str}, "cwd": str,
+"home": str}``, where ``home`` is the directory the hook loaded numa_pin from (an agent started
+from another installation sends such a hook back; older hooks leave it out).
 Reply: ``{"rc": int, "stderr": str}``, or ``{"fallback": str}`` when the server refuses (the
 hook then runs in-process).
 
@@ -17,12 +19,15 @@ from _collections_abc import Mapping, Sequence  # loaded at interpreter start; c
 from binascii import Error as Base64Error
 from binascii import a2b_base64
 
+import numa_pin
 from numa_pin import __version__
 
 #: protocol revision; the server refuses any other
 PROTOCOL = 1
 
 
+#: the directory this process loaded numa_pin from (a request's ``home``)
+HOME = os.path.dirname(os.path.abspath(numa_pin.__file__ or "."))
 #: where ``numa-pin serve`` listens unless told otherwise
 DEFAULT_SOCKET = "/run/numa-pin/agent.sock"
 
@@ -31,8 +36,10 @@ DEFAULT_SOCKET = "/run/numa-pin/agent.sock"
 SOCKET_ENV = "NUMA_PIN_AGENT_SOCKET"
 
 
-#: set to ``1`` and the hook never asks the agent
+#: set to ``1`` and the hook never asks the agent (nor starts one)
 NO_AGENT_ENV = "NUMA_PIN_NO_AGENT"
+#: set to ``0`` and the hook uses an agent that answers but never starts one
+AUTOSTART_ENV = "NUMA_PIN_AGENT_AUTOSTART"
 
 
 #: the only environment variables the agent applies for a request (all the hook path reads)
@@ -65,7 +72,7 @@ def frame(body: bytes) -> bytes:
     return len(body).to_bytes(HEADER_BYTES, "big") + body
 
 
-def encode_request(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], cwd: str) -> bytes:
+def encode_request(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], cwd: str, home: str = HOME) -> bytes:
     """The request JSON (not framed), built without :mod:`json`. Pure."""
     from _json import encode_basestring_ascii as q
     from binascii import b2a_base64
@@ -73,7 +80,8 @@ def encode_request(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], cw
     passed = ",".join(f"{q(k)}:{q(env[k])}" for k in PASSED_ENV if k in env)
     text = (
         f'{{"v":{PROTOCOL},"version":{q(__version__)},"argv":[{",".join(q(a) for a in argv)}],'
-        f'"stdin":"{b2a_base64(stdin, newline=False).decode("ascii")}","env":{{{passed}}},"cwd":{q(cwd)}}}'
+        f'"stdin":"{b2a_base64(stdin, newline=False).decode("ascii")}","env":{{{passed}}},"cwd":{q(cwd)},'
+        f'"home":{q(home)}}}'
     )
     return text.encode("ascii")
 
@@ -118,10 +126,11 @@ MAX_STDERR_CHARS = 1 << 20
 class Request:
     """One decoded hook request (a plain class: :mod:`dataclasses` would cost the hook ~5 ms)."""
 
-    __slots__ = ("argv", "cwd", "env", "protocol", "stdin", "version")
+    __slots__ = ("argv", "cwd", "env", "home", "protocol", "stdin", "version")
 
     def __init__(
-        self, protocol: int, version: str, argv: tuple[str, ...], stdin: bytes, env: Mapping[str, str], cwd: str
+        self, protocol: int, version: str, argv: tuple[str, ...], stdin: bytes, env: Mapping[str, str], cwd: str,
+        home: str | None = None,
     ) -> None:
         self.protocol = protocol
         self.version = version
@@ -129,6 +138,7 @@ class Request:
         self.stdin = stdin
         self.env = env
         self.cwd = cwd
+        self.home = home
 
     def replace(self, **changes: object) -> Request:
         """A copy with ``changes`` applied (as :func:`dataclasses.replace` would)."""
@@ -177,7 +187,10 @@ def decode_request(body: bytes) -> Request:
         raise ValueError(f"request field 'env' may only hold strings for {', '.join(PASSED_ENV)}")
     if not isinstance(cwd, str) or not os.path.isabs(cwd):
         raise ValueError("request field 'cwd' must be an absolute path")
-    return Request(protocol, version, tuple(argv), data, dict(env), cwd)
+    home = doc.get("home")
+    if home is not None and not isinstance(home, str):
+        raise ValueError("request field 'home' must be a string")
+    return Request(protocol, version, tuple(argv), data, dict(env), cwd, home)
 
 
 def encode_reply(rc: int, stderr: str) -> bytes:
@@ -196,12 +209,15 @@ def encode_fallback(reason: str) -> bytes:
     return frame(json.dumps({"fallback": reason}).encode("ascii"))
 
 
-def refusal(request: Request, server_version: str = __version__) -> str | None:
-    """Why this server must not run ``request`` (protocol or numa-pin version), or None. Pure."""
+def refusal(request: Request, server_version: str = __version__, server_home: str = HOME) -> str | None:
+    """Why this server must not run ``request`` (protocol, numa-pin version, or a hook of another
+    installation), or None. Pure."""
     if request.protocol != PROTOCOL:
         return f"protocol {request.protocol} (server speaks {PROTOCOL})"
     if request.version != server_version:
         return f"numa-pin {request.version} hook, {server_version} agent: restart numa-pin serve after an upgrade"
+    if request.home is not None and request.home != server_home:
+        return f"the hook runs numa-pin from {request.home}, this agent from {server_home}"
     return None
 
 
@@ -217,6 +233,8 @@ __all__ = [
     "MAX_REQUEST_BYTES",
     "MAX_STDERR_CHARS",
     "MAX_STDIN_BYTES",
+    "AUTOSTART_ENV",
+    "HOME",
     "NO_AGENT_ENV",
     "PASSED_ENV",
     "PROTOCOL",

@@ -38,12 +38,12 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TextIO
 
 from numa_pin import __version__, deadline
-from numa_pin.agent.client import CONNECT_TIMEOUT_S
+from numa_pin.agent.client import CONNECT_TIMEOUT_S, NAMESPACES, namespace_mismatch
 from numa_pin.agent.preload import changed_sources, preload, source_stamps
 from numa_pin.agent.protocol import (
     MAX_REQUEST_BYTES,
@@ -55,13 +55,10 @@ from numa_pin.agent.protocol import (
     peer_allowed,
     refusal,
 )
-from numa_pin.errors import AgentError, NumaPinError
+from numa_pin.errors import AgentError
 from numa_pin.safefs import ensure_dir, open_private
 from numa_pin.text import one_line
 
-#: namespaces a peer must share with the server (the OCI pid, paths, cgroups and netdevs
-#: in a request are only meaningful there)
-NAMESPACES = ("pid", "mnt", "net", "cgroup")
 #: admissions in flight at most; further connections are sent back to run in-process
 MAX_CHILDREN = 64
 #: a peer must send its whole request within this many seconds
@@ -124,27 +121,6 @@ def _recv_exact(conn: socket.socket, size: int) -> bytes:
     return bytes(buf)
 
 
-def namespace_mismatch(peer_pid: int, proc_root: str = "/proc", names: Iterable[str] = NAMESPACES) -> str | None:
-    """The first namespace in which ``peer_pid`` differs from the calling process, or None.
-
-    Compares the ``<proc_root>/<pid>/ns/<name>`` link targets (``pid:[4026531836]``). A kind
-    this kernel does not have (no link for ``self``) is skipped; a peer whose link cannot be
-    read (gone, or pid 0: not visible from this pid namespace) counts as different.
-    """
-    for name in names:
-        try:
-            mine = os.readlink(os.path.join(proc_root, "self", "ns", name))
-        except OSError:
-            continue
-        try:
-            theirs = os.readlink(os.path.join(proc_root, str(peer_pid), "ns", name)) if peer_pid > 0 else None
-        except OSError:
-            theirs = None
-        if theirs != mine:
-            return name
-    return None
-
-
 #: the first file descriptor systemd passes (``sd_listen_fds(3)``)
 SD_LISTEN_FDS_START = 3
 
@@ -187,16 +163,26 @@ def systemd_listener(environ: Mapping[str, str], pid: int | None = None) -> sock
 
 
 def open_socket(path: str) -> tuple[int, socket.socket]:
-    """Take ``<path>.lock``, clear a stale socket and listen on ``path`` (mode 0600).
+    """Take ``<path>.lock``, clear a stale socket and listen on ``path`` (mode 0600):
+    :func:`take_lock`, then :func:`listen`. Returns (lock fd, listening socket)."""
+    lock_fd = take_lock(path)
+    try:
+        return lock_fd, listen(path)
+    except BaseException:
+        os.close(lock_fd)
+        raise
+
+
+def take_lock(path: str) -> int:
+    """Take ``<path>.lock``, the one-server-per-socket lock, and return its fd.
 
     Creates a missing parent directory with mode 0700; an existing one is used as it is, but
     one that others may write to without the sticky bit, or that another non-root user owns, is
     refused (they could swap the socket), and so is ``<path>.lock`` when it is a symlink or not
-    this user's private file. Returns (lock fd, listening socket).
+    this user's private file.
 
     Raises:
-        AgentError: another ``numa-pin serve`` holds the lock or answers on ``path``; the
-            path is something other than a socket; or an OS error.
+        AgentError: another ``numa-pin serve`` holds the lock, or an OS error.
         UnsafePathError: the directory (or one above it) or the lock file is unsafe.
     """
     parent = os.path.dirname(os.path.abspath(path))
@@ -210,12 +196,24 @@ def open_socket(path: str) -> tuple[int, socket.socket]:
     except OSError as exc:
         raise AgentError(f"{lock_path}: cannot open: {exc.strerror}") from None
     try:
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise AgentError(f"{path}: another numa-pin serve is running (it holds {lock_path})") from None
-            raise
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(lock_fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise AgentError(f"{path}: another numa-pin serve is running (it holds {lock_path})") from None
+        raise AgentError(f"{lock_path}: cannot lock: {exc.strerror}") from None
+    return lock_fd
+
+
+def listen(path: str) -> socket.socket:
+    """Clear a stale socket at ``path`` and listen there (mode 0600); the caller holds
+    :func:`take_lock`.
+
+    Raises:
+        AgentError: another server answers on ``path``, the path is something other than a
+            socket, or an OS error.
+    """
+    try:
         _clear_stale(path)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o177)
@@ -225,13 +223,9 @@ def open_socket(path: str) -> tuple[int, socket.socket]:
             os.umask(old_umask)
         os.chmod(path, 0o600)
         listener.listen(128)
-    except NumaPinError:
-        os.close(lock_fd)
-        raise
     except OSError as exc:
-        os.close(lock_fd)
         raise AgentError(f"{path}: cannot listen: {exc.strerror or exc}") from None
-    return lock_fd, listener
+    return listener
 
 
 def _clear_stale(path: str) -> None:
@@ -344,6 +338,7 @@ class AgentServer:
         stamps: Mapping[str, int] | None = None,
         max_children: int | None = None,
         owns_path: bool = True,
+        idle_exit_s: float | None = None,
     ) -> None:
         self.path = path
         #: False for a socket systemd passed: systemd keeps listening on it after a stop
@@ -358,6 +353,11 @@ class AgentServer:
         self.uid = os.geteuid()
         self.pid = os.getpid()
         self.stopping = False
+        #: an agent started on demand: stops after this long without a hook, and as soon as
+        #: its sources change on disk (the next hook starts the upgraded code)
+        self.idle_exit_s = idle_exit_s
+        self.last_active = time.monotonic()
+        self._next_source_check = 0.0
         self._inode = os.stat(path).st_ino if owns_path else -1
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
 
@@ -376,13 +376,29 @@ class AgentServer:
                     _drain_fd(self._wake_r)
                 self.reap()
                 if self.listener.fileno() in ready and not self.stopping:
+                    self.last_active = time.monotonic()
                     self._accept()
+                elif self.idle_exit_s is not None:
+                    self.stopping = self.retired()
         finally:
             if os.getpid() == self.pid:
                 signal.set_wakeup_fd(-1)
                 self.close()
                 self.drain()
         return 0
+
+    def retired(self, now: float | None = None) -> bool:
+        """For an agent started on demand: whether it should stop now, because no hook came for
+        :attr:`idle_exit_s` seconds and none is running, or because its sources changed."""
+        now = time.monotonic() if now is None else now
+        if self.idle_exit_s is None:
+            return False
+        if not self.children and now - self.last_active >= self.idle_exit_s:
+            return True
+        if now >= self._next_source_check:
+            self._next_source_check = now + 5.0
+            return bool(changed_sources(self.stamps))
+        return False
 
     def _stop(self, _signum: int, _frame) -> None:
         self.stopping = True
@@ -544,24 +560,35 @@ def serve(
     proc_root: str = "/proc",
     out: TextIO | None = None,
     environ: Mapping[str, str] | None = None,
+    idle_exit_s: float | None = None,
 ) -> int:
     """Preload the hook path, listen on ``path`` and serve until SIGTERM/SIGINT. Returns 0.
 
     Under systemd socket activation (``LISTEN_FDS``/``LISTEN_PID`` in ``environ``, default
     ``os.environ``) the passed socket is served instead and ``path`` is ignored; a stop then
-    leaves the socket to systemd, which starts the agent again on the next connection.
+    leaves the socket to systemd, which starts the agent again on the next connection. On its
+    own socket the server takes the lock before the imports, so a second server started at
+    the same moment (two hooks starting one on demand) exits at once. With ``idle_exit_s`` it
+    also stops after that many idle seconds or when its sources change (an agent started on
+    demand by a hook, :func:`numa_pin.agent.client.start_agent`).
 
     Raises:
         NumaPinError: a module does not import, or the socket cannot be served (see
-            :func:`open_socket` and :func:`systemd_listener`).
+            :func:`take_lock`, :func:`listen` and :func:`systemd_listener`).
     """
-    modules = preload()
-    stamps = source_stamps(modules)
     listener = systemd_listener(os.environ if environ is None else environ)
     if listener is None:
-        lock_fd, listener = open_socket(path)
+        path = os.path.abspath(path)
+        lock_fd = take_lock(path)
+        try:
+            modules = preload()
+            listener = listen(path)
+        except BaseException:
+            os.close(lock_fd)
+            raise
         how, passed = "listening on", False
     else:
+        modules = preload()
         if environ is None:  # as sd_listen_fds(1): the admissions must not see them
             for key in ("LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"):
                 os.environ.pop(key, None)
@@ -569,10 +596,13 @@ def serve(
         path = name if isinstance(name, str) and name else path
         lock_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)  # systemd runs one instance
         how, passed = "serving the socket systemd passed,", True
+    stamps = source_stamps(modules)
+    os.chdir("/")  # keep no directory busy (a hook that starts an agent runs in a bundle)
     server = AgentServer(path, lock_fd, listener, log_path=log_path, proc_root=proc_root, stamps=stamps,
-                         owns_path=not passed)
+                         owns_path=not passed, idle_exit_s=idle_exit_s)
+    idle = f", exits after {idle_exit_s:g} s idle" if idle_exit_s is not None else ""
     print(f"numa-pin serve: numa-pin {__version__} {how} {path} (pid {server.pid}, "
-          f"{len(modules)} modules preloaded)", file=out or sys.stderr, flush=True)
+          f"{len(modules)} modules preloaded{idle})", file=out or sys.stderr, flush=True)
     return server.serve()
 
 
@@ -582,6 +612,7 @@ __all__ = [
     "Peer",
     "append_log",
     "exit_status",
+    "listen",
     "namespace_mismatch",
     "open_socket",
     "peer_credentials",
@@ -589,5 +620,6 @@ __all__ = [
     "run_request",
     "serve",
     "systemd_listener",
+    "take_lock",
     "watch_client",
 ]

@@ -1,7 +1,8 @@
 """``numa-pin serve [--socket PATH] [--log PATH]``: the optional warm agent for the OCI hook.
 
 ``numa-pin-hook`` hands its admission to this server when the socket answers and runs
-in-process otherwise; see :mod:`numa_pin.agent.server` and ``docs/agent.md``.
+in-process otherwise; see :mod:`numa_pin.agent.server` and ``docs/agent.md``. A hook that finds
+no agent starts ``numa-pin serve --idle-exit 600`` itself.
 """
 
 from __future__ import annotations
@@ -20,10 +21,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Unix socket to listen on (default: $NUMA_PIN_AGENT_SOCKET, else /run/numa-pin/agent.sock)",
     )
     parser.add_argument("--log", metavar="PATH", help="append one JSON line per request to PATH")
+    parser.add_argument(
+        "--idle-exit",
+        metavar="SECONDS",
+        type=float,
+        help="stop after SECONDS without a hook, or when numa-pin's files change on disk "
+        "(how numa-pin-hook starts an agent on demand)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from numa_pin.agent.protocol import socket_path
     from numa_pin.agent.server import serve
 
-    return serve(socket_path(os.environ, args.socket), log_path=args.log)
+    if args.idle_exit is not None and not args.idle_exit > 0:
+        from numa_pin.errors import RequestError
+
+        raise RequestError(f"--idle-exit: {args.idle_exit:g} is not a positive number of seconds")
+    return serve(socket_path(os.environ, args.socket), log_path=args.log, idle_exit_s=args.idle_exit)

@@ -22,7 +22,8 @@ malformed request or OCI input); 2 usage error; 3 configuration error; 4 any oth
 Start-up cost matters (this runs on every container start), so this module imports only the
 standard library at the top; nothing here imports pyroute2, argparse or the CLI. When the warm
 agent (``numa-pin serve``) answers on its socket, :func:`main` hands the request to it and only
-prints the answer; otherwise, or with ``NUMA_PIN_NO_AGENT=1``, :func:`run` admits in-process.
+prints the answer; otherwise, or with ``NUMA_PIN_NO_AGENT=1``, :func:`run` admits in-process
+(and, when nothing listened at all, first starts an agent for the next containers).
 """
 
 from __future__ import annotations
@@ -189,7 +190,11 @@ def run(argv: list[str], stdin, stdout=None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """The ``numa-pin-hook`` script: hand the hook to the warm agent (``numa-pin serve``) when
-    one answers on its socket, else (or with ``NUMA_PIN_NO_AGENT=1``) run it in this process."""
+    one answers on its socket, else (or with ``NUMA_PIN_NO_AGENT=1``) run it in this process.
+
+    When no agent listens at all, a root hook in the host's namespaces starts one on demand
+    (:func:`numa_pin.agent.client.start_agent`) for the containers that follow, then admits this
+    one in-process without waiting for it. ``NUMA_PIN_AGENT_AUTOSTART=0`` turns that off."""
     args = sys.argv[1:] if argv is None else argv
     if os.environ.get("NUMA_PIN_NO_AGENT") == "1" or "precreate" in args:  # the agent returns no stdout
         return run(args, sys.stdin.buffer)
@@ -198,9 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     from numa_pin.agent import client, protocol
 
     data = sys.stdin.buffer.read(protocol.MAX_STDIN_BYTES)
-    rc = client.try_agent(args, data, os.environ)
+    rc, absent = client.ask_agent(args, data, os.environ)
     if rc is not None:
         return rc
+    if absent and client.autostart_allowed(os.environ):
+        client.start_agent(os.environ)
     return run(args, io.BytesIO(data))
 
 
