@@ -13,6 +13,13 @@ without the hook on this machine, to show what a container start pays in practic
 Part 3 repeats part 1 with a warm agent (``numa-pin serve`` on a temporary socket): the hook
 then only starts the interpreter and hands the admission over (docs/agent.md).
 
+Part 4 is the default, as a node set up from the README runs it: no agent at the start, and
+the first hook that finds none starts one on demand. Every container counts, the first
+included (it runs in-process and starts the agent).
+
+Every figure is also given as a ratio to the bare interpreter start measured in the same loop
+(runc: to ``runc run`` without the hook, in the same loop).
+
 Usage: python bench/hook_latency.py [--runs N] [--skip-runc]
 """
 
@@ -72,6 +79,7 @@ def measure(node: FakeNode, config: Path, env: dict[str, str], runs: int, warmup
         dt, rc, err = timed([HOOK, "--config", str(config), stage], warm, env)
         if rc:
             raise SystemExit(f"hook failed during warm-up: {err.decode().strip()}")
+    first = None
     for i in range(1, runs + 1):
         state = add_container(node, i)
         bare.append(timed([sys.executable, "-c", "pass"])[0])
@@ -80,7 +88,9 @@ def measure(node: FakeNode, config: Path, env: dict[str, str], runs: int, warmup
             if rc:
                 raise SystemExit(f"hook {stage} failed: {err.decode().strip()}")
             samples.append(dt)
+            first = dt if first is None else first
     return {
+        "first": first or 0.0,
         "bare_p50": pct(bare, 0.5), "bare_p95": pct(bare, 0.95),
         "admit_p50": pct(admit, 0.5), "admit_p95": pct(admit, 0.95),
         "release_p50": pct(release, 0.5), "release_p95": pct(release, 0.95),
@@ -119,6 +129,38 @@ def bench_agent(runs: int) -> dict[str, float]:
     return {**result, "served": served, "expected": 2 * runs + 4}
 
 
+def agents_on(sock: Path) -> list[int]:
+    """pids of the ``numa-pin serve`` processes started for ``sock``."""
+    import psutil
+
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if "serve" in (p.info["cmdline"] or [])
+            and str(sock) in (p.info["cmdline"] or [])]
+
+
+def stop_agents(sock: Path) -> None:
+    for pid in agents_on(sock):
+        try:
+            os.kill(pid, 15)
+        except ProcessLookupError:
+            pass
+
+
+def bench_default(runs: int) -> dict[str, float]:
+    """Part 4: the hook as installed: no agent running, the first hook starts one on demand."""
+    with tempfile.TemporaryDirectory(prefix="numa-pin-bench-default-") as tmp:
+        root = Path(tmp)
+        node, config, env = fake_node(root)
+        sock = root / "run" / "agent.sock"
+        env = {k: v for k, v in env.items() if k not in ("NUMA_PIN_NO_AGENT", "NUMA_PIN_AGENT_AUTOSTART")}
+        env["NUMA_PIN_AGENT_SOCKET"] = str(sock)
+        try:
+            result = measure(node, config, env, runs, warmups=0)
+            started = len(agents_on(sock))
+        finally:
+            stop_agents(sock)
+    return {**result, "agents": started}
+
+
 def bench_runc(runs: int) -> dict[str, float] | None:
     runc = shutil.which("runc")
     if os.geteuid() != 0 or runc is None or not Path("/bin/busybox").exists():
@@ -132,6 +174,7 @@ def bench_runc(runs: int) -> dict[str, float] | None:
         config = root / "config.yaml"
         config.write_text(f"policy: best-effort\nstate_dir: {root / 'state'}\nsyslog: false\n")
         sock = root / "agent" / "agent.sock"
+        auto_sock = root / "auto" / "agent.sock"  # nothing there: the first hook starts an agent
         base_env = [f"NUMA_PIN_CACHE_DIR={root / 'cache'}", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
 
         def hooks(extra: list[str]) -> dict:
@@ -143,8 +186,11 @@ def bench_runc(runs: int) -> dict[str, float] | None:
             "hooked": harness.make_bundle(root / "hooked", args=["true"], hooks=hooks(["NUMA_PIN_NO_AGENT=1"]),
                                           annotations={"numa-pin.io/cpus": "1"}),
             "agent": harness.make_bundle(root / "agent-b", args=["true"],
-                                         hooks=hooks([f"NUMA_PIN_AGENT_SOCKET={sock}"]),
+                                         hooks=hooks([f"NUMA_PIN_AGENT_SOCKET={sock}", "NUMA_PIN_AGENT_AUTOSTART=0"]),
                                          annotations={"numa-pin.io/cpus": "1"}),
+            "default": harness.make_bundle(root / "default-b", args=["true"],
+                                           hooks=hooks([f"NUMA_PIN_AGENT_SOCKET={auto_sock}"]),
+                                           annotations={"numa-pin.io/cpus": "1"}),
         }
         server = subprocess.Popen([serve_cmd, "serve", "--socket", str(sock)], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
@@ -161,11 +207,12 @@ def bench_runc(runs: int) -> dict[str, float] | None:
                     dt = time.perf_counter() - t0
                     if res.returncode != 0:
                         raise SystemExit(f"runc {name} failed: {res.stderr.strip()}")
-                    if i:  # first round is warm-up
+                    if i or name == "default":  # first round is warm-up, but "default" counts from its first container
                         out[name].append(dt)
         finally:
             server.terminate()
             server.wait(timeout=60)
+            stop_agents(auto_sock)
     return {f"{name}_{q}": pct(v, 0.5 if q == "p50" else 0.95) for name, v in out.items() for q in ("p50", "p95")}
 
 
@@ -179,11 +226,13 @@ def main() -> int:
         return 1
     r = bench_hook(args.runs)
     ms = {k: 1000 * v for k, v in r.items()}
-    print(f"hook admission on a fake 2-socket machine ({args.runs} runs, {os.cpu_count()} CPUs here)")
+    print(f"hook in-process, no agent at all (NUMA_PIN_NO_AGENT=1), fake 2-socket machine "
+          f"({args.runs} runs, {os.cpu_count()} CPUs here)")
     print(f"  python3 -c pass     p50 {ms['bare_p50']:7.1f} ms   p95 {ms['bare_p95']:7.1f} ms")
     print(f"  hook prestart       p50 {ms['admit_p50']:7.1f} ms   p95 {ms['admit_p95']:7.1f} ms"
           f"   ratio to bare p50: {r['admit_p50'] / r['bare_p50']:.2f}x")
-    print(f"  hook poststop       p50 {ms['release_p50']:7.1f} ms   p95 {ms['release_p95']:7.1f} ms")
+    print(f"  hook poststop       p50 {ms['release_p50']:7.1f} ms   p95 {ms['release_p95']:7.1f} ms"
+          f"   ratio to bare p50: {r['release_p50'] / r['bare_p50']:.2f}x")
     ra = bench_agent(args.runs)
     ma = {k: 1000 * v for k, v in ra.items() if k.endswith(("_p50", "_p95"))}
     print(f"hook through the warm agent (numa-pin serve), same fake machine "
@@ -193,17 +242,26 @@ def main() -> int:
           f"   ratio to bare p50: {ra['admit_p50'] / ra['bare_p50']:.2f}x")
     print(f"  hook poststop       p50 {ma['release_p50']:7.1f} ms   p95 {ma['release_p95']:7.1f} ms"
           f"   ratio to bare p50: {ra['release_p50'] / ra['bare_p50']:.2f}x")
+    rd = bench_default(args.runs)
+    md = {k: 1000 * v for k, v in rd.items() if k.endswith(("_p50", "_p95")) or k == "first"}
+    print(f"hook as installed (no agent at the start; the first hook starts one on demand; "
+          f"{rd['agents']} agent running after the runs), every container from the first")
+    print(f"  python3 -c pass     p50 {md['bare_p50']:7.1f} ms   p95 {md['bare_p95']:7.1f} ms")
+    print(f"  hook prestart       p50 {md['admit_p50']:7.1f} ms   p95 {md['admit_p95']:7.1f} ms"
+          f"   ratio to bare p50: {rd['admit_p50'] / rd['bare_p50']:.2f}x   (first container {md['first']:.1f} ms)")
+    print(f"  hook poststop       p50 {md['release_p50']:7.1f} ms   p95 {md['release_p95']:7.1f} ms"
+          f"   ratio to bare p50: {rd['release_p50'] / rd['bare_p50']:.2f}x")
     if not args.skip_runc:
         rr = bench_runc(max(5, args.runs // 3))
         if rr is None:
             print("runc comparison skipped (needs root, runc and busybox-static)")
         else:
-            print("runc run of busybox true, this machine")
-            print(f"  without hook        p50 {1000 * rr['plain_p50']:7.1f} ms   p95 {1000 * rr['plain_p95']:7.1f} ms")
-            print(f"  with hook           p50 {1000 * rr['hooked_p50']:7.1f} ms   p95 {1000 * rr['hooked_p95']:7.1f} ms"
-                  f"   extra p50: {1000 * (rr['hooked_p50'] - rr['plain_p50']):.1f} ms")
-            print(f"  with hook + agent   p50 {1000 * rr['agent_p50']:7.1f} ms   p95 {1000 * rr['agent_p95']:7.1f} ms"
-                  f"   extra p50: {1000 * (rr['agent_p50'] - rr['plain_p50']):.1f} ms")
+            print("runc run of busybox true, this machine (prestart + poststop hooks)")
+            plain = rr["plain_p50"]
+            for name, label in (("plain", "without hook"), ("hooked", "hook in-process"),
+                                ("agent", "hook + running agent"), ("default", "hook as installed")):
+                print(f"  {label:20s} p50 {1000 * rr[name + '_p50']:7.1f} ms   p95 {1000 * rr[name + '_p95']:7.1f} ms"
+                      f"   ratio to without: {rr[name + '_p50'] / plain:.2f}x")
     return 0
 
 

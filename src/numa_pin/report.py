@@ -14,7 +14,6 @@ is deleted when it is admitted or its grant is released (:func:`forget_reason`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -23,6 +22,7 @@ from collections.abc import Mapping
 
 from numa_pin.boundedio import json_loads_bounded, read_regular_file
 from numa_pin.cpuset import format_list
+from numa_pin.digest import sha256_hex
 from numa_pin.errors import UnsafePathError
 from numa_pin.ledger.model import Grant
 from numa_pin.safefs import check_dir, create_private, ensure_dir, write_all
@@ -40,7 +40,7 @@ _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012345678
 def reason_path(state_dir: str, container_id: str) -> str:
     """``<state_dir>/reasons/<prefix>-<sha256 of the exact id, 16 hex>.json`` (pure)."""
     prefix = "".join(c if c in _SAFE else "_" for c in container_id[:64])
-    digest = hashlib.sha256(container_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    digest = sha256_hex(container_id.encode("utf-8", "surrogatepass"))[:16]
     return os.path.join(state_dir, REASONS, f"{prefix}-{digest}.json")
 
 

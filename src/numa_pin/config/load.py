@@ -20,7 +20,6 @@ The cache only skips YAML parsing: its content is validated again on every load.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -30,6 +29,7 @@ from typing import Any
 from numa_pin import __version__
 from numa_pin.boundedio import UnsafeInput, json_loads_bounded, open_regular, read_fd
 from numa_pin.config.schema import Config, config_from_dict
+from numa_pin.digest import sha256_hex
 from numa_pin.errors import ConfigError
 from numa_pin.safefs import ensure_dir, replace_private
 from numa_pin.text import one_line
@@ -271,13 +271,13 @@ def _cache_key(real: str, st: os.stat_result) -> dict[str, Any]:
 
 def cache_file(cache_dir: str, real_path: str) -> str:
     """Where the cache of the config file ``real_path`` lives."""
-    digest = hashlib.sha256(real_path.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    digest = sha256_hex(real_path.encode("utf-8", "surrogateescape"))[:16]
     return os.path.join(cache_dir, f"config-{digest}.json")
 
 
 def _digest(config: Mapping[str, Any]) -> str:
     canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
-    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return "sha256:" + sha256_hex(canonical.encode("utf-8"))
 
 
 def _read_cache(cache_dir: str, key: Mapping[str, Any], source: str) -> Config | None:

@@ -195,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     When no agent listens at all, a root hook in the host's namespaces starts one on demand
     (:func:`numa_pin.agent.client.start_agent`) for the containers that follow, then admits this
     one in-process without waiting for it. ``NUMA_PIN_AGENT_AUTOSTART=0`` turns that off."""
+    if argv is None:  # the script: a process that lives for one admission, whose memory goes
+        import gc    # with it; the collector's passes over ~170 module imports only cost time
+
+        gc.disable()
     args = sys.argv[1:] if argv is None else argv
     if os.environ.get("NUMA_PIN_NO_AGENT") == "1" or "precreate" in args:  # the agent returns no stdout
         return run(args, sys.stdin.buffer)

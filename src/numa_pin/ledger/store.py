@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import threading
@@ -39,6 +38,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from numa_pin.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
+from numa_pin.digest import sha256_hex
 from numa_pin.errors import LedgerCorrupt, LedgerError, LedgerLockTimeout
 from numa_pin.ledger.model import (
     LEDGER_VERSION,
@@ -318,7 +318,7 @@ def decode(raw: bytes, path: str) -> LedgerState:
 def checksum(data: dict[str, Any]) -> str:
     """``"sha256:<hex>"`` of the canonical JSON of ``data``."""
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-    return "sha256:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
+    return "sha256:" + sha256_hex(canonical.encode("ascii"))
 
 
 # ---- helpers -----------------------------------------------------------------------

@@ -18,13 +18,13 @@ wrong for longer than ``max_age``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
 from typing import Any
 
 from numa_pin.boundedio import json_loads_bounded, read_fd
+from numa_pin.digest import sha256_hex
 from numa_pin.errors import UnsafePathError
 from numa_pin.safefs import ensure_dir, open_private, replace_private
 from numa_pin.topology.model import Cpu, HugePages, NumaNode, PciDevice, Topology
@@ -69,7 +69,7 @@ def fingerprint(sysfs_root: str, proc_root: str | None) -> str:
         parts.extend(sorted(os.listdir(os.path.join(sysfs_root, "bus/pci/devices"))))
     except OSError:
         parts.append("no-pci")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+    return sha256_hex("\n".join(parts).encode())
 
 
 def to_dict(topology: Topology) -> dict[str, Any]:
@@ -137,29 +137,34 @@ def cached_discover(
         UnsafePathError: the cache directory, or one above it, could be written by others.
         TopologyError: what discovery raises.
     """
-    from numa_pin.topology.discover import discover
-
     if not cache_dir:
-        return discover(sysfs_root, proc_root)
+        return _discover(sysfs_root, proc_root)
     # one entry per tree: a relative root names another tree from another directory
     sysfs_root = os.path.abspath(sysfs_root)
     proc_root = None if proc_root is None else os.path.abspath(proc_root)
     now = time.time() if now is None else now
     fp = fingerprint(sysfs_root, proc_root)
-    path = os.path.join(cache_dir, "topology-" + hashlib.sha256(sysfs_root.encode()).hexdigest()[:16] + ".json")
+    path = os.path.join(cache_dir, "topology-" + sha256_hex(sysfs_root.encode())[:16] + ".json")
     try:
         ensure_dir(cache_dir, 0o700)
     except OSError:
-        return discover(sysfs_root, proc_root)  # cannot create or examine it: no cache, only slower
+        return _discover(sysfs_root, proc_root)  # cannot create or examine it: no cache, only slower
     doc = _read_cache(path)
     try:
         if doc.get("format") == FORMAT and doc.get("fingerprint") == fp and 0 <= now - doc.get("time", 0) <= max_age:
             return from_dict(doc["topology"])
     except (ValueError, KeyError, TypeError, IndexError, AttributeError):
         pass  # absent, stale or damaged: rediscover below
-    topology = discover(sysfs_root, proc_root)
+    topology = _discover(sysfs_root, proc_root)
     _write_cache(cache_dir, path, {"format": FORMAT, "fingerprint": fp, "time": now, "topology": to_dict(topology)})
     return topology
+
+
+def _discover(sysfs_root: str, proc_root: str | None) -> Topology:
+    """Discovery, imported only on a miss (a hit, the hook's usual case, never needs its modules)."""
+    from numa_pin.topology.discover import discover
+
+    return discover(sysfs_root, proc_root)
 
 
 def _read_cache(path: str) -> dict[str, Any]:
