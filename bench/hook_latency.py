@@ -130,11 +130,13 @@ def bench_agent(runs: int) -> dict[str, float]:
 
 
 def agents_on(sock: Path) -> list[int]:
-    """pids of the ``numa-pin serve`` processes started for ``sock``."""
+    """pids of the ``numa-pin serve`` servers started for ``sock`` (not the children they fork)."""
     import psutil
 
-    return [p.pid for p in psutil.process_iter(["cmdline"]) if "serve" in (p.info["cmdline"] or [])
-            and str(sock) in (p.info["cmdline"] or [])]
+    procs = [p for p in psutil.process_iter(["cmdline", "ppid"])
+             if "serve" in (p.info["cmdline"] or []) and str(sock) in (p.info["cmdline"] or [])]
+    pids = {p.pid for p in procs}
+    return [p.pid for p in procs if p.info["ppid"] not in pids]
 
 
 def stop_agents(sock: Path) -> None:

@@ -803,13 +803,15 @@ def test_hostile_input_through_the_agent_matches_in_process(shared_agent, node, 
 
 
 def _agents_on(sock: Path) -> list[psutil.Process]:
-    """Live ``numa-pin serve`` processes started for ``sock`` (found by their command line)."""
+    """Live ``numa-pin serve`` servers started for ``sock`` (found by their command line; the
+    children they fork for admissions share it and are left out)."""
     found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
+    for proc in psutil.process_iter(["cmdline", "status", "ppid"]):
         cmd = proc.info["cmdline"] or []
         if "serve" in cmd and str(sock) in cmd and proc.info["status"] != psutil.STATUS_ZOMBIE:
             found.append(proc)
-    return found
+    pids = {p.pid for p in found}
+    return [p for p in found if p.info["ppid"] not in pids]
 
 
 def _answers(node: Node, sock: Path) -> bool:

@@ -28,6 +28,7 @@ prints the answer; otherwise, or with ``NUMA_PIN_NO_AGENT=1``, :func:`run` admit
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -196,9 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     (:func:`numa_pin.agent.client.start_agent`) for the containers that follow, then admits this
     one in-process without waiting for it. ``NUMA_PIN_AGENT_AUTOSTART=0`` turns that off."""
     if argv is None:  # the script: a process that lives for one admission, whose memory goes
-        import gc    # with it; the collector's passes over ~170 module imports only cost time
-
-        gc.disable()
+        gc.disable()  # with it; the collector's passes over ~170 module imports only cost time
     args = sys.argv[1:] if argv is None else argv
     if os.environ.get("NUMA_PIN_NO_AGENT") == "1" or "precreate" in args:  # the agent returns no stdout
         return run(args, sys.stdin.buffer)
