@@ -16,6 +16,7 @@ import fcntl
 import io
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -875,6 +876,24 @@ def test_two_agents_started_at_once_leave_one(node, on_demand):
     assert len(exited) == 1
     wait_for(lambda: _answers(node, on_demand), "the other agent to answer")
     assert [p.pid for p in _agents_on(on_demand)] == [{first, second}.difference(exited).pop()]
+
+
+def test_the_agent_keeps_no_descriptor_the_hook_inherited(node, on_demand):
+    """A runtime may leave more than stdio open to its hook; the agent must hold none of it."""
+    r, w = os.pipe()
+    os.set_inheritable(w, True)
+    try:
+        pid = client.start_agent(hook_env(node, on_demand), str(on_demand))
+        assert pid
+        os.close(w)
+        w = -1
+        readable, _, _ = select.select([r], [], [], WAIT_S)
+        assert readable and os.read(r, 1) == b""  # end of file: no writer is left
+        wait_for(lambda: _answers(node, on_demand), "the agent to answer")
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
 
 
 def test_starts_are_spaced(node, on_demand):

@@ -178,15 +178,16 @@ def autostart_allowed(env: Mapping[str, str], proc_root: str = "/proc") -> bool:
 
 
 def start_agent(env: Mapping[str, str], path: str | None = None, *, now: float | None = None,
-                idle_exit_s: int = IDLE_EXIT_S) -> int | None:
+                idle_exit_s: int = IDLE_EXIT_S, proc_root: str = "/proc") -> int | None:
     """Start ``numa-pin serve --idle-exit`` on the agent socket, detached; return its pid, or
     None when it was not started.
 
-    The agent gets a session of its own and ``/dev/null`` for stdin, stdout and stderr (a
-    runtime waits for every holder of the hook's output pipes), and this process does not wait
-    for it. At most one start per :data:`RESTART_AFTER_S`: ``<socket>.start`` records the last
-    one (created without following a symlink); several agents started at once are harmless, the
-    first to take ``<socket>.lock`` serves and the others exit before importing anything more.
+    The agent gets a session of its own, ``/dev/null`` for stdin, stdout and stderr (a runtime
+    waits for every holder of the hook's output pipes) and no other inherited descriptor, and
+    this process does not wait for it. At most one start per :data:`RESTART_AFTER_S`:
+    ``<socket>.start`` records the last one (created without following a symlink); several agents
+    started at once are harmless, the first to take ``<socket>.lock`` serves and the others exit
+    before importing anything more.
     Never raises.
     """
     import time
@@ -211,11 +212,32 @@ def start_agent(env: Mapping[str, str], path: str | None = None, *, now: float |
     argv = [sys.executable, "-I", "-m", "numa_pin.cli.main", "serve", "--socket", sock, "--idle-exit", str(idle_exit_s)]
     child_env = {k: v for k, v in env.items() if not k.startswith("LISTEN_")}
     null = os.devnull
+    actions: list[tuple] = [
+        (os.POSIX_SPAWN_OPEN, 0, null, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, null, os.O_WRONLY, 0),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ]
+    # and nothing else a runtime may have left open to its hook: a pipe the agent kept would
+    # hold up whoever waits for its end
+    actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited_fds(proc_root)]
     try:
-        return os.posix_spawn(sys.executable, argv, child_env, setsid=True, file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, null, os.O_RDONLY, 0),
-            (os.POSIX_SPAWN_OPEN, 1, null, os.O_WRONLY, 0),
-            (os.POSIX_SPAWN_DUP2, 1, 2),
-        ])
+        return os.posix_spawn(sys.executable, argv, child_env, setsid=True, file_actions=actions)
     except OSError:
         return None
+
+
+def inherited_fds(proc_root: str = "/proc") -> list[int]:
+    """This process's file descriptors above 2 that a child would inherit."""
+    try:
+        names = os.listdir(f"{proc_root}/self/fd")
+    except OSError:
+        return []
+    fds = []
+    for name in names:
+        try:
+            fd = int(name)
+            if fd > 2 and os.get_inheritable(fd):
+                fds.append(fd)
+        except (ValueError, OSError):  # the listing's own descriptor, closed by now
+            continue
+    return fds
