@@ -29,7 +29,7 @@ from numa_pin.enforcer.pool import reserved_conflicts, resize_shared, shared_poo
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import AdmissionTimeout, EnforcementError, NumaPinError, RequestError
 from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_time
-from numa_pin.ledger.model import KIND_PROCESS, Grant, LedgerState, PodRecord
+from numa_pin.ledger.model import KIND_PROCESS, GpuAccess, Grant, LedgerState, PodRecord
 from numa_pin.ledger.store import Ledger
 from numa_pin.topology.cache import cached_discover
 from numa_pin.topology.model import Topology
@@ -194,9 +194,9 @@ class NodeService:
                         new_state = new_state.with_pod(pod)
                     self._enforce(grant, ref, new_state, undo, pool_changed=any(g.cpus for g in dropped))
                     if (existing is None or bind) and pid and grant.devices and not grant.netdevs:
-                        netdevs = self._grant_devices(grant, pid, undo, rootfs)
-                        if netdevs:
-                            grant = replace(grant, netdevs=netdevs)
+                        netdevs, gpus = self._grant_devices(grant, pid, undo, rootfs)
+                        if netdevs or gpus is not None:
+                            grant = replace(grant, netdevs=netdevs, gpus=gpus)
                             new_state = new_state.with_grant(grant)
                 except BaseException as exc:
                     self._roll_back(undo, exc, request.container_id)
@@ -302,10 +302,13 @@ class NodeService:
             refs = self._shared_refs(state, exclude=grant.container_id)
             resize_shared(refs, pool, self.config.cgroup_root, undo, self._limits(state))
 
-    def _grant_devices(self, grant: Grant, pid: int, undo: UndoLog, rootfs: str | None) -> tuple[dict[str, str], ...]:
+    def _grant_devices(
+        self, grant: Grant, pid: int, undo: UndoLog, rootfs: str | None
+    ) -> tuple[tuple[dict[str, str], ...], GpuAccess | None]:
         """Move granted SR-IOV VF netdevs into the container's netns (``net1``, ``net2``, ...),
         open the container's device cgroup to granted GPUs and create their nodes (and the GPU
-        list file) in the container's mount namespace. Returns the netdev records to keep."""
+        list file) in the container's mount namespace. Returns the netdev records and the GPU
+        access to keep."""
         from numa_pin.topology.model import KIND_GPU
 
         records: list[dict[str, str]] = []
@@ -325,6 +328,7 @@ class NodeService:
                         bring_up=True, undo=undo,
                     )
                     records.append({"record": json.dumps(rec.to_dict(), sort_keys=True)})
+        access: GpuAccess | None = None
         if gpus:
             from numa_pin.enforcer.gpu import grant_gpus
 
@@ -334,31 +338,26 @@ class NodeService:
             nodes = expose_gpus(gpus, pid, self.config.proc_root, rootfs, undo)
             rules = [str(r) for r in allowed.added] if allowed is not None else []
             if nodes or rules:  # what a release of a live container takes back (see _revoke_gpus)
-                records.append({"gpu": json.dumps({
-                    "nodes": list(nodes), "rules": rules,
-                    "devices_dir": allowed.cgroup_dir if allowed is not None else None,
-                }, sort_keys=True)})
-        return tuple(records)
+                access = GpuAccess(tuple(nodes), tuple(rules), allowed.cgroup_dir if allowed is not None else None)
+        return tuple(records), access
 
     def _revoke_gpus(self, grant: Grant) -> list[str]:
         """Take back the GPU nodes and device rules of a grant whose container still runs (a
         release by hand); a dead container took them along with its namespace and cgroup."""
-        problems: list[str] = []
-        for entry in grant.netdevs:
-            if "gpu" not in entry or grant.pid is None or not self._alive(grant):
-                continue
-            try:
-                rec = json.loads(entry["gpu"])
-                from numa_pin.enforcer import cgroups as cgf
-                from numa_pin.enforcer.devnodes import remove_device_nodes
+        access = grant.gpus
+        if access is None or grant.pid is None or not self._alive(grant):
+            return []
+        try:
+            from numa_pin.enforcer import cgroups as cgf
+            from numa_pin.enforcer.devnodes import remove_device_nodes
 
-                remove_device_nodes(grant.pid, rec["nodes"], self.config.proc_root, None)
-                if rec.get("devices_dir") and os.path.isdir(rec["devices_dir"]):
-                    for rule in rec["rules"]:
-                        cgf.write_cgroup_file(os.path.join(rec["devices_dir"], "devices.deny"), rule)
-            except (NumaPinError, KeyError, ValueError, TypeError) as exc:
-                problems.append(f"{grant.container_id}: GPU access not taken back: {exc}")
-        return problems
+            remove_device_nodes(grant.pid, list(access.nodes), self.config.proc_root, None)
+            if access.devices_dir and os.path.isdir(access.devices_dir):
+                for rule in access.rules:
+                    cgf.write_cgroup_file(os.path.join(access.devices_dir, "devices.deny"), rule)
+        except NumaPinError as exc:
+            return [f"{grant.container_id}: GPU access not taken back: {exc}"]
+        return []
 
     def _restore_netdevs(self, grant: Grant) -> list[str]:
         """Give moved VFs back to the host (by PCI address, under their host names)."""
