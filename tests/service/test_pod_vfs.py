@@ -164,6 +164,20 @@ def test_second_container_of_the_pod_finds_the_vf_there_and_the_last_one_gives_i
     assert net.double_moves == [] and net.logged == []
 
 
+def test_a_restarted_container_finds_its_vf_in_the_pod(node, net):
+    """The container that moved the VF crashes and comes back under a new id naming the same VF
+    (PCIDEVICE_*), while a sibling keeps the pod alive: nothing is moved again."""
+    svc = NodeService(node.config)
+    (vf,) = svc.admit(vf_request("a1", "pod-a", count=1), node.start("a1", "pod-a")).grant.devices[VF_RES]
+    svc.admit(request_from_oci("side", {"io.kubernetes.cri.sandbox-id": "pod-a", "numa-pin.io/cpus": "1"}),
+              node.start("side", "pod-a"))
+    node.stop("a1")  # no poststop: the restart's admission collects the dead grant
+    again = svc.admit(vf_request("a1-restarted", "pod-a", named=(vf,)), node.start("a1-restarted", "pod-a")).grant
+    assert again.devices[VF_RES] == (vf,) and "a1" not in svc.ledger.read().grants
+    assert len(net.moves) == 1 and net.restored == [] and net.at(vf) == net.ns_of(100)
+    assert svc.ledger.read().pods["pod-a"].netdevs[0].moved_by == "a1"
+
+
 def test_names_are_counted_per_pod_netns(node, net):
     svc = NodeService(node.config)
     svc.admit(vf_request("a1", "pod-a", count=1), node.start("a1", "pod-a"))
@@ -314,8 +328,12 @@ def _check(svc: NodeService, net: FakeNet, alive: Callable[[str], bool], *, coll
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(_op, min_size=1, max_size=14))
+@given(ops=st.lists(_op, min_size=1, max_size=16))
 def test_random_interleavings_never_lose_strand_or_double_move_a_vf(ops, monkeypatch, machines) -> None:
+    """Starts (a slot started again is a restarted container with a new id, naming a VF or
+    counting), releases, crashes (no poststop) and reconciles of two pods' containers: a VF is
+    where the ledger says (home, or the netns of exactly one pod record), never moved while away
+    from home, kept only by a pod with a grant (after a reconcile: a live one), home at the end."""
     with tempfile.TemporaryDirectory() as tmp, monkeypatch.context() as mp:
         node = PodNode(Path(tmp) / "n", machines)
         for pod, pause in PODS.items():
@@ -324,8 +342,11 @@ def test_random_interleavings_never_lose_strand_or_double_move_a_vf(ops, monkeyp
         install(mp, net)
         svc = NodeService(node.config)
         running: set[str] = set()
-        for what, (cid, pod), want in ops:
-            if what == "start" and cid not in running and cid not in node.pids:
+        current: dict[str, str] = {}  # slot -> its container now (a restart gets a new id)
+        for what, (slot, pod), want in ops:
+            cid = current.get(slot, slot)
+            if what == "start" and cid not in running:
+                cid = current[slot] = f"{slot}r{sum(c.startswith(slot) for c in node.pids)}"
                 count, named = (want, ()) if isinstance(want, int) else (0, (want,))
                 pid = node.start(cid, pod)
                 running.add(cid)
