@@ -8,6 +8,15 @@ is one ledger transaction:
 3. enforce: cpuset of the container, shrink the shared pool, move SR-IOV netdevs, grant GPUs;
 4. commit the grant. Any failure in 2-3 rolls back every write made so far and commits nothing,
    so a rejected container leaves nothing allocated.
+
+SR-IOV VFs follow the grant's scope. Scope ``container``: moved into the container's netns as
+``net1``, ``net2``, ... and given back when its grant goes. Scope ``pod`` (the grant's pod has a
+:class:`~numa_pin.ledger.model.PodRecord`): moved once into the pod's network namespace, which the
+pod's containers share, named ``net<N>`` counted per pod netns, and recorded on the pod record
+(:class:`~numa_pin.ledger.model.PodNetdev`). A later container of the pod granted the same VF
+finds it there and moves nothing. The VF goes back to the host when the pod record goes, with the
+pod's last grant, whichever path drops it: release, or the garbage collection of dead grants in
+an admission or a reconcile.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 
-from numa_pin import report
+from numa_pin import names, report
 from numa_pin.admission.decide import Decision, NodeSettings, decide, reject
 from numa_pin.admission.request import ContainerRequest
 from numa_pin.config.schema import Config
@@ -29,7 +38,7 @@ from numa_pin.enforcer.pool import reserved_conflicts, resize_shared, shared_poo
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import AdmissionTimeout, EnforcementError, NumaPinError, RequestError
 from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_time
-from numa_pin.ledger.model import KIND_PROCESS, Grant, LedgerState, PodRecord
+from numa_pin.ledger.model import KIND_PROCESS, GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
 from numa_pin.ledger.store import Ledger
 from numa_pin.topology.cache import cached_discover
 from numa_pin.topology.model import Topology
@@ -171,6 +180,10 @@ class NodeService:
                 if state != snapshot:
                     continue  # another writer committed since the snapshot: decide again
                 deadline.check()
+                # pods whose last grant died: their VFs go home before anything is granted (the
+                # decision already counts them free); a crash here leaves the records, and
+                # restoring again is harmless
+                self._log_problems(self._restore_pods(_pods_dropped(txn.state, state), dropped))
                 existing = state.grants.get(request.container_id)
                 undo = UndoLog()
                 try:
@@ -194,10 +207,13 @@ class NodeService:
                         new_state = new_state.with_pod(pod)
                     self._enforce(grant, ref, new_state, undo, pool_changed=any(g.cpus for g in dropped))
                     if (existing is None or bind) and pid and grant.devices and not grant.netdevs:
-                        netdevs = self._grant_devices(grant, pid, undo, rootfs)
-                        if netdevs:
-                            grant = replace(grant, netdevs=netdevs)
+                        netdevs, gpus, pod_vfs = self._grant_devices(grant, pid, undo, rootfs, new_state)
+                        if netdevs or gpus is not None:
+                            grant = replace(grant, netdevs=netdevs, gpus=gpus)
                             new_state = new_state.with_grant(grant)
+                        if pod_vfs:
+                            pod = new_state.pods[grant.pod_id]
+                            new_state = new_state.with_pod(replace(pod, netdevs=pod.netdevs + pod_vfs))
                 except BaseException as exc:
                     self._roll_back(undo, exc, request.container_id)
                     raise
@@ -302,15 +318,22 @@ class NodeService:
             refs = self._shared_refs(state, exclude=grant.container_id)
             resize_shared(refs, pool, self.config.cgroup_root, undo, self._limits(state))
 
-    def _grant_devices(self, grant: Grant, pid: int, undo: UndoLog, rootfs: str | None) -> tuple[dict[str, str], ...]:
-        """Move granted SR-IOV VF netdevs into the container's netns (``net1``, ``net2``, ...),
-        open the container's device cgroup to granted GPUs and create their nodes (and the GPU
-        list file) in the container's mount namespace. Returns the netdev records to keep."""
+    def _grant_devices(
+        self, grant: Grant, pid: int, undo: UndoLog, rootfs: str | None, state: LedgerState
+    ) -> tuple[tuple[dict[str, str], ...], GpuAccess | None, tuple[PodNetdev, ...]]:
+        """Move granted SR-IOV VF netdevs into the container's netns (``net1``, ``net2``, ...; scope
+        pod: once into the pod's netns, see :meth:`_move_pod_vf`), open the container's device
+        cgroup to granted GPUs and create their nodes (and the GPU list file) in the container's
+        mount namespace. ``state`` is the ledger as it will be committed, pod record included.
+        Returns the container's netdev records, the GPU access and the VFs this admission moved
+        into the pod's netns."""
         from numa_pin.topology.model import KIND_GPU
 
         records: list[dict[str, str]] = []
+        pod_vfs: list[PodNetdev] = []
         gpus = []
-        for ids in grant.devices.values():
+        pod = state.pods.get(grant.pod_id) if grant.scope == names.POD_SCOPE else None
+        for resource, ids in grant.devices.items():
             for address in ids:
                 dev = self.topology.device(address)
                 if dev is None:
@@ -318,6 +341,12 @@ class NodeService:
                 if dev.kind == KIND_GPU:
                     gpus.append(dev)
                 elif dev.is_vf and dev.netdevs:
+                    _check_not_parked(state, address, grant, pod)
+                    if pod is not None:
+                        moved = self._move_pod_vf(grant, pod, resource, address, pid, tuple(pod_vfs), undo)
+                        if moved is not None:
+                            pod_vfs.append(moved)
+                        continue
                     from numa_pin.enforcer.netdev import move_netdev_to_netns
 
                     rec = move_netdev_to_netns(
@@ -325,6 +354,7 @@ class NodeService:
                         bring_up=True, undo=undo,
                     )
                     records.append({"record": json.dumps(rec.to_dict(), sort_keys=True)})
+        access: GpuAccess | None = None
         if gpus:
             from numa_pin.enforcer.gpu import grant_gpus
 
@@ -334,31 +364,89 @@ class NodeService:
             nodes = expose_gpus(gpus, pid, self.config.proc_root, rootfs, undo)
             rules = [str(r) for r in allowed.added] if allowed is not None else []
             if nodes or rules:  # what a release of a live container takes back (see _revoke_gpus)
-                records.append({"gpu": json.dumps({
-                    "nodes": list(nodes), "rules": rules,
-                    "devices_dir": allowed.cgroup_dir if allowed is not None else None,
-                }, sort_keys=True)})
-        return tuple(records)
+                access = GpuAccess(tuple(nodes), tuple(rules), allowed.cgroup_dir if allowed is not None else None)
+        return tuple(records), access, tuple(pod_vfs)
+
+    def _move_pod_vf(
+        self, grant: Grant, pod: PodRecord, resource: str, address: str, pid: int,
+        moving: tuple[PodNetdev, ...], undo: UndoLog,
+    ) -> PodNetdev | None:
+        """Move VF ``address`` into the pod's network namespace (the one ``pid`` is in) under the
+        first ``net<N>`` no VF of the pod holds there, unless the pod's record says it is there
+        already (None: nothing moved). ``moving``: VFs this admission moved before.
+
+        Raises EnforcementError when the pod's record puts the VF in another network namespace
+        (containers of one pod that do not share one), or when the move fails."""
+        from numa_pin.enforcer.netdev import move_netdev_to_netns
+        from numa_pin.enforcer.netns import netns_id, netns_path
+
+        ns = netns_id(pid, self.config.proc_root)
+        held = pod.netdev(address)
+        if held is not None:
+            if held.netns != ns:
+                raise EnforcementError(
+                    f"VF {address} of pod {pod.pod_id} is in the network namespace container {held.moved_by} "
+                    f"is in ({held.ifname} there), not in that of container {grant.container_id}; pod scope "
+                    "moves a VF once for the pod, so the pod's containers must share its network namespace",
+                    path=netns_path(pid, self.config.proc_root),
+                )
+            return None
+        taken = {n.ifname for n in (*pod.netdevs, *moving) if n.netns == ns}
+        name = next(f"net{i}" for i in range(1, len(taken) + 2) if f"net{i}" not in taken)
+        rec = move_netdev_to_netns(
+            address, pid, name, self.config.sysfs_root, self.config.proc_root, bring_up=True, undo=undo,
+        )
+        return PodNetdev(address, resource, name, ns, grant.container_id, json.dumps(rec.to_dict(), sort_keys=True))
+
+    def _restore_pods(self, pods: tuple[PodRecord, ...], grants: tuple[Grant, ...] = ()) -> list[str]:
+        """Give the VFs of pods whose record went back to the host, pulling them out of the pod's
+        network namespace through any process still in it (``grants``' pids first: the pod's
+        containers released by hand still run), or finding them at home when it is gone."""
+        if not any(pod.netdevs for pod in pods):
+            return []
+        from numa_pin.enforcer.netdev import NetdevRecord, restore_netdev
+        from numa_pin.enforcer.netns import find_netns_member
+
+        problems: list[str] = []
+        members: dict[str, int | None] = {}
+        prefer = [g.pid for g in grants if g.pid is not None]
+        for pod in pods:
+            for vf in pod.netdevs:
+                if vf.netns not in members:
+                    members[vf.netns] = find_netns_member(vf.netns, self.config.proc_root, prefer)
+                member = members[vf.netns]
+                try:
+                    rec = NetdevRecord.from_dict(json.loads(vf.record))
+                    restore_netdev(rec, member, self.config.sysfs_root, self.config.proc_root)
+                except (NumaPinError, KeyError, ValueError) as exc:
+                    why = "" if member is not None else (
+                        "; no process is left in the pod's network namespace: the kernel gives the VF "
+                        "back when that namespace is destroyed"
+                    )
+                    problems.append(f"pod {pod.pod_id}: VF {vf.address} ({vf.ifname}) not restored: {exc}{why}")
+        return problems
+
+    def _log_problems(self, problems: list[str]) -> None:
+        for problem in problems:
+            report.log_syslog(f"numa-pin: {problem}")
 
     def _revoke_gpus(self, grant: Grant) -> list[str]:
         """Take back the GPU nodes and device rules of a grant whose container still runs (a
         release by hand); a dead container took them along with its namespace and cgroup."""
-        problems: list[str] = []
-        for entry in grant.netdevs:
-            if "gpu" not in entry or grant.pid is None or not self._alive(grant):
-                continue
-            try:
-                rec = json.loads(entry["gpu"])
-                from numa_pin.enforcer import cgroups as cgf
-                from numa_pin.enforcer.devnodes import remove_device_nodes
+        access = grant.gpus
+        if access is None or grant.pid is None or not self._alive(grant):
+            return []
+        try:
+            from numa_pin.enforcer import cgroups as cgf
+            from numa_pin.enforcer.devnodes import remove_device_nodes
 
-                remove_device_nodes(grant.pid, rec["nodes"], self.config.proc_root, None)
-                if rec.get("devices_dir") and os.path.isdir(rec["devices_dir"]):
-                    for rule in rec["rules"]:
-                        cgf.write_cgroup_file(os.path.join(rec["devices_dir"], "devices.deny"), rule)
-            except (NumaPinError, KeyError, ValueError, TypeError) as exc:
-                problems.append(f"{grant.container_id}: GPU access not taken back: {exc}")
-        return problems
+            remove_device_nodes(grant.pid, list(access.nodes), self.config.proc_root, None)
+            if access.devices_dir and os.path.isdir(access.devices_dir):
+                for rule in access.rules:
+                    cgf.write_cgroup_file(os.path.join(access.devices_dir, "devices.deny"), rule)
+        except NumaPinError as exc:
+            return [f"{grant.container_id}: GPU access not taken back: {exc}"]
+        return []
 
     def _restore_netdevs(self, grant: Grant) -> list[str]:
         """Give moved VFs back to the host (by PCI address, under their host names)."""
@@ -395,9 +483,10 @@ class NodeService:
             state, dropped = collect_garbage(state, self._alive)
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)
-            for g in ([grant] if grant is not None else []) + list(dropped):
-                for problem in self._restore_netdevs(g) + self._revoke_gpus(g):
-                    report.log_syslog(f"numa-pin: {problem}")
+            gone = ((grant,) if grant is not None else ()) + dropped
+            for g in gone:
+                self._log_problems(self._restore_netdevs(g) + self._revoke_gpus(g))
+            self._log_problems(self._restore_pods(_pods_dropped(txn.state, state), gone))
             if (grant is not None and grant.cpus) or any(g.cpus for g in dropped):
                 undo = UndoLog()
                 try:
@@ -416,6 +505,7 @@ class NodeService:
         repaired: list[str] = []
         with self.ledger.transaction() as txn:
             state, removed = collect_garbage(txn.state, self._alive)
+            self._log_problems(self._restore_pods(_pods_dropped(txn.state, state), removed))
             layout = self._layout()
             undo = UndoLog()
             pool = self.shared_pool(state)
@@ -443,6 +533,24 @@ def live_name_message(grant: Grant) -> str:
         f"{grant.container_id!r} is the name of a live grant (pid {grant.pid}, cpus "
         f"{format_list(grant.cpus) or 'shared'}); choose another --name, or `numa-pin release "
         f"{grant.container_id}` once that job is gone"
+    )
+
+
+def _pods_dropped(before: LedgerState, after: LedgerState) -> tuple[PodRecord, ...]:
+    """Pod records of ``before`` that ``after`` no longer has (their pod's last grant went)."""
+    return tuple(pod for pod_id, pod in sorted(before.pods.items()) if pod_id not in after.pods)
+
+
+def _check_not_parked(state: LedgerState, address: str, grant: Grant, pod: PodRecord | None) -> None:
+    """Refuse a VF that sits in another pod's network namespace (a device plugin named it again
+    while that pod still has a grant); it returns to the host with that pod's last grant."""
+    found = state.pod_netdev(address)
+    if found is None or (pod is not None and found[0] == pod.pod_id):
+        return
+    pod_id, vf = found
+    raise EnforcementError(
+        f"VF {address} granted to container {grant.container_id} is in the network namespace of pod "
+        f"{pod_id} ({vf.ifname}, moved by container {vf.moved_by}) until that pod's last container ends"
     )
 
 

@@ -124,11 +124,9 @@ def test_undo_removes_the_nodes_and_the_cgroup_rule(runc_rt, busybox_rootfs, tmp
 
 def test_release_of_a_live_container_takes_gpu_access_back(runc_rt, busybox_rootfs, tmp_path, cid, state_dir):
     """``numa-pin release ID`` while the container runs: the ledger's GPU record is undone."""
-    import json
-
     from numa_pin.config.model import Config
     from numa_pin.ledger.liveness import process_start_time
-    from numa_pin.ledger.model import Grant
+    from numa_pin.ledger.model import GpuAccess, Grant
     from numa_pin.service import NodeService
 
     bundle = harness.make_bundle(tmp_path / "live", args=["sleep", "1000"], rootfs=busybox_rootfs)
@@ -138,10 +136,10 @@ def test_release_of_a_live_container_takes_gpu_access_back(runc_rt, busybox_root
         undo = UndoLog()
         allowed = allow_device_rules((DeviceRule("c", 1, 11),), pid, "/proc", "/sys/fs/cgroup", layout, undo)
         nodes = create_device_nodes(pid, [STAND_IN], "/proc", None, undo, gpu_text="GPU-x 0\n")
-        record = {"nodes": list(nodes), "rules": [str(r) for r in allowed.added], "devices_dir": allowed.cgroup_dir}
+        record = GpuAccess(tuple(nodes), tuple(str(r) for r in allowed.added), allowed.cgroup_dir)
         service = NodeService(Config(state_dir=str(state_dir / "ledger"), syslog=False))
         grant = Grant(cid, cid, cid, "shared", pid=pid, start_time=process_start_time(pid, "/proc"),
-                      netdevs=({"gpu": json.dumps(record)},))
+                      gpus=record)
         with service.ledger.transaction() as txn:
             txn.state = txn.state.with_grant(grant)
         before = runc_rt._exec("exec", cid, "sh", "-c", PROBE, timeout=60).stdout

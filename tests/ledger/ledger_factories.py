@@ -6,7 +6,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from numa_pin.ledger.model import Grant, LedgerState, PodRecord
+from numa_pin.ledger.model import GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
 
 
 def grant(cid: str = "c1", **kw: Any) -> Grant:
@@ -64,7 +64,20 @@ def grants(draw: st.DrawFn, cid: str | None = None) -> Grant:
         scope=draw(names),
         created=draw(finite),
         netdevs=tuple(draw(st.lists(st.dictionaries(names, st.text(max_size=10), max_size=3), max_size=2))),
+        gpus=draw(st.none() | gpu_access()),
     )
+
+
+@st.composite
+def gpu_access(draw: st.DrawFn) -> GpuAccess:
+    strs = st.lists(st.text(max_size=12), max_size=3).map(tuple)
+    return GpuAccess(draw(strs), draw(strs), draw(st.none() | names))
+
+
+@st.composite
+def pod_netdevs(draw: st.DrawFn) -> tuple[PodNetdev, ...]:
+    addresses = draw(st.lists(names, max_size=3, unique=True))
+    return tuple(PodNetdev(a, draw(names), draw(names), draw(names), draw(names), draw(names)) for a in addresses)
 
 
 @st.composite
@@ -73,6 +86,7 @@ def states(draw: st.DrawFn) -> LedgerState:
     gs = {cid: draw(grants(cid=cid)) for cid in cids}
     pod_ids = draw(st.lists(names, max_size=3, unique=True))
     pods = {
-        pid: PodRecord(pid, draw(st.none() | ids), draw(names), draw(names), draw(finite)) for pid in pod_ids
+        pid: PodRecord(pid, draw(st.none() | ids), draw(names), draw(names), draw(finite), draw(pod_netdevs()))
+        for pid in pod_ids
     }
     return LedgerState(gs, pods)

@@ -288,3 +288,22 @@ def test_a_shared_containers_own_cpuset_shrinks_and_grows_but_never_widens(node)
     agent.release("c2")
     assert node.cpuset(1)[0] == "1-2", "grows back to its own set, not to the pool"
     assert agent.ledger.read().grants["c1"].cpuset_limit == frozenset({1, 2})
+
+
+def test_gpu_access_is_kept_in_its_own_field_and_taken_back_from_a_live_container(node, monkeypatch):
+    """The GPU undo record is ``grant.gpus`` (ledger format 3), never a ``netdevs`` entry; a release
+    by hand of a container that still runs removes the nodes it recorded."""
+    from numa_pin.ledger.model import GpuAccess
+
+    removed: list[tuple[int, list[str]]] = []
+    monkeypatch.setattr("numa_pin.enforcer.gpu.grant_gpus", lambda *a, **k: None)
+    monkeypatch.setattr("numa_pin.enforcer.devnodes.expose_gpus", lambda *a, **k: ("/dev/nvidia3", "/dev/nvidiactl"))
+    monkeypatch.setattr("numa_pin.enforcer.devnodes.remove_device_nodes",
+                        lambda pid, paths, proc_root, rootfs: removed.append((pid, paths)))
+    monkeypatch.setattr(NodeService, "_alive", lambda self, grant: True)
+    agent = NodeService(node.config)
+    grant = agent.admit(request_from_oci("g", {"numa-pin.io/devices": "nvidia.com/gpu=1"}), node.container(1)).grant
+    assert grant.gpus == GpuAccess(("/dev/nvidia3", "/dev/nvidiactl"), (), None) and grant.netdevs == ()
+    assert agent.ledger.read().grants["g"].gpus == grant.gpus
+    agent.release("g")
+    assert removed == [(50001, ["/dev/nvidia3", "/dev/nvidiactl"])]

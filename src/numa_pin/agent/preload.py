@@ -48,6 +48,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.devices.inventory",
     "numa_pin.enforcer.gpu",
     "numa_pin.enforcer.netdev",
+    "numa_pin.enforcer.netns",
     "numa_pin.topology.cache",
     "numa_pin.topology.discover",
     "numa_pin.policy.registry",

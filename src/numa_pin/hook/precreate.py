@@ -12,7 +12,9 @@ the proposed OCI config on stdin and prints the config to use on stdout. numa-pi
 3. writes the grant into the config: ``linux.resources.cpu.cpus`` / ``.mems``; for GPUs the
    device nodes (``linux.devices``), their allow rules (``linux.resources.devices``) and
    ``NVIDIA_VISIBLE_DEVICES``; ``linux.memoryPolicy`` and ``linux.netDevices`` only when the
-   config says its runtime-spec has them (:func:`runtime_features`).
+   config says its runtime-spec has them (:func:`runtime_features`). A scope-``pod`` grant's VFs
+   never go to ``linux.netDevices``: the runtime would move them into each container; prestart
+   moves them once into the pod's network namespace instead (:mod:`numa_pin.service`).
 
 The runtime (and systemd) then apply the values themselves, so a ``daemon-reload`` or ``runc
 update`` keeps them, and GPUs work on cgroup v2. The prestart/createRuntime hook, when installed
@@ -30,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from numa_pin import names
 from numa_pin.cpuset import format_list
 from numa_pin.errors import HookInputError, NumaPinError
 from numa_pin.ledger.model import Grant
@@ -186,7 +189,7 @@ def edit_spec(
             rules.append(oci_allow_rule(node))
         _set_env(out, "NVIDIA_VISIBLE_DEVICES", ",".join(g.gpu_uuid or g.address for g in gpus))
     moved: list[str] = []
-    if features.net_devices:
+    if features.net_devices and grant.scope != names.POD_SCOPE:
         vfs = [d for d in devices if d.is_vf and d.netdevs]
         if vfs:
             net = _obj(linux, "netDevices", "linux.netDevices")

@@ -16,8 +16,10 @@ from numa_pin.ledger.model import (
     KIND_PROCESS,
     KIND_SHARED,
     LEDGER_VERSION,
+    GpuAccess,
     Grant,
     LedgerState,
+    PodNetdev,
     PodRecord,
 )
 from numa_pin.ledger.store import Ledger, Transaction
@@ -27,9 +29,11 @@ __all__ = [
     "KIND_PROCESS",
     "KIND_SHARED",
     "LEDGER_VERSION",
+    "GpuAccess",
     "Grant",
     "Ledger",
     "LedgerState",
+    "PodNetdev",
     "PodRecord",
     "Transaction",
     "collect_garbage",

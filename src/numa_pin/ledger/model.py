@@ -6,8 +6,10 @@ containers share a pod-scope decision. Updates return new states; nothing mutate
 
 ``to_dict`` / ``from_dict`` convert to and from the JSON-ready form the store writes.
 That form carries a ``version``; older versions are migrated by :data:`MIGRATIONS`
-(version 1 had no ``cpuset_limit``: it becomes ``null``), newer ones are refused with
-:class:`numa_pin.errors.LedgerCorrupt` naming the numa-pin release that wrote them.
+(version 1 had no ``cpuset_limit``: it becomes ``null``; version 2 kept a grant's GPU undo
+record among its ``netdevs`` and had no pod-level VFs: the record moves to ``gpus``, and pods
+get an empty ``netdevs``), newer ones are refused with :class:`numa_pin.errors.LedgerCorrupt`
+naming the numa-pin release that wrote them.
 
 Construction checks types and raises :class:`ValueError` (a programming error);
 ``from_dict`` turns every shape problem into :class:`~numa_pin.errors.LedgerCorrupt`.
@@ -15,6 +17,7 @@ Construction checks types and raises :class:`ValueError` (a programming error);
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -26,7 +29,7 @@ from numa_pin.cpuset import format_list, parse_list
 from numa_pin.errors import LedgerCorrupt
 
 #: the ledger format this numa-pin writes
-LEDGER_VERSION = 2
+LEDGER_VERSION = 3
 
 
 def _v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
@@ -38,8 +41,54 @@ def _v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+def _v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 gives a grant's GPU undo record a field of its own (``gpus``; version 2 kept it
+    as a ``{"gpu": "<json>"}`` entry of ``netdevs``) and every pod a ``netdevs`` list (VFs moved
+    once into the pod's network namespace; version 2 moved none per pod).
+
+    Raises:
+        LedgerCorrupt: a version-2 GPU entry that is not the JSON object numa-pin wrote.
+    """
+    grants = d.get("grants")
+    if isinstance(grants, dict):
+        d["grants"] = {k: _split_gpu_entry(k, g) if isinstance(g, dict) else g for k, g in grants.items()}
+    pods = d.get("pods")
+    if isinstance(pods, dict):
+        d["pods"] = {k: {**p, "netdevs": []} if isinstance(p, dict) else p for k, p in pods.items()}
+    d["version"] = 3
+    return d
+
+
+def _split_gpu_entry(key: str, grant: dict[str, Any]) -> dict[str, Any]:
+    netdevs = grant.get("netdevs")
+    out = {**grant, "gpus": None}
+    if not isinstance(netdevs, list):
+        return out
+    gpu = [e for e in netdevs if isinstance(e, dict) and "gpu" in e]
+    if not gpu:
+        return out
+    merged: dict[str, Any] = {"nodes": [], "rules": [], "devices_dir": None}
+    for entry in gpu:
+        try:
+            rec = json.loads(entry["gpu"]) if isinstance(entry["gpu"], str) else None
+        except ValueError:
+            rec = None
+        if not isinstance(rec, dict) or not all(isinstance(rec.get(f), list) for f in ("nodes", "rules")):
+            raise LedgerCorrupt(f"grant {key!r}: version-2 GPU record in netdevs is not a JSON object with "
+                                f"nodes and rules: {str(entry['gpu'])[:80]!r}")
+        merged["nodes"] += rec["nodes"]
+        merged["rules"] += rec["rules"]
+        if merged["devices_dir"] is None:
+            merged["devices_dir"] = rec.get("devices_dir")
+    out["gpus"] = merged
+    out["netdevs"] = [e for e in netdevs if not (isinstance(e, dict) and "gpu" in e)]
+    return out
+
+
 #: ``migrate`` steps: ``MIGRATIONS[n]`` turns a version-``n`` dict into a version ``n + 1`` dict
-MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = MappingProxyType({1: _v1_to_v2})
+MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = MappingProxyType(
+    {1: _v1_to_v2, 2: _v2_to_v3}
+)
 
 KIND_EXCLUSIVE = "exclusive"  # container with exclusive CPUs
 KIND_SHARED = "shared"  # container in the shared pool (no exclusive CPUs)
@@ -54,6 +103,43 @@ def _empty() -> Mapping[Any, Any]:
 
 
 @dataclass(frozen=True)
+class GpuAccess:
+    """What granting GPUs to a running container added, so a release by hand can take it back:
+    the device nodes made in its mount namespace and the ``devices.allow`` rules written to the
+    cgroup v1 ``devices`` directory ``devices_dir`` (None: no rules written).
+
+    Raises:
+        ValueError: a field has the wrong type.
+    """
+
+    nodes: tuple[str, ...] = ()
+    rules: tuple[str, ...] = ()
+    devices_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        _set(self, "nodes", _strings("gpus.nodes", self.nodes))
+        _set(self, "rules", _strings("gpus.rules", self.rules))
+        if self.devices_dir is not None:
+            _require_str("gpus.devices_dir", self.devices_dir, nonempty=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nodes": list(self.nodes), "rules": list(self.rules), "devices_dir": self.devices_dir}
+
+    @classmethod
+    def from_dict(cls, d: object, where: str) -> GpuAccess:
+        """Inverse of :meth:`to_dict`. Raises LedgerCorrupt (``where`` names the grant)."""
+        obj = _exact_keys(f"{where}: gpus", d, frozenset(("nodes", "rules", "devices_dir")))
+        try:
+            return cls(
+                nodes=tuple(_json(obj, "nodes", list, where)),
+                rules=tuple(_json(obj, "rules", list, where)),
+                devices_dir=_json(obj, "devices_dir", (str, type(None)), where),
+            )
+        except ValueError as exc:
+            raise LedgerCorrupt(f"{where}: {exc}") from None
+
+
+@dataclass(frozen=True)
 class Grant:
     """What one container (or process) was given.
 
@@ -62,7 +148,9 @@ class Grant:
     ``memory`` maps a resource (``memory``, ``hugepages-2Mi``) to ``{node: bytes}``.
     ``pid``/``start_time`` (psutil ``create_time``) and ``cgroup`` (relative to the
     cgroup hierarchy root) are how :mod:`numa_pin.ledger.liveness` decides the grant is
-    still in use. ``netdevs`` records moved SR-IOV VFs so they can be put back.
+    still in use. ``netdevs`` records SR-IOV VFs moved into this container's own netns (scope
+    ``container``) so they can be put back; VFs moved once for a pod live on its
+    :class:`PodRecord`. ``gpus`` is what granting GPUs added (:class:`GpuAccess`), or None.
     ``cpuset_limit`` is the cpuset the user gave the container (``linux.resources.cpu.cpus``);
     a shared container's cpuset is the shared pool inside it, never wider.
 
@@ -87,6 +175,7 @@ class Grant:
     created: float = 0.0
     netdevs: tuple[Mapping[str, str], ...] = field(default=(), hash=False)
     cpuset_limit: frozenset[int] | None = None
+    gpus: GpuAccess | None = None
 
     def __post_init__(self) -> None:
         _require_str("container_id", self.container_id, nonempty=True)
@@ -114,6 +203,8 @@ class Grant:
         _set(self, "netdevs", _netdevs(self.netdevs))
         if self.cpuset_limit is not None:
             _set(self, "cpuset_limit", _ids("cpuset_limit", self.cpuset_limit))
+        if self.gpus is not None and not isinstance(self.gpus, GpuAccess):
+            raise ValueError(f"gpus must be a GpuAccess or None, got {type(self.gpus).__name__}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: CPU and node sets as kernel list strings (``"0-3,8"``)."""
@@ -138,6 +229,7 @@ class Grant:
             "created": self.created,
             "netdevs": [dict(sorted(rec.items())) for rec in self.netdevs],
             "cpuset_limit": None if self.cpuset_limit is None else format_list(self.cpuset_limit),
+            "gpus": None if self.gpus is None else self.gpus.to_dict(),
         }
 
     @classmethod
@@ -171,6 +263,7 @@ class Grant:
                 created=_json(obj, "created", (int, float), where),
                 netdevs=tuple(_json(obj, "netdevs", list, where)),
                 cpuset_limit=_opt_list(_json(obj, "cpuset_limit", (str, type(None)), where)),
+                gpus=None if obj["gpus"] is None else GpuAccess.from_dict(obj["gpus"], where),
             )
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
@@ -178,13 +271,55 @@ class Grant:
 
 _GRANT_KEYS = frozenset(
     ("container_id", "pod_id", "container_name", "kind", "pid", "start_time", "cgroup", "cpus")
-    + ("mems", "devices", "memory", "affinity", "policy", "scope", "created", "netdevs", "cpuset_limit")
+    + ("mems", "devices", "memory", "affinity", "policy", "scope", "created", "netdevs", "cpuset_limit", "gpus")
 )
 
 
 @dataclass(frozen=True)
+class PodNetdev:
+    """An SR-IOV VF moved once into a pod's network namespace (scope ``pod``).
+
+    ``address`` is the VF's PCI address and ``resource`` the device resource it was granted
+    as; ``ifname`` its name there (``net1``, ``net2``, ... counted per pod netns); ``netns``
+    the identity of that netns (``<st_dev>:<st_ino>`` of ``/proc/<pid>/ns/net``); ``moved_by``
+    the container whose admission moved it; ``record`` the JSON of the enforcer's
+    ``NetdevRecord``, which is what giving it back to the host needs.
+
+    Raises:
+        ValueError: a field is not a non-empty string.
+    """
+
+    address: str
+    resource: str
+    ifname: str
+    netns: str
+    moved_by: str
+    record: str
+
+    def __post_init__(self) -> None:
+        for name in _POD_NETDEV_KEYS:
+            _require_str(f"pod netdev {name}", getattr(self, name), nonempty=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in sorted(_POD_NETDEV_KEYS)}
+
+    @classmethod
+    def from_dict(cls, d: object, where: str) -> PodNetdev:
+        """Inverse of :meth:`to_dict`. Raises LedgerCorrupt (``where`` names the pod)."""
+        obj = _exact_keys(f"{where}: netdevs entry", d, _POD_NETDEV_KEYS)
+        try:
+            return cls(**{name: _json(obj, name, str, where) for name in _POD_NETDEV_KEYS})
+        except ValueError as exc:
+            raise LedgerCorrupt(f"{where}: {exc}") from None
+
+
+_POD_NETDEV_KEYS = frozenset(("address", "resource", "ifname", "netns", "moved_by", "record"))
+
+
+@dataclass(frozen=True)
 class PodRecord:
-    """The pod-scope decision shared by the containers of one pod.
+    """The pod-scope decision shared by the containers of one pod, and the VFs moved once into
+    the pod's network namespace (``netdevs``), which go back to the host with the record.
 
     Raises:
         ValueError: a field has the wrong type or value.
@@ -195,6 +330,7 @@ class PodRecord:
     policy: str = names.NONE
     scope: str = names.POD_SCOPE
     created: float = 0.0
+    netdevs: tuple[PodNetdev, ...] = ()
 
     def __post_init__(self) -> None:
         _require_str("pod_id", self.pod_id, nonempty=True)
@@ -203,6 +339,19 @@ class PodRecord:
         _require_str("policy", self.policy, nonempty=True)
         _require_str("scope", self.scope, nonempty=True)
         _set(self, "created", _finite("created", self.created))
+        if isinstance(self.netdevs, (str, bytes, Mapping)) or not isinstance(self.netdevs, Iterable):
+            raise ValueError("pod netdevs must be a sequence of PodNetdev")
+        netdevs = tuple(self.netdevs)
+        if not all(isinstance(n, PodNetdev) for n in netdevs):
+            raise ValueError("pod netdevs must be a sequence of PodNetdev")
+        addresses = [n.address for n in netdevs]
+        if len(set(addresses)) != len(addresses):
+            raise ValueError(f"pod {self.pod_id!r} records a VF twice: {sorted(addresses)!r}")
+        _set(self, "netdevs", netdevs)
+
+    def netdev(self, address: str) -> PodNetdev | None:
+        """The record of VF ``address`` in this pod's netns, or None."""
+        return next((n for n in self.netdevs if n.address == address), None)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -211,6 +360,7 @@ class PodRecord:
             "policy": self.policy,
             "scope": self.scope,
             "created": self.created,
+            "netdevs": [n.to_dict() for n in self.netdevs],
         }
 
     @classmethod
@@ -229,12 +379,13 @@ class PodRecord:
                 policy=_json(obj, "policy", str, where),
                 scope=_json(obj, "scope", str, where),
                 created=_json(obj, "created", (int, float), where),
+                netdevs=tuple(PodNetdev.from_dict(n, where) for n in _json(obj, "netdevs", list, where)),
             )
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
 
 
-_POD_KEYS = frozenset(("pod_id", "affinity", "policy", "scope", "created"))
+_POD_KEYS = frozenset(("pod_id", "affinity", "policy", "scope", "created", "netdevs"))
 
 
 @dataclass(frozen=True)
@@ -274,11 +425,22 @@ class LedgerState:
         return frozenset(out)
 
     def devices_in_use(self, resource: str) -> frozenset[str]:
-        """Device ids of ``resource`` held by any grant."""
+        """Device ids of ``resource`` held by any grant, or sitting in a pod's network namespace
+        (a VF stays there while the pod has a grant, after the container it was granted to ended)."""
         out: set[str] = set()
         for grant in self.grants.values():
             out.update(grant.devices.get(resource, ()))
+        for pod in self.pods.values():
+            out.update(n.address for n in pod.netdevs if n.resource == resource)
         return frozenset(out)
+
+    def pod_netdev(self, address: str) -> tuple[str, PodNetdev] | None:
+        """``(pod_id, record)`` of the pod whose network namespace holds VF ``address``, or None."""
+        for pod_id, pod in sorted(self.pods.items()):
+            found = pod.netdev(address)
+            if found is not None:
+                return pod_id, found
+        return None
 
     def memory_in_use(self) -> Mapping[str, Mapping[int, int]]:
         """Bytes granted per resource and NUMA node, summed over all grants."""
@@ -482,6 +644,15 @@ def _netdevs(netdevs: object) -> tuple[Mapping[str, str], ...]:
     return tuple(out)
 
 
+def _strings(name: str, values: object) -> tuple[str, ...]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ValueError(f"{name} must be a list of strings, got {type(values).__name__}")
+    out = tuple(values)
+    if not all(isinstance(v, str) for v in out):
+        raise ValueError(f"{name} must hold strings, got {out!r}")
+    return out
+
+
 def _exact_keys(what: str, d: object, keys: frozenset[str]) -> dict[str, Any]:
     if not isinstance(d, dict):
         raise LedgerCorrupt(f"{what} must be a JSON object, got {type(d).__name__}")
@@ -529,8 +700,10 @@ __all__ = [
     "KIND_SHARED",
     "LEDGER_VERSION",
     "MIGRATIONS",
+    "GpuAccess",
     "Grant",
     "LedgerState",
+    "PodNetdev",
     "PodRecord",
     "migrate",
     "newer_version_message",

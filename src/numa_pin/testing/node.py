@@ -6,7 +6,11 @@
 * ``proc/self/mountinfo`` with a cgroup v1 cpuset hierarchy at ``cgroup/cpuset``;
 * the hierarchy's top ``cpuset.cpus``/``cpuset.mems``;
 * per container (:meth:`FakeNode.add_container`): a cgroup ``/<parent>/<name>`` and
-  ``proc/<pid>/cgroup`` pointing at it, as a runtime would leave them before the hook runs.
+  ``proc/<pid>/cgroup`` pointing at it, as a runtime would leave them before the hook runs, and
+  with ``netns=NAME`` a network namespace: ``proc/<pid>/ns/net`` links to ``netns/NAME``, so the
+  containers (and :meth:`FakeNode.join_netns` processes, a pod's pause) given one name share its
+  identity (device and inode), as the containers of a pod share the sandbox's;
+  :meth:`FakeNode.stop_container` removes both, as a container that ended leaves them.
 
 Writes to the fake cgroup files are plain file writes, so the tree shows exactly what the
 enforcer wrote. Used by the hook, agent and agent-server tests and by ``bench/hook_latency.py``.
@@ -61,13 +65,37 @@ class FakeNode:
     def cgroup_dir(self, name: str) -> Path:
         return self.cgroup_root / "cpuset" / self.parent / name
 
-    def add_container(self, name: str, pid: int, cpus: str | None = None) -> int:
-        """The container's cgroup (inheriting the top cpuset unless ``cpus``) and its init pid."""
+    def add_container(self, name: str, pid: int, cpus: str | None = None, *, netns: str | None = None) -> int:
+        """The container's cgroup (inheriting the top cpuset unless ``cpus``) and its init pid,
+        in the network namespace ``netns`` when given (see :meth:`join_netns`)."""
         self._write_cpuset(self.cgroup_dir(name), cpus if cpus is not None else self.cpus)
         (self.proc_root / str(pid)).mkdir(parents=True, exist_ok=True)
         rel = "/".join(part for part in (self.parent, name) if part)
         (self.proc_root / str(pid) / "cgroup").write_text(f"4:cpuset:/{rel}\n")
+        if netns is not None:
+            self.join_netns(pid, netns)
         return pid
+
+    def join_netns(self, pid: int, netns: str) -> Path:
+        """Put process ``pid`` into the fake network namespace ``netns`` (created on first use):
+        ``proc/<pid>/ns/net`` becomes a link to ``netns/<netns>``. Returns that file."""
+        target = self.root / "netns" / netns
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch()
+        ns_dir = self.proc_root / str(pid) / "ns"
+        ns_dir.mkdir(parents=True, exist_ok=True)
+        link = ns_dir / "net"
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(target)
+        return target
+
+    def stop_container(self, name: str, pid: int) -> None:
+        """The container ended: its cgroup and ``proc/<pid>`` are gone (no poststop implied)."""
+        import shutil
+
+        shutil.rmtree(self.cgroup_dir(name), ignore_errors=True)
+        shutil.rmtree(self.proc_root / str(pid), ignore_errors=True)
 
     def cpuset(self, name: str) -> tuple[str, str]:
         """``(cpuset.cpus, cpuset.mems)`` of a container's cgroup, as last written."""
