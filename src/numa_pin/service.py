@@ -334,15 +334,18 @@ class NodeService:
             nodes = expose_gpus(gpus, pid, self.config.proc_root, rootfs, undo)
             rules = [str(r) for r in allowed.added] if allowed is not None else []
             if nodes or rules:  # what a release of a live container takes back (see _revoke_gpus)
+                v2 = allowed is not None and allowed.version == 2
                 records.append({"gpu": json.dumps({
                     "nodes": list(nodes), "rules": rules,
-                    "devices_dir": allowed.cgroup_dir if allowed is not None else None,
+                    "devices_dir": allowed.cgroup_dir if allowed is not None and not v2 else None,
+                    "bpf_dirs": list(allowed.bpf_dirs) if allowed is not None else [],
                 }, sort_keys=True)})
         return tuple(records)
 
     def _revoke_gpus(self, grant: Grant) -> list[str]:
         """Take back the GPU nodes and device rules of a grant whose container still runs (a
-        release by hand); a dead container took them along with its namespace and cgroup."""
+        release by hand): ``devices.deny`` on cgroup v1, the prologue of the device programs on
+        v2. A dead container took them along with its namespace and cgroup."""
         problems: list[str] = []
         for entry in grant.netdevs:
             if "gpu" not in entry or grant.pid is None or not self._alive(grant):
@@ -356,6 +359,10 @@ class NodeService:
                 if rec.get("devices_dir") and os.path.isdir(rec["devices_dir"]):
                     for rule in rec["rules"]:
                         cgf.write_cgroup_file(os.path.join(rec["devices_dir"], "devices.deny"), rule)
+                if rec.get("bpf_dirs"):  # cgroup v2: take numa-pin's prologue out of the device programs
+                    from numa_pin.enforcer.gpu import revoke_device_rules
+
+                    revoke_device_rules(rec["rules"], rec["bpf_dirs"])
             except (NumaPinError, KeyError, ValueError, TypeError) as exc:
                 problems.append(f"{grant.container_id}: GPU access not taken back: {exc}")
         return problems
