@@ -25,14 +25,19 @@ the prologue out again, so the container loses the access and keeps what it had.
 Why BPF and not systemd's ``DeviceAllow=``: the cgroupfs driver has no unit to set it on,
 and with the systemd driver runc attaches its own program next to systemd's, which would
 still deny the GPU; so the programs themselves have to change under either driver.
-What undoes it (fail-closed, the container loses the GPU, never gains more):
+What the runtimes do to it later:
 
-* ``runc update`` (runc 1.1, ``libcontainer/cgroups/ebpf``): runc loads a new program from
-  its config; with exactly one program attached it replaces that one (ours) via
-  BPF_F_REPLACE, with more than one (systemd driver: systemd's and runc's) it attaches its
-  own and detaches *all* others, systemd's copy included, until systemd re-applies its own.
-* ``systemctl daemon-reload`` (systemd driver): systemd attaches a fresh program of its own;
-  our copy of its old one stays attached, and the fresh one denies the GPU.
+* ``runc update`` (runc 1.1.5; kubelet's CPU manager and in-place resize go through it) keeps
+  it: runc sets ``SkipDevices`` on update precisely so that a plugin's device setup survives,
+  and never reaches ``libcontainer/cgroups/ebpf``. That code (which replaces a single attached
+  program via BPF_F_REPLACE and, with several attached, attaches its own and detaches *all*
+  others) runs only when runc writes devices, at create, before the prestart hooks. Measured
+  in the VM tier with one and with two programs attached: both keep the prologue.
+* ``systemctl daemon-reload`` (systemd driver): systemd attaches a fresh program of its own
+  and detaches its previous one, which is no longer attached (ours replaced it); the fresh one
+  denies the GPU, so the container loses it (fail-closed, it never gains anything else) and
+  our copy of systemd's old program stays attached until the container ends. Not measured
+  (the guest has no systemd).
 
 Programs attached to cgroups above the container's (a slice's device policy) are shared by
 other containers and are not changed; if one of them denies the GPU, it stays denied. When
