@@ -11,7 +11,7 @@ DEB_PKGS   := dpkg python3 python3-setuptools python3-wheel
 # Debian's own python3 modules for the deb tier (the package runs on /usr/bin/python3).
 APT_PKGS   := python3 python3-venv python3-dev gcc make libcap-dev hwloc runc crun podman \
               busybox-static iproute2 util-linux procps kmod qemu-system-x86 linux-image-amd64 \
-              containerd $(DEB_PKGS) python3-psutil python3-pyroute2 python3-prctl python3-yaml
+              containerd libbpf1 $(DEB_PKGS) python3-psutil python3-pyroute2 python3-prctl python3-yaml
 PYTEST_ARGS ?=
 
 .PHONY: all deps venv demo lint test test-fast stress bench deb clean

@@ -364,7 +364,10 @@ class NodeService:
             nodes = expose_gpus(gpus, pid, self.config.proc_root, rootfs, undo)
             rules = [str(r) for r in allowed.added] if allowed is not None else []
             if nodes or rules:  # what a release of a live container takes back (see _revoke_gpus)
-                access = GpuAccess(tuple(nodes), tuple(rules), allowed.cgroup_dir if allowed is not None else None)
+                v2 = allowed is not None and allowed.version == 2
+                access = GpuAccess(tuple(nodes), tuple(rules),
+                                   allowed.cgroup_dir if allowed is not None and not v2 else None,
+                                   tuple(allowed.bpf_dirs) if allowed is not None else ())
         return tuple(records), access, tuple(pod_vfs)
 
     def _move_pod_vf(
@@ -432,7 +435,8 @@ class NodeService:
 
     def _revoke_gpus(self, grant: Grant) -> list[str]:
         """Take back the GPU nodes and device rules of a grant whose container still runs (a
-        release by hand); a dead container took them along with its namespace and cgroup."""
+        release by hand): ``devices.deny`` on cgroup v1, the prologue of the device programs on
+        v2. A dead container took them along with its namespace and cgroup."""
         access = grant.gpus
         if access is None or grant.pid is None or not self._alive(grant):
             return []
@@ -444,6 +448,10 @@ class NodeService:
             if access.devices_dir and os.path.isdir(access.devices_dir):
                 for rule in access.rules:
                     cgf.write_cgroup_file(os.path.join(access.devices_dir, "devices.deny"), rule)
+            if access.bpf_dirs:  # cgroup v2: take numa-pin's prologue out of the device programs
+                from numa_pin.enforcer.gpu import revoke_device_rules
+
+                revoke_device_rules(list(access.rules), list(access.bpf_dirs))
         except NumaPinError as exc:
             return [f"{grant.container_id}: GPU access not taken back: {exc}"]
         return []

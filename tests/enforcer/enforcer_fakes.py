@@ -227,3 +227,80 @@ requires_ip = pytest.mark.skipif(
 
 def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(list(args), check=check, capture_output=True, text=True)
+
+
+class FakeLibbpf:
+    """Stands in for :class:`numa_pin.enforcer.bpfdev.Libbpf`: device programs attached to
+    cgroup directories (found from the fd, as the kernel does), kept as instruction bytes.
+
+    ``protected`` program ids answer EPERM when opened (an LSM label); ``fail`` maps an
+    operation (``load``, ``replace``) to the errno its next call answers, and ``fail_after``
+    lets that many calls succeed first.
+    """
+
+    def __init__(self) -> None:
+        self.attached: dict[str, list[int]] = {}
+        self.flags: dict[str, int] = {}
+        self.programs: dict[int, bytes] = {}
+        self.protected: set[int] = set()
+        self.fail: dict[str, int] = {}
+        self.fail_after: dict[str, int] = {}
+        self.calls: list[str] = []
+        self._fds: dict[int, int] = {}
+        self._next = 100
+
+    def attach(self, directory: str | os.PathLike[str], insns: bytes, flags: int = 2) -> int:
+        prog_id = self._new(insns)
+        path = os.path.realpath(directory)
+        self.attached.setdefault(path, []).append(prog_id)
+        self.flags[path] = flags
+        return prog_id
+
+    def on(self, directory: str | os.PathLike[str]) -> list[bytes]:
+        return [self.programs[i] for i in self.attached.get(os.path.realpath(directory), [])]
+
+    def _new(self, insns: bytes) -> int:
+        self._next += 1
+        self.programs[self._next] = insns
+        return self._next
+
+    def _fd(self, prog_id: int) -> int:
+        fd = os.open(os.devnull, os.O_RDONLY)
+        self._fds[fd] = prog_id
+        return fd
+
+    def _maybe_fail(self, op: str) -> None:
+        self.calls.append(op)
+        if op in self.fail:
+            if self.fail_after.get(op, 0) > 0:
+                self.fail_after[op] -= 1
+                return
+            err = self.fail.pop(op)
+            raise OSError(err, f"{op}: {os.strerror(err)}")
+
+    @staticmethod
+    def _path(cg_fd: int) -> str:
+        return os.readlink(f"/proc/self/fd/{cg_fd}")
+
+    def query(self, cg_fd: int) -> tuple[int, tuple[int, ...]]:
+        path = self._path(cg_fd)
+        return self.flags.get(path, 0), tuple(self.attached.get(path, ()))
+
+    def prog_fd(self, prog_id: int) -> int:
+        if prog_id in self.protected:
+            raise OSError(1, "BPF_PROG_GET_FD_BY_ID: Operation not permitted")
+        return self._fd(prog_id)
+
+    def read(self, prog_fd: int, prog_id: int):
+        from numa_pin.enforcer.bpfdev import Program
+
+        return Program(prog_id, "fake", True, self.programs[self._fds[prog_fd]])
+
+    def load(self, insns: bytes, name: str, gpl: bool) -> int:
+        self._maybe_fail("load")
+        return self._fd(self._new(insns))
+
+    def replace(self, cg_fd: int, new_fd: int, old_fd: int, attach_flags: int) -> None:
+        self._maybe_fail("replace")
+        ids = self.attached[self._path(cg_fd)]
+        ids[ids.index(self._fds[old_fd])] = self._fds[new_fd]

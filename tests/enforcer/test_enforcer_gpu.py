@@ -1,7 +1,8 @@
-"""GPU device grants on fake v1 trees, v2 rule checks, /proc/devices, the GPU list file."""
+"""GPU device grants on fake v1 trees and fake v2 device programs, /proc/devices, the GPU list file."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -11,10 +12,12 @@ from enforcer_fakes import (
     MOUNTINFO_V1,
     MOUNTINFO_V2,
     FakeCgroupTree,
+    FakeLibbpf,
     FakeProc,
     snapshot,
 )
 
+from numa_pin.devices.devfilter import AllowRule, Insn, carried_rules, encode
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.cgroups import detect_layout
 from numa_pin.enforcer.gpu import (
@@ -25,6 +28,7 @@ from numa_pin.enforcer.gpu import (
     oci_allows,
     oci_rules_from_config,
     parse_char_majors,
+    revoke_device_rules,
 )
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
@@ -236,42 +240,79 @@ def test_grant_missing_proc_devices_names_it(fake_proc: FakeProc, cgroup_root: P
 
 
 # ---- cgroup v2 -----------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "config, outcome",
-    [
-        (None, "unverified"),
-        ({"linux": {"resources": {"devices": [DENY_ALL, {"allow": True, "type": "c",
-                                                          "major": 195, "access": "rwm"}]}}},
-         "error"),
-        ({"linux": {"resources": {"devices": [DENY_ALL, {"allow": True, "type": "c",
-                                                          "major": 195, "access": "rwm"},
-                                              {"allow": True, "type": "c", "major": 236,
-                                               "access": "rwm"}]}}}, "ok"),
-    ],
-    ids=["no-rules-given", "uvm-missing", "all-granted"],
-)
-def test_grant_v2_checks_only(fake_proc: FakeProc, cgroup_root: Path, kernel_factory,
-                              config, outcome: str) -> None:
-    tree = FakeCgroupTree(cgroup_root, 2)
+#: a deny-by-default device program, as a runtime attaches
+RUNTIME_PROG = encode([Insn(0xB7, 0, imm=0), Insn(0x95)])
+ALL_GRANTED = {"linux": {"resources": {"devices": [
+    DENY_ALL, {"allow": True, "type": "c", "major": 195, "access": "rwm"},
+    {"allow": True, "type": "c", "major": 236, "access": "rwm"}]}}}
+UVM_MISSING = {"linux": {"resources": {"devices": [
+    DENY_ALL, {"allow": True, "type": "c", "major": 195, "access": "rwm"}]}}}
+
+
+@pytest.fixture
+def v2_container(fake_proc: FakeProc, cgroup_root: Path, monkeypatch: pytest.MonkeyPatch):
+    """crun + systemd on v2: the pid in ``<scope>/container``, a device program on each."""
+    from numa_pin.enforcer import bpfdev
+
+    FakeCgroupTree(cgroup_root, 2)
     fake_proc.set_devices(PROC_DEVICES)
     fake_proc.add_pid(77, "0::/machine.slice/libpod-abc.scope/container\n", MOUNTINFO_V2)
-    kernel = kernel_factory(tree)
+    scope = cgroup_root / "machine.slice" / "libpod-abc.scope"
+    (scope / "container").mkdir(parents=True, exist_ok=True)
+    lib = FakeLibbpf()
+    lib.attach(scope, RUNTIME_PROG)
+    lib.attach(scope / "container", RUNTIME_PROG)
+    monkeypatch.setattr(bpfdev, "_LIB", lib)
+    return lib, scope, detect_layout(fake_proc.root, 77)
+
+
+def test_grant_v2_extends_every_device_program_and_undo_restores_them(
+        fake_proc: FakeProc, cgroup_root: Path, v2_container) -> None:
+    lib, scope, layout = v2_container
+    undo = UndoLog()
+    grant = grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, layout, undo)
+    wanted = (AllowRule("c", 195, 0), AllowRule("c", 195, 255), AllowRule("c", 236, 0), AllowRule("c", 236, 1))
+    assert grant.version == 2 and grant.verified and grant.cgroup_dir == str(scope)
+    assert grant.bpf_dirs == (str(scope / "container"), str(scope))
+    assert [str(r) for r in grant.added] == [str(w) for w in wanted]
+    for d in grant.bpf_dirs:
+        assert [carried_rules(p) for p in lib.on(d)] == [wanted]
+    assert len(undo) == 2 and undo.rollback() == ()
+    assert lib.on(scope) == [RUNTIME_PROG] and lib.on(scope / "container") == [RUNTIME_PROG]
+
+
+def test_revoke_takes_the_recorded_rules_out(fake_proc: FakeProc, cgroup_root: Path, v2_container) -> None:
+    lib, scope, layout = v2_container
+    grant = grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, layout, UndoLog())
+    revoke_device_rules([str(r) for r in grant.added], grant.bpf_dirs)
+    assert lib.on(scope) == [RUNTIME_PROG] and lib.on(scope / "container") == [RUNTIME_PROG]
+    revoke_device_rules([str(r) for r in grant.added], grant.bpf_dirs)  # idempotent
+
+
+def test_grant_v2_failure_on_the_second_cgroup_rolls_back_the_first(
+        fake_proc: FakeProc, cgroup_root: Path, v2_container) -> None:
+    lib, scope, layout = v2_container
+    lib.fail["load"], lib.fail_after["load"] = errno.EPERM, 1
+    undo = UndoLog()
+    with pytest.raises(EnforcementError) as err:
+        grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, layout, undo)
+    assert err.value.errno == errno.EPERM and err.value.path == str(scope)
+    assert "granting GPUs failed" in str(err.value) and "rollback complete" in str(err.value)
+    assert lib.on(scope) == [RUNTIME_PROG] and lib.on(scope / "container") == [RUNTIME_PROG]
+    assert len(undo) == 0
+
+
+@pytest.mark.parametrize("config, changed", [(None, True), (UVM_MISSING, True), (ALL_GRANTED, False)],
+                         ids=["no-rules-given", "uvm-missing", "all-granted"])
+def test_grant_v2_leaves_programs_alone_when_the_runtime_grants_already(
+        fake_proc: FakeProc, cgroup_root: Path, v2_container, kernel_factory, config, changed: bool) -> None:
+    lib, scope, layout = v2_container
+    kernel = kernel_factory(FakeCgroupTree(cgroup_root, 2))
     rules = oci_rules_from_config(config) if config is not None else None
-    layout = detect_layout(fake_proc.root, 77)
-    if outcome == "error":
-        with pytest.raises(EnforcementError) as err:
-            grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, layout, UndoLog(),
-                       oci_rules=rules)
-        msg = str(err.value)
-        assert "c 236:0 rwm" in msg and "c 195:0" not in msg
-        assert "CDI" in msg and "linux.devices" in msg and "BPF" in msg
-        assert err.value.path == str(cgroup_root / "machine.slice" / "libpod-abc.scope")
-    else:
-        grant = grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, layout, UndoLog(),
-                           oci_rules=rules)
-        assert grant.version == 2 and grant.added == ()
-        assert grant.verified is (outcome == "ok")
-    assert kernel.writes == []
+    grant = grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, layout, UndoLog(), oci_rules=rules)
+    assert grant.version == 2 and grant.verified
+    assert (lib.on(scope) != [RUNTIME_PROG]) is changed and bool(grant.added) is changed
+    assert kernel.writes == [], "no cgroup file is written on v2"
 
 
 # ---- GPU list file -------------------------------------------------------------------

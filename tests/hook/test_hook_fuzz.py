@@ -203,6 +203,8 @@ def test_hook_start_up_imports_no_pyroute2_and_no_cli(fake, tmp_path):
     assert not {m for m in loaded if m.startswith("pyroute2")}
     assert "argparse" not in loaded and not {m for m in loaded if m.startswith("numa_pin.cli")}
     assert "yaml" not in loaded, "the parsed config comes from the cache"
+    assert not loaded & {"ctypes", "numa_pin.enforcer.bpfdev", "numa_pin.devices.devfilter"}, \
+        "libbpf (cgroup v2 device programs) is loaded only when a GPU is granted"
 
 
 # ---- the input classes of issue 10: FIFOs, deep nesting, symlinked state files, control characters

@@ -71,7 +71,7 @@ def test_migrated_state_is_written_as_version_3() -> None:
     assert data["version"] == LEDGER_VERSION == 3
     g = data["grants"]["c1"]
     assert g["gpus"] == {"nodes": ["/dev/nvidia0"], "rules": ["c 195:0 rwm"],
-                         "devices_dir": "/sys/fs/cgroup/devices/ctr/c1"}
+                         "devices_dir": "/sys/fs/cgroup/devices/ctr/c1", "bpf_dirs": []}
     assert all("gpu" not in e for e in g["netdevs"])
     assert data["pods"]["pod-a"]["netdevs"] == []
     assert LedgerState.from_dict(json.loads(json.dumps(data))) == LedgerState.from_dict(_v2())
@@ -186,3 +186,11 @@ CORRUPT = [
 def test_version_3_shapes_are_checked(data: Any, word: str) -> None:
     with pytest.raises(LedgerCorrupt, match=word):
         LedgerState.from_dict(data)
+
+
+def test_cgroup_v2_gpu_access_round_trips() -> None:
+    """A v2 grant keeps the cgroup directories whose device programs got numa-pin's prologue."""
+    access = GpuAccess(("/dev/nvidia0",), ("c 195:0 rwm",), None, ("/sys/fs/cgroup/x.scope/c", "/sys/fs/cgroup/x.scope"))
+    assert GpuAccess.from_dict(json.loads(json.dumps(access.to_dict())), "grant 'g'") == access
+    with pytest.raises(LedgerCorrupt, match="bpf_dirs"):
+        GpuAccess.from_dict({**access.to_dict(), "bpf_dirs": "/sys/fs/cgroup/x.scope"}, "grant 'g'")

@@ -142,6 +142,39 @@ def test_gpu_and_vf_alignment_moves_the_vf(node, monkeypatch):
     assert [r["bdf"] for r in restored] == [vf]
 
 
+def test_v2_gpu_grant_is_recorded_and_a_live_release_takes_the_program_rules_back(node, monkeypatch):
+    """cgroup v2: what the device programs were given is kept in the ledger, and ``release`` of a
+    container that still runs hands exactly that to revoke_device_rules (no devices.deny)."""
+    from numa_pin.enforcer import cgroups
+    from numa_pin.enforcer.gpu import DeviceRule, GpuGrant
+
+    rules = (DeviceRule("c", 195, 0), DeviceRule("c", 195, 255))
+    dirs = ("/sys/fs/cgroup/x.scope/container", "/sys/fs/cgroup/x.scope")
+    revoked, removed = [], []
+    monkeypatch.setattr("numa_pin.enforcer.gpu.grant_gpus",
+                        lambda *a, **k: GpuGrant(2, dirs[1], rules, rules, True, dirs))
+    monkeypatch.setattr("numa_pin.enforcer.devnodes.expose_gpus", lambda *a, **k: ("/dev/nvidia0",))
+    monkeypatch.setattr("numa_pin.enforcer.devnodes.remove_device_nodes", lambda *a, **k: removed.append(a[1]))
+    monkeypatch.setattr("numa_pin.enforcer.gpu.revoke_device_rules", lambda r, d: revoked.append((list(r), list(d))))
+    real_write = cgroups.write_cgroup_file
+
+    def write(path: str, text: str) -> None:
+        assert "devices." not in path, f"no devices.* write on v2: {path}"
+        real_write(path, text)
+
+    monkeypatch.setattr(cgroups, "write_cgroup_file", write)
+    agent = NodeService(node.config)
+    agent.admit(request_from_oci("g", {"numa-pin.io/devices": "nvidia.com/gpu=1"}), node.container(1))
+    grant = agent.ledger.read().grants["g"]
+    assert grant.netdevs == ()  # GPU records have a field of their own (ledger format 3)
+    assert grant.gpus is not None
+    assert grant.gpus.bpf_dirs == dirs and grant.gpus.devices_dir is None
+    assert grant.gpus.rules == ("c 195:0 rwm", "c 195:255 rwm")
+    agent.release("g")
+    assert revoked == [(["c 195:0 rwm", "c 195:255 rwm"], list(dirs))]
+    assert removed == [["/dev/nvidia0"]]
+
+
 def test_plan_changes_nothing(node):
     agent = NodeService(node.config)
     decision = agent.plan(request_from_oci("p", {"numa-pin.io/cpus": "4"}))

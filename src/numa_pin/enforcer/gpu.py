@@ -13,12 +13,36 @@ cgroup, each recorded for undo as the same rule written to ``devices.deny``. Rul
 ``devices.list`` already covers are not written (so undo never takes away access the
 container had before).
 
-cgroup v2 has no ``devices.allow``: access is decided by BPF programs the runtime
-attaches, and numa-pin does **not** rewrite them (runc replaces them on every update, so a
-rewrite would not last). Grant GPUs on v2 through CDI or the runtime (``linux.devices`` +
-``linux.resources.devices`` in ``config.json``). :func:`grant_gpus` checks the OCI device
-rules it is given and raises EnforcementError, with that explanation, only when access is
-actually missing.
+cgroup v2 has no ``devices.allow``: access is decided by ``BPF_PROG_TYPE_CGROUP_DEVICE``
+programs attached to the container's cgroup, and every one of them must allow an access.
+:mod:`numa_pin.enforcer.bpfdev` replaces each program attached to the container's cgroup
+(the pid's cgroup and, for crun's systemd ``container`` sub-cgroup, the scope above it) by a
+copy that starts with an allow-prologue for the rules and then runs the original
+instructions unchanged (:mod:`numa_pin.devices.devfilter`), swapped in atomically with
+``BPF_F_ALLOW_MULTI | BPF_F_REPLACE``. The runtime's own rules are kept exactly; undo takes
+the prologue out again, so the container loses the access and keeps what it had.
+
+Why BPF and not systemd's ``DeviceAllow=``: the cgroupfs driver has no unit to set it on,
+and with the systemd driver runc attaches its own program next to systemd's, which would
+still deny the GPU; so the programs themselves have to change under either driver.
+What the runtimes do to it later:
+
+* ``runc update`` (runc 1.1.5; kubelet's CPU manager and in-place resize go through it) keeps
+  it: runc sets ``SkipDevices`` on update precisely so that a plugin's device setup survives,
+  and never reaches ``libcontainer/cgroups/ebpf``. That code (which replaces a single attached
+  program via BPF_F_REPLACE and, with several attached, attaches its own and detaches *all*
+  others) runs only when runc writes devices, at create, before the prestart hooks. Measured
+  in the VM tier with one and with two programs attached: both keep the prologue.
+* ``systemctl daemon-reload`` (systemd driver): systemd attaches a fresh program of its own
+  and detaches its previous one, which is no longer attached (ours replaced it); the fresh one
+  denies the GPU, so the container loses it (fail-closed, it never gains anything else) and
+  our copy of systemd's old program stays attached until the container ends. Not measured
+  (the guest has no systemd).
+
+Programs attached to cgroups above the container's (a slice's device policy) are shared by
+other containers and are not changed; if one of them denies the GPU, it stays denied. When
+``oci_rules`` (see :func:`oci_rules_from_config`) are given and already allow every rule,
+the runtime grants the GPU itself and nothing is changed.
 
 Device nodes inside the container's ``/dev`` are created by :mod:`numa_pin.enforcer.devnodes`.
 """
@@ -125,8 +149,9 @@ class OciDeviceRule:
 class GpuGrant:
     """The result of :func:`grant_gpus`.
 
-    ``rules`` is what the GPUs need; ``added`` what was written to ``devices.allow``
-    (v1). ``verified`` is False on v2 when no OCI device rules were given to check.
+    ``rules`` is what the GPUs need; ``added`` what was written to ``devices.allow`` (v1)
+    or into the device programs of the cgroups in ``bpf_dirs`` (v2). ``verified``: the
+    cgroup was read back and allows ``rules``.
     """
 
     version: int
@@ -134,6 +159,7 @@ class GpuGrant:
     rules: tuple[DeviceRule, ...]
     added: tuple[DeviceRule, ...]
     verified: bool
+    bpf_dirs: tuple[str, ...] = ()
 
 
 # ---- pure helpers --------------------------------------------------------------------
@@ -267,13 +293,15 @@ def grant_gpus(
 
     v1 (a v1 ``devices`` hierarchy is mounted): rules missing from ``devices.list`` are
     written to ``devices.allow`` (each recorded in ``undo``), then ``devices.list`` is
-    checked. v2: nothing is written; when ``oci_rules`` (see
-    :func:`oci_rules_from_config`) are given and do not grant every rule,
-    EnforcementError explains that GPUs must come from CDI or the runtime.
+    checked. v2: the device programs of the container's cgroup are replaced by copies that
+    also allow the rules (see the module doc; one undo step per cgroup), and read back;
+    nothing changes when ``oci_rules`` (see :func:`oci_rules_from_config`) already allow them.
 
     Raises EnforcementError for a GPU without a device minor, an unreadable
-    ``/proc/devices`` or cgroup file, or a rule the kernel refused (writes of this call
-    rolled back); CgroupEscapeError for a cgroup path outside ``cgroup_root``.
+    ``/proc/devices`` or cgroup file, a rule the kernel refused, and on v2 a device program
+    that cannot be read, loaded or swapped (the kernel's errno, the cgroup as ``path``); the
+    changes of this call are rolled back first. CgroupEscapeError for a cgroup path outside
+    ``cgroup_root``.
     """
     rules = nvidia_rules(_gpu_minors(gpus), read_uvm_major(proc_root))
     return allow_device_rules(rules, pid, proc_root, cgroup_root, layout, undo, oci_rules=oci_rules)
@@ -292,7 +320,7 @@ def allow_device_rules(
     """:func:`grant_gpus` for any device ``rules`` (same writes, checks and errors)."""
     devices_dir = cgroups.find_v1_controller_dir(pid, proc_root, cgroup_root, layout, "devices")
     if devices_dir is None:
-        return _check_v2(rules, pid, proc_root, cgroup_root, layout, oci_rules)
+        return _grant_v2(rules, pid, proc_root, cgroup_root, layout, undo, oci_rules)
 
     have = _read_devices_list(devices_dir)
     allow = os.path.join(devices_dir, DEVICES_ALLOW)
@@ -327,32 +355,84 @@ def _deny(path: str, rule: str) -> UndoFn:
     return undo
 
 
-def _check_v2(
+def _allow_rules(rules: Sequence[DeviceRule], where: str | None) -> list[Any]:
+    """``rules`` as :class:`~numa_pin.devices.devfilter.AllowRule` (one device each)."""
+    from numa_pin.devices.devfilter import AllowRule
+
+    try:
+        return [AllowRule(r.type, r.major, r.minor, r.access) for r in rules]  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise EnforcementError(f"cgroup v2: only single devices can be granted: {exc}", path=where) from exc
+
+
+def bpf_cgroup_dirs(ref: cgroups.CgroupRef) -> tuple[str, ...]:
+    """The cgroups whose device programs decide for the container (pure): the pid's own
+    cgroup and, when a runtime sub-cgroup was stepped out of, the unit above it."""
+    own = cgroups.safe_join(ref.hierarchy_root, ref.pid_rel_path) if ref.pid_rel_path else ref.cpuset_dir
+    return tuple(dict.fromkeys((own, ref.cpuset_dir)))
+
+
+def _grant_v2(
     rules: tuple[DeviceRule, ...],
     pid: int | str,
     proc_root: str | os.PathLike[str],
     cgroup_root: str | os.PathLike[str],
     layout: CgroupLayout,
+    undo: UndoLog,
     oci_rules: Sequence[OciDeviceRule] | None,
 ) -> GpuGrant:
-    cgroup_dir: str | None
+    ref = cgroups.find_cgroup(pid, proc_root, cgroup_root, layout)
+    if oci_rules is not None and all(oci_allows(oci_rules, r) for r in rules):
+        return GpuGrant(2, ref.cpuset_dir, rules, (), True)
+    from numa_pin.enforcer import bpfdev  # libbpf and ctypes only when a GPU is granted on v2
+
+    wanted = _allow_rules(rules, ref.cpuset_dir)
+    by_text = {str(w): r for w, r in zip(wanted, rules)}
+    dirs = bpf_cgroup_dirs(ref)
+    local = UndoLog()
+    added: dict[str, DeviceRule] = {}
     try:
-        cgroup_dir = cgroups.find_cgroup(pid, proc_root, cgroup_root, layout).cpuset_dir
-    except EnforcementError:
-        cgroup_dir = None
-    if oci_rules is None:
-        return GpuGrant(2, cgroup_dir, rules, (), False)
-    lacking = [r for r in rules if not oci_allows(oci_rules, r)]
-    if lacking:
-        raise EnforcementError(
-            "cgroup v2: the container's device rules do not allow "
-            + ", ".join(str(r) for r in lacking)
-            + "; numa-pin does not rewrite cgroup v2 BPF device programs (the runtime "
-            "replaces them on every update), so grant the GPUs through CDI or the runtime "
-            "(linux.devices and linux.resources.devices in config.json)",
-            path=cgroup_dir,
-        )
-    return GpuGrant(2, cgroup_dir, rules, (), True)
+        for directory in dirs:
+            done = bpfdev.add_rules(directory, wanted)
+            if done:
+                local.record(f"{directory}: device programs allow {', '.join(map(str, done))}",
+                             _take_out(directory, done))
+                added.update((str(d), by_text[str(d)]) for d in done)
+    except EnforcementError as exc:
+        failures = local.rollback()
+        error = EnforcementError(f"granting GPUs failed: {exc}; {describe_failures(failures)}",
+                                 path=exc.path or ref.cpuset_dir, errno=exc.errno)
+        error.add_rollback_failures(exc.rollback_failures)
+        raise error from exc
+    undo.absorb(local)
+    return GpuGrant(2, ref.cpuset_dir, rules, tuple(added.values()), True, dirs)
+
+
+def _take_out(directory: str, rules: Sequence[Any]) -> UndoFn:
+    def undo() -> None:
+        from numa_pin.enforcer import bpfdev
+
+        bpfdev.remove_rules(directory, rules)
+
+    return undo
+
+
+def revoke_device_rules(rules: Sequence[str], bpf_dirs: Sequence[str]) -> None:
+    """Take device ``rules`` (``c 195:0 rwm`` texts, as in :attr:`GpuGrant.added`) back out of
+    the device programs of ``bpf_dirs`` (cgroup v2; a cgroup that is gone is skipped).
+    Raises EnforcementError."""
+    if not rules or not bpf_dirs:
+        return
+    parsed = []
+    for text in rules:
+        try:
+            parsed.append(DeviceRule.parse(text))
+        except ValueError as exc:
+            raise EnforcementError(f"recorded device rule: {exc}") from exc
+    from numa_pin.enforcer import bpfdev
+
+    for directory in bpf_dirs:
+        bpfdev.remove_rules(directory, _allow_rules(parsed, directory))
 
 
 def expose_gpu_env_file(
@@ -413,6 +493,7 @@ __all__ = [
     "GpuGrant",
     "OciDeviceRule",
     "allow_device_rules",
+    "bpf_cgroup_dirs",
     "expose_gpu_env_file",
     "grant_gpus",
     "nvidia_rules",
@@ -420,4 +501,5 @@ __all__ = [
     "oci_rules_from_config",
     "parse_char_majors",
     "read_uvm_major",
+    "revoke_device_rules",
 ]

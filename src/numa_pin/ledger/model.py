@@ -67,7 +67,7 @@ def _split_gpu_entry(key: str, grant: dict[str, Any]) -> dict[str, Any]:
     gpu = [e for e in netdevs if isinstance(e, dict) and "gpu" in e]
     if not gpu:
         return out
-    merged: dict[str, Any] = {"nodes": [], "rules": [], "devices_dir": None}
+    merged: dict[str, Any] = {"nodes": [], "rules": [], "devices_dir": None, "bpf_dirs": []}
     for entry in gpu:
         try:
             rec = json.loads(entry["gpu"]) if isinstance(entry["gpu"], str) else None
@@ -80,6 +80,8 @@ def _split_gpu_entry(key: str, grant: dict[str, Any]) -> dict[str, Any]:
         merged["rules"] += rec["rules"]
         if merged["devices_dir"] is None:
             merged["devices_dir"] = rec.get("devices_dir")
+        if isinstance(rec.get("bpf_dirs"), list):
+            merged["bpf_dirs"] += rec["bpf_dirs"]
     out["gpus"] = merged
     out["netdevs"] = [e for e in netdevs if not (isinstance(e, dict) and "gpu" in e)]
     return out
@@ -105,8 +107,9 @@ def _empty() -> Mapping[Any, Any]:
 @dataclass(frozen=True)
 class GpuAccess:
     """What granting GPUs to a running container added, so a release by hand can take it back:
-    the device nodes made in its mount namespace and the ``devices.allow`` rules written to the
-    cgroup v1 ``devices`` directory ``devices_dir`` (None: no rules written).
+    the device nodes made in its mount namespace and the device ``rules``, written as
+    ``devices.allow`` to the cgroup v1 ``devices`` directory ``devices_dir`` (None: none written
+    there), or put in front of the device programs of the cgroup v2 directories ``bpf_dirs``.
 
     Raises:
         ValueError: a field has the wrong type.
@@ -115,25 +118,29 @@ class GpuAccess:
     nodes: tuple[str, ...] = ()
     rules: tuple[str, ...] = ()
     devices_dir: str | None = None
+    bpf_dirs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _set(self, "nodes", _strings("gpus.nodes", self.nodes))
         _set(self, "rules", _strings("gpus.rules", self.rules))
+        _set(self, "bpf_dirs", _strings("gpus.bpf_dirs", self.bpf_dirs))
         if self.devices_dir is not None:
             _require_str("gpus.devices_dir", self.devices_dir, nonempty=True)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"nodes": list(self.nodes), "rules": list(self.rules), "devices_dir": self.devices_dir}
+        return {"nodes": list(self.nodes), "rules": list(self.rules), "devices_dir": self.devices_dir,
+                "bpf_dirs": list(self.bpf_dirs)}
 
     @classmethod
     def from_dict(cls, d: object, where: str) -> GpuAccess:
         """Inverse of :meth:`to_dict`. Raises LedgerCorrupt (``where`` names the grant)."""
-        obj = _exact_keys(f"{where}: gpus", d, frozenset(("nodes", "rules", "devices_dir")))
+        obj = _exact_keys(f"{where}: gpus", d, frozenset(("nodes", "rules", "devices_dir", "bpf_dirs")))
         try:
             return cls(
                 nodes=tuple(_json(obj, "nodes", list, where)),
                 rules=tuple(_json(obj, "rules", list, where)),
                 devices_dir=_json(obj, "devices_dir", (str, type(None)), where),
+                bpf_dirs=tuple(_json(obj, "bpf_dirs", list, where)),
             )
         except ValueError as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
