@@ -933,8 +933,12 @@ def test_an_on_demand_agent_retires_when_idle_or_upgraded(tmp_path):
         os.utime(source, ns=(0, 0))  # an upgrade
         assert not agent.retired(now + 62)  # sources are looked at every 5 s
         assert agent.retired(now + 67)
+        os.utime(source, ns=(agent.stamps[str(source)], agent.stamps[str(source)]))
+        assert not agent.retired(now + 73)
         plain = server.AgentServer(path, os.dup(lock_fd), listener, idle_exit_s=None)
         assert not plain.retired(now + 10**6)  # a served socket or systemd's agent never retires
+        os.unlink(path)  # the socket directory was cleaned up (a purge): no hook reaches this agent
+        assert agent.retired(now + 79)
     finally:
         agent.close()
 

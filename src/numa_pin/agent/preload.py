@@ -47,6 +47,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.allocators.devices",
     "numa_pin.devices.inventory",
     "numa_pin.enforcer.gpu",
+    "numa_pin.devices.devfilter",
     "numa_pin.enforcer.netdev",
     "numa_pin.enforcer.netns",
     "numa_pin.topology.cache",

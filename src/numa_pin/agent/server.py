@@ -389,7 +389,8 @@ class AgentServer:
 
     def retired(self, now: float | None = None) -> bool:
         """For an agent started on demand: whether it should stop now, because no hook came for
-        :attr:`idle_exit_s` seconds and none is running, or because its sources changed."""
+        :attr:`idle_exit_s` seconds and none is running, because its sources changed, or because
+        its socket was removed or replaced (no hook can reach it any more)."""
         now = time.monotonic() if now is None else now
         if self.idle_exit_s is None:
             return False
@@ -397,8 +398,16 @@ class AgentServer:
             return True
         if now >= self._next_source_check:
             self._next_source_check = now + 5.0
-            return bool(changed_sources(self.stamps))
+            return bool(changed_sources(self.stamps)) or not self._socket_is_ours()
         return False
+
+    def _socket_is_ours(self) -> bool:
+        if not self.owns_path:
+            return True
+        try:
+            return os.stat(self.path).st_ino == self._inode
+        except OSError:
+            return False
 
     def _stop(self, _signum: int, _frame) -> None:
         self.stopping = True
