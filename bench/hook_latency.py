@@ -178,6 +178,8 @@ def bench_runc(runs: int) -> dict[str, float] | None:
         sock = root / "agent" / "agent.sock"
         auto_sock = root / "auto" / "agent.sock"  # nothing there: the first hook starts an agent
         base_env = [f"NUMA_PIN_CACHE_DIR={root / 'cache'}", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
+        if os.environ.get("PYTHONPATH"):  # measuring another checkout's code with this venv
+            base_env.append(f"PYTHONPATH={os.environ['PYTHONPATH']}")
 
         def hooks(extra: list[str]) -> dict:
             return {stage: [harness.hook_entry(HOOK, ["numa-pin-hook", "--config", str(config), stage],
