@@ -144,7 +144,7 @@ def live_release():
     """numa-pin release of a running container: the ledger's v2 record is undone"""
     from numa_pin.config.model import Config
     from numa_pin.ledger.liveness import process_start_time
-    from numa_pin.ledger.model import Grant
+    from numa_pin.ledger.model import GpuAccess, Grant
     from numa_pin.service import NodeService
 
     out = {}
@@ -155,11 +155,9 @@ def live_release():
         undo = UndoLog()
         grant = allow_device_rules((RULE,), pid, "/proc", "/sys/fs/cgroup", layout, undo)
         nodes = create_device_nodes(pid, [STAND_IN], "/proc", None, undo, gpu_text="GPU-x 0\n")
-        record = {"nodes": list(nodes), "rules": [str(r) for r in grant.added], "devices_dir": None,
-                  "bpf_dirs": list(grant.bpf_dirs)}
+        access = GpuAccess(tuple(nodes), tuple(str(r) for r in grant.added), None, tuple(grant.bpf_dirs))
         service = NodeService(Config(state_dir=str(work / "ledger"), syslog=False))
-        g = Grant(cid, cid, cid, "shared", pid=pid, start_time=process_start_time(pid, "/proc"),
-                  netdevs=({"gpu": json.dumps(record)},))
+        g = Grant(cid, cid, cid, "shared", pid=pid, start_time=process_start_time(pid, "/proc"), gpus=access)
         with service.ledger.transaction() as txn:
             txn.state = txn.state.with_grant(g)
         out["probe_granted"] = probe(cid)
