@@ -934,3 +934,43 @@ def records_by_label(records: Sequence[ProbeRecord]) -> dict[str, list[ProbeReco
     for record in records:
         grouped.setdefault(record.label, []).append(record)
     return grouped
+
+
+# ---- a GPU stand-in (no GPU on the test machines) ----------------------------------------------
+
+#: what a container runs to report on the stand-in GPU: its node, the GPU list numa-pin wrote, and
+#: whether it may open the device (``OPENED``/``DENIED``)
+GPU_PROBE = ("ls -l /dev/nvidia0; cat /run/numa-pin/gpus /dev/numa-pin/gpus 2>/dev/null; "
+             "if [ -c /dev/nvidia0 ] && dd if=/dev/null of=/dev/nvidia0 count=0 conv=notrunc 2>/dev/null; "
+             "then echo OPENED; else echo DENIED; fi")
+
+_GPU_STAND_IN_HOOK = r'''#!{python}
+import json, os, sys
+from numa_pin.enforcer import cgroups
+from numa_pin.enforcer.devnodes import DeviceNode, create_device_nodes
+from numa_pin.enforcer.gpu import DeviceRule, allow_device_rules
+from numa_pin.enforcer.undo import UndoLog
+
+mode = sys.argv[1]
+state = json.load(sys.stdin)
+with open(os.path.join(state["bundle"], "config.json")) as fp:
+    root = json.load(fp)["root"]["path"]
+rootfs = os.path.join(state["bundle"], root)
+undo = UndoLog()
+if mode == "full":
+    allow_device_rules((DeviceRule("c", 1, 11),), state["pid"], "/proc", "/sys/fs/cgroup",
+                       cgroups.detect_layout("/proc"), undo)
+create_device_nodes(state["pid"], [DeviceNode("/dev/nvidia0", 1, 11)], "/proc", rootfs, undo,
+                    gpu_text="GPU-stand-in 0\n")
+'''
+
+
+def write_gpu_stand_in_hook(path: Path, python: str = sys.executable) -> Path:
+    """An executable prestart hook at ``path`` that grants a stand-in GPU as ``NodeService`` grants
+    a real one, through the same two enforcer calls: ``/dev/nvidia0`` with ``/dev/kmsg``'s numbers
+    (1:11, which runc's default rules do not allow and any process may open write-only) made in
+    the container's mount namespace, and, with the argument ``full``, the device access for it
+    (``devices.allow`` on cgroup v1, the device programs' prologue on v2)."""
+    path.write_text(_GPU_STAND_IN_HOOK.replace("{python}", python))
+    path.chmod(0o755)
+    return path

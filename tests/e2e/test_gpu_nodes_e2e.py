@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,37 +27,14 @@ from . import harness
 pytestmark = pytest.mark.e2e
 
 STAND_IN = DeviceNode("/dev/nvidia0", 1, 11)  # /dev/kmsg's numbers
-PROBE = ("ls -l /dev/nvidia0; cat /run/numa-pin/gpus /dev/numa-pin/gpus 2>/dev/null; "
-         "if [ -c /dev/nvidia0 ] && dd if=/dev/null of=/dev/nvidia0 count=0 conv=notrunc 2>/dev/null; then echo OPENED; else echo DENIED; fi")
-
-HOOK = '''#!{python}
-import json, os, sys
-from numa_pin.enforcer import cgroups
-from numa_pin.enforcer.devnodes import DeviceNode, create_device_nodes
-from numa_pin.enforcer.gpu import DeviceRule, allow_device_rules
-from numa_pin.enforcer.undo import UndoLog
-
-mode = sys.argv[1]
-state = json.load(sys.stdin)
-with open(os.path.join(state["bundle"], "config.json")) as fp:
-    root = json.load(fp)["root"]["path"]
-rootfs = os.path.join(state["bundle"], root)
-undo = UndoLog()
-if mode == "full":
-    allow_device_rules((DeviceRule("c", 1, 11),), state["pid"], "/proc", "/sys/fs/cgroup",
-                       cgroups.detect_layout("/proc"), undo)
-create_device_nodes(state["pid"], [DeviceNode("/dev/nvidia0", 1, 11)], "/proc", rootfs, undo,
-                    gpu_text="GPU-stand-in 0\\n")
-'''
+PROBE = harness.GPU_PROBE
 
 
 @pytest.fixture
 def gpu_hook(tmp_path):
     if harness.hybrid_cgroup2_mount() is None and not Path("/sys/fs/cgroup/devices").is_dir():
         pytest.skip("needs a cgroup v1 devices hierarchy")
-    path = tmp_path / "gpu-hook"
-    path.write_text(HOOK.format(python=sys.executable))
-    path.chmod(0o755)
+    path = harness.write_gpu_stand_in_hook(tmp_path / "gpu-hook")
 
     def hooks(mode: str) -> dict:
         return {"prestart": [harness.hook_entry(path, [str(path), mode], timeout=30)]}

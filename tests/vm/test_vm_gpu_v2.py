@@ -32,26 +32,6 @@ set -u
 "$NP_PY" "$NP_SHARED/gpu_driver.py" > "$NP_SHARED/driver.out" 2>&1
 """
 
-HOOK = r'''#!{python}
-import json, os, sys
-from numa_pin.enforcer import cgroups
-from numa_pin.enforcer.devnodes import DeviceNode, create_device_nodes
-from numa_pin.enforcer.gpu import DeviceRule, allow_device_rules
-from numa_pin.enforcer.undo import UndoLog
-
-mode = sys.argv[1]
-state = json.load(sys.stdin)
-with open(os.path.join(state["bundle"], "config.json")) as fp:
-    root = json.load(fp)["root"]["path"]
-rootfs = os.path.join(state["bundle"], root)
-undo = UndoLog()
-if mode == "full":
-    allow_device_rules((DeviceRule("c", 1, 11),), state["pid"], "/proc", "/sys/fs/cgroup",
-                       cgroups.detect_layout("/proc"), undo)
-create_device_nodes(state["pid"], [DeviceNode("/dev/nvidia0", 1, 11)], "/proc", rootfs, undo,
-                    gpu_text="GPU-stand-in 0\n")
-'''
-
 GUEST_DRIVER = r'''
 import json, os, subprocess, sys, traceback
 from pathlib import Path
@@ -66,14 +46,10 @@ from numa_pin.enforcer.undo import UndoLog
 shared = Path(os.environ["NP_SHARED"])
 work = Path("/run/np-gpu")
 work.mkdir(parents=True, exist_ok=True)
-hook = work / "gpu-hook"
-hook.write_text((shared / "gpu_hook.py").read_text().replace("{python}", sys.executable))
-hook.chmod(0o755)
+hook = harness.write_gpu_stand_in_hook(work / "gpu-hook")
 rootfs = harness.make_rootfs(work / "rootfs")
 rt = harness.runtime("runc", work / "runc")
-PROBE = ("ls -l /dev/nvidia0; cat /run/numa-pin/gpus /dev/numa-pin/gpus 2>/dev/null; "
-         "if [ -c /dev/nvidia0 ] && dd if=/dev/null of=/dev/nvidia0 count=0 conv=notrunc 2>/dev/null; "
-         "then echo OPENED; else echo DENIED; fi")
+PROBE = harness.GPU_PROBE
 STAND_IN = DeviceNode("/dev/nvidia0", 1, 11)
 RULE = DeviceRule("c", 1, 11)
 report = {"mounts": Path("/proc/self/mounts").read_text(),
@@ -218,7 +194,6 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
     def make_shared() -> Path:
         shared = tmp_path_factory.mktemp("gpuguest")
         (shared / "gpu_driver.py").write_text(textwrap.dedent(GUEST_DRIVER))
-        (shared / "gpu_hook.py").write_text(HOOK)
         return shared
 
     result: GuestResult = run_in_guest_with_retry(make_shared, GUEST_SCRIPT, timeout=600)
