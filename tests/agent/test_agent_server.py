@@ -896,6 +896,40 @@ def test_the_agent_keeps_no_descriptor_the_hook_inherited(node, on_demand):
             os.close(w)
 
 
+def test_under_systemd_the_agent_is_a_transient_service(node, on_demand, tmp_path):
+    """Where systemd is init, the agent is started through systemd-run (a fake here, which logs
+    its arguments and runs the command after ``--``), in a unit named after the socket."""
+    run_root, bin_dir = tmp_path / "run", tmp_path / "bin"
+    (run_root / "systemd" / "system").mkdir(parents=True)
+    bin_dir.mkdir()
+    called = tmp_path / "systemd-run.args"
+    fake = bin_dir / "systemd-run"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {called}\n'
+                    'while [ "$1" != "--" ]; do shift; done\nshift\nexec "$@"\n')
+    fake.chmod(0o755)
+    env = {**hook_env(node, on_demand), "PATH": f"{bin_dir}:/usr/bin:/bin"}
+    assert client.start_agent(env, str(on_demand), run_root=str(run_root))
+    wait_for(lambda: _answers(node, on_demand), "the agent started through systemd-run to answer")
+    args = called.read_text().splitlines()
+    unit = [a for a in args if a.startswith("--unit=")]
+    assert len(unit) == 1 and unit[0].startswith("--unit=numa-pin-agent-")
+    assert {"--collect", "--no-block"} <= set(args)
+    assert args[args.index("--") + 1:][-4:] == ["--socket", str(on_demand), "--idle-exit", str(client.IDLE_EXIT_S)]
+    other = client.service_manager_argv(["x"], str(on_demand) + "2", env, str(run_root))
+    assert other is not None and f"--unit={unit[0][7:]}" not in other  # one unit per socket
+
+
+@pytest.mark.parametrize("systemd, tool", [(False, True), (True, False)], ids=["no-systemd", "no-systemd-run"])
+def test_without_systemd_the_agent_is_spawned_directly(tmp_path, systemd, tool):
+    run_root, bin_dir = tmp_path / "run", tmp_path / "bin"
+    (run_root / ("systemd/system" if systemd else "other")).mkdir(parents=True)
+    bin_dir.mkdir()
+    if tool:
+        (bin_dir / "systemd-run").write_text("#!/bin/sh\n")
+        (bin_dir / "systemd-run").chmod(0o755)
+    assert client.service_manager_argv(["x"], "/s.sock", {"PATH": str(bin_dir)}, str(run_root)) is None
+
+
 def test_starts_are_spaced(node, on_demand):
     """One start per RESTART_AFTER_S: an agent that cannot come up is not retried by every hook."""
     env = hook_env(node, on_demand)

@@ -178,7 +178,7 @@ def autostart_allowed(env: Mapping[str, str], proc_root: str = "/proc") -> bool:
 
 
 def start_agent(env: Mapping[str, str], path: str | None = None, *, now: float | None = None,
-                idle_exit_s: int = IDLE_EXIT_S, proc_root: str = "/proc") -> int | None:
+                idle_exit_s: int = IDLE_EXIT_S, proc_root: str = "/proc", run_root: str = "/run") -> int | None:
     """Start ``numa-pin serve --idle-exit`` on the agent socket, detached; return its pid, or
     None when it was not started.
 
@@ -187,7 +187,8 @@ def start_agent(env: Mapping[str, str], path: str | None = None, *, now: float |
     this process does not wait for it. At most one start per :data:`RESTART_AFTER_S`:
     ``<socket>.start`` records the last one (created without following a symlink); several agents
     started at once are harmless, the first to take ``<socket>.lock`` serves and the others exit
-    before importing anything more.
+    before importing anything more. Under systemd the agent is started as a transient service
+    (:func:`service_manager_argv`); the pid returned is then ``systemd-run``'s.
     Never raises.
     """
     import time
@@ -210,6 +211,7 @@ def start_agent(env: Mapping[str, str], path: str | None = None, *, now: float |
         pass  # no directory yet (the agent makes it) or not ours: start anyway, unstamped
     # -I: neither the runtime's working directory (the bundle) nor PYTHON* variables on sys.path
     argv = [sys.executable, "-I", "-m", "numa_pin.cli.main", "serve", "--socket", sock, "--idle-exit", str(idle_exit_s)]
+    argv = service_manager_argv(argv, sock, env, run_root) or argv
     child_env = {k: v for k, v in env.items() if not k.startswith("LISTEN_")}
     null = os.devnull
     actions: list[tuple] = [
@@ -221,9 +223,34 @@ def start_agent(env: Mapping[str, str], path: str | None = None, *, now: float |
     # hold up whoever waits for its end
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in inherited_fds(proc_root)]
     try:
-        return os.posix_spawn(sys.executable, argv, child_env, setsid=True, file_actions=actions)
+        return os.posix_spawn(argv[0], argv, child_env, setsid=True, file_actions=actions)
     except OSError:
         return None
+
+
+def service_manager_argv(argv: Sequence[str], sock: str, env: Mapping[str, str],
+                         run_root: str = "/run") -> list[str] | None:
+    """``argv`` run as a transient systemd service, or None where systemd is not the init system
+    (``<run_root>/systemd/system`` is missing) or ``systemd-run`` is not on ``PATH``.
+
+    Under systemd an agent started plainly would stay in the cgroup of the hook that started it,
+    which for podman and CRI-O is the container's conmon scope: systemd kills it when that
+    container is removed, and it keeps the scope alive until then. ``systemd-run`` gives it a
+    service of its own in ``system.slice``. The unit is named after the socket, so a second start
+    while it runs fails at once, and ``--collect`` removes it when the agent exits."""
+    if not os.path.isdir(f"{run_root}/systemd/system"):
+        return None
+    for directory in (env.get("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin").split(":"):
+        tool = f"{directory}/systemd-run"
+        if directory and os.access(tool, os.X_OK):
+            break
+    else:
+        return None
+    from binascii import crc32
+
+    unit = f"numa-pin-agent-{crc32(sock.encode('utf-8', 'surrogateescape')):08x}"
+    return [tool, "--quiet", "--collect", "--no-block", f"--unit={unit}",
+            "--description=numa-pin warm agent, started on demand by numa-pin-hook", "--", *argv]
 
 
 def inherited_fds(proc_root: str = "/proc") -> list[int]:
