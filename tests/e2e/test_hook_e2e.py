@@ -47,6 +47,44 @@ def test_runc_exclusive_cpu_then_release(runc_rt, node, busybox_rootfs, tmp_path
     assert cid not in node.grants(), "poststop must release the grant"
 
 
+def test_runc_first_hook_starts_an_agent_that_serves_the_next(runc_rt, node, busybox_rootfs, tmp_path, cid):
+    """As installed, with no agent running: the first container's hook admits in-process and
+    starts an agent, detached (runc returns: the agent holds none of the hook's pipes), and the
+    next containers' hooks are served by it, with the same results."""
+    import json
+    import os
+    import time
+
+    import psutil
+
+    sock, log = tmp_path / "agent" / "agent.sock", tmp_path / "agent.log"
+    extra = [f"NUMA_PIN_AGENT_SOCKET={sock}", f"NUMA_PIN_AGENT_LOG={log}"]
+    hooks = {stage: [{**entry, "env": [*entry["env"], *extra]} for entry in entries]
+             for stage, entries in node.hooks.items()}
+    status = ("cat", "/proc/self/status")
+    try:
+        for i in range(3):
+            bundle = harness.make_bundle(tmp_path / f"b{i}", args=list(status), annotations=ONE_CPU, hooks=hooks,
+                                         rootfs=busybox_rootfs)
+            res = runc_rt.run(bundle, f"{cid}-{i}")
+            assert res.returncode == 0, res.stderr
+            assert _cpus_allowed(res.stdout) == "1" and node.grants() == {}
+            if i == 0:
+                deadline = time.monotonic() + 60
+                while not sock.exists():
+                    assert time.monotonic() < deadline, "no agent came up after the first container"
+                    time.sleep(0.05)
+        served = [json.loads(line) for line in log.read_text().splitlines()]
+        # containers 2 and 3: prestart, createRuntime and poststop each, all run by the agent; of
+        # the first, the hooks that came after the agent was up (never its prestart, which started it)
+        assert all(r["outcome"] == "served" and r["rc"] == 0 for r in served), served
+        assert 6 <= len(served) <= 8, served
+    finally:
+        for proc in psutil.process_iter(["cmdline"]):
+            if str(sock) in (proc.info["cmdline"] or []) and os.getpid() != proc.pid:
+                proc.kill()
+
+
 def test_runc_one_shot_container_sees_its_cpu(runc_rt, node, busybox_rootfs, tmp_path, cid):
     bundle = _bundle(tmp_path, "a", node, busybox_rootfs, ONE_CPU, args=("cat", "/proc/self/status"))
     res = runc_rt.run(bundle, cid)

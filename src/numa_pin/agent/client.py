@@ -27,6 +27,7 @@ import sys
 from _collections_abc import Mapping, Sequence  # loaded at interpreter start; collections.abc is not
 
 from numa_pin.agent.protocol import (
+    AGENT_LOG_ENV,
     AUTOSTART_ENV,
     HEADER_BYTES,
     MAX_REPLY_BYTES,
@@ -211,6 +212,8 @@ def start_agent(env: Mapping[str, str], path: str | None = None, *, now: float |
         pass  # no directory yet (the agent makes it) or not ours: start anyway, unstamped
     # -I: neither the runtime's working directory (the bundle) nor PYTHON* variables on sys.path
     argv = [sys.executable, "-I", "-m", "numa_pin.cli.main", "serve", "--socket", sock, "--idle-exit", str(idle_exit_s)]
+    if env.get(AGENT_LOG_ENV):  # its stderr is /dev/null: the request log is where it can be watched
+        argv += ["--log", env[AGENT_LOG_ENV]]
     argv = service_manager_argv(argv, sock, env, run_root) or argv
     child_env = {k: v for k, v in env.items() if not k.startswith("LISTEN_")}
     null = os.devnull

@@ -40,6 +40,8 @@ SOCKET_ENV = "NUMA_PIN_AGENT_SOCKET"
 NO_AGENT_ENV = "NUMA_PIN_NO_AGENT"
 #: set to ``0`` and the hook uses an agent that answers but never starts one
 AUTOSTART_ENV = "NUMA_PIN_AGENT_AUTOSTART"
+#: a file an agent a hook starts appends its JSON request log to (``numa-pin serve --log``)
+AGENT_LOG_ENV = "NUMA_PIN_AGENT_LOG"
 
 
 #: the only environment variables the agent applies for a request (all the hook path reads)
@@ -233,6 +235,7 @@ __all__ = [
     "MAX_REQUEST_BYTES",
     "MAX_STDERR_CHARS",
     "MAX_STDIN_BYTES",
+    "AGENT_LOG_ENV",
     "AUTOSTART_ENV",
     "HOME",
     "NO_AGENT_ENV",
