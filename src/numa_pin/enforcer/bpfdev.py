@@ -32,7 +32,8 @@ from __future__ import annotations
 import ctypes
 import errno as errno_mod
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from numa_pin.devices.devfilter import AllowRule, carried_rules, with_rules
@@ -220,42 +221,58 @@ def _fail(exc: OSError, what: str, cgroup_dir: str) -> EnforcementError:
     return EnforcementError(f"{what}: {exc.strerror or exc}", path=cgroup_dir, errno=exc.errno)
 
 
-def _change(cgroup_dir: str, add: Sequence[AllowRule], remove: Sequence[AllowRule], lib: Libbpf) -> int:
-    """Replace each program attached to ``cgroup_dir`` whose numa-pin rules change; how many were
-    replaced. On a failure part-way, the programs already replaced are put back first."""
+@contextmanager
+def _attached(cgroup_dir: str, lib: Libbpf) -> Iterator[tuple[int, int, tuple[int, ...]]]:
+    """``cgroup_dir`` opened, with its attach flags and the ids of the device programs attached
+    to it. Raises EnforcementError naming the directory."""
     try:
         cg_fd = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise _fail(exc, "cannot open the cgroup", cgroup_dir) from exc
-    done = 0
     try:
         try:
             flags, ids = lib.query(cg_fd)
         except OSError as exc:
             raise _fail(exc, "cannot list the cgroup's device programs", cgroup_dir) from exc
-        for prog_id in ids:
-            try:
-                old_fd = lib.prog_fd(prog_id)
-            except OSError as exc:
-                raise _fail(exc, f"cannot open device program {prog_id} (an LSM may protect it)", cgroup_dir) from exc
-            try:
-                prog = lib.read(old_fd, prog_id)
+        yield cg_fd, flags, tuple(ids)
+    finally:
+        os.close(cg_fd)
+
+
+def _program_fd(lib: Libbpf, prog_id: int, cgroup_dir: str) -> int:
+    try:
+        return lib.prog_fd(prog_id)
+    except OSError as exc:
+        raise _fail(exc, f"cannot open device program {prog_id} (an LSM may protect it)", cgroup_dir) from exc
+
+
+def _change(cgroup_dir: str, add: Sequence[AllowRule], remove: Sequence[AllowRule], lib: Libbpf) -> int:
+    """Replace each program attached to ``cgroup_dir`` whose numa-pin rules change; how many were
+    replaced. On a failure part-way, the programs already replaced are put back first."""
+    done = 0
+    try:
+        with _attached(cgroup_dir, lib) as (cg_fd, flags, ids):
+            for prog_id in ids:
+                old_fd = _program_fd(lib, prog_id, cgroup_dir)
                 try:
-                    new = with_rules(prog.insns, add, remove)
-                except ValueError as exc:
-                    raise EnforcementError(f"device program {prog_id} ({prog.name}): {exc}", path=cgroup_dir) from exc
-                if new is None:
-                    continue
-                new_fd = lib.load(new, prog.name, prog.gpl)
-                try:
-                    lib.replace(cg_fd, new_fd, old_fd, flags)
+                    prog = lib.read(old_fd, prog_id)
+                    try:
+                        new = with_rules(prog.insns, add, remove)
+                    except ValueError as exc:
+                        raise EnforcementError(f"device program {prog_id} ({prog.name}): {exc}",
+                                               path=cgroup_dir) from exc
+                    if new is None:
+                        continue
+                    new_fd = lib.load(new, prog.name, prog.gpl)
+                    try:
+                        lib.replace(cg_fd, new_fd, old_fd, flags)
+                    finally:
+                        os.close(new_fd)
+                    done += 1
+                except OSError as exc:
+                    raise _fail(exc, f"device program {prog_id} not replaced", cgroup_dir) from exc
                 finally:
-                    os.close(new_fd)
-                done += 1
-            except OSError as exc:
-                raise _fail(exc, f"device program {prog_id} not replaced", cgroup_dir) from exc
-            finally:
-                os.close(old_fd)
+                    os.close(old_fd)
     except EnforcementError as exc:
         if done and add:
             try:
@@ -263,38 +280,23 @@ def _change(cgroup_dir: str, add: Sequence[AllowRule], remove: Sequence[AllowRul
             except EnforcementError as undo_exc:
                 exc.add_rollback_failures([f"undo of the programs already replaced failed: {undo_exc}"])
         raise
-    finally:
-        os.close(cg_fd)
     return done
 
 
 def read_programs(cgroup_dir: str, lib: Libbpf | None = None) -> tuple[Program, ...]:
     """The device programs attached to ``cgroup_dir`` itself. Raises EnforcementError."""
     lib = lib or libbpf()
-    try:
-        cg_fd = os.open(cgroup_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise _fail(exc, "cannot open the cgroup", cgroup_dir) from exc
-    try:
-        try:
-            ids = lib.query(cg_fd)[1]
-        except OSError as exc:
-            raise _fail(exc, "cannot list the cgroup's device programs", cgroup_dir) from exc
-        out = []
+    out = []
+    with _attached(cgroup_dir, lib) as (_, _, ids):
         for prog_id in ids:
-            try:
-                fd = lib.prog_fd(prog_id)
-            except OSError as exc:
-                raise _fail(exc, f"cannot open device program {prog_id} (an LSM may protect it)", cgroup_dir) from exc
+            fd = _program_fd(lib, prog_id, cgroup_dir)
             try:
                 out.append(lib.read(fd, prog_id))
             except OSError as exc:
                 raise _fail(exc, f"cannot read device program {prog_id}", cgroup_dir) from exc
             finally:
                 os.close(fd)
-        return tuple(out)
-    finally:
-        os.close(cg_fd)
+    return tuple(out)
 
 
 def add_rules(cgroup_dir: str, rules: Iterable[AllowRule], lib: Libbpf | None = None) -> tuple[AllowRule, ...]:
