@@ -14,7 +14,6 @@ calls it when its client has hung up). Off the main thread there is no timer; ch
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,9 +76,12 @@ class Deadline:
     def active(self) -> Iterator[Deadline]:
         """Own ``SIGALRM`` for the duration (main thread only) and register as :func:`current`."""
         global _current
-        main = threading.current_thread() is threading.main_thread()
-        if main:
+        try:  # only the main thread may handle signals: elsewhere signal() raises ValueError
             self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
+            main = True
+        except ValueError:
+            main = False
+        if main:
             signal.setitimer(signal.ITIMER_REAL, max(self.remaining(), 1e-6))
             self._armed = True
         outer, _current = _current, self

@@ -22,9 +22,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from numa_pin.cpuset import format_list, parse_list
+from numa_pin.record import field, record
 
 DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
 CHECKPOINT = "cpu_manager_state"
@@ -33,7 +33,7 @@ STATIC = "static"
 MAX_BYTES = 4 << 20
 
 
-@dataclass(frozen=True)
+@record
 class CpuManagerState:
     """kubelet's CPU manager checkpoint. ``exclusive``: ``"<pod>/<container>"`` (or the
     container id of the old format) -> its exclusive CPUs."""

@@ -15,7 +15,8 @@ hardware uses; any two hex digits are accepted.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from numa_pin.record import record
 
 _ADDRESS = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 
@@ -23,7 +24,7 @@ _ADDRESS = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2}
 EXAMPLE = "0000:3b:00.1"
 
 
-@dataclass(frozen=True, order=True)
+@record(order=True)
 class PciAddress:
     """One PCI function; ``str()`` is the canonical sysfs form."""
 

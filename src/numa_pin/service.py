@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, replace
 
 from numa_pin import names, report
 from numa_pin.admission.decide import Decision, NodeSettings, decide, reject
@@ -40,6 +39,7 @@ from numa_pin.errors import AdmissionTimeout, EnforcementError, NumaPinError, Re
 from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_time
 from numa_pin.ledger.model import KIND_PROCESS, GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
 from numa_pin.ledger.store import Ledger
+from numa_pin.record import record, replace
 from numa_pin.topology.cache import cached_discover
 from numa_pin.topology.model import Topology
 
@@ -73,7 +73,7 @@ def settings_from_config(config: Config) -> NodeSettings:
     )
 
 
-@dataclass(frozen=True)
+@record
 class Admitted:
     """The outcome of a successful admission."""
 

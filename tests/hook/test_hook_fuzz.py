@@ -205,6 +205,11 @@ def test_hook_start_up_imports_no_pyroute2_and_no_cli(fake, tmp_path):
     assert "yaml" not in loaded, "the parsed config comes from the cache"
     assert not loaded & {"ctypes", "numa_pin.enforcer.bpfdev", "numa_pin.devices.devfilter"}, \
         "libbpf (cgroup v2 device programs) is loaded only when a GPU is granted"
+    # what made the in-process hook 2x slower than it is (bench/hook_latency.py): dataclasses
+    # (and the inspect module it imports) and typing; threading only for a thread id
+    assert not loaded & {"dataclasses", "inspect", "typing", "threading"}
+    assert not {m for m in loaded if m.startswith("numa_pin.topology.") and m.split(".")[-1] in
+                {"discover", "sysfs", "pci"}}, "the topology comes from the cache"
 
 
 # ---- the input classes of issue 10: FIFOs, deep nesting, symlinked state files, control characters

@@ -188,8 +188,7 @@ def test_expected_cgroup_follows_the_runtime_conventions(path, expected):
 
 def test_a_container_the_runtime_never_made_loses_its_grant_after_the_grace(tmp_path, monkeypatch, capsys):
     """podman runs no poststop when the runtime fails after precreate (seen with podman 4.3.1)."""
-    from dataclasses import replace
-
+    from numa_pin.record import replace
     from numa_pin.service import PENDING_GRACE_S
 
     fake, cfg = _node(tmp_path, monkeypatch)

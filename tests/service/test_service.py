@@ -242,7 +242,7 @@ def test_rejection_is_an_exception_class_with_kubelet_kind(node):
 
 
 def test_syslog_setting_logs_every_decision(node, monkeypatch):
-    from dataclasses import replace
+    from numa_pin.record import replace
 
     logged: list[tuple[str, bool]] = []
     monkeypatch.setattr("numa_pin.report.log_syslog", lambda line, error=True: logged.append((line, error)))

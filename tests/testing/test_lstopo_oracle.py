@@ -29,11 +29,12 @@ import os
 import shutil
 import subprocess
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from numa_pin.record import replace
 from numa_pin.testing.machine import GIB_KB, CpulessNodeSpec, MachineSpec, PciSpec, build_once
 from numa_pin.testing.shapes import QUIRK_SHAPES, SHAPES, shape
 from numa_pin.topology.model import Topology

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from numa_pin.cpuset import parse_list, parse_mask
 from numa_pin.errors import TopologyError
+from numa_pin.record import replace
 from numa_pin.testing.machine import (
     CLASS_ETHERNET,
     CLASS_PCI_BRIDGE,

@@ -32,13 +32,13 @@ Kubernetes-compatible inference (each switchable in the config):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from numa_pin import names
 from numa_pin.cpuset import parse_list
 from numa_pin.devices.cdi import CdiDevice, devices_from_annotations, devices_from_env_tokens
 from numa_pin.errors import RequestError
 from numa_pin.quantity import ASCII_BLANKS, parse_bytes, parse_count
+from numa_pin.record import field, record
 
 PREFIX = "numa-pin.io/"
 POLICIES = names.POLICIES
@@ -72,7 +72,7 @@ _KNOWN = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Amounts:
     """How much of each resource: exclusive CPUs, memory bytes, hugepage bytes, devices."""
 
@@ -94,7 +94,7 @@ class Amounts:
         return self.cpus == 0 and not self.memory_resources and not any(self.devices.values())
 
 
-@dataclass(frozen=True)
+@record
 class ContainerRequest:
     """Everything the admission needs to know about one container start."""
 
@@ -120,7 +120,7 @@ class ContainerRequest:
         return self.amounts.cpus > 0
 
 
-@dataclass(frozen=True)
+@record
 class Inference:
     """Which Kubernetes-compatible inferences are on (config ``inference``)."""
 
@@ -128,6 +128,10 @@ class Inference:
     hugepages: bool = True
     device_plugin_env: bool = True
     guaranteed_cpus_outside_kubernetes: bool = False
+
+
+#: the inferences a request gets when its caller does not say (config defaults)
+DEFAULT_INFERENCE = Inference()
 
 
 def parse_devices(text: str, annotation: str) -> dict[str, int]:
@@ -217,7 +221,7 @@ def request_from_oci(
     cpu_period: int | None = None,
     memory_limit: int | None = None,
     hugepage_limits: Mapping[str, int] | None = None,
-    inference: Inference = Inference(),
+    inference: Inference = DEFAULT_INFERENCE,
     cpuset: str | None = None,
 ) -> ContainerRequest:
     """Build the request of one container. Raises :class:`RequestError` naming the annotation

@@ -39,7 +39,6 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TextIO
 
 from numa_pin import __version__, deadline
@@ -56,6 +55,7 @@ from numa_pin.agent.protocol import (
     refusal,
 )
 from numa_pin.errors import AgentError
+from numa_pin.record import record
 from numa_pin.safefs import ensure_dir, open_private
 from numa_pin.text import one_line
 
@@ -70,7 +70,7 @@ _UCRED = struct.Struct("3i")
 _BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
 
 
-@dataclass(frozen=True)
+@record
 class Peer:
     """Who is on the other end of a connection (``SO_PEERCRED``)."""
 

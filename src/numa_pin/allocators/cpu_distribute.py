@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
 from numa_pin.allocators.cpu_packed import PACKED, CpuAccumulator, not_enough_cpus, take_packed
 from numa_pin.errors import AllocationError
+from numa_pin.record import record
 from numa_pin.topology.cpus import CpuTopology
 
 
@@ -68,7 +68,7 @@ def numa_range(
     return _ceil_div(need_groups, per_numa), min(need_groups, available_numas)
 
 
-@dataclass(frozen=True)
+@record
 class _Split:
     """One candidate: the NUMA combination, its even share and the remainder subset."""
 

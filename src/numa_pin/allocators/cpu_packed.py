@@ -15,14 +15,18 @@ are still free (matters only on asymmetric machines, e.g. hybrid P/E cores).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Literal
 
 from numa_pin.errors import AllocationError
 from numa_pin.topology.cpus import CORE, NUMA, SOCKET, UNCORE, CpuTopology
 
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+if TYPE_CHECKING:
+    from typing import Literal
+
+    Strategy = Literal["packed", "spread"]
+
 PACKED = "packed"
 SPREAD = "spread"
-Strategy = Literal["packed", "spread"]
 STRATEGIES = (PACKED, SPREAD)
 
 
@@ -248,7 +252,6 @@ __all__ = [
     "SPREAD",
     "STRATEGIES",
     "CpuAccumulator",
-    "Strategy",
     "not_enough_cpus",
     "take_packed",
 ]

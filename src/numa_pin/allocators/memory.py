@@ -10,16 +10,16 @@ caller records; :func:`numa_pin.providers.memory.build_memory_state` reads it ba
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from numa_pin.errors import AllocationError
 from numa_pin.policy import bitmask
 from numa_pin.providers.memory import best_memory_hint, reusable_by_mask
+from numa_pin.record import field, record
 from numa_pin.topology.memory import Assignment, MemoryBlock, MemoryState, check_request
 
 
-@dataclass(frozen=True)
+@record
 class MemoryGrant:
     """The memory one container got.
 

@@ -1,7 +1,7 @@
 """The configuration key table: every key's dotted name, type, default and meaning (pure).
 
 :data:`ITEMS` is the single source of truth. :mod:`numa_pin.config.model` takes its
-dataclass defaults from it, :func:`numa_pin.config.schema.config_from_dict` validates
+record defaults from it, :func:`numa_pin.config.schema.config_from_dict` validates
 against it with each item's parser (:mod:`numa_pin.config.parse`), and
 :mod:`numa_pin.config.render` writes ``packaging/config.yaml`` and the docs' table from it.
 """
@@ -9,15 +9,18 @@ against it with each item's parser (:mod:`numa_pin.config.parse`), and
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 from numa_pin import names
 from numa_pin.config import parse as p
 from numa_pin.devices.selector import SELECTOR_KEYS
+from numa_pin.record import field, record
+
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 
-@dataclass(frozen=True)
+@record
 class ConfigItem:
     """One configuration key: dotted name, type, default (as YAML writes it), meaning."""
 

@@ -1,4 +1,4 @@
-"""The typed configuration: frozen dataclasses whose defaults come from the key table (pure).
+"""The typed configuration: frozen records (:mod:`numa_pin.record`) whose defaults come from the key table (pure).
 
 ``Config()`` is the built-in defaults (:data:`numa_pin.config.keys.ITEMS`). Build a
 validated one with :func:`numa_pin.config.schema.config_from_dict` or ``load_config``;
@@ -10,13 +10,16 @@ direct construction trusts its arguments. Device selectors are
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 from numa_pin.config.keys import default
 from numa_pin.config.parse import CPU_MANAGER_OPTIONS
 from numa_pin.cpuset import format_list
 from numa_pin.devices.selector import Selector
+from numa_pin.record import field, record
+
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: the config's name for the one selector type
 DeviceSelector = Selector
@@ -26,7 +29,7 @@ def _default_field(key: str) -> Any:
     return field(default_factory=lambda: default(key), hash=False)
 
 
-@dataclass(frozen=True)
+@record
 class CpuManagerOptions:
     """CPU manager static-policy options; unset is false, as in kubelet."""
 
@@ -48,7 +51,7 @@ class CpuManagerOptions:
         return frozenset(name for name, on in self.as_kubelet().items() if on)
 
 
-@dataclass(frozen=True)
+@record
 class CpuManagerConfig:
     """CPU manager settings. ``reserved_cpus`` wins over ``num_reserved_cpus`` when set."""
 
@@ -57,7 +60,7 @@ class CpuManagerConfig:
     num_reserved_cpus: int = _default_field("cpu_manager.num_reserved_cpus")
 
 
-@dataclass(frozen=True)
+@record
 class InferenceConfig:
     """What the hook may infer from an OCI spec without numa-pin annotations."""
 
@@ -67,7 +70,7 @@ class InferenceConfig:
     device_plugin_env: bool = _default_field("inference.device_plugin_env")
 
 
-@dataclass(frozen=True)
+@record
 class Config:
     """The whole numa-pin configuration. ``source`` is the file it came from (None: defaults).
 

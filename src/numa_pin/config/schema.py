@@ -5,7 +5,7 @@ The schema is spread over modules that each read in one sitting:
 * :mod:`numa_pin.config.keys`: :data:`ITEMS`, the one table of keys with their types,
   built-in defaults (as written in YAML), meanings and parsers;
 * :mod:`numa_pin.config.parse`: the value parsers and the vocabularies they accept;
-* :mod:`numa_pin.config.model`: the frozen dataclasses (:class:`Config` and its sections);
+* :mod:`numa_pin.config.model`: the frozen records (:class:`Config` and its sections);
 * :mod:`numa_pin.config.render`: ``packaging/config.yaml`` and the docs' table;
 * :class:`numa_pin.devices.selector.Selector`: device selectors, shared with the inventory.
 
@@ -21,7 +21,6 @@ quantity, cpulist, resource name or selector value raises
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from numa_pin.config.keys import BY_KEY, CHILDREN, ITEMS, ConfigItem, default
 from numa_pin.config.model import Config, CpuManagerConfig, CpuManagerOptions, DeviceSelector, InferenceConfig
@@ -37,6 +36,10 @@ from numa_pin.config.parse import (
 from numa_pin.config.render import reference_table, sample_yaml, yaml_scalar
 from numa_pin.devices.selector import SELECTOR_BOOL_KEYS, SELECTOR_KEYS
 from numa_pin.errors import ConfigError
+
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def config_from_dict(d: object, source: str | None = None) -> Config:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from numa_pin.errors import RequestError
+from numa_pin.record import record
 
 #: prefix of the annotations CDI devices are requested with (``cdi.k8s.io/<key>``)
 ANNOTATION_PREFIX = "cdi.k8s.io/"
@@ -25,7 +25,7 @@ _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?"
 _QUALIFIED = re.compile(rf"({_VENDOR})/({_CLASS})=({_NAME})")
 
 
-@dataclass(frozen=True)
+@record
 class CdiDevice:
     """One fully qualified CDI device name, and where it was found (for error messages)."""
 

@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+from numa_pin.record import record
 
 #: ``r0 = MARK_START`` opens the prologue ("NPG1"), ``r0 = MARK_END`` closes it ("NPG0")
 MARK_START = 0x4E504731
@@ -66,7 +67,7 @@ JMP_EXIT = 0x95
 _INSN = struct.Struct("<BBhi")
 
 
-@dataclass(frozen=True)
+@record
 class Insn:
     """One BPF instruction: opcode, destination and source register, offset, immediate."""
 
@@ -77,7 +78,7 @@ class Insn:
     imm: int = 0
 
 
-@dataclass(frozen=True)
+@record
 class AllowRule:
     """Allow ``access`` (letters of ``rwm``) on one block (``b``) or character (``c``) device."""
 

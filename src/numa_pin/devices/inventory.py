@@ -22,12 +22,12 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from numa_pin import pciaddr
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.devices.selector import Selector, check_resource_name
 from numa_pin.errors import ConfigError
+from numa_pin.record import record
 from numa_pin.topology.model import PciDevice, Topology
 
 
@@ -84,7 +84,7 @@ def _address(address: str) -> str:
         return address  # matches no selector address: those are all valid
 
 
-@dataclass(frozen=True)
+@record
 class DeviceResource:
     """A named device resource. ``name`` is ``domain/name`` as in Kubernetes extended resources."""
 

@@ -7,13 +7,13 @@ The inventory (:mod:`numa_pin.devices.inventory`) turns discovered PCI functions
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from numa_pin.errors import RequestError
 from numa_pin.policy import bitmask
+from numa_pin.record import record
 
 
-@dataclass(frozen=True)
+@record
 class DeviceInfo:
     """One registered device. ``numa_nodes``: sorted node ids; empty means no topology."""
 

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
 
 from numa_pin import pciaddr
 from numa_pin.errors import ConfigError
+from numa_pin.record import record
+
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 #: keys of one selector, in the order they are written; list-valued unless in SELECTOR_BOOL_KEYS
 SELECTOR_KEYS = ("vendors", "devices", "classes", "drivers", "pf_names", "is_vf", "has_netdev", "addresses")
@@ -43,7 +46,7 @@ _DOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
 _NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
-@dataclass(frozen=True)
+@record
 class PfName:
     """One parsed ``pf_names`` entry: the netdev name and the VF index ranges (None: no ranges)."""
 
@@ -126,7 +129,7 @@ def _normalise(name: str, items: Iterable[object], key: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True)
+@record
 class Selector:
     """Which PCI functions a resource takes. Unset fields (empty tuple / None) match any.
 

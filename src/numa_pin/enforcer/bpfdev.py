@@ -34,10 +34,10 @@ import errno as errno_mod
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from numa_pin.devices.devfilter import AllowRule, carried_rules, with_rules
 from numa_pin.errors import EnforcementError
+from numa_pin.record import record
 
 LIBBPF = "libbpf.so.1"
 BPF_PROG_TYPE_CGROUP_DEVICE = 15
@@ -103,7 +103,7 @@ class _AttachOpts(ctypes.Structure):
     _fields_ = [("sz", ctypes.c_size_t), ("flags", ctypes.c_uint), ("replace_prog_fd", ctypes.c_int)]
 
 
-@dataclass(frozen=True)
+@record
 class Program:
     """One device program as read back from the kernel."""
 

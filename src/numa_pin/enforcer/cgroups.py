@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 from numa_pin.errors import CgroupEscapeError, EnforcementError
+from numa_pin.record import record
 
 MODE_V1 = "v1"
 MODE_V2 = "v2"
@@ -46,7 +46,7 @@ _MOUNT_OPTIONS_NOT_CONTROLLERS = frozenset(
 
 
 # ---- values --------------------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class CgroupMount:
     """One cgroup (v1) or cgroup2 mount from mountinfo."""
 
@@ -69,7 +69,7 @@ class CgroupMount:
         )
 
 
-@dataclass(frozen=True)
+@record
 class CgroupLayout:
     """How cgroups are mounted, as seen by one process.
 
@@ -117,7 +117,7 @@ class CgroupLayout:
         return m.root if m is not None else "/"
 
 
-@dataclass(frozen=True)
+@record
 class CgroupRef:
     """Where a process's cpuset is enforced.
 
@@ -327,7 +327,7 @@ def detect_layout(proc_root: str | os.PathLike[str], pid: int | str = "self") ->
 
 
 # ---- /proc/<pid>/cgroup --------------------------------------------------------------
-@dataclass(frozen=True)
+@record
 class ProcCgroupLine:
     """One line of ``/proc/<pid>/cgroup``: ``hierarchy-id:controllers:path``."""
 

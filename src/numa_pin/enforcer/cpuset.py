@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from numa_pin import cpuset as cpulist
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.cgroups import CgroupRef
 from numa_pin.enforcer.undo import UndoFn, UndoLog, describe_failures
 from numa_pin.errors import EnforcementError
+from numa_pin.record import record
 
 CPUSET_CPUS = "cpuset.cpus"
 CPUSET_MEMS = "cpuset.mems"
@@ -37,7 +37,7 @@ V1_EFFECTIVE_MEMS = "cpuset.effective_mems"
 SUBTREE_CONTROL = "cgroup.subtree_control"
 
 
-@dataclass(frozen=True)
+@record
 class CpusetState:
     """What a cgroup's cpuset files say: configured and effective CPUs and nodes."""
 

@@ -30,12 +30,12 @@ import json
 import os
 import stat
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from numa_pin.enforcer.gpu import NVIDIA_MAJOR, NVIDIACTL_MINOR, DeviceRule
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
+from numa_pin.record import record
 from numa_pin.topology.model import PciDevice
 
 #: permissions of a created node (the NVIDIA driver's default for its nodes)
@@ -45,7 +45,7 @@ GPU_LIST_PATHS = ("/run/numa-pin/gpus", "/dev/numa-pin/gpus")
 CLONE_NEWNS = 0x00020000
 
 
-@dataclass(frozen=True)
+@record
 class DeviceNode:
     """One character device node: where it lives in the container and its numbers."""
 

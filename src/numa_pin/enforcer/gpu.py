@@ -51,13 +51,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.cgroups import CgroupLayout
 from numa_pin.enforcer.undo import UndoFn, UndoLog, describe_failures
 from numa_pin.errors import EnforcementError
+from numa_pin.record import record
 from numa_pin.topology.model import PciDevice
 
 NVIDIA_MAJOR = 195
@@ -71,7 +71,7 @@ GPU_FILE = "run/numa-pin/gpus"
 _ACCESS = frozenset("rwm")
 
 
-@dataclass(frozen=True)
+@record
 class DeviceRule:
     """A device cgroup rule: ``type major:minor access`` (``None`` major/minor is ``*``).
 
@@ -125,7 +125,7 @@ class DeviceRule:
         return cls(fields[0], major, minor, fields[2])
 
 
-@dataclass(frozen=True)
+@record
 class OciDeviceRule:
     """One ``linux.resources.devices`` entry of an OCI config (later entries win)."""
 
@@ -145,7 +145,7 @@ class OciDeviceRule:
         return self.minor is None or self.minor == rule.minor
 
 
-@dataclass(frozen=True)
+@record
 class GpuGrant:
     """The result of :func:`grant_gpus`.
 

@@ -20,15 +20,15 @@ refused, so the hierarchy root's cpuset is never written.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from numa_pin.enforcer.cgroups import CgroupRef, leaf_container_id
 from numa_pin.errors import EnforcementError
+from numa_pin.record import record
 
 _SYSTEMD_PATH = re.compile(r"^([^:/]*):([^:/]*):([^:/]+)$")
 
 
-@dataclass(frozen=True)
+@record
 class ContainerCgroup:
     """What the bundle says about the container's cgroup."""
 

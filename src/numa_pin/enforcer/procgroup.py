@@ -8,15 +8,15 @@ before a task may join; the grant's values are written afterwards by the normal 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 from numa_pin.enforcer.cgroups import read_cgroup_file, write_cgroup_file
 from numa_pin.errors import EnforcementError
+from numa_pin.record import record
 
 PARENT = "numa-pin"
 
 
-@dataclass(frozen=True)
+@record
 class ProcGroup:
     path: str  # absolute directory
     rel_path: str  # path inside the hierarchy, as /proc/<pid>/cgroup shows it

@@ -14,15 +14,15 @@ cgroup does not leave the rest of the admission applied.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 from numa_pin.errors import EnforcementError, NumaPinError
+from numa_pin.record import record
 
 #: an undo step: a function of no arguments that reverses one action
 UndoFn = Callable[[], None]
 
 
-@dataclass(frozen=True)
+@record
 class UndoAction:
     """One reversible action: what was done (for messages) and how to reverse it."""
 
@@ -30,7 +30,7 @@ class UndoAction:
     undo: UndoFn
 
 
-@dataclass(frozen=True)
+@record
 class UndoFailure:
     """An undo step that failed during :meth:`UndoLog.rollback`."""
 

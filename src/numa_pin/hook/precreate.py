@@ -29,13 +29,13 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from numa_pin import names
 from numa_pin.cpuset import format_list
 from numa_pin.errors import HookInputError, NumaPinError
 from numa_pin.ledger.model import Grant
+from numa_pin.record import record
 from numa_pin.topology.model import KIND_GPU, PciDevice, Topology
 
 #: the runtime-spec release that added ``linux.netDevices`` and ``linux.memoryPolicy``
@@ -97,7 +97,7 @@ def _version(text: object) -> tuple[int, ...]:
     return tuple(parts)
 
 
-@dataclass(frozen=True)
+@record
 class RuntimeFeatures:
     """Which optional config fields the runtime that gets this config is known to apply."""
 
@@ -218,7 +218,7 @@ def read_proposed(data: bytes) -> dict[str, Any]:
     return doc
 
 
-@dataclass(frozen=True)
+@record
 class Precreate:
     """What :func:`precreate` did: the config to print, and the grant it recorded (if any)."""
 

@@ -20,13 +20,16 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, TypeGuard
 
 from numa_pin import __version__, names
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.errors import LedgerCorrupt
+from numa_pin.record import field, record
+
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+if TYPE_CHECKING:
+    from typing import Any, TypeGuard
 
 #: the ledger format this numa-pin writes
 LEDGER_VERSION = 3
@@ -104,7 +107,7 @@ def _empty() -> Mapping[Any, Any]:
     return MappingProxyType({})
 
 
-@dataclass(frozen=True)
+@record
 class GpuAccess:
     """What granting GPUs to a running container added, so a release by hand can take it back:
     the device nodes made in its mount namespace and the device ``rules``, written as
@@ -146,7 +149,7 @@ class GpuAccess:
             raise LedgerCorrupt(f"{where}: {exc}") from None
 
 
-@dataclass(frozen=True)
+@record
 class Grant:
     """What one container (or process) was given.
 
@@ -282,7 +285,7 @@ _GRANT_KEYS = frozenset(
 )
 
 
-@dataclass(frozen=True)
+@record
 class PodNetdev:
     """An SR-IOV VF moved once into a pod's network namespace (scope ``pod``).
 
@@ -323,7 +326,7 @@ class PodNetdev:
 _POD_NETDEV_KEYS = frozenset(("address", "resource", "ifname", "netns", "moved_by", "record"))
 
 
-@dataclass(frozen=True)
+@record
 class PodRecord:
     """The pod-scope decision shared by the containers of one pod, and the VFs moved once into
     the pod's network namespace (``netdevs``), which go back to the host with the record.
@@ -395,7 +398,7 @@ class PodRecord:
 _POD_KEYS = frozenset(("pod_id", "affinity", "policy", "scope", "created", "netdevs"))
 
 
-@dataclass(frozen=True)
+@record
 class LedgerState:
     """Every grant and pod record on the node. Queries and updates are pure.
 

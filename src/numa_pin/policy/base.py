@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import ClassVar
 
 from numa_pin.errors import PolicyError, TopologyError
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import CapacityFamily, ProviderHints, TopologyHint
 from numa_pin.policy.options import PolicyOptions
+from numa_pin.record import field, record
+
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+if TYPE_CHECKING:
+    from typing import ClassVar
 
 #: one flattened per-resource list: explicit hints, or a family standing for its materialized list
 HintList = list[TopologyHint] | CapacityFamily
@@ -27,7 +30,7 @@ HintList = list[TopologyHint] | CapacityFamily
 MAX_DISTANCE = 2**32 - 1
 
 
-@dataclass(frozen=True)
+@record
 class NumaInfo:
     """The NUMA nodes of the machine and, optionally, their distance matrix.
 

@@ -16,10 +16,10 @@ describe "every mask that holds enough" in ``O(N)`` space; the merge
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from itertools import combinations
 
 from numa_pin.policy import bitmask
+from numa_pin.record import record
 
 
 class TopologyHint:
@@ -69,7 +69,7 @@ class TopologyHint:
         return f"{bitmask.format_mask(self.mask)}{'' if self.preferred else ' (not preferred)'}"
 
 
-@dataclass(frozen=True)
+@record
 class CapacityFamily:
     """An implicit hint list: every mask ``M`` over ``nodes`` such that
 

@@ -79,12 +79,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
 
 from numa_pin.policy import bitmask
 from numa_pin.policy.base import HintList, NumaInfo, Ranker
 from numa_pin.policy.closest import closest_set
 from numa_pin.policy.hint import CapacityFamily, TopologyHint
+from numa_pin.record import record
 
 #: families over at most this many nodes are materialized (their lists are small)
 MATERIALIZE_LIMIT = 4
@@ -92,7 +92,7 @@ MATERIALIZE_LIMIT = 4
 _Explicit = list[tuple[int | None, bool]]
 
 
-@dataclass
+@record(frozen=False)
 class _Family:
     """A non-empty capacity family whose nodes are machine nodes (normalized for the search)."""
 

@@ -12,10 +12,10 @@ Values may be strings (as kubelet's ``map[string]string``) or, from YAML, bools 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from numa_pin import names
 from numa_pin.errors import PolicyError
+from numa_pin.record import record
 
 PREFER_CLOSEST_NUMA_NODES = "prefer-closest-numa-nodes"
 MAX_ALLOWABLE_NUMA_NODES = "max-allowable-numa-nodes"
@@ -28,7 +28,7 @@ _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
-@dataclass(frozen=True)
+@record
 class PolicyOptions:
     """kubelet ``PolicyOptions``."""
 

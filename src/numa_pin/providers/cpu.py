@@ -13,13 +13,13 @@ Follows kubelet's static CPU manager (``cpu-memory-device.md`` §5-6); the alloc
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
 from itertools import combinations
 
 from numa_pin import names
 from numa_pin.errors import PolicyError, RequestError
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import CapacityFamily, ResourceHints, TopologyHint
+from numa_pin.record import fields, record
 from numa_pin.topology.cpus import CpuTopology
 
 #: the resource name CPU hints are reported under
@@ -48,7 +48,7 @@ _FALSE = {"0", "f", "F", "FALSE", "false", "False"}
 
 
 
-@dataclass(frozen=True)
+@record
 class CpuOptions:
     """kubelet's ``StaticPolicyOptions``. Construct freely; :meth:`validate` before use."""
 

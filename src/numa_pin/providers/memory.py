@@ -29,12 +29,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from itertools import combinations
 
 from numa_pin.errors import RequestError
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import CapacityFamily, ProviderHints, TopologyHint
+from numa_pin.record import record
 from numa_pin.topology.memory import MemoryBlock, MemoryState, check_amount, check_request
 
 #: past this many nodes :func:`memory_hint_family` never enumerates masks (see its docstring)
@@ -235,7 +235,7 @@ def _covers(vectors: Sequence[Sequence[int]], need: Sequence[int], k: int) -> bo
     return search(0, k, (0,) * dims)
 
 
-@dataclass(frozen=True)
+@record
 class _Parts:
     """The valid masks of a request, split as the module docstring explains."""
 

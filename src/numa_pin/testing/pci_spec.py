@@ -8,11 +8,11 @@ business (``pci_local_cpus``, ``pci_expected_node``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from numa_pin import pciaddr
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import TopologyError
+from numa_pin.record import record
 
 #: PCI classes (as sysfs prints them) used by the shapes and the tests
 CLASS_VGA = "0x030000"
@@ -25,7 +25,7 @@ _HEX16_RE = re.compile(r"^0x[0-9a-f]{4}$")
 _CLASS_RE = re.compile(r"^0x[0-9a-f]{6}$")
 
 
-@dataclass(frozen=True)
+@record
 class VfSpec:
     """One SR-IOV virtual function of a :class:`PciSpec` physical function.
 
@@ -42,7 +42,7 @@ class VfSpec:
         check_address(self.address, "VF")
 
 
-@dataclass(frozen=True)
+@record
 class PciSpec:
     """One PCI function and where it sits.
 

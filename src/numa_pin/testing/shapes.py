@@ -1,17 +1,17 @@
 """Named machine shapes for tests: ``shape("intel-2s-snc2")`` returns a :class:`MachineSpec`.
 
 Each shape is a function with a docstring saying what it models; :data:`SHAPES` maps the
-name to the function. Specs are plain values: derive variants with ``dataclasses.replace``.
+name to the function. Specs are plain values: derive variants with ``numa_pin.record.replace``.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 
 from numa_pin.cpuset import format_list
 from numa_pin.errors import TopologyError
+from numa_pin.record import replace
 from numa_pin.testing.machine import (
     CLASS_3D,
     CLASS_ETHERNET,

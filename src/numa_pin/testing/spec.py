@@ -13,11 +13,11 @@ constructors. :mod:`numa_pin.testing.writer` writes a spec as sysfs/proc trees a
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import cached_property
 
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import TopologyError
+from numa_pin.record import field, record
 from numa_pin.testing.pci_spec import PciSpec
 
 LOCAL_DISTANCE = 10
@@ -27,7 +27,7 @@ HugePagesSpec = Mapping[int, tuple[int, int]]  # size_kb -> (total, free)
 PerNode = int | Sequence[int]
 
 
-@dataclass(frozen=True)
+@record
 class CpulessNodeSpec:
     """A NUMA node with memory and no CPUs (CXL, HBM, PMEM as system RAM).
 
@@ -43,7 +43,7 @@ class CpulessNodeSpec:
     hugepages: HugePagesSpec = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@record
 class CpuLayout:
     """Where one logical CPU sits in a :class:`MachineSpec` (computed, not declared)."""
 
@@ -68,7 +68,7 @@ NUL_SYSTEM = "system"  # every text file under devices/system: ARM, 5.15
 NODE_LIST_FILES = ("online", "possible", "has_cpu", "has_normal_memory")
 
 
-@dataclass(frozen=True)
+@record
 class KernelQuirks:
     """What real kernels and firmware do that a tidy sysfs would not (all off by default).
 
@@ -93,7 +93,7 @@ class KernelQuirks:
             raise TopologyError(f"unknown nul_after_newline {self.nul_after_newline!r}")
 
 
-@dataclass(frozen=True)
+@record
 class MachineSpec:
     """A whole machine, declared.
 

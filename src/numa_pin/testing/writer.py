@@ -13,9 +13,9 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 from pathlib import Path
 
+from numa_pin.record import record
 from numa_pin.testing.files import TreeFiles
 from numa_pin.testing.kernel_text import (
     CACHE_DEFAULTS,
@@ -38,7 +38,7 @@ from numa_pin.testing.writer_pci import PciWriter
 KERNEL_MAX = 8191  # CONFIG_NR_CPUS=8192, as Debian and most distributions build
 
 
-@dataclass(frozen=True)
+@record
 class BuiltMachine:
     """Where :func:`build` wrote a machine. ``root`` holds ``sys/`` and ``proc/``."""
 

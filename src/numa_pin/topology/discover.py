@@ -44,10 +44,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import replace
 from pathlib import PurePath
 
 from numa_pin.errors import SysfsError, TopologyError
+from numa_pin.record import replace
 from numa_pin.topology.model import Cpu, HugePages, NumaNode, Topology
 from numa_pin.topology.pci import discover_pci
 from numa_pin.topology.sysfs import SysfsReader, parse_int_row, parse_meminfo

@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from numa_pin.errors import ConfigError, LedgerError, RequestError
+from numa_pin.record import field, record
 from numa_pin.topology.model import Topology
 
 MEMORY = "memory"
@@ -96,7 +96,7 @@ def check_request(request: Mapping[str, int]) -> dict[str, int]:
     return {check_resource(r): check_amount(v, r) for r, v in request.items()}
 
 
-@dataclass(frozen=True)
+@record
 class MemoryTable:
     """One resource on one node, in bytes (kubelet ``MemoryTable``).
 
@@ -114,7 +114,7 @@ class MemoryTable:
 _EMPTY_TABLE = MemoryTable(0, 0, 0, 0, 0)
 
 
-@dataclass(frozen=True)
+@record
 class NodeMemory:
     """One node: its tables, its group (``cells``, kubelet ``Cells``) and assignment count."""
 
@@ -128,7 +128,7 @@ class NodeMemory:
         return self.tables.get(resource, _EMPTY_TABLE)
 
 
-@dataclass(frozen=True)
+@record
 class MemoryState:
     """Every node's memory state (kubelet ``NUMANodeMap``). Build it with :func:`build_memory_state`."""
 
@@ -156,7 +156,7 @@ class MemoryState:
         return frozenset(n.cells for n in self.nodes.values() if len(n.cells) > 1)
 
 
-@dataclass(frozen=True)
+@record
 class MemoryBlock:
     """What a container holds of one resource (kubelet ``Block``): its full requested size."""
 

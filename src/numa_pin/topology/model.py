@@ -8,7 +8,8 @@ allocators, the CLI) consumes a :class:`Topology` and never reads sysfs itself.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from numa_pin.record import record
 
 #: PCI device kinds numa-pin distinguishes
 KIND_GPU = "gpu"
@@ -16,7 +17,7 @@ KIND_NIC = "nic"
 KIND_OTHER = "other"
 
 
-@dataclass(frozen=True)
+@record
 class HugePages:
     """Hugepages of one size on one NUMA node."""
 
@@ -25,7 +26,7 @@ class HugePages:
     free: int
 
 
-@dataclass(frozen=True)
+@record
 class NumaNode:
     """One online NUMA node.
 
@@ -49,7 +50,7 @@ class NumaNode:
         return None
 
 
-@dataclass(frozen=True)
+@record
 class Cpu:
     """One online logical CPU (hardware thread)."""
 
@@ -68,7 +69,7 @@ class Cpu:
         return (self.socket, self.die, self.core)
 
 
-@dataclass(frozen=True)
+@record
 class PciDevice:
     """One PCI function from ``/sys/bus/pci/devices``.
 
@@ -104,7 +105,7 @@ class PciDevice:
         return self.sriov_totalvfs is not None and self.sriov_totalvfs > 0
 
 
-@dataclass(frozen=True)
+@record
 class Topology:
     """A whole machine. Mappings are keyed by id; iteration order is ascending id."""
 

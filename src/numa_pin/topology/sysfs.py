@@ -23,14 +23,18 @@ import re
 import string
 from collections.abc import Callable
 from pathlib import Path, PurePath
-from typing import TypeVar
 
 from numa_pin import cpuset
 from numa_pin.errors import SysfsError
 
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    T = TypeVar("T")
+
 #: what callers may pass as a path: relative to the reader's root, or absolute
 PathArg = str | PurePath
-T = TypeVar("T")
 
 _HEX_RE = re.compile(r"0x[0-9a-fA-F]+")
 #: what surrounds a value in a sysfs file: whitespace and, on some kernels, NUL bytes
