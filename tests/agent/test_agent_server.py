@@ -29,7 +29,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from numa_pin.agent import client, preload, protocol, server
+from numa_pin.agent import client, preload, protocol, server, spare
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import NumaPinError
 from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
@@ -434,8 +434,12 @@ def test_concurrent_hooks_get_distinct_cpus_and_leave_no_zombies(served, node):
     assert len(per_node) == 2
     for c in cpus:  # single-numa-node: each grant within one NUMA node
         assert sum(1 for n in per_node if c & n) == 1, (c, per_node)
-    # every child exits after its reply and is reaped: no zombies, no children left
-    wait_for(lambda: not served.children(), "the server to reap its children")
+    # every child exits after its reply and is reaped: no zombies; what is left is one spare
+    # child waiting for the next hook (it served none of these)
+    served_pids = {r["pid"] for r in served.records("served")}
+    wait_for(lambda: len(served.children()) <= 1 and not {c.pid for c in served.children()} & served_pids,
+             "the server to reap its children")
+    assert all(c.status() != psutil.STATUS_ZOMBIE for c in served.children())
     assert served.stop() == 0
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(served.sock) in " ".join(p.info["cmdline"] or [])]
 
@@ -452,13 +456,16 @@ def test_stopping_lets_admissions_in_flight_finish(served, node):
                                 stderr=subprocess.PIPE, env=hook_env(node, served.sock))
         hook.stdin.write(node.state_json(0, {"numa-pin.io/cpus": "2"}))
         hook.stdin.close()
-        (child,) = wait_for(served.children, "the server to fork a child")
+        wait_for(lambda: _waiting_on_the_lock(node, served), "the admission to wait for the ledger lock")
+        children = served.children()  # the child admitting, and a spare waiting for the next hook
         served.proc.send_signal(signal.SIGTERM)
-        child.send_signal(signal.SIGTERM)
+        for child in children:
+            child.send_signal(signal.SIGTERM)
         wait_for(lambda: not served.sock.exists(), "the socket to go")
         time.sleep(0.5)  # give a server that does not drain the time to exit
         assert served.proc.poll() is None, "the server exited with an admission in flight"
-        assert child.is_running() and child.status() != psutil.STATUS_ZOMBIE
+        admitting = _waiting_on_the_lock(node, served)
+        assert admitting and admitting.is_running() and admitting.status() != psutil.STATUS_ZOMBIE
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
         os.close(lock)
@@ -466,6 +473,18 @@ def test_stopping_lets_admissions_in_flight_finish(served, node):
     assert served.proc.wait(timeout=WAIT_S) == 0
     assert [r["rc"] for r in served.records("served")] == [0]
     assert len(node.granted("c0")) == 2
+
+
+def _waiting_on_the_lock(node: Node, served: Served) -> psutil.Process | None:
+    """The server's child that has the ledger lock file open (the one admitting), if any."""
+    lock = str(node.state / "ledger.lock")
+    for child in served.children():
+        try:
+            if any(f.path == lock for f in child.open_files()):
+                return child
+        except psutil.Error:
+            continue
+    return None
 
 
 def test_a_server_at_its_limit_sends_hooks_back(tmp_path, node):
@@ -774,7 +793,14 @@ def test_a_fifo_config_leaves_no_child_stuck(served, node, tmp_path):
     rc, err = run_hook(node, node.state_json(1), sock=served.sock, argv=["--config", str(fifo), "prestart"])
     assert rc != 0 and "a FIFO, not a regular file" in err and len(err.splitlines()) == 1, err
     assert [r["rc"] for r in served.records("served")] == [rc]  # the agent's child ran it and answered
-    wait_for(lambda: not served.children(), "the agent's child to exit")
+    (first,) = served.records("served")
+    wait_for(lambda: first["pid"] not in {c.pid for c in served.children()}, "the agent's child to exit")
+    # the spares forked next rehearse with that FIFO config: they must not hang on it either
+    for _ in range(5):
+        assert run_hook(node, node.state_json(2), "poststop", sock=served.sock) == (0, "")
+        if served.records("served")[-1]["by"] == "rehearsed":
+            break
+    assert served.records("served")[-1]["by"] == "rehearsed"
 
 
 @pytest.mark.parametrize("cid, annotations, want_rc", [
@@ -1006,3 +1032,77 @@ def test_serve_idle_exit_must_be_positive(tmp_path):
     proc = subprocess.run([NUMA_PIN, "serve", "--socket", str(tmp_path / "s.sock"), "--idle-exit", "0"],
                           capture_output=True, text=True, timeout=WAIT_S)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--idle-exit" in proc.stderr
+
+
+# ---- the spare child (numa_pin.agent.spare) ----------------------------------------------------
+
+
+def _tree(*roots: Path) -> dict[str, bytes]:
+    """Every regular file under ``roots`` with its content."""
+    return {str(p): p.read_bytes() for root in roots for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_hooks_are_served_by_rehearsed_spares_with_the_in_process_result(served, node, twin):
+    for i in range(4):
+        state, twin_state = node.state_json(i, {"numa-pin.io/cpus": "2"}), twin.state_json(i, {"numa-pin.io/cpus": "2"})
+        assert run_hook(node, state, sock=served.sock) == run_hook(twin, twin_state, sock=None) == (0, "")
+    assert node.grants() == twin.grants()
+    assert len(served.records("served")) == 4
+    # the first spare had no hook to rehearse; the ones forked after a request rehearse with it
+    assert "rehearsed" in [r["by"] for r in served.records("served")]
+
+
+def test_a_rehearsal_changes_nothing_on_the_node(node, monkeypatch):
+    assert run_hook(node, node.state_json(0, {"numa-pin.io/cpus": "2"})) == (0, "")  # a grant to keep
+    monkeypatch.chdir(node.root)
+    before = _tree(node.state, node.cg, node.proc)
+    request = {"argv": ["--config", str(node.config), "prestart"], "cwd": str(node.root),
+               "env": {"NUMA_PIN_CACHE_DIR": str(node.cache)}}
+    spare.rehearse(request)
+    assert _tree(node.state, node.cg, node.proc) == before
+    assert os.getcwd() == "/"  # a spare keeps no directory busy while it waits
+
+
+def test_a_spare_killed_while_waiting_is_replaced(served, node):
+    (idle,) = wait_for(served.children, "the first spare")
+    idle.kill()
+    idle.wait(WAIT_S)
+    # until the next spare, the parent accepts and forks for each hook
+    assert run_hook(node, node.state_json(0, {"numa-pin.io/cpus": "2"}), sock=served.sock) == (0, "")
+    assert [r["by"] for r in served.records("served")] == ["fork"]
+    wait_for(lambda: [c for c in served.children() if c.pid != idle.pid], "a new spare")
+    assert run_hook(node, node.state_json(1, {"numa-pin.io/cpus": "2"}), sock=served.sock) == (0, "")
+    assert served.records("served")[-1]["by"] in ("spare", "rehearsed")
+    spares = served.children()
+    assert served.stop() == 0
+    wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in spares),
+             "the spare to leave with the server")
+
+
+def test_notes_are_read_as_whole_lines(tmp_path):
+    r, w = os.pipe2(os.O_NONBLOCK)
+    try:
+        os.write(w, spare.READY + spare.TAKEN + b"Q {\"ar")
+        lines, rest = spare.read_notes(r, b"")
+        assert lines == [b"R", b"T"] and rest == b"Q {\"ar"
+        note = spare.request_note(["--config", "/c.yaml"], {"NUMA_PIN_CACHE_DIR": "/x", "HOME": "/root"}, "/b")
+        os.write(w, note[6:])
+        lines, rest = spare.read_notes(r, rest)
+        assert lines == [note[:-1]] and rest == b""
+        assert spare.parse_request_note(lines[0]) == {"argv": ["--config", "/c.yaml"], "cwd": "/b",
+                                                      "env": {"NUMA_PIN_CACHE_DIR": "/x"}}
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+@pytest.mark.parametrize("line", [b"R", b"Q ", b"Q {", b"Q []", b'Q {"argv": "x", "env": {}, "cwd": "/"}',
+                                  b'Q {"argv": [1], "env": {}, "cwd": "/"}', b'Q {"argv": [], "env": {"a": 1}, "cwd": "/"}',
+                                  b'Q {"argv": [], "env": {}}'],
+                         ids=["ready", "empty", "cut", "list", "argv-str", "argv-int", "env-int", "no-cwd"])
+def test_malformed_request_notes_are_ignored(line):
+    assert spare.parse_request_note(line) is None
+
+
+def test_a_request_too_big_for_one_pipe_write_is_not_noted():
+    assert spare.request_note(["--config", "x" * spare.MAX_NOTE_BYTES], {}, "/") is None

@@ -1,10 +1,11 @@
 """The warm agent behind ``numa-pin serve``: hook admissions without the import cost.
 
 An in-process hook spends almost all of its time importing numa-pin and the standard library
-it needs. This server imports all of that once, listens on a Unix socket, and forks one child
-per connection; the child runs :func:`numa_pin.hook.main.run` exactly as the hook would and
+it needs. This server imports all of that once, listens on a Unix socket, and runs each hook in
+a child of its own; the child runs :func:`numa_pin.hook.main.run` exactly as the hook would and
 sends back the exit code and stderr. The parent never runs an admission, so no state carries
-from one request to the next.
+from one request to the next. Usually that child is the *spare*, forked and warmed before the
+hook connected (:mod:`numa_pin.agent.spare`); when none is ready the parent accepts and forks.
 
 Protocol (see :mod:`numa_pin.agent.protocol`): one framed JSON request, one
 framed JSON reply, then the connection closes. A ``{"fallback": reason}`` reply tells the
@@ -42,6 +43,7 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from numa_pin import __version__, deadline
+from numa_pin.agent import spare
 from numa_pin.agent.client import CONNECT_TIMEOUT_S, NAMESPACES, namespace_mismatch
 from numa_pin.agent.preload import changed_sources, preload, source_stamps
 from numa_pin.agent.protocol import (
@@ -65,6 +67,8 @@ MAX_CHILDREN = 64
 READ_TIMEOUT_S = 5.0
 #: how long a stopping server waits for admissions in flight
 DRAIN_S = 35.0
+#: after a spare child died without taking a connection, the next one is forked this much later
+SPARE_RETRY_S = 1.0
 _HEADER = struct.Struct("!I")
 _UCRED = struct.Struct("3i")
 _BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
@@ -339,6 +343,7 @@ class AgentServer:
         max_children: int | None = None,
         owns_path: bool = True,
         idle_exit_s: float | None = None,
+        keep_spare: bool = True,
     ) -> None:
         self.path = path
         #: False for a socket systemd passed: systemd keeps listening on it after a stop
@@ -360,6 +365,16 @@ class AgentServer:
         self._next_source_check = 0.0
         self._inode = os.stat(path).st_ino if owns_path else -1
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        #: a child forked and warmed before a hook connects (:mod:`numa_pin.agent.spare`)
+        self.keep_spare = keep_spare
+        self.spare_pid: int | None = None
+        self.spare_ready = False
+        #: the last request a child reported: what the next spare rehearses (None: no hook yet)
+        self.rehearsal: Mapping[str, object] | None = None
+        self._next_spare_at = 0.0
+        self._notes_r, self._notes_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)  # children -> parent
+        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)  # closed by the parent: the spare leaves
+        self._pending_notes = b""
 
     # ---- parent ------------------------------------------------------------------------------
     def serve(self) -> int:
@@ -371,9 +386,14 @@ class AgentServer:
         signal.signal(signal.SIGINT, self._stop)
         try:
             while not self.stopping:
-                ready, _, _ = select.select([self.listener.fileno(), self._wake_r], [], [], 5.0)
+                timeout = self._keep_a_spare()
+                # while a spare waits on the socket, the parent leaves the connections to it
+                watched = [self._wake_r, self._notes_r] + ([] if self.spare_ready else [self.listener.fileno()])
+                ready, _, _ = select.select(watched, [], [], timeout)
                 if self._wake_r in ready:
                     _drain_fd(self._wake_r)
+                if self._notes_r in ready:
+                    self._read_notes()
                 self.reap()
                 if self.listener.fileno() in ready and not self.stopping:
                     self.last_active = time.monotonic()
@@ -387,6 +407,49 @@ class AgentServer:
                 self.drain()
         return 0
 
+    def _keep_a_spare(self) -> float:
+        """Fork a spare when none is alive and it is time; returns how long the loop may sleep."""
+        if not self.keep_spare or self.spare_pid is not None or len(self.children) >= self.max_children:
+            return 5.0
+        wait = self._next_spare_at - time.monotonic()
+        if wait > 0:
+            return min(wait, 5.0)
+        self._fork_spare()
+        return 5.0
+
+    def _fork_spare(self) -> None:
+        """Fork the next spare child: it rehearses, says ``R``, then accepts one connection."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
+        try:
+            pid = os.fork()
+        except OSError:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
+            self.keep_spare = False  # no memory for one more process: accept and fork as before
+            return
+        if pid == 0:
+            status = 1
+            try:
+                self._spare()
+                status = 0
+            finally:
+                os._exit(status)
+        self.children.add(pid)
+        self.spare_pid, self.spare_ready = pid, False
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
+
+    def _read_notes(self) -> None:
+        lines, self._pending_notes = spare.read_notes(self._notes_r, self._pending_notes)
+        for line in lines:
+            if line + b"\n" == spare.READY and self.spare_pid is not None:
+                self.spare_ready = True
+            elif line + b"\n" == spare.TAKEN:
+                self.spare_pid, self.spare_ready = None, False
+                self.last_active = time.monotonic()
+            else:
+                request = spare.parse_request_note(line)
+                if request is not None:
+                    self.rehearsal = request
+
     def retired(self, now: float | None = None) -> bool:
         """For an agent started on demand: whether it should stop now, because no hook came for
         :attr:`idle_exit_s` seconds and none is running, because its sources changed, or because
@@ -394,7 +457,7 @@ class AgentServer:
         now = time.monotonic() if now is None else now
         if self.idle_exit_s is None:
             return False
-        if not self.children and now - self.last_active >= self.idle_exit_s:
+        if not self.children - {self.spare_pid} and now - self.last_active >= self.idle_exit_s:
             return True
         if now >= self._next_source_check:
             self._next_source_check = now + 5.0
@@ -457,6 +520,9 @@ class AgentServer:
             if pid == 0:
                 return
             self.children.discard(pid)
+            if pid == self.spare_pid:  # it died before taking a connection: another in a while
+                self.spare_pid, self.spare_ready = None, False
+                self._next_spare_at = time.monotonic() + SPARE_RETRY_S
 
     def close(self) -> None:
         """Stop listening: remove the socket (only if it is still ours and not systemd's) and
@@ -468,6 +534,7 @@ class AgentServer:
             pass
         self.listener.close()
         os.close(self.lock_fd)
+        os.close(self._stop_w)  # an idle spare sees the pipe close and exits
 
     def drain(self, limit_s: float = DRAIN_S) -> None:
         """Wait at most ``limit_s`` seconds for the admissions in flight."""
@@ -481,24 +548,54 @@ class AgentServer:
             print(f"numa-pin serve: left {len(self.children)} admissions running", file=sys.stderr, flush=True)
 
     # ---- child -------------------------------------------------------------------------------
-    def _child(self, conn: socket.socket, peer: Peer) -> None:
+    def _become_child(self) -> None:
+        """What every child does first: leave the parent's signals and descriptors behind."""
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)  # a stopping server lets the admission finish
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
         gc.disable()  # a child lives for one request; collecting would only copy pages
-        self.listener.close()
-        for fd in (self.lock_fd, self._wake_r, self._wake_w):
+        for fd in (self.lock_fd, self._wake_r, self._wake_w, self._notes_r, self._stop_w):
             os.close(fd)
+
+    def _child(self, conn: socket.socket, peer: Peer) -> None:
+        self._become_child()
+        self.listener.close()
+        os.close(self._stop_r)
         self.handle(conn, peer)
 
-    def handle(self, conn: socket.socket, peer: Peer) -> None:
+    def _spare(self) -> None:
+        self._become_child()
+        by = "spare"
+        if self.rehearsal is not None:
+            spare.rehearse(self.rehearsal)
+            by = "rehearsed"
+        _note(self._notes_w, spare.READY)
+        conn = spare.await_connection(self.listener, self._stop_r)
+        self.listener.close()
+        os.close(self._stop_r)
+        if conn is None:
+            return
+        _note(self._notes_w, spare.TAKEN)
+        with conn:
+            try:
+                peer = peer_credentials(conn)
+            except OSError:
+                return
+            if not peer_allowed(peer.uid, self.uid):
+                self._refuse(conn, {"time": time.time(), "peer_pid": peer.pid, "peer_uid": peer.uid},
+                             f"peer uid {peer.uid} is not allowed (only 0 and {self.uid})")
+                return
+            self.handle(conn, peer, by)
+
+    def handle(self, conn: socket.socket, peer: Peer, by: str = "fork") -> None:
         """Read one request from an accepted ``peer``, run it or refuse it, reply. Never raises
-        for socket or protocol trouble (the hook then runs in-process)."""
+        for socket or protocol trouble (the hook then runs in-process). ``by`` says which child
+        this is in the log: ``fork`` (forked for this connection), ``spare`` or ``rehearsed``."""
         started = time.perf_counter()
         record: dict[str, object] = {"time": time.time(), "pid": os.getpid(), "peer_pid": peer.pid,
-                                     "peer_uid": peer.uid}
+                                     "peer_uid": peer.uid, "by": by}
         before = set(sys.modules) if self.log_path else set()
         try:
             conn.settimeout(READ_TIMEOUT_S)
@@ -507,6 +604,9 @@ class AgentServer:
             append_log(self.log_path, {**record, "outcome": "bad-request", "reason": str(exc)})
             return
         record["argv"] = list(request.argv)
+        note = spare.request_note(request.argv, request.env, request.cwd)
+        if note is not None:
+            _note(self._notes_w, note)
         reason = refusal(request) or self._environment_refusal(peer)
         if reason is not None:
             self._refuse(conn, record, reason)
@@ -548,6 +648,14 @@ class AgentServer:
         if changed:
             return f"{changed[0]} changed since the agent started: restart numa-pin serve"
         return None
+
+
+def _note(fd: int, line: bytes) -> None:
+    """A child's note to the parent; lost (never raised) when the pipe is full or the parent gone."""
+    try:
+        os.write(fd, line)
+    except OSError:
+        pass
 
 
 def _ignore(_signum: int, _frame) -> None:

@@ -42,7 +42,8 @@ USAGE = ("usage: numa-pin-hook [--config PATH] [prestart|createRuntime|poststop]
 DEFAULT_CACHE_DIR = "/run/numa-pin"
 
 
-def _parse_argv(argv: list[str]) -> tuple[str | None, str]:
+def parse_argv(argv: list[str]) -> tuple[str | None, str]:
+    """``(config path or None, stage)`` from the hook's arguments. Raises ValueError (usage)."""
     config: str | None = None
     stage = "prestart"
     it = iter(argv)
@@ -98,7 +99,7 @@ def run(argv: list[str], stdin, stdout=None) -> int:
     """The hook, minus process setup; returns the exit code. Only ``precreate`` writes to
     ``stdout`` (default: ``sys.stdout``'s buffer)."""
     try:
-        config_path, stage = _parse_argv(argv)
+        config_path, stage = parse_argv(argv)
     except ValueError as exc:
         from numa_pin.text import one_line
 

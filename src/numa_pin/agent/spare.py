@@ -1,0 +1,126 @@
+"""The agent's spare child: forked and warmed before a hook connects, so a hook waits for neither.
+
+A child forked at the moment a hook connects pays for the fork and then for copy-on-write:
+every page of the parent that the admission writes to (a reference count is a write) is copied
+on first touch. On the 2-CPU bench machine that was about 930 page faults and 2.5 ms of a 5 ms
+admission, on top of the fork itself (``bench/hook_latency.py``).
+
+So the server keeps one *spare*: a child forked ahead of time that first *rehearses*, loading the
+config and topology the last hook named and planning a one-CPU container (the first spare,
+before any hook has come, has nothing to rehearse), which changes nothing
+on the node but makes the pages an admission touches the child's own. Then it tells the parent it
+is ready and waits on the listening socket itself. The first hook to connect is accepted by the
+spare; the parent hears that it was taken and forks the next spare. Until a spare is ready (the
+first moments after start, a burst of hooks) the parent accepts and forks as before.
+
+Messages from children to the parent go over one pipe, one line each, each written whole
+(under ``PIPE_BUF``): ``R`` (the spare is ready), ``T`` (the spare took a connection) and
+``Q <json>`` (what a request asked for: argv, the passed environment and the working directory,
+which the next spare rehearses with).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+from collections.abc import Mapping, Sequence
+
+from numa_pin.agent.protocol import PASSED_ENV
+
+READY = b"R\n"
+TAKEN = b"T\n"
+#: a note longer than this is not sent (pipe writes up to PIPE_BUF are atomic on Linux)
+MAX_NOTE_BYTES = 4096
+
+
+def request_note(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> bytes | None:
+    """The ``Q`` line for a request, or None when it would not fit in one atomic write."""
+    body = {"argv": list(argv), "env": {k: v for k, v in env.items() if k in PASSED_ENV}, "cwd": cwd}
+    line = b"Q " + json.dumps(body, sort_keys=True).encode("utf-8", "backslashreplace") + b"\n"
+    return line if len(line) <= MAX_NOTE_BYTES else None
+
+
+def read_notes(fd: int, pending: bytes) -> tuple[list[bytes], bytes]:
+    """Every whole line now readable on the non-blocking ``fd`` (after ``pending``, an
+    unfinished line from before); returns (lines without their newline, what is left over)."""
+    data = pending
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    *lines, rest = data.split(b"\n")
+    return lines, rest
+
+
+def parse_request_note(line: bytes) -> Mapping[str, object] | None:
+    """The request a ``Q`` line describes, or None for anything else or anything malformed."""
+    if not line.startswith(b"Q "):
+        return None
+    try:
+        body = json.loads(line[2:])
+    except ValueError:
+        return None
+    ok = (isinstance(body, dict) and isinstance(body.get("argv"), list) and isinstance(body.get("env"), dict)
+          and isinstance(body.get("cwd"), str) and all(isinstance(a, str) for a in body["argv"])
+          and all(isinstance(k, str) and isinstance(v, str) for k, v in body["env"].items()))
+    return body if ok else None
+
+
+def rehearse(request: Mapping[str, object]) -> None:
+    """Load the config and topology ``request`` (a parsed ``Q`` note) would load and plan a
+    one-CPU container, as a hook's admission would, changing nothing (no lock, no write but the
+    caches a hook writes too). Best effort: a rehearsal that fails only leaves pages cold."""
+    from numa_pin.admission.request import request_from_oci
+    from numa_pin.config.load import load_config
+    from numa_pin.hook.main import DEFAULT_CACHE_DIR, parse_argv
+    from numa_pin.service import NodeService
+
+    argv = request.get("argv")
+    passed = request.get("env")
+    env = dict(os.environ)
+    for key in PASSED_ENV:
+        env.pop(key, None)
+    if isinstance(passed, dict):
+        env.update({k: v for k, v in passed.items() if k in PASSED_ENV})
+    cwd = request.get("cwd")
+    try:
+        if isinstance(cwd, str):
+            os.chdir(cwd)
+        config_path, _ = parse_argv([str(a) for a in argv] if isinstance(argv, list) else [])
+        cache_dir = env.get("NUMA_PIN_CACHE_DIR", DEFAULT_CACHE_DIR)
+        service = NodeService(load_config(config_path, env, cache_dir=cache_dir), cache_dir=cache_dir)
+        service.plan(request_from_oci("numa-pin-rehearsal", {"numa-pin.io/cpus": "1"}))
+    except (Exception, SystemExit):  # the hook itself will meet and report whatever this is
+        pass
+    finally:
+        os.chdir("/")
+
+
+def await_connection(listener: socket.socket, stop_fd: int) -> socket.socket | None:
+    """Accept the next connection on ``listener`` (non-blocking, shared with the parent and
+    other children); None as soon as ``stop_fd`` (the read end of a pipe only the parent
+    writes to) is closed or readable: the server stops, or died."""
+    poller = select.poll()
+    poller.register(listener.fileno(), select.POLLIN)
+    poller.register(stop_fd, select.POLLIN)
+    while True:
+        events = dict(poller.poll())
+        if stop_fd in events:
+            return None
+        if listener.fileno() in events:
+            try:
+                conn, _ = listener.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                continue  # the parent or a racing child took it
+            conn.setblocking(True)
+            return conn
+
+
+__all__ = ["READY", "TAKEN", "await_connection", "parse_request_note", "read_notes",
+           "rehearse", "request_note"]
