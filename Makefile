@@ -25,6 +25,7 @@ $(STAMP): pyproject.toml | deps
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -e '.[test]' virtme-ng
+	$(VPY) packaging/scripts/write-hook-launcher.py $(CURDIR)/$(VENV)/bin/python $(VENV)/bin/numa-pin-hook
 	$(VPY) -m compileall -q src/numa_pin
 	touch $(STAMP)
 

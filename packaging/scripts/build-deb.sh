@@ -49,7 +49,9 @@ script() {  # NAME MODULE FUNCTION
     chmod 755 "$root/usr/bin/$1"
 }
 script numa-pin numa_pin.cli.main main
-script numa-pin-hook numa_pin.hook.main main
+# the hook starts on every container start: without the site module, its directories listed
+"$py" "$top/packaging/scripts/write-hook-launcher.py" /usr/bin/python3 "$root/usr/bin/numa-pin-hook" \
+    /usr/lib/python3/dist-packages
 
 # 4. hook files, snippets, units and the sample config, pointing at /usr/bin
 install_file() {  # MODE SOURCE DEST
