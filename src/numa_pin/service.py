@@ -40,7 +40,7 @@ from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_ti
 from numa_pin.ledger.model import KIND_PROCESS, GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
 from numa_pin.ledger.store import Ledger
 from numa_pin.record import record, replace
-from numa_pin.topology.cache import cached_discover
+from numa_pin.topology.cache import DEFAULT_MAX_AGE_S, cached_discover
 from numa_pin.topology.model import Topology
 
 #: how often an admission decides again when other writers keep committing first
@@ -84,9 +84,12 @@ class Admitted:
 class NodeService:
     """All I/O of one node, rooted at the config's sysfs, proc, cgroup and state roots."""
 
-    def __init__(self, config: Config, cache_dir: str | None = None) -> None:
+    def __init__(self, config: Config, cache_dir: str | None = None, *,
+                 topology_max_age: float = DEFAULT_MAX_AGE_S) -> None:
         self.config = config
         self.cache_dir = cache_dir
+        #: a cached topology older than this many seconds is discovered again
+        self.topology_max_age = topology_max_age
         self.ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
         self._topology: Topology | None = None
         self._settings: NodeSettings | None = None
@@ -97,7 +100,8 @@ class NodeService:
     @property
     def topology(self) -> Topology:
         if self._topology is None:
-            self._topology = cached_discover(self.config.sysfs_root, self.config.proc_root, self.cache_dir)
+            self._topology = cached_discover(self.config.sysfs_root, self.config.proc_root, self.cache_dir,
+                                             max_age=self.topology_max_age)
         return self._topology
 
     @property

@@ -115,7 +115,8 @@ def run_hook(node: Node, stdin: bytes, stage: str = "prestart", sock: Path | Non
 class Served:
     """A ``numa-pin serve`` subprocess on a socket under ``root``."""
 
-    def __init__(self, root: Path, version: str | None = None, max_children: int | None = None) -> None:
+    def __init__(self, root: Path, version: str | None = None, max_children: int | None = None,
+                 rehearse_every_s: float | None = None) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.sock = root / "run" / "agent.sock"
         self.log = root / "agent.log"
@@ -130,6 +131,11 @@ class Served:
                     "server.MAX_CHILDREN = int(sys.argv[1])\n"
                     "from numa_pin.cli.main import main; sys.exit(main(sys.argv[2:]))")
             cmd = [sys.executable, "-c", code, str(max_children), *args]
+        elif rehearse_every_s is not None:  # an idle spare that rehearses again this often
+            code = ("import sys\nfrom numa_pin.agent import spare\n"
+                    "spare.REHEARSE_EVERY_S = float(sys.argv[1])\n"
+                    "from numa_pin.cli.main import main; sys.exit(main(sys.argv[2:]))")
+            cmd = [sys.executable, "-c", code, str(rehearse_every_s), *args]
         else:
             cmd = [NUMA_PIN, *args]
         env = {k: v for k, v in os.environ.items() if not k.startswith("NUMA_PIN_")}
@@ -1106,3 +1112,49 @@ def test_malformed_request_notes_are_ignored(line):
 
 def test_a_request_too_big_for_one_pipe_write_is_not_noted():
     assert spare.request_note(["--config", "x" * spare.MAX_NOTE_BYTES], {}, "/") is None
+
+
+def test_an_idle_spare_keeps_the_topology_cache_fresh(tmp_path, node):
+    """A hook never waits for a discovery: while no hook comes, the spare rehearses again and
+    rediscovers a topology the cache no longer holds (here: removed; in life: older than 30 s)."""
+    agent = Served(tmp_path / "agent", rehearse_every_s=0.2)
+    try:
+        assert run_hook(node, node.state_json(0), "poststop", sock=agent.sock) == (0, "")
+        (cached,) = wait_for(lambda: list(node.cache.glob("topology-*.json")), "the topology cache")
+        cached.unlink()
+        wait_for(cached.exists, "an idle spare to rediscover the topology")
+        assert len(agent.records("served")) == 1, "no hook wrote it"
+        assert run_hook(node, node.state_json(1, {"numa-pin.io/cpus": "2"}), sock=agent.sock) == (0, "")
+        assert agent.records("served")[-1]["by"] == "rehearsed"
+    finally:
+        assert agent.stop() == 0
+
+
+def test_await_connection_rehearses_while_idle_and_leaves_on_stop(tmp_path):
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "s"))
+    listener.listen(1)
+    listener.setblocking(False)
+    stop_r, stop_w = os.pipe()
+    idle = []
+
+    def on_idle() -> None:
+        idle.append(time.monotonic())
+        if len(idle) == 3:
+            os.close(stop_w)  # the server stops while the spare waits
+
+    try:
+        assert spare.await_connection(listener, stop_r, every_s=0.01, on_idle=on_idle) is None
+        assert len(idle) == 3
+        client_end = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client_end.connect(str(tmp_path / "s"))
+        r2, w2 = os.pipe()
+        conn = spare.await_connection(listener, r2, every_s=0.01, on_idle=lambda: None)
+        assert conn is not None and conn.getblocking()
+        conn.close()
+        client_end.close()
+        os.close(r2)
+        os.close(w2)
+    finally:
+        listener.close()
+        os.close(stop_r)

@@ -69,6 +69,9 @@ READ_TIMEOUT_S = 5.0
 DRAIN_S = 35.0
 #: after a spare child died without taking a connection, the next one is forked this much later
 SPARE_RETRY_S = 1.0
+#: after a spare was taken, how long the parent waits for the note of its request (it comes
+#: within a millisecond) before forking the next spare without it
+NOTE_WAIT_S = 0.1
 _HEADER = struct.Struct("!I")
 _UCRED = struct.Struct("3i")
 _BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
@@ -437,18 +440,30 @@ class AgentServer:
         self.spare_pid, self.spare_ready = pid, False
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
 
+    def _rehearse_again(self) -> None:
+        """In an idle spare: rehearse once more (the parent accepts meanwhile)."""
+        if self.rehearsal is not None:
+            _note(self._notes_w, spare.BUSY)
+            spare.rehearse(self.rehearsal)
+            _note(self._notes_w, spare.READY)
+
     def _read_notes(self) -> None:
         lines, self._pending_notes = spare.read_notes(self._notes_r, self._pending_notes)
         for line in lines:
             if line + b"\n" == spare.READY and self.spare_pid is not None:
                 self.spare_ready = True
+            elif line + b"\n" == spare.BUSY:
+                self.spare_ready = False
             elif line + b"\n" == spare.TAKEN:
                 self.spare_pid, self.spare_ready = None, False
                 self.last_active = time.monotonic()
+                # the next spare rehearses what this request asks: wait for its note, a moment
+                self._next_spare_at = self.last_active + NOTE_WAIT_S
             else:
                 request = spare.parse_request_note(line)
                 if request is not None:
                     self.rehearsal = request
+                    self._next_spare_at = 0.0
 
     def retired(self, now: float | None = None) -> bool:
         """For an agent started on demand: whether it should stop now, because no hook came for
@@ -572,7 +587,8 @@ class AgentServer:
             spare.rehearse(self.rehearsal)
             by = "rehearsed"
         _note(self._notes_w, spare.READY)
-        conn = spare.await_connection(self.listener, self._stop_r)
+        conn = spare.await_connection(self.listener, self._stop_r, every_s=spare.REHEARSE_EVERY_S,
+                                      on_idle=self._rehearse_again if self.rehearsal is not None else None)
         self.listener.close()
         os.close(self._stop_r)
         if conn is None:

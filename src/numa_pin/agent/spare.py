@@ -13,10 +13,16 @@ is ready and waits on the listening socket itself. The first hook to connect is 
 spare; the parent hears that it was taken and forks the next spare. Until a spare is ready (the
 first moments after start, a burst of hooks) the parent accepts and forks as before.
 
+While no hook comes, the spare rehearses again every :data:`REHEARSE_EVERY_S` seconds and
+rediscovers a cached topology older than :data:`REHEARSAL_TOPOLOGY_MAX_AGE_S` (a hook accepts
+60 s), so on a node where containers start minutes apart a hook still finds fresh caches and
+never pays for a discovery. It stops watching the socket meanwhile and says so.
+
 Messages from children to the parent go over one pipe, one line each, each written whole
-(under ``PIPE_BUF``): ``R`` (the spare is ready), ``T`` (the spare took a connection) and
-``Q <json>`` (what a request asked for: argv, the passed environment and the working directory,
-which the next spare rehearses with).
+(under ``PIPE_BUF``): ``R`` (the spare is ready), ``B`` (it is rehearsing again: the parent
+accepts meanwhile), ``T`` (it took a connection) and ``Q <json>`` (what a request asked for:
+argv, the passed environment and the working directory, which the next spare rehearses with;
+the parent waits up to 0.1 s for it after a ``T`` before it forks the next spare).
 """
 
 from __future__ import annotations
@@ -25,12 +31,19 @@ import json
 import os
 import select
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from numa_pin.agent.protocol import PASSED_ENV
 
 READY = b"R\n"
 TAKEN = b"T\n"
+#: the spare is rehearsing again and does not watch the socket meanwhile
+BUSY = b"B\n"
+#: an idle spare rehearses again this often, so the caches a hook reads never go stale
+#: (the topology cache is rediscovered after 60 s) and a hook never waits for a discovery
+REHEARSE_EVERY_S = 20.0
+#: a rehearsal rediscovers a cached topology older than this (a hook's limit is 60 s)
+REHEARSAL_TOPOLOGY_MAX_AGE_S = 30.0
 #: a note longer than this is not sent (pipe writes up to PIPE_BUF are atomic on Linux)
 MAX_NOTE_BYTES = 4096
 
@@ -75,7 +88,9 @@ def parse_request_note(line: bytes) -> Mapping[str, object] | None:
 def rehearse(request: Mapping[str, object]) -> None:
     """Load the config and topology ``request`` (a parsed ``Q`` note) would load and plan a
     one-CPU container, as a hook's admission would, changing nothing (no lock, no write but the
-    caches a hook writes too). Best effort: a rehearsal that fails only leaves pages cold."""
+    caches a hook writes too, the topology's when it is older than
+    :data:`REHEARSAL_TOPOLOGY_MAX_AGE_S`). Best effort: a rehearsal that fails only leaves
+    pages cold."""
     from numa_pin.admission.request import request_from_oci
     from numa_pin.config.load import load_config
     from numa_pin.hook.main import DEFAULT_CACHE_DIR, parse_argv
@@ -94,7 +109,8 @@ def rehearse(request: Mapping[str, object]) -> None:
             os.chdir(cwd)
         config_path, _ = parse_argv([str(a) for a in argv] if isinstance(argv, list) else [])
         cache_dir = env.get("NUMA_PIN_CACHE_DIR", DEFAULT_CACHE_DIR)
-        service = NodeService(load_config(config_path, env, cache_dir=cache_dir), cache_dir=cache_dir)
+        service = NodeService(load_config(config_path, env, cache_dir=cache_dir), cache_dir=cache_dir,
+                              topology_max_age=REHEARSAL_TOPOLOGY_MAX_AGE_S)
         service.plan(request_from_oci("numa-pin-rehearsal", {"numa-pin.io/cpus": "1"}))
     except (Exception, SystemExit):  # the hook itself will meet and report whatever this is
         pass
@@ -102,15 +118,21 @@ def rehearse(request: Mapping[str, object]) -> None:
         os.chdir("/")
 
 
-def await_connection(listener: socket.socket, stop_fd: int) -> socket.socket | None:
+def await_connection(listener: socket.socket, stop_fd: int, *, every_s: float | None = None,
+                     on_idle: Callable[[], None] | None = None) -> socket.socket | None:
     """Accept the next connection on ``listener`` (non-blocking, shared with the parent and
     other children); None as soon as ``stop_fd`` (the read end of a pipe only the parent
-    writes to) is closed or readable: the server stops, or died."""
+    writes to) is closed or readable: the server stops, or died. ``on_idle`` runs after each
+    ``every_s`` seconds without a connection."""
     poller = select.poll()
     poller.register(listener.fileno(), select.POLLIN)
     poller.register(stop_fd, select.POLLIN)
+    timeout_ms = None if every_s is None or on_idle is None else int(every_s * 1000)
     while True:
-        events = dict(poller.poll())
+        events = dict(poller.poll(timeout_ms))
+        if not events and on_idle is not None:
+            on_idle()
+            continue
         if stop_fd in events:
             return None
         if listener.fileno() in events:
@@ -122,5 +144,7 @@ def await_connection(listener: socket.socket, stop_fd: int) -> socket.socket | N
             return conn
 
 
-__all__ = ["READY", "TAKEN", "await_connection", "parse_request_note", "read_notes",
-           "rehearse", "request_note"]
+__all__ = [
+    "BUSY", "READY", "REHEARSAL_TOPOLOGY_MAX_AGE_S", "REHEARSE_EVERY_S", "TAKEN", "await_connection",
+    "parse_request_note", "read_notes", "rehearse", "request_note",
+]
