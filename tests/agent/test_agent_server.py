@@ -268,19 +268,29 @@ def test_hook_client_path_imports_only_cheap_modules(shared_agent, node):
     """A hook served by the agent never loads the expensive pure-Python modules."""
     state = node.state_json(3, {"numa-pin.io/cpus": "2"})
     code = (
-        "import io, os, sys\nfrom numa_pin.hook import main\n"
+        "import io, sys\nfrom numa_pin.hook import main\n"
         f"sys.stdin = io.TextIOWrapper(io.BytesIO({state!r}))\n"
         f"rc = main.main(['--config', {str(node.config)!r}, 'prestart'])\n"
         "print(rc); print(' '.join(sorted(sys.modules)))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=hook_env(node, shared_agent.sock), timeout=120)
+    # as the installed launcher runs it: without site, its directories on the path
+    without_site = set(_sys_path("-S"))
+    site_dirs = [d for d in _sys_path() if d not in without_site]
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                         env=hook_env(node, shared_agent.sock, PYTHONPATH=":".join(site_dirs)), timeout=120)
     rc, modules = out.stdout.splitlines()[:2]
     assert rc == "0", out.stderr
     loaded = set(modules.split())
-    assert not loaded & {"socket", "json", "re", "enum", "base64", "struct", "typing", "dataclasses", "selectors"}
+    assert not loaded & {"socket", "json", "re", "enum", "base64", "struct", "typing", "dataclasses", "selectors",
+                         "os", "collections.abc"}
     assert "numa_pin.service" not in loaded, "the admission ran in-process, not in the agent"
     assert len(node.granted("c3")) == 2
+
+
+def _sys_path(*flags: str) -> list[str]:
+    out = subprocess.run([sys.executable, *flags, "-E", "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+                         capture_output=True, text=True, check=True, timeout=60)
+    return json.loads(out.stdout)
 
 
 def _function_level_imports() -> dict[str, set[str]]:
@@ -1030,7 +1040,7 @@ def test_autostart_allowed(tmp_path, monkeypatch, mine, pid1, pid2, env, euid, w
         (tmp_path / pid / "ns").mkdir(parents=True)
         for name, target in links.items():
             os.symlink(target, tmp_path / pid / "ns" / name)
-    monkeypatch.setattr(client.os, "geteuid", lambda: euid)
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
     assert client.autostart_allowed(env, str(tmp_path)) is want
 
 

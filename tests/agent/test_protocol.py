@@ -97,3 +97,14 @@ def test_socket_path_precedence():
     assert protocol.socket_path({}, None) == protocol.DEFAULT_SOCKET
     assert protocol.socket_path({protocol.SOCKET_ENV: "/e"}, None) == "/e"
     assert protocol.socket_path({protocol.SOCKET_ENV: "/e"}, "/f") == "/f"
+
+
+@pytest.mark.parametrize("home, cwd, server_home, same", [
+    ("/usr/lib/python3/dist-packages/numa_pin", "/", "/usr/lib/python3/dist-packages/numa_pin", True),
+    ("src/numa_pin", "/work/main", "/work/main/src/numa_pin", True),  # PYTHONPATH=src, no site
+    ("/work/main/src/../src/numa_pin", "/", "/work/main/src/numa_pin", True),
+    ("src/numa_pin", "/elsewhere", "/work/main/src/numa_pin", False),
+    ("/opt/other/numa_pin", "/", "/work/main/src/numa_pin", False),
+], ids=["same", "relative-to-cwd", "unnormalized", "relative-elsewhere", "other-install"])
+def test_same_home(home, cwd, server_home, same):
+    assert protocol.same_home(home, cwd, server_home) is same

@@ -11,6 +11,9 @@ compiled into the interpreter or cost well under a millisecond: ``_socket`` inst
 :mod:`socket` (which pulls in :mod:`enum` and :mod:`selectors`), ``_json`` instead of
 :mod:`json` (which pulls in :mod:`re`) and ``binascii`` instead of :mod:`base64`. Together
 the public modules would add about 15 ms to a 13 ms interpreter start; these add about 1 ms.
+The installed hook starts Python without ``site``, so not even :mod:`os` is loaded: the hot
+path uses the built-in ``posix`` (0.7 ms less), and the functions that run only when no agent
+answers import :mod:`os` themselves.
 
 When nothing listens at the socket, :func:`start_agent` starts one (``numa-pin serve
 --idle-exit``) detached from the hook, so the containers after the first are served warm on a
@@ -22,9 +25,8 @@ The wire format is :mod:`numa_pin.agent.protocol`.
 
 from __future__ import annotations
 
-import os
+import posix  # the hook starts without site, which would have imported os; posix is built in
 import sys
-from _collections_abc import Mapping, Sequence  # loaded at interpreter start; collections.abc is not
 
 from numa_pin.agent.protocol import (
     AGENT_LOG_ENV,
@@ -38,6 +40,10 @@ from numa_pin.agent.protocol import (
     frame,
     socket_path,
 )
+
+TYPE_CHECKING = False  # typing's flag without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 #: the agent must accept the connection this fast, or the hook runs in-process
 CONNECT_TIMEOUT_S = 0.5
@@ -93,7 +99,7 @@ def ask_agent(argv: Sequence[str], stdin: bytes, env: Mapping[str, str],
     except ImportError:
         return None, False
     try:
-        cwd = os.getcwd()
+        cwd = posix.getcwd()
     except OSError:  # a deleted working directory: relative paths mean nothing to the agent
         return None, False
     try:
@@ -112,7 +118,7 @@ def ask_agent(argv: Sequence[str], stdin: bytes, env: Mapping[str, str],
             sock.connect(path or socket_path(env))
         except (FileNotFoundError, ConnectionRefusedError):
             return None, True
-        if peer_uid(sock) not in (0, os.geteuid()):
+        if peer_uid(sock) not in (0, posix.geteuid()):
             return None, False
         sock.settimeout(REPLY_TIMEOUT_S)
         sock.sendall(request)
@@ -142,6 +148,8 @@ def namespace_mismatch(peer_pid: int, proc_root: str = "/proc", names: Sequence[
     this kernel does not have (no link for ``self``) is skipped; a peer whose link cannot be
     read (gone, or pid 0: not visible from this pid namespace) counts as different.
     """
+    import os
+
     for name in names:
         try:
             mine = os.readlink(os.path.join(proc_root, "self", "ns", name))
@@ -160,6 +168,8 @@ def host_namespaces(proc_root: str) -> bool:
     """Whether this process shares :data:`NAMESPACES` with pid 1, or, where pid 1's links
     cannot be read (an init that is not dumpable), with pid 2, the kernel's ``kthreadd``, which
     lives in the initial namespaces. False when neither can be read."""
+    import os
+
     for ref in (1, 2):
         try:
             os.readlink(f"{proc_root}/{ref}/ns/mnt")
@@ -173,6 +183,8 @@ def autostart_allowed(env: Mapping[str, str], proc_root: str = "/proc") -> bool:
     """Whether a hook that found no agent may start one: root (a rootless hook never touches the
     node's state), not turned off (``NUMA_PIN_NO_AGENT=1`` or ``NUMA_PIN_AGENT_AUTOSTART=0``),
     and in pid 1's namespaces."""
+    import os
+
     if os.geteuid() != 0 or env.get(NO_AGENT_ENV) == "1" or env.get(AUTOSTART_ENV) == "0":
         return False
     return host_namespaces(proc_root)
@@ -192,6 +204,7 @@ def start_agent(env: Mapping[str, str], path: str | None = None, *, now: float |
     (:func:`service_manager_argv`); the pid returned is then ``systemd-run``'s.
     Never raises.
     """
+    import os
     import time
 
     sock = path or socket_path(env)
@@ -241,6 +254,8 @@ def service_manager_argv(argv: Sequence[str], sock: str, env: Mapping[str, str],
     container is removed, and it keeps the scope alive until then. ``systemd-run`` gives it a
     service of its own in ``system.slice``. The unit is named after the socket, so a second start
     while it runs fails at once, and ``--collect`` removes it when the agent exits."""
+    import os
+
     if not os.path.isdir(f"{run_root}/systemd/system"):
         return None
     for directory in (env.get("PATH") or "/usr/sbin:/usr/bin:/sbin:/bin").split(":"):
@@ -258,6 +273,8 @@ def service_manager_argv(argv: Sequence[str], sock: str, env: Mapping[str, str],
 
 def inherited_fds(proc_root: str = "/proc") -> list[int]:
     """This process's file descriptors above 2 that a child would inherit."""
+    import os
+
     try:
         names = os.listdir(f"{proc_root}/self/fd")
     except OSError:

@@ -14,20 +14,22 @@ compiled into the interpreter: ``_json`` instead of :mod:`json` (which pulls in 
 
 from __future__ import annotations
 
-import os
-from _collections_abc import Mapping, Sequence  # loaded at interpreter start; collections.abc is not
 from binascii import Error as Base64Error
 from binascii import a2b_base64
 
 import numa_pin
 from numa_pin import __version__
 
+TYPE_CHECKING = False  # not even os or collections.abc: the hook starts without site, which loads them
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
 #: protocol revision; the server refuses any other
 PROTOCOL = 1
 
 
 #: the directory this process loaded numa_pin from (a request's ``home``)
-HOME = os.path.dirname(os.path.abspath(numa_pin.__file__ or "."))
+HOME = (numa_pin.__file__ or "./").rpartition("/")[0] or "."
 #: where ``numa-pin serve`` listens unless told otherwise
 DEFAULT_SOCKET = "/run/numa-pin/agent.sock"
 
@@ -187,7 +189,7 @@ def decode_request(body: bytes) -> Request:
         raise ValueError(f"request field 'stdin' is larger than {MAX_STDIN_BYTES} bytes")
     if not isinstance(env, dict) or not all(k in PASSED_ENV and isinstance(v, str) for k, v in env.items()):
         raise ValueError(f"request field 'env' may only hold strings for {', '.join(PASSED_ENV)}")
-    if not isinstance(cwd, str) or not os.path.isabs(cwd):
+    if not isinstance(cwd, str) or not cwd.startswith("/"):
         raise ValueError("request field 'cwd' must be an absolute path")
     home = doc.get("home")
     if home is not None and not isinstance(home, str):
@@ -211,6 +213,14 @@ def encode_fallback(reason: str) -> bytes:
     return frame(json.dumps({"fallback": reason}).encode("ascii"))
 
 
+def same_home(home: str, cwd: str, server_home: str) -> bool:
+    """Whether a hook's ``home`` (relative to its ``cwd`` when it is relative, as a hook started
+    without site can have it) names the agent's installation directory."""
+    import os
+
+    return os.path.normpath(os.path.join(cwd, home)) == os.path.normpath(os.path.join("/", server_home))
+
+
 def refusal(request: Request, server_version: str = __version__, server_home: str = HOME) -> str | None:
     """Why this server must not run ``request`` (protocol, numa-pin version, or a hook of another
     installation), or None. Pure."""
@@ -218,7 +228,7 @@ def refusal(request: Request, server_version: str = __version__, server_home: st
         return f"protocol {request.protocol} (server speaks {PROTOCOL})"
     if request.version != server_version:
         return f"numa-pin {request.version} hook, {server_version} agent: restart numa-pin serve after an upgrade"
-    if request.home is not None and request.home != server_home:
+    if request.home is not None and not same_home(request.home, request.cwd, server_home):
         return f"the hook runs numa-pin from {request.home}, this agent from {server_home}"
     return None
 
@@ -251,5 +261,6 @@ __all__ = [
     "frame",
     "peer_allowed",
     "refusal",
+    "same_home",
     "socket_path",
 ]

@@ -29,7 +29,6 @@ prints the answer; otherwise, or with ``NUMA_PIN_NO_AGENT=1``, :func:`run` admit
 from __future__ import annotations
 
 import gc
-import os
 import sys
 
 ADMIT_STAGES = {"prestart", "createRuntime", "create-runtime"}
@@ -98,6 +97,7 @@ def _warn_kubelet(kubelet_root: str, use_syslog: bool) -> None:
 def run(argv: list[str], stdin, stdout=None) -> int:
     """The hook, minus process setup; returns the exit code. Only ``precreate`` writes to
     ``stdout`` (default: ``sys.stdout``'s buffer)."""
+    import os
     try:
         config_path, stage = parse_argv(argv)
     except ValueError as exc:
@@ -200,19 +200,33 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the script: a process that lives for one admission, whose memory goes
         gc.disable()  # with it; the collector's passes over ~170 module imports only cost time
     args = sys.argv[1:] if argv is None else argv
-    if os.environ.get("NUMA_PIN_NO_AGENT") == "1" or "precreate" in args:  # the agent returns no stdout
+    environ = _environ()
+    if environ.get("NUMA_PIN_NO_AGENT") == "1" or "precreate" in args:  # the agent returns no stdout
         return run(args, sys.stdin.buffer)
     import io
 
     from numa_pin.agent import client, protocol
 
     data = sys.stdin.buffer.read(protocol.MAX_STDIN_BYTES)
-    rc, absent = client.ask_agent(args, data, os.environ)
+    rc, absent = client.ask_agent(args, data, environ)
     if rc is not None:
         return rc
+    import os
+
     if absent and client.autostart_allowed(os.environ):
         client.start_agent(os.environ)
     return run(args, io.BytesIO(data))
+
+
+def _environ() -> dict[str, str]:
+    """The environment as :data:`os.environ` has it, without importing :mod:`os` (the hook
+    starts without site, which would have; a hook the agent serves never needs the rest of it)."""
+    if "os" in sys.modules:
+        return dict(sys.modules["os"].environ)
+    import posix
+
+    return {k.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape")
+            for k, v in posix.environ.items()}
 
 
 if __name__ == "__main__":
