@@ -69,9 +69,9 @@ READ_TIMEOUT_S = 5.0
 DRAIN_S = 35.0
 #: after a spare child died without taking a connection, the next one is forked this much later
 SPARE_RETRY_S = 1.0
-#: after a spare was taken, how long the parent waits for the note of its request (it comes
-#: within a millisecond) before forking the next spare without it
-NOTE_WAIT_S = 0.1
+#: after a spare was taken, the next one is forked when that one has answered and exited (its
+#: rehearsal would compete for the CPUs with the admission a hook waits for), or after this long
+SERVING_WAIT_S = 0.5
 _HEADER = struct.Struct("!I")
 _UCRED = struct.Struct("3i")
 _BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
@@ -375,6 +375,7 @@ class AgentServer:
         #: the last request a child reported: what the next spare rehearses (None: no hook yet)
         self.rehearsal: Mapping[str, object] | None = None
         self._next_spare_at = 0.0
+        self._serving: int | None = None  # the last spare taken, while it serves
         self._notes_r, self._notes_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)  # children -> parent
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)  # closed by the parent: the spare leaves
         self._pending_notes = b""
@@ -455,15 +456,13 @@ class AgentServer:
             elif line + b"\n" == spare.BUSY:
                 self.spare_ready = False
             elif line + b"\n" == spare.TAKEN:
-                self.spare_pid, self.spare_ready = None, False
+                self._serving, self.spare_pid, self.spare_ready = self.spare_pid, None, False
                 self.last_active = time.monotonic()
-                # the next spare rehearses what this request asks: wait for its note, a moment
-                self._next_spare_at = self.last_active + NOTE_WAIT_S
+                self._next_spare_at = self.last_active + SERVING_WAIT_S
             else:
                 request = spare.parse_request_note(line)
                 if request is not None:
                     self.rehearsal = request
-                    self._next_spare_at = 0.0
 
     def retired(self, now: float | None = None) -> bool:
         """For an agent started on demand: whether it should stop now, because no hook came for
@@ -535,6 +534,8 @@ class AgentServer:
             if pid == 0:
                 return
             self.children.discard(pid)
+            if pid == self._serving:  # the spare that was taken has answered: time for the next
+                self._serving, self._next_spare_at = None, 0.0
             if pid == self.spare_pid:  # it died before taking a connection: another in a while
                 self.spare_pid, self.spare_ready = None, False
                 self._next_spare_at = time.monotonic() + SPARE_RETRY_S

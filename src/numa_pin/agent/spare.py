@@ -5,13 +5,13 @@ every page of the parent that the admission writes to (a reference count is a wr
 on first touch. On the 2-CPU bench machine that was about 930 page faults and 2.5 ms of a 5 ms
 admission, on top of the fork itself (``bench/hook_latency.py``).
 
-So the server keeps one *spare*: a child forked ahead of time that first *rehearses*, loading the
-config and topology the last hook named and planning a one-CPU container (the first spare,
-before any hook has come, has nothing to rehearse), which changes nothing
-on the node but makes the pages an admission touches the child's own. Then it tells the parent it
-is ready and waits on the listening socket itself. The first hook to connect is accepted by the
-spare; the parent hears that it was taken and forks the next spare. Until a spare is ready (the
-first moments after start, a burst of hooks) the parent accepts and forks as before.
+So the server keeps one *spare*: a child forked ahead of time that first *rehearses*, loading
+the config and topology the last hook named and planning a one-CPU container (the first spare,
+before any hook has come, has nothing to rehearse), which changes nothing on the node but makes
+the pages an admission touches the child's own. Then it tells the parent it is ready and waits
+on the listening socket itself. The first hook to connect is accepted by the spare; the parent
+hears that it was taken and, once it has answered, forks the next spare. Until a spare is ready
+(the first moments after start, a burst of hooks) the parent accepts and forks as before.
 
 While no hook comes, the spare rehearses again every :data:`REHEARSE_EVERY_S` seconds and
 rediscovers a cached topology older than :data:`REHEARSAL_TOPOLOGY_MAX_AGE_S` (a hook accepts
@@ -21,8 +21,10 @@ never pays for a discovery. It stops watching the socket meanwhile and says so.
 Messages from children to the parent go over one pipe, one line each, each written whole
 (under ``PIPE_BUF``): ``R`` (the spare is ready), ``B`` (it is rehearsing again: the parent
 accepts meanwhile), ``T`` (it took a connection) and ``Q <json>`` (what a request asked for:
-argv, the passed environment and the working directory, which the next spare rehearses with;
-the parent waits up to 0.1 s for it after a ``T`` before it forks the next spare).
+argv, the passed environment and the working directory, which the next spare rehearses with).
+The parent forks the next spare once the one that was taken has answered and exited (at most
+0.5 s later): a spare rehearsing at once would compete for the CPUs with the admission the hook
+waits for (on the 2-CPU VM that spread a prestart's 5 ms over 5-9 ms).
 """
 
 from __future__ import annotations
