@@ -346,7 +346,6 @@ class AgentServer:
         max_children: int | None = None,
         owns_path: bool = True,
         idle_exit_s: float | None = None,
-        keep_spare: bool = True,
     ) -> None:
         self.path = path
         #: False for a socket systemd passed: systemd keeps listening on it after a stop
@@ -369,7 +368,7 @@ class AgentServer:
         self._inode = os.stat(path).st_ino if owns_path else -1
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         #: a child forked and warmed before a hook connects (:mod:`numa_pin.agent.spare`)
-        self.keep_spare = keep_spare
+        self.keep_spare = True  # False after a fork for a spare failed: accept and fork as before
         self.spare_pid: int | None = None
         self.spare_ready = False
         #: the last request a child reported: what the next spare rehearses (None: no hook yet)
@@ -428,7 +427,7 @@ class AgentServer:
             pid = os.fork()
         except OSError:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
-            self.keep_spare = False  # no memory for one more process: accept and fork as before
+            self.keep_spare = False  # no memory for one more process
             return
         if pid == 0:
             status = 1
@@ -444,18 +443,18 @@ class AgentServer:
     def _rehearse_again(self) -> None:
         """In an idle spare: rehearse once more (the parent accepts meanwhile)."""
         if self.rehearsal is not None:
-            _note(self._notes_w, spare.BUSY)
+            spare.send_note(self._notes_w, spare.BUSY)
             spare.rehearse(self.rehearsal)
-            _note(self._notes_w, spare.READY)
+            spare.send_note(self._notes_w, spare.READY)
 
     def _read_notes(self) -> None:
         lines, self._pending_notes = spare.read_notes(self._notes_r, self._pending_notes)
         for line in lines:
-            if line + b"\n" == spare.READY and self.spare_pid is not None:
+            if line == spare.READY and self.spare_pid is not None:
                 self.spare_ready = True
-            elif line + b"\n" == spare.BUSY:
+            elif line == spare.BUSY:
                 self.spare_ready = False
-            elif line + b"\n" == spare.TAKEN:
+            elif line == spare.TAKEN:
                 self._serving, self.spare_pid, self.spare_ready = self.spare_pid, None, False
                 self.last_active = time.monotonic()
                 self._next_spare_at = self.last_active + SERVING_WAIT_S
@@ -502,7 +501,7 @@ class AgentServer:
                 return
             record = {"time": time.time(), "peer_pid": peer.pid, "peer_uid": peer.uid}
             if not peer_allowed(peer.uid, self.uid):
-                self._refuse(conn, record, f"peer uid {peer.uid} is not allowed (only 0 and {self.uid})")
+                self._refuse(conn, record, self._not_allowed(peer))
                 return
             if len(self.children) >= self.max_children:
                 self._refuse(conn, record, f"{len(self.children)} admissions in flight")
@@ -587,14 +586,14 @@ class AgentServer:
         if self.rehearsal is not None:
             spare.rehearse(self.rehearsal)
             by = "rehearsed"
-        _note(self._notes_w, spare.READY)
+        spare.send_note(self._notes_w, spare.READY)
         conn = spare.await_connection(self.listener, self._stop_r, every_s=spare.REHEARSE_EVERY_S,
                                       on_idle=self._rehearse_again if self.rehearsal is not None else None)
         self.listener.close()
         os.close(self._stop_r)
         if conn is None:
             return
-        _note(self._notes_w, spare.TAKEN)
+        spare.send_note(self._notes_w, spare.TAKEN)
         with conn:
             try:
                 peer = peer_credentials(conn)
@@ -602,7 +601,7 @@ class AgentServer:
                 return
             if not peer_allowed(peer.uid, self.uid):
                 self._refuse(conn, {"time": time.time(), "peer_pid": peer.pid, "peer_uid": peer.uid},
-                             f"peer uid {peer.uid} is not allowed (only 0 and {self.uid})")
+                             self._not_allowed(peer))
                 return
             self.handle(conn, peer, by)
 
@@ -623,7 +622,7 @@ class AgentServer:
         record["argv"] = list(request.argv)
         note = spare.request_note(request.argv, request.env, request.cwd)
         if note is not None:
-            _note(self._notes_w, note)
+            spare.send_note(self._notes_w, note)
         reason = refusal(request) or self._environment_refusal(peer)
         if reason is not None:
             self._refuse(conn, record, reason)
@@ -657,6 +656,9 @@ class AgentServer:
         except OSError:
             pass
 
+    def _not_allowed(self, peer: Peer) -> str:
+        return f"peer uid {peer.uid} is not allowed (only 0 and {self.uid})"
+
     def _environment_refusal(self, peer: Peer) -> str | None:
         ns = namespace_mismatch(peer.pid, self.proc_root)
         if ns is not None:
@@ -665,14 +667,6 @@ class AgentServer:
         if changed:
             return f"{changed[0]} changed since the agent started: restart numa-pin serve"
         return None
-
-
-def _note(fd: int, line: bytes) -> None:
-    """A child's note to the parent; lost (never raised) when the pipe is full or the parent gone."""
-    try:
-        os.write(fd, line)
-    except OSError:
-        pass
 
 
 def _ignore(_signum: int, _frame) -> None:

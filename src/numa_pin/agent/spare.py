@@ -37,10 +37,11 @@ from collections.abc import Callable, Mapping, Sequence
 
 from numa_pin.agent.protocol import PASSED_ENV
 
-READY = b"R\n"
-TAKEN = b"T\n"
+#: the notes (one line each, without its newline)
+READY = b"R"
+TAKEN = b"T"
 #: the spare is rehearsing again and does not watch the socket meanwhile
-BUSY = b"B\n"
+BUSY = b"B"
 #: an idle spare rehearses again this often, so the caches a hook reads never go stale
 #: (the topology cache is rediscovered after 60 s) and a hook never waits for a discovery
 REHEARSE_EVERY_S = 20.0
@@ -51,10 +52,19 @@ MAX_NOTE_BYTES = 4096
 
 
 def request_note(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> bytes | None:
-    """The ``Q`` line for a request, or None when it would not fit in one atomic write."""
+    """The ``Q`` note for a request, or None when its line would not fit in one atomic write."""
     body = {"argv": list(argv), "env": {k: v for k, v in env.items() if k in PASSED_ENV}, "cwd": cwd}
-    line = b"Q " + json.dumps(body, sort_keys=True).encode("utf-8", "backslashreplace") + b"\n"
-    return line if len(line) <= MAX_NOTE_BYTES else None
+    note = b"Q " + json.dumps(body, sort_keys=True).encode("utf-8", "backslashreplace")
+    return note if len(note) < MAX_NOTE_BYTES else None
+
+
+def send_note(fd: int, note: bytes) -> None:
+    """One note to the parent, as one line in one write; lost (never raised) when the pipe is
+    full or the parent is gone."""
+    try:
+        os.write(fd, note + b"\n")
+    except OSError:
+        pass
 
 
 def read_notes(fd: int, pending: bytes) -> tuple[list[bytes], bytes]:
@@ -148,5 +158,5 @@ def await_connection(listener: socket.socket, stop_fd: int, *, every_s: float | 
 
 __all__ = [
     "BUSY", "READY", "REHEARSAL_TOPOLOGY_MAX_AGE_S", "REHEARSE_EVERY_S", "TAKEN", "await_connection",
-    "parse_request_note", "read_notes", "rehearse", "request_note",
+    "parse_request_note", "read_notes", "rehearse", "request_note", "send_note",
 ]
