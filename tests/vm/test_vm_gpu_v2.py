@@ -33,7 +33,7 @@ set -u
 """
 
 GUEST_DRIVER = r'''
-import json, os, subprocess, sys, traceback
+import contextlib, json, os, subprocess, sys, traceback
 from pathlib import Path
 
 import harness
@@ -76,6 +76,21 @@ def programs(directory):
             for p in bpfdev.read_programs(directory)]
 
 
+@contextlib.contextmanager
+def running(name):
+    """A ``sleep`` container of this name: (id, pid, cgroup layout, its cgroup)."""
+    cid = harness.new_container_id(name)
+    with harness.running_container(rt, bundle(name, ["sleep", "1000"]), cid, timeout=180) as st:
+        layout = cgroups.detect_layout("/proc")
+        yield cid, st["pid"], layout, cgroups.find_cgroup(st["pid"], "/proc", "/sys/fs/cgroup", layout)
+
+
+def grant(pid, layout, undo, gpu_text=None):
+    """The stand-in's rule on the container's device programs, then its node in the container."""
+    rules = allow_device_rules((RULE,), pid, "/proc", "/sys/fs/cgroup", layout, undo)
+    return rules, create_device_nodes(pid, [STAND_IN], "/proc", None, undo, gpu_text=gpu_text)
+
+
 def step(name, fn):
     try:
         report[name] = fn()
@@ -92,19 +107,14 @@ step("after", lambda: run("after", "nodes-only"))
 def live_undo():
     """grant a running container, then undo (what a failed admission does)"""
     out = {}
-    cid = harness.new_container_id("live")
-    with harness.running_container(rt, bundle("live", ["sleep", "1000"]), cid, timeout=180) as st:
-        pid = st["pid"]
-        layout = cgroups.detect_layout("/proc")
-        ref = cgroups.find_cgroup(pid, "/proc", "/sys/fs/cgroup", layout)
+    with running("live") as (cid, pid, layout, ref):
         out["cgroup"] = ref.cpuset_dir
         out["before"] = programs(ref.cpuset_dir)
         out["probe_before"] = probe(cid)
         undo = UndoLog()
-        grant = allow_device_rules((RULE,), pid, "/proc", "/sys/fs/cgroup", layout, undo)
-        out["grant"] = {"version": grant.version, "added": [str(r) for r in grant.added],
-                        "bpf_dirs": list(grant.bpf_dirs)}
-        create_device_nodes(pid, [STAND_IN], "/proc", None, undo, gpu_text="GPU-x 0\n")
+        rules, _ = grant(pid, layout, undo, gpu_text="GPU-x 0\n")
+        out["grant"] = {"version": rules.version, "added": [str(r) for r in rules.added],
+                        "bpf_dirs": list(rules.bpf_dirs)}
         out["during"] = programs(ref.cpuset_dir)
         out["probe_granted"] = probe(cid)
         out["rollback_failures"] = [str(f) for f in undo.rollback()]
@@ -124,14 +134,9 @@ def live_release():
     from numa_pin.service import NodeService
 
     out = {}
-    cid = harness.new_container_id("rel")
-    with harness.running_container(rt, bundle("rel", ["sleep", "1000"]), cid, timeout=180) as st:
-        pid = st["pid"]
-        layout = cgroups.detect_layout("/proc")
-        undo = UndoLog()
-        grant = allow_device_rules((RULE,), pid, "/proc", "/sys/fs/cgroup", layout, undo)
-        nodes = create_device_nodes(pid, [STAND_IN], "/proc", None, undo, gpu_text="GPU-x 0\n")
-        access = GpuAccess(tuple(nodes), tuple(str(r) for r in grant.added), None, tuple(grant.bpf_dirs))
+    with running("rel") as (cid, pid, layout, _):
+        rules, nodes = grant(pid, layout, UndoLog(), gpu_text="GPU-x 0\n")
+        access = GpuAccess(tuple(nodes), tuple(str(r) for r in rules.added), None, tuple(rules.bpf_dirs))
         service = NodeService(Config(state_dir=str(work / "ledger"), syslog=False))
         g = Grant(cid, cid, cid, "shared", pid=pid, start_time=process_start_time(pid, "/proc"), gpus=access)
         with service.ledger.transaction() as txn:
@@ -139,20 +144,15 @@ def live_release():
         out["probe_granted"] = probe(cid)
         out["released"] = service.release(cid) is not None
         out["probe_released"] = probe(cid)
-        out["after"] = programs(grant.bpf_dirs[0])
+        out["after"] = programs(rules.bpf_dirs[0])
     return out
 
 
 def runc_update():
     """what runc 1.1's update does to a granted container, with one and with two programs"""
     out = {}
-    cid = harness.new_container_id("upd")
-    with harness.running_container(rt, bundle("upd", ["sleep", "1000"]), cid, timeout=180) as st:
-        pid = st["pid"]
-        layout = cgroups.detect_layout("/proc")
-        ref = cgroups.find_cgroup(pid, "/proc", "/sys/fs/cgroup", layout)
-        allow_device_rules((RULE,), pid, "/proc", "/sys/fs/cgroup", layout, UndoLog())
-        create_device_nodes(pid, [STAND_IN], "/proc", None, UndoLog())
+    with running("upd") as (cid, pid, layout, ref):
+        grant(pid, layout, UndoLog())
         out["one_granted"] = probe(cid)
         res = rt._exec("update", "--pids-limit", "500", cid, timeout=60)
         out["one_update_rc"] = res.returncode
