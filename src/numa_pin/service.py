@@ -31,7 +31,7 @@ from numa_pin.admission.request import ContainerRequest
 from numa_pin.config.schema import Config
 from numa_pin.deadline import Deadline
 from numa_pin.enforcer import cgroups as cg
-from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
+from numa_pin.enforcer.cpuset import apply_cpuset
 from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
 from numa_pin.enforcer.pool import reserved_conflicts, resize_shared, shared_pool
 from numa_pin.enforcer.undo import UndoLog, describe_failures
@@ -317,7 +317,9 @@ class NodeService:
                 apply_cpuset(ref, grant.cpus, grant.mems, self.config.cgroup_root, undo)
             elif grant.kind == "shared":
                 own = pool & grant.cpuset_limit if grant.cpuset_limit else pool
-                apply_cpuset(ref, own, read_cpuset(ref).mems, self.config.cgroup_root, undo)
+                # only the CPUs move: a shared container's memory nodes stay its own (on cgroup v2
+                # its cpuset.mems is usually empty, inheriting the parent's)
+                apply_cpuset(ref, own, None, self.config.cgroup_root, undo)
         if grant.cpus or pool_changed:
             refs = self._shared_refs(state, exclude=grant.container_id)
             resize_shared(refs, pool, self.config.cgroup_root, undo, self._limits(state))
@@ -529,7 +531,7 @@ class NodeService:
                     continue
                 cpus = g.cpus if g.cpus else (pool & g.cpuset_limit if g.cpuset_limit else pool)
                 before = len(undo)
-                mems = g.mems if g.cpus and g.mems else read_cpuset(ref).mems
+                mems = g.mems if g.cpus and g.mems else None  # a shared container keeps its own
                 apply_cpuset(ref, cpus, mems, self.config.cgroup_root, undo)
                 if len(undo) != before:
                     repaired.append(g.container_id)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from enforcer_fakes import FakeCgroupTree, snapshot, write
 
+from numa_pin import cpuset as cpulist
 from numa_pin.enforcer.cgroups import CgroupRef
 from numa_pin.enforcer.cpuset import apply_cpuset, ensure_cpuset_controller, read_cpuset
 from numa_pin.enforcer.undo import UndoLog
@@ -65,6 +66,34 @@ def test_skips_writes_that_change_nothing(cgroup_root: Path, kernel_factory, ver
     assert len(undo) == len(expected_files)
     assert (state.cpus, state.mems) == (frozenset(cpus), frozenset(mems))
     assert (state.effective_cpus, state.effective_mems) == (frozenset(cpus), frozenset(mems))
+
+
+@pytest.mark.parametrize(
+    "version, initial_mems, effective_mems",
+    [(2, "", "0-1"), (2, "1", "1"), (1, "0", "0")],
+    ids=["v2-inherited", "v2-own", "v1-own"],
+)
+def test_mems_none_moves_only_the_cpus(cgroup_root: Path, kernel_factory, version: int,
+                                       initial_mems: str, effective_mems: str) -> None:
+    """A shared container: its memory nodes, even an empty (inherited) v2 ``cpuset.mems``, stay."""
+    tree = FakeCgroupTree(cgroup_root, version)
+    tree.mkcg("/k", "0-7", "0-1", subtree="cpuset")
+    leaf = tree.mkcg("/k/c", None, initial_mems or None)
+    kernel = kernel_factory(tree)
+    undo = UndoLog()
+    state = apply_cpuset(ref_for(tree, "/k/c"), {2, 3}, None, cgroup_root, undo)
+    assert [n for n in names(kernel.writes, leaf) if n.startswith("cpuset.")] == ["cpuset.cpus"]
+    assert state.mems == cpulist.parse_list(initial_mems)
+    assert state.effective_mems == cpulist.parse_list(effective_mems)
+    assert state.effective_cpus == {2, 3}
+    undo.rollback()
+    assert (leaf / "cpuset.mems").read_text().strip() == initial_mems
+
+
+def test_mems_none_still_refuses_empty_cpus(v2_tree: FakeCgroupTree, cgroup_root: Path) -> None:
+    v2_tree.mkcg("/k/c")
+    with pytest.raises(EnforcementError, match="refusing an empty cpuset"):
+        apply_cpuset(ref_for(v2_tree, "/k/c"), set(), None, cgroup_root, UndoLog())
 
 
 # ---- v2 subtree_control --------------------------------------------------------------

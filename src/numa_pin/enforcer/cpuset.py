@@ -6,6 +6,9 @@ Order and checks (``docs/enforcer.md`` explains why):
    hierarchy root down to the parent, where it is missing (each one recorded for undo).
 2. ``cpuset.mems`` is written, then ``cpuset.cpus`` (v1 needs mems before tasks can run;
    the same order is harmless on v2). A write that would not change the value is skipped.
+   ``mems=None`` leaves the memory nodes as they are: a shared container only has its CPUs
+   moved, and on v2 its own ``cpuset.mems`` is usually empty (it inherits the parent's, as
+   systemd, podman and runc without a cpuset leave it), which must stay so.
 3. The effective values are read back (v2 ``cpuset.{cpus,mems}.effective``; v1
    ``cpuset.effective_{cpus,mems}``, or ``cpuset.{cpus,mems}`` on kernels without them).
    If they differ from the request, because a parent restricts them, every write of this
@@ -180,11 +183,14 @@ def _relative_message(exc: EnforcementError, d: str) -> str:
 def apply_cpuset(
     ref: CgroupRef,
     cpus: Iterable[int],
-    mems: Iterable[int],
+    mems: Iterable[int] | None,
     cgroup_root: str | os.PathLike[str],
     undo: UndoLog,
 ) -> CpusetState:
     """Confine cgroup ``ref`` to ``cpus`` and memory nodes ``mems``; return the read-back state.
+
+    ``mems=None`` writes only the CPUs: the memory nodes (configured and effective) stay as
+    the cgroup has them, whatever they are, and are not checked.
 
     Every change is recorded in ``undo`` (only once the whole call succeeded). On any
     failure the writes made by this call are rolled back first, then
@@ -195,32 +201,35 @@ def apply_cpuset(
     or a cgroup directory that does not exist.
     """
     want_cpus = frozenset(cpus)
-    want_mems = frozenset(mems)
+    want_mems = None if mems is None else frozenset(mems)
     d = ref.cpuset_dir
     cgroups.check_under(cgroup_root, d)
-    if not want_cpus or not want_mems:
+    if not want_cpus or want_mems == frozenset():
+        shown = "unchanged" if want_mems is None else cpulist.format_list(want_mems)
         raise EnforcementError(
             f"refusing an empty cpuset (cpus={cpulist.format_list(want_cpus)!r}, "
-            f"mems={cpulist.format_list(want_mems)!r})", path=d)
+            f"mems={shown!r})", path=d)
     if not os.path.isdir(d):
         raise EnforcementError("cgroup directory does not exist", path=d)
 
     local = UndoLog()
     try:
         ensure_cpuset_controller(ref, local)
-        write_list_if_changed(os.path.join(d, CPUSET_MEMS), want_mems, local)
+        if want_mems is not None:
+            write_list_if_changed(os.path.join(d, CPUSET_MEMS), want_mems, local)
         write_list_if_changed(os.path.join(d, CPUSET_CPUS), want_cpus, local)
         state = read_cpuset(ref)
-        if state.effective_cpus != want_cpus or state.effective_mems != want_mems:
+        if state.effective_cpus != want_cpus or (want_mems is not None and state.effective_mems != want_mems):
+            asked_mems = "unchanged" if want_mems is None else cpulist.format_list(want_mems)
             raise EnforcementError(
                 f"asked for cpus {cpulist.format_list(want_cpus)} mems "
-                f"{cpulist.format_list(want_mems)}, the kernel made them effective as cpus "
+                f"{asked_mems}, the kernel made them effective as cpus "
                 f"{cpulist.format_list(state.effective_cpus) or 'none'} mems "
                 f"{cpulist.format_list(state.effective_mems) or 'none'}",
                 path=d,
             )
     except EnforcementError as exc:
-        hint = _v1_parent_hint(ref, want_cpus, want_mems) or _v2_parent_hint(ref)
+        hint = _v1_parent_hint(ref, want_cpus, want_mems or frozenset()) or _v2_parent_hint(ref)
         failures = local.rollback()
         parts = [_relative_message(exc, d)]
         if hint:
