@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.cpuset import parse_list
+
 from .guest import DEFAULT_NUMA, GuestResult, run_in_guest_with_retry, unavailable_reason
 
 pytestmark = pytest.mark.vm
@@ -63,6 +65,9 @@ try:
                           "allowed": list(harness.proc_allowed(st["pid"]))}
         res = rt.run(bundle("second", two, ["true"]), "second", timeout=180)
         report["second"] = {"rc": res.returncode, "stderr": res.stderr}
+        # a container that asks numa-pin for nothing: runc leaves its own cpuset.mems empty on v2
+        res = rt.run(bundle("plain", {}, show), harness.new_container_id("plain"), timeout=180)
+        report["plain"] = {"rc": res.returncode, "stdout": res.stdout, "stderr": res.stderr}
 except (harness.HarnessError, OSError) as exc:
     report["held"] = {"error": str(exc)}
 status = subprocess.run([str(Path(hook).with_name("numa-pin")), "status", "--json", "--config", str(config)],
@@ -129,3 +134,14 @@ def test_cgroup_v2_cpuset_and_second_container_rejected(report):
     second = report["second"]
     assert second["rc"] != 0 and "TopologyAffinityError" in second["stderr"]
     assert json.loads(report["status_after"])["grants"] == [], "everything released after exit"
+
+
+def test_cgroup_v2_plain_container_starts_off_the_exclusive_cpus(report):
+    """A container without numa-pin annotations starts (its scope's own cpuset.mems is empty on v2)
+    and runs on the shared pool: none of the held container's CPUs, every memory node."""
+    plain = report["plain"]
+    assert plain["rc"] == 0, plain["stderr"]
+    allowed = _allowed(plain["stdout"])
+    held = parse_list(report["held"]["cpus"])
+    assert parse_list(allowed["Cpus_allowed_list"]) and not parse_list(allowed["Cpus_allowed_list"]) & held
+    assert allowed["Mems_allowed_list"] == f"0-{len(DEFAULT_NUMA) - 1}"
