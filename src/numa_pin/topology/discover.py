@@ -18,25 +18,34 @@ Sources (paths relative to the sysfs root):
   the package id is unknown) and the level-3 entry of ``cache/indexN``.
 
 What is required is what a decision needs: the CPU and node lists, each node's ``MemTotal``,
-each online CPU's ``core_id`` and ``thread_siblings_list``. Anything else that is missing has
-a fallback; a file that is present but garbage is always an error naming it.
+each online CPU's thread siblings. Anything else that is missing or meaningless has a
+fallback; a file that is present but garbage is always an error naming it, and so is a
+contradiction that would make a placement unsafe (a CPU two nodes list that no single
+``cpuN/nodeM`` link settles, a distance row of the wrong length or with a negative entry).
 
 Fallbacks (each is documented in ``docs/topology.md``):
 
 * no ``devices/system/node`` directory (kernel built without NUMA): one node 0 holding
   every online CPU, distance row ``(10,)``, memory from ``<proc_root>/meminfo`` when a
   proc root is given (else 0), hugepages from ``kernel/mm/hugepages``;
-* no ``nodeN/distance`` file -> what the kernel uses without a SLIT: 10 to itself, 20 to
-  every other node;
+* no ``nodeN/distance`` file, or a row of zeros (firmware without a SLIT) -> what the kernel
+  uses without a SLIT: 10 to itself, 20 to every other node;
+* a pool without ``free_hugepages`` -> free pages unknown (``None``);
+* a CPU listed by several nodes' ``cpulist`` (a BIOS bug) -> the node of its single
+  ``cpuN/nodeM`` link, which must be one of them;
 * no ``MemFree`` line in ``nodeN/meminfo`` -> free memory unknown (``None``); no decision
   uses it (kubelet's memory manager works from capacity);
 * ``die_id`` missing or negative -> 0; ``cluster_id`` missing, negative or 65535 (the
   kernel's "unknown") -> ``None``;
-* ``physical_package_id`` -1 (POWER without ``ibm,chip-id``) -> one socket per distinct
-  ``package_cpus_list`` (else ``core_siblings_list``), numbered by lowest CPU after the
-  known package ids; without either list, socket 0;
-* L3 ``id`` missing -> the lowest CPU of that cache's ``shared_cpu_list``; no level-3
-  cache -> ``None``;
+* ``physical_package_id`` -1 (POWER without ``ibm,chip-id``) or missing -> one socket per
+  distinct ``package_cpus_list`` (else ``core_siblings_list``), numbered by lowest CPU after
+  the known package ids; without either list, socket 0;
+* ``core_id`` missing, or no package information at all -> every core is numbered by its
+  lowest thread sibling (core ids alone may repeat across the packages it cannot tell apart);
+* ``thread_siblings_list`` missing -> the ``thread_siblings`` mask;
+* L3 ``id`` missing -> the lowest CPU of that cache's ``shared_cpu_list``, else of its
+  ``shared_cpu_map``; an empty list or map (an all-zero L3 map), or no level-3 cache ->
+  ``None`` (unknown);
 * a CPU absent from every node ``cpulist`` -> the node of its ``cpuN/nodeM`` link.
 """
 
@@ -44,6 +53,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import PurePath
 
 from numa_pin.errors import SysfsError, TopologyError
@@ -127,17 +137,25 @@ def read_cpus(
     Raises SysfsError for a missing/garbage topology file and TopologyError for a CPU
     that belongs to no node (or whose ``nodeN`` link is ambiguous).
     """
-    node_of = _cpu_to_node(reader, nodes)
+    node_of = _cpu_to_node(nodes)
     cpus = {cpu: _read_cpu(reader, cpu, online, nodes, node_of) for cpu in sorted(online)}
-    return _number_unknown_packages(reader, cpus)
+    cpus, guessed = _number_unknown_packages(reader, cpus)
+    if guessed or any(c.core < 0 for c in cpus.values()):
+        # core ids are unknown, or may repeat across packages that cannot be told apart:
+        # a physical core is its thread siblings, numbered by the lowest
+        cpus = {cpu: replace(c, core=min(c.siblings)) for cpu, c in cpus.items()}
+    return cpus
 
 
-def _number_unknown_packages(reader: SysfsReader, cpus: dict[int, Cpu]) -> dict[int, Cpu]:
-    """Give CPUs whose ``physical_package_id`` is negative (read as -1) a socket: one per
-    distinct package CPU list, numbered by lowest CPU after the highest known id."""
+def _number_unknown_packages(
+    reader: SysfsReader, cpus: dict[int, Cpu]
+) -> tuple[dict[int, Cpu], bool]:
+    """Give CPUs whose ``physical_package_id`` is negative or missing (read as -1) a socket:
+    one per distinct package CPU list, numbered by lowest CPU after the highest known id.
+    The flag is True when some CPU had no package list either (its socket is a guess)."""
     unknown = [cpu for cpu in cpus.values() if cpu.socket < 0]
     if not unknown:
-        return cpus
+        return cpus, False
     groups: dict[int, frozenset[int]] = {}
     for cpu in unknown:
         groups[cpu.id] = _package_list(reader, cpu.id) or frozenset({-1})
@@ -149,7 +167,7 @@ def _number_unknown_packages(reader: SysfsReader, cpus: dict[int, Cpu]) -> dict[
         group = groups[cpu.id]
         socket = 0 if group == frozenset({-1}) and first == 0 else number[group]
         out[cpu.id] = replace(cpu, socket=socket)
-    return out
+    return out, frozenset({-1}) in number
 
 
 def _package_list(reader: SysfsReader, cpu: int) -> frozenset[int] | None:
@@ -169,13 +187,17 @@ def _read_cpu(
 ) -> Cpu:
     base = f"{CPU_DIR}/cpu{cpu}"
     topo = f"{base}/topology"
-    socket = max(reader.read_int(f"{topo}/physical_package_id"), -1)  # -1: numbered later
+    socket = -1  # unknown: numbered later
+    if reader.exists(f"{topo}/physical_package_id"):
+        socket = max(reader.read_int(f"{topo}/physical_package_id"), -1)
     die = max(reader.read_int(f"{topo}/die_id"), 0) if reader.exists(f"{topo}/die_id") else 0
     core_path = f"{topo}/core_id"
-    core = reader.read_int(core_path)
-    if core < 0:
-        raise SysfsError(reader.path(core_path), f"negative core_id {core}")
-    siblings = (reader.read_list(f"{topo}/thread_siblings_list") & online) | {cpu}
+    core = -1  # unknown: numbered by its siblings later
+    if reader.exists(core_path):
+        core = reader.read_int(core_path)
+        if core < 0:
+            raise SysfsError(reader.path(core_path), f"negative core_id {core}")
+    siblings = (_thread_siblings(reader, topo) & online) | {cpu}
     cluster: int | None = None
     if reader.exists(f"{topo}/cluster_id"):
         raw = reader.read_int(f"{topo}/cluster_id")
@@ -195,12 +217,23 @@ def _read_cpu(
     )
 
 
+def _thread_siblings(reader: SysfsReader, topo: str) -> frozenset[int]:
+    """``thread_siblings_list``, else the ``thread_siblings`` mask; SysfsError (naming the
+    list) when neither is there."""
+    listed = f"{topo}/thread_siblings_list"
+    if not reader.exists(listed) and reader.exists(f"{topo}/thread_siblings"):
+        return reader.read_mask(f"{topo}/thread_siblings")
+    return reader.read_list(listed)
+
+
 def read_l3_id(reader: SysfsReader, cpu: int) -> int | None:
-    """The id of ``cpu``'s level-3 cache, or None when sysfs shows no level-3 cache.
+    """The id of ``cpu``'s level-3 cache, or None when it is unknown.
 
     Uses ``cache/indexN/id``; when that is missing, the lowest CPU in the cache's
-    ``shared_cpu_list`` (the same for every CPU sharing the cache). Raises SysfsError for
-    garbage ``level``/``id``/``shared_cpu_list`` files or an empty ``shared_cpu_list``.
+    ``shared_cpu_list``, else in its ``shared_cpu_map`` (the same for every CPU sharing the
+    cache). None when sysfs shows no level-3 cache, or when its list or map is empty (some
+    kernels write an all-zero L3 map) or both are missing. Raises SysfsError for garbage
+    ``level``/``id``/``shared_cpu_list``/``shared_cpu_map`` files.
     """
     cache = f"{CPU_DIR}/cpu{cpu}/cache"
     if not reader.is_dir(cache):
@@ -216,34 +249,36 @@ def read_l3_id(reader: SysfsReader, cpu: int) -> int | None:
             continue
         if reader.exists(f"{index}/id"):
             return reader.read_int(f"{index}/id")
-        shared_path = f"{index}/shared_cpu_list"
-        shared = reader.read_list(shared_path)
-        if not shared:
-            raise SysfsError(reader.path(shared_path), "empty shared_cpu_list")
-        return min(shared)
+        if reader.exists(f"{index}/shared_cpu_list"):
+            shared = reader.read_list(f"{index}/shared_cpu_list")
+        elif reader.exists(f"{index}/shared_cpu_map"):
+            shared = reader.read_mask(f"{index}/shared_cpu_map")
+        else:
+            return None
+        return min(shared) if shared else None
     return None
 
 
-def _cpu_to_node(reader: SysfsReader, nodes: dict[int, NumaNode]) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for node in nodes.values():
-        for cpu in node.cpus:
-            if cpu in out:
-                raise TopologyError(
-                    f"{reader.path(f'{NODE_DIR}/node{node.id}/cpulist')}: CPU {cpu} is "
-                    f"also listed by node {out[cpu]}"
-                )
-            out[cpu] = node.id
-    return out
+def _cpu_to_node(nodes: dict[int, NumaNode]) -> dict[int, int]:
+    """CPU -> node (the node cpulists are disjoint once :func:`read_nodes` has settled them)."""
+    return {cpu: node.id for node in nodes.values() for cpu in node.cpus}
 
 
-def _node_from_link(reader: SysfsReader, cpu: int, nodes: dict[int, NumaNode]) -> int:
+def _linked_nodes(reader: SysfsReader, cpu: int, nodes: Mapping[int, object]) -> list[int]:
+    """The online nodes ``cpuN/nodeM`` links name (the kernel's ``cpu_to_node``)."""
     base = f"{CPU_DIR}/cpu{cpu}"
-    linked = [
+    if not reader.is_dir(base):
+        return []
+    return [
         int(m.group(1))
         for name in reader.listdir(base)
         if (m := _NODE_RE.fullmatch(name)) and int(m.group(1)) in nodes
     ]
+
+
+def _node_from_link(reader: SysfsReader, cpu: int, nodes: dict[int, NumaNode]) -> int:
+    base = f"{CPU_DIR}/cpu{cpu}"
+    linked = _linked_nodes(reader, cpu, nodes)
     if len(linked) == 1:
         return linked[0]
     cpulists = reader.path(f"{NODE_DIR}/node*/cpulist")
@@ -286,7 +321,42 @@ def read_nodes(
     ids = read_online_nodes(reader)
     if ids is None:
         return {0: _single_node(reader, online_cpus, proc)}
-    return {nid: _read_node(reader, nid, ids, online_cpus) for nid in ids}
+    nodes = {nid: _read_node(reader, nid, ids, online_cpus) for nid in ids}
+    return _settle_overlaps(reader, nodes)
+
+
+def _settle_overlaps(reader: SysfsReader, nodes: dict[int, NumaNode]) -> dict[int, NumaNode]:
+    """Give a CPU that several node cpulists name (a BIOS bug) to the one node its
+    ``cpuN/nodeM`` link names, as the kernel's own ``cpu_to_node`` does.
+
+    Raises TopologyError naming both cpulists when the links do not name exactly one node,
+    or name one that does not list the CPU: its node, and so any placement on it, would be
+    a guess.
+    """
+    listed: dict[int, list[int]] = {}
+    for node in nodes.values():
+        for cpu in node.cpus:
+            listed.setdefault(cpu, []).append(node.id)
+    owner: dict[int, int] = {}
+    for cpu, owners in sorted(listed.items()):
+        if len(owners) < 2:
+            continue
+        linked = _linked_nodes(reader, cpu, nodes)
+        if len(linked) != 1 or linked[0] not in owners:
+            first, second = (reader.path(f"{NODE_DIR}/node{n}/cpulist") for n in owners[:2])
+            links = ",".join(f"node{n}" for n in linked) or "none"
+            raise TopologyError(
+                f"{first} and {second} both list CPU {cpu}, and the nodeN links of "
+                f"{reader.path(f'{CPU_DIR}/cpu{cpu}')} ({links}) do not name one of them: "
+                "its node is unknown"
+            )
+        owner[cpu] = linked[0]
+    if not owner:
+        return nodes
+    return {
+        nid: replace(node, cpus=frozenset(c for c in node.cpus if owner.get(c, nid) == nid))
+        for nid, node in nodes.items()
+    }
 
 
 def _read_node(
@@ -308,14 +378,16 @@ def _read_node(
 
 def _read_distance_row(reader: SysfsReader, rel: str, ids: tuple[int, ...]) -> tuple[int, ...]:
     full = reader.path(rel)
+    nid = int(PurePath(rel).parent.name.removeprefix("node"))
     if not reader.exists(rel):
-        nid = int(PurePath(rel).parent.name.removeprefix("node"))
-        return tuple(LOCAL_DISTANCE if other == nid else REMOTE_DISTANCE for other in ids)
+        return _no_slit_row(nid, ids)
     text = reader.read_str(rel)
     try:
         row = parse_int_row(text)
     except ValueError as exc:
         raise SysfsError(full, f"garbage content: {exc}") from exc
+    if not any(row):  # all zeros: firmware gave no SLIT, as if the file were missing
+        return _no_slit_row(nid, ids)
     if len(row) != len(ids):
         raise SysfsError(
             full,
@@ -325,6 +397,10 @@ def _read_distance_row(reader: SysfsReader, rel: str, ids: tuple[int, ...]) -> t
     if any(d <= 0 for d in row):
         raise SysfsError(full, f"non-positive distance in row {list(row)}")
     return row
+
+
+def _no_slit_row(nid: int, ids: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(LOCAL_DISTANCE if other == nid else REMOTE_DISTANCE for other in ids)
 
 
 def _read_meminfo(reader: SysfsReader, rel: str) -> tuple[int, int | None]:
@@ -345,8 +421,9 @@ def _read_meminfo(reader: SysfsReader, rel: str) -> tuple[int, int | None]:
 def read_hugepages(reader: SysfsReader, rel: str) -> tuple[HugePages, ...]:
     """Hugepage pools under ``rel`` (``hugepages-<size>kB`` dirs), ordered by size.
 
-    A missing directory means no hugepage support: ``()``. Raises SysfsError for a
-    missing or garbage ``nr_hugepages``/``free_hugepages`` inside an existing pool.
+    A missing directory means no hugepage support: ``()``; a pool without
+    ``free_hugepages`` has unknown (None) free pages. Raises SysfsError for a missing or
+    garbage ``nr_hugepages``, or a garbage ``free_hugepages``, inside an existing pool.
     """
     if not reader.is_dir(rel):
         return ()
@@ -359,10 +436,14 @@ def read_hugepages(reader: SysfsReader, rel: str) -> tuple[HugePages, ...]:
         HugePages(
             size_kb=size,
             total=reader.read_int(f"{rel}/{name}/nr_hugepages"),
-            free=reader.read_int(f"{rel}/{name}/free_hugepages"),
+            free=_optional_int(reader, f"{rel}/{name}/free_hugepages"),
         )
         for size, name in pools
     )
+
+
+def _optional_int(reader: SysfsReader, rel: str) -> int | None:
+    return reader.read_int(rel) if reader.exists(rel) else None
 
 
 def _single_node(
