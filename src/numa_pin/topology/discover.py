@@ -1,8 +1,9 @@
 """Build a :class:`~numa_pin.topology.model.Topology` from a live (or fake) sysfs tree.
 
 Only this module, :mod:`numa_pin.topology.discover_cpus` (the CPU half) and
-:mod:`numa_pin.topology.pci` read the machine; everything they return is frozen data. Roots are parameters: ``discover("/sys", "/proc")`` reads the
-live machine, ``discover(tmp_path)`` reads a test tree.
+:mod:`numa_pin.topology.pci` read the machine; everything they return is frozen data. Roots
+are parameters: ``discover("/sys", "/proc")`` reads the live machine, ``discover(tmp_path)``
+reads a test tree.
 
 Sources (paths relative to the sysfs root):
 
