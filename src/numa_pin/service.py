@@ -265,9 +265,10 @@ class NodeService:
 
     # ---- enforcement -----------------------------------------------------------------------
     def shared_pool(self, state: LedgerState) -> frozenset[int]:
-        """All CPUs minus every exclusive grant; the reserved CPUs keep it from emptying."""
+        """All CPUs minus every exclusive grant (and the reserved CPUs with strict-cpu-reservation)."""
         exclusive = [g.cpus for g in state.grants.values() if g.cpus]
-        return shared_pool(self.topology.cpu_ids, exclusive, self.reserved())
+        strict = self.settings.cpu_options.strict_cpu_reservation
+        return shared_pool(self.topology.cpu_ids, exclusive, self.reserved(), strict=strict)
 
     def config_conflicts(self, state: LedgerState) -> list[str]:
         """One line per grant that holds CPUs the current config reserves, with the way out

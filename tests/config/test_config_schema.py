@@ -163,7 +163,7 @@ syslog: false
     assert c.cpu_manager.options.enabled() == {
         "full-pcpus-only", "distribute-cpus-across-numa", "strict-cpu-reservation"}
     assert c.cpu_manager.reserved_cpus == frozenset({0, 8, 9})
-    assert c.cpu_manager.num_reserved_cpus == 0
+    assert c.cpu_manager.num_reserved_cpus == 3, "the list's size; the file's 0 is ignored"
     assert c.reserved_memory == {0: {"memory": 1 << 30, "hugepages-2Mi": 4 << 20}, 1: {"hugepages-1Gi": 1 << 30}}
     assert c.devices["nvidia.com/gpu"] == (DeviceSelector(vendors=("0x10de",), classes=("0x0302",)),)
     assert c.devices["intel.com/sriov"] == (
@@ -176,6 +176,22 @@ syslog: false
     assert c.lock_timeout_s == 2.5 and c.syslog is False
     # the JSON form round-trips (this is what the cache stores)
     assert config_from_dict(json.loads(json.dumps(c.to_dict()))) == c
+
+
+@pytest.mark.parametrize(
+    "cpu_manager, expected",
+    [
+        ({"reserved_cpus": "0-1"}, 2),  # the default num_reserved_cpus (1) is not a contradiction
+        ({"reserved_cpus": "0-1", "num_reserved_cpus": 5}, 2),
+        ({"reserved_cpus": 3, "num_reserved_cpus": 0}, 1),
+        ({"num_reserved_cpus": 4}, 4),
+        ({}, 1),
+    ],
+    ids=["list-with-default-count", "list-wins-over-count", "one-cpu-list", "count-alone", "defaults"],
+)
+def test_reserved_cpus_list_sets_the_count(cpu_manager, expected: int) -> None:
+    """kubelet derives the reserved count from --reserved-cpus (it overrides the CPU amounts)."""
+    assert config_from_dict({"cpu_manager": cpu_manager}).cpu_manager.num_reserved_cpus == expected
 
 
 def test_reserved_cpus_int_is_one_cpu() -> None:

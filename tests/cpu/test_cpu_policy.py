@@ -130,8 +130,11 @@ def test_explicit_reserved_wins():
         ({1, 99}, 2, "reserved cpus 99 are not online CPUs"),
         ({1, 6}, 3, r"unable to reserve the required amount of CPUs \(size of 1,6 did not equal 3\)"),
         (None, 13, r"size of the empty set did not equal 13"),
+        # kubelet TestStaticPolicyStartWithResvList "inconsistency between numReservedCPUs and
+        # reserved": NewStaticPolicy(numReservedCPUs=1, reserved=0-1); the config derives the count
+        ({0, 1}, 1, r"^unable to reserve the required amount of CPUs \(size of 0-1 did not equal 1\)$"),
     ],
-    ids=["unknown-cpu", "size-mismatch", "more-than-machine"],
+    ids=["unknown-cpu", "size-mismatch", "more-than-machine", "kubelet-inconsistency"],
 )
 def test_reserved_errors(explicit, count, message):
     with pytest.raises(PolicyError, match=message):

@@ -106,7 +106,7 @@ def test_other_pods_allocations_per_resource() -> None:
 
 def test_pod_scope_uses_pod_request_and_pod_devices() -> None:
     # init containers ask 2 and 1, apps 1 + 1: the pod needs max(2, 2) = 2
-    request = pod_device_request([{"example.com/dev": 2}, {"example.com/dev": 1}],
+    request = pod_device_request([({"example.com/dev": 2}, False), ({"example.com/dev": 1}, False)],
                                  [{"example.com/dev": 1}, {"example.com/dev": 1}])
     assert request == {"example.com/dev": 2}
     registered = {"example.com/dev": TWO_PER_NODE}
@@ -120,14 +120,58 @@ def test_pod_scope_uses_pod_request_and_pod_devices() -> None:
 
 @pytest.mark.parametrize(
     ("init", "apps", "expected"),
-    [([{"r/a": 3}], [{"r/a": 1}, {"r/a": 1}], {"r/a": 3}),
-     ([{"r/a": 1}], [{"r/a": 2}, {"r/a": 1}], {"r/a": 3}),
-     ([{"r/a": 1}, {"r/a": 4}], [], {"r/a": 4}),
-     ([{"r/b": 2}], [{"r/a": 1}], {"r/a": 1, "r/b": 2}),
+    [([({"r/a": 3}, False)], [{"r/a": 1}, {"r/a": 1}], {"r/a": 3}),
+     ([({"r/a": 1}, False)], [{"r/a": 2}, {"r/a": 1}], {"r/a": 3}),
+     ([({"r/a": 1}, False), ({"r/a": 4}, False)], [], {"r/a": 4}),
+     ([({"r/b": 2}, False)], [{"r/a": 1}], {"r/a": 1, "r/b": 2}),
      ([], [{"r/a": 0}], {"r/a": 0})],
     ids=["max-init-wins", "sum-apps-wins", "init-only", "init-only-resource-kept", "zero"],
 )
 def test_pod_device_request(init, apps, expected) -> None:
+    assert pod_device_request(init, apps) == expected
+
+
+# kubelet's TestGetPodDeviceRequest (devicemanager topology_hints_test.go), device resources only
+KUBELET_POD_DEVICE_REQUEST = [
+    ("empty pod", [], [], {}),
+    ("init container requests device plugin resource", [({"gpu": 2}, False)], [], {"gpu": 2}),
+    ("init containers request device plugin resource", [({"gpu": 2}, False), ({"gpu": 4}, False)], [],
+     {"gpu": 4}),
+    ("user container requests device plugin resource", [], [{"gpu": 2}], {"gpu": 2}),
+    ("init and user containers request the same amount",
+     [({"gpu": 2, "nic": 2}, False), ({"gpu": 2, "nic": 2}, False)],
+     [{"gpu": 1, "nic": 1}, {"gpu": 1, "nic": 1}], {"gpu": 2, "nic": 2}),
+    ("init containers request more than user containers",
+     [({"gpu": 2, "nic": 1}, False), ({"gpu": 3, "nic": 2}, False)],
+     [{"gpu": 1, "nic": 1}, {"gpu": 1}], {"gpu": 3, "nic": 2}),
+    ("user containers request more than init containers",
+     [({"gpu": 2, "nic": 1}, False), ({"gpu": 2, "nic": 1}, False)],
+     [{"gpu": 3, "nic": 2}, {"gpu": 3, "nic": 2}], {"gpu": 6, "nic": 4}),
+]
+
+
+@pytest.mark.parametrize(("init", "apps", "expected"), [c[1:] for c in KUBELET_POD_DEVICE_REQUEST],
+                         ids=[c[0] for c in KUBELET_POD_DEVICE_REQUEST])
+def test_pod_device_request_kubelet_table(init, apps, expected) -> None:
+    assert pod_device_request(init, apps) == expected
+
+
+# resource.PodLimits with restartable (sidecar) init containers (KEP 753): a sidecar's devices are
+# held for the pod's life, by the app containers' side and under every init container after it
+SIDECARS = [
+    ("sidecar-and-app", [({"gpu": 1}, True)], [{"gpu": 1}], {"gpu": 2}),
+    ("init-after-sidecar-sees-it-held", [({"gpu": 1}, True), ({"gpu": 2}, False)], [{"gpu": 1}], {"gpu": 3}),
+    ("init-before-sidecar-does-not", [({"gpu": 2}, False), ({"gpu": 1}, True)], [{"gpu": 1}], {"gpu": 2}),
+    ("sidecars-only", [({"gpu": 1}, True), ({"gpu": 2}, True)], [], {"gpu": 3}),
+    ("sidecar-of-another-resource", [({"nic": 1}, True), ({"gpu": 2}, False)], [{"gpu": 1}],
+     {"gpu": 2, "nic": 1}),
+    ("two-sidecars-then-init", [({"gpu": 1}, True), ({"gpu": 1}, True), ({"gpu": 1}, False)], [{"gpu": 2}],
+     {"gpu": 4}),
+]
+
+
+@pytest.mark.parametrize(("init", "apps", "expected"), [c[1:] for c in SIDECARS], ids=[c[0] for c in SIDECARS])
+def test_pod_device_request_with_sidecars(init, apps, expected) -> None:
     assert pod_device_request(init, apps) == expected
 
 

@@ -51,6 +51,36 @@ def test_shared_pool_refuses(online, grants, reserved, match: str) -> None:
         shared_pool(online, grants, reserved)
 
 
+# kubelet's TestStaticPolicyStartWithResvList (topoDualSocketHT: 12 CPUs, reserved 0-1): the
+# default cpuset a fresh static policy starts with, without and with strict-cpu-reservation
+@pytest.mark.parametrize(
+    "strict, expected",
+    [(False, range(12)), (True, range(2, 12))],
+    ids=["empty cpuset", "empty cpuset with StrictCPUReservationOption enabled"],
+)
+def test_shared_pool_kubelet_start_with_reserved_list(strict: bool, expected) -> None:
+    assert shared_pool(range(12), [], [0, 1], strict=strict) == frozenset(expected)
+
+
+@pytest.mark.parametrize(
+    "online, grants, reserved, expected",
+    [
+        (range(8), [[2, 3]], [0], {1, 4, 5, 6, 7}),
+        (range(8), [[2, 3]], [0, 12], {1, 4, 5, 6, 7}),  # an offline reserved CPU changes nothing
+        (range(8), [[0, 2]], [0], {1, 3, 4, 5, 6, 7}),  # a grant holding a now-reserved CPU
+    ],
+    ids=["grant-and-reserved-out", "offline-reserved", "reserved-held-by-an-old-grant"],
+)
+def test_shared_pool_strict_keeps_reserved_cpus_out(online, grants, reserved, expected) -> None:
+    assert shared_pool(online, grants, reserved, strict=True) == frozenset(expected)
+
+
+def test_shared_pool_strict_refuses_to_empty_it_in_kubelets_words() -> None:
+    with pytest.raises(AllocationError, match="^default cpuset cannot be empty: .*strict-cpu-reservation"):
+        shared_pool(range(4), [[2, 3]], [0, 1], strict=True)
+    assert shared_pool(range(4), [[2, 3]], [0, 1]) == {0, 1}  # without strict the reserved stay
+
+
 def test_a_grant_holding_a_now_reserved_cpu_keeps_it_and_is_reported() -> None:
     """A reservation changed under a live grant: the node keeps working, the clash is named."""
     assert shared_pool(range(4), [[0, 1]], [0]) == {2, 3}

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from policy_strategies import DETERMINISTIC
 
 from numa_pin.errors import PolicyError, TopologyError
-from numa_pin.policy.base import NumaInfo, flatten_providers
+from numa_pin.policy.base import NumaInfo, Ranker, flatten_providers
 from numa_pin.policy.hint import TopologyHint
 from numa_pin.policy.options import PolicyOptions, check_machine, parse_bool, parse_int, parse_options
 from numa_pin.policy.reference import reference_merge
@@ -142,6 +142,23 @@ MACHINE_BAD = [
 def test_check_machine_errors(policy: str, options: object, nodes: int, distances: object, message: str) -> None:
     with pytest.raises(PolicyError, match=re.escape(message)):
         check_machine(policy, options, nodes, distances)  # type: ignore[arg-type]
+
+
+# kubelet: NewManager wraps NewNUMAInfo's "error getting NUMA distances ..." in "cannot discover NUMA
+# topology: ..."; those words come first wherever numa-pin refuses for missing distances
+KUBELET_DISTANCE_WORDS = "^cannot discover NUMA topology: error getting NUMA distances"
+MISSING_DISTANCES = [
+    ("check_machine", lambda: check_machine("best-effort", {PC: "true"}, 2, None)),  # type: ignore[arg-type]
+    ("merge ranker", lambda: Ranker(NumaInfo.build([0, 1], None), closest=True)),
+    ("reference merge", lambda: reference_merge("best-effort", [], [0, 1], None, prefer_closest=True)),
+]
+
+
+@pytest.mark.parametrize("where", [m[1] for m in MISSING_DISTANCES], ids=[m[0] for m in MISSING_DISTANCES])
+def test_missing_distances_keep_kubelets_words_first(where) -> None:
+    with pytest.raises(PolicyError, match=KUBELET_DISTANCE_WORDS) as err:
+        where()
+    assert "prefer-closest-numa-nodes" in str(err.value), "then numa-pin's detail"
 
 
 def test_check_machine_accepts_node_ids() -> None:

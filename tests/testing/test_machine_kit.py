@@ -540,6 +540,47 @@ def test_has_cpu_empty(built) -> None:
     assert _read(node / "node0/cpulist")
 
 
+def test_cache_map_only_and_an_all_zero_l3_map(built) -> None:
+    for name in ("cache-map-only", "l3-map-zero"):
+        cache = built[name].sysfs_root / CPU / "cpu9/cache"
+        for index in ("index0", "index1", "index2", "index3"):
+            assert not (cache / index / "shared_cpu_list").exists(), (name, index)
+            assert not (cache / index / "id").exists(), (name, index)
+        assert parse_mask(_read(cache / "index2/shared_cpu_map")) == {9, 25}
+    assert parse_mask(_read(built["cache-map-only"].sysfs_root / CPU / "cpu9/cache/index3/shared_cpu_map")) == (
+        shape("cache-map-only").cpus_of_socket(1))
+    assert _read(built["l3-map-zero"].sysfs_root / CPU / "cpu9/cache/index3/shared_cpu_map") == "00000000"
+
+
+def test_zero_distance_rows(built) -> None:
+    node = built["zero-node-distance"].sysfs_root / NODE
+    assert [_read(node / f"node{n}/distance") for n in (0, 1)] == ["0 0", "0 0"]
+
+
+def test_topology_with_only_the_thread_siblings(built) -> None:
+    t = built["siblings-only-topology"].sysfs_root / CPU / "cpu9/topology"
+    assert sorted(p.name for p in t.iterdir()) == ["thread_siblings", "thread_siblings_list"]
+    assert parse_list(_read(t / "thread_siblings_list")) == parse_mask(_read(t / "thread_siblings")) == {1, 9}
+
+
+def test_hugepage_pools_without_free_hugepages(built) -> None:
+    node = built["hugepages-no-free"].sysfs_root / NODE
+    pools = list(node.glob("node*/hugepages/hugepages-*kB"))
+    assert pools and all((p / "nr_hugepages").exists() and not (p / "free_hugepages").exists() for p in pools)
+
+
+def test_overlapping_node_cpulists_keep_true_links(built) -> None:
+    machine = built["node-cpulists-overlap"]
+    node = machine.sysfs_root / NODE
+    for n in (0, 1):
+        assert parse_list(_read(node / f"node{n}/cpulist")) == parse_mask(_read(node / f"node{n}/cpumap")) == set(
+            range(32))
+        linked = {int(p.name[3:]) for p in (node / f"node{n}").glob("cpu[0-9]*")}
+        assert linked == machine.spec.cpus_of_node(n)
+        for cpu in linked:
+            assert (machine.sysfs_root / CPU / f"cpu{cpu}/node{n}").is_symlink()
+
+
 def test_sparse_node_ids_and_their_distance_rows(built) -> None:
     machine = built["sparse-node-ids"]
     node = machine.sysfs_root / NODE

@@ -76,9 +76,9 @@ CASES = [
         f"{NODE}/node1/hugepages/hugepages-2048kB/nr_hugepages",
     ),
     (
-        lambda f: f.remove(f"{CPU}/cpu6/topology/core_id"),
+        lambda f: f.remove(f"{CPU}/cpu6/topology/thread_siblings_list"),
         SysfsError,
-        f"{CPU}/cpu6/topology/core_id",
+        f"{CPU}/cpu6/topology/thread_siblings_list",
     ),
     (
         lambda f: f.write(f"{CPU}/cpu6/topology/core_id", "-4"),
@@ -113,10 +113,11 @@ CASES = [
     (
         lambda f: (
             f.remove(f"{CPU}/cpu1/cache/index3/id"),
-            f.write(f"{CPU}/cpu1/cache/index3/shared_cpu_list", ""),
+            f.remove(f"{CPU}/cpu1/cache/index3/shared_cpu_list"),
+            f.write(f"{CPU}/cpu1/cache/index3/shared_cpu_map", "zz"),
         ),
         SysfsError,
-        f"{CPU}/cpu1/cache/index3/shared_cpu_list",
+        f"{CPU}/cpu1/cache/index3/shared_cpu_map",
     ),
     (lambda f: f.write(f"{NODE}/node1/cpulist", "2-3,6"), TopologyError, f"{CPU}/cpu7"),
     (
@@ -192,14 +193,14 @@ IDS = [
     "distance-is-a-directory",
     "hugepages-free-garbage",
     "hugepages-nr-missing",
-    "core-id-missing",
+    "thread-siblings-missing",
     "core-id-negative",
     "package-id-garbage",
     "die-id-garbage",
     "siblings-garbage",
     "cache-level-garbage",
     "l3-id-garbage",
-    "l3-shared-empty",
+    "l3-map-garbage",
     "cpu-in-no-node",
     "cpu-in-two-nodes",
     "pci-entry-dangling",

@@ -1,4 +1,4 @@
-"""Each quirk shape (issue 12), read by real discovery from its tree, decides correctly.
+"""Each quirk shape (issues 12 and 23), read by real discovery from its tree, decides correctly.
 
 The expected placement is worked out by brute force from the *spec* (never from discovery):
 under ``single-numa-node`` a container goes to the lowest-numbered node that alone holds both
@@ -38,6 +38,14 @@ CASES = [
     ("hybrid-pe", 6, 1),  # one node: 3 whole cores of 2 threads, or E cores
     ("two-die-snc", 8, 1),  # node 0 has 7: node 1, the other die of socket 0
     ("has-cpu-empty", 12, 1),  # node 0 has 11: node 1
+    ("cache-map-only", 16, 1),  # node 0 has 15: node 1
+    ("l3-map-zero", 16, 1),  # node 0 has 15: node 1 (L3 unknown)
+    ("zero-node-distance", 8, 1),  # node 0 has 7: node 1
+    ("siblings-only-topology", 8, 1),  # node 0 has 7: the four whole cores of node 1
+    ("siblings-only-topology", 2, 1),  # one whole core of node 0, not CPU 0's sibling
+    ("hugepages-no-free", 16, 1),  # node 0 has 15: node 1
+    ("node-cpulists-overlap", 4, 1),  # node 0 by its links: CPUs 0-7,16-23 only
+    ("node-cpulists-overlap", 16, 1),  # node 0 has 15: node 1's linked CPUs
 ]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from numa_pin.cli import main as cli
-from numa_pin.errors import SysfsError
+from numa_pin.errors import SysfsError, TopologyError
 from numa_pin.topology.cache import cached_discover
 from numa_pin.topology.discover import discover
 from numa_pin.topology.model import Topology
@@ -165,6 +165,117 @@ def test_die_and_cluster_ids(two_node) -> None:
     topo = discover(two_node.root)
     assert (topo.cpus[1].die, topo.cpus[0].die) == (1, 0)
     assert (topo.cpus[0].cluster, topo.cpus[1].cluster, topo.cpus[2].cluster) == (7, None, None)
+
+
+# ---- issue 23: optional facts missing or meaningless degrade ----------------------------------
+def _cache_map_only(fake, maps: dict[int, str]) -> None:
+    """Every CPU's L3 as older x86/ia64 kernels print it: a map, no list, no id."""
+    for cpu, mask in maps.items():
+        index = f"{CPU}/cpu{cpu}/cache/index3"
+        fake.remove(f"{index}/id")
+        fake.remove(f"{index}/shared_cpu_list")
+        fake.write(f"{index}/shared_cpu_map", mask)
+
+
+@pytest.mark.parametrize(
+    "node0_map,node1_map,expected",
+    [
+        ("33", "cc", {0: 0, 1: 0, 4: 0, 5: 0, 2: 2, 3: 2, 6: 2, 7: 2}),  # lowest CPU of the map
+        ("00", "00", dict.fromkeys(range(8))),  # all-zero L3 map: unknown
+        ("00000000,00000033", "cc", {0: 0, 1: 0, 4: 0, 5: 0, 2: 2, 3: 2, 6: 2, 7: 2}),
+    ],
+    ids=["map-without-list", "all-zero-map", "two-word-map"],
+)
+def test_l3_from_the_map_when_there_is_no_list(two_node, node0_map, node1_map, expected) -> None:
+    _cache_map_only(two_node, {c: node0_map if c in NODE0 else node1_map for c in range(8)})
+    topo = discover(two_node.root)
+    assert {c: topo.cpus[c].l3 for c in range(8)} == expected
+    assert topo.nodes[1].cpus == NODE1
+
+
+@pytest.mark.parametrize("row", ["0 0", "0", "0 0 0"], ids=["zeros", "one-zero", "long-zeros"])
+def test_zero_distance_row_is_a_missing_slit(two_node, row: str) -> None:
+    two_node.write(f"{NODE}/node0/distance", row)
+    two_node.write(f"{NODE}/node1/distance", row)
+    topo = discover(two_node.root)
+    assert (topo.nodes[0].distances, topo.nodes[1].distances) == ((10, 20), (20, 10))
+
+
+def test_zero_distance_row_with_a_real_distance_is_still_garbage(two_node) -> None:
+    two_node.write(f"{NODE}/node1/distance", "0 10")
+    with pytest.raises(SysfsError) as err:
+        discover(two_node.root)
+    assert err.value.path == str(two_node.p(f"{NODE}/node1/distance"))
+
+
+@pytest.mark.parametrize("list_too", [True, False], ids=["mask-and-list", "mask-only"])
+def test_topology_with_only_thread_siblings(two_node, list_too: bool) -> None:
+    for cpu in range(8):
+        topo = f"{CPU}/cpu{cpu}/topology"
+        siblings = sorted({cpu, cpu ^ 4})
+        for name in ("physical_package_id", "die_id", "core_id", "thread_siblings_list"):
+            two_node.remove(f"{topo}/{name}")
+        two_node.write(f"{topo}/thread_siblings", f"{sum(1 << s for s in siblings):02x}")
+        if list_too:
+            two_node.write(f"{topo}/thread_siblings_list", ",".join(map(str, siblings)))
+    topo = discover(two_node.root)
+    assert topo.sockets() == {0}, "no package id: one package"
+    assert {c.id: c.core for c in topo.cpus.values()} == {c: c & 3 for c in range(8)}
+    assert {c.id: c.siblings for c in topo.cpus.values()} == {c: {c, c ^ 4} for c in range(8)}
+    assert {c.die for c in topo.cpus.values()} == {0}
+    assert {c.numa for c in topo.cpus.values() if c.id in NODE1} == {1}
+
+
+def test_no_package_id_and_repeating_core_ids_keep_the_cores_apart(two_node) -> None:
+    # core ids restart at 0 on each socket (cpu0 and cpu2 both say core 0); without package
+    # ids nor package lists the sockets cannot be told apart, so the siblings name the cores
+    for cpu in range(8):
+        two_node.remove(f"{CPU}/cpu{cpu}/topology/physical_package_id")
+    topo = discover(two_node.root)
+    assert topo.sockets() == {0}
+    assert len({c.core_key for c in topo.cpus.values()}) == 4
+    assert {c.id: c.core for c in topo.cpus.values()} == {c: c & 3 for c in range(8)}
+
+
+def test_hugepages_without_free_hugepages_are_unknown(two_node) -> None:
+    two_node.remove(f"{NODE}/node1/hugepages/hugepages-2048kB/free_hugepages")
+    topo = discover(two_node.root)
+    pool = topo.nodes[1].hugepages_of(2048)
+    assert pool is not None and (pool.total, pool.free) == (16, None)
+    assert topo.nodes[0].hugepages_of(2048).free == 4
+    assert json.loads(json.dumps(_json(topo)))["numa_nodes"]["1"]["hugepages"]["2048"]["free"] is None
+    assert "2048 kB: 16 total, unknown free" in _text(topo)
+
+
+def _link_cpus(fake, nodes: dict[int, frozenset[int]]) -> None:
+    for node, cpus in nodes.items():
+        for cpu in cpus:
+            fake.link(f"{CPU}/cpu{cpu}/node{node}", f"{NODE}/node{node}")
+
+
+def test_overlapping_node_cpulists_follow_the_cpu_links(two_node) -> None:
+    _link_cpus(two_node, {0: NODE0, 1: NODE1})
+    two_node.write(f"{NODE}/node0/cpulist", "0-7")
+    two_node.write(f"{NODE}/node1/cpulist", "0-7")
+    topo = discover(two_node.root)
+    assert (topo.nodes[0].cpus, topo.nodes[1].cpus) == (NODE0, NODE1)
+    assert {c.id: c.numa for c in topo.cpus.values()} == {c: 0 if c in NODE0 else 1 for c in range(8)}
+
+
+@pytest.mark.parametrize(
+    "links",
+    [{}, {0: NODE0 | {2}, 1: NODE1}],
+    ids=["no-links", "two-links"],
+)
+def test_overlapping_node_cpulists_the_links_do_not_settle(two_node, links) -> None:
+    _link_cpus(two_node, links)
+    two_node.write(f"{NODE}/node0/cpulist", "0-2,4-5")  # CPU 2 listed by both nodes
+    with pytest.raises(TopologyError) as err:
+        discover(two_node.root)
+    text = str(err.value)
+    assert str(two_node.p(f"{NODE}/node0/cpulist")) in text
+    assert str(two_node.p(f"{NODE}/node1/cpulist")) in text
+    assert "CPU 2" in text and "\n" not in text
 
 
 # ---- relative roots ---------------------------------------------------------------------

@@ -53,7 +53,8 @@ class CpuManagerOptions:
 
 @record
 class CpuManagerConfig:
-    """CPU manager settings. ``reserved_cpus`` wins over ``num_reserved_cpus`` when set."""
+    """CPU manager settings. ``reserved_cpus`` wins over ``num_reserved_cpus`` when set: parsing
+    then makes the count its size, as kubelet derives it from ``--reserved-cpus``."""
 
     options: CpuManagerOptions = field(default_factory=CpuManagerOptions)
     reserved_cpus: frozenset[int] | None = _default_field("cpu_manager.reserved_cpus")

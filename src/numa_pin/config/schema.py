@@ -93,14 +93,17 @@ def _build(v: Mapping[str, Any], source: str | None) -> Config:
     opts = CpuManagerOptions(
         **{name.replace("-", "_"): v[f"cpu_manager.options.{name}"] for name in CPU_MANAGER_OPTIONS}
     )
+    reserved = v["cpu_manager.reserved_cpus"]
+    # kubelet derives the count from --reserved-cpus (it overrides the reserved CPU amounts)
+    num_reserved = len(reserved) if reserved is not None else v["cpu_manager.num_reserved_cpus"]
     return Config(
         policy=v["policy"],
         scope=v["scope"],
         policy_options=v["policy_options"],
         cpu_manager=CpuManagerConfig(
             options=opts,
-            reserved_cpus=v["cpu_manager.reserved_cpus"],
-            num_reserved_cpus=v["cpu_manager.num_reserved_cpus"],
+            reserved_cpus=reserved,
+            num_reserved_cpus=num_reserved,
         ),
         reserved_memory=v["reserved_memory"],
         devices=v["devices"],

@@ -6,8 +6,10 @@ container's ``cpuset.cpus`` must shrink with it, and when a grant is released th
 back. :func:`shared_pool` and :func:`plan_shared_updates` are pure; only
 :func:`resize_shared` touches cgroup files.
 
-Reserved CPUs (kubelet ``reservedSystemCPUs``) are never granted exclusively and always
-stay in the pool, so the pool is never empty while at least one CPU is reserved.
+Reserved CPUs (kubelet ``reservedSystemCPUs``) are never granted exclusively and stay in
+the pool, so the pool is never empty while at least one CPU is reserved; with kubelet's
+``strict-cpu-reservation`` they are kept out of the pool too (kubelet's default cpuset then
+starts as every CPU minus the reserved ones), and a grant that would empty it is refused.
 """
 
 from __future__ import annotations
@@ -32,25 +34,33 @@ def shared_pool(
     online_cpus: Iterable[int],
     exclusive_grants_cpus: Iterable[Iterable[int]],
     reserved_cpus: Iterable[int],
+    *,
+    strict: bool = False,
 ) -> frozenset[int]:
-    """Online CPUs minus every exclusive grant (pure).
+    """Online CPUs minus every exclusive grant, and minus the reserved CPUs when ``strict``
+    (kubelet's ``strict-cpu-reservation``) (pure).
 
     ``exclusive_grants_cpus`` holds one CPU collection per exclusive grant. Reserved CPUs are
-    never granted by a decision, so they normally all stay in the pool. A grant made under an
-    older config can still hold a CPU the config now reserves: that CPU stays with its grant
-    until the grant ends (see :func:`reserved_conflicts`), it does not stop the node. Raises
-    AllocationError when the pool would be empty (nothing reserved and every online CPU granted).
+    never granted by a decision, so without ``strict`` they all stay in the pool. A grant made
+    under an older config can still hold a CPU the config now reserves: that CPU stays with its
+    grant until the grant ends (see :func:`reserved_conflicts`), it does not stop the node.
+    Raises AllocationError when the pool would be empty (kubelet: "default cpuset cannot be
+    empty" once containers hold CPUs).
     """
     online = frozenset(online_cpus)
     granted: set[int] = set()
     for grant in exclusive_grants_cpus:
         granted.update(grant)
-    pool = online - granted
+    kept_out = granted | set(reserved_cpus) if strict else granted
+    pool = online - kept_out
     if not pool:
+        why = (
+            "are granted exclusively or reserved (strict-cpu-reservation keeps the reserved CPUs "
+            "out of the shared pool)" if strict else "are granted exclusively and none is reserved"
+        )
         raise AllocationError(
-            f"the shared CPU pool would be empty: all online CPUs "
-            f"({cpulist.format_list(online) or 'none'}) are granted exclusively and none is "
-            f"reserved"
+            f"default cpuset cannot be empty: the shared CPU pool would be empty: all online CPUs "
+            f"({cpulist.format_list(online) or 'none'}) {why}"
         )
     return frozenset(pool)
 

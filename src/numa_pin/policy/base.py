@@ -93,9 +93,9 @@ class NumaInfo:
         """Raise :class:`PolicyError` unless every node has a complete distance row."""
         missing = self.missing_distances()
         if missing:
-            raise PolicyError(
-                "prefer-closest-numa-nodes needs the NUMA distances: error getting NUMA distances "
-                f"for node(s) {','.join(str(n) for n in missing)}"
+            raise PolicyError(  # kubelet's words first: what users search for
+                "cannot discover NUMA topology: error getting NUMA distances for node(s) "
+                f"{','.join(str(n) for n in missing)} (prefer-closest-numa-nodes needs NUMA distances)"
             )
 
     def distance(self, a: int, b: int) -> int:

@@ -215,7 +215,10 @@ def reference_merge(
     lists = filter_providers_hints(providers_hints)
     closest = prefer_closest and policy != names.SINGLE_NUMA_NODE
     if closest and (distances is None or any(len(distances.get(n) or ()) < len(nodes) for n in nodes)):
-        raise PolicyError("prefer-closest-numa-nodes needs the NUMA distances")
+        raise PolicyError(
+            "cannot discover NUMA topology: error getting NUMA distances "
+            "(prefer-closest-numa-nodes needs NUMA distances)"
+        )
     if policy == names.SINGLE_NUMA_NODE:
         lists = filter_single_numa_hints(lists)
     hint = HintMerger(nodes, lists, closest, distances).merge()

@@ -251,22 +251,36 @@ def container_device_hints(
 
 
 def pod_device_request(
-    init_requests: Iterable[Mapping[str, int]], app_requests: Iterable[Mapping[str, int]]
+    init_containers: Iterable[tuple[Mapping[str, int], bool]],
+    app_requests: Iterable[Mapping[str, int]],
 ) -> dict[str, int]:
-    """kubelet ``getPodDeviceRequest``: per resource, ``max(max over init containers, sum over
-    app containers)``. Resources only init containers ask for are kept.
+    """kubelet ``getPodDeviceRequest``, which takes ``resource.PodLimits`` of the pod.
+
+    ``init_containers`` are ``(request, restartable)`` in spec order. A restartable (sidecar)
+    init container keeps its devices for the pod's whole life: it adds to a running sum that
+    every later init container sees still held, and to the app containers' sum. Per resource the
+    result is ``max(sum of app containers + sum of sidecars, the peak over init containers of
+    sidecars started before it + its own request, the sum of sidecars)``. Resources only init
+    containers ask for are kept.
 
     Raises:
         RequestError: a negative or non-integer count.
     """
-    out: dict[str, int] = {}
-    for request in init_requests:
+    sidecars: dict[str, int] = {}
+    peak: dict[str, int] = {}
+    for request, restartable in init_containers:
         for resource, count in request.items():
-            out[resource] = max(out.get(resource, 0), _check_count(count, f"{resource} request"))
-    apps: dict[str, int] = {}
+            amount = _check_count(count, f"{resource} request")
+            if restartable:
+                sidecars[resource] = sidecars.get(resource, 0) + amount
+                seen = sidecars[resource]
+            else:
+                seen = sidecars.get(resource, 0) + amount
+            peak[resource] = max(peak.get(resource, 0), seen)
+    out = dict(sidecars)
     for request in app_requests:
         for resource, count in request.items():
-            apps[resource] = apps.get(resource, 0) + _check_count(count, f"{resource} request")
-    for resource, total in apps.items():
-        out[resource] = max(out.get(resource, 0), total)
+            out[resource] = out.get(resource, 0) + _check_count(count, f"{resource} request")
+    for resource, most in peak.items():
+        out[resource] = max(out.get(resource, 0), most)
     return out

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from numa_pin.testing.spec import MachineSpec
+from numa_pin.testing.spec import KernelQuirks, MachineSpec
 from numa_pin.topology.model import Cpu, HugePages, NumaNode, PciDevice, Topology
 
 
@@ -28,22 +28,31 @@ def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
     are the ones :func:`build` assigns.
 
     Quirks read back as the kernel would have meant them: ``physical_package_id`` -1 still
-    gives one socket per package (numbered by lowest CPU), a missing ``distance`` file the
-    kernel's no-SLIT default (10 local, 20 remote), a ``meminfo`` without ``MemFree`` an
-    unknown (None) free memory.
+    gives one socket per package (numbered by lowest CPU), a missing ``distance`` file or an
+    all-zero row the kernel's no-SLIT default (10 local, 20 remote), a ``meminfo`` without
+    ``MemFree`` an unknown (None) free memory, a pool without ``free_hugepages`` unknown
+    (None) free pages, a cache without ``id`` the lowest CPU of its ``shared_cpu_map`` and an
+    all-zero L3 map no L3 (None); a ``topology/`` with only the thread siblings one package
+    (socket 0, die 0, no cluster) whose cores are numbered by their lowest CPU; overlapping
+    node cpulists the node of each CPU's ``nodeN`` link.
     """
     quirks = spec.quirks
     matrix = spec.distance_matrix()
+    no_slit = quirks.no_node_distance or quirks.zero_node_distance
     nodes: dict[int, NumaNode] = {}
     for pos, n in enumerate(spec.node_ids):
         declared = spec.node_hugepages(n)
-        hps = tuple(HugePages(size, *declared.get(size, (0, 0))) for size in spec.hugepage_sizes())
+        hps = tuple(
+            HugePages(size, total, None if quirks.hugepages_no_free else free)
+            for size in spec.hugepage_sizes()
+            for total, free in (declared.get(size, (0, 0)),)
+        )
         nodes[n] = NumaNode(
             id=n,
             cpus=spec.cpus_of_node(n),
             memory_total_kb=spec.node_memory_kb(n),
             memory_free_kb=None if quirks.node_meminfo_total_only else spec.node_memory_free_kb(n),
-            distances=_no_slit_row(spec, n) if quirks.no_node_distance else matrix[pos],
+            distances=_no_slit_row(spec, n) if no_slit else matrix[pos],
             hugepages=hps,
         )
     layout = spec.cpu_layout()
@@ -51,16 +60,21 @@ def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
     for c in layout:
         if c.online:
             siblings.setdefault(c.core_index, set()).add(c.id)
+    l3_lowest: dict[int, int] = {}
+    for c in layout:
+        if c.online:
+            l3_lowest[c.l3] = min(c.id, l3_lowest.get(c.l3, c.id))
+    bare = quirks.topology_siblings_only
     cpus = {
         c.id: Cpu(
             id=c.id,
-            socket=c.socket,
-            die=c.die,
-            core=c.core,
+            socket=0 if bare else c.socket,
+            die=0 if bare else c.die,
+            core=min(siblings[c.core_index]) if bare else c.core,
             numa=c.node,
             siblings=frozenset(siblings[c.core_index]),
-            l3=c.l3,
-            cluster=c.cluster,
+            l3=_l3(quirks, c.l3, l3_lowest),
+            cluster=None if bare else c.cluster,
         )
         for c in layout
         if c.online
@@ -111,6 +125,14 @@ def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
     return Topology(
         nodes=nodes, cpus=dict(sorted(cpus.items())), pci_devices=tuple(devices), source=source
     )
+
+
+def _l3(quirks: KernelQuirks, l3: int, lowest: dict[int, int]) -> int | None:
+    """What discovery reads as a CPU's L3 id: the ``id`` file, else the lowest CPU of the
+    map, else (an all-zero map) unknown."""
+    if quirks.l3_map_zero and quirks.cache_map_only:
+        return None
+    return lowest[l3] if quirks.cache_map_only else l3
 
 
 def _no_slit_row(spec: MachineSpec, node: int) -> tuple[int, ...]:

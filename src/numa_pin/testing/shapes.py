@@ -601,6 +601,59 @@ def has_cpu_empty() -> MachineSpec:
     return replace(intel_2s_snc2(), name="has-cpu-empty", quirks=KernelQuirks(has_cpu_empty=True))
 
 
+def cache_map_only() -> MachineSpec:
+    """``intel-2s-ht`` as older x86 and ia64 kernels print its caches: each ``cache/indexN``
+    has ``shared_cpu_map`` but no ``shared_cpu_list`` and no ``id``."""
+    return replace(intel_2s_ht(), name="cache-map-only", quirks=KernelQuirks(cache_map_only=True))
+
+
+def l3_map_zero() -> MachineSpec:
+    """``cache-map-only`` whose level-3 ``shared_cpu_map`` is all zeros on every CPU: the L3
+    cannot be placed (hwloc then assumes one per core)."""
+    return replace(
+        intel_2s_ht(),
+        name="l3-map-zero",
+        quirks=KernelQuirks(cache_map_only=True, l3_map_zero=True),
+    )
+
+
+def zero_node_distance() -> MachineSpec:
+    """Two sockets, one node each, whose ``nodeN/distance`` rows read ``0 0``: firmware
+    without a SLIT; the kernel's own default would be 10/20."""
+    return replace(
+        no_node_distance(), name="zero-node-distance", quirks=KernelQuirks(zero_node_distance=True)
+    )
+
+
+def siblings_only_topology() -> MachineSpec:
+    """One package, two nodes of 4 cores x 2 threads, on an architecture that defines neither
+    package nor core ids: ``cpuN/topology/`` holds only ``thread_siblings`` (mask and list)."""
+    return MachineSpec(
+        name="siblings-only-topology",
+        sockets=1,
+        nodes_per_socket=2,
+        cores_per_node=4,
+        threads_per_core=2,
+        memory_kb=32 * GIB_KB,
+        quirks=KernelQuirks(topology_siblings_only=True),
+    )
+
+
+def hugepages_no_free() -> MachineSpec:
+    """``intel-2s-ht`` whose node hugepage pools have ``nr_hugepages`` but no
+    ``free_hugepages``."""
+    return replace(intel_2s_ht(), name="hugepages-no-free", quirks=KernelQuirks(hugepages_no_free=True))
+
+
+def node_cpulists_overlap() -> MachineSpec:
+    """``intel-2s-ht`` with the BIOS bug of some older dual-socket boards: both
+    ``nodeN/cpulist`` (and ``cpumap``) name all 32 CPUs, while the ``nodeN/cpuM`` and
+    ``cpuM/nodeN`` links keep CPUs 0-7,16-23 on node 0 and 8-15,24-31 on node 1."""
+    return replace(
+        intel_2s_ht(), name="node-cpulists-overlap", quirks=KernelQuirks(node_cpulists_overlap=True)
+    )
+
+
 SHAPES: dict[str, Callable[[], MachineSpec]] = {
     "laptop": laptop,
     "intel-2s-ht": intel_2s_ht,
@@ -621,9 +674,15 @@ SHAPES: dict[str, Callable[[], MachineSpec]] = {
     "hybrid-pe": hybrid_pe,
     "two-die-snc": two_die_snc,
     "has-cpu-empty": has_cpu_empty,
+    "cache-map-only": cache_map_only,
+    "l3-map-zero": l3_map_zero,
+    "zero-node-distance": zero_node_distance,
+    "siblings-only-topology": siblings_only_topology,
+    "hugepages-no-free": hugepages_no_free,
+    "node-cpulists-overlap": node_cpulists_overlap,
 }
 
-#: the shapes that reproduce a real kernel's or firmware's quirk (issue 12)
+#: the shapes that reproduce a real kernel's or firmware's quirk (issues 12 and 23)
 QUIRK_SHAPES: tuple[str, ...] = (
     "arm-nul-bytes",
     "x86-nul-node-lists",
@@ -637,6 +696,13 @@ QUIRK_SHAPES: tuple[str, ...] = (
     "hybrid-pe",
     "two-die-snc",
     "has-cpu-empty",
+    # issue 23: optional facts that are missing or meaningless degrade
+    "cache-map-only",
+    "l3-map-zero",
+    "zero-node-distance",
+    "siblings-only-topology",
+    "hugepages-no-free",
+    "node-cpulists-overlap",
 )
 
 

@@ -79,7 +79,20 @@ class KernelQuirks:
       firmware gives no SLIT, is 10 local and 20 remote);
     * ``package_id_unknown``: every ``physical_package_id`` reads ``-1`` (POWER without
       ``ibm,chip-id``); ``package_cpus`` still groups each socket's CPUs;
-    * ``has_cpu_empty``: ``node/has_cpu`` is empty although nodes list CPUs.
+    * ``has_cpu_empty``: ``node/has_cpu`` is empty although nodes list CPUs;
+    * ``cache_map_only``: every ``cache/indexN`` holds ``shared_cpu_map`` but neither
+      ``shared_cpu_list`` nor ``id`` (older x86 and ia64 kernels);
+    * ``l3_map_zero``: the level-3 ``shared_cpu_map`` is all zeros (its ``shared_cpu_list``,
+      when written, empty);
+    * ``zero_node_distance``: every ``nodeN/distance`` row is all zeros (firmware without a
+      SLIT on kernels that print what they got);
+    * ``topology_siblings_only``: ``cpuN/topology/`` holds only ``thread_siblings`` and
+      ``thread_siblings_list`` (no package, die, cluster or core id, no package lists);
+    * ``hugepages_no_free``: node hugepage pools have ``nr_hugepages`` but no
+      ``free_hugepages``;
+    * ``node_cpulists_overlap``: every ``nodeN/cpulist`` and ``cpumap`` name every online CPU
+      (a BIOS bug of some dual-socket boards), while the ``nodeN/cpuM`` and ``cpuM/nodeN``
+      links keep the true node of each CPU.
     """
 
     nul_after_newline: str = NUL_NONE
@@ -87,6 +100,12 @@ class KernelQuirks:
     no_node_distance: bool = False
     package_id_unknown: bool = False
     has_cpu_empty: bool = False
+    cache_map_only: bool = False
+    l3_map_zero: bool = False
+    zero_node_distance: bool = False
+    topology_siblings_only: bool = False
+    hugepages_no_free: bool = False
+    node_cpulists_overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.nul_after_newline not in (NUL_NONE, NUL_NODE_LISTS, NUL_SYSTEM):

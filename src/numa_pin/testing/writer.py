@@ -140,10 +140,13 @@ class _Writer:
         for pos, n in enumerate(ids):
             d = self.node_dir / f"node{n}"
             cpus = spec.cpus_of_node(n)
+            if quirks.node_cpulists_overlap and cpus:  # the BIOS bug: every CPU in every node
+                cpus = spec.online_cpus
             self.files.write(d / "cpulist", list_line(cpus))
             self.files.write(d / "cpumap", kernel_mask(cpus, self.nbits) + "\n")
+            row = [0] * len(ids) if quirks.zero_node_distance else matrix[pos]
             if not quirks.no_node_distance:
-                self.files.write(d / "distance", " ".join(str(x) for x in matrix[pos]) + "\n")
+                self.files.write(d / "distance", " ".join(str(x) for x in row) + "\n")
             meminfo_text = node_meminfo(spec, n)
             if quirks.node_meminfo_total_only:
                 meminfo_text = meminfo_text.splitlines(keepends=True)[0]
@@ -158,7 +161,8 @@ class _Writer:
                 total, free = node_hp.get(size, (0, 0))
                 hp = d / "hugepages" / f"hugepages-{size}kB"
                 self.files.write(hp / "nr_hugepages", f"{total}\n")
-                self.files.write(hp / "free_hugepages", f"{free}\n")
+                if not quirks.hugepages_no_free:
+                    self.files.write(hp / "free_hugepages", f"{free}\n")
                 self.files.write(hp / "surplus_hugepages", "0\n")
             for c in self.layout:
                 if c.node == n:
@@ -234,14 +238,17 @@ class _Writer:
                 "package_cpus": pkg_sets[c.id],
                 "die_cpus": die_sets[c.id],
             }
+            if spec.quirks.topology_siblings_only:  # architectures without package/core ids
+                sets = {"thread_siblings": core_sets[c.id]}
             for name, cpus in sets.items():
                 self.files.write(t / name, kernel_mask(cpus, self.nbits) + "\n")
                 self.files.write(t / f"{name}_list", list_line(cpus))
-            package_id = -1 if spec.quirks.package_id_unknown else c.socket
-            self.files.write(t / "physical_package_id", f"{package_id}\n")
-            self.files.write(t / "die_id", f"{c.die}\n")
-            self.files.write(t / "cluster_id", f"{c.cluster}\n")
-            self.files.write(t / "core_id", f"{c.core}\n")
+            if not spec.quirks.topology_siblings_only:
+                package_id = -1 if spec.quirks.package_id_unknown else c.socket
+                self.files.write(t / "physical_package_id", f"{package_id}\n")
+                self.files.write(t / "die_id", f"{c.die}\n")
+                self.files.write(t / "cluster_id", f"{c.cluster}\n")
+                self.files.write(t / "core_id", f"{c.core}\n")
             index = 0
             for level, ctype, size_kb, ways in caches:
                 cache_id, shared = c.core_index, core_sets[c.id]
@@ -249,7 +256,8 @@ class _Writer:
                     cache_id, shared = c.cluster, cluster_sets[c.id]
                 self._cache(d, index, level, ctype, size_kb, ways, cache_id, shared)
                 index += 1
-            self._cache(d, index, 3, "Unified", l3_kb, l3_ways, c.l3, l3_sets[c.id])
+            l3_shared = frozenset() if spec.quirks.l3_map_zero else l3_sets[c.id]
+            self._cache(d, index, 3, "Unified", l3_kb, l3_ways, c.l3, l3_shared)
 
     def _cache(
         self,
@@ -271,8 +279,9 @@ class _Writer:
         self.files.write(d / "number_of_sets", f"{size_kb * 1024 // (ways * line)}\n")
         self.files.write(d / "coherency_line_size", f"{line}\n")
         self.files.write(d / "physical_line_partition", "1\n")
-        self.files.write(d / "id", f"{cache_id}\n")
-        self.files.write(d / "shared_cpu_list", list_line(shared))
+        if not self.spec.quirks.cache_map_only:  # older kernels: the mask alone, no id
+            self.files.write(d / "id", f"{cache_id}\n")
+            self.files.write(d / "shared_cpu_list", list_line(shared))
         self.files.write(d / "shared_cpu_map", kernel_mask(shared, self.nbits) + "\n")
 
     def write_global_hugepages(self) -> None:

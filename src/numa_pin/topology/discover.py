@@ -1,8 +1,9 @@
 """Build a :class:`~numa_pin.topology.model.Topology` from a live (or fake) sysfs tree.
 
-Only this module and :mod:`numa_pin.topology.pci` read the machine; everything they
-return is frozen data. Roots are parameters: ``discover("/sys", "/proc")`` reads the
-live machine, ``discover(tmp_path)`` reads a test tree.
+Only this module, :mod:`numa_pin.topology.discover_cpus` (the CPU half) and
+:mod:`numa_pin.topology.pci` read the machine; everything they return is frozen data. Roots
+are parameters: ``discover("/sys", "/proc")`` reads the live machine, ``discover(tmp_path)``
+reads a test tree.
 
 Sources (paths relative to the sysfs root):
 
@@ -18,25 +19,34 @@ Sources (paths relative to the sysfs root):
   the package id is unknown) and the level-3 entry of ``cache/indexN``.
 
 What is required is what a decision needs: the CPU and node lists, each node's ``MemTotal``,
-each online CPU's ``core_id`` and ``thread_siblings_list``. Anything else that is missing has
-a fallback; a file that is present but garbage is always an error naming it.
+each online CPU's thread siblings. Anything else that is missing or meaningless has a
+fallback; a file that is present but garbage is always an error naming it, and so is a
+contradiction that would make a placement unsafe (a CPU two nodes list that no single
+``cpuN/nodeM`` link settles, a distance row of the wrong length or with a negative entry).
 
 Fallbacks (each is documented in ``docs/topology.md``):
 
 * no ``devices/system/node`` directory (kernel built without NUMA): one node 0 holding
   every online CPU, distance row ``(10,)``, memory from ``<proc_root>/meminfo`` when a
   proc root is given (else 0), hugepages from ``kernel/mm/hugepages``;
-* no ``nodeN/distance`` file -> what the kernel uses without a SLIT: 10 to itself, 20 to
-  every other node;
+* no ``nodeN/distance`` file, or a row of zeros (firmware without a SLIT) -> what the kernel
+  uses without a SLIT: 10 to itself, 20 to every other node;
+* a pool without ``free_hugepages`` -> free pages unknown (``None``);
+* a CPU listed by several nodes' ``cpulist`` (a BIOS bug) -> the node of its single
+  ``cpuN/nodeM`` link, which must be one of them;
 * no ``MemFree`` line in ``nodeN/meminfo`` -> free memory unknown (``None``); no decision
   uses it (kubelet's memory manager works from capacity);
 * ``die_id`` missing or negative -> 0; ``cluster_id`` missing, negative or 65535 (the
   kernel's "unknown") -> ``None``;
-* ``physical_package_id`` -1 (POWER without ``ibm,chip-id``) -> one socket per distinct
-  ``package_cpus_list`` (else ``core_siblings_list``), numbered by lowest CPU after the
-  known package ids; without either list, socket 0;
-* L3 ``id`` missing -> the lowest CPU of that cache's ``shared_cpu_list``; no level-3
-  cache -> ``None``;
+* ``physical_package_id`` -1 (POWER without ``ibm,chip-id``) or missing -> one socket per
+  distinct ``package_cpus_list`` (else ``core_siblings_list``), numbered by lowest CPU after
+  the known package ids; without either list, socket 0;
+* ``core_id`` missing, or no package information at all -> every core is numbered by its
+  lowest thread sibling (core ids alone may repeat across the packages it cannot tell apart);
+* ``thread_siblings_list`` missing -> the ``thread_siblings`` mask;
+* L3 ``id`` missing -> the lowest CPU of that cache's ``shared_cpu_list``, else of its
+  ``shared_cpu_map``; an empty list or map (an all-zero L3 map), or no level-3 cache ->
+  ``None`` (unknown);
 * a CPU absent from every node ``cpulist`` -> the node of its ``cpuN/nodeM`` link.
 """
 
@@ -48,24 +58,24 @@ from pathlib import PurePath
 
 from numa_pin.errors import SysfsError, TopologyError
 from numa_pin.record import replace
-from numa_pin.topology.model import Cpu, HugePages, NumaNode, Topology
+from numa_pin.topology.discover_cpus import (
+    CPU_DIR,
+    NODE_DIR,
+    linked_nodes,
+    read_cpus,
+    read_l3_id,
+    read_online_cpus,
+)
+from numa_pin.topology.model import HugePages, NumaNode, Topology
 from numa_pin.topology.pci import discover_pci
 from numa_pin.topology.sysfs import SysfsReader, parse_int_row, parse_meminfo
 
-NODE_DIR = "devices/system/node"
-CPU_DIR = "devices/system/cpu"
 GLOBAL_HUGEPAGES_DIR = "kernel/mm/hugepages"
 #: SLIT distance of a node to itself; the only row a non-NUMA machine has
 LOCAL_DISTANCE = 10
 #: what the kernel uses between two different nodes when firmware gives no SLIT
 REMOTE_DISTANCE = 20
-#: ``cluster_id`` value x86 kernels print when the cluster is unknown (BAD_APICID)
-_UNKNOWN_CLUSTER = 0xFFFF
-#: per-CPU lists naming the CPUs of its package, newest name first
-_PACKAGE_LISTS = ("package_cpus_list", "core_siblings_list")
-
 _NODE_RE = re.compile(r"node(\d+)")
-_INDEX_RE = re.compile(r"index(\d+)")
 _HUGEPAGES_RE = re.compile(r"hugepages-(\d+)kB")
 
 
@@ -98,159 +108,6 @@ def discover_with(
     cpus = read_cpus(reader, online, nodes)
     devices = discover_pci(reader, nodes, proc) if pci else ()
     return Topology(nodes=nodes, cpus=cpus, pci_devices=devices, source=str(reader.root))
-
-
-# ---- CPUs ------------------------------------------------------------------------------
-def read_online_cpus(reader: SysfsReader) -> frozenset[int]:
-    """Online CPU ids: ``cpu/online`` minus CPUs whose ``cpuN/online`` reads 0.
-
-    Raises SysfsError when ``cpu/online`` is missing, garbage or empty.
-    """
-    path = f"{CPU_DIR}/online"
-    listed = reader.read_list(path)
-    if not listed:
-        raise SysfsError(reader.path(path), "no online CPU listed")
-    online = set()
-    for cpu in listed:
-        flag = f"{CPU_DIR}/cpu{cpu}/online"
-        if reader.exists(flag) and reader.read_int(flag) == 0:
-            continue
-        online.add(cpu)
-    return frozenset(online)
-
-
-def read_cpus(
-    reader: SysfsReader, online: frozenset[int], nodes: dict[int, NumaNode]
-) -> dict[int, Cpu]:
-    """One :class:`Cpu` per online CPU, keyed and ordered by id.
-
-    Raises SysfsError for a missing/garbage topology file and TopologyError for a CPU
-    that belongs to no node (or whose ``nodeN`` link is ambiguous).
-    """
-    node_of = _cpu_to_node(reader, nodes)
-    cpus = {cpu: _read_cpu(reader, cpu, online, nodes, node_of) for cpu in sorted(online)}
-    return _number_unknown_packages(reader, cpus)
-
-
-def _number_unknown_packages(reader: SysfsReader, cpus: dict[int, Cpu]) -> dict[int, Cpu]:
-    """Give CPUs whose ``physical_package_id`` is negative (read as -1) a socket: one per
-    distinct package CPU list, numbered by lowest CPU after the highest known id."""
-    unknown = [cpu for cpu in cpus.values() if cpu.socket < 0]
-    if not unknown:
-        return cpus
-    groups: dict[int, frozenset[int]] = {}
-    for cpu in unknown:
-        groups[cpu.id] = _package_list(reader, cpu.id) or frozenset({-1})
-    first = max((c.socket for c in cpus.values()), default=-1) + 1
-    order = sorted(set(groups.values()), key=min)
-    number = {group: first + i for i, group in enumerate(order)}
-    out = dict(cpus)
-    for cpu in unknown:
-        group = groups[cpu.id]
-        socket = 0 if group == frozenset({-1}) and first == 0 else number[group]
-        out[cpu.id] = replace(cpu, socket=socket)
-    return out
-
-
-def _package_list(reader: SysfsReader, cpu: int) -> frozenset[int] | None:
-    topo = f"{CPU_DIR}/cpu{cpu}/topology"
-    for name in _PACKAGE_LISTS:
-        if reader.exists(f"{topo}/{name}"):
-            return reader.read_list(f"{topo}/{name}")
-    return None
-
-
-def _read_cpu(
-    reader: SysfsReader,
-    cpu: int,
-    online: frozenset[int],
-    nodes: dict[int, NumaNode],
-    node_of: dict[int, int],
-) -> Cpu:
-    base = f"{CPU_DIR}/cpu{cpu}"
-    topo = f"{base}/topology"
-    socket = max(reader.read_int(f"{topo}/physical_package_id"), -1)  # -1: numbered later
-    die = max(reader.read_int(f"{topo}/die_id"), 0) if reader.exists(f"{topo}/die_id") else 0
-    core_path = f"{topo}/core_id"
-    core = reader.read_int(core_path)
-    if core < 0:
-        raise SysfsError(reader.path(core_path), f"negative core_id {core}")
-    siblings = (reader.read_list(f"{topo}/thread_siblings_list") & online) | {cpu}
-    cluster: int | None = None
-    if reader.exists(f"{topo}/cluster_id"):
-        raw = reader.read_int(f"{topo}/cluster_id")
-        cluster = raw if 0 <= raw != _UNKNOWN_CLUSTER else None
-    numa = node_of.get(cpu)
-    if numa is None:
-        numa = _node_from_link(reader, cpu, nodes)
-    return Cpu(
-        id=cpu,
-        socket=socket,
-        die=die,
-        core=core,
-        numa=numa,
-        siblings=frozenset(siblings),
-        l3=read_l3_id(reader, cpu),
-        cluster=cluster,
-    )
-
-
-def read_l3_id(reader: SysfsReader, cpu: int) -> int | None:
-    """The id of ``cpu``'s level-3 cache, or None when sysfs shows no level-3 cache.
-
-    Uses ``cache/indexN/id``; when that is missing, the lowest CPU in the cache's
-    ``shared_cpu_list`` (the same for every CPU sharing the cache). Raises SysfsError for
-    garbage ``level``/``id``/``shared_cpu_list`` files or an empty ``shared_cpu_list``.
-    """
-    cache = f"{CPU_DIR}/cpu{cpu}/cache"
-    if not reader.is_dir(cache):
-        return None
-    indexes = sorted(
-        (int(m.group(1)), name)
-        for name in reader.listdir(cache)
-        if (m := _INDEX_RE.fullmatch(name))
-    )
-    for _, name in indexes:
-        index = f"{cache}/{name}"
-        if reader.read_int(f"{index}/level") != 3:
-            continue
-        if reader.exists(f"{index}/id"):
-            return reader.read_int(f"{index}/id")
-        shared_path = f"{index}/shared_cpu_list"
-        shared = reader.read_list(shared_path)
-        if not shared:
-            raise SysfsError(reader.path(shared_path), "empty shared_cpu_list")
-        return min(shared)
-    return None
-
-
-def _cpu_to_node(reader: SysfsReader, nodes: dict[int, NumaNode]) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for node in nodes.values():
-        for cpu in node.cpus:
-            if cpu in out:
-                raise TopologyError(
-                    f"{reader.path(f'{NODE_DIR}/node{node.id}/cpulist')}: CPU {cpu} is "
-                    f"also listed by node {out[cpu]}"
-                )
-            out[cpu] = node.id
-    return out
-
-
-def _node_from_link(reader: SysfsReader, cpu: int, nodes: dict[int, NumaNode]) -> int:
-    base = f"{CPU_DIR}/cpu{cpu}"
-    linked = [
-        int(m.group(1))
-        for name in reader.listdir(base)
-        if (m := _NODE_RE.fullmatch(name)) and int(m.group(1)) in nodes
-    ]
-    if len(linked) == 1:
-        return linked[0]
-    cpulists = reader.path(f"{NODE_DIR}/node*/cpulist")
-    raise TopologyError(
-        f"{reader.path(base)}: CPU {cpu} is online but in no node's cpulist ({cpulists}) "
-        f"and has {len(linked)} nodeN links to online nodes"
-    )
 
 
 # ---- NUMA nodes ------------------------------------------------------------------------
@@ -286,7 +143,42 @@ def read_nodes(
     ids = read_online_nodes(reader)
     if ids is None:
         return {0: _single_node(reader, online_cpus, proc)}
-    return {nid: _read_node(reader, nid, ids, online_cpus) for nid in ids}
+    nodes = {nid: _read_node(reader, nid, ids, online_cpus) for nid in ids}
+    return _settle_overlaps(reader, nodes)
+
+
+def _settle_overlaps(reader: SysfsReader, nodes: dict[int, NumaNode]) -> dict[int, NumaNode]:
+    """Give a CPU that several node cpulists name (a BIOS bug) to the one node its
+    ``cpuN/nodeM`` link names, as the kernel's own ``cpu_to_node`` does.
+
+    Raises TopologyError naming both cpulists when the links do not name exactly one node,
+    or name one that does not list the CPU: its node, and so any placement on it, would be
+    a guess.
+    """
+    listed: dict[int, list[int]] = {}
+    for node in nodes.values():
+        for cpu in node.cpus:
+            listed.setdefault(cpu, []).append(node.id)
+    owner: dict[int, int] = {}
+    for cpu, owners in sorted(listed.items()):
+        if len(owners) < 2:
+            continue
+        linked = linked_nodes(reader, cpu, nodes)
+        if len(linked) != 1 or linked[0] not in owners:
+            first, second = (reader.path(f"{NODE_DIR}/node{n}/cpulist") for n in owners[:2])
+            links = ",".join(f"node{n}" for n in linked) or "none"
+            raise TopologyError(
+                f"{first} and {second} both list CPU {cpu}, and the nodeN links of "
+                f"{reader.path(f'{CPU_DIR}/cpu{cpu}')} ({links}) do not name one of them: "
+                "its node is unknown"
+            )
+        owner[cpu] = linked[0]
+    if not owner:
+        return nodes
+    return {
+        nid: replace(node, cpus=frozenset(c for c in node.cpus if owner.get(c, nid) == nid))
+        for nid, node in nodes.items()
+    }
 
 
 def _read_node(
@@ -308,14 +200,16 @@ def _read_node(
 
 def _read_distance_row(reader: SysfsReader, rel: str, ids: tuple[int, ...]) -> tuple[int, ...]:
     full = reader.path(rel)
+    nid = int(PurePath(rel).parent.name.removeprefix("node"))
     if not reader.exists(rel):
-        nid = int(PurePath(rel).parent.name.removeprefix("node"))
-        return tuple(LOCAL_DISTANCE if other == nid else REMOTE_DISTANCE for other in ids)
+        return _no_slit_row(nid, ids)
     text = reader.read_str(rel)
     try:
         row = parse_int_row(text)
     except ValueError as exc:
         raise SysfsError(full, f"garbage content: {exc}") from exc
+    if not any(row):  # all zeros: firmware gave no SLIT, as if the file were missing
+        return _no_slit_row(nid, ids)
     if len(row) != len(ids):
         raise SysfsError(
             full,
@@ -325,6 +219,10 @@ def _read_distance_row(reader: SysfsReader, rel: str, ids: tuple[int, ...]) -> t
     if any(d <= 0 for d in row):
         raise SysfsError(full, f"non-positive distance in row {list(row)}")
     return row
+
+
+def _no_slit_row(nid: int, ids: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(LOCAL_DISTANCE if other == nid else REMOTE_DISTANCE for other in ids)
 
 
 def _read_meminfo(reader: SysfsReader, rel: str) -> tuple[int, int | None]:
@@ -345,8 +243,9 @@ def _read_meminfo(reader: SysfsReader, rel: str) -> tuple[int, int | None]:
 def read_hugepages(reader: SysfsReader, rel: str) -> tuple[HugePages, ...]:
     """Hugepage pools under ``rel`` (``hugepages-<size>kB`` dirs), ordered by size.
 
-    A missing directory means no hugepage support: ``()``. Raises SysfsError for a
-    missing or garbage ``nr_hugepages``/``free_hugepages`` inside an existing pool.
+    A missing directory means no hugepage support: ``()``; a pool without
+    ``free_hugepages`` has unknown (None) free pages. Raises SysfsError for a missing or
+    garbage ``nr_hugepages``, or a garbage ``free_hugepages``, inside an existing pool.
     """
     if not reader.is_dir(rel):
         return ()
@@ -359,10 +258,14 @@ def read_hugepages(reader: SysfsReader, rel: str) -> tuple[HugePages, ...]:
         HugePages(
             size_kb=size,
             total=reader.read_int(f"{rel}/{name}/nr_hugepages"),
-            free=reader.read_int(f"{rel}/{name}/free_hugepages"),
+            free=_optional_int(reader, f"{rel}/{name}/free_hugepages"),
         )
         for size, name in pools
     )
+
+
+def _optional_int(reader: SysfsReader, rel: str) -> int | None:
+    return reader.read_int(rel) if reader.exists(rel) else None
 
 
 def _single_node(

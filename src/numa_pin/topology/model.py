@@ -23,7 +23,7 @@ class HugePages:
 
     size_kb: int
     total: int
-    free: int
+    free: int | None  # None: the kernel did not say (no free_hugepages file)
 
 
 @record

@@ -177,7 +177,7 @@ def _hugepages_text(node: NumaNode) -> str:
     if not node.hugepages:
         return "none"
     return "; ".join(
-        f"{hp.size_kb} kB: {hp.total} total, {hp.free} free"
+        f"{hp.size_kb} kB: {hp.total} total, {'unknown' if hp.free is None else hp.free} free"
         for hp in sorted(node.hugepages, key=lambda h: h.size_kb)
     )
 
