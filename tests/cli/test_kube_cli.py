@@ -77,3 +77,26 @@ def test_status_names_the_pod(node, capsys):
     assert (grant["pod"], grant["name"], grant["pod_id"]) == ("shop/web-0", "app", "5b1e" * 16)
     assert main(["status", "--config", str(node.config)]) == 0
     assert "pod=shop/web-0 " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "parent, qos",
+    [(f"kubepods/burstable/{UID}", "Burstable"), (f"kubepods/besteffort/{UID}", "BestEffort"),
+     (f"kubepods/{UID}", "Guaranteed"), ("ctr", None)],
+    ids=["burstable", "besteffort", "guaranteed", "not-kubernetes"],
+)
+def test_explain_says_the_qos_class_of_a_grant(tmp_path, tmp_path_factory, monkeypatch, capsys, parent, qos):
+    fake = FakeNode(tmp_path / "node", "intel-2s-ht", machines=tmp_path_factory.getbasetemp() / "machines",
+                    parent=parent)
+    fake.add_container("c0", 7000)
+    config = fake.write_config(policy="single-numa-node", kubelet_root=str(tmp_path / "no-kubelet"))
+    monkeypatch.setenv("NUMA_PIN_NO_AGENT", "1")
+    monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(tmp_path / "cache"))
+    assert hook_run(["--config", str(config), "prestart"], io.BytesIO(fake.oci_state("c0", 7000, _annotations()))) == 0
+    capsys.readouterr()
+    assert main(["explain", "--config", str(config), "c0", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    expected = None if qos is None else {"class": qos, "signal": f"cgroup /{parent}/c0"}
+    assert doc.get("qos") == expected
+    assert main(["explain", "--config", str(config), "c0"]) == 0
+    assert json.loads(capsys.readouterr().out).get("qos") == expected

@@ -238,11 +238,11 @@ class Kubelet:
         res = self.runtime.ContainerStatus(self.pb.ContainerStatusRequest(container_id=cid, verbose=True), timeout=60)
         return res.status, json.loads(res.info.get("info", "{}"))
 
-    def sandbox_spec(self, sandbox_id: str) -> dict[str, Any]:
-        """The OCI spec containerd made for the pod's sandbox (pause) container."""
+    def sandbox_info(self, sandbox_id: str) -> dict[str, Any]:
+        """containerd's verbose info on the pod's sandbox (pause) container: ``runtimeSpec``, ``pid``."""
         req = self.pb.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id, verbose=True)
-        spec: dict[str, Any] = json.loads(self.runtime.PodSandboxStatus(req, timeout=60).info["info"])["runtimeSpec"]
-        return spec
+        info: dict[str, Any] = json.loads(self.runtime.PodSandboxStatus(req, timeout=60).info["info"])
+        return info
 
     def wait_exited(self, cid: str, timeout: float = 60.0) -> Any:
         deadline = time.monotonic() + timeout

@@ -217,8 +217,16 @@ def test_only_guaranteed_pods_get_exclusive_cpus(node, kubelet):
             if cid != g_app:
                 assert grants[cid].kind == "shared" and not grants[cid].cpus, key
                 assert _allowed(kubelet, cid) == "0", key
-    # pause containers keep every CPU: numa-pin leaves them alone (kubelet's CPU manager too)
-    assert g_sandbox not in grants or not grants[g_sandbox].cpus
+    # pause containers keep every CPU: numa-pin never sees them (kubelet's CPU manager leaves them too)
+    every_cpu = Path("/sys/devices/system/cpu/online").read_text().strip()
+    for sandbox, _ in started.values():
+        assert sandbox not in grants
+        assert harness.proc_allowed(int(kubelet.sandbox_info(sandbox)["pid"]))[0] == every_cpu
+    # explain says the pod's class and where it was read
+    for key, cid in (("guaranteed", g_app), ("burstable", started["burstable"][1][0])):
+        shown = node.cli("explain", cid, "--json")
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["qos"]["class"] == expected[key]
 
 
 def test_pod_scope_per_container_annotations_and_pod_names(node, kubelet):
@@ -318,7 +326,7 @@ def test_base_spec_changes_nothing_but_the_hooks(node, kubelet):
         cid = kubelet.create(sandbox, pod, pod.containers[0])
         _, info = kubelet.status(cid)
         specs.append([_normalised(spec, pod, sandbox, cid)
-                      for spec in (info["runtimeSpec"], kubelet.sandbox_spec(sandbox))])
+                      for spec in (info["runtimeSpec"], kubelet.sandbox_info(sandbox)["runtimeSpec"])])
     (app_hooked, sandbox_hooked), (app_plain, sandbox_plain) = specs
     assert set(app_hooked.pop("hooks")) == {"createRuntime", "poststop"} and "hooks" not in app_plain
     # containerd makes the sandbox (pause) container from its own default spec, never the base spec
