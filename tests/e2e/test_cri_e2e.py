@@ -336,3 +336,30 @@ def test_base_spec_changes_nothing_but_the_hooks(node, kubelet):
         differ = {k: (hooked_flat.get(k), plain_flat.get(k)) for k in hooked_flat.keys() | plain_flat.keys()
                   if hooked_flat.get(k) != plain_flat.get(k)}
         assert differ == {}
+
+
+def test_parallel_pod_starts_hand_the_cpu_out_once(node, kubelet):
+    """Kubelet starts pods in parallel: of four Guaranteed pods racing for the one exclusive CPU
+    exactly one gets it, the others are refused, and Burstable pods beside them all start."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    racing = [_pod(f"race{i}", guaranteed()) for i in range(4)]
+    shared = [_pod(f"shared{i}", cri.Container("app", {"cpu": 500}, {"cpu": 1000, "memory": GI})) for i in range(2)]
+
+    def start(pod: cri.Pod):
+        try:
+            return kubelet.run_all(pod)
+        except Exception as exc:  # grpc.RpcError: refused
+            return exc
+
+    with ThreadPoolExecutor(len(racing) + len(shared)) as pool:
+        results = list(pool.map(start, racing + shared))
+    won = [r for r in results[: len(racing)] if isinstance(r, tuple)]
+    lost = [r for r in results[: len(racing)] if not isinstance(r, tuple)]
+    assert len(won) == 1 and len(lost) == len(racing) - 1, results
+    for exc in lost:
+        assert "TopologyAffinityError" in exc.details()  # type: ignore[attr-defined]
+    assert all(isinstance(r, tuple) for r in results[len(racing):]), results
+    grants = node.grants()
+    assert [cid for cid, g in grants.items() if g.cpus] == won[0][1]
+    assert grants[won[0][1][0]].cpus == frozenset({1}) and _allowed(kubelet, won[0][1][0]) == "1"
