@@ -252,12 +252,8 @@ def qos_from_cgroups_path(path: str | None) -> str | None:
             chain.append(segment)
     if "kubepods" not in chain:
         return None
-    below = chain[len(chain) - 1 - chain[::-1].index("kubepods") + 1:]
-    if not below:
-        return None
-    if below[0] in _QOS_LEVELS:
-        return _QOS_LEVELS[below[0]]
-    return GUARANTEED if below[0].startswith("pod") else None
+    below = chain[len(chain) - chain[::-1].index("kubepods"):] or [""]  # what the last kubepods holds
+    return _QOS_LEVELS.get(below[0], GUARANTEED if below[0].startswith("pod") else None)
 
 
 def infer_qos(
@@ -278,19 +274,16 @@ def infer_qos(
     level = qos_from_cgroups_path(cgroups_path)
     if level is not None:
         return level, f"linux.cgroupsPath {cgroups_path}"
-    limited = bool(cpu_quota and cpu_quota > 0 and cpu_period and cpu_period > 0 and memory_limit
-                   and memory_limit > 0)
+    quota, period, memory = max(cpu_quota or 0, 0), max(cpu_period or 0, 0), max(memory_limit or 0, 0)
+    limited = quota > 0 and period > 0 and memory > 0
     if cpu_shares is None:
-        klass = GUARANTEED if limited else BURSTABLE if (cpu_quota or memory_limit) else BEST_EFFORT
+        klass = GUARANTEED if limited else BURSTABLE if (quota or memory) else BEST_EFFORT
         return klass, "cpu quota and memory limit (no cpu shares)"
     signal = f"cpu shares {cpu_shares} against quota {cpu_quota}/{cpu_period}"
     if limited:
-        assert cpu_quota is not None and cpu_period is not None  # for mypy: limited says so
-        expected = max(_MIN_SHARES, cpu_quota * 1000 // cpu_period * _SHARES_PER_CPU // 1000)
+        expected = max(_MIN_SHARES, quota * 1000 // period * _SHARES_PER_CPU // 1000)
         return (GUARANTEED if cpu_shares == expected else BURSTABLE), signal
-    if cpu_shares <= _MIN_SHARES and not (cpu_quota and cpu_quota > 0) and not memory_limit:
-        return BEST_EFFORT, signal
-    return BURSTABLE, signal
+    return (BEST_EFFORT if cpu_shares <= _MIN_SHARES and not quota and not memory else BURSTABLE), signal
 
 
 def container_annotations(annotations: Mapping[str, str], name: str) -> dict[str, str]:
