@@ -138,6 +138,7 @@ class Kubelet:
         self.runtime = grpc_mod.RuntimeServiceStub(self.channel)
         self.log_root, self.handler, self.driver = log_root, handler, driver
         self.image = ""
+        self.pods_run: list[Pod] = []
 
     def close(self) -> None:
         self.channel.close()
@@ -175,6 +176,7 @@ class Kubelet:
 
     def run_pod(self, pod: Pod, attempt: int = 0) -> str:
         req = self.pb.RunPodSandboxRequest(config=self.sandbox_config(pod, attempt), runtime_handler=self.handler)
+        self.pods_run.append(pod)
         return self.runtime.RunPodSandbox(req, timeout=120).pod_sandbox_id
 
     def resources(self, pod: Pod, c: Container) -> Any:
@@ -273,3 +275,16 @@ class Kubelet:
                     call(sandbox)
                 except Exception:  # best-effort cleanup: the pod may be gone already
                     pass
+
+
+def remove_pod_cgroups(pods: list[Pod], cgroup_root: Path = Path("/sys/fs/cgroup")) -> None:
+    """rmdir the (empty) pod cgroups runc left under ``kubepods`` for ``pods``, then the QoS
+    levels and ``kubepods`` itself where nothing else is left in them (cgroupfs driver)."""
+    levels = [("kubepods", "burstable"), ("kubepods", "besteffort"), ("kubepods",)]
+    for hierarchy in sorted(p for p in cgroup_root.iterdir() if (p / "kubepods").is_dir()):
+        targets = [hierarchy.joinpath(*level, f"pod{pod.uid}") for pod in pods for level in levels]
+        for path in targets + [hierarchy.joinpath(*level) for level in levels]:
+            try:
+                path.rmdir()
+            except OSError:  # not there, or still in use: left alone
+                pass

@@ -52,6 +52,7 @@ class CriNode:
         self.ledger = base / "ledger"
         self.proc: subprocess.Popen[bytes] | None = None
         self.kubelet: cri.Kubelet | None = None
+        self.earlier_pods: list[cri.Pod] = []  # pods of the kubelets of earlier containerd runs
 
     def write_config(self, hook: Path) -> None:
         self.config.write_text(f"policy: restricted\nstate_dir: {self.ledger}\nsyslog: false\n")
@@ -95,6 +96,7 @@ class CriNode:
 
     def stop(self) -> None:
         if self.kubelet is not None:
+            self.earlier_pods += self.kubelet.pods_run
             self.kubelet.close()
             self.kubelet = None
         if self.proc is not None:
@@ -155,9 +157,12 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CriNode]:
         assert imported.returncode == 0, imported.stderr
         yield own
     finally:
+        pods: list[cri.Pod] = []
         if own.kubelet is not None:
             own.kubelet.teardown()
+            pods = own.kubelet.pods_run
         own.stop()
+        cri.remove_pod_cgroups(pods + own.earlier_pods)
         subprocess.run(["umount", "-R", str(base / "state")], capture_output=True, timeout=60)
         subprocess.run(["rm", "-rf", "--one-file-system", str(base)], capture_output=True, timeout=60)
 
