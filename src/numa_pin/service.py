@@ -246,7 +246,7 @@ class NodeService:
         return Grant(
             container_id=request.container_id,
             pod_id=request.pod_id,
-            container_name=request.name,
+            container_name=request.qualified_name,
             kind=kind or ("exclusive" if decision.exclusive else "shared"),
             pid=pid,
             start_time=_start_time(pid, self.config.proc_root),

@@ -15,13 +15,21 @@ Annotations (all optional)::
     numa-pin.io/pod-memory
     numa-pin.io/pod-devices
 
+Per-container form (:data:`PER_CONTAINER`): ``numa-pin.io/<key>.<container name>`` (``numa-pin.io/
+cpus.app``) applies to the container of that name only (the CRI name,
+``io.kubernetes.cri.container-name``) and replaces every plain per-container key for it. Under
+Kubernetes the runtime copies the *pod's* annotations into every container, so a plain key asks
+the same for each container of the pod; ``policy``, ``scope``, ``pod`` and ``pod-*`` are pod-wide.
+
 Kubernetes-compatible inference (each switchable in the config):
 
 * ``linux.resources.cpu`` quota/period that divide evenly, together with a memory limit, mean
-  that many exclusive CPUs (a Guaranteed pod with integer CPUs), for Kubernetes containers only
-  (a CRI annotation from :data:`KUBERNETES_KEYS` is set, and the container is not podman's),
-  unless ``guaranteed_cpus_outside_kubernetes`` is on: ``podman run --cpus 1 --memory 100m``
-  stays a shared container;
+  that many exclusive CPUs when the *pod* is Guaranteed (kubelet's rule: requests equal limits
+  in every container), for Kubernetes containers only (a CRI annotation from
+  :data:`KUBERNETES_KEYS` is set, and the container is not podman's), unless
+  ``guaranteed_cpus_outside_kubernetes`` is on: ``podman run --cpus 1 --memory 100m`` stays a
+  shared container. The pod's QoS class comes from :func:`infer_qos`: the QoS level of
+  ``linux.cgroupsPath`` (both cgroup drivers), else ``cpu.shares`` against the quota;
 * ``linux.resources.hugepageLimits`` mean hugepages to align;
 * ``NVIDIA_VISIBLE_DEVICES`` and ``PCIDEVICE_*`` in ``process.env`` are devices a device plugin
   already chose: they become fixed devices, and CPUs and memory align to them. So are devices
@@ -66,10 +74,19 @@ CPUSET_FIELD = "linux.resources.cpu.cpus"
 #: prefix of a pod id taken from ``numa-pin.io/pod``: user pods and runtime sandboxes never share ids
 USER_POD_PREFIX = "user:"
 
-_KNOWN = {
-    "cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices", "policy", "scope", "pod",
-    "pod-cpus", "pod-memory", "pod-devices",
-}
+#: keys that may name one container (``numa-pin.io/cpus.<container>``); the rest are pod-wide
+PER_CONTAINER = ("cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices")
+_KNOWN = {*PER_CONTAINER, "policy", "scope", "pod", "pod-cpus", "pod-memory", "pod-devices"}
+#: (namespace, name) annotations of the pod, set in every container's spec by the CRI runtime
+POD_NAME_KEYS = (("io.kubernetes.cri.sandbox-namespace", "io.kubernetes.cri.sandbox-name"),  # containerd
+                 ("io.kubernetes.pod.namespace", "io.kubernetes.pod.name"))  # CRI-O
+
+#: kubelet's pod QoS classes
+GUARANTEED, BURSTABLE, BEST_EFFORT = "Guaranteed", "Burstable", "BestEffort"
+#: kubelet's cgroup level of each class below ``kubepods`` (Guaranteed pods sit right under it)
+_QOS_LEVELS = {"burstable": BURSTABLE, "besteffort": BEST_EFFORT}
+#: kubelet's MilliCPUToShares floor and the shares a CPU request of 1000m gives
+_MIN_SHARES, _SHARES_PER_CPU = 2, 1024
 
 
 @record
@@ -114,10 +131,21 @@ class ContainerRequest:
     #: ``--cpuset-cpus``): a constraint, never widened or moved
     cpuset: frozenset[int] | None = None
     fixed_cdi: tuple[CdiDevice, ...] = ()  # devices chosen through CDI (cdi.k8s.io/*, CDI names in env)
+    #: the pod's QoS class when CPUs were inferred from the spec (:func:`infer_qos`), and the
+    #: signal it was read from; None when annotations asked or inference is off
+    qos: str | None = None
+    qos_signal: str | None = None
+    #: ``namespace/name`` of the Kubernetes pod (the CRI sandbox annotations), when known
+    pod_name: str | None = None
 
     @property
     def exclusive(self) -> bool:
         return self.amounts.cpus > 0
+
+    @property
+    def qualified_name(self) -> str:
+        """``namespace/pod/container`` for a Kubernetes container, else the name."""
+        return f"{self.pod_name}/{self.name}" if self.pod_name else self.name
 
 
 @record
@@ -203,6 +231,88 @@ def whole_pages(resource: str, size: int, text: str, what: str) -> int:
     return size
 
 
+def qos_from_cgroups_path(path: str | None) -> str | None:
+    """The pod QoS class that kubelet's cgroup hierarchy gives a container's cgroup, or None
+    when the path has no ``kubepods`` level (another manager, or kubelet without per-QoS cgroups).
+
+    cgroupfs driver: ``/kubepods/burstable/pod<uid>/<id>``, ``/kubepods/besteffort/...``, a
+    Guaranteed pod right under ``/kubepods/pod<uid>``. systemd driver: the runtime's
+    ``kubepods-burstable-pod<uid>.slice:cri-containerd:<id>``, or the expanded path
+    (``/kubepods.slice/kubepods-burstable.slice/...``): a slice's name spells its ancestry.
+    """
+    if not path:
+        return None
+    if "/" not in path and path.count(":") == 2:  # systemd: slice:prefix:name
+        path = path.split(":", 1)[0]
+    chain: list[str] = []
+    for segment in path.split("/"):
+        if segment.endswith(".slice"):
+            chain = segment[: -len(".slice")].split("-")
+        elif segment:
+            chain.append(segment)
+    if "kubepods" not in chain:
+        return None
+    below = chain[len(chain) - chain[::-1].index("kubepods"):] or [""]  # what the last kubepods holds
+    return _QOS_LEVELS.get(below[0], GUARANTEED if below[0].startswith("pod") else None)
+
+
+def infer_qos(
+    cgroups_path: str | None,
+    cpu_shares: int | None,
+    cpu_quota: int | None,
+    cpu_period: int | None,
+    memory_limit: int | None,
+) -> tuple[str, str]:
+    """``(class, signal)``: the pod's QoS class as kubelet decided it, and what showed it.
+
+    The cgroup parent is the pod's class (:func:`qos_from_cgroups_path`). Without one, the
+    container's own resources: kubelet writes ``cpu.shares`` from the CPU request and the quota
+    from the limit, so equal request and limit give ``shares == quota * 1024 / period``
+    (kubelet's MilliCPUToShares of the limit); that, with a memory limit, is Guaranteed. A
+    runtime that sets no shares at all (not kubelet) is judged by quota and memory limit alone.
+    """
+    level = qos_from_cgroups_path(cgroups_path)
+    if level is not None:
+        return level, f"linux.cgroupsPath {cgroups_path}"
+    quota, period, memory = max(cpu_quota or 0, 0), max(cpu_period or 0, 0), max(memory_limit or 0, 0)
+    limited = quota > 0 and period > 0 and memory > 0
+    if cpu_shares is None:
+        klass = GUARANTEED if limited else BURSTABLE if (quota or memory) else BEST_EFFORT
+        return klass, "cpu quota and memory limit (no cpu shares)"
+    signal = f"cpu shares {cpu_shares} against quota {cpu_quota}/{cpu_period}"
+    if limited:
+        expected = max(_MIN_SHARES, quota * 1000 // period * _SHARES_PER_CPU // 1000)
+        return (GUARANTEED if cpu_shares == expected else BURSTABLE), signal
+    return (BEST_EFFORT if cpu_shares <= _MIN_SHARES and not quota and not memory else BURSTABLE), signal
+
+
+def container_annotations(annotations: Mapping[str, str], name: str) -> dict[str, str]:
+    """The annotations as container ``name`` sees them: its ``numa-pin.io/<key>.<name>`` keys
+    replace every plain per-container key; keys of other containers are dropped.
+
+    Raises:
+        RequestError: a ``numa-pin.io/<key>.<name>`` whose key is pod-wide or unknown, or whose
+            container name is empty.
+    """
+    own: dict[str, str] = {}
+    out: dict[str, str] = {}
+    for key, value in annotations.items():
+        base, dot, target = key[len(PREFIX):].partition(".") if key.startswith(PREFIX) else (key, "", "")
+        if not dot:
+            out[key] = value
+        elif base not in PER_CONTAINER or not target:
+            raise RequestError(
+                f"unknown annotation (per container: {', '.join(PREFIX + k + '.<container>' for k in PER_CONTAINER)};"
+                " the others are pod-wide)", annotation=key,
+            )
+        elif target == name:
+            own[PREFIX + base] = value
+    if own:
+        out = {k: v for k, v in out.items() if not (k.startswith(PREFIX) and k[len(PREFIX):] in PER_CONTAINER)}
+        out.update(own)
+    return out
+
+
 def infer_guaranteed_cpus(quota: int | None, period: int | None, memory_limit: int | None) -> int:
     """Exclusive CPUs kubelet would give: integer quota/period with a memory limit, else 0."""
     if not quota or not period or quota <= 0 or period <= 0 or not memory_limit or memory_limit <= 0:
@@ -223,10 +333,14 @@ def request_from_oci(
     hugepage_limits: Mapping[str, int] | None = None,
     inference: Inference = DEFAULT_INFERENCE,
     cpuset: str | None = None,
+    cpu_shares: int | None = None,
+    cgroups_path: str | None = None,
 ) -> ContainerRequest:
     """Build the request of one container. Raises :class:`RequestError` naming the annotation
     (or the ``config.json`` field)."""
     env = env or {}
+    name = next((annotations[k] for k in NAME_KEYS if annotations.get(k)), container_id)
+    annotations = container_annotations(annotations, name)
     for key in annotations:
         if key.startswith(PREFIX) and key[len(PREFIX):] not in _KNOWN:
             raise RequestError(
@@ -240,12 +354,17 @@ def request_from_oci(
         scope = _choice(scope, SCOPES, PREFIX + "scope")
 
     amounts = _annotation_amounts(annotations, pod=False)
+    qos = qos_signal = None
     if amounts is None:
-        # a Guaranteed-style container: its memory limit is aligned together with its CPUs
+        # a container of a Guaranteed pod: its memory limit is aligned together with its CPUs
         infer = inference.guaranteed_cpus and (
             inference.guaranteed_cpus_outside_kubernetes or is_kubernetes(annotations)
         )
-        cpus = infer_guaranteed_cpus(cpu_quota, cpu_period, memory_limit) if infer else 0
+        cpus = 0
+        if infer:
+            qos, qos_signal = infer_qos(cgroups_path, cpu_shares, cpu_quota, cpu_period, memory_limit)
+            if qos == GUARANTEED:
+                cpus = infer_guaranteed_cpus(cpu_quota, cpu_period, memory_limit)
         amounts = Amounts(cpus=cpus, memory=(memory_limit or 0) if cpus else 0)
     if inference.hugepages and hugepage_limits and not amounts.hugepages:
         huge: dict[str, int] = {}
@@ -271,7 +390,6 @@ def request_from_oci(
                 fixed_pci[key[len("PCIDEVICE_"):]] = tuple(v.strip() for v in value.split(",") if v.strip())
 
     pod_id, claimed_pod = pod_identity(container_id, annotations)
-    name = next((annotations[k] for k in NAME_KEYS if annotations.get(k)), container_id)
     sandbox = any(annotations.get(k) == "sandbox" for k in SANDBOX_TYPE_KEYS)
     return ContainerRequest(
         container_id=container_id,
@@ -287,7 +405,21 @@ def request_from_oci(
         claimed_pod=claimed_pod,
         cpuset=_cpuset(cpuset),
         fixed_cdi=_unique_cdi(fixed_cdi + devices_from_annotations(annotations)),
+        qos=qos,
+        qos_signal=qos_signal,
+        pod_name=pod_name(annotations),
     )
+
+
+def pod_name(annotations: Mapping[str, str]) -> str | None:
+    """``namespace/name`` of a Kubernetes pod from the CRI annotations (containerd's, else
+    CRI-O's), or None outside Kubernetes."""
+    if not is_kubernetes(annotations):
+        return None
+    for ns_key, name_key in POD_NAME_KEYS:
+        if annotations.get(name_key):
+            return f"{annotations.get(ns_key) or '-'}/{annotations[name_key]}"
+    return None
 
 
 def _unique_cdi(devices: tuple[CdiDevice, ...]) -> tuple[CdiDevice, ...]:

@@ -4,7 +4,10 @@
 is the most recent rejection. Text: the grant as JSON, or the rejection line. ``--json``: one
 object, ``{"container_id", "state": "granted" | "rejected" | "unknown", "grant", "rejection"}``
 where ``grant`` is what ``status --json`` lists and ``rejection`` the reason file
-(``line``, ``kind``, ``time``); exit 1 when the state is ``unknown``.
+(``line``, ``kind``, ``time``); exit 1 when the state is ``unknown``. A Kubernetes container's
+grant also says its pod's QoS class and the signal it was read from, ``"qos": {"class",
+"signal"}``, when its cgroup sits under kubelet's QoS hierarchy (what the admission read from
+``linux.cgroupsPath``).
 """
 
 from __future__ import annotations
@@ -54,6 +57,11 @@ def run(args: argparse.Namespace) -> int:
     grant = grants.get(cid) if cid is not None and not args.last else None
     if grant is not None:
         out.update(state="granted", grant=grant_dict(grant))
+        from numa_pin.admission.request import qos_from_cgroups_path
+
+        qos = qos_from_cgroups_path(grant.cgroup)
+        if qos is not None:
+            out["qos"] = {"class": qos, "signal": f"cgroup {grant.cgroup}"}
     elif cid is not None:
         out.update(state="rejected", rejection=reasons[cid])
     if args.json:
@@ -65,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"numa-pin: {one_line(problem)}", file=sys.stderr)
         return 1
     if grant is not None:
-        write_out(json.dumps({"granted": out["grant"]}, indent=2) + "\n")
+        shown = {"granted": out["grant"], **({"qos": out["qos"]} if "qos" in out else {})}
+        write_out(json.dumps(shown, indent=2) + "\n")
         return 0
     write_out(one_line(out["rejection"].get("line", "")) + "\n")
     return 0

@@ -38,8 +38,10 @@ def decision_dict(decision) -> dict:
     }
 
 
-def print_decision(decision, as_json: bool) -> None:
+def print_decision(decision, as_json: bool, request=None) -> None:
     d = decision_dict(decision)
+    if request is not None and request.qos is not None:  # CPUs inferred from the spec: say from what
+        d["qos"] = {"class": request.qos, "signal": request.qos_signal}
     if as_json:
         write_out(json.dumps(d, indent=2) + "\n")
         return
@@ -51,6 +53,8 @@ def print_decision(decision, as_json: bool) -> None:
         f"affinity:  {'any' if d['affinity'] is None else d['affinity']} "
         f"({'preferred' if d['preferred'] else 'not preferred'})",
     ]
+    if "qos" in d:
+        lines.append(f"qos:       pod {d['qos']['class']} (from {d['qos']['signal']})")
     if d["admit"]:
         lines += [f"cpus:      {d['cpus'] or '(shared pool)'}", f"mems:      {d['mems'] or '(unchanged)'}"]
         lines += [f"devices:   {res}: {', '.join(ids)}" for res, ids in d["devices"].items()]
@@ -75,5 +79,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         request = request_from_args(args, "plan")
     decision = NodeService(config).plan(request)
-    print_decision(decision, args.json)
+    print_decision(decision, args.json, request)
     return 0 if decision.admit else 1

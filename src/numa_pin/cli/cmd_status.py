@@ -26,13 +26,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def grant_dict(g) -> dict:
     from numa_pin.cpuset import format_list
 
+    pod, name = pod_and_name(g.container_name)
     return {
-        "container_id": g.container_id, "pod_id": g.pod_id, "name": g.container_name, "kind": g.kind,
+        "container_id": g.container_id, "pod_id": g.pod_id, "pod": pod, "name": name, "kind": g.kind,
         "pid": g.pid, "cgroup": g.cgroup, "cpus": format_list(g.cpus), "mems": format_list(g.mems),
         "devices": {k: list(v) for k, v in g.devices.items()},
         "affinity": None if g.affinity is None else sorted(g.affinity),
         "policy": g.policy, "scope": g.scope, "created": g.created,
     }
+
+
+def pod_and_name(container_name: str) -> tuple[str | None, str]:
+    """A Kubernetes container's grant is named ``namespace/pod/container`` (namespaces, pods and
+    containers have no ``/`` in their names): ``("namespace/pod", "container")``; any other
+    name has no pod name."""
+    pod, _, name = container_name.rpartition("/")
+    return (pod, name) if pod.count("/") == 1 and all(pod.split("/")) and name else (None, container_name)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     for g in grants:
         lines.append(
             f"  {one_line(short[g['container_id']]):{width}} {one_line(g['kind']):9} cpus={g['cpus'] or '-':8} "
-            f"mems={g['mems'] or '-':6} pod={one_line(g['pod_id'][:16])} {one_line(g['policy'])}"
+            f"mems={g['mems'] or '-':6} pod={one_line(g['pod'] or g['pod_id'][:16])} {one_line(g['policy'])}"
         )
     write_out("\n".join(lines) + "\n")
     return 0

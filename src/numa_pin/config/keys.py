@@ -97,9 +97,11 @@ ITEMS: tuple[ConfigItem, ...] = (
     ),
     ConfigItem(
         "inference.guaranteed_cpus", "bool", True,
-        "Without a numa-pin annotation, treat a Kubernetes container (CRI annotations "
-        "present) whose CPU quota is a whole number of CPUs and that has a memory limit as a "
-        "Guaranteed pod would be: give it exclusive CPUs.", p.boolean,
+        "Without a numa-pin annotation, give a Kubernetes container (CRI annotations "
+        "present) of a Guaranteed pod whose CPU quota is a whole number of CPUs and that has a "
+        "memory limit that many exclusive CPUs, as kubelet's static CPU manager would. The pod's "
+        "QoS class comes from the container's cgroup parent (kubepods/burstable, "
+        "kubepods-besteffort-...slice), else from cpu.shares against the quota.", p.boolean,
     ),
     ConfigItem(
         "inference.guaranteed_cpus_outside_kubernetes", "bool", False,

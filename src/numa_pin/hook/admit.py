@@ -21,6 +21,8 @@ def request_from_spec(state: OciState, spec: OciSpec, config: Config) -> Contain
         memory_limit=spec.memory_limit,
         hugepage_limits=spec.hugepage_limits,
         cpuset=spec.cpuset_cpus,
+        cpu_shares=spec.cpu_shares,
+        cgroups_path=spec.cgroups_path,
         inference=Inference(inf.guaranteed_cpus, inf.hugepages, inf.device_plugin_env,
                             inf.guaranteed_cpus_outside_kubernetes),
     )
