@@ -37,7 +37,7 @@ from numa_pin.enforcer.pool import reserved_conflicts, resize_shared, shared_poo
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import AdmissionTimeout, EnforcementError, NumaPinError, RequestError
 from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_time
-from numa_pin.ledger.model import KIND_PROCESS, GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
+from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
 from numa_pin.ledger.store import Ledger
 from numa_pin.record import record, replace
 from numa_pin.topology.cache import DEFAULT_MAX_AGE_S, cached_discover
@@ -302,6 +302,17 @@ class NodeService:
                 refs.append(cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout))
         return refs
 
+    def blocked_shared(self, state: LedgerState) -> list[str]:
+        """One line per shared container still on CPUs outside the shared pool: one the kernel
+        would not shrink (a nested cgroup it keeps busy, a v2 partition), left as it was so that
+        it blocks nobody's admission (read from the cgroups; nothing is written)."""
+        from numa_pin.enforcer.pool import check_shared
+
+        layout = self._layout()
+        ids = {cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout): g.container_id
+               for g in state.shared_grants() if g.cgroup}
+        return [f"{ids[b.ref]}: {b}" for b in check_shared(ids, self.shared_pool(state), self._limits(state))]
+
     def _limits(self, state: LedgerState) -> dict[cg.CgroupRef, frozenset[int]]:
         """Shared containers' own cpusets (their cpuset is the pool inside it), by cgroup."""
         layout = self._layout()
@@ -320,7 +331,8 @@ class NodeService:
                 apply_cpuset(ref, own, read_cpuset(ref).mems, self.config.cgroup_root, undo)
         if grant.cpus or pool_changed:
             refs = self._shared_refs(state, exclude=grant.container_id)
-            resize_shared(refs, pool, self.config.cgroup_root, undo, self._limits(state))
+            resized = resize_shared(refs, pool, self.config.cgroup_root, undo, self._limits(state))
+            self._log_problems([str(b) for b in resized.blocked])  # left as they were: see blocked_shared
 
     def _grant_devices(
         self, grant: Grant, pid: int, undo: UndoLog, rootfs: str | None, state: LedgerState
@@ -502,8 +514,9 @@ class NodeService:
             if (grant is not None and grant.cpus) or any(g.cpus for g in dropped):
                 undo = UndoLog()
                 try:
-                    resize_shared(self._shared_refs(state), self.shared_pool(state), self.config.cgroup_root, undo,
-                                  self._limits(state))
+                    resized = resize_shared(self._shared_refs(state), self.shared_pool(state),
+                                            self.config.cgroup_root, undo, self._limits(state))
+                    self._log_problems([str(b) for b in resized.blocked])
                 except EnforcementError as exc:
                     self._roll_back(undo, exc, container_id)
                     raise
@@ -522,8 +535,8 @@ class NodeService:
             undo = UndoLog()
             pool = self.shared_pool(state)
             for g in state.grants.values():
-                if not g.cgroup:
-                    continue
+                if not g.cgroup or g.kind == KIND_SHARED:
+                    continue  # shared containers: resized below, nested cgroups with them
                 ref = cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout)
                 if not os.path.isdir(ref.cpuset_dir):
                     continue
@@ -533,6 +546,11 @@ class NodeService:
                 apply_cpuset(ref, cpus, mems, self.config.cgroup_root, undo)
                 if len(undo) != before:
                     repaired.append(g.container_id)
+            shared = {cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout): g.container_id
+                      for g in state.shared_grants() if g.cgroup}
+            resized = resize_shared(shared, pool, self.config.cgroup_root, undo, self._limits(state))
+            repaired += [shared[ref] for ref in resized.updated]
+            self._log_problems([str(b) for b in resized.blocked])
             txn.state = state
         return list(removed), repaired
 

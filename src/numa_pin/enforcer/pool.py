@@ -218,6 +218,37 @@ def resize_shared(
     return ResizeResult(tuple(updated), tuple(unchanged), tuple(missing), tuple(blocked))
 
 
+def check_shared(
+    refs: Iterable[CgroupRef], pool: Iterable[int], limits: Mapping[CgroupRef, frozenset[int]] | None = None
+) -> tuple[Blocked, ...]:
+    """The shared containers still on CPUs outside their target, read from the cgroups
+    themselves without writing anything (what ``status`` and ``reconcile`` report): a
+    ``cpuset.cpus`` wider than the pool, or on v2 a partition below the container."""
+    target = frozenset(pool)
+    out: list[Blocked] = []
+    for ref in refs:
+        want = target & limits[ref] if limits and ref in limits else target
+        try:
+            held = _read_cpus(ref)
+        except EnforcementError:
+            continue  # gone (an exited container) or unreadable: nothing to report from here
+        if held - want:
+            try:
+                nested = len(_subtree(ref.cpuset_dir)[0]) - 1
+            except EnforcementError as exc:
+                nested = -1
+                why = str(exc)
+            if nested >= 0:
+                why = (f"{nested} nested cpuset cgroup(s) below it" if nested
+                       else "its cpuset.cpus was not shrunk")
+            out.append(Blocked(ref, held, want, why))
+            continue
+        stuck = _partition_holding(ref, want)
+        if stuck is not None:
+            out.append(stuck)
+    return tuple(out)
+
+
 def plan_nested(
     tree: Mapping[str, frozenset[int]], parents: Mapping[str, str], top: str, target: frozenset[int]
 ) -> dict[str, frozenset[int]]:
@@ -358,6 +389,6 @@ def _write_list(directory: str, cpus: frozenset[int], undo: UndoLog, why: str) -
 
 
 __all__ = [
-    "MAX_NESTED_CGROUPS", "MAX_NESTED_DEPTH", "Blocked", "ResizeResult", "SharedUpdate", "plan_nested",
+    "MAX_NESTED_CGROUPS", "MAX_NESTED_DEPTH", "Blocked", "ResizeResult", "SharedUpdate", "check_shared", "plan_nested",
     "plan_shared_updates", "resize_shared", "shared_pool",
 ]
