@@ -221,6 +221,8 @@ class NodeService:
                 except BaseException as exc:
                     self._roll_back(undo, exc, request.container_id)
                     raise
+                # a failed ledger write undoes all of it too (the commit is inside the rollback)
+                txn.on_commit_failure(self._undoer(undo, request.container_id))
                 txn.state = new_state
             if decision is not None and cfg.syslog:
                 report.log_decision(grant, "admitted")
@@ -241,6 +243,10 @@ class NodeService:
         else:
             exc.add_note(describe_failures(failures))
         report.log_syslog(f"numa-pin: {container_id}: {describe_failures(failures)}")
+
+    def _undoer(self, undo: UndoLog, container_id: str):
+        """:meth:`_roll_back` of ``undo`` for :meth:`Transaction.on_commit_failure`."""
+        return lambda exc: self._roll_back(undo, exc, container_id)
 
     def _grant(self, request: ContainerRequest, decision: Decision, pid: int | None, ref, kind: str | None) -> Grant:
         return Grant(
@@ -502,15 +508,20 @@ class NodeService:
         Called at poststop, when the container's process and cgroup are usually gone already, so
         the grant is looked up before garbage collection would drop it silently."""
         with self.ledger.transaction() as txn:
+            before = txn.state
             grant = txn.state.grants.get(container_id)
             state = txn.state.without(container_id) if grant is not None else txn.state
             state, dropped = collect_garbage(state, self._alive)
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)
             gone = ((grant,) if grant is not None else ()) + dropped
-            for g in gone:
-                self._log_problems(self._restore_netdevs(g) + self._revoke_gpus(g))
-            self._log_problems(self._restore_pods(_pods_dropped(txn.state, state), gone))
+
+            def give_back() -> None:  # devices go home once the ledger no longer grants them
+                for g in gone:
+                    self._log_problems(self._restore_netdevs(g) + self._revoke_gpus(g))
+                self._log_problems(self._restore_pods(_pods_dropped(before, state), gone))
+
+            txn.after_commit(give_back)
             if (grant is not None and grant.cpus) or any(g.cpus for g in dropped):
                 undo = UndoLog()
                 try:
@@ -520,6 +531,7 @@ class NodeService:
                 except EnforcementError as exc:
                     self._roll_back(undo, exc, container_id)
                     raise
+                txn.on_commit_failure(self._undoer(undo, container_id))
             txn.state = state
         if grant is not None and self.config.syslog:
             report.log_decision(grant, "released")
@@ -551,6 +563,7 @@ class NodeService:
             resized = resize_shared(shared, pool, self.config.cgroup_root, undo, self._limits(state))
             repaired += [shared[ref] for ref in resized.updated]
             self._log_problems([str(b) for b in resized.blocked])
+            txn.on_commit_failure(self._undoer(undo, "reconcile"))
             txn.state = state
         return list(removed), repaired
 
