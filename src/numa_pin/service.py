@@ -36,7 +36,7 @@ from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
 from numa_pin.enforcer.pool import reserved_conflicts, resize_shared, shared_pool
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import AdmissionTimeout, EnforcementError, NumaPinError, RequestError
-from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_time
+from numa_pin.ledger.liveness import boot_clock, collect_garbage, is_alive, pending_age, process_start_time
 from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
 from numa_pin.ledger.store import Ledger
 from numa_pin.record import record, replace
@@ -116,7 +116,7 @@ class NodeService:
         the runtime never started (podman then runs no poststop) does not keep its grant."""
         if is_alive(grant, self.config.proc_root, self.config.cgroup_root):
             return True
-        return grant.pid is None and grant.cgroup is not None and time.time() - grant.created < PENDING_GRACE_S
+        return grant.pid is None and grant.cgroup is not None and pending_age(grant) < PENDING_GRACE_S
 
     def _layout(self) -> cg.CgroupLayout:
         """How cgroups are mounted (read once per service from mountinfo)."""
@@ -196,13 +196,14 @@ class NodeService:
                     bind = existing is not None and existing.pid is None and pid is not None
                     if existing is not None:
                         grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root),
-                                        cgroup=ref.rel_path if ref is not None else existing.cgroup)
+                                        cgroup=ref.rel_path if ref is not None else existing.cgroup,
+                                        pending_since=None if pid else existing.pending_since)
                         decision = None
                     else:
                         assert decision is not None
                         grant = self._grant(request, decision, pid, ref, kind)
                         if ref is None and expected_cgroup:
-                            grant = replace(grant, cgroup=expected_cgroup)
+                            grant = replace(grant, cgroup=expected_cgroup, pending_since=boot_clock())
                     new_state = state.with_grant(grant)
                     if decision is not None and decision.pod_affinity is not None and request.pod_id not in state.pods:
                         pod = PodRecord(
