@@ -538,6 +538,37 @@ class NodeService:
             report.log_decision(grant, "released")
         return grant
 
+    def release_to_shared(self, container_id: str) -> Grant | None:
+        """Take back what a live container holds exclusively and keep tracking it as a shared
+        container (``numa-pin release --force``): its grant becomes a shared grant, its cgroup goes
+        to the shared pool (inside its own cpuset) and follows the pool from then on, its exclusive
+        CPUs go back to the pool, its GPUs and container-scope VFs are taken back, and its memory
+        nodes stay as they are. Returns the new grant, or None when there is none. The poststop
+        (or a release once it has stopped) drops it."""
+        with self.ledger.transaction() as txn:
+            old = txn.state.grants.get(container_id)
+            if old is None:
+                return None
+            grant = replace(old, kind=KIND_SHARED, cpus=frozenset(), devices={}, memory={}, affinity=None,
+                            netdevs=(), gpus=None)
+            state = txn.state.with_grant(grant)
+            layout = self._layout()
+            ref = cg.ref_from_path(old.cgroup, self.config.cgroup_root, layout) if old.cgroup else None
+            if ref is not None and not os.path.isdir(ref.cpuset_dir):
+                ref = None
+            undo = UndoLog()
+            try:
+                self._enforce(grant, ref, state, undo, pool_changed=bool(old.cpus))
+            except BaseException as exc:
+                self._roll_back(undo, exc, container_id)
+                raise
+            txn.on_commit_failure(self._undoer(undo, container_id))
+            txn.after_commit(lambda: self._log_problems(self._restore_netdevs(old) + self._revoke_gpus(old)))
+            txn.state = state
+        if self.config.syslog:
+            report.log_decision(grant, "released to the shared pool")
+        return grant
+
     def reconcile(self) -> tuple[list[Grant], list[str]]:
         """Drop dead grants, then re-assert every live cgroup's cpuset (drift repair)."""
         repaired: list[str] = []
