@@ -35,7 +35,7 @@ from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
 from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
 from numa_pin.enforcer.pool import reserved_conflicts, resize_shared, shared_pool
 from numa_pin.enforcer.undo import UndoLog, describe_failures
-from numa_pin.errors import AdmissionTimeout, EnforcementError, NumaPinError, RequestError
+from numa_pin.errors import AdmissionTimeout, EnforcementError, LedgerCorrupt, NumaPinError, RequestError
 from numa_pin.ledger.liveness import boot_clock, collect_garbage, is_alive, pending_age, process_start_time
 from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
 from numa_pin.ledger.store import Ledger
@@ -158,7 +158,16 @@ class NodeService:
         """
         budget = deadline or Deadline(self.config.admission_timeout_s, f"admission of {request.container_id}")
         with budget.active():
-            return self._admit(request, pid, kind, owner, budget, rootfs, expected_cgroup)
+            try:
+                return self._admit(request, pid, kind, owner, budget, rootfs, expected_cgroup)
+            except LedgerCorrupt as exc:
+                if not _asks_nothing(request):
+                    raise
+                # nothing was written yet; a container that asks for nothing starts untouched, and
+                # `numa-pin recover` finds it later if the pool has shrunk under it
+                report.log_syslog(f"numa-pin: {request.container_id}: started without a grant: {exc}")
+                return Admitted(Grant(request.container_id, request.pod_id, request.name, KIND_SHARED, pid=pid,
+                                      created=time.time()), None)
 
     def _admit(
         self, request: ContainerRequest, pid: int | None, kind: str | None, owner: ContainerCgroup | None,
@@ -609,6 +618,13 @@ def live_name_message(grant: Grant) -> str:
         f"{format_list(grant.cpus) or 'shared'}); choose another --name, or `numa-pin release "
         f"{grant.container_id}` once that job is gone"
     )
+
+
+def _asks_nothing(request: ContainerRequest) -> bool:
+    """No CPUs, memory, hugepages or devices, for itself or its pod, and no fixed devices."""
+    pod_empty = request.pod_amounts is None or request.pod_amounts.empty
+    fixed = request.fixed_gpus or any(request.fixed_pci.values()) or request.fixed_cdi
+    return request.amounts.empty and pod_empty and not fixed
 
 
 def _pods_dropped(before: LedgerState, after: LedgerState) -> tuple[PodRecord, ...]:

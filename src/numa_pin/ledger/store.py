@@ -66,7 +66,8 @@ _TMP_PREFIX = ".ledger.json."
 _TMP_SUFFIX = ".tmp"
 
 #: what an operator should do about a corrupt ledger (appended to every LedgerCorrupt)
-REMEDY = "inspect it, then move it aside; numa-pin never resets it silently"
+REMEDY = ("run `numa-pin recover`: it keeps the file aside and rebuilds the grants from what runs "
+          "(numa-pin never resets it silently; until then only containers that ask for nothing start)")
 
 #: a wait for the lock longer than this is reported (``on_wait``)
 WAIT_NOTICE_S = 1.0
@@ -206,6 +207,48 @@ class Ledger:
                         txn._failed(exc)
                         raise
                 txn._committed()
+            finally:
+                _unlock(fd)
+        finally:
+            self._in_transaction.discard(thread)
+
+    def rebuild(self, build: Callable[[bytes | None], LedgerState],
+                timeout: float | None = None) -> tuple[LedgerState, str | None]:
+        """Replace a corrupt ledger with ``build(raw)`` under the lock (``numa-pin recover``).
+
+        ``raw`` is the damaged file's bytes (None when it could not be read at all). A valid
+        ledger is left alone and returned with None. Otherwise the damaged file is renamed to
+        ``ledger.json.corrupt-<unix time>`` (kept for inspection), the built state is written
+        and returned with that name.
+
+        Raises:
+            LedgerError: the lock, the rename or the write failed (the file is then where it was,
+                or aside with no new ledger, which reads as empty: run the recovery again).
+        """
+        thread = _thread.get_ident()
+        if thread in self._in_transaction:
+            raise LedgerError("nested ledger transaction in one thread", path=self.path)
+        self._in_transaction.add(thread)
+        try:
+            fd = self._lock(self.lock_timeout if timeout is None else timeout, None)
+            try:
+                self._remove_stale_temp_files()
+                try:
+                    return self._load(), None
+                except LedgerCorrupt:
+                    pass
+                try:
+                    raw: bytes | None = read_regular_file(self.path, MAX_LEDGER_BYTES, follow=False)
+                except (OSError, UnsafeInput):
+                    raw = None
+                state = build(raw)
+                aside = f"{self.path}.corrupt-{int(time.time())}"
+                try:
+                    os.replace(self.path, aside)
+                except OSError as exc:
+                    raise LedgerError(f"cannot move the damaged ledger aside: {_reason(exc)}", path=self.path) from exc
+                self._write(state)
+                return state, aside
             finally:
                 _unlock(fd)
         finally:
@@ -382,7 +425,8 @@ def decode(raw: bytes, path: str) -> LedgerState:
         raise _corrupt(f"version must be an integer, found {version!r}", path)
     if version > LEDGER_VERSION:
         written_by = data.get("written_by") if isinstance(data, dict) else None
-        raise LedgerCorrupt(newer_version_message(version, written_by), path=path)
+        raise LedgerCorrupt(f"{newer_version_message(version, written_by)}; or `numa-pin recover` to rebuild it "
+                            "from what runs (what only that release records is lost)", path=path)
     if not isinstance(data, dict):
         raise _corrupt("data must be a JSON object", path)
     actual = checksum(data)
