@@ -103,3 +103,31 @@ def test_recover_leaves_a_valid_ledger_alone(node, capfd):
     assert main(["recover", "--config", str(node.config)]) == 0
     assert "nothing to recover" in capfd.readouterr().out
     assert (Path(node.state_dir) / "ledger.json").read_bytes() == before
+
+
+def test_a_deleted_ledger_is_rebuilt_by_recover(node, capfd):
+    assert hook(node, "x", 47000, {"numa-pin.io/cpus": "4"}, capfd)[0] == 0
+    held = cpus(node, "x")
+    (Path(node.state_dir) / "ledger.json").unlink()
+    assert main(["recover", "--config", str(node.config)]) == 0
+    assert "no ledger file: rebuilt" in capfd.readouterr().out
+    assert Ledger(str(node.state_dir)).read().exclusive_cpus() >= held
+
+
+def test_a_recovery_whose_write_fails_leaves_the_damaged_file_in_place(node, capfd, monkeypatch):
+    import errno
+    import os
+
+    from numa_pin.ledger import store
+
+    assert hook(node, "x", 47000, {"numa-pin.io/cpus": "4"}, capfd)[0] == 0
+    ledger = Path(node.state_dir) / "ledger.json"
+    ledger.write_bytes(b"\0" * 64)
+
+    def full(*_args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(store, "_write_all", full)
+    assert main(["recover", "--config", str(node.config)]) == EXIT_ERROR
+    assert "ENOSPC" in capfd.readouterr().err
+    assert ledger.read_bytes() == b"\0" * 64  # never no ledger (that reads as empty)

@@ -3,7 +3,8 @@
 The damaged file is kept as ``ledger.json.corrupt-<unix time>``; the new ledger holds the grants
 of the damaged file that the machine confirms and grants for the container cgroups it finds (see
 :mod:`numa_pin.ledger.recovery`, and docs/ledger-config.md for what cannot be recovered). A valid
-ledger is left alone. Run it before anything else once a command reports a corrupt ledger.
+ledger is left alone; a missing one (deleted: it then reads as empty) is rebuilt the same way.
+Run it before anything else once a command reports a corrupt ledger.
 
 ``--json``: ``{"recovered": bool, "aside": path or null, "salvaged": [id], "found": [id],
 "dropped": [id], "grants": [<grant as status lists it>]}``.
@@ -59,11 +60,11 @@ def run(args: argparse.Namespace) -> int:
         made.append(rebuild(raw, alive, cgroup_cpus, cfg.cgroup_root, online, reserved))
         return made[-1].state
 
-    state, aside = service.ledger.rebuild(build)
-    result = made[-1] if made else None
+    state, aside, rebuilt = service.ledger.rebuild(build)
+    result = made[-1] if rebuilt and made else None
     grants = sorted(state.grants.values(), key=lambda g: g.container_id)
     if args.json:
-        out = {"recovered": aside is not None, "aside": aside,
+        out = {"recovered": result is not None, "aside": aside,
                "salvaged": list(result.salvaged) if result else [], "found": list(result.found) if result else [],
                "dropped": list(result.dropped) if result else [], "grants": [grant_dict(g) for g in grants]}
         write_out(json.dumps(out, indent=2) + "\n")
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     if result is None:
         write_out(f"the ledger is valid ({len(grants)} grant(s)): nothing to recover\n")
         return 0
-    lines = [f"damaged ledger kept as {one_line(aside or '')}"]
+    lines = [f"damaged ledger kept as {one_line(aside)}" if aside else "no ledger file: rebuilt from what runs"]
     lines += [f"kept {one_line(cid)} (from the damaged ledger, confirmed running)" for cid in result.salvaged]
     lines += [f"found {one_line(cid)} ({state.grants[cid].kind}, cgroup {one_line(state.grants[cid].cgroup or '-')})"
               for cid in result.found]

@@ -213,17 +213,18 @@ class Ledger:
             self._in_transaction.discard(thread)
 
     def rebuild(self, build: Callable[[bytes | None], LedgerState],
-                timeout: float | None = None) -> tuple[LedgerState, str | None]:
-        """Replace a corrupt ledger with ``build(raw)`` under the lock (``numa-pin recover``).
+                timeout: float | None = None) -> tuple[LedgerState, str | None, bool]:
+        """Replace a corrupt or missing ledger with ``build(raw)`` under the lock (``numa-pin recover``).
 
-        ``raw`` is the damaged file's bytes (None when it could not be read at all). A valid
-        ledger is left alone and returned with None. Otherwise the damaged file is renamed to
-        ``ledger.json.corrupt-<unix time>`` (kept for inspection), the built state is written
-        and returned with that name.
+        ``raw`` is the damaged file's bytes (None when it is missing or cannot be read at all).
+        Returns ``(state, aside, rebuilt)``: a valid ledger is left alone (``rebuilt`` False);
+        a damaged one is first linked to ``ledger.json.corrupt-<unix time>`` (``aside``, kept for
+        inspection), then the built state replaces it atomically, so a failure at any point
+        leaves either the damaged file or the new one in place, never no ledger (which would
+        read as empty and hand everything out again).
 
         Raises:
-            LedgerError: the lock, the rename or the write failed (the file is then where it was,
-                or aside with no new ledger, which reads as empty: run the recovery again).
+            LedgerError: the lock, the link or the write failed (nothing changed).
         """
         thread = _thread.get_ident()
         if thread in self._in_transaction:
@@ -233,26 +234,39 @@ class Ledger:
             fd = self._lock(self.lock_timeout if timeout is None else timeout, None)
             try:
                 self._remove_stale_temp_files()
-                try:
-                    return self._load(), None
-                except LedgerCorrupt:
-                    pass
-                try:
-                    raw: bytes | None = read_regular_file(self.path, MAX_LEDGER_BYTES, follow=False)
-                except (OSError, UnsafeInput):
-                    raw = None
+                raw: bytes | None = None
+                aside = None
+                if os.path.lexists(self.path):
+                    try:
+                        return self._load(), None, False
+                    except LedgerCorrupt:
+                        pass
+                    try:
+                        raw = read_regular_file(self.path, MAX_LEDGER_BYTES, follow=False)
+                    except (OSError, UnsafeInput):
+                        raw = None
+                    aside = self._keep_aside()
                 state = build(raw)
-                aside = f"{self.path}.corrupt-{int(time.time())}"
-                try:
-                    os.replace(self.path, aside)
-                except OSError as exc:
-                    raise LedgerError(f"cannot move the damaged ledger aside: {_reason(exc)}", path=self.path) from exc
                 self._write(state)
-                return state, aside
+                return state, aside, True
             finally:
                 _unlock(fd)
         finally:
             self._in_transaction.discard(thread)
+
+    def _keep_aside(self) -> str:
+        """A hard link ``ledger.json.corrupt-<unix time>[.<n>]`` to the damaged file."""
+        stamp = f"{self.path}.corrupt-{int(time.time())}"
+        for n in range(100):
+            aside = stamp if n == 0 else f"{stamp}.{n}"
+            try:
+                os.link(self.path, aside, follow_symlinks=False)
+                return aside
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise LedgerError(f"cannot keep the damaged ledger aside: {_reason(exc)}", path=self.path) from exc
+        raise LedgerError("cannot keep the damaged ledger aside: 100 copies already", path=self.path)
 
     # ---- locking -------------------------------------------------------------------
 
