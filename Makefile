@@ -46,16 +46,20 @@ test-fast: lint
 
 # 10,000 hostile hook inputs (FIFOs, deep nesting, symlinked state files, control characters),
 # SIGKILL at random instants of admissions and releases (in-process and the agent's children),
-# 64 admissions at once and a decision that never ends (tests/service/test_node_stress.py);
+# 64 admissions at once and a decision that never ends (tests/service/test_node_stress.py),
+# and the fault mode: ENOSPC and EIO at random ledger writes, the node's invariants checked after
+# each operation (tests/service/test_node_faults_stress.py; STRESS_FAULTS=N operations);
 # figures in stress-report.json. STRESS_EXAMPLES=N changes the count. The fake node lives on
 # tmpfs (STRESS_TMP): every admission fsyncs the ledger, and on a busy disk that, not numa-pin,
 # would be what is measured.
 STRESS_EXAMPLES ?= 10000
+STRESS_FAULTS ?= 2000
 STRESS_TMP ?= $(if $(wildcard /dev/shm),/dev/shm/numa-pin-stress,$(CURDIR)/.stress-tmp)
 stress: $(STAMP)
 	NUMA_PIN_STRESS=1 NUMA_PIN_STRESS_EXAMPLES=$(STRESS_EXAMPLES) NUMA_PIN_STRESS_REPORT=stress-report.json \
+		NUMA_PIN_STRESS_FAULTS=$(STRESS_FAULTS) \
 		$(VPY) -m pytest -q -s -p no:cacheprovider --basetemp=$(STRESS_TMP) tests/hook/test_hook_stress.py \
-		tests/service/test_node_stress.py \
+		tests/service/test_node_stress.py tests/service/test_node_faults_stress.py \
 		$(PYTEST_ARGS)
 
 bench: $(STAMP)

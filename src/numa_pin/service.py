@@ -35,9 +35,9 @@ from numa_pin.enforcer.cpuset import apply_cpuset
 from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
 from numa_pin.enforcer.pool import reserved_conflicts, resize_shared, shared_pool
 from numa_pin.enforcer.undo import UndoLog, describe_failures
-from numa_pin.errors import AdmissionTimeout, EnforcementError, NumaPinError, RequestError
-from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_time
-from numa_pin.ledger.model import KIND_PROCESS, GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
+from numa_pin.errors import AdmissionTimeout, EnforcementError, LedgerCorrupt, NumaPinError, RequestError
+from numa_pin.ledger.liveness import boot_clock, collect_garbage, is_alive, pending_age, process_start_time
+from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
 from numa_pin.ledger.store import Ledger
 from numa_pin.record import record, replace
 from numa_pin.topology.cache import DEFAULT_MAX_AGE_S, cached_discover
@@ -116,7 +116,7 @@ class NodeService:
         the runtime never started (podman then runs no poststop) does not keep its grant."""
         if is_alive(grant, self.config.proc_root, self.config.cgroup_root):
             return True
-        return grant.pid is None and grant.cgroup is not None and time.time() - grant.created < PENDING_GRACE_S
+        return grant.pid is None and grant.cgroup is not None and pending_age(grant) < PENDING_GRACE_S
 
     def _layout(self) -> cg.CgroupLayout:
         """How cgroups are mounted (read once per service from mountinfo)."""
@@ -158,7 +158,16 @@ class NodeService:
         """
         budget = deadline or Deadline(self.config.admission_timeout_s, f"admission of {request.container_id}")
         with budget.active():
-            return self._admit(request, pid, kind, owner, budget, rootfs, expected_cgroup)
+            try:
+                return self._admit(request, pid, kind, owner, budget, rootfs, expected_cgroup)
+            except LedgerCorrupt as exc:
+                if not _asks_nothing(request):
+                    raise
+                # nothing was written yet; a container that asks for nothing starts untouched, and
+                # `numa-pin recover` finds it later if the pool has shrunk under it
+                report.log_syslog(f"numa-pin: {request.container_id}: started without a grant: {exc}")
+                return Admitted(Grant(request.container_id, request.pod_id, request.name, KIND_SHARED, pid=pid,
+                                      created=time.time()), None)
 
     def _admit(
         self, request: ContainerRequest, pid: int | None, kind: str | None, owner: ContainerCgroup | None,
@@ -196,13 +205,14 @@ class NodeService:
                     bind = existing is not None and existing.pid is None and pid is not None
                     if existing is not None:
                         grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root),
-                                        cgroup=ref.rel_path if ref is not None else existing.cgroup)
+                                        cgroup=ref.rel_path if ref is not None else existing.cgroup,
+                                        pending_since=None if pid else existing.pending_since)
                         decision = None
                     else:
                         assert decision is not None
                         grant = self._grant(request, decision, pid, ref, kind)
                         if ref is None and expected_cgroup:
-                            grant = replace(grant, cgroup=expected_cgroup)
+                            grant = replace(grant, cgroup=expected_cgroup, pending_since=boot_clock())
                     new_state = state.with_grant(grant)
                     if decision is not None and decision.pod_affinity is not None and request.pod_id not in state.pods:
                         pod = PodRecord(
@@ -221,6 +231,8 @@ class NodeService:
                 except BaseException as exc:
                     self._roll_back(undo, exc, request.container_id)
                     raise
+                # a failed ledger write undoes all of it too (the commit is inside the rollback)
+                txn.on_commit_failure(self._undoer(undo, request.container_id))
                 txn.state = new_state
             if decision is not None and cfg.syslog:
                 report.log_decision(grant, "admitted")
@@ -241,6 +253,10 @@ class NodeService:
         else:
             exc.add_note(describe_failures(failures))
         report.log_syslog(f"numa-pin: {container_id}: {describe_failures(failures)}")
+
+    def _undoer(self, undo: UndoLog, container_id: str):
+        """:meth:`_roll_back` of ``undo`` for :meth:`Transaction.on_commit_failure`."""
+        return lambda exc: self._roll_back(undo, exc, container_id)
 
     def _grant(self, request: ContainerRequest, decision: Decision, pid: int | None, ref, kind: str | None) -> Grant:
         return Grant(
@@ -303,6 +319,17 @@ class NodeService:
                 refs.append(cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout))
         return refs
 
+    def blocked_shared(self, state: LedgerState) -> list[str]:
+        """One line per shared container still on CPUs outside the shared pool: one the kernel
+        would not shrink (a nested cgroup it keeps busy, a v2 partition), left as it was so that
+        it blocks nobody's admission (read from the cgroups; nothing is written)."""
+        from numa_pin.enforcer.pool import check_shared
+
+        layout = self._layout()
+        ids = {cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout): g.container_id
+               for g in state.shared_grants() if g.cgroup}
+        return [f"{ids[b.ref]}: {b}" for b in check_shared(ids, self.shared_pool(state), self._limits(state))]
+
     def _limits(self, state: LedgerState) -> dict[cg.CgroupRef, frozenset[int]]:
         """Shared containers' own cpusets (their cpuset is the pool inside it), by cgroup."""
         layout = self._layout()
@@ -323,7 +350,8 @@ class NodeService:
                 apply_cpuset(ref, own, None, self.config.cgroup_root, undo)
         if grant.cpus or pool_changed:
             refs = self._shared_refs(state, exclude=grant.container_id)
-            resize_shared(refs, pool, self.config.cgroup_root, undo, self._limits(state))
+            resized = resize_shared(refs, pool, self.config.cgroup_root, undo, self._limits(state))
+            self._log_problems([str(b) for b in resized.blocked])  # left as they were: see blocked_shared
 
     def _grant_devices(
         self, grant: Grant, pid: int, undo: UndoLog, rootfs: str | None, state: LedgerState
@@ -493,26 +521,64 @@ class NodeService:
         Called at poststop, when the container's process and cgroup are usually gone already, so
         the grant is looked up before garbage collection would drop it silently."""
         with self.ledger.transaction() as txn:
+            before = txn.state
             grant = txn.state.grants.get(container_id)
             state = txn.state.without(container_id) if grant is not None else txn.state
             state, dropped = collect_garbage(state, self._alive)
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)
             gone = ((grant,) if grant is not None else ()) + dropped
-            for g in gone:
-                self._log_problems(self._restore_netdevs(g) + self._revoke_gpus(g))
-            self._log_problems(self._restore_pods(_pods_dropped(txn.state, state), gone))
+
+            def give_back() -> None:  # devices go home once the ledger no longer grants them
+                for g in gone:
+                    self._log_problems(self._restore_netdevs(g) + self._revoke_gpus(g))
+                self._log_problems(self._restore_pods(_pods_dropped(before, state), gone))
+
+            txn.after_commit(give_back)
             if (grant is not None and grant.cpus) or any(g.cpus for g in dropped):
                 undo = UndoLog()
                 try:
-                    resize_shared(self._shared_refs(state), self.shared_pool(state), self.config.cgroup_root, undo,
-                                  self._limits(state))
+                    resized = resize_shared(self._shared_refs(state), self.shared_pool(state),
+                                            self.config.cgroup_root, undo, self._limits(state))
+                    self._log_problems([str(b) for b in resized.blocked])
                 except EnforcementError as exc:
                     self._roll_back(undo, exc, container_id)
                     raise
+                txn.on_commit_failure(self._undoer(undo, container_id))
             txn.state = state
         if grant is not None and self.config.syslog:
             report.log_decision(grant, "released")
+        return grant
+
+    def release_to_shared(self, container_id: str) -> Grant | None:
+        """Take back what a live container holds exclusively and keep tracking it as a shared
+        container (``numa-pin release --force``): its grant becomes a shared grant, its cgroup goes
+        to the shared pool (inside its own cpuset) and follows the pool from then on, its exclusive
+        CPUs go back to the pool, its GPUs and container-scope VFs are taken back, and its memory
+        nodes stay as they are. Returns the new grant, or None when there is none. The poststop
+        (or a release once it has stopped) drops it."""
+        with self.ledger.transaction() as txn:
+            old = txn.state.grants.get(container_id)
+            if old is None:
+                return None
+            grant = replace(old, kind=KIND_SHARED, cpus=frozenset(), devices={}, memory={}, affinity=None,
+                            netdevs=(), gpus=None)
+            state = txn.state.with_grant(grant)
+            layout = self._layout()
+            ref = cg.ref_from_path(old.cgroup, self.config.cgroup_root, layout) if old.cgroup else None
+            if ref is not None and not os.path.isdir(ref.cpuset_dir):
+                ref = None
+            undo = UndoLog()
+            try:
+                self._enforce(grant, ref, state, undo, pool_changed=bool(old.cpus))
+            except BaseException as exc:
+                self._roll_back(undo, exc, container_id)
+                raise
+            txn.on_commit_failure(self._undoer(undo, container_id))
+            txn.after_commit(lambda: self._log_problems(self._restore_netdevs(old) + self._revoke_gpus(old)))
+            txn.state = state
+        if self.config.syslog:
+            report.log_decision(grant, "released to the shared pool")
         return grant
 
     def reconcile(self) -> tuple[list[Grant], list[str]]:
@@ -525,8 +591,8 @@ class NodeService:
             undo = UndoLog()
             pool = self.shared_pool(state)
             for g in state.grants.values():
-                if not g.cgroup:
-                    continue
+                if not g.cgroup or g.kind == KIND_SHARED:
+                    continue  # shared containers: resized below, nested cgroups with them
                 ref = cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout)
                 if not os.path.isdir(ref.cpuset_dir):
                     continue
@@ -536,6 +602,12 @@ class NodeService:
                 apply_cpuset(ref, cpus, mems, self.config.cgroup_root, undo)
                 if len(undo) != before:
                     repaired.append(g.container_id)
+            shared = {cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout): g.container_id
+                      for g in state.shared_grants() if g.cgroup}
+            resized = resize_shared(shared, pool, self.config.cgroup_root, undo, self._limits(state))
+            repaired += [shared[ref] for ref in resized.updated]
+            self._log_problems([str(b) for b in resized.blocked])
+            txn.on_commit_failure(self._undoer(undo, "reconcile"))
             txn.state = state
         return list(removed), repaired
 
@@ -549,6 +621,13 @@ def live_name_message(grant: Grant) -> str:
         f"{format_list(grant.cpus) or 'shared'}); choose another --name, or `numa-pin release "
         f"{grant.container_id}` once that job is gone"
     )
+
+
+def _asks_nothing(request: ContainerRequest) -> bool:
+    """No CPUs, memory, hugepages or devices, for itself or its pod, and no fixed devices."""
+    pod_empty = request.pod_amounts is None or request.pod_amounts.empty
+    fixed = request.fixed_gpus or any(request.fixed_pci.values()) or request.fixed_cdi
+    return request.amounts.empty and pod_empty and not fixed
 
 
 def _pods_dropped(before: LedgerState, after: LedgerState) -> tuple[PodRecord, ...]:

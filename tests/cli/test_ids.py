@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -86,6 +88,7 @@ def test_explain_by_prefix_and_last(node, capsys):
 
 def test_release_by_truncated_id_and_of_nothing(node, capsys):
     config, state_dir = node
+    shutil.rmtree(Path(state_dir).parent / "cgroup" / "cpuset" / A)  # A stopped (a live one needs --force)
     assert cli_main(["release", A[:24], "--config", config]) == 0
     assert capsys.readouterr().out == f"{A}: released\n"
     assert cli_main(["release", A[:24], "--config", config]) == 1

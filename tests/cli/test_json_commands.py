@@ -89,6 +89,7 @@ def test_explain_json_granted_rejected_unknown(node, capsys):
 def test_release_json(node, capsys):
     assert _admit(node, 0, "2", capsys)[0] == 0
     grant = Ledger(str(node.state_dir)).read().grants["c0"]
+    node.stop_container("c0", 7000)  # a container that still runs needs --force
     first = _json(capsys, "release", "c0", "--config", str(node.config), "--json")
     assert (first["released"], first["grant"]["cpus"]) == (True, format_list(grant.cpus))
     assert Ledger(str(node.state_dir)).read().grants == {}

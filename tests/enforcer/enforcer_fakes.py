@@ -188,6 +188,10 @@ class FakeKernel:
                 if not want <= parent_cfg:
                     raise EnforcementError(f"writing {cpulist.format_list(want)!r} failed: "
                                            "Permission denied", path=str(p))
+            for child in (c for c in d.iterdir() if c.is_dir()):  # a child must stay inside it
+                if not cpulist.parse_list((child / name).read_text()) <= want:
+                    raise EnforcementError(f"writing {cpulist.format_list(want)!r} failed: "
+                                           "Device or resource busy", path=str(p))
             p.write_text(cpulist.format_list(want) + "\n")
             (d / f"cpuset.effective_{kind}").write_text(cpulist.format_list(want) + "\n")
             return

@@ -9,11 +9,12 @@ from enforcer_fakes import FakeCgroupTree, snapshot, write
 from hypothesis import given
 from hypothesis import strategies as st
 
+from numa_pin import cpuset as cpulist
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.cgroups import CgroupRef
-from numa_pin.enforcer.pool import plan_shared_updates, reserved_conflicts, resize_shared, shared_pool
+from numa_pin.enforcer.pool import MAX_NESTED_DEPTH, plan_shared_updates, reserved_conflicts, resize_shared, shared_pool
 from numa_pin.enforcer.undo import UndoLog
-from numa_pin.errors import AllocationError, CgroupEscapeError, EnforcementError
+from numa_pin.errors import AllocationError, CgroupEscapeError
 
 
 # ---- shared_pool ---------------------------------------------------------------------
@@ -163,20 +164,104 @@ def test_resize_shared_v2_enables_cpuset_first(v2_tree: FakeCgroupTree, cgroup_r
     assert len(undo) == 3
 
 
-def test_resize_shared_failure_rolls_back_earlier_writes(v1_tree: FakeCgroupTree,
-                                                         cgroup_root: Path,
-                                                         kernel_factory) -> None:
+def test_resize_shared_one_refusal_leaves_that_container_and_resizes_the_others(
+        v1_tree: FakeCgroupTree, cgroup_root: Path, kernel_factory) -> None:
+    """One tenant's cgroup the kernel refuses is left as it was and reported; it blocks nobody."""
     v1_tree.mkcg("/a", "0-7", "0-1")
     v1_tree.mkcg("/b", "0-7", "0-1")
-    before = snapshot(cgroup_root)
+    v1_tree.mkcg("/c", "0-7", "0-1")
     kernel = kernel_factory(v1_tree)
     kernel.fail[str(v1_tree.hierarchy / "b" / "cpuset.cpus")] = "Device or resource busy"
     undo = UndoLog()
-    with pytest.raises(EnforcementError, match=r"cpus 0-3 failed: .*/b/cpuset.cpus.*busy"):
-        resize_shared([ref_for(v1_tree, "/a"), ref_for(v1_tree, "/b")], {0, 1, 2, 3},
-                      cgroup_root, undo)
+    result = resize_shared([ref_for(v1_tree, n) for n in ("/a", "/b", "/c")], {0, 1, 2, 3}, cgroup_root, undo)
+    assert [r.rel_path for r in result.updated] == ["/a", "/c"]
+    [stuck] = result.blocked
+    assert stuck.ref.rel_path == "/b" and stuck.cpus == set(range(8)) and stuck.target == {0, 1, 2, 3}
+    assert "busy" in str(stuck) and "/b" in str(stuck)
+    assert {n: cpus(v1_tree, n) for n in ("a", "b", "c")} == {"a": "0-3", "b": "0-7", "c": "0-3"}
+    assert len(undo) == 2
+
+
+def cpus(tree: FakeCgroupTree, rel: str) -> str:
+    return (tree.hierarchy / rel.strip("/") / "cpuset.cpus").read_text().strip()
+
+
+# (nested cgroups below the shared container /s as {relative path: cpus}, the pool, what each gets)
+NESTED = [
+    ({"docker": "0-7"}, "0-3", {"": "0-3", "docker": "0-3"}),
+    ({"docker": "0-7", "docker/inner": "0-7", "docker/inner/deeper": "0-7"}, "0-3",
+     {"": "0-3", "docker": "0-3", "docker/inner": "0-3", "docker/inner/deeper": "0-3"}),
+    ({"pinned": "2-5"}, "0-3", {"": "0-3", "pinned": "2-3"}),
+    ({"pinned": "6-7"}, "0-3", {"": "0-3", "pinned": "0-3"}),
+    ({"unset": ""}, "0-3", {"": "0-3", "unset": ""}),
+    ({"a": "0-7", "b": "4-5"}, "0-5", {"": "0-5", "a": "0-5", "b": "4-5"}),
+    ({"sub": "0-7"}, "0-3,8-9", {"": "0-3,8-9", "sub": "0-3,8-9"}),
+]
+
+
+@pytest.mark.parametrize("nested, pool, expected", NESTED,
+                         ids=["child-copy", "three-deep", "pinned-part-kept", "pinned-none-left-follows",
+                              "never-set-up", "siblings", "grows-and-shrinks"])
+def test_resize_shared_v1_resizes_nested_cgroups_deepest_first(
+        v1_tree: FakeCgroupTree, cgroup_root: Path, kernel_factory, nested, pool, expected) -> None:
+    """A shared container with its own cpuset cgroups (a nested runtime): the kernel (the fake
+    refuses a parent below a child's CPUs, EBUSY, as v1 does) accepts every write, and the undo
+    restores each file in the reverse order."""
+    v1_tree.mkcg("/", "0-9", "0")
+    v1_tree.mkcg("/s", "0-7", "0")
+    for rel, value in nested.items():
+        v1_tree.mkcg(f"/s/{rel}", value or None, "0")
+    before = snapshot(cgroup_root)
+    kernel_factory(v1_tree)
+    undo = UndoLog()
+    result = resize_shared([ref_for(v1_tree, "/s")], cpulist.parse_list(pool), cgroup_root, undo)
+    assert result.blocked == () and [r.rel_path for r in result.updated] == ["/s"]
+    assert {rel: cpus(v1_tree, f"/s/{rel}") for rel in expected} == expected
+    assert undo.rollback() == ()
     assert snapshot(cgroup_root) == before
-    assert len(undo) == 0
+
+
+def test_resize_shared_v1_nested_refusal_rolls_that_container_back(
+        v1_tree: FakeCgroupTree, cgroup_root: Path, kernel_factory) -> None:
+    v1_tree.mkcg("/s", "0-7", "0")
+    v1_tree.mkcg("/s/inner", "0-7", "0")
+    v1_tree.mkcg("/s/inner/stuck", "0-7", "0")
+    v1_tree.mkcg("/t", "0-7", "0")
+    before_s = {n: cpus(v1_tree, n) for n in ("s", "s/inner", "s/inner/stuck")}
+    kernel = kernel_factory(v1_tree)
+    kernel.fail[str(v1_tree.hierarchy / "s" / "inner" / "cpuset.cpus")] = "Device or resource busy"
+    result = resize_shared([ref_for(v1_tree, "/s"), ref_for(v1_tree, "/t")], {0, 1}, cgroup_root, UndoLog())
+    assert [b.ref.rel_path for b in result.blocked] == ["/s"] and "inner/cpuset.cpus" in result.blocked[0].reason
+    assert {n: cpus(v1_tree, n) for n in before_s} == before_s
+    assert cpus(v1_tree, "t") == "0-1"
+
+
+def test_resize_shared_v1_bounds_the_nested_walk(v1_tree: FakeCgroupTree, cgroup_root: Path,
+                                                 kernel_factory) -> None:
+    deep = "/s" + "".join(f"/n{i}" for i in range(MAX_NESTED_DEPTH + 1))
+    v1_tree.mkcg(deep, "0-7", "0")
+    for i in range(len(deep.split("/")) - 1):
+        v1_tree.mkcg("/".join(deep.split("/")[: i + 2]), "0-7", "0")
+    kernel_factory(v1_tree)
+    result = resize_shared([ref_for(v1_tree, "/s")], {0}, cgroup_root, UndoLog())
+    assert [b.ref.rel_path for b in result.blocked] == ["/s"] and "deeper than" in result.blocked[0].reason
+    assert cpus(v1_tree, "s") == "0-7"
+
+
+@pytest.mark.parametrize("partition, reported", [("root", True), ("isolated", True), ("member", False),
+                                                 ("root invalid (Parent is not a partition root)", False)],
+                         ids=["root", "isolated", "member", "invalid-root"])
+def test_resize_shared_v2_reports_a_nested_partition_that_keeps_cpus(
+        v2_tree: FakeCgroupTree, cgroup_root: Path, kernel_factory, partition: str, reported: bool) -> None:
+    """v2 keeps a descendant's effective CPUs inside its parent, except a valid partition root's."""
+    write(cgroup_root / "cgroup.subtree_control", "cpuset\n")
+    v2_tree.mkcg("/s", "0-7", "0", subtree="cpuset")
+    inner = v2_tree.mkcg("/s/inner", "6-7", "0")
+    write(inner / "cpuset.cpus.partition", partition + "\n")
+    kernel_factory(v2_tree)
+    result = resize_shared([ref_for(v2_tree, "/s")], {0, 1, 2, 3}, cgroup_root, UndoLog())
+    assert [r.rel_path for r in result.updated] == ["/s"]
+    assert [(b.ref.rel_path, b.cpus) for b in result.blocked] == ([("/s", frozenset({6, 7}))] if reported else [])
 
 
 def test_resize_shared_cgroup_vanishing_during_write_is_skipped(

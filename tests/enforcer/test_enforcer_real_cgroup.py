@@ -20,6 +20,7 @@ from numa_pin import cpuset as cpulist
 from numa_pin.enforcer.cgroups import CgroupRef, detect_layout, find_cgroup
 from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
 from numa_pin.enforcer.gpu import grant_gpus
+from numa_pin.enforcer.pool import resize_shared
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
 from numa_pin.topology.model import KIND_GPU, PciDevice
@@ -151,3 +152,37 @@ def test_gpu_grant_in_real_devices_cgroup() -> None:
         proc.kill()
         proc.wait()
         os.rmdir(d)
+
+
+@pytest.mark.skipif(len(cpulist.parse_list(
+    (CPUSET / "cpuset.cpus").read_text() if (CPUSET / "cpuset.cpus").exists() else "0")) < 2,
+    reason="needs two CPUs")
+def test_shared_container_with_a_nested_cpuset_cgroup_is_shrunk_and_restored(test_cpuset: Path) -> None:
+    """A shared container that made its own cpuset cgroup (a nested runtime copies the parent's
+    CPUs into it, then runs its task there): the kernel refuses to shrink the parent alone
+    (EBUSY); resize_shared shrinks the child first and the undo restores both."""
+    all_cpus = online_cpus()
+    mems = read(test_cpuset / "cpuset.mems")
+    inner = test_cpuset / "nested"
+    inner.mkdir()
+    (inner / "cpuset.mems").write_text(mems)
+    (inner / "cpuset.cpus").write_text(cpulist.format_list(all_cpus))
+    proc = subprocess.Popen(["sleep", "300"])
+    try:
+        (inner / "cgroup.procs").write_text(str(proc.pid))
+        with pytest.raises(OSError, match="busy"):  # the kernel's refusal the resize must get round
+            (test_cpuset / "cpuset.cpus").write_text(str(min(all_cpus)))
+        pool = frozenset({min(all_cpus)})
+        undo = UndoLog()
+        ref = CgroupRef(1, f"/{test_cpuset.name}", str(test_cpuset))
+        result = resize_shared([ref], pool, CGROUP_ROOT, undo)
+        assert result.blocked == () and result.updated == (ref,)
+        assert cpus_allowed(proc.pid) == pool  # the kernel's view of the nested task
+        assert cpulist.parse_list(read(test_cpuset / "cpuset.cpus")) == pool
+        assert undo.rollback() == ()
+        assert cpus_allowed(proc.pid) == all_cpus
+        assert cpulist.parse_list(read(test_cpuset / "cpuset.cpus")) == all_cpus
+        assert cpulist.parse_list(read(inner / "cpuset.cpus")) == all_cpus
+    finally:
+        proc.kill()
+        proc.wait()

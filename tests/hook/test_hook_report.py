@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,9 @@ def test_admitted_container_is_explained_from_the_ledger(node, monkeypatch, caps
     assert cli_main(["status", "--json", "--config", str(config)]) == 0
     status = json.loads(capsys.readouterr().out)
     assert [g["container_id"] for g in status["grants"]] == ["ok-1"]
+    assert cli_main(["release", "ok-1", "--config", str(config)]) == 1  # it still runs
+    capsys.readouterr()
+    shutil.rmtree(state_dir.parent / "cgroup" / "cpuset" / "c", ignore_errors=True)  # now it stopped
     assert cli_main(["release", "ok-1", "--config", str(config)]) == 0
     assert "released" in capsys.readouterr().out
     assert not os.path.exists(reason_path(str(state_dir), "ok-1"))

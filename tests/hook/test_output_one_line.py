@@ -87,7 +87,7 @@ def test_admitted_ids_are_escaped_in_status_and_syslog(node, capsys):
     assert listing[-2] == "1 grant(s)" and listing[-1].startswith("  ok\\n")  # one grant, one line
     assert cli_main(["status", "--json", "--config", str(config)]) == 0
     assert json.loads(capsys.readouterr().out)["grants"][0]["container_id"] == cid  # JSON keeps the exact id
-    assert cli_main(["release", cid, "--config", str(config)]) == 0
+    assert cli_main(["release", cid, "--force", "--config", str(config)]) == 0  # it still runs
     assert_one_safe_line(capsys.readouterr().out)
 
 

@@ -200,7 +200,7 @@ def test_a_container_the_runtime_never_made_loses_its_grant_after_the_grace(tmp_
     assert _precreate(cfg, _proposed({"numa-pin.io/cpus": "1"}, cid=other))[0] == 0
     assert set(ledger.read().grants) == {CID, other}, "inside the grace both are kept"
     with ledger.transaction() as txn:
-        txn.state = txn.state.with_grant(replace(grant, created=grant.created - PENDING_GRACE_S - 1))
+        txn.state = txn.state.with_grant(replace(grant, pending_since=grant.pending_since - PENDING_GRACE_S - 1))
     third = "2" * 64
     assert _precreate(cfg, _proposed({"numa-pin.io/cpus": "1"}, cid=third))[0] == 0, capsys.readouterr().err
     assert set(ledger.read().grants) == {other, third}, "the stale pending grant was collected"

@@ -1,6 +1,10 @@
 """``numa-pin reconcile``: drop grants of dead containers and repair drifted cpusets.
 
-``--json``: ``{"dropped": [<grant as status lists it>], "repaired": [container id]}``.
+A shared container the kernel would not shrink (a nested cpuset cgroup it keeps busy, a cgroup v2
+partition) is left as it was and listed as blocked; every reconcile tries it again.
+
+``--json``: ``{"dropped": [<grant as status lists it>], "repaired": [container id], "conflicts": [line],
+"blocked_shared": [line]}``.
 """
 
 from __future__ import annotations
@@ -27,13 +31,17 @@ def run(args: argparse.Namespace) -> int:
 
     service = NodeService(load(args))
     removed, repaired = service.reconcile()
-    conflicts = service.config_conflicts(service.ledger.read())
+    state = service.ledger.read()
+    conflicts = service.config_conflicts(state)
+    blocked = service.blocked_shared(state)
     if args.json:
-        out = {"dropped": [grant_dict(g) for g in removed], "repaired": list(repaired), "conflicts": conflicts}
+        out = {"dropped": [grant_dict(g) for g in removed], "repaired": list(repaired), "conflicts": conflicts,
+               "blocked_shared": blocked}
         write_out(json.dumps(out, indent=2) + "\n")
         return 0
     lines = [f"dropped {one_line(g.container_id)} (process and cgroup gone)" for g in removed]
     lines += [f"repaired cpuset of {one_line(cid)}" for cid in repaired]
     lines += [f"conflict: {one_line(c)}" for c in conflicts]
+    lines += [f"blocked: {one_line(b)}" for b in blocked]
     write_out("\n".join(lines or ["nothing to do"]) + "\n")
     return 0

@@ -1,7 +1,15 @@
 """``numa-pin release ID``: free a grant by hand (what the poststop hook does).
 
 ``ID`` is a container id or a unique prefix of one. A release that matches no grant exits 1.
-``--json``: ``{"container_id", "released": bool, "grant": <the freed grant as status lists it, or null>}``.
+
+A container that still runs is refused (exit 1): freeing its grant would hand its CPUs and
+devices to the next container while it still runs there. ``--force`` takes them back anyway and
+keeps tracking the container as a shared one: its cgroup goes to the shared pool and follows it
+(``status`` lists it as ``shared``), its exclusive CPUs, GPUs and VFs are free again. Its grant
+goes when it stops (poststop, ``reconcile``, or ``release`` again).
+
+``--json``: ``{"container_id", "released": bool, "moved_to_shared": bool, "grant": <the freed grant
+as status lists it (with --force: what it holds now), or null>}``.
 """
 
 from __future__ import annotations
@@ -21,6 +29,9 @@ HELP = "release the grant of a container or process and return its CPUs to the s
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_argument(parser)
     parser.add_argument("container_id", metavar="ID", help="a container id, or a unique prefix of one")
+    parser.add_argument("--force", action="store_true",
+                        help="a container that still runs: take back its exclusive CPUs and devices and keep "
+                             "tracking it in the shared pool")
     parser.add_argument("--json", action="store_true", help="print what was released as JSON")
 
 
@@ -32,13 +43,31 @@ def run(args: argparse.Namespace) -> int:
 
     service = NodeService(load(args))
     cid = resolve_id(args.container_id, service.ledger.read().grants)
-    grant = service.release(cid) if cid is not None else None
-    if grant is not None:
+    live = service.live_grant(cid) if cid is not None else None
+    if live is not None and not args.force:
+        from numa_pin.cpuset import format_list
+
+        where = f"pid {live.pid or '-'}, cgroup {one_line(live.cgroup or '-')}"
+        where += f", cpus {format_list(live.cpus) or 'shared'}"
+        print(f"numa-pin: {one_line(cid or '')} still runs ({where}): releasing it would hand what it holds to "
+              "the next container while it runs there; stop it first, or --force to move it to the shared pool "
+              "(it stays tracked)", file=sys.stderr)
+        return 1
+    if live is not None:
+        grant = service.release_to_shared(live.container_id)
+        moved = grant is not None
+    else:
+        grant = service.release(cid) if cid is not None else None
+        moved = False
+    if grant is not None and not moved:
         forget_reason(service.config.state_dir, grant.container_id)
     if args.json:
-        out = {"container_id": cid or args.container_id, "released": grant is not None,
-               "grant": None if grant is None else grant_dict(grant)}
+        out = {"container_id": cid or args.container_id, "released": grant is not None and not moved,
+               "moved_to_shared": moved, "grant": None if grant is None else grant_dict(grant)}
         write_out(json.dumps(out, indent=2) + "\n")
+    elif moved and grant is not None:
+        write_out(f"{one_line(grant.container_id)}: still running: moved to the shared pool and still tracked; "
+                  "its exclusive CPUs and devices are free\n")
     elif grant is not None:
         write_out(f"{one_line(grant.container_id)}: released\n")
     if grant is None:

@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         "free_exclusive_cpus_per_node": free_per_node,
         "kubelet": describe(args.kubelet_root or config.kubelet_root),
         "conflicts": agent.config_conflicts(state),
+        "blocked_shared": agent.blocked_shared(state),
     }
     kubelet: dict[str, Any] = out["kubelet"]
     if kubelet["static"]:
@@ -83,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     lines += [f"node {n}: free for exclusive use: {c or '-'}" for n, c in free_per_node.items()]
     lines += _kubelet_lines(kubelet)
     lines += [f"conflict: {c}" for c in out["conflicts"]]
+    lines += [f"blocked: {one_line(b)}" for b in out["blocked_shared"]]
     lines.append(f"{len(grants)} grant(s)")
     for g in grants:
         lines.append(

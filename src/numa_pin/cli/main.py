@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "status": "numa_pin.cli.cmd_status",
     "release": "numa_pin.cli.cmd_release",
     "reconcile": "numa_pin.cli.cmd_reconcile",
+    "recover": "numa_pin.cli.cmd_recover",
     "serve": "numa_pin.cli.cmd_serve",
     "nrt": "numa_pin.cli.cmd_nrt",
 }

@@ -115,6 +115,29 @@ def plan_shared_updates(
     return tuple(out)
 
 
+#: how deep :func:`resize_shared` looks below a shared container for the cpuset cgroups it made
+#: itself (a nested runtime, Docker-in-Docker, systemd in the container)
+MAX_NESTED_DEPTH = 8
+#: how many such nested cgroups one shared container may have before it is left as it is
+MAX_NESTED_CGROUPS = 256
+#: cgroup v2 partition types that keep their CPUs out of their parent's hands
+_PARTITIONS = ("root", "isolated")
+
+
+@record
+class Blocked:
+    """A shared container :func:`resize_shared` had to leave on CPUs outside its target."""
+
+    ref: CgroupRef
+    cpus: frozenset[int]  # what it still holds (its ``cpuset.cpus``, or a v2 partition's CPUs)
+    target: frozenset[int]
+    reason: str
+
+    def __str__(self) -> str:
+        return (f"shared container cgroup {self.ref.rel_path} left on CPUs {cpulist.format_list(self.cpus)} "
+                f"(shared pool {cpulist.format_list(self.target)}): {self.reason}")
+
+
 @record
 class ResizeResult:
     """What :func:`resize_shared` did to each shared container cgroup."""
@@ -122,6 +145,7 @@ class ResizeResult:
     updated: tuple[CgroupRef, ...]
     unchanged: tuple[CgroupRef, ...]
     missing: tuple[CgroupRef, ...]  # cgroup gone: the container has exited
+    blocked: tuple[Blocked, ...] = ()  # left as they were (see resize_shared)
 
 
 def resize_shared(
@@ -136,10 +160,15 @@ def resize_shared(
 
     A cgroup whose directory no longer exists (before or during the write) is skipped
     as exited. On v2 ``cpuset`` is first enabled in the ancestors' subtree_control.
-    Every change is recorded in ``undo`` once all writes succeeded. On a failure the
-    writes of this call are rolled back and EnforcementError names the cgroup (on v1
-    usually a parent that lacks pool CPUs, or a child cgroup that still uses CPUs the
-    pool no longer has). Raises CgroupEscapeError for a ref outside ``cgroup_root`` and
+
+    One tenant never blocks another: a container's own cgroups are resized on their own. On v1
+    the cpuset cgroups a container made below its own (a nested runtime copies its CPUs into
+    them, and the kernel then refuses to shrink the parent: EBUSY) are resized with it, grown
+    top-down and shrunk deepest first (see :func:`plan_nested`), so ``undo`` restores them in
+    the reverse order. Where the kernel still refuses (or on v2 a partition below the container
+    keeps CPUs the pool no longer has), that container's writes are rolled back, it is left as
+    it was and reported in :attr:`ResizeResult.blocked`; the others are resized. Every change
+    is recorded in ``undo``. Raises CgroupEscapeError for a ref outside ``cgroup_root`` and
     AllocationError for an empty pool, or a container whose own cpuset holds no pool CPU.
     """
     target = frozenset(pool)
@@ -149,50 +178,189 @@ def resize_shared(
     for ref in ref_list:
         cgroups.check_under(cgroup_root, ref.cpuset_dir)
 
-    local = UndoLog()
     updated: list[CgroupRef] = []
     unchanged: list[CgroupRef] = []
     missing: list[CgroupRef] = []
-    try:
-        current: dict[CgroupRef, frozenset[int]] = {}
-        for ref in ref_list:
+    blocked: list[Blocked] = []
+    current: dict[CgroupRef, frozenset[int]] = {}
+    for ref in ref_list:
+        if not os.path.isdir(ref.cpuset_dir):
+            missing.append(ref)
+            continue
+        try:
+            current[ref] = _read_cpus(ref)
+        except EnforcementError as exc:
+            if os.path.isdir(ref.cpuset_dir):
+                blocked.append(Blocked(ref, frozenset(), target, str(exc)))
+            else:
+                missing.append(ref)
+    plan = plan_shared_updates(current, target, limits)
+    empty = [_ref(u).rel_path for u in plan if not u.target]
+    if empty:
+        raise AllocationError(
+            f"shared containers {', '.join(empty)} would have no CPU: their own cpusets hold none of "
+            f"the shared pool {cpulist.format_list(target)}"
+        )
+    changing = {u.key for u in plan}
+    unchanged.extend(r for r in current if r not in changing)
+    for update in plan:
+        ref = _ref(update)
+        own = UndoLog()
+        try:
+            ensure_cpuset_controller(ref, own)
+            if ref.version == 1:
+                _resize_tree_v1(ref, update, own)
+            else:
+                _write_cpus(ref, update, own)
+        except EnforcementError as exc:
+            failures = own.rollback()
             if not os.path.isdir(ref.cpuset_dir):
                 missing.append(ref)
                 continue
+            why = str(exc) if not failures else f"{exc}; {describe_failures(failures)}"
+            blocked.append(Blocked(ref, update.current, update.target, why))
+            continue
+        undo.absorb(own)
+        updated.append(ref)
+        stuck = _partition_holding(ref, update.target)
+        if stuck is not None:
+            blocked.append(stuck)
+    return ResizeResult(tuple(updated), tuple(unchanged), tuple(missing), tuple(blocked))
+
+
+def check_shared(
+    refs: Iterable[CgroupRef], pool: Iterable[int], limits: Mapping[CgroupRef, frozenset[int]] | None = None
+) -> tuple[Blocked, ...]:
+    """The shared containers still on CPUs outside their target, read from the cgroups
+    themselves without writing anything (what ``status`` and ``reconcile`` report): a
+    ``cpuset.cpus`` wider than the pool, or on v2 a partition below the container."""
+    target = frozenset(pool)
+    out: list[Blocked] = []
+    for ref in refs:
+        want = target & limits[ref] if limits and ref in limits else target
+        try:
+            held = _read_cpus(ref)
+        except EnforcementError:
+            continue  # gone (an exited container) or unreadable: nothing to report from here
+        if held - want:
             try:
-                current[ref] = _read_cpus(ref)
-            except EnforcementError:
-                if os.path.isdir(ref.cpuset_dir):
-                    raise
-                missing.append(ref)
-        plan = plan_shared_updates(current, target, limits)
-        empty = [_ref(u).rel_path for u in plan if not u.target]
-        if empty:
-            raise AllocationError(
-                f"shared containers {', '.join(empty)} would have no CPU: their own cpusets hold none of "
-                f"the shared pool {cpulist.format_list(target)}"
-            )
-        changing = {u.key for u in plan}
-        unchanged.extend(r for r in current if r not in changing)
-        for update in plan:
-            ref = _ref(update)
+                nested = len(_subtree(ref.cpuset_dir)[0]) - 1
+            except EnforcementError as exc:
+                nested = -1
+                why = str(exc)
+            if nested >= 0:
+                why = (f"{nested} nested cpuset cgroup(s) below it" if nested
+                       else "its cpuset.cpus was not shrunk")
+            out.append(Blocked(ref, held, want, why))
+            continue
+        stuck = _partition_holding(ref, want)
+        if stuck is not None:
+            out.append(stuck)
+    return tuple(out)
+
+
+def plan_nested(
+    tree: Mapping[str, frozenset[int]], parents: Mapping[str, str], top: str, target: frozenset[int]
+) -> dict[str, frozenset[int]]:
+    """The CPUs each cgroup of a v1 subtree gets when its top goes to ``target`` (pure).
+
+    ``tree`` maps every cgroup of the subtree (top first, parents before children) to its
+    ``cpuset.cpus``; ``parents`` maps each other one to its parent. A cgroup that had all its
+    parent's CPUs (runc copies them into a cgroup it creates) follows its parent; one pinned to
+    a part of them keeps what of that part its parent keeps, or follows it when nothing would be
+    left; one without CPUs (never set up, so it holds no task) stays without.
+    """
+    new = {top: target}
+    for path, cpus in tree.items():
+        if path == top:
+            continue
+        parent = parents[path]
+        kept = cpus & new[parent]
+        if not cpus:
+            new[path] = cpus
+        elif cpus == tree[parent] or not kept:
+            new[path] = new[parent]
+        else:
+            new[path] = kept
+    return new
+
+
+def _resize_tree_v1(ref: CgroupRef, update: SharedUpdate, undo: UndoLog) -> None:
+    """Resize ``ref`` and the cpuset cgroups below it (v1): every cgroup first grows to what it
+    has and will have (parents first), then goes to its target (children first), so at each
+    write a child stays inside its parent, as the kernel demands."""
+    tree, parents = _subtree(ref.cpuset_dir)
+    if len(tree) == 1:
+        _write_cpus(ref, update, undo)
+        return
+    cpus = {path: _read_list(os.path.join(path, CPUSET_CPUS)) for path in tree}
+    cpus[ref.cpuset_dir] = update.current
+    new = plan_nested(cpus, parents, ref.cpuset_dir, update.target)
+    now = dict(cpus)
+    for path in tree:  # parents before children
+        grown = now[path] | new[path]
+        if grown != now[path]:
+            _write_list(path, grown, undo, "nested in a shared container, growing")
+            now[path] = grown
+    for path in reversed(tree):  # children before parents
+        if new[path] != now[path]:
+            why = "shared pool" if path == ref.cpuset_dir else "nested in a shared container"
+            _write_list(path, new[path], undo, why)
+
+
+def _subtree(top: str) -> tuple[list[str], dict[str, str]]:
+    """The cgroup directories of ``top``'s subtree (``top`` first, parents before children) and
+    each one's parent, at most :data:`MAX_NESTED_DEPTH` levels down.
+
+    Raises EnforcementError when there are more than :data:`MAX_NESTED_CGROUPS` of them, or
+    cgroups deeper than that (left as they are rather than resized in part)."""
+    order = [top]
+    parents: dict[str, str] = {}
+    level = [top]
+    for depth in range(MAX_NESTED_DEPTH + 1):
+        below: list[str] = []
+        for directory in level:
             try:
-                ensure_cpuset_controller(ref, local)
-                _write_cpus(ref, update, local)
-            except EnforcementError:
-                if os.path.isdir(ref.cpuset_dir):
-                    raise
-                missing.append(ref)
-                continue
-            updated.append(ref)
+                with os.scandir(directory) as entries:
+                    children = sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
+            except OSError:
+                continue  # gone: its write below fails as missing, or it was a leaf
+            for child in children:
+                if depth == MAX_NESTED_DEPTH:
+                    raise EnforcementError(f"nested cpuset cgroups deeper than {MAX_NESTED_DEPTH} levels", path=child)
+                parents[child] = directory
+                below.append(child)
+        order.extend(below)
+        if len(order) > MAX_NESTED_CGROUPS + 1:
+            raise EnforcementError(f"more than {MAX_NESTED_CGROUPS} nested cpuset cgroups", path=top)
+        if not below:
+            break
+        level = below
+    return order, parents
+
+
+def _partition_holding(ref: CgroupRef, target: frozenset[int]) -> Blocked | None:
+    """cgroup v2: a partition root below ``ref`` whose effective CPUs leave ``target`` (a nested
+    tenant that made its CPUs its own); None when there is none (the kernel keeps every other
+    descendant's ``cpuset.cpus.effective`` inside its parent's)."""
+    if ref.version != 2:
+        return None
+    try:
+        tree, _ = _subtree(ref.cpuset_dir)
     except EnforcementError as exc:
-        failures = local.rollback()
-        raise EnforcementError(
-            f"resizing shared containers to cpus {cpulist.format_list(target)} failed: "
-            f"{exc}; {describe_failures(failures)}"
-        ) from exc
-    undo.absorb(local)
-    return ResizeResult(tuple(updated), tuple(unchanged), tuple(missing))
+        return Blocked(ref, frozenset(), target, str(exc))
+    for path in tree[1:]:
+        try:
+            kind = cgroups.read_cgroup_file(os.path.join(path, "cpuset.cpus.partition")).split()
+            if not kind or kind[0] not in _PARTITIONS or "invalid" in kind:
+                continue  # a member, or a partition the kernel made invalid (it follows its parent)
+            held = _read_list(os.path.join(path, "cpuset.cpus.effective"))
+        except EnforcementError:
+            continue  # no partition file (no cpuset here, or an old kernel), or gone
+        if held - target:
+            return Blocked(ref, held, target, f"its nested cgroup {path} is a cpuset partition ({kind[0]}) on "
+                                              f"CPUs {cpulist.format_list(held)}")
+    return None
 
 
 def _ref(update: SharedUpdate) -> CgroupRef:
@@ -203,7 +371,10 @@ def _ref(update: SharedUpdate) -> CgroupRef:
 
 
 def _read_cpus(ref: CgroupRef) -> frozenset[int]:
-    path = os.path.join(ref.cpuset_dir, CPUSET_CPUS)
+    return _read_list(os.path.join(ref.cpuset_dir, CPUSET_CPUS))
+
+
+def _read_list(path: str) -> frozenset[int]:
     text = cgroups.read_cgroup_file(path)
     try:
         return cpulist.parse_list(text)
@@ -212,15 +383,22 @@ def _read_cpus(ref: CgroupRef) -> frozenset[int]:
 
 
 def _write_cpus(ref: CgroupRef, update: SharedUpdate, undo: UndoLog) -> None:
-    path = os.path.join(ref.cpuset_dir, CPUSET_CPUS)
+    _write_list(ref.cpuset_dir, update.target, undo, "shared pool")
+
+
+def _write_list(directory: str, cpus: frozenset[int], undo: UndoLog, why: str) -> None:
+    path = os.path.join(directory, CPUSET_CPUS)
     before = cgroups.read_cgroup_file(path)
-    text = cpulist.format_list(update.target)
+    text = cpulist.format_list(cpus)
     cgroups.write_cgroup_file(path, text)
 
     def restore() -> None:
         cgroups.write_cgroup_file(path, before)
 
-    undo.record(f"{path}: {text!r} (was {before!r}, shared pool)", restore)
+    undo.record(f"{path}: {text!r} (was {before!r}, {why})", restore)
 
 
-__all__ = ["ResizeResult", "SharedUpdate", "plan_shared_updates", "resize_shared", "shared_pool"]
+__all__ = [
+    "MAX_NESTED_CGROUPS", "MAX_NESTED_DEPTH", "Blocked", "ResizeResult", "SharedUpdate", "check_shared", "plan_nested",
+    "plan_shared_updates", "resize_shared", "shared_pool",
+]

@@ -31,6 +31,7 @@ keeps containers alive in that case.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 
 from numa_pin.errors import CgroupEscapeError, SysfsError
@@ -99,6 +100,26 @@ def cgroup_populated(directory: str, depth: int = MAX_CGROUP_DEPTH) -> bool:
     except OSError:
         return True
     return any(cgroup_populated(child, depth - 1) for child in children)
+
+
+def boot_clock() -> float:
+    """Seconds since boot on CLOCK_BOOTTIME (counts suspend; no wall-clock step moves it)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def pending_age(grant: Grant) -> float:
+    """How long ago a grant made before its container existed was made, in seconds.
+
+    Measured on :func:`boot_clock` from ``grant.pending_since``, so a wall-clock step changes
+    nothing; a stamp from before this boot (a larger one) is infinitely old. A grant without
+    the stamp (an older ledger) falls back to the wall clock, and a clock stepped back past its
+    ``created`` makes it infinitely old rather than young: a never-started container's grace
+    period never grows by the size of a backward step."""
+    if grant.pending_since is not None:
+        age = boot_clock() - grant.pending_since
+    else:
+        age = time.time() - grant.created
+    return age if age >= 0 else float("inf")
 
 
 def collect_garbage(
@@ -232,6 +253,8 @@ __all__ = [
     "collect_garbage",
     "detect_cgroup_version",
     "is_alive",
+    "boot_clock",
+    "pending_age",
     "process_alive",
     "process_start_time",
 ]

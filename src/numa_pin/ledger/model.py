@@ -186,6 +186,9 @@ class Grant:
     netdevs: tuple[Mapping[str, str], ...] = field(default=(), hash=False)
     cpuset_limit: frozenset[int] | None = None
     gpus: GpuAccess | None = None
+    #: CLOCK_BOOTTIME seconds when a grant was made before its container existed (no pid yet);
+    #: its grace period is measured on this clock, which no wall-clock step moves
+    pending_since: float | None = None
 
     def __post_init__(self) -> None:
         _require_str("container_id", self.container_id, nonempty=True)
@@ -215,10 +218,13 @@ class Grant:
             _set(self, "cpuset_limit", _ids("cpuset_limit", self.cpuset_limit))
         if self.gpus is not None and not isinstance(self.gpus, GpuAccess):
             raise ValueError(f"gpus must be a GpuAccess or None, got {type(self.gpus).__name__}")
+        if self.pending_since is not None:
+            _set(self, "pending_since", _finite("pending_since", self.pending_since))
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: CPU and node sets as kernel list strings (``"0-3,8"``)."""
-        return {
+        """JSON-ready form: CPU and node sets as kernel list strings (``"0-3,8"``).
+        ``pending_since`` appears only while it is set (between precreate and the start)."""
+        out = {
             "container_id": self.container_id,
             "pod_id": self.pod_id,
             "container_name": self.container_name,
@@ -241,6 +247,9 @@ class Grant:
             "cpuset_limit": None if self.cpuset_limit is None else format_list(self.cpuset_limit),
             "gpus": None if self.gpus is None else self.gpus.to_dict(),
         }
+        if self.pending_since is not None:
+            out["pending_since"] = self.pending_since
+        return out
 
     @classmethod
     def from_dict(cls, d: object) -> Grant:
@@ -249,7 +258,7 @@ class Grant:
         Raises:
             LedgerCorrupt: a key is missing or unknown, or a value has the wrong shape.
         """
-        obj = _exact_keys("grant", d, _GRANT_KEYS)
+        obj = _exact_keys("grant", d, _GRANT_KEYS | (_PENDING_KEY & d.keys() if isinstance(d, dict) else frozenset()))
         where = f"grant {obj.get('container_id')!r}"
         try:
             return cls(
@@ -274,6 +283,7 @@ class Grant:
                 netdevs=tuple(_json(obj, "netdevs", list, where)),
                 cpuset_limit=_opt_list(_json(obj, "cpuset_limit", (str, type(None)), where)),
                 gpus=None if obj["gpus"] is None else GpuAccess.from_dict(obj["gpus"], where),
+                pending_since=_json(obj, "pending_since", (int, float), where) if "pending_since" in obj else None,
             )
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
@@ -283,6 +293,9 @@ _GRANT_KEYS = frozenset(
     ("container_id", "pod_id", "container_name", "kind", "pid", "start_time", "cgroup", "cpus")
     + ("mems", "devices", "memory", "affinity", "policy", "scope", "created", "netdevs", "cpuset_limit", "gpus")
 )
+
+#: optional: only a grant made before its container existed has it
+_PENDING_KEY = frozenset(("pending_since",))
 
 
 @record

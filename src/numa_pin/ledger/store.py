@@ -19,6 +19,14 @@ directory and its parents (:func:`numa_pin.safefs.check_dir`) and refuses with
 :class:`~numa_pin.errors.UnsafePathError` when others could write there; ``ledger.lock`` is
 opened with ``O_NOFOLLOW`` and must be this user's regular file, and ``ledger.json`` is 0600.
 
+A commit is all or nothing with what the caller did for it: a caller that changed the machine
+inside the transaction (cgroups, devices, netdevs) registers how to undo it
+(:meth:`Transaction.on_commit_failure`); when the write fails (ENOSPC, EIO from ``fsync``, a
+ledger that would pass :data:`MAX_LEDGER_BYTES`) that undo runs before the error leaves the
+``with`` block, so a failed write leaves the machine as it found it. Work that must only happen
+once the commit is durable (giving a VF back to the host) goes in
+:meth:`Transaction.after_commit`, which runs after the write, still under the lock.
+
 A missing ``ledger.json`` is the empty ledger. Anything else that does not parse, has
 the wrong shape or fails its checksum raises :class:`~numa_pin.errors.LedgerCorrupt`;
 the ledger is never reset silently, because forgetting grants would hand the same CPUs
@@ -58,7 +66,8 @@ _TMP_PREFIX = ".ledger.json."
 _TMP_SUFFIX = ".tmp"
 
 #: what an operator should do about a corrupt ledger (appended to every LedgerCorrupt)
-REMEDY = "inspect it, then move it aside; numa-pin never resets it silently"
+REMEDY = ("run `numa-pin recover`: it keeps the file aside and rebuilds the grants from what runs "
+          "(numa-pin never resets it silently; until then only containers that ask for nothing start)")
 
 #: a wait for the lock longer than this is reported (``on_wait``)
 WAIT_NOTICE_S = 1.0
@@ -66,6 +75,8 @@ WAIT_NOTICE_S = 1.0
 MAX_LEDGER_BYTES = 64 << 20
 #: deepest nesting read (a ledger nests 5 levels)
 MAX_DEPTH = 32
+#: longest container name or pod id a new grant may record (Kubernetes allows 253 characters)
+MAX_NAME_CHARS = 1024
 
 _POLL_MIN_S = 0.001
 _POLL_MAX_S = 0.05
@@ -81,6 +92,27 @@ class Transaction:
     def __init__(self, state: LedgerState) -> None:
         self._initial = state
         self._state = state
+        self._on_failure: list[Callable[[LedgerError], None]] = []
+        self._after: list[Callable[[], None]] = []
+
+    def on_commit_failure(self, undo: Callable[[LedgerError], None]) -> None:
+        """Have ``undo(error)`` called when writing this transaction's state fails, before the
+        error is raised (newest registration first): the caller's machine changes are
+        undone and the rollback's failures can ride on ``error``."""
+        self._on_failure.append(undo)
+
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Have ``action()`` called once the state is written (or when nothing changed),
+        still under the lock; not called when the block or the write fails."""
+        self._after.append(action)
+
+    def _failed(self, error: LedgerError) -> None:
+        while self._on_failure:
+            self._on_failure.pop()(error)
+
+    def _committed(self) -> None:
+        for action in self._after:
+            action()
 
     @property
     def state(self) -> LedgerState:
@@ -168,11 +200,73 @@ class Ledger:
                 txn = Transaction(self._load())
                 yield txn
                 if txn.changed:
-                    self._write(txn.state)
+                    try:
+                        check_new_grants(txn._initial, txn.state, self.path)
+                        self._write(txn.state, txn._initial)
+                    except LedgerError as exc:
+                        txn._failed(exc)
+                        raise
+                txn._committed()
             finally:
                 _unlock(fd)
         finally:
             self._in_transaction.discard(thread)
+
+    def rebuild(self, build: Callable[[bytes | None], LedgerState],
+                timeout: float | None = None) -> tuple[LedgerState, str | None, bool]:
+        """Replace a corrupt or missing ledger with ``build(raw)`` under the lock (``numa-pin recover``).
+
+        ``raw`` is the damaged file's bytes (None when it is missing or cannot be read at all).
+        Returns ``(state, aside, rebuilt)``: a valid ledger is left alone (``rebuilt`` False);
+        a damaged one is first linked to ``ledger.json.corrupt-<unix time>`` (``aside``, kept for
+        inspection), then the built state replaces it atomically, so a failure at any point
+        leaves either the damaged file or the new one in place, never no ledger (which would
+        read as empty and hand everything out again).
+
+        Raises:
+            LedgerError: the lock, the link or the write failed (nothing changed).
+        """
+        thread = _thread.get_ident()
+        if thread in self._in_transaction:
+            raise LedgerError("nested ledger transaction in one thread", path=self.path)
+        self._in_transaction.add(thread)
+        try:
+            fd = self._lock(self.lock_timeout if timeout is None else timeout, None)
+            try:
+                self._remove_stale_temp_files()
+                raw: bytes | None = None
+                aside = None
+                if os.path.lexists(self.path):
+                    try:
+                        return self._load(), None, False
+                    except LedgerCorrupt:
+                        pass
+                    try:
+                        raw = read_regular_file(self.path, MAX_LEDGER_BYTES, follow=False)
+                    except (OSError, UnsafeInput):
+                        raw = None
+                    aside = self._keep_aside()
+                state = build(raw)
+                self._write(state)
+                return state, aside, True
+            finally:
+                _unlock(fd)
+        finally:
+            self._in_transaction.discard(thread)
+
+    def _keep_aside(self) -> str:
+        """A hard link ``ledger.json.corrupt-<unix time>[.<n>]`` to the damaged file."""
+        stamp = f"{self.path}.corrupt-{int(time.time())}"
+        for n in range(100):
+            aside = stamp if n == 0 else f"{stamp}.{n}"
+            try:
+                os.link(self.path, aside, follow_symlinks=False)
+                return aside
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise LedgerError(f"cannot keep the damaged ledger aside: {_reason(exc)}", path=self.path) from exc
+        raise LedgerError("cannot keep the damaged ledger aside: 100 copies already", path=self.path)
 
     # ---- locking -------------------------------------------------------------------
 
@@ -183,8 +277,11 @@ class Ledger:
             raise LedgerError(f"cannot open the ledger lock: {_reason(exc)}", path=self.lock_path) from exc
         try:
             self._wait_for_lock(fd, timeout, on_wait)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            try:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            except OSError as exc:  # a state_dir full to the last page (ENOSPC)
+                raise LedgerError(f"cannot record the lock holder: {_reason(exc)}", path=self.lock_path) from exc
         except BaseException:
             os.close(fd)
             raise
@@ -249,8 +346,34 @@ class Ledger:
             raise LedgerError(f"cannot read the ledger: {_reason(exc)}", path=self.path) from exc
         return decode(raw, self.path)
 
-    def _write(self, state: LedgerState) -> None:
+    def _write(self, state: LedgerState, previous: LedgerState | None = None) -> None:
+        """Replace the file with ``state``, durably. When the new file is in place but the
+        directory cannot be synced, ``previous`` (the state read under the lock) is put back,
+        so the failure the caller rolls back for is what every reader sees.
+
+        Raises LedgerError (nothing changed) when the ledger would pass :data:`MAX_LEDGER_BYTES`
+        (its reader would refuse it) or a write, fsync or rename fails."""
         payload = encode(state)
+        if len(payload) > MAX_LEDGER_BYTES:
+            raise LedgerError(f"refusing to write a ledger of {len(payload)} bytes: its reader takes at most "
+                              f"{MAX_LEDGER_BYTES}", path=self.path)
+        try:
+            self._replace(payload)
+        except OSError as exc:
+            raise LedgerError(f"cannot write the ledger: {_reason(exc)}", path=self.path) from exc
+        try:
+            _fsync_dir(self.state_dir)
+        except OSError as exc:
+            msg = f"cannot make the ledger durable (fsync of its directory): {_reason(exc)}"
+            if previous is not None:
+                try:
+                    self._replace(encode(previous))
+                    msg += "; the previous ledger was put back"
+                except OSError as again:
+                    msg += f"; putting the previous ledger back failed too: {_reason(again)}"
+            raise LedgerError(msg, path=self.path) from exc
+
+    def _replace(self, payload: bytes) -> None:
         tmp = None
         try:
             fd, tmp = _create_temp(self.state_dir)
@@ -261,9 +384,6 @@ class Ledger:
                 os.close(fd)
             os.replace(tmp, self.path)
             tmp = None
-            _fsync_dir(self.state_dir)
-        except OSError as exc:
-            raise LedgerError(f"cannot write the ledger: {_reason(exc)}", path=self.path) from exc
         finally:
             if tmp is not None:
                 _unlink_quietly(tmp)
@@ -277,6 +397,20 @@ class Ledger:
         for name in names:
             if name.startswith(_TMP_PREFIX) and name.endswith(_TMP_SUFFIX):
                 _unlink_quietly(os.path.join(self.state_dir, name))
+
+
+def check_new_grants(before: LedgerState, after: LedgerState, path: str) -> None:
+    """Refuse a grant ``after`` adds or changes whose container name or pod id is longer than
+    :data:`MAX_NAME_CHARS` (pure): a few such grants would grow the ledger past what its
+    reader takes. Grants already recorded are left alone."""
+    for cid, grant in after.grants.items():
+        if before.grants.get(cid) == grant:
+            continue
+        for what, value in (("container name", grant.container_name), ("pod id", grant.pod_id),
+                            ("container id", grant.container_id)):
+            if len(value) > MAX_NAME_CHARS:
+                raise LedgerError(f"refusing to record container {cid[:64]!r}: its {what} has {len(value)} "
+                                  f"characters, more than {MAX_NAME_CHARS}", path=path)
 
 
 def encode(state: LedgerState) -> bytes:
@@ -305,7 +439,8 @@ def decode(raw: bytes, path: str) -> LedgerState:
         raise _corrupt(f"version must be an integer, found {version!r}", path)
     if version > LEDGER_VERSION:
         written_by = data.get("written_by") if isinstance(data, dict) else None
-        raise LedgerCorrupt(newer_version_message(version, written_by), path=path)
+        raise LedgerCorrupt(f"{newer_version_message(version, written_by)}; or `numa-pin recover` to rebuild it "
+                            "from what runs (what only that release records is lost)", path=path)
     if not isinstance(data, dict):
         raise _corrupt("data must be a JSON object", path)
     actual = checksum(data)
@@ -388,4 +523,7 @@ def _reason(exc: OSError) -> str:
     return str(exc)
 
 
-__all__ = ["LEDGER_FILE", "LOCK_FILE", "REMEDY", "Ledger", "Transaction", "checksum", "decode", "encode"]
+__all__ = [
+    "LEDGER_FILE", "LOCK_FILE", "MAX_NAME_CHARS", "REMEDY", "Ledger", "Transaction", "check_new_grants", "checksum",
+    "decode", "encode",
+]
