@@ -97,7 +97,7 @@ def test_enforcement_failure_rolls_back_and_records_nothing(node, monkeypatch):
     def broken(*args, **kwargs):
         raise EnforcementError("simulated failure", path="/fake")
 
-    monkeypatch.setattr("numa_pin.service.resize_shared", broken)
+    monkeypatch.setattr("numa_pin.resources.node.cpu.resize_shared", broken)
     with pytest.raises(EnforcementError, match="simulated"):
         agent.admit(request_from_oci("x", {"numa-pin.io/cpus": "2"}), node.container(2))
     assert agent.ledger.read() == before, "the ledger did not change"
@@ -201,7 +201,7 @@ def test_rollback_failures_ride_on_the_error_and_reach_syslog(node, monkeypatch)
     agent = NodeService(node.config)
     logged: list[str] = []
     monkeypatch.setattr("numa_pin.report.log_syslog", lambda line, error=True: logged.append(line))
-    real_apply = __import__("numa_pin.service", fromlist=["apply_cpuset"]).apply_cpuset
+    real_apply = __import__("numa_pin.resources.node.cpu", fromlist=["apply_cpuset"]).apply_cpuset
 
     def apply_then_jam(ref, cpus, mems, root, undo):
         real_apply(ref, cpus, mems, root, undo)
@@ -210,8 +210,8 @@ def test_rollback_failures_ride_on_the_error_and_reach_syslog(node, monkeypatch)
     def broken(*args, **kwargs):
         raise EnforcementError("simulated failure", path="/fake")
 
-    monkeypatch.setattr("numa_pin.service.apply_cpuset", apply_then_jam)
-    monkeypatch.setattr("numa_pin.service.resize_shared", broken)
+    monkeypatch.setattr("numa_pin.resources.node.cpu.apply_cpuset", apply_then_jam)
+    monkeypatch.setattr("numa_pin.resources.node.cpu.resize_shared", broken)
     with pytest.raises(EnforcementError) as info:
         agent.admit(request_from_oci("x", {"numa-pin.io/cpus": "2"}), node.container(2))
     assert info.value.rollback_failures and "busy" in info.value.rollback_failures[0]

@@ -37,6 +37,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.boundedio",
     "numa_pin.admission.decide",
     "numa_pin.admission.cdi_map",
+    "numa_pin.resources.nvidia",
     "numa_pin.admission.request",
     "numa_pin.providers.cpu",
     "numa_pin.providers.memory",

@@ -43,20 +43,14 @@ def run(args: argparse.Namespace) -> int:
     config = load(args)
     agent = NodeService(config)
     state = agent.ledger.read()
-    pool = agent.shared_pool(state)
-    topo = agent.topology
-    free = {n: sorted(topo.nodes[n].cpus & (topo.cpu_ids - state.exclusive_cpus() - agent.reserved()))
-            for n in topo.node_ids}
     grants = [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)]
-    free_per_node = {str(n): format_list(c) for n, c in free.items()}
     out: dict[str, Any] = {
         "grants": grants,
-        "shared_pool": format_list(pool),
-        "reserved": format_list(agent.reserved()),
-        "free_exclusive_cpus_per_node": free_per_node,
+        **agent.describe(state),  # every resource's part: shared pool, reserved, free CPUs per node
         "kubelet": describe(args.kubelet_root or config.kubelet_root),
         "conflicts": agent.config_conflicts(state),
     }
+    free_per_node: dict[str, str] = out["free_exclusive_cpus_per_node"]
     kubelet: dict[str, Any] = out["kubelet"]
     if kubelet["static"]:
         from numa_pin.cpuset import parse_list

@@ -417,6 +417,17 @@ def _take_out(directory: str, rules: Sequence[Any]) -> UndoFn:
     return undo
 
 
+def revoke_granted_rules(rules: Sequence[str], devices_dir: str | None, bpf_dirs: Sequence[str]) -> None:
+    """Take back device ``rules`` a grant added: ``devices.deny`` in the cgroup v1 ``devices``
+    directory ``devices_dir`` (skipped when None or gone), and out of the device programs of the
+    cgroup v2 ``bpf_dirs`` (:func:`revoke_device_rules`). Raises EnforcementError."""
+    if devices_dir and os.path.isdir(devices_dir):
+        for rule in rules:
+            cgroups.write_cgroup_file(os.path.join(devices_dir, DEVICES_DENY), rule)
+    if bpf_dirs:
+        revoke_device_rules(list(rules), list(bpf_dirs))
+
+
 def revoke_device_rules(rules: Sequence[str], bpf_dirs: Sequence[str]) -> None:
     """Take device ``rules`` (``c 195:0 rwm`` texts, as in :attr:`GpuGrant.added`) back out of
     the device programs of ``bpf_dirs`` (cgroup v2; a cgroup that is gone is skipped).
@@ -502,4 +513,5 @@ __all__ = [
     "parse_char_majors",
     "read_uvm_major",
     "revoke_device_rules",
+    "revoke_granted_rules",
 ]
