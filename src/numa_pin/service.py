@@ -151,10 +151,10 @@ class NodeService(Node):
                             request.pod_id, decision.pod_affinity, decision.policy, decision.scope, time.time()
                         )
                         new_state = new_state.with_pod(pod)
-                    enforcing = Admission(grant, new_state, undo, ref=ref, pid=pid, rootfs=rootfs, dropped=dropped,
-                                          started=(existing is None or bind) and bool(pid))
+                    enforcing = Admission(grant, new_state, undo, ref, pid, rootfs, dropped,
+                                          (existing is None or bind) and bool(pid))
                     for resource in self.resources:
-                        resource.enforce(self, enforcing)
+                        enforcing = resource.enforce(self, enforcing, grant)
                     grant, new_state = enforcing.grant, enforcing.state
                 except BaseException as exc:
                     self._roll_back(undo, exc, request.container_id)

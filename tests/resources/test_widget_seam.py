@@ -46,14 +46,15 @@ class Widget(DeviceKind, NodeResource):
     def path(self, container_id: str) -> Path:
         return self.root / "widgets" / container_id
 
-    def enforce(self, node, admission):
+    def enforce(self, node, admission, decided):
         ids = admission.grant.devices.get(WIDGET)
         if not ids or admission.pid is None:
-            return
+            return admission
         path = self.path(admission.grant.container_id)
         path.parent.mkdir(exist_ok=True)
         path.write_text(",".join(ids) + "\n")
         admission.undo.record(f"widget file {path}", lambda: os.unlink(path))
+        return admission
 
     def release(self, node, release):
         for grant in release.gone:
@@ -78,7 +79,7 @@ class Jam(NodeResource):
 
     name = "example.com/jam"
 
-    def enforce(self, node, admission):
+    def enforce(self, node, admission, decided):
         raise EnforcementError("the jam refuses", path=str(node.config.state_dir))
 
 

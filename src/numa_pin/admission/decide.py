@@ -33,17 +33,15 @@ Nothing here touches the machine; :mod:`numa_pin.service` does the I/O around it
 from __future__ import annotations
 
 from numa_pin import names
-from numa_pin.admission.request import CPUSET_FIELD, Amounts, ContainerRequest, at_least
-from numa_pin.cpuset import format_list
+from numa_pin.admission.request import Amounts, ContainerRequest, at_least
 from numa_pin.errors import AdmissionError, AllocationError, RequestError, TopologyAffinityError
 from numa_pin.ledger.model import LedgerState
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import TopologyHint
 from numa_pin.policy.options import check_machine
 from numa_pin.policy.registry import merge_hints
-from numa_pin.resources.base import Decision, Need, NodeSettings, Resource, merge_fields, nodes_text
+from numa_pin.resources.base import Decision, Need, NodeSettings, Resource, check_known, merge_fields, nodes_text
 from numa_pin.resources.registry import pure_resources
-from numa_pin.topology.cpus import CpuTopology
 from numa_pin.topology.model import Topology
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -69,15 +67,13 @@ def decide(
     policy = request.policy or settings.policy
     scope = request.scope or settings.scope
     options = check_machine(policy, settings.policy_options, topology.node_ids, topology.distance_rows())
-    cpu_topo = CpuTopology.from_topology(topology)
-    settings.cpu_options.validate(cpu_topo, policy)
     others = state.without(request.container_id)
-    need = Need(topology, cpu_topo, others, request, settings, policy)
+    need = Need(topology, others, request, settings, policy)
     views: Views = [(res, res.view(need)) for res in settings.resources or pure_resources()]
     all_nodes = frozenset(topology.node_ids)
 
     _check_claimed_pod(state, request)
-    _check_known(views, {r for r, count in request.amounts.devices.items() if count})
+    check_known(views, request.amounts, counted_only=True)
     if not any(res.wants(view) for res, view in views):
         hint = TopologyHint(None, True)
         empty = Decision(request.container_id, True, policy, scope, hint, mems=frozenset())
@@ -92,7 +88,7 @@ def decide(
         amounts = request.amounts
         if scope == names.POD_SCOPE and request.pod_amounts is not None:
             amounts = at_least(request.pod_amounts, request.amounts)
-        _check_known(views, set(amounts.devices))
+        check_known(views, amounts)
         hint, admit = merge_hints(
             policy,
             [res.hints(view, amounts) for res, view in views],
@@ -101,7 +97,7 @@ def decide(
             prefer_closest=options.prefer_closest_numa_nodes,
         )
         if not admit:
-            why = _free_summary(views, amounts) + _inside(request)
+            why = _free_summary(views, amounts)
             return Decision(
                 request.container_id, False, policy, scope, hint,
                 reason=f"{policy} policy: resources cannot be aligned on "
@@ -121,7 +117,7 @@ def decide(
         for res, view in views:
             merge_fields(fields, res.allocate(view, request.amounts, affinity, strict))
     except (AllocationError, TopologyAffinityError) as exc:
-        why = _free_summary(views, request.amounts) + _inside(request)
+        why = _free_summary(views, request.amounts)
         reason = f"{exc} ({why})" if why else str(exc)
         if isinstance(exc, TopologyAffinityError):
             where = f"pod {request.pod_id} is aligned to" if pod is not None else "the merged affinity is"
@@ -145,22 +141,10 @@ def _vetted(views: Views, decision: Decision, empty: bool) -> Decision:
     return decision
 
 
-def _check_known(views: Views, resources: set[str]) -> None:
-    """Every resource named in ``numa-pin.io/devices`` belongs to one of the resources."""
-    for name in sorted(resources):
-        if not any(res.claims(name, view) for res, view in views):
-            raise RequestError(f"unknown device resource {name!r}", annotation="numa-pin.io/devices")
-
-
 def _free_summary(views: Views, amounts: Amounts) -> str:
-    """``cpu 2 requested, free per node: 0=1 1=0; ...``: every resource's own words."""
-    return "; ".join(part for res, view in views for part in res.free_summary(view, amounts))
-
-
-def _inside(request: ContainerRequest) -> str:
-    if request.cpuset is None:
-        return ""
-    return f"; only inside the container's cpuset {format_list(request.cpuset)} ({CPUSET_FIELD})"
+    """What is free per node, in every resource's own words, then what bounds the request."""
+    summary = "; ".join(part for res, view in views for part in res.free_summary(view, amounts))
+    return summary + "".join(f"; {bound}" for res, view in views for bound in res.bounds(view))
 
 
 def _check_claimed_pod(state: LedgerState, request: ContainerRequest) -> None:

@@ -16,6 +16,7 @@ provider ``Allocate`` inside the merged affinity. numa-pin does the same through
                           :class:`Decision` fields it sets (mapping fields are merged)
 ``vet``                   a last look at the whole decision (a rejection reason, or ``""``)
 ``free_summary``          what is free per NUMA node, for a rejection's reason
+``bounds``                what the container bounds the resource to (its own cpuset)
 ``describe(grant)``       short ``key=value`` words for ``status`` and ``explain``
 ========================  ================================================================
 
@@ -26,16 +27,15 @@ service and the decision only loop over a tuple of these objects, and name none 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from numa_pin import names
 from numa_pin.admission.request import Amounts, ContainerRequest
-from numa_pin.errors import AdmissionError, TopologyAffinityError
+from numa_pin.errors import AdmissionError, RequestError, TopologyAffinityError
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.policy.hint import ProviderHints, TopologyHint
 from numa_pin.providers.cpu import CpuOptions
 from numa_pin.record import field, record
-from numa_pin.topology.cpus import CpuTopology
 from numa_pin.topology.model import Topology
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -90,7 +90,6 @@ class Need:
     """One decision's inputs, as every resource sees them."""
 
     topology: Topology
-    cpu_topology: CpuTopology
     state: LedgerState  # the ledger without this container's own grant
     request: ContainerRequest
     settings: NodeSettings
@@ -135,8 +134,20 @@ class Resource:
     def free_summary(self, view: Any, amounts: Amounts) -> list[str]:
         return []
 
+    def bounds(self, view: Any) -> list[str]:
+        """What the container itself bounds this resource to (said after every free summary)."""
+        return []
+
     def describe(self, grant: Grant) -> list[str]:
         return []
+
+
+def check_known(views: Sequence[tuple[Resource, Any]], amounts: Amounts, counted_only: bool = False) -> None:
+    """Every device resource ``amounts`` names (``counted_only``: with a count) is some
+    resource's. Raises :class:`~numa_pin.errors.RequestError` naming ``numa-pin.io/devices``."""
+    for name in sorted(r for r, count in amounts.devices.items() if count or not counted_only):
+        if not any(res.claims(name, view) for res, view in views):
+            raise RequestError(f"unknown device resource {name!r}", annotation="numa-pin.io/devices")
 
 
 def merge_fields(into: dict[str, Any], fields: Mapping[str, Any]) -> None:
@@ -187,5 +198,7 @@ def live_name_message(grant: Grant) -> str:
     )
 
 
-__all__ = ["Decision", "Need", "NodeSettings", "Resource", "grant_from", "live_name_message", "merge_fields",
-           "nodes_text"]
+__all__ = [
+    "Decision", "Need", "NodeSettings", "Resource", "check_known", "grant_from", "live_name_message", "merge_fields",
+    "nodes_text",
+]

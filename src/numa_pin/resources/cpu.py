@@ -19,6 +19,7 @@ from numa_pin.policy.hint import ProviderHints
 from numa_pin.providers.cpu import cpu_hint_family
 from numa_pin.record import record
 from numa_pin.resources.base import Decision, Need, Resource
+from numa_pin.topology.cpus import CpuTopology
 from numa_pin.topology.model import Topology
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 @record
 class CpuView:
     need: Need
+    cpu_topology: CpuTopology
     reserved: frozenset[int]
     free: frozenset[int]  # free for exclusive use (inside the container's own cpuset, if any)
 
@@ -41,11 +43,13 @@ class CpuResource(Resource):
 
     def view(self, need: Need) -> CpuView:
         s = need.settings
-        reserved = reserved_cpus(need.cpu_topology, s.cpu_options, s.reserved_cpus, s.num_reserved_cpus)
+        cpu_topo = CpuTopology.from_topology(need.topology)
+        s.cpu_options.validate(cpu_topo, need.policy)
+        reserved = reserved_cpus(cpu_topo, s.cpu_options, s.reserved_cpus, s.num_reserved_cpus)
         free = need.topology.cpu_ids - reserved - need.state.exclusive_cpus()
         if need.request.cpuset is not None:  # the user's own cpuset: allocate inside it or not at all
             free = free & need.request.cpuset
-        return CpuView(need, reserved, frozenset(free))
+        return CpuView(need, cpu_topo, reserved, frozenset(free))
 
     def wants(self, view: CpuView) -> bool:
         return view.need.request.amounts.cpus > 0
@@ -53,7 +57,7 @@ class CpuResource(Resource):
     def hints(self, view: CpuView, amounts: Amounts) -> ProviderHints:
         if not amounts.cpus:
             return None
-        return {"cpu": cpu_hint_family(view.need.cpu_topology, view.free, amounts.cpus)}
+        return {"cpu": cpu_hint_family(view.cpu_topology, view.free, amounts.cpus)}
 
     def allocate(self, view: CpuView, amounts: Amounts, affinity: frozenset[int] | None,
                  strict: bool) -> Mapping[str, Any]:
@@ -61,11 +65,11 @@ class CpuResource(Resource):
             return {}
         free = view.free
         if strict and affinity is not None:
-            free = free & view.need.cpu_topology.cpus_in_numa_nodes(*sorted(affinity))
+            free = free & view.cpu_topology.cpus_in_numa_nodes(*sorted(affinity))
             if len(free) < amounts.cpus:
                 raise TopologyAffinityError(f"only {len(free)} of the {amounts.cpus} CPUs requested are free there")
         cpus = allocate_cpus(
-            view.need.cpu_topology, view.need.settings.cpu_options, free, frozenset(), amounts.cpus, affinity
+            view.cpu_topology, view.need.settings.cpu_options, free, frozenset(), amounts.cpus, affinity
         )
         return {"cpus": cpus}
 
@@ -88,6 +92,10 @@ class CpuResource(Resource):
         topology = view.need.topology
         per = " ".join(f"{n}={len(view.free & topology.nodes[n].cpus)}" for n in topology.node_ids)
         return [f"cpu {amounts.cpus} requested, free per node: {per}"]
+
+    def bounds(self, view: CpuView) -> list[str]:
+        own = view.need.request.cpuset
+        return [] if own is None else [f"only inside the container's cpuset {format_list(own)} ({CPUSET_FIELD})"]
 
     def describe(self, grant: Grant) -> list[str]:
         return [f"cpus={format_list(grant.cpus) or '-'}", f"mems={format_list(grant.mems) or '-'}"]

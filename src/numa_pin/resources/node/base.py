@@ -4,9 +4,10 @@
 does after the decision, on one node:
 
 =====================================  =====================================================
-``enforce(node, admission)``           make the grant true on the machine; every write is
-                                       recorded in ``admission.undo`` right after it succeeds,
-                                       and may add its own undo record to the grant
+``enforce(node, admission, decided)``  make the grant true on the machine; every write is
+                                       recorded in ``admission.undo`` right after it succeeds;
+                                       returns the admission, updated with any undo record of
+                                       its own that the grant keeps
 ``collect(node, before, after, gone)`` grants whose container died went out of the ledger:
                                        give back what outlives a container (a pod's VFs)
 ``release(node, release)``             grants that go (a release, or found dead there):
@@ -33,7 +34,7 @@ from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.ledger.liveness import is_alive
 from numa_pin.ledger.model import Grant, LedgerState
-from numa_pin.record import replace
+from numa_pin.record import record, replace
 from numa_pin.resources.base import NodeSettings, Resource
 from numa_pin.topology.cache import DEFAULT_MAX_AGE_S, cached_discover
 from numa_pin.topology.model import Topology
@@ -117,56 +118,51 @@ class Node:
         return cg.ref_from_path(grant.cgroup, self.config.cgroup_root, self._layout())
 
 
+@record
 class Admission:
-    """One admission's enforcement: the grant and ledger as they will be committed (resources
-    may add their undo records to both), and where every write's undo goes."""
+    """One admission's enforcement: the grant and the ledger as they will be committed, where
+    every write's undo goes, and the facts of the container. A resource that keeps an undo
+    record of its own returns an :meth:`updated` copy from :meth:`NodeResource.enforce`."""
 
-    def __init__(self, grant: Grant, state: LedgerState, undo: UndoLog, *, ref: cg.CgroupRef | None,
-                 pid: int | None, rootfs: str | None, dropped: tuple[Grant, ...], started: bool) -> None:
-        self.grant = grant
-        self.state = state
-        self.undo = undo
-        #: the container's cgroup (None: no pid yet)
-        self.ref = ref
-        self.pid = pid
-        #: the spec's ``root.path``: where device nodes go before pivot_root
-        self.rootfs = rootfs
-        #: grants this transaction found dead (their resources are free again)
-        self.dropped = dropped
-        #: the grant as decided, before any resource enforced it
-        self.decided = grant
-        #: the container's process runs for the first time under this grant (not a re-admission)
-        self.started = started
+    grant: Grant
+    state: LedgerState
+    undo: UndoLog
+    ref: cg.CgroupRef | None  # the container's cgroup (None: no pid yet)
+    pid: int | None
+    rootfs: str | None  # the spec's ``root.path``: where device nodes go before pivot_root
+    dropped: tuple[Grant, ...]  # grants this transaction found dead (their resources are free again)
+    started: bool  # the container's process runs for the first time under this grant
 
-    def devices_pending(self) -> bool:
-        """Whether the grant's devices still need their I/O: the container's first start with a
-        pid, and no VF recorded as moved already (by numa-pin, or by the runtime at precreate)."""
-        return self.started and bool(self.decided.devices) and not self.decided.netdevs
+    def devices_pending(self, decided: Grant) -> bool:
+        """Whether the devices of ``decided`` (the grant before any resource enforced it) still
+        need their I/O: the container's first start with a pid, and no VF recorded as moved
+        already (by numa-pin, or by the runtime at precreate)."""
+        return self.started and bool(decided.devices) and not decided.netdevs
 
-    def update(self, **fields: Any) -> None:
-        """Change the grant (and the ledger with it)."""
-        self.grant = replace(self.grant, **fields)
-        self.state = self.state.with_grant(self.grant)
+    def updated(self, **fields: Any) -> Admission:
+        """A copy whose grant (and ledger with it) has ``fields`` changed."""
+        grant = replace(self.grant, **fields)
+        return replace(self, grant=grant, state=self.state.with_grant(grant))
 
 
+@record
 class Release:
     """Grants that go in one transaction: ``grant`` released by hand (None: none), ``gone`` it
     and every grant found dead there; ``before`` and ``after`` are the ledger around it."""
 
-    def __init__(self, before: LedgerState, after: LedgerState, grant: Grant | None,
-                 gone: tuple[Grant, ...], undo: UndoLog) -> None:
-        self.before = before
-        self.after = after
-        self.grant = grant
-        self.gone = gone
-        self.undo = undo
+    before: LedgerState
+    after: LedgerState
+    grant: Grant | None
+    gone: tuple[Grant, ...]
+    undo: UndoLog
 
 
 class NodeResource(Resource):
     """A resource with its I/O half (see the module's table); every method defaults to nothing."""
 
-    def enforce(self, node: Node, admission: Admission) -> None:
-        return None
+    def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
+        """``decided``: the grant as the decision made it, before any resource enforced it."""
+        return admission
 
     def collect(self, node: Node, before: LedgerState, after: LedgerState, gone: tuple[Grant, ...]) -> list[str]:
         return []

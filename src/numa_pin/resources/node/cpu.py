@@ -19,7 +19,7 @@ from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
 from numa_pin.enforcer.pool import reserved_conflicts, resize_shared
 from numa_pin.enforcer.pool import shared_pool as pool_of
 from numa_pin.enforcer.undo import UndoLog
-from numa_pin.ledger.model import KIND_SHARED, LedgerState
+from numa_pin.ledger.model import KIND_SHARED, Grant, LedgerState
 from numa_pin.resources.cpu import CpuResource
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
 
@@ -72,7 +72,7 @@ def _limits(node: Node, state: LedgerState) -> dict[cg.CgroupRef, frozenset[int]
 class CpuNode(CpuResource, NodeResource):
     """The CPU resource, decision and enforcement."""
 
-    def enforce(self, node: Node, admission: Admission) -> None:
+    def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
         grant, ref, state, undo = admission.grant, admission.ref, admission.state, admission.undo
         root = node.config.cgroup_root
         pool = shared_pool(node, state)
@@ -85,6 +85,7 @@ class CpuNode(CpuResource, NodeResource):
         if grant.cpus or any(g.cpus for g in admission.dropped):
             refs = _shared_refs(node, state, exclude=grant.container_id)
             resize_shared(refs, pool, root, undo, _limits(node, state))
+        return admission
 
     def release(self, node: Node, release: Release) -> list[str]:
         if any(g.cpus for g in release.gone):

@@ -19,16 +19,16 @@ from numa_pin.topology.model import KIND_GPU
 class GpuNode(NodeResource):
     name = "gpu"
 
-    def enforce(self, node: Node, admission: Admission) -> None:
-        if not admission.devices_pending():
-            return
+    def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
+        if not admission.devices_pending(decided):
+            return admission
         grant, pid = admission.grant, admission.pid
         assert pid is not None
         topology = node.topology
         gpus = [dev for ids in grant.devices.values() for address in ids
                 if (dev := topology.device(address)) is not None and dev.kind == KIND_GPU]
         if not gpus:
-            return
+            return admission
         from numa_pin.enforcer.devnodes import expose_gpus
         from numa_pin.enforcer.gpu import grant_gpus
 
@@ -36,11 +36,13 @@ class GpuNode(NodeResource):
         allowed = grant_gpus(gpus, pid, cfg.proc_root, cfg.cgroup_root, node.layout(), undo)
         nodes = expose_gpus(gpus, pid, cfg.proc_root, admission.rootfs, undo)
         rules = [str(r) for r in allowed.added] if allowed is not None else []
-        if nodes or rules:  # what a release of a live container takes back
-            v2 = allowed is not None and allowed.version == 2
-            admission.update(gpus=GpuAccess(tuple(nodes), tuple(rules),
-                                            allowed.cgroup_dir if allowed is not None and not v2 else None,
-                                            tuple(allowed.bpf_dirs) if allowed is not None else ()))
+        if not nodes and not rules:
+            return admission
+        # what a release of a live container takes back
+        v2 = allowed is not None and allowed.version == 2
+        return admission.updated(gpus=GpuAccess(tuple(nodes), tuple(rules),
+                                                allowed.cgroup_dir if allowed is not None and not v2 else None,
+                                                tuple(allowed.bpf_dirs) if allowed is not None else ()))
 
     def release(self, node: Node, release: Release) -> list[str]:
         problems: list[str] = []

@@ -35,9 +35,9 @@ if TYPE_CHECKING:
 class VfNode(NodeResource):
     name = "sriov-vf"
 
-    def enforce(self, node: Node, admission: Admission) -> None:
-        if not admission.devices_pending():
-            return
+    def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
+        if not admission.devices_pending(decided):
+            return admission
         grant, state, pid = admission.grant, admission.state, admission.pid
         assert pid is not None
         records: list[dict[str, str]] = []
@@ -63,10 +63,12 @@ class VfNode(NodeResource):
                 )
                 records.append({"record": json.dumps(rec.to_dict(), sort_keys=True)})
         if records:
-            admission.update(netdevs=tuple(records))
+            admission = admission.updated(netdevs=tuple(records))
         if pod_vfs:
             pod = admission.state.pods[grant.pod_id]
-            admission.state = admission.state.with_pod(replace(pod, netdevs=pod.netdevs + tuple(pod_vfs)))
+            pod = replace(pod, netdevs=pod.netdevs + tuple(pod_vfs))
+            admission = replace(admission, state=admission.state.with_pod(pod))
+        return admission
 
     def collect(self, node: Node, before: LedgerState, after: LedgerState, gone: tuple[Grant, ...]) -> list[str]:
         return _restore_pods(node, _pods_dropped(before, after), gone)
