@@ -138,6 +138,11 @@ def test_gpu_and_vf_alignment_moves_the_vf(node, monkeypatch):
     assert all(topo.cpus[c].numa == node_of[gpu] for c in grant.cpus)
     assert moved == [(vf, 50001, "net1")]
     assert len(agent.ledger.read().grants["g"].netdevs) == 1
+    # ledger format 4: the undo record is a JSON object in the file, not JSON text inside it
+    import json
+
+    on_disk = json.loads((node.state_dir / "ledger.json").read_text())["data"]["grants"]["g"]["netdevs"]
+    assert on_disk == [{"record": {"bdf": vf, "container_name": "net1"}}]
     agent.release("g")
     assert [r["bdf"] for r in restored] == [vf]
 

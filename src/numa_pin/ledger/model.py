@@ -5,11 +5,8 @@ numa-pin admitted, keyed by container id, and one :class:`PodRecord` per pod who
 containers share a pod-scope decision. Updates return new states; nothing mutates.
 
 ``to_dict`` / ``from_dict`` convert to and from the JSON-ready form the store writes.
-That form carries a ``version``; older versions are migrated by :data:`MIGRATIONS`
-(version 1 had no ``cpuset_limit``: it becomes ``null``; version 2 kept a grant's GPU undo
-record among its ``netdevs`` and had no pod-level VFs: the record moves to ``gpus``, and pods
-get an empty ``netdevs``), newer ones are refused with :class:`numa_pin.errors.LedgerCorrupt`
-naming the numa-pin release that wrote them.
+That form carries a ``version``; older versions are migrated first and newer ones refused
+(:mod:`numa_pin.ledger.migrate`).
 
 Construction checks types and raises :class:`ValueError` (a programming error);
 ``from_dict`` turns every shape problem into :class:`~numa_pin.errors.LedgerCorrupt`.
@@ -17,83 +14,19 @@ Construction checks types and raises :class:`ValueError` (a programming error);
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
 from numa_pin import __version__, names
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.errors import LedgerCorrupt
+from numa_pin.ledger.migrate import LEDGER_VERSION, MAX_RECORD_DEPTH, MIGRATIONS, migrate, newer_version_message
 from numa_pin.record import field, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
     from typing import Any, TypeGuard
-
-#: the ledger format this numa-pin writes
-LEDGER_VERSION = 3
-
-
-def _v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
-    """Version 2 adds ``cpuset_limit`` to every grant (``null``: no cpuset of its own)."""
-    grants = d.get("grants")
-    if isinstance(grants, dict):
-        d["grants"] = {k: {**g, "cpuset_limit": None} if isinstance(g, dict) else g for k, g in grants.items()}
-    d["version"] = 2
-    return d
-
-
-def _v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
-    """Version 3 gives a grant's GPU undo record a field of its own (``gpus``; version 2 kept it
-    as a ``{"gpu": "<json>"}`` entry of ``netdevs``) and every pod a ``netdevs`` list (VFs moved
-    once into the pod's network namespace; version 2 moved none per pod).
-
-    Raises:
-        LedgerCorrupt: a version-2 GPU entry that is not the JSON object numa-pin wrote.
-    """
-    grants = d.get("grants")
-    if isinstance(grants, dict):
-        d["grants"] = {k: _split_gpu_entry(k, g) if isinstance(g, dict) else g for k, g in grants.items()}
-    pods = d.get("pods")
-    if isinstance(pods, dict):
-        d["pods"] = {k: {**p, "netdevs": []} if isinstance(p, dict) else p for k, p in pods.items()}
-    d["version"] = 3
-    return d
-
-
-def _split_gpu_entry(key: str, grant: dict[str, Any]) -> dict[str, Any]:
-    netdevs = grant.get("netdevs")
-    out = {**grant, "gpus": None}
-    if not isinstance(netdevs, list):
-        return out
-    gpu = [e for e in netdevs if isinstance(e, dict) and "gpu" in e]
-    if not gpu:
-        return out
-    merged: dict[str, Any] = {"nodes": [], "rules": [], "devices_dir": None, "bpf_dirs": []}
-    for entry in gpu:
-        try:
-            rec = json.loads(entry["gpu"]) if isinstance(entry["gpu"], str) else None
-        except ValueError:
-            rec = None
-        if not isinstance(rec, dict) or not all(isinstance(rec.get(f), list) for f in ("nodes", "rules")):
-            raise LedgerCorrupt(f"grant {key!r}: version-2 GPU record in netdevs is not a JSON object with "
-                                f"nodes and rules: {str(entry['gpu'])[:80]!r}")
-        merged["nodes"] += rec["nodes"]
-        merged["rules"] += rec["rules"]
-        if merged["devices_dir"] is None:
-            merged["devices_dir"] = rec.get("devices_dir")
-        if isinstance(rec.get("bpf_dirs"), list):
-            merged["bpf_dirs"] += rec["bpf_dirs"]
-    out["gpus"] = merged
-    out["netdevs"] = [e for e in netdevs if not (isinstance(e, dict) and "gpu" in e)]
-    return out
-
-
-#: ``migrate`` steps: ``MIGRATIONS[n]`` turns a version-``n`` dict into a version ``n + 1`` dict
-MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = MappingProxyType(
-    {1: _v1_to_v2, 2: _v2_to_v3}
-)
 
 KIND_EXCLUSIVE = "exclusive"  # container with exclusive CPUs
 KIND_SHARED = "shared"  # container in the shared pool (no exclusive CPUs)
@@ -183,7 +116,7 @@ class Grant:
     policy: str = names.NONE
     scope: str = names.CONTAINER_SCOPE
     created: float = 0.0
-    netdevs: tuple[Mapping[str, str], ...] = field(default=(), hash=False)
+    netdevs: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)
     cpuset_limit: frozenset[int] | None = None
     gpus: GpuAccess | None = None
 
@@ -237,7 +170,7 @@ class Grant:
             "policy": self.policy,
             "scope": self.scope,
             "created": self.created,
-            "netdevs": [dict(sorted(rec.items())) for rec in self.netdevs],
+            "netdevs": [_plain(rec) for rec in self.netdevs],
             "cpuset_limit": None if self.cpuset_limit is None else format_list(self.cpuset_limit),
             "gpus": None if self.gpus is None else self.gpus.to_dict(),
         }
@@ -292,11 +225,11 @@ class PodNetdev:
     ``address`` is the VF's PCI address and ``resource`` the device resource it was granted
     as; ``ifname`` its name there (``net1``, ``net2``, ... counted per pod netns); ``netns``
     the identity of that netns (``<st_dev>:<st_ino>`` of ``/proc/<pid>/ns/net``); ``moved_by``
-    the container whose admission moved it; ``record`` the JSON of the enforcer's
-    ``NetdevRecord``, which is what giving it back to the host needs.
+    the container whose admission moved it; ``record`` the enforcer's ``NetdevRecord`` as a
+    JSON object, which is what giving it back to the host needs.
 
     Raises:
-        ValueError: a field is not a non-empty string.
+        ValueError: a field is not a non-empty string, or ``record`` is not a JSON object.
     """
 
     address: str
@@ -304,26 +237,31 @@ class PodNetdev:
     ifname: str
     netns: str
     moved_by: str
-    record: str
+    record: Mapping[str, Any] = field(hash=False)
 
     def __post_init__(self) -> None:
-        for name in _POD_NETDEV_KEYS:
+        for name in _POD_NETDEV_STRINGS:
             _require_str(f"pod netdev {name}", getattr(self, name), nonempty=True)
+        _set(self, "record", _undo_record("pod netdev record", self.record))
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in sorted(_POD_NETDEV_KEYS)}
+        out: dict[str, Any] = {name: getattr(self, name) for name in sorted(_POD_NETDEV_STRINGS)}
+        out["record"] = _plain(self.record)
+        return out
 
     @classmethod
     def from_dict(cls, d: object, where: str) -> PodNetdev:
         """Inverse of :meth:`to_dict`. Raises LedgerCorrupt (``where`` names the pod)."""
         obj = _exact_keys(f"{where}: netdevs entry", d, _POD_NETDEV_KEYS)
         try:
-            return cls(**{name: _json(obj, name, str, where) for name in _POD_NETDEV_KEYS})
+            return cls(**{name: _json(obj, name, str, where) for name in _POD_NETDEV_STRINGS},
+                       record=_json(obj, "record", dict, where))
         except ValueError as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
 
 
-_POD_NETDEV_KEYS = frozenset(("address", "resource", "ifname", "netns", "moved_by", "record"))
+_POD_NETDEV_STRINGS = frozenset(("address", "resource", "ifname", "netns", "moved_by"))
+_POD_NETDEV_KEYS = _POD_NETDEV_STRINGS | {"record"}
 
 
 @record
@@ -536,46 +474,6 @@ class LedgerState:
             raise LedgerCorrupt(str(exc)) from None
 
 
-def migrate(
-    d: object,
-    *,
-    migrations: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = MIGRATIONS,
-    current: int = LEDGER_VERSION,
-) -> dict[str, Any]:
-    """Bring a ledger data dict to format version ``current``.
-
-    Raises:
-        LedgerCorrupt: not a dict, no integer ``version``, a version newer than ``current``
-            (the message names the release that wrote it), or no migration step for it.
-    """
-    if not isinstance(d, dict):
-        raise LedgerCorrupt(f"ledger data must be a JSON object, got {type(d).__name__}")
-    version = d.get("version")
-    if not _is_int(version):
-        raise LedgerCorrupt(f"ledger data has no integer version (got {version!r})")
-    if version > current:
-        raise LedgerCorrupt(newer_version_message(version, d.get("written_by"), current))
-    while version < current:
-        step = migrations.get(version)
-        if step is None:
-            raise LedgerCorrupt(f"unknown ledger format version {version} (no migration to {current})")
-        d = step(dict(d))
-        version += 1
-        if d.get("version") != version:
-            raise LedgerCorrupt(f"migration from version {version - 1} did not produce version {version}")
-    return d
-
-
-def newer_version_message(version: int, written_by: object, current: int = LEDGER_VERSION) -> str:
-    """The operator-facing text for a ledger written by a newer numa-pin."""
-    writer = written_by if isinstance(written_by, str) and written_by else "a newer numa-pin"
-    return (
-        f"ledger format version {version} was written by {writer}; this numa-pin "
-        f"{__version__} reads format versions up to {current}: run that numa-pin "
-        "release (or newer) on this node"
-    )
-
-
 # ---- helpers ---------------------------------------------------------------------
 
 
@@ -641,17 +539,51 @@ def _memory(memory: object) -> Mapping[str, Mapping[int, int]]:
     return MappingProxyType(out)
 
 
-def _netdevs(netdevs: object) -> tuple[Mapping[str, str], ...]:
+def _netdevs(netdevs: object) -> tuple[Mapping[str, Any], ...]:
     if isinstance(netdevs, (str, bytes, Mapping)) or not isinstance(netdevs, Iterable):
         raise ValueError("netdevs must be a sequence of records")
     out = []
     for rec in netdevs:
         if not isinstance(rec, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in rec.items()
+            isinstance(k, str) and (isinstance(v, Mapping) if k == "record" else isinstance(v, str))
+            for k, v in rec.items()
         ):
-            raise ValueError(f"netdevs records must map strings to strings, got {rec!r}")
-        out.append(MappingProxyType(dict(rec)))
+            raise ValueError(f"netdevs records must map strings to strings (\"record\": to an undo record, "
+                             f"a JSON object), got {rec!r}")
+        out.append(MappingProxyType({k: _undo_record(f"netdevs {k}", v) if k == "record" else v
+                                     for k, v in rec.items()}))
     return tuple(out)
+
+
+def _undo_record(name: str, value: object, depth: int = 1) -> Mapping[str, Any]:
+    """A netdev undo record: a JSON object (string keys; strings, numbers, booleans, nulls,
+    lists and objects, at most :data:`MAX_RECORD_DEPTH` deep), frozen."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
+    if depth > MAX_RECORD_DEPTH:
+        raise ValueError(f"{name} nests more than {MAX_RECORD_DEPTH} levels")
+    return MappingProxyType({k: _json_value(name, v, depth) for k, v in value.items()})
+
+
+def _json_value(name: str, value: object, depth: int) -> Any:
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    if isinstance(value, Mapping):
+        return _undo_record(name, value, depth + 1)
+    if isinstance(value, (list, tuple)):
+        return tuple(_json_value(name, v, depth + 1) for v in value)
+    raise ValueError(f"{name} holds a {type(value).__name__}, not a JSON value")
+
+
+def _plain(value: Any) -> Any:
+    """A frozen record as plain JSON-ready dicts and lists."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in sorted(value.items())}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _strings(name: str, values: object) -> tuple[str, ...]:

@@ -16,8 +16,6 @@ VFs the runtime moves itself (``linux.netDevices``, noted at precreate by
 
 from __future__ import annotations
 
-import json
-
 from numa_pin import names
 from numa_pin.errors import EnforcementError, NumaPinError
 from numa_pin.ledger.model import Grant, LedgerState, PodNetdev, PodRecord
@@ -28,6 +26,8 @@ from numa_pin.topology.model import KIND_GPU
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from numa_pin.enforcer.undo import UndoLog
     from numa_pin.ledger.store import Ledger
 
@@ -40,7 +40,7 @@ class VfNode(NodeResource):
             return admission
         grant, state, pid = admission.grant, admission.state, admission.pid
         assert pid is not None
-        records: list[dict[str, str]] = []
+        records: list[dict[str, Any]] = []
         pod_vfs: list[PodNetdev] = []
         pod = state.pods.get(grant.pod_id) if grant.scope == names.POD_SCOPE else None
         cfg = node.config
@@ -61,7 +61,7 @@ class VfNode(NodeResource):
                     address, pid, f"net{len(records) + 1}", cfg.sysfs_root, cfg.proc_root,
                     bring_up=True, undo=admission.undo,
                 )
-                records.append({"record": json.dumps(rec.to_dict(), sort_keys=True)})
+                records.append({"record": rec.to_dict()})
         if records:
             admission = admission.updated(netdevs=tuple(records))
         if pod_vfs:
@@ -117,7 +117,7 @@ def _move_pod_vf(
     taken = {n.ifname for n in (*pod.netdevs, *moving) if n.netns == ns}
     name = next(f"net{i}" for i in range(1, len(taken) + 2) if f"net{i}" not in taken)
     rec = move_netdev_to_netns(address, pid, name, cfg.sysfs_root, cfg.proc_root, bring_up=True, undo=undo)
-    return PodNetdev(address, resource, name, ns, grant.container_id, json.dumps(rec.to_dict(), sort_keys=True))
+    return PodNetdev(address, resource, name, ns, grant.container_id, rec.to_dict())
 
 
 def _restore_pods(node: Node, pods: tuple[PodRecord, ...], grants: tuple[Grant, ...] = ()) -> list[str]:
@@ -139,7 +139,7 @@ def _restore_pods(node: Node, pods: tuple[PodRecord, ...], grants: tuple[Grant, 
                 members[vf.netns] = find_netns_member(vf.netns, cfg.proc_root, prefer)
             member = members[vf.netns]
             try:
-                rec = NetdevRecord.from_dict(json.loads(vf.record))
+                rec = NetdevRecord.from_dict(vf.record)
                 restore_netdev(rec, member, cfg.sysfs_root, cfg.proc_root)
             except (NumaPinError, KeyError, ValueError) as exc:
                 why = "" if member is not None else (
@@ -159,7 +159,7 @@ def _restore_netdevs(node: Node, grant: Grant) -> list[str]:
         if "record" not in entry:
             continue  # moved by the runtime (linux.netDevices), which the kernel gives back
         try:
-            rec = NetdevRecord.from_dict(json.loads(entry["record"]))
+            rec = NetdevRecord.from_dict(entry["record"])
             restore_netdev(rec, None, node.config.sysfs_root, node.config.proc_root)
         except (NumaPinError, KeyError, ValueError) as exc:
             problems.append(f"{grant.container_id}: netdev not restored: {exc}")
