@@ -58,6 +58,7 @@ from numa_pin.enforcer.cgroups import CgroupLayout
 from numa_pin.enforcer.undo import UndoFn, UndoLog, describe_failures
 from numa_pin.errors import EnforcementError
 from numa_pin.record import record
+from numa_pin.safefs import replace_private
 from numa_pin.topology.model import PciDevice
 
 NVIDIA_MAJOR = 195
@@ -470,17 +471,10 @@ def expose_gpu_env_file(
         created.append(probe)
         probe = os.path.dirname(probe)
     text = "".join(f"{u}\n" for u in uuids)
-    tmp = target + ".tmp"
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
         cgroups.join_under(rootfs, os.path.relpath(directory, rootfs))  # re-check after mkdir
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644)
-        try:
-            os.write(fd, text.encode("ascii", errors="replace"))
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
+        replace_private(directory, target, text.encode("ascii", errors="replace"), mode=0o644)
     except OSError as exc:
         raise EnforcementError(f"cannot write the GPU list: {exc.strerror or exc}",
                                path=target) from exc

@@ -46,7 +46,7 @@ from numa_pin.ledger.model import (
     PodRecord,
     newer_version_message,
 )
-from numa_pin.safefs import check_dir, create_private, ensure_dir, open_private
+from numa_pin.safefs import check_dir, ensure_dir, open_private, replace_private
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
@@ -250,23 +250,11 @@ class Ledger:
         return decode(raw, self.path)
 
     def _write(self, state: LedgerState) -> None:
-        payload = encode(state)
-        tmp = None
         try:
-            fd, tmp = _create_temp(self.state_dir)
-            try:
-                _write_all(fd, payload)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            tmp = None
-            _fsync_dir(self.state_dir)
+            replace_private(self.state_dir, self.path, encode(state), prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX,
+                            durable=True)
         except OSError as exc:
             raise LedgerError(f"cannot write the ledger: {_reason(exc)}", path=self.path) from exc
-        finally:
-            if tmp is not None:
-                _unlink_quietly(tmp)
 
     def _remove_stale_temp_files(self) -> None:
         """Temp files left by a writer that died; only called while holding the lock."""
@@ -334,27 +322,6 @@ def _corrupt(what: str, path: str) -> LedgerCorrupt:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed")
-
-
-def _create_temp(directory: str) -> tuple[int, str]:
-    """A new temp file next to the ledger, created exclusively without following a symlink,
-    mode 0600: the ledger names every container, pid and device on the node."""
-    return create_private(directory, _TMP_PREFIX, _TMP_SUFFIX)
-
-
-def _write_all(fd: int, payload: bytes) -> None:
-    view = memoryview(payload)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _unlink_quietly(path: str) -> None:
