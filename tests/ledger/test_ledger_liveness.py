@@ -213,3 +213,19 @@ def test_the_real_proc_goes_through_the_same_start_time_reader(offset: float, al
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == [str(alive), "False"]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_recorded_cgroup_that_symlinks_out_of_the_root_is_refused(tmp_path: Path, version: int) -> None:
+    """Liveness finds a grant's cgroup the way enforcement does (one implementation,
+    ``enforcer.cgroups.hierarchy_dir``): a symlink in the hierarchy that leads out of the cgroup
+    root is an escape, as it is for a cpuset write, never a directory to read ``cgroup.procs`` in."""
+    outside = tmp_path / "outside"
+    (outside / "x").mkdir(parents=True)
+    (outside / "x" / "cgroup.procs").write_text("4242\n")
+    root = tmp_path / "cg"
+    hierarchy = root / "cpuset" if version == 1 else root
+    hierarchy.mkdir(parents=True)
+    (hierarchy / "evil").symlink_to(outside)
+    with pytest.raises(CgroupEscapeError):
+        cgroup_dir("evil/x", str(root), version)

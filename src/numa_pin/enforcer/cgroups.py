@@ -456,6 +456,17 @@ def find_cgroup(
     return CgroupRef(version, rel, cpuset_dir, pid_rel, _driver_of(rel))
 
 
+def hierarchy_dir(rel_path: str, cgroup_root: str | os.PathLike[str], subdir: str) -> str:
+    """The directory of the cgroup at hierarchy path ``rel_path`` in the hierarchy mounted at
+    ``<cgroup_root>/<subdir>`` (``subdir`` empty: at the cgroup root itself, cgroup v2), the one
+    place a recorded cgroup becomes a directory. Raises CgroupEscapeError when it leaves
+    ``cgroup_root`` (``..``, or symlinks)."""
+    base = safe_join(cgroup_root, subdir) if subdir else os.fspath(cgroup_root)
+    path = safe_join(base, rel_path)
+    check_under(cgroup_root, path)
+    return path
+
+
 def ref_from_path(
     rel_path: str,
     cgroup_root: str | os.PathLike[str],
@@ -472,9 +483,7 @@ def ref_from_path(
         raise EnforcementError("no cgroup hierarchy carries the cpuset controller",
                                path=layout.source or None)
     version, subdir = where
-    base = safe_join(cgroup_root, subdir) if subdir else os.fspath(cgroup_root)
-    cpuset_dir = safe_join(base, rel_path)
-    check_under(cgroup_root, cpuset_dir)
+    cpuset_dir = hierarchy_dir(rel_path, cgroup_root, subdir)
     rel = "/" + "/".join(_parts(rel_path))
     return CgroupRef(version, rel, cpuset_dir, rel, _driver_of(rel))
 
@@ -518,6 +527,7 @@ __all__ = [
     "enforcement_path",
     "find_cgroup",
     "find_v1_controller_dir",
+    "hierarchy_dir",
     "join_under",
     "layout_from_mounts",
     "leaf_container_id",

@@ -32,7 +32,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from numa_pin.errors import CgroupEscapeError, SysfsError
+from numa_pin.enforcer.cgroups import hierarchy_dir
+from numa_pin.errors import SysfsError
 from numa_pin.ledger.model import Grant, LedgerState
 
 #: how far a process start time may differ from the recorded one and still match
@@ -121,18 +122,16 @@ def collect_garbage(
 
 
 def cgroup_dir(cgroup: str, cgroup_root: str, version: int | None = None) -> str:
-    """The directory of ``cgroup`` (relative to the hierarchy root) in the cpuset hierarchy.
+    """The directory of ``cgroup`` (relative to the hierarchy root) in the cpuset hierarchy:
+    ``<cgroup_root>/cpuset/<cgroup>`` on v1, ``<cgroup_root>/<cgroup>`` on v2
+    (:func:`numa_pin.enforcer.cgroups.hierarchy_dir`).
 
     Raises:
-        CgroupEscapeError: the path leaves the hierarchy (``..`` components).
+        CgroupEscapeError: the path leaves the hierarchy (``..`` components, symlinks).
     """
     if version is None:
         version = detect_cgroup_version(cgroup_root)
-    base = os.path.normpath(cgroup_root if version == 2 else os.path.join(cgroup_root, "cpuset"))
-    full = os.path.normpath(os.path.join(base, cgroup.lstrip("/")))
-    if full != base and not full.startswith(base.rstrip(os.sep) + os.sep):
-        raise CgroupEscapeError(f"cgroup {cgroup!r} resolves outside {base}", path=full)
-    return full
+    return hierarchy_dir(cgroup, cgroup_root, "" if version == 2 else "cpuset")
 
 
 def detect_cgroup_version(cgroup_root: str) -> int:
