@@ -53,11 +53,12 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from numa_pin.devices.devfilter import DeviceRule
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.cgroups import CgroupLayout
 from numa_pin.enforcer.undo import UndoFn, UndoLog, describe_failures
 from numa_pin.errors import EnforcementError
-from numa_pin.record import record
+from numa_pin.record import record, replace
 from numa_pin.safefs import replace_private
 from numa_pin.topology.model import PciDevice
 
@@ -69,81 +70,19 @@ DEVICES_DENY = "devices.deny"
 DEVICES_LIST = "devices.list"
 GPU_FILE = "run/numa-pin/gpus"
 
-_ACCESS = frozenset("rwm")
-
-
-@record
-class DeviceRule:
-    """A device cgroup rule: ``type major:minor access`` (``None`` major/minor is ``*``).
-
-    ``type`` is ``c``, ``b`` or ``a`` (all devices).
-    """
-
-    type: str
-    major: int | None
-    minor: int | None
-    access: str = "rwm"
-
-    def __str__(self) -> str:
-        if self.type == "a":
-            return "a"
-        major = "*" if self.major is None else str(self.major)
-        minor = "*" if self.minor is None else str(self.minor)
-        return f"{self.type} {major}:{minor} {self.access}"
-
-    def covers(self, other: DeviceRule) -> bool:
-        """True when this single rule grants everything ``other`` asks for."""
-        if self.type != "a" and self.type != other.type:
-            return False
-        if self.type != "a":
-            if self.major is not None and self.major != other.major:
-                return False
-            if self.minor is not None and self.minor != other.minor:
-                return False
-        return set(other.access) <= set(self.access)
-
-    @classmethod
-    def parse(cls, text: str) -> DeviceRule:
-        """Parse a ``devices.list`` line (``c 195:0 rwm``, ``a *:* rwm``, ``a``).
-
-        Raises ValueError for anything else.
-        """
-        fields = text.split()
-        if not fields or fields[0] not in ("a", "b", "c"):
-            raise ValueError(f"not a device rule: {text!r}")
-        if len(fields) == 1 and fields[0] == "a":
-            return cls("a", None, None, "rwm")
-        if len(fields) != 3:
-            raise ValueError(f"not a device rule: {text!r}")
-        major_s, sep, minor_s = fields[1].partition(":")
-        if not sep or not set(fields[2]) <= _ACCESS or not fields[2]:
-            raise ValueError(f"not a device rule: {text!r}")
-        try:
-            major = None if major_s == "*" else int(major_s)
-            minor = None if minor_s == "*" else int(minor_s)
-        except ValueError:
-            raise ValueError(f"not a device rule: {text!r}") from None
-        return cls(fields[0], major, minor, fields[2])
 
 
 @record
 class OciDeviceRule:
-    """One ``linux.resources.devices`` entry of an OCI config (later entries win)."""
+    """One ``linux.resources.devices`` entry of an OCI config: allow or deny ``rule`` (later
+    entries win)."""
 
     allow: bool
-    type: str = "a"
-    major: int | None = None
-    minor: int | None = None
-    access: str = "rwm"
+    rule: DeviceRule
 
-    def matches(self, rule: DeviceRule, access: str) -> bool:
-        if access not in self.access:
-            return False
-        if self.type != "a" and self.type != rule.type:
-            return False
-        if self.major is not None and self.major != rule.major:
-            return False
-        return self.minor is None or self.minor == rule.minor
+    def matches(self, wanted: DeviceRule, access: str) -> bool:
+        """Whether this entry speaks about the ``access`` letter of ``wanted``."""
+        return self.rule.covers(replace(wanted, access=access))
 
 
 @record
@@ -203,17 +142,16 @@ def oci_rules_from_config(config: Mapping[str, Any]) -> tuple[OciDeviceRule, ...
     out: list[OciDeviceRule] = []
     try:
         for entry in resources.get("devices") or ():
-            out.append(OciDeviceRule(
-                allow=bool(entry["allow"]),
+            out.append(OciDeviceRule(bool(entry["allow"]), DeviceRule(
                 type=str(entry.get("type") or "a"),
                 major=None if entry.get("major") in (None, -1) else int(entry["major"]),
                 minor=None if entry.get("minor") in (None, -1) else int(entry["minor"]),
                 access=str(entry.get("access") or "rwm"),
-            ))
+            )))
         for dev in linux.get("devices") or ():
             kind = {"u": "c"}.get(str(dev["type"]), str(dev["type"]))
             if kind in ("b", "c"):  # FIFOs ("p") need no device rule
-                out.append(OciDeviceRule(True, kind, int(dev["major"]), int(dev["minor"]), "rwm"))
+                out.append(OciDeviceRule(True, DeviceRule(kind, int(dev["major"]), int(dev["minor"]), "rwm")))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise EnforcementError(
             f"config.json linux.resources.devices / linux.devices entry is malformed: {exc}"
@@ -356,12 +294,10 @@ def _deny(path: str, rule: str) -> UndoFn:
     return undo
 
 
-def _allow_rules(rules: Sequence[DeviceRule], where: str | None) -> list[Any]:
-    """``rules`` as :class:`~numa_pin.devices.devfilter.AllowRule` (one device each)."""
-    from numa_pin.devices.devfilter import AllowRule
-
+def _allow_rules(rules: Sequence[DeviceRule], where: str | None) -> list[DeviceRule]:
+    """``rules``, each checked to name one device (what a device program's prologue holds)."""
     try:
-        return [AllowRule(r.type, r.major, r.minor, r.access) for r in rules]  # type: ignore[arg-type]
+        return [DeviceRule.device(r.type, r.major, r.minor, r.access) for r in rules]
     except ValueError as exc:
         raise EnforcementError(f"cgroup v2: only single devices can be granted: {exc}", path=where) from exc
 
