@@ -98,10 +98,10 @@ def _v3_to_v4(d: dict[str, Any]) -> dict[str, Any]:
     """
     grants = d.get("grants")
     if isinstance(grants, dict):
-        d["grants"] = {k: _parse_grant_records(k, g) if isinstance(g, dict) else g for k, g in grants.items()}
+        d["grants"] = {k: _parse_records("grant", k, g) if isinstance(g, dict) else g for k, g in grants.items()}
     pods = d.get("pods")
     if isinstance(pods, dict):
-        d["pods"] = {k: _parse_pod_records(k, p) if isinstance(p, dict) else p for k, p in pods.items()}
+        d["pods"] = {k: _parse_records("pod", k, p) if isinstance(p, dict) else p for k, p in pods.items()}
     d["version"] = 4
     return d
 
@@ -118,26 +118,16 @@ def _parse_record(where: str, text: object) -> object:
     return rec
 
 
-def _parse_grant_records(key: str, grant: dict[str, Any]) -> dict[str, Any]:
-    netdevs = grant.get("netdevs")
+def _parse_records(what: str, key: str, owner: dict[str, Any]) -> dict[str, Any]:
+    """``owner`` (a grant or a pod) with the record text of each of its ``netdevs`` parsed."""
+    netdevs = owner.get("netdevs")
     if not isinstance(netdevs, list):
-        return grant
+        return owner
     entries = [
-        {**e, "record": _parse_record(f"grant {key!r}", e["record"])} if isinstance(e, dict) and "record" in e else e
+        {**e, "record": _parse_record(f"{what} {key!r}", e["record"])} if isinstance(e, dict) and "record" in e else e
         for e in netdevs
     ]
-    return {**grant, "netdevs": entries}
-
-
-def _parse_pod_records(key: str, pod: dict[str, Any]) -> dict[str, Any]:
-    netdevs = pod.get("netdevs")
-    if not isinstance(netdevs, list):
-        return pod
-    entries = [
-        {**e, "record": _parse_record(f"pod {key!r}", e["record"])} if isinstance(e, dict) and "record" in e else e
-        for e in netdevs
-    ]
-    return {**pod, "netdevs": entries}
+    return {**owner, "netdevs": entries}
 
 
 #: ``migrate`` steps: ``MIGRATIONS[n]`` turns a version-``n`` dict into a version ``n + 1`` dict

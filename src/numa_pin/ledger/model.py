@@ -14,19 +14,36 @@ Construction checks types and raises :class:`ValueError` (a programming error);
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 
 from numa_pin import __version__, names
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.errors import LedgerCorrupt
-from numa_pin.ledger.migrate import LEDGER_VERSION, MAX_RECORD_DEPTH, MIGRATIONS, migrate, newer_version_message
+from numa_pin.ledger.migrate import LEDGER_VERSION, MIGRATIONS, migrate, newer_version_message
+from numa_pin.ledger.pod import PodNetdev, PodRecord
+from numa_pin.ledger.shape import (
+    as_dict,
+    device_map,
+    exact_keys,
+    finite,
+    id_set,
+    is_int,
+    json_field,
+    memory_map,
+    netdev_entries,
+    node_key,
+    opt_list,
+    plain,
+    require_str,
+    set_field,
+    strings,
+)
 from numa_pin.record import field, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
-    from typing import Any, TypeGuard
+    from typing import Any
 
 KIND_EXCLUSIVE = "exclusive"  # container with exclusive CPUs
 KIND_SHARED = "shared"  # container in the shared pool (no exclusive CPUs)
@@ -57,11 +74,11 @@ class GpuAccess:
     bpf_dirs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _set(self, "nodes", _strings("gpus.nodes", self.nodes))
-        _set(self, "rules", _strings("gpus.rules", self.rules))
-        _set(self, "bpf_dirs", _strings("gpus.bpf_dirs", self.bpf_dirs))
+        set_field(self, "nodes", strings("gpus.nodes", self.nodes))
+        set_field(self, "rules", strings("gpus.rules", self.rules))
+        set_field(self, "bpf_dirs", strings("gpus.bpf_dirs", self.bpf_dirs))
         if self.devices_dir is not None:
-            _require_str("gpus.devices_dir", self.devices_dir, nonempty=True)
+            require_str("gpus.devices_dir", self.devices_dir, nonempty=True)
 
     def to_dict(self) -> dict[str, Any]:
         return {"nodes": list(self.nodes), "rules": list(self.rules), "devices_dir": self.devices_dir,
@@ -70,13 +87,13 @@ class GpuAccess:
     @classmethod
     def from_dict(cls, d: object, where: str) -> GpuAccess:
         """Inverse of :meth:`to_dict`. Raises LedgerCorrupt (``where`` names the grant)."""
-        obj = _exact_keys(f"{where}: gpus", d, frozenset(("nodes", "rules", "devices_dir", "bpf_dirs")))
+        obj = exact_keys(f"{where}: gpus", d, frozenset(("nodes", "rules", "devices_dir", "bpf_dirs")))
         try:
             return cls(
-                nodes=tuple(_json(obj, "nodes", list, where)),
-                rules=tuple(_json(obj, "rules", list, where)),
-                devices_dir=_json(obj, "devices_dir", (str, type(None)), where),
-                bpf_dirs=tuple(_json(obj, "bpf_dirs", list, where)),
+                nodes=tuple(json_field(obj, "nodes", list, where)),
+                rules=tuple(json_field(obj, "rules", list, where)),
+                devices_dir=json_field(obj, "devices_dir", (str, type(None)), where),
+                bpf_dirs=tuple(json_field(obj, "bpf_dirs", list, where)),
             )
         except ValueError as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
@@ -121,31 +138,31 @@ class Grant:
     gpus: GpuAccess | None = None
 
     def __post_init__(self) -> None:
-        _require_str("container_id", self.container_id, nonempty=True)
-        _require_str("pod_id", self.pod_id)
-        _require_str("container_name", self.container_name)
+        require_str("container_id", self.container_id, nonempty=True)
+        require_str("pod_id", self.pod_id)
+        require_str("container_name", self.container_name)
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if self.pid is not None and (not _is_int(self.pid) or self.pid <= 0):
+        if self.pid is not None and (not is_int(self.pid) or self.pid <= 0):
             raise ValueError(f"pid must be a positive integer or None, got {self.pid!r}")
         if self.start_time is not None:
-            _set(self, "start_time", _finite("start_time", self.start_time))
+            set_field(self, "start_time", finite("start_time", self.start_time))
         if self.cgroup is not None:
-            _require_str("cgroup", self.cgroup)
-        _set(self, "cpus", _ids("cpus", self.cpus))
-        _set(self, "mems", _ids("mems", self.mems))
+            require_str("cgroup", self.cgroup)
+        set_field(self, "cpus", id_set("cpus", self.cpus))
+        set_field(self, "mems", id_set("mems", self.mems))
         if self.kind == KIND_SHARED and self.cpus:
             raise ValueError("a shared grant has no exclusive cpus")
-        _set(self, "devices", _devices(self.devices))
-        _set(self, "memory", _memory(self.memory))
+        set_field(self, "devices", device_map(self.devices))
+        set_field(self, "memory", memory_map(self.memory))
         if self.affinity is not None:
-            _set(self, "affinity", _ids("affinity", self.affinity))
-        _require_str("policy", self.policy, nonempty=True)
-        _require_str("scope", self.scope, nonempty=True)
-        _set(self, "created", _finite("created", self.created))
-        _set(self, "netdevs", _netdevs(self.netdevs))
+            set_field(self, "affinity", id_set("affinity", self.affinity))
+        require_str("policy", self.policy, nonempty=True)
+        require_str("scope", self.scope, nonempty=True)
+        set_field(self, "created", finite("created", self.created))
+        set_field(self, "netdevs", netdev_entries(self.netdevs))
         if self.cpuset_limit is not None:
-            _set(self, "cpuset_limit", _ids("cpuset_limit", self.cpuset_limit))
+            set_field(self, "cpuset_limit", id_set("cpuset_limit", self.cpuset_limit))
         if self.gpus is not None and not isinstance(self.gpus, GpuAccess):
             raise ValueError(f"gpus must be a GpuAccess or None, got {type(self.gpus).__name__}")
 
@@ -170,7 +187,7 @@ class Grant:
             "policy": self.policy,
             "scope": self.scope,
             "created": self.created,
-            "netdevs": [_plain(rec) for rec in self.netdevs],
+            "netdevs": [plain(rec) for rec in self.netdevs],
             "cpuset_limit": None if self.cpuset_limit is None else format_list(self.cpuset_limit),
             "gpus": None if self.gpus is None else self.gpus.to_dict(),
         }
@@ -182,30 +199,30 @@ class Grant:
         Raises:
             LedgerCorrupt: a key is missing or unknown, or a value has the wrong shape.
         """
-        obj = _exact_keys("grant", d, _GRANT_KEYS)
+        obj = exact_keys("grant", d, _GRANT_KEYS)
         where = f"grant {obj.get('container_id')!r}"
         try:
             return cls(
-                container_id=_json(obj, "container_id", str, where),
-                pod_id=_json(obj, "pod_id", str, where),
-                container_name=_json(obj, "container_name", str, where),
-                kind=_json(obj, "kind", str, where),
-                pid=_json(obj, "pid", (int, type(None)), where),
-                start_time=_json(obj, "start_time", (int, float, type(None)), where),
-                cgroup=_json(obj, "cgroup", (str, type(None)), where),
-                cpus=parse_list(_json(obj, "cpus", str, where)),
-                mems=parse_list(_json(obj, "mems", str, where)),
-                devices=_json(obj, "devices", dict, where),
+                container_id=json_field(obj, "container_id", str, where),
+                pod_id=json_field(obj, "pod_id", str, where),
+                container_name=json_field(obj, "container_name", str, where),
+                kind=json_field(obj, "kind", str, where),
+                pid=json_field(obj, "pid", (int, type(None)), where),
+                start_time=json_field(obj, "start_time", (int, float, type(None)), where),
+                cgroup=json_field(obj, "cgroup", (str, type(None)), where),
+                cpus=parse_list(json_field(obj, "cpus", str, where)),
+                mems=parse_list(json_field(obj, "mems", str, where)),
+                devices=json_field(obj, "devices", dict, where),
                 memory={
-                    res: {_node_key(k): v for k, v in _as_dict(per, where).items()}
-                    for res, per in _json(obj, "memory", dict, where).items()
+                    res: {node_key(k): v for k, v in as_dict(per, where).items()}
+                    for res, per in json_field(obj, "memory", dict, where).items()
                 },
-                affinity=_opt_list(_json(obj, "affinity", (str, type(None)), where)),
-                policy=_json(obj, "policy", str, where),
-                scope=_json(obj, "scope", str, where),
-                created=_json(obj, "created", (int, float), where),
-                netdevs=tuple(_json(obj, "netdevs", list, where)),
-                cpuset_limit=_opt_list(_json(obj, "cpuset_limit", (str, type(None)), where)),
+                affinity=opt_list(json_field(obj, "affinity", (str, type(None)), where)),
+                policy=json_field(obj, "policy", str, where),
+                scope=json_field(obj, "scope", str, where),
+                created=json_field(obj, "created", (int, float), where),
+                netdevs=tuple(json_field(obj, "netdevs", list, where)),
+                cpuset_limit=opt_list(json_field(obj, "cpuset_limit", (str, type(None)), where)),
                 gpus=None if obj["gpus"] is None else GpuAccess.from_dict(obj["gpus"], where),
             )
         except (ValueError, TypeError) as exc:
@@ -216,124 +233,6 @@ _GRANT_KEYS = frozenset(
     ("container_id", "pod_id", "container_name", "kind", "pid", "start_time", "cgroup", "cpus")
     + ("mems", "devices", "memory", "affinity", "policy", "scope", "created", "netdevs", "cpuset_limit", "gpus")
 )
-
-
-@record
-class PodNetdev:
-    """An SR-IOV VF moved once into a pod's network namespace (scope ``pod``).
-
-    ``address`` is the VF's PCI address and ``resource`` the device resource it was granted
-    as; ``ifname`` its name there (``net1``, ``net2``, ... counted per pod netns); ``netns``
-    the identity of that netns (``<st_dev>:<st_ino>`` of ``/proc/<pid>/ns/net``); ``moved_by``
-    the container whose admission moved it; ``record`` the enforcer's ``NetdevRecord`` as a
-    JSON object, which is what giving it back to the host needs.
-
-    Raises:
-        ValueError: a field is not a non-empty string, or ``record`` is not a JSON object.
-    """
-
-    address: str
-    resource: str
-    ifname: str
-    netns: str
-    moved_by: str
-    record: Mapping[str, Any] = field(hash=False)
-
-    def __post_init__(self) -> None:
-        for name in _POD_NETDEV_STRINGS:
-            _require_str(f"pod netdev {name}", getattr(self, name), nonempty=True)
-        _set(self, "record", _undo_record("pod netdev record", self.record))
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {name: getattr(self, name) for name in sorted(_POD_NETDEV_STRINGS)}
-        out["record"] = _plain(self.record)
-        return out
-
-    @classmethod
-    def from_dict(cls, d: object, where: str) -> PodNetdev:
-        """Inverse of :meth:`to_dict`. Raises LedgerCorrupt (``where`` names the pod)."""
-        obj = _exact_keys(f"{where}: netdevs entry", d, _POD_NETDEV_KEYS)
-        try:
-            return cls(**{name: _json(obj, name, str, where) for name in _POD_NETDEV_STRINGS},
-                       record=_json(obj, "record", dict, where))
-        except ValueError as exc:
-            raise LedgerCorrupt(f"{where}: {exc}") from None
-
-
-_POD_NETDEV_STRINGS = frozenset(("address", "resource", "ifname", "netns", "moved_by"))
-_POD_NETDEV_KEYS = _POD_NETDEV_STRINGS | {"record"}
-
-
-@record
-class PodRecord:
-    """The pod-scope decision shared by the containers of one pod, and the VFs moved once into
-    the pod's network namespace (``netdevs``), which go back to the host with the record.
-
-    Raises:
-        ValueError: a field has the wrong type or value.
-    """
-
-    pod_id: str
-    affinity: frozenset[int] | None = None
-    policy: str = names.NONE
-    scope: str = names.POD_SCOPE
-    created: float = 0.0
-    netdevs: tuple[PodNetdev, ...] = ()
-
-    def __post_init__(self) -> None:
-        _require_str("pod_id", self.pod_id, nonempty=True)
-        if self.affinity is not None:
-            _set(self, "affinity", _ids("affinity", self.affinity))
-        _require_str("policy", self.policy, nonempty=True)
-        _require_str("scope", self.scope, nonempty=True)
-        _set(self, "created", _finite("created", self.created))
-        if isinstance(self.netdevs, (str, bytes, Mapping)) or not isinstance(self.netdevs, Iterable):
-            raise ValueError("pod netdevs must be a sequence of PodNetdev")
-        netdevs = tuple(self.netdevs)
-        if not all(isinstance(n, PodNetdev) for n in netdevs):
-            raise ValueError("pod netdevs must be a sequence of PodNetdev")
-        addresses = [n.address for n in netdevs]
-        if len(set(addresses)) != len(addresses):
-            raise ValueError(f"pod {self.pod_id!r} records a VF twice: {sorted(addresses)!r}")
-        _set(self, "netdevs", netdevs)
-
-    def netdev(self, address: str) -> PodNetdev | None:
-        """The record of VF ``address`` in this pod's netns, or None."""
-        return next((n for n in self.netdevs if n.address == address), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pod_id": self.pod_id,
-            "affinity": None if self.affinity is None else format_list(self.affinity),
-            "policy": self.policy,
-            "scope": self.scope,
-            "created": self.created,
-            "netdevs": [n.to_dict() for n in self.netdevs],
-        }
-
-    @classmethod
-    def from_dict(cls, d: object) -> PodRecord:
-        """Inverse of :meth:`to_dict`.
-
-        Raises:
-            LedgerCorrupt: a key is missing or unknown, or a value has the wrong shape.
-        """
-        obj = _exact_keys("pod", d, _POD_KEYS)
-        where = f"pod {obj.get('pod_id')!r}"
-        try:
-            return cls(
-                pod_id=_json(obj, "pod_id", str, where),
-                affinity=_opt_list(_json(obj, "affinity", (str, type(None)), where)),
-                policy=_json(obj, "policy", str, where),
-                scope=_json(obj, "scope", str, where),
-                created=_json(obj, "created", (int, float), where),
-                netdevs=tuple(PodNetdev.from_dict(n, where) for n in _json(obj, "netdevs", list, where)),
-            )
-        except (ValueError, TypeError) as exc:
-            raise LedgerCorrupt(f"{where}: {exc}") from None
-
-
-_POD_KEYS = frozenset(("pod_id", "affinity", "policy", "scope", "created", "netdevs"))
 
 
 @record
@@ -356,8 +255,8 @@ class LedgerState:
         for key, pod in pods.items():
             if not isinstance(pod, PodRecord) or key != pod.pod_id:
                 raise ValueError(f"pods[{key!r}] must be the PodRecord of pod {key!r}")
-        _set(self, "grants", MappingProxyType(grants))
-        _set(self, "pods", MappingProxyType(pods))
+        set_field(self, "grants", MappingProxyType(grants))
+        set_field(self, "pods", MappingProxyType(pods))
 
     # ---- queries -----------------------------------------------------------------
 
@@ -462,177 +361,16 @@ class LedgerState:
             LedgerCorrupt: unknown or newer version, or any shape problem.
         """
         obj = migrate(d)
-        obj = _exact_keys("ledger data", obj, frozenset(("version", "written_by", "grants", "pods")))
-        _json(obj, "written_by", str, "ledger data")
-        grants = _json(obj, "grants", dict, "ledger data")
-        pods = _json(obj, "pods", dict, "ledger data")
+        obj = exact_keys("ledger data", obj, frozenset(("version", "written_by", "grants", "pods")))
+        json_field(obj, "written_by", str, "ledger data")
+        grants = json_field(obj, "grants", dict, "ledger data")
+        pods = json_field(obj, "pods", dict, "ledger data")
         parsed_grants = {key: Grant.from_dict(value) for key, value in grants.items()}
         parsed_pods = {key: PodRecord.from_dict(value) for key, value in pods.items()}
         try:
             return cls(parsed_grants, parsed_pods)
         except ValueError as exc:
             raise LedgerCorrupt(str(exc)) from None
-
-
-# ---- helpers ---------------------------------------------------------------------
-
-
-def _set(obj: object, name: str, value: object) -> None:
-    object.__setattr__(obj, name, value)
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _require_str(name: str, value: object, *, nonempty: bool = False) -> None:
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string, got {type(value).__name__}")
-    if nonempty and not value:
-        raise ValueError(f"{name} must not be empty")
-
-
-def _finite(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _ids(name: str, values: Iterable[int]) -> frozenset[int]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise ValueError(f"{name} must be a set of ids, got {type(values).__name__}")
-    out = frozenset(values)
-    if not all(_is_int(i) and i >= 0 for i in out):
-        raise ValueError(f"{name} must hold non-negative integers, got {sorted(out, key=str)!r}")
-    return out
-
-
-def _devices(devices: object) -> Mapping[str, tuple[str, ...]]:
-    if not isinstance(devices, Mapping):
-        raise ValueError(f"devices must be a mapping, got {type(devices).__name__}")
-    out: dict[str, tuple[str, ...]] = {}
-    for res, ids in devices.items():
-        _require_str("devices resource name", res, nonempty=True)
-        if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
-            raise ValueError(f"devices[{res!r}] must be a list of device ids")
-        tup = tuple(ids)
-        for dev in tup:
-            _require_str(f"devices[{res!r}] entry", dev, nonempty=True)
-        out[res] = tup
-    return MappingProxyType(out)
-
-
-def _memory(memory: object) -> Mapping[str, Mapping[int, int]]:
-    if not isinstance(memory, Mapping):
-        raise ValueError(f"memory must be a mapping, got {type(memory).__name__}")
-    out: dict[str, Mapping[int, int]] = {}
-    for res, per_node in memory.items():
-        _require_str("memory resource name", res, nonempty=True)
-        if not isinstance(per_node, Mapping):
-            raise ValueError(f"memory[{res!r}] must map NUMA node -> bytes")
-        inner: dict[int, int] = {}
-        for node, size in per_node.items():
-            if not (_is_int(node) and node >= 0 and _is_int(size) and size >= 0):
-                raise ValueError(f"memory[{res!r}] must map node id -> bytes, got {node!r}: {size!r}")
-            inner[node] = size
-        out[res] = MappingProxyType(inner)
-    return MappingProxyType(out)
-
-
-def _netdevs(netdevs: object) -> tuple[Mapping[str, Any], ...]:
-    if isinstance(netdevs, (str, bytes, Mapping)) or not isinstance(netdevs, Iterable):
-        raise ValueError("netdevs must be a sequence of records")
-    out = []
-    for rec in netdevs:
-        if not isinstance(rec, Mapping) or not all(
-            isinstance(k, str) and (isinstance(v, Mapping) if k == "record" else isinstance(v, str))
-            for k, v in rec.items()
-        ):
-            raise ValueError(f"netdevs records must map strings to strings (\"record\": to an undo record, "
-                             f"a JSON object), got {rec!r}")
-        out.append(MappingProxyType({k: _undo_record(f"netdevs {k}", v) if k == "record" else v
-                                     for k, v in rec.items()}))
-    return tuple(out)
-
-
-def _undo_record(name: str, value: object, depth: int = 1) -> Mapping[str, Any]:
-    """A netdev undo record: a JSON object (string keys; strings, numbers, booleans, nulls,
-    lists and objects, at most :data:`MAX_RECORD_DEPTH` deep), frozen."""
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-        raise ValueError(f"{name} must be a JSON object, got {type(value).__name__}")
-    if depth > MAX_RECORD_DEPTH:
-        raise ValueError(f"{name} nests more than {MAX_RECORD_DEPTH} levels")
-    return MappingProxyType({k: _json_value(name, v, depth) for k, v in value.items()})
-
-
-def _json_value(name: str, value: object, depth: int) -> Any:
-    if value is None or isinstance(value, (str, bool, int)):
-        return value
-    if isinstance(value, float) and math.isfinite(value):
-        return value
-    if isinstance(value, Mapping):
-        return _undo_record(name, value, depth + 1)
-    if isinstance(value, (list, tuple)):
-        return tuple(_json_value(name, v, depth + 1) for v in value)
-    raise ValueError(f"{name} holds a {type(value).__name__}, not a JSON value")
-
-
-def _plain(value: Any) -> Any:
-    """A frozen record as plain JSON-ready dicts and lists."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in sorted(value.items())}
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _strings(name: str, values: object) -> tuple[str, ...]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise ValueError(f"{name} must be a list of strings, got {type(values).__name__}")
-    out = tuple(values)
-    if not all(isinstance(v, str) for v in out):
-        raise ValueError(f"{name} must hold strings, got {out!r}")
-    return out
-
-
-def _exact_keys(what: str, d: object, keys: frozenset[str]) -> dict[str, Any]:
-    if not isinstance(d, dict):
-        raise LedgerCorrupt(f"{what} must be a JSON object, got {type(d).__name__}")
-    missing = keys - d.keys()
-    extra = d.keys() - keys
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append(f"missing {', '.join(sorted(missing))}")
-        if extra:
-            parts.append(f"unknown {', '.join(sorted(map(str, extra)))}")
-        raise LedgerCorrupt(f"{what}: {'; '.join(parts)}")
-    return d
-
-
-def _json(obj: Mapping[str, Any], key: str, types: type | tuple[type, ...], where: str) -> Any:
-    value = obj[key]
-    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-        raise LedgerCorrupt(f"{where}: {key} has the wrong type (bool)")
-    if not isinstance(value, types):
-        raise LedgerCorrupt(f"{where}: {key} has the wrong type ({type(value).__name__})")
-    return value
-
-
-def _as_dict(value: object, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise LedgerCorrupt(f"{where}: memory entries must be objects")
-    return value
-
-
-def _node_key(key: str) -> int:
-    if not (key.isascii() and key.isdigit()) or str(int(key)) != key:
-        raise ValueError(f"memory node id {key!r} is not a non-negative integer")
-    return int(key)
-
-
-def _opt_list(text: str | None) -> frozenset[int] | None:
-    return None if text is None else parse_list(text)
 
 
 __all__ = [
