@@ -201,6 +201,10 @@ class NodeService(Node):
             out.update(resource.status(self, state))
         return out
 
+    def describe_grant(self, grant: Grant) -> list[str]:
+        """Every resource's words about ``grant`` (``memory=0:1Gi``, ``nvidia.com/gpu=...``), each once."""
+        return list(dict.fromkeys(word for resource in self.resources for word in resource.describe(grant)))
+
     # ---- release ---------------------------------------------------------------------------
     def release(self, container_id: str) -> Grant | None:
         """Forget a container's grant and give back what it holds. Idempotent.

@@ -150,6 +150,8 @@ def test_widget_is_enforced_released_and_repaired(node, widget):
     path = widget.path("c")
     assert path.read_text() == ",".join(grant.devices[WIDGET]) + "\n", "enforced: the file lists the widgets"
 
+    assert svc.describe_grant(grant) == [f"{WIDGET}={','.join(grant.devices[WIDGET])}"], "described once"
+
     path.unlink()  # drift: someone removed it
     removed, repaired = svc.reconcile()
     assert (removed, repaired) == ([], ["c"])

@@ -50,6 +50,7 @@ def test_exclusive_grant_is_written_and_recorded(node):
     grant = agent.ledger.read().grants["c1"]
     assert parse_list(cpus) == grant.cpus and len(grant.cpus) == 4
     assert mems == "0" and grant.mems == frozenset({0}) and admitted.grant == grant
+    assert agent.describe_grant(grant) == ["memory=0:1Gi"], "what numa-pin status adds to the grant's line"
     # every CPU granted lies on the granted memory node
     topo = agent.topology
     assert all(topo.cpus[c].numa == 0 for c in grant.cpus)

@@ -70,9 +70,11 @@ def run(args: argparse.Namespace) -> int:
     lines += [f"conflict: {c}" for c in out["conflicts"]]
     lines.append(f"{len(grants)} grant(s)")
     for g in grants:
+        held = agent.describe_grant(state.grants[g["container_id"]])  # memory, devices: each resource's words
         lines.append(
             f"  {one_line(short[g['container_id']]):{width}} {one_line(g['kind']):9} cpus={g['cpus'] or '-':8} "
             f"mems={g['mems'] or '-':6} pod={one_line(g['pod_id'][:16])} {one_line(g['policy'])}"
+            + "".join(f" {one_line(word)}" for word in held)
         )
     write_out("\n".join(lines) + "\n")
     return 0

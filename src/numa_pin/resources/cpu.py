@@ -93,7 +93,7 @@ class CpuResource(Resource):
         return [] if own is None else [f"only inside the container's cpuset {format_list(own)} ({CPUSET_FIELD})"]
 
     def describe(self, grant: Grant) -> list[str]:
-        return [f"cpus={format_list(grant.cpus) or '-'}", f"mems={format_list(grant.mems) or '-'}"]
+        return []  # a grant's CPUs and memory nodes are columns of their own in ``status``
 
 
 def pool_after(topology: Topology, others: LedgerState, taking: frozenset[int]) -> frozenset[int]:

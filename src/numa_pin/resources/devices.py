@@ -148,11 +148,9 @@ class DeviceKind(Resource):
         return parts
 
     def describe(self, grant: Grant) -> list[str]:
-        return [f"{res}={','.join(ids)}" for res, ids in sorted(grant.devices.items()) if self.owns(res, grant)]
-
-    def owns(self, resource: str, grant: Grant) -> bool:
-        """Whether ``resource`` in a grant is this kind's (describe; the I/O half)."""
-        return True
+        """``<resource>=<id>,<id>`` for this kind's own resource name."""
+        ids = grant.devices.get(self.name)
+        return [f"{self.name}={','.join(ids)}"] if ids else []
 
 
 class PciDevices(DeviceKind):
@@ -189,6 +187,10 @@ class PciDevices(DeviceKind):
         for res, addr in fixed_cdi(request.fixed_cdi, need.topology, devices):
             fixed.setdefault(res, []).append(addr)
         return {r: tuple(dict.fromkeys(a)) for r, a in fixed.items()}
+
+    def describe(self, grant: Grant) -> list[str]:
+        """``<resource>=<id>,<id>`` for every device resource of the grant."""
+        return [f"{res}={','.join(ids)}" for res, ids in sorted(grant.devices.items())]
 
     def closeness(self, need: Need) -> Mapping[str, Hashable] | None:
         from numa_pin.devices.inventory import parent_keys
