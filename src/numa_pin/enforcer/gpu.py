@@ -189,7 +189,8 @@ def read_uvm_major(proc_root: str | os.PathLike[str]) -> int | None:
     return parse_char_majors(text).get(UVM_DEVICE_NAME)
 
 
-def _gpu_minors(gpus: Iterable[PciDevice]) -> list[int]:
+def gpu_minors(gpus: Iterable[PciDevice]) -> list[int]:
+    """The device minor of each GPU. Raises EnforcementError for one without (driver not loaded)."""
     minors: list[int] = []
     for gpu in gpus:
         if gpu.gpu_minor is None:
@@ -242,7 +243,7 @@ def grant_gpus(
     changes of this call are rolled back first. CgroupEscapeError for a cgroup path outside
     ``cgroup_root``.
     """
-    rules = nvidia_rules(_gpu_minors(gpus), read_uvm_major(proc_root))
+    rules = nvidia_rules(gpu_minors(gpus), read_uvm_major(proc_root))
     return allow_device_rules(rules, pid, proc_root, cgroup_root, layout, undo, oci_rules=oci_rules)
 
 
@@ -436,6 +437,7 @@ __all__ = [
     "allow_device_rules",
     "bpf_cgroup_dirs",
     "expose_gpu_env_file",
+    "gpu_minors",
     "grant_gpus",
     "nvidia_rules",
     "oci_allows",

@@ -32,16 +32,8 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from numa_pin.enforcer.netdev_record import (
-    NetdevRecord,
-    VfConfig,
-    is_bdf,
-    netdevs_of,
-    resolve_netdev,
-    sriov_identity,
-    validate_ifname,
-    vf_config_from_dicts,
-)
+from numa_pin.enforcer import netdev_record as rec
+from numa_pin.enforcer.netdev_record import NetdevRecord, VfConfig
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
 
@@ -125,7 +117,7 @@ def _read_vf_config(ipr: Any, pf_name: str, vf_index: int) -> VfConfig | None:
             if key == "vlan":
                 flat["qos"] = attr["qos"]
         entries.append(flat)
-    return vf_config_from_dicts(entries, vf_index)
+    return rec.vf_config_from_dicts(entries, vf_index)
 
 
 # ---- move ----------------------------------------------------------------------------
@@ -149,9 +141,9 @@ def move_netdev_to_netns(
     the netns cannot be opened (the process is gone), or the kernel refuses the move
     (``new_name`` taken in the container, a device that cannot change netns).
     """
-    validate_ifname(new_name)
-    host_name, bdf = resolve_netdev(ifname_or_bdf, sysfs_root)
-    pf, pf_name, vf_index = sriov_identity(bdf, sysfs_root) if bdf else (None, None, None)
+    rec.validate_ifname(new_name)
+    host_name, bdf = rec.resolve_netdev(ifname_or_bdf, sysfs_root)
+    pf, pf_name, vf_index = rec.sriov_identity(bdf, sysfs_root) if bdf else (None, None, None)
     ns_path = os.path.join(os.fspath(proc_root), str(pid), "ns", "net")
     nl_error = _netlink_error()
     with _iproute() as ipr:
@@ -340,7 +332,7 @@ def _find_at_home(record: NetdevRecord, sysfs_root: str | os.PathLike[str], ipr:
     """The device's index in the host netns: by BDF, then container name, then host name."""
     names: list[str] = []
     if record.bdf:
-        names.extend(netdevs_of(record.bdf, sysfs_root))
+        names.extend(rec.netdevs_of(record.bdf, sysfs_root))
     names.extend([record.container_name, record.host_name])
     for name in names:
         index = _lookup(ipr, name)
@@ -382,12 +374,6 @@ def _restore_host_side(record: NetdevRecord, index: int, ipr: Any, errors: list[
 __all__ = [
     "NetdevRecord",
     "VfConfig",
-    "is_bdf",
     "move_netdev_to_netns",
-    "netdevs_of",
-    "resolve_netdev",
     "restore_netdev",
-    "sriov_identity",
-    "validate_ifname",
-    "vf_config_from_dicts",
 ]

@@ -20,25 +20,9 @@ from types import MappingProxyType
 from numa_pin import __version__, names
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.errors import LedgerCorrupt
+from numa_pin.ledger import shape
 from numa_pin.ledger.migrate import LEDGER_VERSION, MIGRATIONS, migrate, newer_version_message
 from numa_pin.ledger.pod import PodNetdev, PodRecord
-from numa_pin.ledger.shape import (
-    as_dict,
-    device_map,
-    exact_keys,
-    finite,
-    id_set,
-    is_int,
-    json_field,
-    memory_map,
-    netdev_entries,
-    node_key,
-    opt_list,
-    plain,
-    require_str,
-    set_field,
-    strings,
-)
 from numa_pin.record import field, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -74,11 +58,11 @@ class GpuAccess:
     bpf_dirs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        set_field(self, "nodes", strings("gpus.nodes", self.nodes))
-        set_field(self, "rules", strings("gpus.rules", self.rules))
-        set_field(self, "bpf_dirs", strings("gpus.bpf_dirs", self.bpf_dirs))
+        shape.set_field(self, "nodes", shape.strings("gpus.nodes", self.nodes))
+        shape.set_field(self, "rules", shape.strings("gpus.rules", self.rules))
+        shape.set_field(self, "bpf_dirs", shape.strings("gpus.bpf_dirs", self.bpf_dirs))
         if self.devices_dir is not None:
-            require_str("gpus.devices_dir", self.devices_dir, nonempty=True)
+            shape.require_str("gpus.devices_dir", self.devices_dir, nonempty=True)
 
     def to_dict(self) -> dict[str, Any]:
         return {"nodes": list(self.nodes), "rules": list(self.rules), "devices_dir": self.devices_dir,
@@ -87,13 +71,13 @@ class GpuAccess:
     @classmethod
     def from_dict(cls, d: object, where: str) -> GpuAccess:
         """Inverse of :meth:`to_dict`. Raises LedgerCorrupt (``where`` names the grant)."""
-        obj = exact_keys(f"{where}: gpus", d, frozenset(("nodes", "rules", "devices_dir", "bpf_dirs")))
+        obj = shape.exact_keys(f"{where}: gpus", d, frozenset(("nodes", "rules", "devices_dir", "bpf_dirs")))
         try:
             return cls(
-                nodes=tuple(json_field(obj, "nodes", list, where)),
-                rules=tuple(json_field(obj, "rules", list, where)),
-                devices_dir=json_field(obj, "devices_dir", (str, type(None)), where),
-                bpf_dirs=tuple(json_field(obj, "bpf_dirs", list, where)),
+                nodes=tuple(shape.json_field(obj, "nodes", list, where)),
+                rules=tuple(shape.json_field(obj, "rules", list, where)),
+                devices_dir=shape.json_field(obj, "devices_dir", (str, type(None)), where),
+                bpf_dirs=tuple(shape.json_field(obj, "bpf_dirs", list, where)),
             )
         except ValueError as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
@@ -138,31 +122,31 @@ class Grant:
     gpus: GpuAccess | None = None
 
     def __post_init__(self) -> None:
-        require_str("container_id", self.container_id, nonempty=True)
-        require_str("pod_id", self.pod_id)
-        require_str("container_name", self.container_name)
+        shape.require_str("container_id", self.container_id, nonempty=True)
+        shape.require_str("pod_id", self.pod_id)
+        shape.require_str("container_name", self.container_name)
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if self.pid is not None and (not is_int(self.pid) or self.pid <= 0):
+        if self.pid is not None and (not shape.is_int(self.pid) or self.pid <= 0):
             raise ValueError(f"pid must be a positive integer or None, got {self.pid!r}")
         if self.start_time is not None:
-            set_field(self, "start_time", finite("start_time", self.start_time))
+            shape.set_field(self, "start_time", shape.finite("start_time", self.start_time))
         if self.cgroup is not None:
-            require_str("cgroup", self.cgroup)
-        set_field(self, "cpus", id_set("cpus", self.cpus))
-        set_field(self, "mems", id_set("mems", self.mems))
+            shape.require_str("cgroup", self.cgroup)
+        shape.set_field(self, "cpus", shape.id_set("cpus", self.cpus))
+        shape.set_field(self, "mems", shape.id_set("mems", self.mems))
         if self.kind == KIND_SHARED and self.cpus:
             raise ValueError("a shared grant has no exclusive cpus")
-        set_field(self, "devices", device_map(self.devices))
-        set_field(self, "memory", memory_map(self.memory))
+        shape.set_field(self, "devices", shape.device_map(self.devices))
+        shape.set_field(self, "memory", shape.memory_map(self.memory))
         if self.affinity is not None:
-            set_field(self, "affinity", id_set("affinity", self.affinity))
-        require_str("policy", self.policy, nonempty=True)
-        require_str("scope", self.scope, nonempty=True)
-        set_field(self, "created", finite("created", self.created))
-        set_field(self, "netdevs", netdev_entries(self.netdevs))
+            shape.set_field(self, "affinity", shape.id_set("affinity", self.affinity))
+        shape.require_str("policy", self.policy, nonempty=True)
+        shape.require_str("scope", self.scope, nonempty=True)
+        shape.set_field(self, "created", shape.finite("created", self.created))
+        shape.set_field(self, "netdevs", shape.netdev_entries(self.netdevs))
         if self.cpuset_limit is not None:
-            set_field(self, "cpuset_limit", id_set("cpuset_limit", self.cpuset_limit))
+            shape.set_field(self, "cpuset_limit", shape.id_set("cpuset_limit", self.cpuset_limit))
         if self.gpus is not None and not isinstance(self.gpus, GpuAccess):
             raise ValueError(f"gpus must be a GpuAccess or None, got {type(self.gpus).__name__}")
 
@@ -187,7 +171,7 @@ class Grant:
             "policy": self.policy,
             "scope": self.scope,
             "created": self.created,
-            "netdevs": [plain(rec) for rec in self.netdevs],
+            "netdevs": [shape.plain(rec) for rec in self.netdevs],
             "cpuset_limit": None if self.cpuset_limit is None else format_list(self.cpuset_limit),
             "gpus": None if self.gpus is None else self.gpus.to_dict(),
         }
@@ -199,30 +183,30 @@ class Grant:
         Raises:
             LedgerCorrupt: a key is missing or unknown, or a value has the wrong shape.
         """
-        obj = exact_keys("grant", d, _GRANT_KEYS)
+        obj = shape.exact_keys("grant", d, _GRANT_KEYS)
         where = f"grant {obj.get('container_id')!r}"
         try:
             return cls(
-                container_id=json_field(obj, "container_id", str, where),
-                pod_id=json_field(obj, "pod_id", str, where),
-                container_name=json_field(obj, "container_name", str, where),
-                kind=json_field(obj, "kind", str, where),
-                pid=json_field(obj, "pid", (int, type(None)), where),
-                start_time=json_field(obj, "start_time", (int, float, type(None)), where),
-                cgroup=json_field(obj, "cgroup", (str, type(None)), where),
-                cpus=parse_list(json_field(obj, "cpus", str, where)),
-                mems=parse_list(json_field(obj, "mems", str, where)),
-                devices=json_field(obj, "devices", dict, where),
+                container_id=shape.json_field(obj, "container_id", str, where),
+                pod_id=shape.json_field(obj, "pod_id", str, where),
+                container_name=shape.json_field(obj, "container_name", str, where),
+                kind=shape.json_field(obj, "kind", str, where),
+                pid=shape.json_field(obj, "pid", (int, type(None)), where),
+                start_time=shape.json_field(obj, "start_time", (int, float, type(None)), where),
+                cgroup=shape.json_field(obj, "cgroup", (str, type(None)), where),
+                cpus=parse_list(shape.json_field(obj, "cpus", str, where)),
+                mems=parse_list(shape.json_field(obj, "mems", str, where)),
+                devices=shape.json_field(obj, "devices", dict, where),
                 memory={
-                    res: {node_key(k): v for k, v in as_dict(per, where).items()}
-                    for res, per in json_field(obj, "memory", dict, where).items()
+                    res: {shape.node_key(k): v for k, v in shape.as_dict(per, where).items()}
+                    for res, per in shape.json_field(obj, "memory", dict, where).items()
                 },
-                affinity=opt_list(json_field(obj, "affinity", (str, type(None)), where)),
-                policy=json_field(obj, "policy", str, where),
-                scope=json_field(obj, "scope", str, where),
-                created=json_field(obj, "created", (int, float), where),
-                netdevs=tuple(json_field(obj, "netdevs", list, where)),
-                cpuset_limit=opt_list(json_field(obj, "cpuset_limit", (str, type(None)), where)),
+                affinity=shape.opt_list(shape.json_field(obj, "affinity", (str, type(None)), where)),
+                policy=shape.json_field(obj, "policy", str, where),
+                scope=shape.json_field(obj, "scope", str, where),
+                created=shape.json_field(obj, "created", (int, float), where),
+                netdevs=tuple(shape.json_field(obj, "netdevs", list, where)),
+                cpuset_limit=shape.opt_list(shape.json_field(obj, "cpuset_limit", (str, type(None)), where)),
                 gpus=None if obj["gpus"] is None else GpuAccess.from_dict(obj["gpus"], where),
             )
         except (ValueError, TypeError) as exc:
@@ -255,8 +239,8 @@ class LedgerState:
         for key, pod in pods.items():
             if not isinstance(pod, PodRecord) or key != pod.pod_id:
                 raise ValueError(f"pods[{key!r}] must be the PodRecord of pod {key!r}")
-        set_field(self, "grants", MappingProxyType(grants))
-        set_field(self, "pods", MappingProxyType(pods))
+        shape.set_field(self, "grants", MappingProxyType(grants))
+        shape.set_field(self, "pods", MappingProxyType(pods))
 
     # ---- queries -----------------------------------------------------------------
 
@@ -361,10 +345,10 @@ class LedgerState:
             LedgerCorrupt: unknown or newer version, or any shape problem.
         """
         obj = migrate(d)
-        obj = exact_keys("ledger data", obj, frozenset(("version", "written_by", "grants", "pods")))
-        json_field(obj, "written_by", str, "ledger data")
-        grants = json_field(obj, "grants", dict, "ledger data")
-        pods = json_field(obj, "pods", dict, "ledger data")
+        obj = shape.exact_keys("ledger data", obj, frozenset(("version", "written_by", "grants", "pods")))
+        shape.json_field(obj, "written_by", str, "ledger data")
+        grants = shape.json_field(obj, "grants", dict, "ledger data")
+        pods = shape.json_field(obj, "pods", dict, "ledger data")
         parsed_grants = {key: Grant.from_dict(value) for key, value in grants.items()}
         parsed_pods = {key: PodRecord.from_dict(value) for key, value in pods.items()}
         try:

@@ -10,17 +10,7 @@ from collections.abc import Iterable, Mapping
 from numa_pin import names
 from numa_pin.cpuset import format_list
 from numa_pin.errors import LedgerCorrupt
-from numa_pin.ledger.shape import (
-    exact_keys,
-    finite,
-    id_set,
-    json_field,
-    opt_list,
-    plain,
-    require_str,
-    set_field,
-    undo_record,
-)
+from numa_pin.ledger import shape
 from numa_pin.record import field, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -51,21 +41,21 @@ class PodNetdev:
 
     def __post_init__(self) -> None:
         for name in _POD_NETDEV_STRINGS:
-            require_str(f"pod netdev {name}", getattr(self, name), nonempty=True)
-        set_field(self, "record", undo_record("pod netdev record", self.record))
+            shape.require_str(f"pod netdev {name}", getattr(self, name), nonempty=True)
+        shape.set_field(self, "record", shape.undo_record("pod netdev record", self.record))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {name: getattr(self, name) for name in sorted(_POD_NETDEV_STRINGS)}
-        out["record"] = plain(self.record)
+        out["record"] = shape.plain(self.record)
         return out
 
     @classmethod
     def from_dict(cls, d: object, where: str) -> PodNetdev:
         """Inverse of :meth:`to_dict`. Raises LedgerCorrupt (``where`` names the pod)."""
-        obj = exact_keys(f"{where}: netdevs entry", d, _POD_NETDEV_KEYS)
+        obj = shape.exact_keys(f"{where}: netdevs entry", d, _POD_NETDEV_KEYS)
         try:
-            return cls(**{name: json_field(obj, name, str, where) for name in _POD_NETDEV_STRINGS},
-                       record=json_field(obj, "record", dict, where))
+            return cls(**{name: shape.json_field(obj, name, str, where) for name in _POD_NETDEV_STRINGS},
+                       record=shape.json_field(obj, "record", dict, where))
         except ValueError as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
 
@@ -91,12 +81,12 @@ class PodRecord:
     netdevs: tuple[PodNetdev, ...] = ()
 
     def __post_init__(self) -> None:
-        require_str("pod_id", self.pod_id, nonempty=True)
+        shape.require_str("pod_id", self.pod_id, nonempty=True)
         if self.affinity is not None:
-            set_field(self, "affinity", id_set("affinity", self.affinity))
-        require_str("policy", self.policy, nonempty=True)
-        require_str("scope", self.scope, nonempty=True)
-        set_field(self, "created", finite("created", self.created))
+            shape.set_field(self, "affinity", shape.id_set("affinity", self.affinity))
+        shape.require_str("policy", self.policy, nonempty=True)
+        shape.require_str("scope", self.scope, nonempty=True)
+        shape.set_field(self, "created", shape.finite("created", self.created))
         if isinstance(self.netdevs, (str, bytes, Mapping)) or not isinstance(self.netdevs, Iterable):
             raise ValueError("pod netdevs must be a sequence of PodNetdev")
         netdevs = tuple(self.netdevs)
@@ -105,7 +95,7 @@ class PodRecord:
         addresses = [n.address for n in netdevs]
         if len(set(addresses)) != len(addresses):
             raise ValueError(f"pod {self.pod_id!r} records a VF twice: {sorted(addresses)!r}")
-        set_field(self, "netdevs", netdevs)
+        shape.set_field(self, "netdevs", netdevs)
 
     def netdev(self, address: str) -> PodNetdev | None:
         """The record of VF ``address`` in this pod's netns, or None."""
@@ -128,16 +118,16 @@ class PodRecord:
         Raises:
             LedgerCorrupt: a key is missing or unknown, or a value has the wrong shape.
         """
-        obj = exact_keys("pod", d, _POD_KEYS)
+        obj = shape.exact_keys("pod", d, _POD_KEYS)
         where = f"pod {obj.get('pod_id')!r}"
         try:
             return cls(
-                pod_id=json_field(obj, "pod_id", str, where),
-                affinity=opt_list(json_field(obj, "affinity", (str, type(None)), where)),
-                policy=json_field(obj, "policy", str, where),
-                scope=json_field(obj, "scope", str, where),
-                created=json_field(obj, "created", (int, float), where),
-                netdevs=tuple(PodNetdev.from_dict(n, where) for n in json_field(obj, "netdevs", list, where)),
+                pod_id=shape.json_field(obj, "pod_id", str, where),
+                affinity=shape.opt_list(shape.json_field(obj, "affinity", (str, type(None)), where)),
+                policy=shape.json_field(obj, "policy", str, where),
+                scope=shape.json_field(obj, "scope", str, where),
+                created=shape.json_field(obj, "created", (int, float), where),
+                netdevs=tuple(PodNetdev.from_dict(n, where) for n in shape.json_field(obj, "netdevs", list, where)),
             )
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
