@@ -92,7 +92,8 @@ class NodeService(Node):
 
         Raises :class:`~numa_pin.errors.EnforcementError` before anything is written when ``pid``
         sits in the hierarchy root, or (with ``owner``, the bundle's cgroup facts) in another cgroup.
-        ``rootfs`` (the spec's ``root.path``) is where granted device nodes go before pivot_root.
+        ``rootfs`` (the spec's ``root.path``) is the container's root before pivot_root, for the resources
+        that put files there.
         ``expected_cgroup`` (precreate, no pid yet) is the cgroup the runtime will create; the
         grant lives by it once :data:`PENDING_GRACE_S` have passed.
         """
@@ -124,7 +125,7 @@ class NodeService(Node):
                 if state != snapshot:
                     continue  # another writer committed since the snapshot: decide again
                 deadline.check()
-                # what outlives the dead grants (a pod's VFs) goes home before anything is granted
+                # what outlives the dead grants goes home before anything is granted
                 # (the decision already counts it free); a crash here leaves the records, and
                 # giving back again is harmless
                 self._collect(txn.state, state, dropped)
@@ -202,7 +203,7 @@ class NodeService(Node):
         return out
 
     def describe_grant(self, grant: Grant) -> list[str]:
-        """Every resource's words about ``grant`` (``memory=0:1Gi``, ``nvidia.com/gpu=...``), each once."""
+        """Every resource's words about ``grant`` (``<resource>=<what it holds>``), each once."""
         return list(dict.fromkeys(word for resource in self.resources for word in resource.describe(grant)))
 
     # ---- release ---------------------------------------------------------------------------
