@@ -41,7 +41,6 @@ from numa_pin.policy.hint import TopologyHint
 from numa_pin.policy.options import check_machine
 from numa_pin.policy.registry import merge_hints
 from numa_pin.resources.base import Decision, Need, NodeSettings, Resource, check_known, merge_fields, nodes_text
-from numa_pin.resources.registry import pure_resources
 from numa_pin.topology.model import Topology
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -69,7 +68,7 @@ def decide(
     options = check_machine(policy, settings.policy_options, topology.node_ids, topology.distance_rows())
     others = state.without(request.container_id)
     need = Need(topology, others, request, settings, policy)
-    views: Views = [(res, res.view(need)) for res in settings.resources or pure_resources()]
+    views: Views = [(res, res.view(need)) for res in settings.resources or _pure_resources()]
     all_nodes = frozenset(topology.node_ids)
 
     _check_claimed_pod(state, request)
@@ -128,6 +127,13 @@ def decide(
         reason=f"{policy}/{scope}: affinity {bitmask.format_mask(hint.mask)}", **fields,
     )
     return _vetted(views, admitted, False)
+
+
+def _pure_resources() -> tuple[Resource, ...]:
+    """The pure halves, for a decision made without a node service (its settings name none)."""
+    from numa_pin.resources.registry import pure_resources
+
+    return pure_resources()
 
 
 def _vetted(views: Views, decision: Decision, empty: bool) -> Decision:

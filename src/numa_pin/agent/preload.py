@@ -38,6 +38,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.admission.decide",
     "numa_pin.admission.cdi_map",
     "numa_pin.resources.nvidia",
+    "numa_pin.resources.registry",
     "numa_pin.admission.request",
     "numa_pin.providers.cpu",
     "numa_pin.providers.memory",

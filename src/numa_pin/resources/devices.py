@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 
 from numa_pin.admission.request import Amounts, ContainerRequest
-from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import RequestError, TopologyAffinityError
 from numa_pin.ledger.model import Grant
 from numa_pin.policy.hint import ProviderHints, ResourceHints
@@ -29,6 +28,8 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 
 if TYPE_CHECKING:
     from typing import Any
+
+    from numa_pin.devices.model import DeviceInfo
 
 
 @record
