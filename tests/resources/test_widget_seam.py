@@ -21,6 +21,7 @@ from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import EnforcementError, RequestError, TopologyAffinityError
+from numa_pin.resources.base import zone_entry
 from numa_pin.resources.devices import DeviceKind
 from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.registry import register, unregister
@@ -72,6 +73,13 @@ class Widget(DeviceKind, NodeResource):
                 path.write_text(want)
                 repaired.append(grant.container_id)
         return repaired
+
+
+    def zones(self, node):
+        held = node.state.devices_in_use(WIDGET)
+        return {n: [zone_entry(WIDGET, len(mine := [w for w, at in self.placement.items() if at == n]), len(mine),
+                               len(set(mine) - held))]
+                for n in node.topology.node_ids}
 
 
 class Jam(NodeResource):
@@ -195,3 +203,20 @@ def test_widget_free_summary_speaks_in_a_rejection(node, widget):
 def test_without_registration_the_widget_is_unknown(node):
     with pytest.raises(RequestError, match="unknown device resource"):
         service(node).admit(ask("c", 1), node.add_container("c", 41001))
+
+
+def test_widget_zones_join_the_node_resource_topology(node, widget):
+    """``numa-pin nrt`` asks every resource for its zone entries: the widget's appear in each
+    NUMA zone, after the CPU and memory entries, and count the widget a grant holds."""
+    from numa_pin.nrt import build_nrt
+
+    svc = service(node)
+    grant = svc.admit(ask("c", 1), node.add_container("c", 41001)).grant
+    held_on = PLACEMENT[grant.devices[WIDGET][0]]
+    nrt = build_nrt(svc.topology, svc.settings, svc.ledger.read(), {}, "n1")
+    for zone in nrt["zones"]:
+        n = int(zone["name"].removeprefix("node-"))
+        names = [r["name"] for r in zone["resources"]]
+        assert names[0] == "cpu" and names[1] == "memory" and names[-1] == WIDGET
+        assert zone["resources"][-1] == {"name": WIDGET, "capacity": "2", "allocatable": "2",
+                                         "available": "1" if n == held_on else "2"}

@@ -17,7 +17,8 @@ provider ``Allocate`` inside the merged affinity. numa-pin does the same through
 ``vet``                   a last look at the whole decision (a rejection reason, or ``""``)
 ``free_summary``          what is free per NUMA node, for a rejection's reason
 ``bounds``                what the container bounds the resource to (its own cpuset)
-``describe(grant)``       short ``key=value`` words for ``status`` and ``explain``
+``describe(grant)``       short ``key=value`` words about a grant, for ``status``
+``zones(node)``           its entries in each NUMA zone of ``numa-pin nrt``
 ========================  ================================================================
 
 The I/O half (enforce with its undo, release, repair) is
@@ -27,7 +28,7 @@ service and the decision only loop over a tuple of these objects, and name none 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from numa_pin import names
 from numa_pin.admission.request import Amounts, ContainerRequest
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from numa_pin.devices.inventory import DeviceResource
+    from numa_pin.devices.model import DeviceInfo
 
 
 @record
@@ -96,6 +98,24 @@ class Need:
     policy: str
 
 
+@record
+class NodeView:
+    """The whole node as ``numa-pin nrt`` describes it: the machine, the settings, the ledger, the
+    configured devices (:func:`numa_pin.devices.inventory.inventory`) and the reserved CPUs."""
+
+    topology: Topology
+    settings: NodeSettings
+    state: LedgerState
+    devices: Mapping[str, Sequence[DeviceInfo]]
+    reserved: frozenset[int]
+
+
+def zone_entry(name: str, capacity: int, allocatable: int, available: int,
+               fmt: Callable[[int], str] = str) -> dict[str, str]:
+    """One resource of a NUMA zone: what the machine has, what is not reserved, what is free."""
+    return {"name": name, "capacity": fmt(capacity), "allocatable": fmt(allocatable), "available": fmt(available)}
+
+
 class Resource:
     """The pure half of a resource (see the module's table). Every method has a neutral default,
     so a resource implements only what it takes part in."""
@@ -140,6 +160,11 @@ class Resource:
 
     def describe(self, grant: Grant) -> list[str]:
         return []
+
+    def zones(self, node: NodeView) -> Mapping[int, list[dict[str, str]]]:
+        """This resource's entries in each NUMA zone of the ``NodeResourceTopology`` object
+        (:func:`zone_entry`), per node id."""
+        return {}
 
 
 def check_known(views: Sequence[tuple[Resource, Any]], amounts: Amounts, counted_only: bool = False) -> None:
@@ -199,6 +224,6 @@ def live_name_message(grant: Grant) -> str:
 
 
 __all__ = [
-    "Decision", "Need", "NodeSettings", "Resource", "check_known", "grant_from", "live_name_message", "merge_fields",
-    "nodes_text",
+    "Decision", "Need", "NodeSettings", "NodeView", "Resource", "check_known", "grant_from", "live_name_message",
+    "merge_fields", "nodes_text", "zone_entry",
 ]

@@ -18,7 +18,7 @@ from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.policy.hint import ProviderHints
 from numa_pin.providers.cpu import cpu_hint_family
 from numa_pin.record import record
-from numa_pin.resources.base import Decision, Need, Resource
+from numa_pin.resources.base import Decision, Need, NodeView, Resource, zone_entry
 from numa_pin.topology.cpus import CpuTopology
 from numa_pin.topology.model import Topology
 
@@ -91,6 +91,16 @@ class CpuResource(Resource):
     def bounds(self, view: CpuView) -> list[str]:
         own = view.need.request.cpuset
         return [] if own is None else [f"only inside the container's cpuset {format_list(own)} ({CPUSET_FIELD})"]
+
+    def zones(self, node: NodeView) -> Mapping[int, list[dict[str, str]]]:
+        """Online CPUs; minus the reserved ones; minus exclusively granted ones."""
+        topology, exclusive = node.topology, node.state.exclusive_cpus()
+        out = {}
+        for n in topology.node_ids:
+            cpus = topology.nodes[n].cpus & topology.cpu_ids
+            allocatable = cpus - node.reserved
+            out[n] = [zone_entry("cpu", len(cpus), len(allocatable), len(allocatable - exclusive))]
+        return out
 
     def describe(self, grant: Grant) -> list[str]:
         return []  # a grant's CPUs and memory nodes are columns of their own in ``status``

@@ -22,7 +22,7 @@ from numa_pin.errors import RequestError, TopologyAffinityError
 from numa_pin.ledger.model import Grant
 from numa_pin.policy.hint import ProviderHints, ResourceHints
 from numa_pin.record import record
-from numa_pin.resources.base import Need, Resource, nodes_text
+from numa_pin.resources.base import Need, NodeView, Resource, nodes_text, zone_entry
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
@@ -192,6 +192,18 @@ class PciDevices(DeviceKind):
     def describe(self, grant: Grant) -> list[str]:
         """``<resource>=<id>,<id>`` for every device resource of the grant."""
         return [f"{res}={','.join(ids)}" for res, ids in sorted(grant.devices.items())]
+
+    def zones(self, node: NodeView) -> Mapping[int, list[dict[str, str]]]:
+        """Every configured device resource: its devices on the node; minus unhealthy ones; minus
+        granted ones. Devices without a NUMA node belong to no zone."""
+        out: dict[int, list[dict[str, str]]] = {}
+        for n in node.topology.node_ids:
+            out[n] = []
+            for res in sorted(node.devices):
+                here = [d for d in node.devices[res] if n in d.numa_nodes]
+                healthy = {d.id for d in here if d.healthy}
+                out[n].append(zone_entry(res, len(here), len(healthy), len(healthy - node.state.devices_in_use(res))))
+        return out
 
     def closeness(self, need: Need) -> Mapping[str, Hashable] | None:
         from numa_pin.devices.inventory import parent_keys

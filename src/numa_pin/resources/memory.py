@@ -15,7 +15,7 @@ from numa_pin.errors import TopologyAffinityError
 from numa_pin.ledger.model import Grant
 from numa_pin.policy.hint import ProviderHints
 from numa_pin.quantity import format_bytes
-from numa_pin.resources.base import Need, Resource
+from numa_pin.resources.base import Need, NodeView, Resource, zone_entry
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
@@ -77,6 +77,22 @@ class MemoryResource(Resource):
             + " ".join(f"{n}={format_bytes(mem_state.free(n, res))}" for n in nodes)
             for res, want in req.items()
         ]
+
+    def zones(self, node: NodeView) -> Mapping[int, list[dict[str, str]]]:
+        """kubelet's memory manager tables: memory, then hugepages by page size."""
+        from numa_pin.topology.memory import MEMORY, build_memory_state, hugepage_size_kb
+
+        assignments = [
+            (g.container_id, g.memory, frozenset(n for per_node in g.memory.values() for n in per_node))
+            for g in node.state.grants.values() if g.memory
+        ]
+        mem = build_memory_state(node.topology, node.settings.reserved_memory, assignments)
+        names = sorted(mem.resources() - {MEMORY}, key=hugepage_size_kb)
+        return {
+            n: [zone_entry(res, t.total, t.allocatable, t.free, format_bytes)
+                for res in (MEMORY, *names) for t in (mem.table(n, res),)]
+            for n in node.topology.node_ids
+        }
 
     def describe(self, grant: Grant) -> list[str]:
         return [
