@@ -7,7 +7,8 @@ policy. :func:`build_nrt` makes it from what numa-pin already knows:
 * one zone per NUMA node, ``node-<id>``, ``type: Node``;
 * ``costs``: per zone, one entry ``node-<j>`` per NUMA node with the kernel's SLIT distance;
 * ``resources`` per zone, each with ``capacity`` (the machine), ``allocatable`` (capacity minus
-  what is reserved for the system) and ``available`` (allocatable minus the ledger's grants):
+  what is reserved for the system) and ``available`` (allocatable minus the ledger's grants),
+  in the words of every resource (:meth:`numa_pin.resources.base.Resource.zones`):
 
   - ``cpu``: online CPUs of the node; minus the reserved CPUs; minus exclusively granted CPUs
     (shared containers hold none);
@@ -28,7 +29,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from numa_pin.quantity import format_bytes
+from numa_pin.resources.base import NodeView
+from numa_pin.resources.registry import pure_resources
 from numa_pin.topology.model import Topology
 
 if TYPE_CHECKING:
@@ -80,42 +82,6 @@ def reserved_cpus_of(topology: Topology, settings: NodeSettings) -> frozenset[in
                          settings.num_reserved_cpus)
 
 
-def _resource(name: str, capacity: int, allocatable: int, available: int, fmt: Any = str) -> dict[str, str]:
-    return {"name": name, "capacity": fmt(capacity), "allocatable": fmt(allocatable), "available": fmt(available)}
-
-
-def _memory_resources(
-    topology: Topology, settings: NodeSettings, state: LedgerState
-) -> dict[int, list[dict[str, str]]]:
-    from numa_pin.topology.memory import MEMORY, build_memory_state, hugepage_size_kb
-
-    assignments = [
-        (g.container_id, g.memory, frozenset(n for per_node in g.memory.values() for n in per_node))
-        for g in state.grants.values() if g.memory
-    ]
-    mem = build_memory_state(topology, settings.reserved_memory, assignments)
-    names = sorted(mem.resources() - {MEMORY}, key=hugepage_size_kb)
-    out: dict[int, list[dict[str, str]]] = {}
-    for node in topology.node_ids:
-        out[node] = [
-            _resource(res, t.total, t.allocatable, t.free, format_bytes)
-            for res in (MEMORY, *names)
-            for t in (mem.table(node, res),)
-        ]
-    return out
-
-
-def _device_resources(
-    node: int, devices: Mapping[str, Sequence[DeviceInfo]], state: LedgerState
-) -> list[dict[str, str]]:
-    out = []
-    for res in sorted(devices):
-        here = [d for d in devices[res] if node in d.numa_nodes]
-        healthy = {d.id for d in here if d.healthy}
-        out.append(_resource(res, len(here), len(healthy), len(healthy - state.devices_in_use(res))))
-    return out
-
-
 def build_nrt(
     topology: Topology,
     settings: NodeSettings,
@@ -136,22 +102,17 @@ def build_nrt(
         LedgerError: a grant's memory names nodes or resources the machine lacks.
     """
     reserved = reserved_cpus_of(topology, settings) if reserved_cpus is None else reserved_cpus
-    exclusive = state.exclusive_cpus()
-    memory = _memory_resources(topology, settings, state)
-    zones = []
-    for node in topology.node_ids:
-        cpus = topology.nodes[node].cpus & topology.cpu_ids
-        allocatable = cpus - reserved
-        zones.append({
+    view = NodeView(topology, settings, state, devices, reserved)
+    per_resource = [res.zones(view) for res in settings.resources or pure_resources()]
+    zones = [
+        {
             "name": zone_name(node),
             "type": ZONE_TYPE,
             "costs": [{"name": zone_name(j), "value": topology.distance(node, j)} for j in topology.node_ids],
-            "resources": [
-                _resource("cpu", len(cpus), len(allocatable), len(allocatable - exclusive)),
-                *memory[node],
-                *_device_resources(node, devices, state),
-            ],
-        })
+            "resources": [entry for zones in per_resource for entry in zones.get(node, ())],
+        }
+        for node in topology.node_ids
+    ]
     attributes = [{"name": ATTR_POLICY, "value": settings.policy}, {"name": ATTR_SCOPE, "value": settings.scope}]
     attributes += [{"name": str(k), "value": option_value(v)} for k, v in sorted(settings.policy_options.items())]
     return {

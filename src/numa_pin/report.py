@@ -25,7 +25,7 @@ from numa_pin.cpuset import format_list
 from numa_pin.digest import sha256_hex
 from numa_pin.errors import UnsafePathError
 from numa_pin.ledger.model import Grant
-from numa_pin.safefs import check_dir, create_private, ensure_dir, write_all
+from numa_pin.safefs import check_dir, ensure_dir, replace_private
 from numa_pin.text import one_line
 
 #: the directory of reason files under ``state_dir``
@@ -109,22 +109,12 @@ def write_reason(
     """Keep the rejection reason where ``numa-pin explain`` finds it (crun hides hook stderr)."""
     path = reason_path(state_dir, container_id)
     record = {"container_id": container_id, "time": time.time(), "line": one_line(line), **(details or {})}
-    tmp = None
     try:
         directory = reasons_dir(state_dir)
-        fd, tmp = create_private(directory, ".reason.")
-        try:
-            write_all(fd, json.dumps(record).encode("utf-8"))
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        tmp = None
+        replace_private(directory, path, json.dumps(record).encode("utf-8"), prefix=".reason.")
         _prune(directory, MAX_REASONS)
     except (OSError, UnsafePathError):
         return None
-    finally:
-        if tmp is not None:
-            _unlink_quietly(tmp)
     return path
 
 

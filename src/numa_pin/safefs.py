@@ -112,9 +112,10 @@ def open_private(path: str, flags: int, mode: int = 0o600) -> int:
     return fd
 
 
-def create_private(directory: str, prefix: str, suffix: str = ".tmp") -> tuple[int, str]:
+def create_private(directory: str, prefix: str, suffix: str = ".tmp", *, mode: int = 0o600) -> tuple[int, str]:
     """A new file ``<directory>/<prefix><random><suffix>``, created exclusively (``O_EXCL |
-    O_NOFOLLOW``) with mode ``0600`` whatever the umask. Returns (descriptor, path).
+    O_NOFOLLOW``) with ``mode`` (``0600`` unless told) whatever the umask. Returns (descriptor,
+    path).
 
     Raises:
         OSError: it cannot be created.
@@ -126,7 +127,7 @@ def create_private(directory: str, prefix: str, suffix: str = ".tmp") -> tuple[i
         except FileExistsError:
             continue
         try:
-            os.fchmod(fd, 0o600)
+            os.fchmod(fd, mode)
         except BaseException:
             os.close(fd)
             raise
@@ -140,17 +141,41 @@ def write_all(fd: int, payload: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def replace_private(directory: str, target: str, payload: bytes) -> None:
-    """Put ``payload`` at ``target`` atomically: a :func:`create_private` file in ``directory``,
-    written whole, then renamed over ``target`` (removed again when anything fails).
+def fsync_dir(path: str) -> None:
+    """Make a rename in directory ``path`` durable. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class NotDurable(OSError):
+    """:func:`replace_private` put the new file in place, but its directory could not be synced:
+    a crash may still bring the old file back (the ledger then puts its previous state back)."""
+
+
+def replace_private(directory: str, target: str, payload: bytes, *, prefix: str | None = None,
+                    suffix: str = ".tmp", mode: int = 0o600, durable: bool = False) -> None:
+    """Put ``payload`` at ``target`` atomically, the one way numa-pin replaces a file: a
+    :func:`create_private` file in ``directory`` (exclusive, never through a symlink, ``mode``;
+    named ``<prefix><random><suffix>``, the prefix by default the target's name and a dot),
+    written whole, renamed over ``target``; removed again when anything fails. ``durable``
+    also fsyncs the file before the rename and the directory after it, so a crash at any
+    instant leaves the old or the new file (the ledger, the NRT object; caches and reason
+    files skip it: they are rebuilt or only informative).
 
     Raises:
-        OSError: it cannot be created, written or renamed.
+        NotDurable: ``durable`` and the rename was done, but the directory's fsync failed.
+        OSError: it cannot be created, written, synced or renamed (``target`` is unchanged).
     """
-    fd, tmp = create_private(directory, os.path.basename(target) + ".")
+    fd, tmp = create_private(directory, os.path.basename(target) + "." if prefix is None else prefix, suffix,
+                             mode=mode)
     try:
         try:
             write_all(fd, payload)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, target)
@@ -160,7 +185,12 @@ def replace_private(directory: str, target: str, payload: bytes) -> None:
         except OSError:
             pass
         raise
+    if durable:
+        try:
+            fsync_dir(directory)
+        except OSError as exc:
+            raise NotDurable(exc.errno, exc.strerror or str(exc), directory) from exc
 
 
-__all__ = ["check_dir", "check_own_file", "check_owner_and_mode", "create_private", "ensure_dir", "open_private",
-           "replace_private", "write_all"]
+__all__ = ["NotDurable", "check_dir", "check_own_file", "check_owner_and_mode", "create_private", "ensure_dir",
+           "fsync_dir", "open_private", "replace_private", "write_all"]

@@ -1,76 +1,51 @@
-"""The node service: wires the pure decision to the I/O edges (sysfs, ledger, cgroups, netlink).
+"""The node service: wires the pure decision to the I/O edges through the registered resources.
 
 Used by the OCI hook (``numa-pin-hook``) and the operator command (``numa-pin``). One admission
 is one ledger transaction:
 
-1. lock the ledger, drop grants whose process and cgroup are both gone;
+1. lock the ledger, drop grants whose process and cgroup are both gone (every resource
+   collects what outlives them: :meth:`~numa_pin.resources.node.base.NodeResource.collect`);
 2. decide (:func:`numa_pin.admission.decide.decide`);
-3. enforce: cpuset of the container, shrink the shared pool, move SR-IOV netdevs, grant GPUs;
+3. enforce: every resource, in registry order
+   (:meth:`~numa_pin.resources.node.base.NodeResource.enforce`);
 4. commit the grant. Any failure in 2-3 rolls back every write made so far and commits nothing,
    so a rejected container leaves nothing allocated.
 
-SR-IOV VFs follow the grant's scope. Scope ``container``: moved into the container's netns as
-``net1``, ``net2``, ... and given back when its grant goes. Scope ``pod`` (the grant's pod has a
-:class:`~numa_pin.ledger.model.PodRecord`): moved once into the pod's network namespace, which the
-pod's containers share, named ``net<N>`` counted per pod netns, and recorded on the pod record
-(:class:`~numa_pin.ledger.model.PodNetdev`). A later container of the pod granted the same VF
-finds it there and moves nothing. The VF goes back to the host when the pod record goes, with the
-pod's last grant, whichever path drops it: release, or the garbage collection of dead grants in
-an admission or a reconcile.
+A release gives back what the grant holds (every resource, in reverse order); a reconcile drops
+dead grants and repairs drift. This module names no resource: the resources are
+:mod:`numa_pin.resources` (pure halves) and :mod:`numa_pin.resources.node` (their I/O).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
-from numa_pin import names, report
-from numa_pin.admission.decide import Decision, NodeSettings, decide, reject
+from numa_pin import report
+from numa_pin.admission.decide import Decision, decide, reject
 from numa_pin.admission.request import ContainerRequest
 from numa_pin.config.schema import Config
 from numa_pin.deadline import Deadline
 from numa_pin.enforcer import cgroups as cg
-from numa_pin.enforcer.cpuset import apply_cpuset
 from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
-from numa_pin.enforcer.pool import reserved_conflicts, resize_shared, shared_pool
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import AdmissionTimeout, EnforcementError, LedgerCorrupt, NumaPinError, RequestError
-from numa_pin.ledger.liveness import boot_clock, collect_garbage, is_alive, pending_age, process_start_time
-from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
+from numa_pin.ledger.liveness import boot_clock, collect_garbage, process_start_time
+from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, Grant, LedgerState, PodRecord
 from numa_pin.ledger.store import Ledger
 from numa_pin.record import record, replace
-from numa_pin.topology.cache import DEFAULT_MAX_AGE_S, cached_discover
-from numa_pin.topology.model import Topology
+from numa_pin.resources.base import grant_from, live_name_message
+from numa_pin.resources.node.base import PENDING_GRACE_S, Admission, Node, Release
+from numa_pin.resources.node.registry import settings_from_config
+from numa_pin.topology.cache import DEFAULT_MAX_AGE_S
+
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+
+if TYPE_CHECKING:
+    from typing import Any
 
 #: how often an admission decides again when other writers keep committing first
 MAX_ATTEMPTS = 8
-#: how long a grant made before its container exists (podman precreate: no pid yet, the cgroup
-#: named in the config not created yet) counts as alive without its cgroup
-PENDING_GRACE_S = 120.0
-
-
-def settings_from_config(config: Config) -> NodeSettings:
-    """The decision-relevant part of the config, in the types the decision takes."""
-    from numa_pin.providers.cpu import CpuOptions
-
-    cm = config.cpu_manager
-    opts = CpuOptions(**{name.replace("-", "_"): on for name, on in cm.options.as_kubelet().items()})
-    resources: tuple = ()
-    if config.devices:
-        from numa_pin.devices.inventory import DeviceResource
-
-        resources = tuple(DeviceResource(name, tuple(selectors)) for name, selectors in config.devices.items())
-    return NodeSettings(
-        policy=config.policy,
-        scope=config.scope,
-        policy_options=dict(config.policy_options),
-        cpu_options=opts,
-        reserved_cpus=cm.reserved_cpus,
-        num_reserved_cpus=cm.num_reserved_cpus,
-        reserved_memory=config.reserved_memory,
-        device_resources=resources,
-    )
 
 
 @record
@@ -81,48 +56,13 @@ class Admitted:
     decision: Decision | None  # None when an existing grant was re-applied (idempotent)
 
 
-class NodeService:
+class NodeService(Node):
     """All I/O of one node, rooted at the config's sysfs, proc, cgroup and state roots."""
 
     def __init__(self, config: Config, cache_dir: str | None = None, *,
                  topology_max_age: float = DEFAULT_MAX_AGE_S) -> None:
-        self.config = config
-        self.cache_dir = cache_dir
-        #: a cached topology older than this many seconds is discovered again
-        self.topology_max_age = topology_max_age
+        super().__init__(config, cache_dir, topology_max_age=topology_max_age, make_settings=settings_from_config)
         self.ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
-        self._topology: Topology | None = None
-        self._settings: NodeSettings | None = None
-        self._reserved: frozenset[int] | None = None
-        self._cgroup_layout: cg.CgroupLayout | None = None
-
-    # ---- lazily computed facts -------------------------------------------------------------
-    @property
-    def topology(self) -> Topology:
-        if self._topology is None:
-            self._topology = cached_discover(self.config.sysfs_root, self.config.proc_root, self.cache_dir,
-                                             max_age=self.topology_max_age)
-        return self._topology
-
-    @property
-    def settings(self) -> NodeSettings:
-        if self._settings is None:
-            self._settings = settings_from_config(self.config)
-        return self._settings
-
-    def _alive(self, grant: Grant) -> bool:
-        """:func:`is_alive`, plus: a pid-less grant with an expected cgroup (made at precreate) is
-        alive for :data:`PENDING_GRACE_S` before the runtime creates that cgroup. So a container
-        the runtime never started (podman then runs no poststop) does not keep its grant."""
-        if is_alive(grant, self.config.proc_root, self.config.cgroup_root):
-            return True
-        return grant.pid is None and grant.cgroup is not None and pending_age(grant) < PENDING_GRACE_S
-
-    def _layout(self) -> cg.CgroupLayout:
-        """How cgroups are mounted (read once per service from mountinfo)."""
-        if self._cgroup_layout is None:
-            self._cgroup_layout = cg.detect_layout(self.config.proc_root)
-        return self._cgroup_layout
 
     def live_grant(self, container_id: str) -> Grant | None:
         """The grant recorded under ``container_id`` while its process or cgroup lives (read-only)."""
@@ -152,7 +92,8 @@ class NodeService:
 
         Raises :class:`~numa_pin.errors.EnforcementError` before anything is written when ``pid``
         sits in the hierarchy root, or (with ``owner``, the bundle's cgroup facts) in another cgroup.
-        ``rootfs`` (the spec's ``root.path``) is where granted GPU nodes go before pivot_root.
+        ``rootfs`` (the spec's ``root.path``) is the container's root before pivot_root, for the resources
+        that put files there.
         ``expected_cgroup`` (precreate, no pid yet) is the cgroup the runtime will create; the
         grant lives by it once :data:`PENDING_GRACE_S` have passed.
         """
@@ -193,10 +134,10 @@ class NodeService:
                 if state != snapshot:
                     continue  # another writer committed since the snapshot: decide again
                 deadline.check()
-                # pods whose last grant died: their VFs go home before anything is granted (the
-                # decision already counts them free); a crash here leaves the records, and
-                # restoring again is harmless
-                self._log_problems(self._restore_pods(_pods_dropped(txn.state, state), dropped))
+                # what outlives the dead grants goes home before anything is granted
+                # (the decision already counts it free); a crash here leaves the records, and
+                # giving back again is harmless
+                self._collect(txn.state, state, dropped)
                 existing = state.grants.get(request.container_id)
                 undo = UndoLog()
                 try:
@@ -210,7 +151,9 @@ class NodeService:
                         decision = None
                     else:
                         assert decision is not None
-                        grant = self._grant(request, decision, pid, ref, kind)
+                        grant = grant_from(request, decision, pid=pid, start_time=_start_time(pid, cfg.proc_root),
+                                           cgroup=ref.rel_path if ref is not None else None, kind=kind,
+                                           created=time.time())
                         if ref is None and expected_cgroup:
                             grant = replace(grant, cgroup=expected_cgroup, pending_since=boot_clock())
                     new_state = state.with_grant(grant)
@@ -219,15 +162,11 @@ class NodeService:
                             request.pod_id, decision.pod_affinity, decision.policy, decision.scope, time.time()
                         )
                         new_state = new_state.with_pod(pod)
-                    self._enforce(grant, ref, new_state, undo, pool_changed=any(g.cpus for g in dropped))
-                    if (existing is None or bind) and pid and grant.devices and not grant.netdevs:
-                        netdevs, gpus, pod_vfs = self._grant_devices(grant, pid, undo, rootfs, new_state)
-                        if netdevs or gpus is not None:
-                            grant = replace(grant, netdevs=netdevs, gpus=gpus)
-                            new_state = new_state.with_grant(grant)
-                        if pod_vfs:
-                            pod = new_state.pods[grant.pod_id]
-                            new_state = new_state.with_pod(replace(pod, netdevs=pod.netdevs + pod_vfs))
+                    enforcing = Admission(grant, new_state, undo, ref, pid, rootfs, dropped,
+                                          (existing is None or bind) and bool(pid))
+                    for resource in self.resources:
+                        enforcing = resource.enforce(self, enforcing, grant)
+                    grant, new_state = enforcing.grant, enforcing.state
                 except BaseException as exc:
                     self._roll_back(undo, exc, request.container_id)
                     raise
@@ -258,293 +197,59 @@ class NodeService:
         """:meth:`_roll_back` of ``undo`` for :meth:`Transaction.on_commit_failure`."""
         return lambda exc: self._roll_back(undo, exc, container_id)
 
-    def _grant(self, request: ContainerRequest, decision: Decision, pid: int | None, ref, kind: str | None) -> Grant:
-        return Grant(
-            container_id=request.container_id,
-            pod_id=request.pod_id,
-            container_name=request.qualified_name,
-            kind=kind or ("exclusive" if decision.exclusive else "shared"),
-            pid=pid,
-            start_time=_start_time(pid, self.config.proc_root),
-            cgroup=ref.rel_path if ref is not None else None,
-            cpus=decision.cpus,
-            mems=decision.mems,
-            devices={k: tuple(v) for k, v in decision.devices.items()},
-            memory={k: dict(v) for k, v in decision.memory.items()},
-            cpuset_limit=request.cpuset,
-            affinity=decision.hint.affinity,
-            policy=decision.policy,
-            scope=decision.scope,
-            created=time.time(),
-            netdevs=(),
-        )
+    def _collect(self, before: LedgerState, after: LedgerState, gone: tuple[Grant, ...]) -> None:
+        for resource in self.resources:
+            self._log_problems(resource.collect(self, before, after, gone))
 
-    # ---- enforcement -----------------------------------------------------------------------
-    def shared_pool(self, state: LedgerState) -> frozenset[int]:
-        """All CPUs minus every exclusive grant (and the reserved CPUs with strict-cpu-reservation)."""
-        exclusive = [g.cpus for g in state.grants.values() if g.cpus]
-        strict = self.settings.cpu_options.strict_cpu_reservation
-        return shared_pool(self.topology.cpu_ids, exclusive, self.reserved(), strict=strict)
-
-    def config_conflicts(self, state: LedgerState) -> list[str]:
-        """One line per grant that holds CPUs the current config reserves, with the way out
-        (kubelet checks its checkpoint against its config the same way, but refuses to start)."""
-        from numa_pin.cpuset import format_list
-
-        held = reserved_conflicts({g.container_id: g.cpus for g in state.grants.values() if g.cpus}, self.reserved())
-        return [
-            f"grant {cid} holds CPU {format_list(cpus)}, which the config now reserves; it stays with that "
-            f"container until it ends (numa-pin release {cid}), or restore the reservation it was made under"
-            for cid, cpus in held.items()
-        ]
-
-    def reserved(self) -> frozenset[int]:
-        """The CPUs reserved for the system (computed once per service: it only depends on config
-        and topology)."""
-        if self._reserved is None:
-            from numa_pin.allocators.cpu import reserved_cpus
-            from numa_pin.topology.cpus import CpuTopology
-
-            s = self.settings
-            self._reserved = reserved_cpus(
-                CpuTopology.from_topology(self.topology), s.cpu_options, s.reserved_cpus, s.num_reserved_cpus
-            )
-        return self._reserved
-
-    def _shared_refs(self, state: LedgerState, exclude: str | None = None):
-        layout = self._layout()
-        refs = []
-        for g in state.shared_grants():
-            if g.container_id != exclude and g.cgroup:
-                refs.append(cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout))
-        return refs
-
-    def blocked_shared(self, state: LedgerState) -> list[str]:
-        """One line per shared container still on CPUs outside the shared pool: one the kernel
-        would not shrink (a nested cgroup it keeps busy, a v2 partition), left as it was so that
-        it blocks nobody's admission (read from the cgroups; nothing is written)."""
-        from numa_pin.enforcer.pool import check_shared
-
-        layout = self._layout()
-        ids = {cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout): g.container_id
-               for g in state.shared_grants() if g.cgroup}
-        return [f"{ids[b.ref]}: {b}" for b in check_shared(ids, self.shared_pool(state), self._limits(state))]
-
-    def _limits(self, state: LedgerState) -> dict[cg.CgroupRef, frozenset[int]]:
-        """Shared containers' own cpusets (their cpuset is the pool inside it), by cgroup."""
-        layout = self._layout()
-        return {
-            cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout): g.cpuset_limit
-            for g in state.shared_grants() if g.cgroup and g.cpuset_limit
-        }
-
-    def _enforce(self, grant: Grant, ref, state: LedgerState, undo: UndoLog, pool_changed: bool = False) -> None:
-        pool = self.shared_pool(state)
-        if ref is not None:
-            if grant.cpus:
-                apply_cpuset(ref, grant.cpus, grant.mems, self.config.cgroup_root, undo)
-            elif grant.kind == "shared":
-                own = pool & grant.cpuset_limit if grant.cpuset_limit else pool
-                # only the CPUs move: a shared container's memory nodes stay its own (on cgroup v2
-                # its cpuset.mems is usually empty, inheriting the parent's)
-                apply_cpuset(ref, own, None, self.config.cgroup_root, undo)
-        if grant.cpus or pool_changed:
-            refs = self._shared_refs(state, exclude=grant.container_id)
-            resized = resize_shared(refs, pool, self.config.cgroup_root, undo, self._limits(state))
-            self._log_problems([str(b) for b in resized.blocked])  # left as they were: see blocked_shared
-
-    def _grant_devices(
-        self, grant: Grant, pid: int, undo: UndoLog, rootfs: str | None, state: LedgerState
-    ) -> tuple[tuple[dict[str, str], ...], GpuAccess | None, tuple[PodNetdev, ...]]:
-        """Move granted SR-IOV VF netdevs into the container's netns (``net1``, ``net2``, ...; scope
-        pod: once into the pod's netns, see :meth:`_move_pod_vf`), open the container's device
-        cgroup to granted GPUs and create their nodes (and the GPU list file) in the container's
-        mount namespace. ``state`` is the ledger as it will be committed, pod record included.
-        Returns the container's netdev records, the GPU access and the VFs this admission moved
-        into the pod's netns."""
-        from numa_pin.topology.model import KIND_GPU
-
-        records: list[dict[str, str]] = []
-        pod_vfs: list[PodNetdev] = []
-        gpus = []
-        pod = state.pods.get(grant.pod_id) if grant.scope == names.POD_SCOPE else None
-        for resource, ids in grant.devices.items():
-            for address in ids:
-                dev = self.topology.device(address)
-                if dev is None:
-                    continue
-                if dev.kind == KIND_GPU:
-                    gpus.append(dev)
-                elif dev.is_vf and dev.netdevs:
-                    _check_not_parked(state, address, grant, pod)
-                    if pod is not None:
-                        moved = self._move_pod_vf(grant, pod, resource, address, pid, tuple(pod_vfs), undo)
-                        if moved is not None:
-                            pod_vfs.append(moved)
-                        continue
-                    from numa_pin.enforcer.netdev import move_netdev_to_netns
-
-                    rec = move_netdev_to_netns(
-                        address, pid, f"net{len(records) + 1}", self.config.sysfs_root, self.config.proc_root,
-                        bring_up=True, undo=undo,
-                    )
-                    records.append({"record": json.dumps(rec.to_dict(), sort_keys=True)})
-        access: GpuAccess | None = None
-        if gpus:
-            from numa_pin.enforcer.gpu import grant_gpus
-
-            allowed = grant_gpus(gpus, pid, self.config.proc_root, self.config.cgroup_root, self._layout(), undo)
-            from numa_pin.enforcer.devnodes import expose_gpus
-
-            nodes = expose_gpus(gpus, pid, self.config.proc_root, rootfs, undo)
-            rules = [str(r) for r in allowed.added] if allowed is not None else []
-            if nodes or rules:  # what a release of a live container takes back (see _revoke_gpus)
-                v2 = allowed is not None and allowed.version == 2
-                access = GpuAccess(tuple(nodes), tuple(rules),
-                                   allowed.cgroup_dir if allowed is not None and not v2 else None,
-                                   tuple(allowed.bpf_dirs) if allowed is not None else ())
-        return tuple(records), access, tuple(pod_vfs)
-
-    def _move_pod_vf(
-        self, grant: Grant, pod: PodRecord, resource: str, address: str, pid: int,
-        moving: tuple[PodNetdev, ...], undo: UndoLog,
-    ) -> PodNetdev | None:
-        """Move VF ``address`` into the pod's network namespace (the one ``pid`` is in) under the
-        first ``net<N>`` no VF of the pod holds there, unless the pod's record says it is there
-        already (None: nothing moved). ``moving``: VFs this admission moved before.
-
-        Raises EnforcementError when the pod's record puts the VF in another network namespace
-        (containers of one pod that do not share one), or when the move fails."""
-        from numa_pin.enforcer.netdev import move_netdev_to_netns
-        from numa_pin.enforcer.netns import netns_id, netns_path
-
-        ns = netns_id(pid, self.config.proc_root)
-        held = pod.netdev(address)
-        if held is not None:
-            if held.netns != ns:
-                raise EnforcementError(
-                    f"VF {address} of pod {pod.pod_id} is in the network namespace container {held.moved_by} "
-                    f"is in ({held.ifname} there), not in that of container {grant.container_id}; pod scope "
-                    "moves a VF once for the pod, so the pod's containers must share its network namespace",
-                    path=netns_path(pid, self.config.proc_root),
-                )
-            return None
-        taken = {n.ifname for n in (*pod.netdevs, *moving) if n.netns == ns}
-        name = next(f"net{i}" for i in range(1, len(taken) + 2) if f"net{i}" not in taken)
-        rec = move_netdev_to_netns(
-            address, pid, name, self.config.sysfs_root, self.config.proc_root, bring_up=True, undo=undo,
-        )
-        return PodNetdev(address, resource, name, ns, grant.container_id, json.dumps(rec.to_dict(), sort_keys=True))
-
-    def _restore_pods(self, pods: tuple[PodRecord, ...], grants: tuple[Grant, ...] = ()) -> list[str]:
-        """Give the VFs of pods whose record went back to the host, pulling them out of the pod's
-        network namespace through any process still in it (``grants``' pids first: the pod's
-        containers released by hand still run), or finding them at home when it is gone."""
-        if not any(pod.netdevs for pod in pods):
-            return []
-        from numa_pin.enforcer.netdev import NetdevRecord, restore_netdev
-        from numa_pin.enforcer.netns import find_netns_member
-
-        problems: list[str] = []
-        members: dict[str, int | None] = {}
-        prefer = [g.pid for g in grants if g.pid is not None]
-        for pod in pods:
-            for vf in pod.netdevs:
-                if vf.netns not in members:
-                    members[vf.netns] = find_netns_member(vf.netns, self.config.proc_root, prefer)
-                member = members[vf.netns]
-                try:
-                    rec = NetdevRecord.from_dict(json.loads(vf.record))
-                    restore_netdev(rec, member, self.config.sysfs_root, self.config.proc_root)
-                except (NumaPinError, KeyError, ValueError) as exc:
-                    why = "" if member is not None else (
-                        "; no process is left in the pod's network namespace: the kernel gives the VF "
-                        "back when that namespace is destroyed"
-                    )
-                    problems.append(f"pod {pod.pod_id}: VF {vf.address} ({vf.ifname}) not restored: {exc}{why}")
-        return problems
+    def _give_back(self, going: Release) -> None:
+        for resource in reversed(self.resources):
+            self._log_problems(resource.give_back(self, going))
 
     def _log_problems(self, problems: list[str]) -> None:
         for problem in problems:
             report.log_syslog(f"numa-pin: {problem}")
 
-    def _revoke_gpus(self, grant: Grant) -> list[str]:
-        """Take back the GPU nodes and device rules of a grant whose container still runs (a
-        release by hand): ``devices.deny`` on cgroup v1, the prologue of the device programs on
-        v2. A dead container took them along with its namespace and cgroup."""
-        access = grant.gpus
-        if access is None or grant.pid is None or not self._alive(grant):
-            return []
-        try:
-            from numa_pin.enforcer import cgroups as cgf
-            from numa_pin.enforcer.devnodes import remove_device_nodes
+    # ---- what the resources say about the node ----------------------------------------------
+    def config_conflicts(self, state: LedgerState) -> list[str]:
+        """One line per grant the current config contradicts, with the way out (kubelet checks
+        its checkpoint against its config the same way, but refuses to start)."""
+        return [line for resource in self.resources for line in resource.conflicts(self, state)]
 
-            remove_device_nodes(grant.pid, list(access.nodes), self.config.proc_root, None)
-            if access.devices_dir and os.path.isdir(access.devices_dir):
-                for rule in access.rules:
-                    cgf.write_cgroup_file(os.path.join(access.devices_dir, "devices.deny"), rule)
-            if access.bpf_dirs:  # cgroup v2: take numa-pin's prologue out of the device programs
-                from numa_pin.enforcer.gpu import revoke_device_rules
+    def describe(self, state: LedgerState) -> dict[str, Any]:
+        """What every resource shows in ``numa-pin status`` (merged, in registry order)."""
+        out: dict[str, Any] = {}
+        for resource in self.resources:
+            out.update(resource.status(self, state))
+        return out
 
-                revoke_device_rules(list(access.rules), list(access.bpf_dirs))
-        except NumaPinError as exc:
-            return [f"{grant.container_id}: GPU access not taken back: {exc}"]
-        return []
-
-    def _restore_netdevs(self, grant: Grant) -> list[str]:
-        """Give moved VFs back to the host (by PCI address, under their host names)."""
-        from numa_pin.enforcer.netdev import NetdevRecord, restore_netdev
-
-        problems: list[str] = []
-        for entry in grant.netdevs:
-            if "record" not in entry:
-                continue  # moved by the runtime (linux.netDevices), which the kernel gives back
-            try:
-                rec = NetdevRecord.from_dict(json.loads(entry["record"]))
-                restore_netdev(rec, None, self.config.sysfs_root, self.config.proc_root)
-            except (NumaPinError, KeyError, ValueError) as exc:
-                problems.append(f"{grant.container_id}: netdev not restored: {exc}")
-        return problems
-
-    def note_runtime_netdevs(self, container_id: str, host_names: tuple[str, ...]) -> Grant:
-        """Record that the runtime moves these VF netdevs (``linux.netDevices``), so no later
-        stage moves them again. Raises LedgerError, or KeyError when the grant is gone."""
-        with self.ledger.transaction() as txn:
-            grant = replace(txn.state.grants[container_id], netdevs=tuple({"runtime": n} for n in host_names))
-            txn.state = txn.state.with_grant(grant)
-        return grant
+    def describe_grant(self, grant: Grant) -> list[str]:
+        """Every resource's words about ``grant`` (``<resource>=<what it holds>``), each once."""
+        return list(dict.fromkeys(word for resource in self.resources for word in resource.describe(grant)))
 
     # ---- release ---------------------------------------------------------------------------
     def release(self, container_id: str) -> Grant | None:
-        """Forget a container's grant and give its CPUs back to the shared pool. Idempotent.
+        """Forget a container's grant and give back what it holds. Idempotent.
 
         Called at poststop, when the container's process and cgroup are usually gone already, so
         the grant is looked up before garbage collection would drop it silently."""
         with self.ledger.transaction() as txn:
-            before = txn.state
             grant = txn.state.grants.get(container_id)
             state = txn.state.without(container_id) if grant is not None else txn.state
             state, dropped = collect_garbage(state, self._alive)
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)
             gone = ((grant,) if grant is not None else ()) + dropped
-
-            def give_back() -> None:  # devices go home once the ledger no longer grants them
-                for g in gone:
-                    self._log_problems(self._restore_netdevs(g) + self._revoke_gpus(g))
-                self._log_problems(self._restore_pods(_pods_dropped(before, state), gone))
-
-            txn.after_commit(give_back)
-            if (grant is not None and grant.cpus) or any(g.cpus for g in dropped):
-                undo = UndoLog()
-                try:
-                    resized = resize_shared(self._shared_refs(state), self.shared_pool(state),
-                                            self.config.cgroup_root, undo, self._limits(state))
-                    self._log_problems([str(b) for b in resized.blocked])
-                except EnforcementError as exc:
-                    self._roll_back(undo, exc, container_id)
-                    raise
-                txn.on_commit_failure(self._undoer(undo, container_id))
+            going = Release(txn.state, state, grant, gone, UndoLog())
+            try:
+                for resource in reversed(self.resources):
+                    self._log_problems(resource.release(self, going))
+            except EnforcementError as exc:
+                self._roll_back(going.undo, exc, container_id)
+                raise
+            # a failed ledger write undoes it (the commit is inside the rollback); what cannot be
+            # undone (devices going home) waits until the ledger no longer grants it
+            txn.on_commit_failure(self._undoer(going.undo, container_id))
+            txn.after_commit(lambda: self._give_back(going))
             txn.state = state
         if grant is not None and self.config.syslog:
             report.log_decision(grant, "released")
@@ -552,75 +257,50 @@ class NodeService:
 
     def release_to_shared(self, container_id: str) -> Grant | None:
         """Take back what a live container holds exclusively and keep tracking it as a shared
-        container (``numa-pin release --force``): its grant becomes a shared grant, its cgroup goes
-        to the shared pool (inside its own cpuset) and follows the pool from then on, its exclusive
-        CPUs go back to the pool, its GPUs and container-scope VFs are taken back, and its memory
+        container (``numa-pin release --force``): its grant becomes a shared grant, enforced as
+        a shared container's (its cgroup goes to the shared pool, inside its own cpuset, and
+        follows the pool from then on; the pool grows by what it held), and what it held is given
+        back once the ledger no longer grants it (its GPUs, its container-scope VFs); its memory
         nodes stay as they are. Returns the new grant, or None when there is none. The poststop
         (or a release once it has stopped) drops it."""
         with self.ledger.transaction() as txn:
-            old = txn.state.grants.get(container_id)
+            before, old = txn.state, txn.state.grants.get(container_id)
             if old is None:
                 return None
             grant = replace(old, kind=KIND_SHARED, cpus=frozenset(), devices={}, memory={}, affinity=None,
                             netdevs=(), gpus=None)
             state = txn.state.with_grant(grant)
-            layout = self._layout()
-            ref = cg.ref_from_path(old.cgroup, self.config.cgroup_root, layout) if old.cgroup else None
+            ref = self.cgroup_ref(old)
             if ref is not None and not os.path.isdir(ref.cpuset_dir):
                 ref = None
             undo = UndoLog()
+            # the old grant's holdings count as dropped: the resources give them to the pool
+            enforcing = Admission(grant, state, undo, ref, old.pid, None, (old,), False)
             try:
-                self._enforce(grant, ref, state, undo, pool_changed=bool(old.cpus))
+                for resource in self.resources:
+                    enforcing = resource.enforce(self, enforcing, grant)
             except BaseException as exc:
                 self._roll_back(undo, exc, container_id)
                 raise
             txn.on_commit_failure(self._undoer(undo, container_id))
-            txn.after_commit(lambda: self._log_problems(self._restore_netdevs(old) + self._revoke_gpus(old)))
-            txn.state = state
+            txn.after_commit(lambda: self._give_back(Release(before, enforcing.state, old, (old,), undo)))
+            txn.state = enforcing.state
         if self.config.syslog:
             report.log_decision(grant, "released to the shared pool")
         return grant
 
     def reconcile(self) -> tuple[list[Grant], list[str]]:
-        """Drop dead grants, then re-assert every live cgroup's cpuset (drift repair)."""
+        """Drop dead grants, then let every resource repair what drifted."""
         repaired: list[str] = []
         with self.ledger.transaction() as txn:
             state, removed = collect_garbage(txn.state, self._alive)
-            self._log_problems(self._restore_pods(_pods_dropped(txn.state, state), removed))
-            layout = self._layout()
+            self._collect(txn.state, state, removed)
             undo = UndoLog()
-            pool = self.shared_pool(state)
-            for g in state.grants.values():
-                if not g.cgroup or g.kind == KIND_SHARED:
-                    continue  # shared containers: resized below, nested cgroups with them
-                ref = cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout)
-                if not os.path.isdir(ref.cpuset_dir):
-                    continue
-                cpus = g.cpus if g.cpus else (pool & g.cpuset_limit if g.cpuset_limit else pool)
-                before = len(undo)
-                mems = g.mems if g.cpus and g.mems else None  # a shared container keeps its own
-                apply_cpuset(ref, cpus, mems, self.config.cgroup_root, undo)
-                if len(undo) != before:
-                    repaired.append(g.container_id)
-            shared = {cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout): g.container_id
-                      for g in state.shared_grants() if g.cgroup}
-            resized = resize_shared(shared, pool, self.config.cgroup_root, undo, self._limits(state))
-            repaired += [shared[ref] for ref in resized.updated]
-            self._log_problems([str(b) for b in resized.blocked])
+            for resource in self.resources:
+                repaired += [cid for cid in resource.repair(self, state, undo) if cid not in repaired]
             txn.on_commit_failure(self._undoer(undo, "reconcile"))
             txn.state = state
         return list(removed), repaired
-
-
-def live_name_message(grant: Grant) -> str:
-    """Why ``numa-pin run --name`` may not take a name a live grant holds."""
-    from numa_pin.cpuset import format_list
-
-    return (
-        f"{grant.container_id!r} is the name of a live grant (pid {grant.pid}, cpus "
-        f"{format_list(grant.cpus) or 'shared'}); choose another --name, or `numa-pin release "
-        f"{grant.container_id}` once that job is gone"
-    )
 
 
 def _asks_nothing(request: ContainerRequest) -> bool:
@@ -628,24 +308,6 @@ def _asks_nothing(request: ContainerRequest) -> bool:
     pod_empty = request.pod_amounts is None or request.pod_amounts.empty
     fixed = request.fixed_gpus or any(request.fixed_pci.values()) or request.fixed_cdi
     return request.amounts.empty and pod_empty and not fixed
-
-
-def _pods_dropped(before: LedgerState, after: LedgerState) -> tuple[PodRecord, ...]:
-    """Pod records of ``before`` that ``after`` no longer has (their pod's last grant went)."""
-    return tuple(pod for pod_id, pod in sorted(before.pods.items()) if pod_id not in after.pods)
-
-
-def _check_not_parked(state: LedgerState, address: str, grant: Grant, pod: PodRecord | None) -> None:
-    """Refuse a VF that sits in another pod's network namespace (a device plugin named it again
-    while that pod still has a grant); it returns to the host with that pod's last grant."""
-    found = state.pod_netdev(address)
-    if found is None or (pod is not None and found[0] == pod.pod_id):
-        return
-    pod_id, vf = found
-    raise EnforcementError(
-        f"VF {address} granted to container {grant.container_id} is in the network namespace of pod "
-        f"{pod_id} ({vf.ifname}, moved by container {vf.moved_by}) until that pod's last container ends"
-    )
 
 
 def _start_time(pid: int | None, proc_root: str) -> float | None:

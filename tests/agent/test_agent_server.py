@@ -328,7 +328,7 @@ def test_preload_covers_every_function_level_import():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     loaded = set(out.stdout.split())
     lazy = _function_level_imports()
-    assert "numa_pin.enforcer.gpu" in lazy and "psutil" in lazy  # the scan finds what it should
+    assert "numa_pin.enforcer.gpu" in lazy and "numa_pin.resources.nvidia" in lazy  # the scan finds what it should
     missing = {name: sorted(users) for name, users in lazy.items()
                if name not in loaded and name not in preload.NOT_PRELOADED}
     assert missing == {}

@@ -13,7 +13,7 @@ import pytest
 
 from numa_pin.devices.devfilter import (
     MARK_START,
-    AllowRule,
+    DeviceRule,
     Insn,
     carried_rules,
     decode,
@@ -95,9 +95,9 @@ def runtime_body() -> tuple[Insn, ...]:
 
 
 BODY = encode(runtime_body())
-GPU0 = AllowRule("c", 195, 0)
-CTL = AllowRule("c", 195, 255)
-KMSG_W = AllowRule("c", 1, 11, "w")
+GPU0 = DeviceRule("c", 195, 0)
+CTL = DeviceRule("c", 195, 255)
+KMSG_W = DeviceRule("c", 1, 11, "w")
 
 #: (id, device type, access, major, minor, body allows?)
 ACCESSES = [
@@ -119,7 +119,7 @@ ACCESSES = [
 ]
 
 
-def granted(rules: list[AllowRule], dev_type: int, access: int, major: int, minor: int) -> bool:
+def granted(rules: list[DeviceRule], dev_type: int, access: int, major: int, minor: int) -> bool:
     bits = {"m": MKNOD, "r": READ, "w": WRITE}
     for r in rules:
         mask = sum(bits[c] for c in r.access)
@@ -130,7 +130,7 @@ def granted(rules: list[AllowRule], dev_type: int, access: int, major: int, mino
 
 
 @pytest.mark.parametrize("rules", [[], [GPU0], [GPU0, CTL], [KMSG_W], [GPU0, KMSG_W, CTL],
-                                   [AllowRule("c", 195, 0xFFFFF, "r")]],
+                                   [DeviceRule("c", 195, 0xFFFFF, "r")]],
                          ids=["none", "gpu0", "gpu0+ctl", "kmsg-w-only", "mixed", "max-minor"])
 @pytest.mark.parametrize("case", ACCESSES, ids=[c[0] for c in ACCESSES])
 def test_prologue_adds_exactly_the_granted_devices(rules, case) -> None:
@@ -152,7 +152,7 @@ def test_original_follows_unchanged_and_strip_restores_it_byte_for_byte(rules) -
 
 
 def test_prologue_never_writes_r1_or_r6_to_r10() -> None:
-    for insn in prologue([GPU0, KMSG_W, AllowRule("b", 8, 0, "rm")]):
+    for insn in prologue([GPU0, KMSG_W, DeviceRule("b", 8, 0, "rm")]):
         if insn.code in (0x95, 0x55, 0x05):
             continue
         assert insn.dst in (0, 2, 3, 4, 5), insn
@@ -224,9 +224,25 @@ def test_prologue_without_end_marker_is_refused() -> None:
 )
 def test_only_single_devices_are_rules(args, message) -> None:
     with pytest.raises(ValueError, match=message):
-        AllowRule(*args)
+        DeviceRule.device(*args)
 
 
 def test_partial_instruction_is_refused() -> None:
     with pytest.raises(ValueError, match="whole number"):
         decode(BODY[:-3])
+
+
+@pytest.mark.parametrize("line", ["c 195:0 rwm", "c 195:255 rw", "b 8:0 m", "c 1:11 w"])
+def test_one_rule_from_a_devices_list_line_to_a_device_program_and_back(line: str) -> None:
+    """One device access rule for both cgroup versions: a ``devices.list`` line (v1) is the very
+    value a device program's prologue carries (v2), and reading the program back gives it again."""
+    rule = DeviceRule.parse(line)
+    assert str(rule) == line
+    assert carried_rules(encode(prologue([rule]))) == (rule,)
+
+
+@pytest.mark.parametrize("rule", [DeviceRule("a"), DeviceRule("c", None, 0), DeviceRule("c", 195, None)],
+                         ids=["all-devices", "any-major", "any-minor"])
+def test_a_device_program_refuses_a_wildcard_rule(rule: DeviceRule) -> None:
+    with pytest.raises(ValueError, match="one device"):
+        prologue([rule])

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from enforcer_fakes import FakeLibbpf, requires_root
 
-from numa_pin.devices.devfilter import AllowRule, Insn, carried_rules, encode
+from numa_pin.devices.devfilter import DeviceRule, Insn, carried_rules, encode
 from numa_pin.enforcer import bpfdev
 from numa_pin.errors import EnforcementError
 
-KMSG = AllowRule("c", 1, 11)
-GPU0 = AllowRule("c", 195, 0)
+KMSG = DeviceRule("c", 1, 11)
+GPU0 = DeviceRule("c", 195, 0)
 
 #: deny by default, allow c 1:3 rwm (/dev/null): the shape of runc's program
 RUNTIME = encode([
@@ -182,5 +182,5 @@ def test_kernel_allows_the_granted_device_only_while_granted(real_cgroup, progra
 def test_kernel_checks_the_access_letters_of_a_rule(real_cgroup) -> None:
     lib, cg = real_cgroup
     _attach(lib, cg, RUNTIME)
-    bpfdev.add_rules(str(cg), [AllowRule("c", 1, 11, "w")])
+    bpfdev.add_rules(str(cg), [DeviceRule("c", 1, 11, "w")])
     assert (_open_kmsg(cg, "w"), _open_kmsg(cg, "r")) == ("OPENED", "DENIED")

@@ -17,11 +17,10 @@ from enforcer_fakes import (
     snapshot,
 )
 
-from numa_pin.devices.devfilter import AllowRule, Insn, carried_rules, encode
+from numa_pin.devices.devfilter import DeviceRule, Insn, carried_rules, encode
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.cgroups import detect_layout
 from numa_pin.enforcer.gpu import (
-    DeviceRule,
     expose_gpu_env_file,
     grant_gpus,
     nvidia_rules,
@@ -271,7 +270,7 @@ def test_grant_v2_extends_every_device_program_and_undo_restores_them(
     lib, scope, layout = v2_container
     undo = UndoLog()
     grant = grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, layout, undo)
-    wanted = (AllowRule("c", 195, 0), AllowRule("c", 195, 255), AllowRule("c", 236, 0), AllowRule("c", 236, 1))
+    wanted = (DeviceRule("c", 195, 0), DeviceRule("c", 195, 255), DeviceRule("c", 236, 0), DeviceRule("c", 236, 1))
     assert grant.version == 2 and grant.verified and grant.cgroup_dir == str(scope)
     assert grant.bpf_dirs == (str(scope / "container"), str(scope))
     assert [str(r) for r in grant.added] == [str(w) for w in wanted]

@@ -20,13 +20,10 @@ from pathlib import Path
 import pytest
 from enforcer_fakes import requires_ip, requires_root, run
 
-from numa_pin.enforcer.netdev import (
-    NetdevRecord,
-    VfConfig,
+from numa_pin.enforcer.netdev import NetdevRecord, VfConfig, move_netdev_to_netns, restore_netdev
+from numa_pin.enforcer.netdev_record import (
     is_bdf,
-    move_netdev_to_netns,
     resolve_netdev,
-    restore_netdev,
     sriov_identity,
     validate_ifname,
     vf_config_from_dicts,

@@ -18,6 +18,7 @@ from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.enforcer import cgroups
+from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 
@@ -62,7 +63,7 @@ def test_a_plain_container_is_admitted_and_keeps_inheriting_its_memory_nodes(nod
     files = node.files("plain")
     assert files["cpuset.mems"] == frozenset(), "its own cpuset.mems stays empty (inherited)"
     assert files["cpuset.mems.effective"] == parse_list(node.fake.mems)
-    assert files["cpuset.cpus.effective"] == service.shared_pool(service.ledger.read())
+    assert files["cpuset.cpus.effective"] == cpu_node.shared_pool(service, service.ledger.read())
     assert [p for p, _ in node.kernel.writes if p.endswith("cpuset.mems")] == []
 
 

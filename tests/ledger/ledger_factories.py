@@ -63,9 +63,16 @@ def grants(draw: st.DrawFn, cid: str | None = None) -> Grant:
         policy=draw(names),
         scope=draw(names),
         created=draw(finite),
-        netdevs=tuple(draw(st.lists(st.dictionaries(names, st.text(max_size=10), max_size=3), max_size=2))),
+        netdevs=tuple(draw(st.lists(st.fixed_dictionaries({"runtime": names}) | st.fixed_dictionaries(
+            {"record": undo_records}), max_size=2))),
         gpus=draw(st.none() | gpu_access()),
     )
+
+
+#: netdev undo records (ledger format 4): JSON objects, one nested object deep at most here
+_leaves = st.none() | st.booleans() | st.integers(-(2**31), 2**31) | st.text(max_size=10)
+undo_records = st.dictionaries(st.text(max_size=8), _leaves | st.dictionaries(st.text(max_size=8), _leaves, max_size=3),
+                               max_size=4)
 
 
 @st.composite
@@ -77,7 +84,8 @@ def gpu_access(draw: st.DrawFn) -> GpuAccess:
 @st.composite
 def pod_netdevs(draw: st.DrawFn) -> tuple[PodNetdev, ...]:
     addresses = draw(st.lists(names, max_size=3, unique=True))
-    return tuple(PodNetdev(a, draw(names), draw(names), draw(names), draw(names), draw(names)) for a in addresses)
+    return tuple(PodNetdev(a, draw(names), draw(names), draw(names), draw(names), draw(undo_records))
+                 for a in addresses)
 
 
 @st.composite

@@ -29,6 +29,7 @@ _CTX = multiprocessing.get_context("fork")
 # A writer that adds grant number len(state) and SIGKILLs itself at POINT.
 _CRASHING_WRITER = r"""
 import os, signal, sys
+from numa_pin import safefs
 from numa_pin.ledger import store
 from numa_pin.ledger.model import Grant
 
@@ -37,12 +38,12 @@ state_dir, point = sys.argv[1], sys.argv[2]
 def die(*_args):
     os.kill(os.getpid(), signal.SIGKILL)
 
-real_replace, real_fsync_dir = os.replace, store._fsync_dir
+real_replace, real_fsync_dir = os.replace, safefs.fsync_dir
 if point == "mid-write":
     def partial(fd, payload):
         os.write(fd, payload[: len(payload) // 2])
         die()
-    store._write_all = partial
+    safefs.write_all = partial
 elif point == "before-fsync":
     os.fsync = die
 elif point == "before-replace":
@@ -56,7 +57,7 @@ elif point == "after-dir-fsync":
     def fsync_dir_then_die(path):
         real_fsync_dir(path)
         die()
-    store._fsync_dir = fsync_dir_then_die
+    safefs.fsync_dir = fsync_dir_then_die
 
 with store.Ledger(state_dir).transaction() as txn:
     n = len(txn.state.grants)

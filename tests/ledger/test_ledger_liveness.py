@@ -197,3 +197,35 @@ def test_collect_garbage_without_changes_returns_same_state() -> None:
     state = LedgerState({"a": grant("a", pod_id="p")}, {"p": PodRecord("p")})
     new, dropped = collect_garbage(state, lambda g: True)
     assert new is state and dropped == ()
+
+
+@pytest.mark.parametrize(("offset", "alive"), [(0.0, True), (START_TIME_TOLERANCE_S * 5, False)],
+                         ids=["recorded-start-time", "a-recycled-pid's-start-time"])
+def test_the_real_proc_goes_through_the_same_start_time_reader(offset: float, alive: bool) -> None:
+    """One implementation of a process's start time: the real ``/proc`` is read by the same
+    reader as any other proc root (no second, psutil-based one), and a hook that checks
+    liveness never imports psutil."""
+    code = (
+        "import os, sys\n"
+        "from numa_pin.ledger.liveness import process_alive, process_start_time\n"
+        "start = process_start_time(os.getpid(), '/proc')\n"
+        f"print(process_alive(os.getpid(), start + {offset!r}, '/proc'), 'psutil' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == [str(alive), "False"]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_recorded_cgroup_that_symlinks_out_of_the_root_is_refused(tmp_path: Path, version: int) -> None:
+    """Liveness finds a grant's cgroup the way enforcement does (one implementation,
+    ``enforcer.cgroups.hierarchy_dir``): a symlink in the hierarchy that leads out of the cgroup
+    root is an escape, as it is for a cpuset write, never a directory to read ``cgroup.procs`` in."""
+    outside = tmp_path / "outside"
+    (outside / "x").mkdir(parents=True)
+    (outside / "x" / "cgroup.procs").write_text("4242\n")
+    root = tmp_path / "cg"
+    hierarchy = root / "cpuset" if version == 1 else root
+    hierarchy.mkdir(parents=True)
+    (hierarchy / "evil").symlink_to(outside)
+    with pytest.raises(CgroupEscapeError):
+        cgroup_dir("evil/x", str(root), version)

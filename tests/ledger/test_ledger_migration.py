@@ -1,9 +1,11 @@
-"""Ledger format 3: GPU undo records and pod-level VFs get fields of their own; versions 1 and 2
-are read (migrated) and version 3 is written.
+"""Ledger formats 3 and 4: GPU undo records and pod-level VFs get fields of their own (3), the
+VF undo record is a JSON object instead of JSON text (4); versions 1 to 3 are read (migrated)
+and version 4 is written.
 
-The old documents are written out literally, as numa-pin 0.1 (format 1) and the format-2
-releases left them, GPU record among ``netdevs`` included, rather than derived from today's
-``to_dict``.
+The old documents are written out literally, as numa-pin 0.1 (format 1) and the format-2 and
+format-3 releases left them, GPU record among ``netdevs`` and VF records as JSON text included,
+rather than derived from today's ``to_dict``; ``tests/ledger/data/ledger-v*.json`` are such
+files, checksum and all.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from numa_pin.errors import LedgerCorrupt
 from numa_pin.ledger.model import LEDGER_VERSION, GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
 from numa_pin.ledger.store import Ledger, checksum, decode
 
-_VF_RECORD = json.dumps({"host_name": "ens2f0v1", "container_name": "net1", "netns": "/proc/4242/ns/net",
-                         "bdf": "0000:32:01.1"}, sort_keys=True)
+_VF_OBJECT = {"host_name": "ens2f0v1", "container_name": "net1", "netns": "/proc/4242/ns/net", "bdf": "0000:32:01.1"}
+_VF_RECORD = json.dumps(_VF_OBJECT, sort_keys=True)  # what formats 1-3 kept: JSON text
 _GPU_RECORD = json.dumps({"devices_dir": "/sys/fs/cgroup/devices/ctr/c1", "nodes": ["/dev/nvidia0"],
                           "rules": ["c 195:0 rwm"]}, sort_keys=True)
 
@@ -60,19 +62,20 @@ def test_old_versions_move_the_gpu_record_out_of_netdevs(old: Any) -> None:
     state = LedgerState.from_dict(old())
     c1, c2 = state.grants["c1"], state.grants["c2"]
     assert c1.gpus == GpuAccess(("/dev/nvidia0",), ("c 195:0 rwm",), "/sys/fs/cgroup/devices/ctr/c1")
-    assert [dict(e) for e in c1.netdevs] == [{"record": _VF_RECORD}], "the VF record stays, the GPU one left"
+    assert [dict(e) for e in c1.netdevs] == [{"record": _VF_OBJECT}], "the VF record stays, the GPU one left"
     assert c2.gpus is None and [dict(e) for e in c2.netdevs] == [{"runtime": "ens2f0v2"}]
     assert state.pods["pod-a"].netdevs == ()
     assert c1.cpuset_limit == (frozenset(range(8)) if old is _v2 else None)
 
 
-def test_migrated_state_is_written_as_version_3() -> None:
+def test_migrated_state_is_written_as_version_4() -> None:
     data = LedgerState.from_dict(_v2()).to_dict()
-    assert data["version"] == LEDGER_VERSION == 3
+    assert data["version"] == LEDGER_VERSION == 4
     g = data["grants"]["c1"]
     assert g["gpus"] == {"nodes": ["/dev/nvidia0"], "rules": ["c 195:0 rwm"],
                          "devices_dir": "/sys/fs/cgroup/devices/ctr/c1", "bpf_dirs": []}
     assert all("gpu" not in e for e in g["netdevs"])
+    assert g["netdevs"] == [{"record": _VF_OBJECT}], "the VF record is structured data, not JSON text"
     assert data["pods"]["pod-a"]["netdevs"] == []
     assert LedgerState.from_dict(json.loads(json.dumps(data))) == LedgerState.from_dict(_v2())
 
@@ -101,7 +104,7 @@ def _signed_file(data: dict[str, Any]) -> bytes:
 
 
 @pytest.mark.parametrize("old", [_v1, _v2], ids=["version-1", "version-2"])
-def test_an_old_file_is_read_and_the_next_transaction_writes_version_3(tmp_path: Path, old: Any) -> None:
+def test_an_old_file_is_read_and_the_next_transaction_writes_version_4(tmp_path: Path, old: Any) -> None:
     state_dir = tmp_path / "state"
     state_dir.mkdir(mode=0o700)
     path = state_dir / "ledger.json"
@@ -113,7 +116,7 @@ def test_an_old_file_is_read_and_the_next_transaction_writes_version_3(tmp_path:
     with ledger.transaction() as txn:
         txn.remove("c2")
     doc = json.loads(path.read_text())
-    assert doc["version"] == doc["data"]["version"] == 3 and doc["checksum"] == checksum(doc["data"])
+    assert doc["version"] == doc["data"]["version"] == 4 and doc["checksum"] == checksum(doc["data"])
     assert decode(path.read_bytes(), str(path)) == before.without("c2")
 
 
@@ -129,7 +132,7 @@ def test_an_old_file_with_a_bad_checksum_is_still_refused() -> None:
 
 def _pod_vf(address: str = "0000:32:01.1", ifname: str = "net1", **kw: str) -> PodNetdev:
     fields = {"address": address, "resource": "example.com/vf", "ifname": ifname, "netns": "4:4026532281",
-              "moved_by": "c1", "record": _VF_RECORD}
+              "moved_by": "c1", "record": _VF_OBJECT}
     fields.update(kw)
     return PodNetdev(**fields)
 
@@ -177,13 +180,17 @@ CORRUPT = [
     ("pod_without_netdevs", _mutate(lambda d: d["pods"]["pod-a"].pop("netdevs")), "missing netdevs"),
     ("pod_netdev_missing_key", _mutate(lambda d: d["pods"]["pod-a"]["netdevs"][0].pop("netns")), "missing netns"),
     ("pod_netdev_int", _mutate(lambda d: d["pods"]["pod-a"]["netdevs"][0].update(ifname=1)), "ifname"),
+    ("pod_netdev_record_text", _mutate(lambda d: d["pods"]["pod-a"]["netdevs"][0].update(record=_VF_RECORD)),
+     "record"),
+    ("grant_netdev_record_list",
+     _mutate(lambda d: d["grants"]["c1"].update(netdevs=[{"record": [_VF_OBJECT]}])), "netdevs"),
     ("pod_netdev_twice", _mutate(lambda d: d["pods"]["pod-a"]["netdevs"].append(d["pods"]["pod-a"]["netdevs"][0])),
      "twice"),
 ]
 
 
 @pytest.mark.parametrize(("data", "word"), [(d, w) for _, d, w in CORRUPT], ids=[c[0] for c in CORRUPT])
-def test_version_3_shapes_are_checked(data: Any, word: str) -> None:
+def test_version_4_shapes_are_checked(data: Any, word: str) -> None:
     with pytest.raises(LedgerCorrupt, match=word):
         LedgerState.from_dict(data)
 
@@ -194,3 +201,75 @@ def test_cgroup_v2_gpu_access_round_trips() -> None:
     assert GpuAccess.from_dict(json.loads(json.dumps(access.to_dict())), "grant 'g'") == access
     with pytest.raises(LedgerCorrupt, match="bpf_dirs"):
         GpuAccess.from_dict({**access.to_dict(), "bpf_dirs": "/sys/fs/cgroup/x.scope"}, "grant 'g'")
+
+
+# ---- format 4: the VF undo record is structured data ---------------------------------
+
+
+def _v3() -> dict[str, Any]:
+    """A format-3 document as the format-3 releases wrote it: VF records as JSON text, in a
+    grant's ``netdevs`` (scope container) and on a pod's netdevs (scope pod)."""
+    d = LedgerState.from_dict(_v2()).to_dict()
+    d["version"] = 3
+    d["grants"]["c1"]["netdevs"] = [{"record": _VF_RECORD}]
+    d["pods"]["pod-a"]["netdevs"] = [{"address": "0000:32:01.2", "resource": "example.com/vf", "ifname": "net1",
+                                      "netns": "4:4026532281", "moved_by": "c1",
+                                      "record": json.dumps({**_VF_OBJECT, "bdf": "0000:32:01.2"})}]
+    return d
+
+
+def test_version_3_vf_records_become_json_objects() -> None:
+    state = LedgerState.from_dict(_v3())
+    assert dict(state.grants["c1"].netdevs[0]) == {"record": _VF_OBJECT}
+    assert state.pods["pod-a"].netdevs[0].record == {**_VF_OBJECT, "bdf": "0000:32:01.2"}
+    assert state.devices_in_use("example.com/vf") >= {"0000:32:01.2"}
+
+
+@pytest.mark.parametrize("bad", ["not json", json.dumps([1]), json.dumps("text"), "{" * 40 + "}" * 40],
+                         ids=["not-json", "a-list", "a-string", "too-deep"])
+@pytest.mark.parametrize("where", ["grant", "pod"])
+def test_a_garbled_version_3_vf_record_is_corrupt_naming_its_owner(bad: str, where: str) -> None:
+    d = _v3()
+    if where == "grant":
+        d["grants"]["c1"]["netdevs"][0]["record"] = bad
+    else:
+        d["pods"]["pod-a"]["netdevs"][0]["record"] = bad
+    with pytest.raises(LedgerCorrupt, match=f"{where} '(c1|pod-a)'"):
+        LedgerState.from_dict(d)
+
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_a_real_old_file_is_read_migrated_and_rewritten_as_version_4(tmp_path: Path, version: int) -> None:
+    """``data/ledger-v<N>.json``: files as the format-N releases wrote them (signed documents)."""
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    path = state_dir / "ledger.json"
+    raw = (DATA / f"ledger-v{version}.json").read_bytes()
+    assert json.loads(raw)["version"] == version
+    path.write_bytes(raw)
+    path.chmod(0o600)
+    ledger = Ledger(state_dir)
+    before = ledger.read()
+    assert dict(before.grants["c1"].netdevs[0]) == {"record": _VF_OBJECT}
+    assert before.grants["c1"].gpus is not None
+    if version == 3:
+        assert before.pods["pod-a"].netdevs[0].record == {**_VF_OBJECT, "bdf": "0000:32:01.2"}
+    with ledger.transaction() as txn:
+        txn.remove("c2")
+    doc = json.loads(path.read_text())
+    assert doc["version"] == 4 and doc["checksum"] == checksum(doc["data"])
+    assert doc["data"]["grants"]["c1"]["netdevs"] == [{"record": _VF_OBJECT}]
+    assert decode(path.read_bytes(), str(path)) == before.without("c2")
+
+
+def write_data_files() -> None:  # pragma: no cover - how data/ was made, kept for the record
+    """``ledger-v1.json`` and ``ledger-v2.json`` are the literal documents above, signed.
+    ``ledger-v3.json`` was written by the format-3 store itself (commit 03adb40's
+    ``Ledger.transaction``), from ``_v2()`` migrated by that release plus one pod VF whose
+    record is JSON text, as that release kept it."""
+    DATA.mkdir(exist_ok=True)
+    for version, make in ((1, _v1), (2, _v2)):
+        (DATA / f"ledger-v{version}.json").write_bytes(_signed_file(make()) + b"\n")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin import safefs
 from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.errors import EXIT_ERROR, LedgerError
@@ -48,17 +49,17 @@ def _raise(code: int):
 
 #: (id, what fails, the errno named in the error)
 FAULTS = [
-    ("enospc-write", "_write_all", errno.ENOSPC),
+    ("enospc-write", "write_all", errno.ENOSPC),
     ("eio-fsync", "fsync", errno.EIO),
-    ("eio-fsync-dir", "_fsync_dir", errno.EIO),
+    ("eio-fsync-dir", "fsync_dir", errno.EIO),
 ]
 
 
 def inject(monkeypatch, where: str, code: int) -> None:
     if where == "fsync":
         monkeypatch.setattr(store.os, "fsync", _raise(code))
-    else:
-        monkeypatch.setattr(store, where, _raise(code))
+    else:  # the one atomic-replace path of numa-pin (safefs.replace_private) looks these up at each call
+        monkeypatch.setattr(safefs, where, _raise(code))
 
 
 @pytest.mark.parametrize("where, code", [f[1:] for f in FAULTS], ids=[f[0] for f in FAULTS])

@@ -19,6 +19,7 @@ from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.enforcer import cgroups
 from numa_pin.errors import EnforcementError
+from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 
@@ -81,7 +82,7 @@ def test_nested_cgroups_of_a_shared_container_shrink_with_it_and_grow_back(node,
     inner = nest(node, "s", "docker", "inner")
     svc.admit(request_from_oci("x", {"numa-pin.io/cpus": "4"}), node.add_container("x", 43001))
     held = svc.ledger.read().grants["x"].cpus
-    pool = svc.shared_pool(svc.ledger.read())
+    pool = cpu_node.shared_pool(svc, svc.ledger.read())
     assert [cpus_of(d) for d in (node.cgroup_dir("s"), *inner)] == [pool] * 3
     assert not pool & held and logged == []
     svc.release("x")
@@ -97,7 +98,7 @@ def test_a_shared_container_the_kernel_keeps_busy_blocks_nobody_and_is_reported(
     assert node.cpuset("x")[0] == format_list(granted.cpus)  # the container that asked is admitted
     assert cpus_of(node.cgroup_dir("s")) == parse_list(node.cpus)  # the busy one is left as it was
     assert len(logged) == 1 and "/ctr/s" in logged[0] and "busy" in logged[0]
-    [line] = svc.blocked_shared(svc.ledger.read())
+    [line] = cpu_node.blocked_shared(svc, svc.ledger.read())
     assert line.startswith("s: ") and "1 nested cpuset cgroup" in line
     config = node.write_config(policy="restricted", kubelet_root=str(node.root / "no-kubelet"))
     capsys.readouterr()
@@ -110,5 +111,5 @@ def test_a_shared_container_the_kernel_keeps_busy_blocks_nobody_and_is_reported(
     stuck.joinpath("cpuset.mems").unlink()
     stuck.rmdir()
     _, repaired = svc.reconcile()
-    assert repaired == ["s"] and svc.blocked_shared(svc.ledger.read()) == []
+    assert repaired == ["s"] and cpu_node.blocked_shared(svc, svc.ledger.read()) == []
     assert not cpus_of(node.cgroup_dir("s")) & granted.cpus

@@ -24,19 +24,21 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin import safefs
 from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import LedgerError, NumaPinError
 from numa_pin.ledger import store
+from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 
 pytestmark = pytest.mark.stress
 ROUNDS = int(os.environ.get("NUMA_PIN_STRESS_FAULTS", "300"))
 
-#: where a write fails: (the store's name for it, errno)
-FAULTS = [("_write_all", errno.ENOSPC), ("fsync", errno.EIO), ("_fsync_dir", errno.EIO), ("pwrite", errno.ENOSPC)]
+#: where a write fails: (the name the write path calls it by, errno)
+FAULTS = [("write_all", errno.ENOSPC), ("fsync", errno.EIO), ("fsync_dir", errno.EIO), ("pwrite", errno.ENOSPC)]
 
 
 class Faults:
@@ -46,7 +48,7 @@ class Faults:
         self.armed: tuple[str, int, int] | None = None  # (where, errno, calls left before it)
         self.fired = 0
         for where, _ in FAULTS:
-            owner = store.os if where in ("fsync", "pwrite") else store
+            owner = store.os if where in ("fsync", "pwrite") else safefs
             monkeypatch.setattr(owner, where, self._wrap(where, getattr(owner, where)))
 
     def _wrap(self, where: str, real):
@@ -73,7 +75,7 @@ def check(node: FakeNode, svc: NodeService, started: dict[str, frozenset[int]]) 
         for cpu in g.cpus:
             assert cpu not in seen, f"CPU {cpu} is granted to {seen[cpu]} and {g.container_id}"
             seen[cpu] = g.container_id
-    pool = svc.shared_pool(state)
+    pool = cpu_node.shared_pool(svc, state)
     for name, first in started.items():
         d = node.cgroup_dir(name)
         if not d.is_dir():

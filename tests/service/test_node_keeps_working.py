@@ -12,6 +12,7 @@ from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.ledger.liveness import cgroup_populated
+from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 
@@ -79,7 +80,7 @@ def test_a_reservation_changed_under_a_live_grant_does_not_brick_the_node(node):
     old.admit(request_from_oci("x", {"numa-pin.io/cpus": "1"}), node.add_container("x", 42011, "0-31"))
     x_cpus = old.ledger.read().grants["x"].cpus
     new = service(node, cpu_manager={"reserved_cpus": ",".join(str(c) for c in sorted(x_cpus))})
-    assert new.reserved() == x_cpus, "the new config reserves exactly the CPU the old grant holds"
+    assert cpu_node.reserved(new) == x_cpus, "the new config reserves exactly the CPU the old grant holds"
     # unrelated admissions, exclusive and shared, keep working and never get the clashing CPU
     new.admit(request_from_oci("y", {"numa-pin.io/cpus": "2"}), node.add_container("y", 42012, "0-31"))
     new.admit(request_from_oci("s2", {}), node.add_container("s2", 42013, "0-31"))

@@ -33,6 +33,7 @@ import pytest
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.ledger.store import Ledger
+from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 
@@ -90,14 +91,14 @@ def check_node(node: FakeNode) -> dict[str, int]:
     service = NodeService(config_from_dict(node.config_dict(policy="restricted")))
     service.reconcile()
     state = Ledger(str(node.state_dir)).read()
-    reserved = service.reserved()
+    reserved = cpu_node.reserved(service)
     seen: dict[int, str] = {}
     for g in state.grants.values():
         assert not g.cpus & reserved, f"{g.container_id} holds reserved CPUs"
         for cpu in g.cpus:
             assert cpu not in seen, f"CPU {cpu} is granted to {seen[cpu]} and {g.container_id}"
             seen[cpu] = g.container_id
-    pool = service.shared_pool(state)
+    pool = cpu_node.shared_pool(service, state)
     for g in state.grants.values():
         cpus = parse_list(node.cpuset(g.container_id)[0])
         assert cpus == (g.cpus or pool), f"{g.container_id}: cgroup {sorted(cpus)} != grant"

@@ -118,7 +118,7 @@ def test_a_recovery_whose_write_fails_leaves_the_damaged_file_in_place(node, cap
     import errno
     import os
 
-    from numa_pin.ledger import store
+    from numa_pin import safefs
 
     assert hook(node, "x", 47000, {"numa-pin.io/cpus": "4"}, capfd)[0] == 0
     ledger = Path(node.state_dir) / "ledger.json"
@@ -127,7 +127,7 @@ def test_a_recovery_whose_write_fails_leaves_the_damaged_file_in_place(node, cap
     def full(*_args):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(store, "_write_all", full)
+    monkeypatch.setattr(safefs, "write_all", full)
     assert main(["recover", "--config", str(node.config)]) == EXIT_ERROR
     assert "ENOSPC" in capfd.readouterr().err
     assert ledger.read_bytes() == b"\0" * 64  # never no ledger (that reads as empty)

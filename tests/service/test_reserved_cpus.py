@@ -14,6 +14,7 @@ import pytest
 from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
+from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 
@@ -32,7 +33,7 @@ def _node(tmp_path: Path, strict: bool) -> tuple[FakeNode, NodeService]:
 @pytest.mark.parametrize("strict", [False, True], ids=["reserved-in-pool", "strict-cpu-reservation"])
 def test_shared_containers_and_the_reserved_cpus(tmp_path: Path, strict: bool) -> None:
     node, agent = _node(tmp_path, strict)
-    assert agent.reserved() == RESERVED
+    assert cpu_node.reserved(agent) == RESERVED
     agent.admit(request_from_oci("s", {}), node.add_container("s", 40001))
     shared = parse_list(node.cpuset("s")[0])
     every = frozenset(range(32))
@@ -43,7 +44,7 @@ def test_shared_containers_and_the_reserved_cpus(tmp_path: Path, strict: bool) -
     assert len(exclusive) == 4 and not exclusive & RESERVED
     shrunk = parse_list(node.cpuset("s")[0])
     assert shrunk == (every - exclusive - RESERVED if strict else every - exclusive)
-    assert agent.shared_pool(agent.ledger.read()) == shrunk
+    assert cpu_node.shared_pool(agent, agent.ledger.read()) == shrunk
 
     agent.release("x")
     assert parse_list(node.cpuset("s")[0]) == shared

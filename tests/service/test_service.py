@@ -50,6 +50,7 @@ def test_exclusive_grant_is_written_and_recorded(node):
     grant = agent.ledger.read().grants["c1"]
     assert parse_list(cpus) == grant.cpus and len(grant.cpus) == 4
     assert mems == "0" and grant.mems == frozenset({0}) and admitted.grant == grant
+    assert agent.describe_grant(grant) == ["memory=0:1Gi"], "what numa-pin status adds to the grant's line"
     # every CPU granted lies on the granted memory node
     topo = agent.topology
     assert all(topo.cpus[c].numa == 0 for c in grant.cpus)
@@ -97,7 +98,7 @@ def test_enforcement_failure_rolls_back_and_records_nothing(node, monkeypatch):
     def broken(*args, **kwargs):
         raise EnforcementError("simulated failure", path="/fake")
 
-    monkeypatch.setattr("numa_pin.service.resize_shared", broken)
+    monkeypatch.setattr("numa_pin.resources.node.cpu.resize_shared", broken)
     with pytest.raises(EnforcementError, match="simulated"):
         agent.admit(request_from_oci("x", {"numa-pin.io/cpus": "2"}), node.container(2))
     assert agent.ledger.read() == before, "the ledger did not change"
@@ -138,6 +139,11 @@ def test_gpu_and_vf_alignment_moves_the_vf(node, monkeypatch):
     assert all(topo.cpus[c].numa == node_of[gpu] for c in grant.cpus)
     assert moved == [(vf, 50001, "net1")]
     assert len(agent.ledger.read().grants["g"].netdevs) == 1
+    # ledger format 4: the undo record is a JSON object in the file, not JSON text inside it
+    import json
+
+    on_disk = json.loads((node.state_dir / "ledger.json").read_text())["data"]["grants"]["g"]["netdevs"]
+    assert on_disk == [{"record": {"bdf": vf, "container_name": "net1"}}]
     agent.release("g")
     assert [r["bdf"] for r in restored] == [vf]
 
@@ -201,7 +207,7 @@ def test_rollback_failures_ride_on_the_error_and_reach_syslog(node, monkeypatch)
     agent = NodeService(node.config)
     logged: list[str] = []
     monkeypatch.setattr("numa_pin.report.log_syslog", lambda line, error=True: logged.append(line))
-    real_apply = __import__("numa_pin.service", fromlist=["apply_cpuset"]).apply_cpuset
+    real_apply = __import__("numa_pin.resources.node.cpu", fromlist=["apply_cpuset"]).apply_cpuset
 
     def apply_then_jam(ref, cpus, mems, root, undo):
         real_apply(ref, cpus, mems, root, undo)
@@ -210,8 +216,8 @@ def test_rollback_failures_ride_on_the_error_and_reach_syslog(node, monkeypatch)
     def broken(*args, **kwargs):
         raise EnforcementError("simulated failure", path="/fake")
 
-    monkeypatch.setattr("numa_pin.service.apply_cpuset", apply_then_jam)
-    monkeypatch.setattr("numa_pin.service.resize_shared", broken)
+    monkeypatch.setattr("numa_pin.resources.node.cpu.apply_cpuset", apply_then_jam)
+    monkeypatch.setattr("numa_pin.resources.node.cpu.resize_shared", broken)
     with pytest.raises(EnforcementError) as info:
         agent.admit(request_from_oci("x", {"numa-pin.io/cpus": "2"}), node.container(2))
     assert info.value.rollback_failures and "busy" in info.value.rollback_failures[0]

@@ -111,6 +111,17 @@ class Amounts:
         return self.cpus == 0 and not self.memory_resources and not any(self.devices.values())
 
 
+def at_least(pod: Amounts, container: Amounts) -> Amounts:
+    """Per resource, the larger of the pod's total and the container's own request."""
+    devices = dict(pod.devices)
+    for res, count in container.devices.items():
+        devices[res] = max(devices.get(res, 0), count)
+    hugepages = dict(pod.hugepages)
+    for res, size in container.hugepages.items():
+        hugepages[res] = max(hugepages.get(res, 0), size)
+    return Amounts(max(pod.cpus, container.cpus), max(pod.memory, container.memory), hugepages, devices)
+
+
 @record
 class ContainerRequest:
     """Everything the admission needs to know about one container start."""

@@ -17,7 +17,7 @@ from numa_pin.errors import AgentError
 
 #: everything a hook can import, loaded before the first fork: what ``sys.modules`` showed after
 #: in-process admissions, a rejection and a release, plus every function-level import of the
-#: hook path (devices, GPUs, psutil for liveness on a real /proc, difflib for config errors).
+#: hook path (devices, GPUs, difflib for config errors).
 #: Left out: pyroute2, which only SR-IOV moves import (in the child, ~20 ms) and which would
 #: add some 250 modules to every fork; and ctypes, which only a GPU grant imports (in the forked
 #: child that joins the container's mount namespace, Python 3.11 having no os.setns).
@@ -37,6 +37,8 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.boundedio",
     "numa_pin.admission.decide",
     "numa_pin.admission.cdi_map",
+    "numa_pin.resources.nvidia",
+    "numa_pin.resources.registry",
     "numa_pin.admission.request",
     "numa_pin.providers.cpu",
     "numa_pin.providers.memory",
@@ -62,7 +64,6 @@ PRELOAD: tuple[str, ...] = (
     "syslog",
     "traceback",
     "difflib",
-    "psutil",
 )
 
 

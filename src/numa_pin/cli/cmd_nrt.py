@@ -95,27 +95,13 @@ def builder(args: argparse.Namespace) -> tuple[Callable[[], dict[str, Any]], str
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Replace ``path`` with ``text`` so readers see the old or the new file, never a part.
-    Raises OSError."""
+    """Replace ``path`` (mode 0644) with ``text`` so readers, and a crash at any instant, see the
+    old or the new file, never a part (:func:`numa_pin.safefs.replace_private`). Raises OSError."""
+    from numa_pin.safefs import replace_private
+
     directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fp:
-            fp.write(text)
-            fp.flush()
-            os.fsync(fp.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    replace_private(directory, path, text.encode("utf-8"), prefix=f".{os.path.basename(path)}.", mode=0o644,
+                    durable=True)
 
 
 def kubeconfig_path(flag: str | None, env: Mapping[str, str]) -> str | None:

@@ -27,13 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from numa_pin.cli.cmd_status import grant_dict
+    from numa_pin.resources.node.cpu import blocked_shared
     from numa_pin.service import NodeService
 
     service = NodeService(load(args))
     removed, repaired = service.reconcile()
     state = service.ledger.read()
     conflicts = service.config_conflicts(state)
-    blocked = service.blocked_shared(state)
+    blocked = blocked_shared(service, state)
     if args.json:
         out = {"dropped": [grant_dict(g) for g in removed], "repaired": list(repaired), "conflicts": conflicts,
                "blocked_shared": blocked}

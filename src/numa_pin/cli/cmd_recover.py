@@ -34,11 +34,12 @@ def run(args: argparse.Namespace) -> int:
     from numa_pin.errors import NumaPinError
     from numa_pin.ledger.liveness import cgroup_dir, is_alive
     from numa_pin.ledger.recovery import Recovery, rebuild
+    from numa_pin.resources.node.cpu import reserved as reserved_of
     from numa_pin.service import NodeService
 
     service = NodeService(load(args))
     cfg = service.config
-    online, reserved = service.topology.cpu_ids, service.reserved()
+    online, reserved = service.topology.cpu_ids, reserved_of(service)
     made: list[Recovery] = []
 
     def alive(grant) -> bool:

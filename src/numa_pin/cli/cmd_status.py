@@ -52,21 +52,14 @@ def run(args: argparse.Namespace) -> int:
     config = load(args)
     agent = NodeService(config)
     state = agent.ledger.read()
-    pool = agent.shared_pool(state)
-    topo = agent.topology
-    free = {n: sorted(topo.nodes[n].cpus & (topo.cpu_ids - state.exclusive_cpus() - agent.reserved()))
-            for n in topo.node_ids}
     grants = [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)]
-    free_per_node = {str(n): format_list(c) for n, c in free.items()}
     out: dict[str, Any] = {
         "grants": grants,
-        "shared_pool": format_list(pool),
-        "reserved": format_list(agent.reserved()),
-        "free_exclusive_cpus_per_node": free_per_node,
+        **agent.describe(state),  # every resource's part: shared pool, reserved, free CPUs per node
         "kubelet": describe(args.kubelet_root or config.kubelet_root),
         "conflicts": agent.config_conflicts(state),
-        "blocked_shared": agent.blocked_shared(state),
     }
+    free_per_node: dict[str, str] = out["free_exclusive_cpus_per_node"]
     kubelet: dict[str, Any] = out["kubelet"]
     if kubelet["static"]:
         from numa_pin.cpuset import parse_list
@@ -87,9 +80,11 @@ def run(args: argparse.Namespace) -> int:
     lines += [f"blocked: {one_line(b)}" for b in out["blocked_shared"]]
     lines.append(f"{len(grants)} grant(s)")
     for g in grants:
+        held = agent.describe_grant(state.grants[g["container_id"]])  # memory, devices: each resource's words
         lines.append(
             f"  {one_line(short[g['container_id']]):{width}} {one_line(g['kind']):9} cpus={g['cpus'] or '-':8} "
             f"mems={g['mems'] or '-':6} pod={one_line(g['pod'] or g['pod_id'][:16])} {one_line(g['policy'])}"
+            + "".join(f" {one_line(word)}" for word in held)
         )
     write_out("\n".join(lines) + "\n")
     return 0

@@ -79,31 +79,91 @@ class Insn:
 
 
 @record
-class AllowRule:
-    """Allow ``access`` (letters of ``rwm``) on one block (``b``) or character (``c``) device."""
+class DeviceRule:
+    """A device cgroup rule, the one form numa-pin gives them: ``type major:minor access``.
+
+    ``type`` is ``c`` (character), ``b`` (block) or ``a`` (all devices); ``major``/``minor``
+    None is ``*``; ``access`` is letters of ``rwm``. The same value is a ``devices.list`` line and
+    a ``devices.allow``/``devices.deny`` write (cgroup v1), an entry of numa-pin's prologue in a
+    device program (cgroup v2: one device only, see :meth:`device`), and the device part of an
+    OCI ``linux.resources.devices`` entry.
+
+    Raises:
+        ValueError: an unknown type, an access that is not letters of ``rwm``, or a number
+            outside the kernel's limits (12-bit major, 20-bit minor; they also keep the 32-bit
+            immediate of a 64-bit compare positive, where sign extension would never match).
+    """
 
     type: str
-    major: int
-    minor: int
+    major: int | None = None
+    minor: int | None = None
     access: str = "rwm"
 
     def __post_init__(self) -> None:
-        if self.type not in DEV_TYPES:
-            raise ValueError(f"device rule type must be 'b' or 'c', not {self.type!r}")
+        if self.type not in ("a", *DEV_TYPES):
+            raise ValueError(f"device rule type must be 'a', 'b' or 'c', not {self.type!r}")
         if not self.access or not set(self.access) <= set(ACCESS_BITS):
             raise ValueError(f"device rule access must be letters of 'rwm', not {self.access!r}")
-        # the kernel's limits (MINORBITS 20, 12 major bits); they also keep the 32-bit immediate
-        # of a 64-bit compare positive, where sign extension would make a high number never match
         for name, value, top in (("major", self.major, MAX_MAJOR), ("minor", self.minor, MAX_MINOR)):
-            if not isinstance(value, int) or not 0 <= value <= top:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top):
                 raise ValueError(f"device rule {name} must be a number from 0 to {top}, not {value!r}")
+
+    @classmethod
+    def device(cls, type: str, major: int | None, minor: int | None, access: str = "rwm") -> DeviceRule:
+        """A rule for one block or character device (what a device program's prologue holds).
+        Raises ValueError for ``a`` or a wildcard, and as the constructor does."""
+        if type not in DEV_TYPES:
+            raise ValueError(f"device rule type must be 'b' or 'c', not {type!r}")
+        for name, value, top in (("major", major, MAX_MAJOR), ("minor", minor, MAX_MINOR)):
+            if value is None:
+                raise ValueError(f"device rule {name} must be a number from 0 to {top}, not None")
+        return cls(type, major, minor, access)
 
     @property
     def mask(self) -> int:
+        """The access letters as the kernel's bits (``m`` 1, ``r`` 2, ``w`` 4)."""
         return sum(ACCESS_BITS[c] for c in set(self.access))
 
     def __str__(self) -> str:
-        return f"{self.type} {self.major}:{self.minor} {self.access}"
+        if self.type == "a":
+            return "a"
+        major = "*" if self.major is None else str(self.major)
+        minor = "*" if self.minor is None else str(self.minor)
+        return f"{self.type} {major}:{minor} {self.access}"
+
+    def covers(self, other: DeviceRule) -> bool:
+        """True when this single rule grants everything ``other`` asks for."""
+        if self.type != "a" and self.type != other.type:
+            return False
+        if self.type != "a":
+            if self.major is not None and self.major != other.major:
+                return False
+            if self.minor is not None and self.minor != other.minor:
+                return False
+        return set(other.access) <= set(self.access)
+
+    @classmethod
+    def parse(cls, text: str) -> DeviceRule:
+        """Parse a ``devices.list`` line (``c 195:0 rwm``, ``a *:* rwm``, ``a``).
+
+        Raises ValueError for anything else.
+        """
+        fields = text.split()
+        if not fields or fields[0] not in ("a", "b", "c"):
+            raise ValueError(f"not a device rule: {text!r}")
+        if len(fields) == 1 and fields[0] == "a":
+            return cls("a", None, None, "rwm")
+        if len(fields) != 3:
+            raise ValueError(f"not a device rule: {text!r}")
+        major_s, sep, minor_s = fields[1].partition(":")
+        if not sep or not set(fields[2]) <= set(ACCESS_BITS) or not fields[2]:
+            raise ValueError(f"not a device rule: {text!r}")
+        try:
+            major = None if major_s == "*" else int(major_s)
+            minor = None if minor_s == "*" else int(minor_s)
+        except ValueError:
+            raise ValueError(f"not a device rule: {text!r}") from None
+        return cls(fields[0], major, minor, fields[2])
 
 
 def encode(insns: Iterable[Insn]) -> bytes:
@@ -130,7 +190,9 @@ def _header() -> list[Insn]:
     ]
 
 
-def _rule(rule: AllowRule) -> list[Insn]:
+def _rule(rule: DeviceRule) -> list[Insn]:
+    if rule.type not in DEV_TYPES or rule.major is None or rule.minor is None:
+        raise ValueError(f"a device program rule names one device, not {rule}")
     tail = [Insn(ALU64_MOV_K, 0, imm=1), Insn(JMP_EXIT)]
     if rule.mask != ALL_ACCESS:  # a check whose outcome the verifier cannot know (see the module doc)
         tail = [Insn(ALU32_MOV_X, 0, 3), Insn(ALU32_AND_K, 0, imm=ALL_ACCESS & ~rule.mask),
@@ -144,7 +206,7 @@ def _rule(rule: AllowRule) -> list[Insn]:
     ]
 
 
-def prologue(rules: Sequence[AllowRule]) -> tuple[Insn, ...]:
+def prologue(rules: Sequence[DeviceRule]) -> tuple[Insn, ...]:
     """The instructions that allow ``rules`` and otherwise fall through (see the module doc)."""
     out = _header()
     for rule in rules:
@@ -153,7 +215,7 @@ def prologue(rules: Sequence[AllowRule]) -> tuple[Insn, ...]:
     return tuple(out)
 
 
-def _read_rule(insns: Sequence[Insn], at: int) -> tuple[AllowRule, int]:
+def _read_rule(insns: Sequence[Insn], at: int) -> tuple[DeviceRule, int]:
     """The rule encoded at ``insns[at]`` and the index after it. Raises ValueError."""
     head = insns[at:at + 3]
     if len(head) < 3 or [(i.code, i.dst) for i in head] != [(JMP_JNE_K, 2), (JMP_JNE_K, 4), (JMP_JNE_K, 5)]:
@@ -175,11 +237,11 @@ def _read_rule(insns: Sequence[Insn], at: int) -> tuple[AllowRule, int]:
     end = rest + 2
     if [i.off for i in head] != [end - at - 1, end - at - 2, end - at - 3]:
         raise ValueError(f"instruction {at}: jumps do not lead to the next rule")
-    rule = AllowRule(kind, head[1].imm, head[2].imm, access)
+    rule = DeviceRule.device(kind, head[1].imm, head[2].imm, access)
     return rule, end
 
 
-def split(insns: Sequence[Insn]) -> tuple[tuple[AllowRule, ...], tuple[Insn, ...]]:
+def split(insns: Sequence[Insn]) -> tuple[tuple[DeviceRule, ...], tuple[Insn, ...]]:
     """``(rules of numa-pin's prologue, the original instructions)``; ``((), insns)`` when the
     program carries no prologue. Raises ValueError when it starts with numa-pin's marker but the
     prologue is not one :func:`prologue` builds (numa-pin does not guess at such a program)."""
@@ -189,7 +251,7 @@ def split(insns: Sequence[Insn]) -> tuple[tuple[AllowRule, ...], tuple[Insn, ...
     header = _header()
     if list(insns[:len(header)]) != header:
         raise ValueError("numa-pin marker without numa-pin's prologue")
-    rules: list[AllowRule] = []
+    rules: list[DeviceRule] = []
     at = len(header)
     while at < len(insns) and insns[at] != Insn(ALU64_MOV_K, 0, imm=MARK_END):
         rule, at = _read_rule(insns, at)
@@ -199,7 +261,7 @@ def split(insns: Sequence[Insn]) -> tuple[tuple[AllowRule, ...], tuple[Insn, ...
     return tuple(rules), insns[at + 1:]
 
 
-def with_rules(program: bytes, add: Iterable[AllowRule] = (), remove: Iterable[AllowRule] = ()) -> bytes | None:
+def with_rules(program: bytes, add: Iterable[DeviceRule] = (), remove: Iterable[DeviceRule] = ()) -> bytes | None:
     """``program`` (``struct bpf_insn`` bytes) with numa-pin's rules changed: ``add`` appended
     where missing, ``remove`` taken out; no rule left means no prologue at all, i.e. the original
     instructions byte for byte. None when nothing would change. Raises ValueError as
@@ -213,7 +275,7 @@ def with_rules(program: bytes, add: Iterable[AllowRule] = (), remove: Iterable[A
     return encode((prologue(rules) if rules else ()) + body)
 
 
-def carried_rules(program: bytes) -> tuple[AllowRule, ...]:
+def carried_rules(program: bytes) -> tuple[DeviceRule, ...]:
     """The rules numa-pin's prologue in ``program`` allows (empty without one). Raises ValueError."""
     return split(decode(program))[0]
 
@@ -224,7 +286,7 @@ __all__ = [
     "MARK_START",
     "MAX_MAJOR",
     "MAX_MINOR",
-    "AllowRule",
+    "DeviceRule",
     "Insn",
     "carried_rules",
     "decode",

@@ -35,7 +35,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
-from numa_pin.devices.devfilter import AllowRule, carried_rules, with_rules
+from numa_pin.devices.devfilter import DeviceRule, carried_rules, with_rules
 from numa_pin.errors import EnforcementError
 from numa_pin.record import record
 
@@ -246,7 +246,7 @@ def _program_fd(lib: Libbpf, prog_id: int, cgroup_dir: str) -> int:
         raise _fail(exc, f"cannot open device program {prog_id} (an LSM may protect it)", cgroup_dir) from exc
 
 
-def _change(cgroup_dir: str, add: Sequence[AllowRule], remove: Sequence[AllowRule], lib: Libbpf) -> int:
+def _change(cgroup_dir: str, add: Sequence[DeviceRule], remove: Sequence[DeviceRule], lib: Libbpf) -> int:
     """Replace each program attached to ``cgroup_dir`` whose numa-pin rules change; how many were
     replaced. On a failure part-way, the programs already replaced are put back first."""
     done = 0
@@ -299,7 +299,7 @@ def read_programs(cgroup_dir: str, lib: Libbpf | None = None) -> tuple[Program, 
     return tuple(out)
 
 
-def add_rules(cgroup_dir: str, rules: Iterable[AllowRule], lib: Libbpf | None = None) -> tuple[AllowRule, ...]:
+def add_rules(cgroup_dir: str, rules: Iterable[DeviceRule], lib: Libbpf | None = None) -> tuple[DeviceRule, ...]:
     """Make every device program attached to ``cgroup_dir`` also allow ``rules``; the rules that
     were not carried by all of them before (what :func:`remove_rules` should take back).
 
@@ -336,7 +336,7 @@ def add_rules(cgroup_dir: str, rules: Iterable[AllowRule], lib: Libbpf | None = 
     return added
 
 
-def remove_rules(cgroup_dir: str, rules: Iterable[AllowRule], lib: Libbpf | None = None) -> int:
+def remove_rules(cgroup_dir: str, rules: Iterable[DeviceRule], lib: Libbpf | None = None) -> int:
     """Take ``rules`` out of the numa-pin prologue of every device program attached to
     ``cgroup_dir`` (a program left with none is the original again); how many programs changed.
     A cgroup that is gone has nothing to take back (0). Raises EnforcementError."""

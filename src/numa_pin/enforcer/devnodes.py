@@ -32,7 +32,7 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from numa_pin.enforcer.gpu import NVIDIA_MAJOR, NVIDIACTL_MINOR, DeviceRule
+from numa_pin.enforcer.gpu import NVIDIA_MAJOR, NVIDIACTL_MINOR, DeviceRule, gpu_minors
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
 from numa_pin.record import record
@@ -66,15 +66,7 @@ def gpu_device_nodes(gpus: Iterable[PciDevice], uvm_major: int | None) -> tuple[
 
     Raises EnforcementError for a GPU without a device minor (driver not loaded).
     """
-    minors: set[int] = set()
-    for gpu in gpus:
-        if gpu.gpu_minor is None:
-            raise EnforcementError(
-                f"GPU {gpu.address} has no device minor (is the NVIDIA driver loaded? "
-                f"/proc/driver/nvidia/gpus/{gpu.address}/information names it)"
-            )
-        minors.add(gpu.gpu_minor)
-    nodes = [DeviceNode(f"/dev/nvidia{m}", NVIDIA_MAJOR, m) for m in sorted(minors)]
+    nodes = [DeviceNode(f"/dev/nvidia{m}", NVIDIA_MAJOR, m) for m in sorted(set(gpu_minors(gpus)))]
     nodes.append(DeviceNode("/dev/nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR))
     if uvm_major is not None:
         nodes.append(DeviceNode("/dev/nvidia-uvm", uvm_major, 0))

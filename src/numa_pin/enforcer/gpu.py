@@ -53,11 +53,13 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from numa_pin.devices.devfilter import DeviceRule
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.cgroups import CgroupLayout
 from numa_pin.enforcer.undo import UndoFn, UndoLog, describe_failures
 from numa_pin.errors import EnforcementError
-from numa_pin.record import record
+from numa_pin.record import record, replace
+from numa_pin.safefs import replace_private
 from numa_pin.topology.model import PciDevice
 
 NVIDIA_MAJOR = 195
@@ -68,81 +70,19 @@ DEVICES_DENY = "devices.deny"
 DEVICES_LIST = "devices.list"
 GPU_FILE = "run/numa-pin/gpus"
 
-_ACCESS = frozenset("rwm")
-
-
-@record
-class DeviceRule:
-    """A device cgroup rule: ``type major:minor access`` (``None`` major/minor is ``*``).
-
-    ``type`` is ``c``, ``b`` or ``a`` (all devices).
-    """
-
-    type: str
-    major: int | None
-    minor: int | None
-    access: str = "rwm"
-
-    def __str__(self) -> str:
-        if self.type == "a":
-            return "a"
-        major = "*" if self.major is None else str(self.major)
-        minor = "*" if self.minor is None else str(self.minor)
-        return f"{self.type} {major}:{minor} {self.access}"
-
-    def covers(self, other: DeviceRule) -> bool:
-        """True when this single rule grants everything ``other`` asks for."""
-        if self.type != "a" and self.type != other.type:
-            return False
-        if self.type != "a":
-            if self.major is not None and self.major != other.major:
-                return False
-            if self.minor is not None and self.minor != other.minor:
-                return False
-        return set(other.access) <= set(self.access)
-
-    @classmethod
-    def parse(cls, text: str) -> DeviceRule:
-        """Parse a ``devices.list`` line (``c 195:0 rwm``, ``a *:* rwm``, ``a``).
-
-        Raises ValueError for anything else.
-        """
-        fields = text.split()
-        if not fields or fields[0] not in ("a", "b", "c"):
-            raise ValueError(f"not a device rule: {text!r}")
-        if len(fields) == 1 and fields[0] == "a":
-            return cls("a", None, None, "rwm")
-        if len(fields) != 3:
-            raise ValueError(f"not a device rule: {text!r}")
-        major_s, sep, minor_s = fields[1].partition(":")
-        if not sep or not set(fields[2]) <= _ACCESS or not fields[2]:
-            raise ValueError(f"not a device rule: {text!r}")
-        try:
-            major = None if major_s == "*" else int(major_s)
-            minor = None if minor_s == "*" else int(minor_s)
-        except ValueError:
-            raise ValueError(f"not a device rule: {text!r}") from None
-        return cls(fields[0], major, minor, fields[2])
 
 
 @record
 class OciDeviceRule:
-    """One ``linux.resources.devices`` entry of an OCI config (later entries win)."""
+    """One ``linux.resources.devices`` entry of an OCI config: allow or deny ``rule`` (later
+    entries win)."""
 
     allow: bool
-    type: str = "a"
-    major: int | None = None
-    minor: int | None = None
-    access: str = "rwm"
+    rule: DeviceRule
 
-    def matches(self, rule: DeviceRule, access: str) -> bool:
-        if access not in self.access:
-            return False
-        if self.type != "a" and self.type != rule.type:
-            return False
-        if self.major is not None and self.major != rule.major:
-            return False
-        return self.minor is None or self.minor == rule.minor
+    def matches(self, wanted: DeviceRule, access: str) -> bool:
+        """Whether this entry speaks about the ``access`` letter of ``wanted``."""
+        return self.rule.covers(replace(wanted, access=access))
 
 
 @record
@@ -202,17 +142,16 @@ def oci_rules_from_config(config: Mapping[str, Any]) -> tuple[OciDeviceRule, ...
     out: list[OciDeviceRule] = []
     try:
         for entry in resources.get("devices") or ():
-            out.append(OciDeviceRule(
-                allow=bool(entry["allow"]),
+            out.append(OciDeviceRule(bool(entry["allow"]), DeviceRule(
                 type=str(entry.get("type") or "a"),
                 major=None if entry.get("major") in (None, -1) else int(entry["major"]),
                 minor=None if entry.get("minor") in (None, -1) else int(entry["minor"]),
                 access=str(entry.get("access") or "rwm"),
-            ))
+            )))
         for dev in linux.get("devices") or ():
             kind = {"u": "c"}.get(str(dev["type"]), str(dev["type"]))
             if kind in ("b", "c"):  # FIFOs ("p") need no device rule
-                out.append(OciDeviceRule(True, kind, int(dev["major"]), int(dev["minor"]), "rwm"))
+                out.append(OciDeviceRule(True, DeviceRule(kind, int(dev["major"]), int(dev["minor"]), "rwm")))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise EnforcementError(
             f"config.json linux.resources.devices / linux.devices entry is malformed: {exc}"
@@ -250,7 +189,8 @@ def read_uvm_major(proc_root: str | os.PathLike[str]) -> int | None:
     return parse_char_majors(text).get(UVM_DEVICE_NAME)
 
 
-def _gpu_minors(gpus: Iterable[PciDevice]) -> list[int]:
+def gpu_minors(gpus: Iterable[PciDevice]) -> list[int]:
+    """The device minor of each GPU. Raises EnforcementError for one without (driver not loaded)."""
     minors: list[int] = []
     for gpu in gpus:
         if gpu.gpu_minor is None:
@@ -303,7 +243,7 @@ def grant_gpus(
     changes of this call are rolled back first. CgroupEscapeError for a cgroup path outside
     ``cgroup_root``.
     """
-    rules = nvidia_rules(_gpu_minors(gpus), read_uvm_major(proc_root))
+    rules = nvidia_rules(gpu_minors(gpus), read_uvm_major(proc_root))
     return allow_device_rules(rules, pid, proc_root, cgroup_root, layout, undo, oci_rules=oci_rules)
 
 
@@ -355,12 +295,10 @@ def _deny(path: str, rule: str) -> UndoFn:
     return undo
 
 
-def _allow_rules(rules: Sequence[DeviceRule], where: str | None) -> list[Any]:
-    """``rules`` as :class:`~numa_pin.devices.devfilter.AllowRule` (one device each)."""
-    from numa_pin.devices.devfilter import AllowRule
-
+def _allow_rules(rules: Sequence[DeviceRule], where: str | None) -> list[DeviceRule]:
+    """``rules``, each checked to name one device (what a device program's prologue holds)."""
     try:
-        return [AllowRule(r.type, r.major, r.minor, r.access) for r in rules]  # type: ignore[arg-type]
+        return [DeviceRule.device(r.type, r.major, r.minor, r.access) for r in rules]
     except ValueError as exc:
         raise EnforcementError(f"cgroup v2: only single devices can be granted: {exc}", path=where) from exc
 
@@ -417,6 +355,17 @@ def _take_out(directory: str, rules: Sequence[Any]) -> UndoFn:
     return undo
 
 
+def revoke_granted_rules(rules: Sequence[str], devices_dir: str | None, bpf_dirs: Sequence[str]) -> None:
+    """Take back device ``rules`` a grant added: ``devices.deny`` in the cgroup v1 ``devices``
+    directory ``devices_dir`` (skipped when None or gone), and out of the device programs of the
+    cgroup v2 ``bpf_dirs`` (:func:`revoke_device_rules`). Raises EnforcementError."""
+    if devices_dir and os.path.isdir(devices_dir):
+        for rule in rules:
+            cgroups.write_cgroup_file(os.path.join(devices_dir, DEVICES_DENY), rule)
+    if bpf_dirs:
+        revoke_device_rules(list(rules), list(bpf_dirs))
+
+
 def revoke_device_rules(rules: Sequence[str], bpf_dirs: Sequence[str]) -> None:
     """Take device ``rules`` (``c 195:0 rwm`` texts, as in :attr:`GpuGrant.added`) back out of
     the device programs of ``bpf_dirs`` (cgroup v2; a cgroup that is gone is skipped).
@@ -459,17 +408,10 @@ def expose_gpu_env_file(
         created.append(probe)
         probe = os.path.dirname(probe)
     text = "".join(f"{u}\n" for u in uuids)
-    tmp = target + ".tmp"
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
         cgroups.join_under(rootfs, os.path.relpath(directory, rootfs))  # re-check after mkdir
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644)
-        try:
-            os.write(fd, text.encode("ascii", errors="replace"))
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
+        replace_private(directory, target, text.encode("ascii", errors="replace"), mode=0o644)
     except OSError as exc:
         raise EnforcementError(f"cannot write the GPU list: {exc.strerror or exc}",
                                path=target) from exc
@@ -495,6 +437,7 @@ __all__ = [
     "allow_device_rules",
     "bpf_cgroup_dirs",
     "expose_gpu_env_file",
+    "gpu_minors",
     "grant_gpus",
     "nvidia_rules",
     "oci_allows",
@@ -502,4 +445,5 @@ __all__ = [
     "parse_char_majors",
     "read_uvm_major",
     "revoke_device_rules",
+    "revoke_granted_rules",
 ]

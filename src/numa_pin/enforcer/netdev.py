@@ -10,9 +10,9 @@ up there under its host name and the request fails; :func:`move_netdev_to_netns`
 moves it straight back and says so in the error.
 
 Before anything changes, :func:`move_netdev_to_netns` records what restoring needs in a
-:class:`NetdevRecord` (JSON-able, for the ledger): the BDF, the PF and VF index, the host
-name, MAC, MTU, up state, and the PF-side VF config (admin MAC, VLAN, spoofchk, trust,
-link state) read from the PF's ``IFLA_VFINFO_LIST``.
+:class:`NetdevRecord` (:mod:`numa_pin.enforcer.netdev_record`; a JSON object in the ledger):
+the BDF, the PF and VF index, the host name, MAC, MTU, up state, and the PF-side VF config
+(admin MAC, VLAN, spoofchk, trust, link state) read from the PF's ``IFLA_VFINFO_LIST``.
 
 :func:`restore_netdev` works like sriov-cni's DEL: PF-side VF config first (some
 drivers refuse netdev changes while trust is off), then the device is found (in the
@@ -29,200 +29,19 @@ from __future__ import annotations
 
 import errno
 import os
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 
-from numa_pin import pciaddr
+from numa_pin.enforcer import netdev_record as rec
+from numa_pin.enforcer.netdev_record import NetdevRecord, VfConfig
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
-from numa_pin.record import asdict, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
     from typing import Any
 
-IFNAMSIZ = 16
-_VIRTFN_RE = re.compile(r"^virtfn(\d+)$")
 _IFF_UP = 0x1
-_UNSUPPORTED = 0xFFFFFFFF  # what drivers report for a VF setting they do not implement
-
-
-@record
-class VfConfig:
-    """PF-side state of one VF (``ip link show <pf>`` ``vf N`` line); None = not reported."""
-
-    mac: str | None = None
-    vlan: int | None = None
-    qos: int | None = None
-    spoofchk: bool | None = None
-    trust: bool | None = None
-    link_state: int | None = None
-
-    def request(self, vf_index: int) -> dict[str, Any]:
-        """The ``vf=`` argument of pyroute2 ``link('set', ...)`` that restores this state."""
-        req: dict[str, Any] = {"vf": vf_index}
-        if self.mac is not None:
-            req["mac"] = self.mac
-        if self.vlan is not None:
-            req["vlan"] = {"vlan": self.vlan, "qos": self.qos or 0}
-        if self.spoofchk is not None:
-            req["spoofchk"] = int(self.spoofchk)
-        if self.trust is not None:
-            req["trust"] = int(self.trust)
-        if self.link_state is not None:
-            req["link_state"] = self.link_state
-        return req
-
-
-@record
-class NetdevRecord:
-    """Everything needed to give a moved netdev back. ``bdf`` is None for virtual devices."""
-
-    host_name: str
-    container_name: str
-    netns: str  # the netns path it was moved into
-    bdf: str | None = None
-    pf: str | None = None  # PF BDF when the device is a VF
-    pf_name: str | None = None  # PF netdev name in the host netns
-    vf_index: int | None = None
-    mac: str | None = None  # the netdev's own (effective) MAC before the move
-    mtu: int | None = None
-    was_up: bool = False
-    ifindex: int | None = None
-    vf_config: VfConfig | None = None  # PF-side config of the VF before the move
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict (for the ledger)."""
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> NetdevRecord:
-        """Inverse of :meth:`to_dict`; raises EnforcementError for a malformed record."""
-        try:
-            fields = dict(data)
-            vf = fields.pop("vf_config", None)
-            return cls(**fields, vf_config=VfConfig(**vf) if vf is not None else None)
-        except TypeError as exc:
-            raise EnforcementError(f"malformed netdev record: {exc}") from exc
-
-
-# ---- names and sysfs -----------------------------------------------------------------
-def is_bdf(text: str) -> bool:
-    """True for a PCI address in sysfs form (``0000:3b:02.1``)."""
-    return pciaddr.is_address(text)
-
-
-def validate_ifname(name: str) -> str:
-    """Return ``name`` if the kernel accepts it as an interface name, else raise
-    EnforcementError saying why."""
-    if not name or len(name.encode()) >= IFNAMSIZ:
-        raise EnforcementError(f"interface name {name!r} must be 1-{IFNAMSIZ - 1} bytes")
-    if name in (".", "..") or any(c in name for c in "/: \t\n"):
-        raise EnforcementError(f"interface name {name!r} is not valid")
-    return name
-
-
-def _pci_dir(sysfs_root: str | os.PathLike[str], bdf: str) -> str:
-    return os.path.join(os.fspath(sysfs_root), "bus", "pci", "devices", bdf.lower())
-
-
-def netdevs_of(bdf: str, sysfs_root: str | os.PathLike[str]) -> list[str]:
-    """Names of the netdevs PCI function ``bdf`` has in *this* netns (sorted)."""
-    net = os.path.join(_pci_dir(sysfs_root, bdf), "net")
-    try:
-        return sorted(os.listdir(net))
-    except OSError:
-        return []
-
-
-def resolve_netdev(
-    ifname_or_bdf: str, sysfs_root: str | os.PathLike[str]
-) -> tuple[str, str | None]:
-    """``(ifname, bdf)`` for an interface name or a PCI address.
-
-    Raises EnforcementError when a BDF does not exist or has no netdev here (a VF bound
-    to vfio-pci gets no netdev and cannot be moved), or has several.
-    """
-    if is_bdf(ifname_or_bdf):
-        bdf = pciaddr.normalise(ifname_or_bdf)
-        pci = _pci_dir(sysfs_root, bdf)
-        if not os.path.isdir(pci):
-            raise EnforcementError(f"no PCI device {bdf}", path=pci)
-        names = netdevs_of(bdf, sysfs_root)
-        if not names:
-            raise EnforcementError(
-                f"PCI device {bdf} has no network interface in this netns (bound to a "
-                f"userspace driver such as vfio-pci, or already moved)",
-                path=os.path.join(pci, "net"))
-        if len(names) > 1:
-            raise EnforcementError(
-                f"PCI device {bdf} has several network interfaces ({', '.join(names)}); "
-                f"name one", path=os.path.join(pci, "net"))
-        return names[0], bdf
-    name = validate_ifname(ifname_or_bdf)
-    link = os.path.join(os.fspath(sysfs_root), "class", "net", name, "device")
-    try:
-        target = os.path.basename(os.readlink(link))
-    except OSError:
-        return name, None
-    return name, pciaddr.normalise(target) if is_bdf(target) else None
-
-
-def sriov_identity(
-    bdf: str, sysfs_root: str | os.PathLike[str]
-) -> tuple[str | None, str | None, int | None]:
-    """``(pf_bdf, pf_ifname, vf_index)`` of a VF; all None for anything else."""
-    pci = _pci_dir(sysfs_root, bdf)
-    try:
-        pf = os.path.basename(os.readlink(os.path.join(pci, "physfn"))).lower()
-    except OSError:
-        return None, None, None
-    pf_dir = _pci_dir(sysfs_root, pf)
-    vf_index: int | None = None
-    try:
-        entries = os.listdir(pf_dir)
-    except OSError:
-        entries = []
-    for entry in entries:
-        m = _VIRTFN_RE.match(entry)
-        if not m:
-            continue
-        try:
-            target = os.path.basename(os.readlink(os.path.join(pf_dir, entry))).lower()
-        except OSError:
-            continue
-        if target == bdf.lower():
-            vf_index = int(m.group(1))
-            break
-    pf_names = netdevs_of(pf, sysfs_root)
-    return pf, (pf_names[0] if pf_names else None), vf_index
-
-
-def vf_config_from_dicts(entries: list[dict[str, Any]], vf_index: int) -> VfConfig | None:
-    """The :class:`VfConfig` of ``vf_index`` from flattened VF info entries (pure).
-
-    Each entry is a dict with ``vf`` and any of ``mac``, ``vlan``, ``qos``, ``spoofchk``,
-    ``trust``, ``link_state``; values of ``0xffffffff`` mean "not supported".
-    """
-    for entry in entries:
-        if entry.get("vf") != vf_index:
-            continue
-
-        def value(key: str, entry: dict[str, Any] = entry) -> Any:
-            v = entry.get(key)
-            return None if v == _UNSUPPORTED else v
-
-        spoof, trust = value("spoofchk"), value("trust")
-        return VfConfig(
-            mac=value("mac"),
-            vlan=value("vlan"),
-            qos=value("qos"),
-            spoofchk=None if spoof is None else bool(spoof),
-            trust=None if trust is None else bool(trust),
-            link_state=value("link_state"),
-        )
-    return None
 
 
 # ---- pyroute2 plumbing ---------------------------------------------------------------
@@ -298,7 +117,7 @@ def _read_vf_config(ipr: Any, pf_name: str, vf_index: int) -> VfConfig | None:
             if key == "vlan":
                 flat["qos"] = attr["qos"]
         entries.append(flat)
-    return vf_config_from_dicts(entries, vf_index)
+    return rec.vf_config_from_dicts(entries, vf_index)
 
 
 # ---- move ----------------------------------------------------------------------------
@@ -322,9 +141,9 @@ def move_netdev_to_netns(
     the netns cannot be opened (the process is gone), or the kernel refuses the move
     (``new_name`` taken in the container, a device that cannot change netns).
     """
-    validate_ifname(new_name)
-    host_name, bdf = resolve_netdev(ifname_or_bdf, sysfs_root)
-    pf, pf_name, vf_index = sriov_identity(bdf, sysfs_root) if bdf else (None, None, None)
+    rec.validate_ifname(new_name)
+    host_name, bdf = rec.resolve_netdev(ifname_or_bdf, sysfs_root)
+    pf, pf_name, vf_index = rec.sriov_identity(bdf, sysfs_root) if bdf else (None, None, None)
     ns_path = os.path.join(os.fspath(proc_root), str(pid), "ns", "net")
     nl_error = _netlink_error()
     with _iproute() as ipr:
@@ -513,7 +332,7 @@ def _find_at_home(record: NetdevRecord, sysfs_root: str | os.PathLike[str], ipr:
     """The device's index in the host netns: by BDF, then container name, then host name."""
     names: list[str] = []
     if record.bdf:
-        names.extend(netdevs_of(record.bdf, sysfs_root))
+        names.extend(rec.netdevs_of(record.bdf, sysfs_root))
     names.extend([record.container_name, record.host_name])
     for name in names:
         index = _lookup(ipr, name)
@@ -555,12 +374,6 @@ def _restore_host_side(record: NetdevRecord, index: int, ipr: Any, errors: list[
 __all__ = [
     "NetdevRecord",
     "VfConfig",
-    "is_bdf",
     "move_netdev_to_netns",
-    "netdevs_of",
-    "resolve_netdev",
     "restore_netdev",
-    "sriov_identity",
-    "validate_ifname",
-    "vf_config_from_dicts",
 ]

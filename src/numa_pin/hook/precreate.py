@@ -258,7 +258,9 @@ def precreate(data: bytes, service: Any) -> Precreate:
         service.release(cid)
         raise
     if moved:
-        grant = service.note_runtime_netdevs(cid, moved)
+        from numa_pin.resources.node.vf import note_runtime_netdevs
+
+        grant = note_runtime_netdevs(service.ledger, cid, moved)
     return Precreate(cid, spec_out, grant)
 
 

@@ -7,7 +7,7 @@
 * :mod:`~numa_pin.ledger.liveness` — :func:`is_alive` (pid + start time, or cgroup) and
   the pure :func:`collect_garbage`.
 
-Standard library only (psutil is imported lazily by ``liveness`` when present).
+Standard library only.
 """
 
 from numa_pin.ledger.liveness import collect_garbage, is_alive

@@ -16,12 +16,11 @@ A grant with neither a pid nor a cgroup is dead: nothing could ever show it aliv
 would hold its CPUs and devices forever (no admission records one; a hand-edited or older
 ledger might).
 
-Start times are psutil's ``create_time()``: ``starttime`` ticks from ``/proc/<pid>/stat``
-divided by ``SC_CLK_TCK``, plus ``btime`` from ``/proc/stat``. psutil always reads the
-real ``/proc``, so it is used only when ``proc_root`` is ``/proc``; for any other root
-(a fake tree in tests, the host's proc mounted elsewhere) the same formula is computed
-from ``<proc_root>/<pid>/stat`` and ``<proc_root>/stat`` directly. psutil is imported
-lazily, and when it is missing the direct reader is used for ``/proc`` as well.
+Start times are psutil's ``create_time()`` formula, computed by one reader for every proc root
+(the real ``/proc``, a fake tree in tests, the host's proc mounted elsewhere): ``starttime``
+ticks from ``<proc_root>/<pid>/stat`` divided by ``SC_CLK_TCK``, plus ``btime`` from
+``<proc_root>/stat``. A zombie (state ``Z``, ``X``) counts as gone. Both files are world-readable,
+so no process is ever unknowable.
 
 Because ``btime`` is wall-clock based, a clock step larger than the tolerance between
 admission and the check makes a live process look recycled; the cgroup test still
@@ -34,13 +33,12 @@ import os
 import time
 from collections.abc import Callable
 
-from numa_pin.errors import CgroupEscapeError, SysfsError
+from numa_pin.enforcer.cgroups import hierarchy_dir
+from numa_pin.errors import SysfsError
 from numa_pin.ledger.model import Grant, LedgerState
 
 #: how far a process start time may differ from the recorded one and still match
 START_TIME_TOLERANCE_S = 1.0
-
-_REAL_PROC = "/proc"
 
 
 def is_alive(
@@ -145,18 +143,16 @@ def collect_garbage(
 
 
 def cgroup_dir(cgroup: str, cgroup_root: str, version: int | None = None) -> str:
-    """The directory of ``cgroup`` (relative to the hierarchy root) in the cpuset hierarchy.
+    """The directory of ``cgroup`` (relative to the hierarchy root) in the cpuset hierarchy:
+    ``<cgroup_root>/cpuset/<cgroup>`` on v1, ``<cgroup_root>/<cgroup>`` on v2
+    (:func:`numa_pin.enforcer.cgroups.hierarchy_dir`).
 
     Raises:
-        CgroupEscapeError: the path leaves the hierarchy (``..`` components).
+        CgroupEscapeError: the path leaves the hierarchy (``..`` components, symlinks).
     """
     if version is None:
         version = detect_cgroup_version(cgroup_root)
-    base = os.path.normpath(cgroup_root if version == 2 else os.path.join(cgroup_root, "cpuset"))
-    full = os.path.normpath(os.path.join(base, cgroup.lstrip("/")))
-    if full != base and not full.startswith(base.rstrip(os.sep) + os.sep):
-        raise CgroupEscapeError(f"cgroup {cgroup!r} resolves outside {base}", path=full)
-    return full
+    return hierarchy_dir(cgroup, cgroup_root, "" if version == 2 else "cpuset")
 
 
 def detect_cgroup_version(cgroup_root: str) -> int:
@@ -170,10 +166,6 @@ def process_alive(pid: int, start_time: float | None, proc_root: str) -> bool:
     Raises:
         SysfsError: ``<proc_root>/<pid>/stat`` or ``<proc_root>/stat`` is unparsable.
     """
-    if os.path.normpath(proc_root) == _REAL_PROC:
-        verdict = _psutil_alive(pid, start_time)
-        if verdict is not None:
-            return verdict
     created = _stat_create_time(pid, proc_root)
     if created is None:
         return False
@@ -191,24 +183,6 @@ def process_start_time(pid: int, proc_root: str) -> float | None:
 
 def _same_start(recorded: float | None, actual: float) -> bool:
     return recorded is None or abs(recorded - actual) <= START_TIME_TOLERANCE_S
-
-
-def _psutil_alive(pid: int, start_time: float | None) -> bool | None:
-    """psutil's verdict, or None when psutil is not installed."""
-    try:
-        import psutil
-    except ImportError:
-        return None
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        created = proc.create_time()
-    except psutil.NoSuchProcess:  # includes ZombieProcess
-        return False
-    except psutil.AccessDenied:
-        return True  # it exists; we may not look closer
-    return _same_start(start_time, created)
 
 
 def _stat_create_time(pid: int, proc_root: str) -> float | None:

@@ -5,11 +5,8 @@ numa-pin admitted, keyed by container id, and one :class:`PodRecord` per pod who
 containers share a pod-scope decision. Updates return new states; nothing mutates.
 
 ``to_dict`` / ``from_dict`` convert to and from the JSON-ready form the store writes.
-That form carries a ``version``; older versions are migrated by :data:`MIGRATIONS`
-(version 1 had no ``cpuset_limit``: it becomes ``null``; version 2 kept a grant's GPU undo
-record among its ``netdevs`` and had no pod-level VFs: the record moves to ``gpus``, and pods
-get an empty ``netdevs``), newer ones are refused with :class:`numa_pin.errors.LedgerCorrupt`
-naming the numa-pin release that wrote them.
+That form carries a ``version``; older versions are migrated first and newer ones refused
+(:mod:`numa_pin.ledger.migrate`).
 
 Construction checks types and raises :class:`ValueError` (a programming error);
 ``from_dict`` turns every shape problem into :class:`~numa_pin.errors.LedgerCorrupt`.
@@ -17,83 +14,20 @@ Construction checks types and raises :class:`ValueError` (a programming error);
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 
 from numa_pin import __version__, names
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.errors import LedgerCorrupt
+from numa_pin.ledger import shape
+from numa_pin.ledger.migrate import LEDGER_VERSION, MIGRATIONS, migrate, newer_version_message
+from numa_pin.ledger.pod import PodNetdev, PodRecord
 from numa_pin.record import field, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
-    from typing import Any, TypeGuard
-
-#: the ledger format this numa-pin writes
-LEDGER_VERSION = 3
-
-
-def _v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
-    """Version 2 adds ``cpuset_limit`` to every grant (``null``: no cpuset of its own)."""
-    grants = d.get("grants")
-    if isinstance(grants, dict):
-        d["grants"] = {k: {**g, "cpuset_limit": None} if isinstance(g, dict) else g for k, g in grants.items()}
-    d["version"] = 2
-    return d
-
-
-def _v2_to_v3(d: dict[str, Any]) -> dict[str, Any]:
-    """Version 3 gives a grant's GPU undo record a field of its own (``gpus``; version 2 kept it
-    as a ``{"gpu": "<json>"}`` entry of ``netdevs``) and every pod a ``netdevs`` list (VFs moved
-    once into the pod's network namespace; version 2 moved none per pod).
-
-    Raises:
-        LedgerCorrupt: a version-2 GPU entry that is not the JSON object numa-pin wrote.
-    """
-    grants = d.get("grants")
-    if isinstance(grants, dict):
-        d["grants"] = {k: _split_gpu_entry(k, g) if isinstance(g, dict) else g for k, g in grants.items()}
-    pods = d.get("pods")
-    if isinstance(pods, dict):
-        d["pods"] = {k: {**p, "netdevs": []} if isinstance(p, dict) else p for k, p in pods.items()}
-    d["version"] = 3
-    return d
-
-
-def _split_gpu_entry(key: str, grant: dict[str, Any]) -> dict[str, Any]:
-    netdevs = grant.get("netdevs")
-    out = {**grant, "gpus": None}
-    if not isinstance(netdevs, list):
-        return out
-    gpu = [e for e in netdevs if isinstance(e, dict) and "gpu" in e]
-    if not gpu:
-        return out
-    merged: dict[str, Any] = {"nodes": [], "rules": [], "devices_dir": None, "bpf_dirs": []}
-    for entry in gpu:
-        try:
-            rec = json.loads(entry["gpu"]) if isinstance(entry["gpu"], str) else None
-        except ValueError:
-            rec = None
-        if not isinstance(rec, dict) or not all(isinstance(rec.get(f), list) for f in ("nodes", "rules")):
-            raise LedgerCorrupt(f"grant {key!r}: version-2 GPU record in netdevs is not a JSON object with "
-                                f"nodes and rules: {str(entry['gpu'])[:80]!r}")
-        merged["nodes"] += rec["nodes"]
-        merged["rules"] += rec["rules"]
-        if merged["devices_dir"] is None:
-            merged["devices_dir"] = rec.get("devices_dir")
-        if isinstance(rec.get("bpf_dirs"), list):
-            merged["bpf_dirs"] += rec["bpf_dirs"]
-    out["gpus"] = merged
-    out["netdevs"] = [e for e in netdevs if not (isinstance(e, dict) and "gpu" in e)]
-    return out
-
-
-#: ``migrate`` steps: ``MIGRATIONS[n]`` turns a version-``n`` dict into a version ``n + 1`` dict
-MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = MappingProxyType(
-    {1: _v1_to_v2, 2: _v2_to_v3}
-)
+    from typing import Any
 
 KIND_EXCLUSIVE = "exclusive"  # container with exclusive CPUs
 KIND_SHARED = "shared"  # container in the shared pool (no exclusive CPUs)
@@ -124,11 +58,11 @@ class GpuAccess:
     bpf_dirs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        _set(self, "nodes", _strings("gpus.nodes", self.nodes))
-        _set(self, "rules", _strings("gpus.rules", self.rules))
-        _set(self, "bpf_dirs", _strings("gpus.bpf_dirs", self.bpf_dirs))
+        shape.set_field(self, "nodes", shape.strings("gpus.nodes", self.nodes))
+        shape.set_field(self, "rules", shape.strings("gpus.rules", self.rules))
+        shape.set_field(self, "bpf_dirs", shape.strings("gpus.bpf_dirs", self.bpf_dirs))
         if self.devices_dir is not None:
-            _require_str("gpus.devices_dir", self.devices_dir, nonempty=True)
+            shape.require_str("gpus.devices_dir", self.devices_dir, nonempty=True)
 
     def to_dict(self) -> dict[str, Any]:
         return {"nodes": list(self.nodes), "rules": list(self.rules), "devices_dir": self.devices_dir,
@@ -137,13 +71,13 @@ class GpuAccess:
     @classmethod
     def from_dict(cls, d: object, where: str) -> GpuAccess:
         """Inverse of :meth:`to_dict`. Raises LedgerCorrupt (``where`` names the grant)."""
-        obj = _exact_keys(f"{where}: gpus", d, frozenset(("nodes", "rules", "devices_dir", "bpf_dirs")))
+        obj = shape.exact_keys(f"{where}: gpus", d, frozenset(("nodes", "rules", "devices_dir", "bpf_dirs")))
         try:
             return cls(
-                nodes=tuple(_json(obj, "nodes", list, where)),
-                rules=tuple(_json(obj, "rules", list, where)),
-                devices_dir=_json(obj, "devices_dir", (str, type(None)), where),
-                bpf_dirs=tuple(_json(obj, "bpf_dirs", list, where)),
+                nodes=tuple(shape.json_field(obj, "nodes", list, where)),
+                rules=tuple(shape.json_field(obj, "rules", list, where)),
+                devices_dir=shape.json_field(obj, "devices_dir", (str, type(None)), where),
+                bpf_dirs=tuple(shape.json_field(obj, "bpf_dirs", list, where)),
             )
         except ValueError as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
@@ -183,7 +117,7 @@ class Grant:
     policy: str = names.NONE
     scope: str = names.CONTAINER_SCOPE
     created: float = 0.0
-    netdevs: tuple[Mapping[str, str], ...] = field(default=(), hash=False)
+    netdevs: tuple[Mapping[str, Any], ...] = field(default=(), hash=False)
     cpuset_limit: frozenset[int] | None = None
     gpus: GpuAccess | None = None
     #: CLOCK_BOOTTIME seconds when a grant was made before its container existed (no pid yet);
@@ -191,35 +125,35 @@ class Grant:
     pending_since: float | None = None
 
     def __post_init__(self) -> None:
-        _require_str("container_id", self.container_id, nonempty=True)
-        _require_str("pod_id", self.pod_id)
-        _require_str("container_name", self.container_name)
+        shape.require_str("container_id", self.container_id, nonempty=True)
+        shape.require_str("pod_id", self.pod_id)
+        shape.require_str("container_name", self.container_name)
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if self.pid is not None and (not _is_int(self.pid) or self.pid <= 0):
+        if self.pid is not None and (not shape.is_int(self.pid) or self.pid <= 0):
             raise ValueError(f"pid must be a positive integer or None, got {self.pid!r}")
         if self.start_time is not None:
-            _set(self, "start_time", _finite("start_time", self.start_time))
+            shape.set_field(self, "start_time", shape.finite("start_time", self.start_time))
         if self.cgroup is not None:
-            _require_str("cgroup", self.cgroup)
-        _set(self, "cpus", _ids("cpus", self.cpus))
-        _set(self, "mems", _ids("mems", self.mems))
+            shape.require_str("cgroup", self.cgroup)
+        shape.set_field(self, "cpus", shape.id_set("cpus", self.cpus))
+        shape.set_field(self, "mems", shape.id_set("mems", self.mems))
         if self.kind == KIND_SHARED and self.cpus:
             raise ValueError("a shared grant has no exclusive cpus")
-        _set(self, "devices", _devices(self.devices))
-        _set(self, "memory", _memory(self.memory))
+        shape.set_field(self, "devices", shape.device_map(self.devices))
+        shape.set_field(self, "memory", shape.memory_map(self.memory))
         if self.affinity is not None:
-            _set(self, "affinity", _ids("affinity", self.affinity))
-        _require_str("policy", self.policy, nonempty=True)
-        _require_str("scope", self.scope, nonempty=True)
-        _set(self, "created", _finite("created", self.created))
-        _set(self, "netdevs", _netdevs(self.netdevs))
+            shape.set_field(self, "affinity", shape.id_set("affinity", self.affinity))
+        shape.require_str("policy", self.policy, nonempty=True)
+        shape.require_str("scope", self.scope, nonempty=True)
+        shape.set_field(self, "created", shape.finite("created", self.created))
+        shape.set_field(self, "netdevs", shape.netdev_entries(self.netdevs))
         if self.cpuset_limit is not None:
-            _set(self, "cpuset_limit", _ids("cpuset_limit", self.cpuset_limit))
+            shape.set_field(self, "cpuset_limit", shape.id_set("cpuset_limit", self.cpuset_limit))
         if self.gpus is not None and not isinstance(self.gpus, GpuAccess):
             raise ValueError(f"gpus must be a GpuAccess or None, got {type(self.gpus).__name__}")
         if self.pending_since is not None:
-            _set(self, "pending_since", _finite("pending_since", self.pending_since))
+            shape.set_field(self, "pending_since", shape.finite("pending_since", self.pending_since))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: CPU and node sets as kernel list strings (``"0-3,8"``).
@@ -243,7 +177,7 @@ class Grant:
             "policy": self.policy,
             "scope": self.scope,
             "created": self.created,
-            "netdevs": [dict(sorted(rec.items())) for rec in self.netdevs],
+            "netdevs": [shape.plain(rec) for rec in self.netdevs],
             "cpuset_limit": None if self.cpuset_limit is None else format_list(self.cpuset_limit),
             "gpus": None if self.gpus is None else self.gpus.to_dict(),
         }
@@ -258,32 +192,34 @@ class Grant:
         Raises:
             LedgerCorrupt: a key is missing or unknown, or a value has the wrong shape.
         """
-        obj = _exact_keys("grant", d, _GRANT_KEYS | (_PENDING_KEY & d.keys() if isinstance(d, dict) else frozenset()))
+        optional = _PENDING_KEY & d.keys() if isinstance(d, dict) else frozenset()
+        obj = shape.exact_keys("grant", d, _GRANT_KEYS | optional)
         where = f"grant {obj.get('container_id')!r}"
         try:
             return cls(
-                container_id=_json(obj, "container_id", str, where),
-                pod_id=_json(obj, "pod_id", str, where),
-                container_name=_json(obj, "container_name", str, where),
-                kind=_json(obj, "kind", str, where),
-                pid=_json(obj, "pid", (int, type(None)), where),
-                start_time=_json(obj, "start_time", (int, float, type(None)), where),
-                cgroup=_json(obj, "cgroup", (str, type(None)), where),
-                cpus=parse_list(_json(obj, "cpus", str, where)),
-                mems=parse_list(_json(obj, "mems", str, where)),
-                devices=_json(obj, "devices", dict, where),
+                container_id=shape.json_field(obj, "container_id", str, where),
+                pod_id=shape.json_field(obj, "pod_id", str, where),
+                container_name=shape.json_field(obj, "container_name", str, where),
+                kind=shape.json_field(obj, "kind", str, where),
+                pid=shape.json_field(obj, "pid", (int, type(None)), where),
+                start_time=shape.json_field(obj, "start_time", (int, float, type(None)), where),
+                cgroup=shape.json_field(obj, "cgroup", (str, type(None)), where),
+                cpus=parse_list(shape.json_field(obj, "cpus", str, where)),
+                mems=parse_list(shape.json_field(obj, "mems", str, where)),
+                devices=shape.json_field(obj, "devices", dict, where),
                 memory={
-                    res: {_node_key(k): v for k, v in _as_dict(per, where).items()}
-                    for res, per in _json(obj, "memory", dict, where).items()
+                    res: {shape.node_key(k): v for k, v in shape.as_dict(per, where).items()}
+                    for res, per in shape.json_field(obj, "memory", dict, where).items()
                 },
-                affinity=_opt_list(_json(obj, "affinity", (str, type(None)), where)),
-                policy=_json(obj, "policy", str, where),
-                scope=_json(obj, "scope", str, where),
-                created=_json(obj, "created", (int, float), where),
-                netdevs=tuple(_json(obj, "netdevs", list, where)),
-                cpuset_limit=_opt_list(_json(obj, "cpuset_limit", (str, type(None)), where)),
+                affinity=shape.opt_list(shape.json_field(obj, "affinity", (str, type(None)), where)),
+                policy=shape.json_field(obj, "policy", str, where),
+                scope=shape.json_field(obj, "scope", str, where),
+                created=shape.json_field(obj, "created", (int, float), where),
+                netdevs=tuple(shape.json_field(obj, "netdevs", list, where)),
+                cpuset_limit=shape.opt_list(shape.json_field(obj, "cpuset_limit", (str, type(None)), where)),
                 gpus=None if obj["gpus"] is None else GpuAccess.from_dict(obj["gpus"], where),
-                pending_since=_json(obj, "pending_since", (int, float), where) if "pending_since" in obj else None,
+                pending_since=(shape.json_field(obj, "pending_since", (int, float), where)
+                               if "pending_since" in obj else None),
             )
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
@@ -296,119 +232,6 @@ _GRANT_KEYS = frozenset(
 
 #: optional: only a grant made before its container existed has it
 _PENDING_KEY = frozenset(("pending_since",))
-
-
-@record
-class PodNetdev:
-    """An SR-IOV VF moved once into a pod's network namespace (scope ``pod``).
-
-    ``address`` is the VF's PCI address and ``resource`` the device resource it was granted
-    as; ``ifname`` its name there (``net1``, ``net2``, ... counted per pod netns); ``netns``
-    the identity of that netns (``<st_dev>:<st_ino>`` of ``/proc/<pid>/ns/net``); ``moved_by``
-    the container whose admission moved it; ``record`` the JSON of the enforcer's
-    ``NetdevRecord``, which is what giving it back to the host needs.
-
-    Raises:
-        ValueError: a field is not a non-empty string.
-    """
-
-    address: str
-    resource: str
-    ifname: str
-    netns: str
-    moved_by: str
-    record: str
-
-    def __post_init__(self) -> None:
-        for name in _POD_NETDEV_KEYS:
-            _require_str(f"pod netdev {name}", getattr(self, name), nonempty=True)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in sorted(_POD_NETDEV_KEYS)}
-
-    @classmethod
-    def from_dict(cls, d: object, where: str) -> PodNetdev:
-        """Inverse of :meth:`to_dict`. Raises LedgerCorrupt (``where`` names the pod)."""
-        obj = _exact_keys(f"{where}: netdevs entry", d, _POD_NETDEV_KEYS)
-        try:
-            return cls(**{name: _json(obj, name, str, where) for name in _POD_NETDEV_KEYS})
-        except ValueError as exc:
-            raise LedgerCorrupt(f"{where}: {exc}") from None
-
-
-_POD_NETDEV_KEYS = frozenset(("address", "resource", "ifname", "netns", "moved_by", "record"))
-
-
-@record
-class PodRecord:
-    """The pod-scope decision shared by the containers of one pod, and the VFs moved once into
-    the pod's network namespace (``netdevs``), which go back to the host with the record.
-
-    Raises:
-        ValueError: a field has the wrong type or value.
-    """
-
-    pod_id: str
-    affinity: frozenset[int] | None = None
-    policy: str = names.NONE
-    scope: str = names.POD_SCOPE
-    created: float = 0.0
-    netdevs: tuple[PodNetdev, ...] = ()
-
-    def __post_init__(self) -> None:
-        _require_str("pod_id", self.pod_id, nonempty=True)
-        if self.affinity is not None:
-            _set(self, "affinity", _ids("affinity", self.affinity))
-        _require_str("policy", self.policy, nonempty=True)
-        _require_str("scope", self.scope, nonempty=True)
-        _set(self, "created", _finite("created", self.created))
-        if isinstance(self.netdevs, (str, bytes, Mapping)) or not isinstance(self.netdevs, Iterable):
-            raise ValueError("pod netdevs must be a sequence of PodNetdev")
-        netdevs = tuple(self.netdevs)
-        if not all(isinstance(n, PodNetdev) for n in netdevs):
-            raise ValueError("pod netdevs must be a sequence of PodNetdev")
-        addresses = [n.address for n in netdevs]
-        if len(set(addresses)) != len(addresses):
-            raise ValueError(f"pod {self.pod_id!r} records a VF twice: {sorted(addresses)!r}")
-        _set(self, "netdevs", netdevs)
-
-    def netdev(self, address: str) -> PodNetdev | None:
-        """The record of VF ``address`` in this pod's netns, or None."""
-        return next((n for n in self.netdevs if n.address == address), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pod_id": self.pod_id,
-            "affinity": None if self.affinity is None else format_list(self.affinity),
-            "policy": self.policy,
-            "scope": self.scope,
-            "created": self.created,
-            "netdevs": [n.to_dict() for n in self.netdevs],
-        }
-
-    @classmethod
-    def from_dict(cls, d: object) -> PodRecord:
-        """Inverse of :meth:`to_dict`.
-
-        Raises:
-            LedgerCorrupt: a key is missing or unknown, or a value has the wrong shape.
-        """
-        obj = _exact_keys("pod", d, _POD_KEYS)
-        where = f"pod {obj.get('pod_id')!r}"
-        try:
-            return cls(
-                pod_id=_json(obj, "pod_id", str, where),
-                affinity=_opt_list(_json(obj, "affinity", (str, type(None)), where)),
-                policy=_json(obj, "policy", str, where),
-                scope=_json(obj, "scope", str, where),
-                created=_json(obj, "created", (int, float), where),
-                netdevs=tuple(PodNetdev.from_dict(n, where) for n in _json(obj, "netdevs", list, where)),
-            )
-        except (ValueError, TypeError) as exc:
-            raise LedgerCorrupt(f"{where}: {exc}") from None
-
-
-_POD_KEYS = frozenset(("pod_id", "affinity", "policy", "scope", "created", "netdevs"))
 
 
 @record
@@ -431,8 +254,8 @@ class LedgerState:
         for key, pod in pods.items():
             if not isinstance(pod, PodRecord) or key != pod.pod_id:
                 raise ValueError(f"pods[{key!r}] must be the PodRecord of pod {key!r}")
-        _set(self, "grants", MappingProxyType(grants))
-        _set(self, "pods", MappingProxyType(pods))
+        shape.set_field(self, "grants", MappingProxyType(grants))
+        shape.set_field(self, "pods", MappingProxyType(pods))
 
     # ---- queries -----------------------------------------------------------------
 
@@ -537,183 +360,16 @@ class LedgerState:
             LedgerCorrupt: unknown or newer version, or any shape problem.
         """
         obj = migrate(d)
-        obj = _exact_keys("ledger data", obj, frozenset(("version", "written_by", "grants", "pods")))
-        _json(obj, "written_by", str, "ledger data")
-        grants = _json(obj, "grants", dict, "ledger data")
-        pods = _json(obj, "pods", dict, "ledger data")
+        obj = shape.exact_keys("ledger data", obj, frozenset(("version", "written_by", "grants", "pods")))
+        shape.json_field(obj, "written_by", str, "ledger data")
+        grants = shape.json_field(obj, "grants", dict, "ledger data")
+        pods = shape.json_field(obj, "pods", dict, "ledger data")
         parsed_grants = {key: Grant.from_dict(value) for key, value in grants.items()}
         parsed_pods = {key: PodRecord.from_dict(value) for key, value in pods.items()}
         try:
             return cls(parsed_grants, parsed_pods)
         except ValueError as exc:
             raise LedgerCorrupt(str(exc)) from None
-
-
-def migrate(
-    d: object,
-    *,
-    migrations: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = MIGRATIONS,
-    current: int = LEDGER_VERSION,
-) -> dict[str, Any]:
-    """Bring a ledger data dict to format version ``current``.
-
-    Raises:
-        LedgerCorrupt: not a dict, no integer ``version``, a version newer than ``current``
-            (the message names the release that wrote it), or no migration step for it.
-    """
-    if not isinstance(d, dict):
-        raise LedgerCorrupt(f"ledger data must be a JSON object, got {type(d).__name__}")
-    version = d.get("version")
-    if not _is_int(version):
-        raise LedgerCorrupt(f"ledger data has no integer version (got {version!r})")
-    if version > current:
-        raise LedgerCorrupt(newer_version_message(version, d.get("written_by"), current))
-    while version < current:
-        step = migrations.get(version)
-        if step is None:
-            raise LedgerCorrupt(f"unknown ledger format version {version} (no migration to {current})")
-        d = step(dict(d))
-        version += 1
-        if d.get("version") != version:
-            raise LedgerCorrupt(f"migration from version {version - 1} did not produce version {version}")
-    return d
-
-
-def newer_version_message(version: int, written_by: object, current: int = LEDGER_VERSION) -> str:
-    """The operator-facing text for a ledger written by a newer numa-pin."""
-    writer = written_by if isinstance(written_by, str) and written_by else "a newer numa-pin"
-    return (
-        f"ledger format version {version} was written by {writer}; this numa-pin "
-        f"{__version__} reads format versions up to {current}: run that numa-pin "
-        "release (or newer) on this node"
-    )
-
-
-# ---- helpers ---------------------------------------------------------------------
-
-
-def _set(obj: object, name: str, value: object) -> None:
-    object.__setattr__(obj, name, value)
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _require_str(name: str, value: object, *, nonempty: bool = False) -> None:
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string, got {type(value).__name__}")
-    if nonempty and not value:
-        raise ValueError(f"{name} must not be empty")
-
-
-def _finite(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    return float(value)
-
-
-def _ids(name: str, values: Iterable[int]) -> frozenset[int]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise ValueError(f"{name} must be a set of ids, got {type(values).__name__}")
-    out = frozenset(values)
-    if not all(_is_int(i) and i >= 0 for i in out):
-        raise ValueError(f"{name} must hold non-negative integers, got {sorted(out, key=str)!r}")
-    return out
-
-
-def _devices(devices: object) -> Mapping[str, tuple[str, ...]]:
-    if not isinstance(devices, Mapping):
-        raise ValueError(f"devices must be a mapping, got {type(devices).__name__}")
-    out: dict[str, tuple[str, ...]] = {}
-    for res, ids in devices.items():
-        _require_str("devices resource name", res, nonempty=True)
-        if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
-            raise ValueError(f"devices[{res!r}] must be a list of device ids")
-        tup = tuple(ids)
-        for dev in tup:
-            _require_str(f"devices[{res!r}] entry", dev, nonempty=True)
-        out[res] = tup
-    return MappingProxyType(out)
-
-
-def _memory(memory: object) -> Mapping[str, Mapping[int, int]]:
-    if not isinstance(memory, Mapping):
-        raise ValueError(f"memory must be a mapping, got {type(memory).__name__}")
-    out: dict[str, Mapping[int, int]] = {}
-    for res, per_node in memory.items():
-        _require_str("memory resource name", res, nonempty=True)
-        if not isinstance(per_node, Mapping):
-            raise ValueError(f"memory[{res!r}] must map NUMA node -> bytes")
-        inner: dict[int, int] = {}
-        for node, size in per_node.items():
-            if not (_is_int(node) and node >= 0 and _is_int(size) and size >= 0):
-                raise ValueError(f"memory[{res!r}] must map node id -> bytes, got {node!r}: {size!r}")
-            inner[node] = size
-        out[res] = MappingProxyType(inner)
-    return MappingProxyType(out)
-
-
-def _netdevs(netdevs: object) -> tuple[Mapping[str, str], ...]:
-    if isinstance(netdevs, (str, bytes, Mapping)) or not isinstance(netdevs, Iterable):
-        raise ValueError("netdevs must be a sequence of records")
-    out = []
-    for rec in netdevs:
-        if not isinstance(rec, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in rec.items()
-        ):
-            raise ValueError(f"netdevs records must map strings to strings, got {rec!r}")
-        out.append(MappingProxyType(dict(rec)))
-    return tuple(out)
-
-
-def _strings(name: str, values: object) -> tuple[str, ...]:
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise ValueError(f"{name} must be a list of strings, got {type(values).__name__}")
-    out = tuple(values)
-    if not all(isinstance(v, str) for v in out):
-        raise ValueError(f"{name} must hold strings, got {out!r}")
-    return out
-
-
-def _exact_keys(what: str, d: object, keys: frozenset[str]) -> dict[str, Any]:
-    if not isinstance(d, dict):
-        raise LedgerCorrupt(f"{what} must be a JSON object, got {type(d).__name__}")
-    missing = keys - d.keys()
-    extra = d.keys() - keys
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append(f"missing {', '.join(sorted(missing))}")
-        if extra:
-            parts.append(f"unknown {', '.join(sorted(map(str, extra)))}")
-        raise LedgerCorrupt(f"{what}: {'; '.join(parts)}")
-    return d
-
-
-def _json(obj: Mapping[str, Any], key: str, types: type | tuple[type, ...], where: str) -> Any:
-    value = obj[key]
-    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-        raise LedgerCorrupt(f"{where}: {key} has the wrong type (bool)")
-    if not isinstance(value, types):
-        raise LedgerCorrupt(f"{where}: {key} has the wrong type ({type(value).__name__})")
-    return value
-
-
-def _as_dict(value: object, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise LedgerCorrupt(f"{where}: memory entries must be objects")
-    return value
-
-
-def _node_key(key: str) -> int:
-    if not (key.isascii() and key.isdigit()) or str(int(key)) != key:
-        raise ValueError(f"memory node id {key!r} is not a non-negative integer")
-    return int(key)
-
-
-def _opt_list(text: str | None) -> frozenset[int] | None:
-    return None if text is None else parse_list(text)
 
 
 __all__ = [

@@ -54,7 +54,7 @@ from numa_pin.ledger.model import (
     PodRecord,
     newer_version_message,
 )
-from numa_pin.safefs import check_dir, create_private, ensure_dir, open_private
+from numa_pin.safefs import NotDurable, check_dir, ensure_dir, open_private, replace_private
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
@@ -359,34 +359,22 @@ class Ledger:
                               f"{MAX_LEDGER_BYTES}", path=self.path)
         try:
             self._replace(payload)
-        except OSError as exc:
-            raise LedgerError(f"cannot write the ledger: {_reason(exc)}", path=self.path) from exc
-        try:
-            _fsync_dir(self.state_dir)
-        except OSError as exc:
+        except NotDurable as exc:
             msg = f"cannot make the ledger durable (fsync of its directory): {_reason(exc)}"
             if previous is not None:
                 try:
                     self._replace(encode(previous))
                     msg += "; the previous ledger was put back"
+                except NotDurable:
+                    msg += "; the previous ledger was put back"
                 except OSError as again:
                     msg += f"; putting the previous ledger back failed too: {_reason(again)}"
             raise LedgerError(msg, path=self.path) from exc
+        except OSError as exc:
+            raise LedgerError(f"cannot write the ledger: {_reason(exc)}", path=self.path) from exc
 
     def _replace(self, payload: bytes) -> None:
-        tmp = None
-        try:
-            fd, tmp = _create_temp(self.state_dir)
-            try:
-                _write_all(fd, payload)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            tmp = None
-        finally:
-            if tmp is not None:
-                _unlink_quietly(tmp)
+        replace_private(self.state_dir, self.path, payload, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, durable=True)
 
     def _remove_stale_temp_files(self) -> None:
         """Temp files left by a writer that died; only called while holding the lock."""
@@ -469,27 +457,6 @@ def _corrupt(what: str, path: str) -> LedgerCorrupt:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed")
-
-
-def _create_temp(directory: str) -> tuple[int, str]:
-    """A new temp file next to the ledger, created exclusively without following a symlink,
-    mode 0600: the ledger names every container, pid and device on the node."""
-    return create_private(directory, _TMP_PREFIX, _TMP_SUFFIX)
-
-
-def _write_all(fd: int, payload: bytes) -> None:
-    view = memoryview(payload)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _unlink_quietly(path: str) -> None:

@@ -116,13 +116,11 @@ def device_hints_for_allocated(
         RequestError: a negative or non-integer ``request``.
     """
     request = _check_count(request)
-    registry = _registry(devices)
-    if not has_topology_alignment(registry.values()):
-        return None
+    devices = tuple(devices)
     held = frozenset(allocated)
-    if len(held) != request:
+    if len(held) != request and has_topology_alignment(devices):
         return []
-    return _generate(registry, tuple(sorted(set(numa_nodes))), held, frozenset(), request)
+    return device_hints(devices, numa_nodes, held, request)
 
 
 def device_hint_family(

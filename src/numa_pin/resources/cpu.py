@@ -1,0 +1,129 @@
+"""Exclusive CPUs and the shared pool: the pure half of the CPU resource.
+
+kubelet's CPU Manager on one node: hints from :mod:`numa_pin.providers.cpu`, allocation by
+:mod:`numa_pin.allocators.cpu`; reserved CPUs are never granted. A container's own cpuset
+(``request.cpuset``) bounds what it may take, and no exclusive grant may leave a shared
+container with a cpuset of its own without a CPU of the shared pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from numa_pin.admission.request import CPUSET_FIELD, Amounts
+from numa_pin.allocators.cpu import allocate_cpus, reserved_cpus
+from numa_pin.cpuset import format_list
+from numa_pin.errors import AdmissionError, AllocationError, TopologyAffinityError
+from numa_pin.ledger.model import Grant, LedgerState
+from numa_pin.policy.hint import ProviderHints
+from numa_pin.providers.cpu import cpu_hint_family
+from numa_pin.record import record
+from numa_pin.resources.base import Decision, Need, NodeView, Resource, zone_entry
+from numa_pin.topology.cpus import CpuTopology
+from numa_pin.topology.model import Topology
+
+
+@record
+class CpuView:
+    need: Need
+    cpu_topology: CpuTopology
+    reserved: frozenset[int]
+    free: frozenset[int]  # free for exclusive use (inside the container's own cpuset, if any)
+
+
+class CpuResource(Resource):
+    """Exclusive CPUs (``numa-pin.io/cpus``) and the shared pool."""
+
+    name = "cpu"
+
+    def view(self, need: Need) -> CpuView:
+        s = need.settings
+        cpu_topo = CpuTopology.from_topology(need.topology)
+        s.cpu_options.validate(cpu_topo, need.policy)
+        reserved = reserved_cpus(cpu_topo, s.cpu_options, s.reserved_cpus, s.num_reserved_cpus)
+        free = need.topology.cpu_ids - reserved - need.state.exclusive_cpus()
+        if need.request.cpuset is not None:  # the user's own cpuset: allocate inside it or not at all
+            free = free & need.request.cpuset
+        return CpuView(need, cpu_topo, reserved, frozenset(free))
+
+    def wants(self, view: CpuView) -> bool:
+        return view.need.request.amounts.cpus > 0
+
+    def hints(self, view: CpuView, amounts: Amounts) -> ProviderHints:
+        if not amounts.cpus:
+            return None
+        return {"cpu": cpu_hint_family(view.cpu_topology, view.free, amounts.cpus)}
+
+    def allocate(self, view: CpuView, amounts: Amounts, affinity: frozenset[int] | None,
+                 strict: bool) -> Mapping[str, object]:
+        if not amounts.cpus:
+            return {}
+        free = view.free
+        if strict and affinity is not None:
+            free = free & view.cpu_topology.cpus_in_numa_nodes(*sorted(affinity))
+            if len(free) < amounts.cpus:
+                raise TopologyAffinityError(f"only {len(free)} of the {amounts.cpus} CPUs requested are free there")
+        cpus = allocate_cpus(
+            view.cpu_topology, view.need.settings.cpu_options, free, frozenset(), amounts.cpus, affinity
+        )
+        return {"cpus": cpus}
+
+    def vet(self, view: CpuView, decision: Decision, empty: bool) -> tuple[type[AdmissionError], str] | None:
+        need = view.need
+        own = need.request.cpuset
+        if empty and own is not None:
+            pool = pool_after(need.topology, need.state, frozenset())
+            if not pool & own:
+                return AllocationError, (
+                    f"the container's cpuset {format_list(own)} ({CPUSET_FIELD}) holds no CPU of "
+                    f"the shared pool ({format_list(pool)}); numa-pin never moves a cpuset the user set"
+                )
+        starved = _starved_shared(need.topology, need.state, decision.cpus)
+        return (AllocationError, starved) if starved else None
+
+    def free_summary(self, view: CpuView, amounts: Amounts) -> list[str]:
+        if not amounts.cpus:
+            return []
+        topology = view.need.topology
+        per = " ".join(f"{n}={len(view.free & topology.nodes[n].cpus)}" for n in topology.node_ids)
+        return [f"cpu {amounts.cpus} requested, free per node: {per}"]
+
+    def bounds(self, view: CpuView) -> list[str]:
+        own = view.need.request.cpuset
+        return [] if own is None else [f"only inside the container's cpuset {format_list(own)} ({CPUSET_FIELD})"]
+
+    def zones(self, node: NodeView) -> Mapping[int, list[dict[str, str]]]:
+        """Online CPUs; minus the reserved ones; minus exclusively granted ones."""
+        topology, exclusive = node.topology, node.state.exclusive_cpus()
+        out = {}
+        for n in topology.node_ids:
+            cpus = topology.nodes[n].cpus & topology.cpu_ids
+            allocatable = cpus - node.reserved
+            out[n] = [zone_entry("cpu", len(cpus), len(allocatable), len(allocatable - exclusive))]
+        return out
+
+    def describe(self, grant: Grant) -> list[str]:
+        return []  # a grant's CPUs and memory nodes are columns of their own in ``status``
+
+
+def pool_after(topology: Topology, others: LedgerState, taking: frozenset[int]) -> frozenset[int]:
+    """The shared pool once the container holds ``taking`` (``others``: the ledger without it)."""
+    return topology.cpu_ids - others.exclusive_cpus() - taking
+
+
+def _starved_shared(topology: Topology, others: LedgerState, taking: frozenset[int]) -> str:
+    """Why taking ``taking`` would leave a shared container with a cpuset of its own without a
+    CPU (its cpuset is the pool inside its own set), or ``""``."""
+    if not taking:
+        return ""
+    pool = pool_after(topology, others, taking)
+    for g in others.shared_grants():
+        if g.cpuset_limit and not pool & g.cpuset_limit:
+            return (
+                f"exclusive cpus {format_list(taking)} would leave shared container {g.container_id} without a CPU "
+                f"of its own cpuset {format_list(g.cpuset_limit)} ({CPUSET_FIELD})"
+            )
+    return ""
+
+
+__all__ = ["CpuResource", "CpuView", "pool_after"]

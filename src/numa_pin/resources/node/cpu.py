@@ -1,0 +1,161 @@
+"""Exclusive CPUs and the shared pool on the machine: the I/O half of the CPU resource.
+
+* enforce: the container's cpuset (its exclusive CPUs and memory nodes; a shared container
+  gets the shared pool, inside its own cpuset if it has one, and keeps its memory nodes), then
+  every other shared container's cpuset (with the cpuset cgroups nested in it) shrinks to the
+  new pool when the pool changed; one the kernel will not shrink is left as it was, logged,
+  and shown by :func:`blocked_shared`, so that it blocks nobody's admission;
+* release: the pool grows back when a grant with exclusive CPUs went (a failure rolls back);
+* repair (``reconcile``): every live cgroup's cpuset is written again where it drifted;
+* conflicts: grants holding CPUs the current config reserves;
+* status: the shared pool, the reserved CPUs, and the CPUs free for exclusive use per node.
+"""
+
+from __future__ import annotations
+
+import os
+
+from numa_pin import report
+from numa_pin.cpuset import format_list
+from numa_pin.enforcer import cgroups as cg
+from numa_pin.enforcer.cpuset import apply_cpuset
+from numa_pin.enforcer.pool import ResizeResult, check_shared, reserved_conflicts, resize_shared
+from numa_pin.enforcer.pool import shared_pool as pool_of
+from numa_pin.enforcer.undo import UndoLog
+from numa_pin.ledger.model import KIND_SHARED, Grant, LedgerState
+from numa_pin.resources.cpu import CpuResource
+from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
+
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def reserved(node: Node) -> frozenset[int]:
+    """The CPUs reserved for the system (computed once per node: config and topology only)."""
+
+    def compute() -> frozenset[int]:
+        from numa_pin.allocators.cpu import reserved_cpus
+        from numa_pin.topology.cpus import CpuTopology
+
+        s = node.settings
+        return reserved_cpus(
+            CpuTopology.from_topology(node.topology), s.cpu_options, s.reserved_cpus, s.num_reserved_cpus
+        )
+
+    out: frozenset[int] = node.memo("cpu.reserved", compute)
+    return out
+
+
+def shared_pool(node: Node, state: LedgerState) -> frozenset[int]:
+    """All CPUs minus every exclusive grant (and minus the reserved CPUs with
+    ``strict-cpu-reservation``); without it the reserved CPUs keep it from emptying."""
+    exclusive = [g.cpus for g in state.grants.values() if g.cpus]
+    strict = node.settings.cpu_options.strict_cpu_reservation
+    return pool_of(node.topology.cpu_ids, exclusive, reserved(node), strict=strict)
+
+
+def blocked_shared(node: Node, state: LedgerState) -> list[str]:
+    """One line per shared container still on CPUs outside the shared pool: one the kernel
+    would not shrink (a nested cgroup it keeps busy, a v2 partition), left as it was so that
+    it blocks nobody's admission (read from the cgroups; nothing is written)."""
+    ids = _shared_ids(node, state)
+    return [f"{ids[b.ref]}: {b}" for b in check_shared(ids, shared_pool(node, state), _limits(node, state))]
+
+
+def _shared_ids(node: Node, state: LedgerState, exclude: str | None = None) -> dict[cg.CgroupRef, str]:
+    """The cgroups of the shared containers (``exclude`` left out), with their container ids."""
+    out: dict[cg.CgroupRef, str] = {}
+    for g in state.shared_grants():
+        ref = node.cgroup_ref(g) if g.container_id != exclude else None
+        if ref is not None:
+            out[ref] = g.container_id
+    return out
+
+
+def _log_blocked(resized: ResizeResult) -> ResizeResult:
+    """Shared containers left as they were go to syslog (``status`` shows them, see blocked_shared)."""
+    for blocked in resized.blocked:
+        report.log_syslog(f"numa-pin: {blocked}")
+    return resized
+
+
+def _limits(node: Node, state: LedgerState) -> dict[cg.CgroupRef, frozenset[int]]:
+    """Shared containers' own cpusets (their cpuset is the pool inside it), by cgroup."""
+    layout = node.layout()
+    return {
+        cg.ref_from_path(g.cgroup, node.config.cgroup_root, layout): g.cpuset_limit
+        for g in state.shared_grants() if g.cgroup and g.cpuset_limit
+    }
+
+
+class CpuNode(CpuResource, NodeResource):
+    """The CPU resource, decision and enforcement."""
+
+    def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
+        grant, ref, state, undo = admission.grant, admission.ref, admission.state, admission.undo
+        root = node.config.cgroup_root
+        pool = shared_pool(node, state)
+        if ref is not None:
+            if grant.cpus:
+                apply_cpuset(ref, grant.cpus, grant.mems, root, undo)
+            elif grant.kind == KIND_SHARED:
+                own = pool & grant.cpuset_limit if grant.cpuset_limit else pool
+                # only the CPUs move: a shared container's memory nodes stay its own (on cgroup v2
+                # its cpuset.mems is usually empty, inheriting the parent's)
+                apply_cpuset(ref, own, None, root, undo)
+        if grant.cpus or any(g.cpus for g in admission.dropped):
+            refs = _shared_ids(node, state, exclude=grant.container_id)
+            _log_blocked(resize_shared(refs, pool, root, undo, _limits(node, state)))
+        return admission
+
+    def release(self, node: Node, release: Release) -> list[str]:
+        if any(g.cpus for g in release.gone):
+            state = release.after
+            resized = resize_shared(_shared_ids(node, state), shared_pool(node, state), node.config.cgroup_root,
+                                    release.undo, _limits(node, state))
+            return [str(b) for b in resized.blocked]
+        return []
+
+    def repair(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
+        repaired: list[str] = []
+        pool = shared_pool(node, state)
+        for g in state.grants.values():
+            ref = node.cgroup_ref(g)
+            if ref is None or g.kind == KIND_SHARED or not os.path.isdir(ref.cpuset_dir):
+                continue  # shared containers: resized below, their nested cgroups with them
+            cpus = g.cpus if g.cpus else (pool & g.cpuset_limit if g.cpuset_limit else pool)
+            before = len(undo)
+            apply_cpuset(ref, cpus, g.mems if g.cpus and g.mems else None, node.config.cgroup_root, undo)
+            if len(undo) != before:
+                repaired.append(g.container_id)
+        shared = _shared_ids(node, state)
+        resized = _log_blocked(resize_shared(shared, pool, node.config.cgroup_root, undo, _limits(node, state)))
+        return repaired + [shared[ref] for ref in resized.updated]
+
+    def conflicts(self, node: Node, state: LedgerState) -> list[str]:
+        """One line per grant that holds CPUs the current config reserves, with the way out
+        (kubelet checks its checkpoint against its config the same way, but refuses to start)."""
+        held = reserved_conflicts({g.container_id: g.cpus for g in state.grants.values() if g.cpus}, reserved(node))
+        return [
+            f"grant {cid} holds CPU {format_list(cpus)}, which the config now reserves; it stays with that "
+            f"container until it ends (numa-pin release {cid}), or restore the reservation it was made under"
+            for cid, cpus in held.items()
+        ]
+
+    def status(self, node: Node, state: LedgerState) -> dict[str, Any]:
+        topo = node.topology
+        taken = state.exclusive_cpus() | reserved(node)
+        return {
+            "shared_pool": format_list(shared_pool(node, state)),
+            "reserved": format_list(reserved(node)),
+            "free_exclusive_cpus_per_node": {
+                str(n): format_list(topo.nodes[n].cpus & (topo.cpu_ids - taken))
+                for n in topo.node_ids
+            },
+            "blocked_shared": blocked_shared(node, state),
+        }
+
+
+__all__ = ["CpuNode", "blocked_shared", "reserved", "shared_pool"]

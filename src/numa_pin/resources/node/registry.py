@@ -1,0 +1,77 @@
+"""The registered resources of a node, and the decision settings that carry them.
+
+The default resources, in the order they enforce (release runs the other way): CPUs and the
+shared pool, memory and hugepages, PCI devices (the decision for every device resource),
+SR-IOV VFs and GPUs (what granting those devices means on the machine). A resource added with
+:func:`register` joins every node service made afterwards (see ``docs/adding-a-resource.md``).
+"""
+
+from __future__ import annotations
+
+from numa_pin.config.schema import Config
+from numa_pin.resources.base import NodeSettings
+from numa_pin.resources.devices import PciDevices
+from numa_pin.resources.memory import MemoryResource
+from numa_pin.resources.node.base import NodeResource
+from numa_pin.resources.node.cpu import CpuNode
+from numa_pin.resources.node.gpu import GpuNode
+from numa_pin.resources.node.vf import VfNode
+
+
+class MemoryNode(MemoryResource, NodeResource):
+    """Memory and hugepages: the cpuset's memory nodes are the CPU resource's write."""
+
+
+class PciNode(PciDevices, NodeResource):
+    """PCI devices: decided here; what granting one means is its kind's (VFs, GPUs)."""
+
+
+_DEFAULT: tuple[NodeResource, ...] = (CpuNode(), MemoryNode(), PciNode(), VfNode(), GpuNode())
+_EXTRA: list[NodeResource] = []
+
+
+def node_resources() -> tuple[NodeResource, ...]:
+    """Every registered resource: the defaults, then those :func:`register` added."""
+    return _DEFAULT + tuple(_EXTRA)
+
+
+def register(resource: NodeResource) -> None:
+    """Add ``resource`` to every node service made from now on. Raises ValueError when a
+    resource of that name is registered already."""
+    if any(r.name == resource.name for r in node_resources()):
+        raise ValueError(f"a resource named {resource.name!r} is registered already")
+    _EXTRA.append(resource)
+
+
+def unregister(resource: NodeResource) -> None:
+    """Take back a resource :func:`register` added (nothing if it is not there)."""
+    if resource in _EXTRA:
+        _EXTRA.remove(resource)
+
+
+def settings_from_config(config: Config) -> NodeSettings:
+    """The decision-relevant part of the config, in the types the decision takes, with every
+    registered resource."""
+    from numa_pin.providers.cpu import CpuOptions
+
+    cm = config.cpu_manager
+    opts = CpuOptions(**{name.replace("-", "_"): on for name, on in cm.options.as_kubelet().items()})
+    resources: tuple = ()
+    if config.devices:
+        from numa_pin.devices.inventory import DeviceResource
+
+        resources = tuple(DeviceResource(name, tuple(selectors)) for name, selectors in config.devices.items())
+    return NodeSettings(
+        policy=config.policy,
+        scope=config.scope,
+        policy_options=dict(config.policy_options),
+        cpu_options=opts,
+        reserved_cpus=cm.reserved_cpus,
+        num_reserved_cpus=cm.num_reserved_cpus,
+        reserved_memory=config.reserved_memory,
+        device_resources=resources,
+        resources=node_resources(),
+    )
+
+
+__all__ = ["node_resources", "register", "settings_from_config", "unregister"]

@@ -1,0 +1,187 @@
+"""SR-IOV VF netdevs moved into containers: a device kind's I/O half (the PCI device kind
+decides which VFs a container gets).
+
+VFs follow the grant's scope. Scope ``container``: moved into the container's netns as
+``net1``, ``net2``, ... at its first start with a pid, and given back when its grant goes.
+Scope ``pod`` (the grant's pod has a :class:`~numa_pin.ledger.model.PodRecord`): moved once
+into the pod's network namespace, which the pod's containers share, named ``net<N>`` counted
+per pod netns, and recorded on the pod record (:class:`~numa_pin.ledger.model.PodNetdev`). A
+later container of the pod granted the same VF finds it there and moves nothing. The VF goes
+back to the host when the pod record goes, with the pod's last grant, whichever path drops it:
+release, or the garbage collection of dead grants in an admission or a reconcile.
+
+VFs the runtime moves itself (``linux.netDevices``, noted at precreate by
+:func:`note_runtime_netdevs`) are never moved again; the kernel gives them back.
+"""
+
+from __future__ import annotations
+
+from numa_pin import names
+from numa_pin.errors import EnforcementError, NumaPinError
+from numa_pin.ledger.model import Grant, LedgerState, PodNetdev, PodRecord
+from numa_pin.record import replace
+from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
+from numa_pin.topology.model import KIND_GPU
+
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from numa_pin.enforcer.undo import UndoLog
+    from numa_pin.ledger.store import Ledger
+
+
+class VfNode(NodeResource):
+    name = "sriov-vf"
+
+    def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
+        if not admission.devices_pending(decided):
+            return admission
+        grant, state, pid = admission.grant, admission.state, admission.pid
+        assert pid is not None
+        records: list[dict[str, Any]] = []
+        pod_vfs: list[PodNetdev] = []
+        pod = state.pods.get(grant.pod_id) if grant.scope == names.POD_SCOPE else None
+        cfg = node.config
+        for resource, ids in grant.devices.items():
+            for address in ids:
+                dev = node.topology.device(address)
+                if dev is None or dev.kind == KIND_GPU or not (dev.is_vf and dev.netdevs):
+                    continue
+                _check_not_parked(state, address, grant, pod)
+                if pod is not None:
+                    moved = _move_pod_vf(node, grant, pod, resource, address, pid, tuple(pod_vfs), admission.undo)
+                    if moved is not None:
+                        pod_vfs.append(moved)
+                    continue
+                from numa_pin.enforcer.netdev import move_netdev_to_netns
+
+                rec = move_netdev_to_netns(
+                    address, pid, f"net{len(records) + 1}", cfg.sysfs_root, cfg.proc_root,
+                    bring_up=True, undo=admission.undo,
+                )
+                records.append({"record": rec.to_dict()})
+        if records:
+            admission = admission.updated(netdevs=tuple(records))
+        if pod_vfs:
+            pod = admission.state.pods[grant.pod_id]
+            pod = replace(pod, netdevs=pod.netdevs + tuple(pod_vfs))
+            admission = replace(admission, state=admission.state.with_pod(pod))
+        return admission
+
+    def collect(self, node: Node, before: LedgerState, after: LedgerState, gone: tuple[Grant, ...]) -> list[str]:
+        return _restore_pods(node, _pods_dropped(before, after), gone)
+
+    def give_back(self, node: Node, release: Release) -> list[str]:
+        problems: list[str] = []
+        for grant in release.gone:
+            problems += _restore_netdevs(node, grant)
+        return problems + self.collect(node, release.before, release.after, release.gone)
+
+
+def note_runtime_netdevs(ledger: Ledger, container_id: str, host_names: tuple[str, ...]) -> Grant:
+    """Record that the runtime moves these VF netdevs (``linux.netDevices``), so no later
+    stage moves them again. Raises LedgerError, or KeyError when the grant is gone."""
+    with ledger.transaction() as txn:
+        grant = replace(txn.state.grants[container_id], netdevs=tuple({"runtime": n} for n in host_names))
+        txn.state = txn.state.with_grant(grant)
+    return grant
+
+
+def _move_pod_vf(
+    node: Node, grant: Grant, pod: PodRecord, resource: str, address: str, pid: int,
+    moving: tuple[PodNetdev, ...], undo: UndoLog,
+) -> PodNetdev | None:
+    """Move VF ``address`` into the pod's network namespace (the one ``pid`` is in) under the
+    first ``net<N>`` no VF of the pod holds there, unless the pod's record says it is there
+    already (None: nothing moved). ``moving``: VFs this admission moved before.
+
+    Raises EnforcementError when the pod's record puts the VF in another network namespace
+    (containers of one pod that do not share one), or when the move fails."""
+    from numa_pin.enforcer.netdev import move_netdev_to_netns
+    from numa_pin.enforcer.netns import netns_id, netns_path
+
+    cfg = node.config
+    ns = netns_id(pid, cfg.proc_root)
+    held = pod.netdev(address)
+    if held is not None:
+        if held.netns != ns:
+            raise EnforcementError(
+                f"VF {address} of pod {pod.pod_id} is in the network namespace container {held.moved_by} "
+                f"is in ({held.ifname} there), not in that of container {grant.container_id}; pod scope "
+                "moves a VF once for the pod, so the pod's containers must share its network namespace",
+                path=netns_path(pid, cfg.proc_root),
+            )
+        return None
+    taken = {n.ifname for n in (*pod.netdevs, *moving) if n.netns == ns}
+    name = next(f"net{i}" for i in range(1, len(taken) + 2) if f"net{i}" not in taken)
+    rec = move_netdev_to_netns(address, pid, name, cfg.sysfs_root, cfg.proc_root, bring_up=True, undo=undo)
+    return PodNetdev(address, resource, name, ns, grant.container_id, rec.to_dict())
+
+
+def _restore_pods(node: Node, pods: tuple[PodRecord, ...], grants: tuple[Grant, ...] = ()) -> list[str]:
+    """Give the VFs of pods whose record went back to the host, pulling them out of the pod's
+    network namespace through any process still in it (``grants``' pids first: the pod's
+    containers released by hand still run), or finding them at home when it is gone."""
+    if not any(pod.netdevs for pod in pods):
+        return []
+    from numa_pin.enforcer.netdev import NetdevRecord, restore_netdev
+    from numa_pin.enforcer.netns import find_netns_member
+
+    cfg = node.config
+    problems: list[str] = []
+    members: dict[str, int | None] = {}
+    prefer = [g.pid for g in grants if g.pid is not None]
+    for pod in pods:
+        for vf in pod.netdevs:
+            if vf.netns not in members:
+                members[vf.netns] = find_netns_member(vf.netns, cfg.proc_root, prefer)
+            member = members[vf.netns]
+            try:
+                rec = NetdevRecord.from_dict(vf.record)
+                restore_netdev(rec, member, cfg.sysfs_root, cfg.proc_root)
+            except (NumaPinError, KeyError, ValueError) as exc:
+                why = "" if member is not None else (
+                    "; no process is left in the pod's network namespace: the kernel gives the VF "
+                    "back when that namespace is destroyed"
+                )
+                problems.append(f"pod {pod.pod_id}: VF {vf.address} ({vf.ifname}) not restored: {exc}{why}")
+    return problems
+
+
+def _restore_netdevs(node: Node, grant: Grant) -> list[str]:
+    """Give moved VFs back to the host (by PCI address, under their host names)."""
+    from numa_pin.enforcer.netdev import NetdevRecord, restore_netdev
+
+    problems: list[str] = []
+    for entry in grant.netdevs:
+        if "record" not in entry:
+            continue  # moved by the runtime (linux.netDevices), which the kernel gives back
+        try:
+            rec = NetdevRecord.from_dict(entry["record"])
+            restore_netdev(rec, None, node.config.sysfs_root, node.config.proc_root)
+        except (NumaPinError, KeyError, ValueError) as exc:
+            problems.append(f"{grant.container_id}: netdev not restored: {exc}")
+    return problems
+
+
+def _pods_dropped(before: LedgerState, after: LedgerState) -> tuple[PodRecord, ...]:
+    """Pod records of ``before`` that ``after`` no longer has (their pod's last grant went)."""
+    return tuple(pod for pod_id, pod in sorted(before.pods.items()) if pod_id not in after.pods)
+
+
+def _check_not_parked(state: LedgerState, address: str, grant: Grant, pod: PodRecord | None) -> None:
+    """Refuse a VF that sits in another pod's network namespace (a device plugin named it again
+    while that pod still has a grant); it returns to the host with that pod's last grant."""
+    found = state.pod_netdev(address)
+    if found is None or (pod is not None and found[0] == pod.pod_id):
+        return
+    pod_id, vf = found
+    raise EnforcementError(
+        f"VF {address} granted to container {grant.container_id} is in the network namespace of pod "
+        f"{pod_id} ({vf.ifname}, moved by container {vf.moved_by}) until that pod's last container ends"
+    )
+
+
+__all__ = ["VfNode", "note_runtime_netdevs"]
