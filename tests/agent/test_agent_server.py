@@ -116,26 +116,28 @@ class Served:
     """A ``numa-pin serve`` subprocess on a socket under ``root``."""
 
     def __init__(self, root: Path, version: str | None = None, max_children: int | None = None,
-                 rehearse_every_s: float | None = None) -> None:
+                 rehearse_every_s: float | None = None, *, read_timeout_s: float | None = None,
+                 idle_exit_s: float | None = None) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.sock = root / "run" / "agent.sock"
         self.log = root / "agent.log"
         self.err = root / "agent.err"
         args = ["serve", "--socket", str(self.sock), "--log", str(self.log)]
-        if version is not None:  # an agent of another numa-pin version, as after an upgrade without a restart
-            code = ("import sys, numa_pin; numa_pin.__version__ = sys.argv[1]\n"
-                    "from numa_pin.cli.main import main; sys.exit(main(sys.argv[2:]))")
-            cmd = [sys.executable, "-c", code, version, *args]
-        elif max_children is not None:  # a server at its limit of admissions in flight
-            code = ("import sys\nfrom numa_pin.agent import server\n"
-                    "server.MAX_CHILDREN = int(sys.argv[1])\n"
-                    "from numa_pin.cli.main import main; sys.exit(main(sys.argv[2:]))")
-            cmd = [sys.executable, "-c", code, str(max_children), *args]
-        elif rehearse_every_s is not None:  # an idle spare that rehearses again this often
-            code = ("import sys\nfrom numa_pin.agent import spare\n"
-                    "spare.REHEARSE_EVERY_S = float(sys.argv[1])\n"
-                    "from numa_pin.cli.main import main; sys.exit(main(sys.argv[2:]))")
-            cmd = [sys.executable, "-c", code, str(rehearse_every_s), *args]
+        if idle_exit_s is not None:
+            args += ["--idle-exit", f"{idle_exit_s:g}"]
+        patches = {  # module attributes set before serve starts
+            "numa_pin.__version__": version,  # an agent of another version, as after an upgrade without a restart
+            "server.MAX_CHILDREN": max_children,  # a server at its limit of admissions in flight
+            "spare.REHEARSE_EVERY_S": rehearse_every_s,  # an idle spare that rehearses again this often
+            "server.READ_TIMEOUT_S": read_timeout_s,
+        }
+        lines = [f"{name} = {value!r}" for name, value in patches.items() if value is not None]
+        if lines:  # the version before the imports: the agent's modules copy it when imported
+            code = "\n".join(["import sys, numa_pin", *[line for line in lines if line.startswith("numa_pin.")],
+                              "from numa_pin.agent import server, spare",
+                              *[line for line in lines if not line.startswith("numa_pin.")],
+                              "from numa_pin.cli.main import main; sys.exit(main(sys.argv[1:]))"])
+            cmd = [sys.executable, "-c", code, *args]
         else:
             cmd = [NUMA_PIN, *args]
         env = {k: v for k, v in os.environ.items() if not k.startswith("NUMA_PIN_")}
@@ -402,6 +404,7 @@ class DyingAgent:
         conn, _ = self.sock.accept()
         with conn:
             conn.settimeout(WAIT_S)
+            conn.sendall(protocol.ACCEPTED)
             request = protocol.decode_request(server.recv_frame(conn, protocol.MAX_REQUEST_BYTES))
             self.result = run_hook(self.node, request.stdin, argv=list(request.argv))
             self.grants_after = self.node.grants()
@@ -729,6 +732,8 @@ def _reply(doc) -> bytes:
 
 FAKE_BEHAVIOURS = {
     "reply": lambda conn: conn.sendall(_reply({"rc": 3, "stderr": "numa-pin: from the agent\n"})),
+    "keepalives-then-reply": lambda conn: [conn.sendall(protocol.KEEPALIVE) for _ in range(3)]
+    and conn.sendall(_reply({"rc": 3, "stderr": "numa-pin: from the agent\n"})),
     "fallback-reply": lambda conn: conn.sendall(_reply({"fallback": "busy"})),
     "close-after-request": lambda conn: None,
     "garbage-reply": lambda conn: conn.sendall(protocol.frame(b"not json")),
@@ -737,12 +742,21 @@ FAKE_BEHAVIOURS = {
     "short-body": lambda conn: conn.sendall(b"\x00\x00\x00\x64" + b"{}"),
     "rc-not-int": lambda conn: conn.sendall(_reply({"rc": "0", "stderr": ""})),
     "rc-bool": lambda conn: conn.sendall(_reply({"rc": True, "stderr": ""})),
+    # a child that accepted, read the request and then stopped (SIGSTOP, a frozen cgroup)
+    "silent-after-request": lambda conn: time.sleep(protocol.STALL_S * 2),
+    "keepalives-then-silent": lambda conn: [conn.sendall(protocol.KEEPALIVE) for _ in range(3)]
+    and time.sleep(protocol.STALL_S * 2),
 }
+#: what the fake does before the request: accept and say so (as the agent does), refuse with a
+#: frame, accept and say nothing, or never accept (a stopped agent's listen backlog)
+BEFORE_REQUEST = ("accepted", "refusal-frame", "silent-accept", "never-accept", "close-at-once")
 
 
 @pytest.mark.parametrize(
     "behaviour, want",
-    [("reply", 3)] + [(b, None) for b in FAKE_BEHAVIOURS if b != "reply"] + [("close-at-once", None)],
+    [("reply", 3), ("keepalives-then-reply", 3)]
+    + [(b, None) for b in FAKE_BEHAVIOURS if not b.endswith("reply") or b == "fallback-reply"]
+    + [(b, None) for b in BEFORE_REQUEST[1:]],
     ids=lambda v: v if isinstance(v, str) else None,
 )
 def test_try_agent_against_fake_servers(tmp_path, capsys, behaviour, want):
@@ -754,11 +768,20 @@ def test_try_agent_against_fake_servers(tmp_path, capsys, behaviour, want):
     got: list[bytes] = []
 
     def serve_once():
+        if behaviour == "never-accept":
+            return
         conn, _ = listener.accept()
         with conn:
             conn.settimeout(WAIT_S)
             if behaviour == "close-at-once":
                 return
+            if behaviour == "refusal-frame":
+                conn.sendall(_reply({"fallback": "busy"}))
+                return
+            if behaviour == "silent-accept":
+                time.sleep(protocol.STALL_S * 2)
+                return
+            conn.sendall(protocol.ACCEPTED)
             got.append(server.recv_frame(conn, protocol.MAX_REQUEST_BYTES))
             FAKE_BEHAVIOURS[behaviour](conn)
 
@@ -770,9 +793,11 @@ def test_try_agent_against_fake_servers(tmp_path, capsys, behaviour, want):
     assert rc == want
     err = capsys.readouterr().err
     assert err == ("numa-pin: from the agent\n" if want == 3 else "")
-    if got:
+    if behaviour in FAKE_BEHAVIOURS:
         req = protocol.decode_request(got[0])
         assert req.argv == ("--config", "/c.yaml", "prestart") and req.stdin == b'{"id": "x"}'
+    else:  # a hook sends its request only to an agent that said it accepted the connection
+        assert got == []
 
 
 def test_try_agent_refuses_an_oversized_request_without_connecting(tmp_path):
@@ -1003,9 +1028,9 @@ def test_an_on_demand_agent_retires_when_idle_or_upgraded(tmp_path):
     try:
         now = agent.last_active
         assert not agent.retired(now + 1)
-        assert agent.retired(now + 61)  # idle, nothing running
-        agent.children.add(-1)
-        assert not agent.retired(now + 61)  # an admission still runs (and the sources are as loaded)
+        assert agent.retired(now + 61)  # idle: it ran no request for 60 s
+        agent.last_active = now + 61  # a request it ran (the sources are as loaded)
+        assert not agent.retired(now + 62)
         os.utime(source, ns=(0, 0))  # an upgrade
         assert not agent.retired(now + 62)  # sources are looked at every 5 s
         assert agent.retired(now + 67)

@@ -47,6 +47,9 @@ from numa_pin.agent import spare
 from numa_pin.agent.client import CONNECT_TIMEOUT_S, NAMESPACES, namespace_mismatch
 from numa_pin.agent.preload import changed_sources, preload, source_stamps
 from numa_pin.agent.protocol import (
+    ACCEPTED,
+    KEEPALIVE,
+    KEEPALIVE_S,
     MAX_REQUEST_BYTES,
     PASSED_ENV,
     Request,
@@ -63,7 +66,7 @@ from numa_pin.text import one_line
 
 #: admissions in flight at most; further connections are sent back to run in-process
 MAX_CHILDREN = 64
-#: a peer must send its whole request within this many seconds
+#: a peer must send its whole request within this many seconds of being accepted (in all)
 READ_TIMEOUT_S = 5.0
 #: how long a stopping server waits for admissions in flight
 DRAIN_S = 35.0
@@ -109,21 +112,36 @@ def peer_credentials(conn: socket.socket) -> Peer:
     return Peer(pid, uid, gid)
 
 
-def recv_frame(conn: socket.socket, limit: int) -> bytes:
-    """One length-prefixed frame. Raises ValueError when it is cut short or over ``limit``
-    bytes, OSError (TimeoutError included) from the socket."""
-    (size,) = _HEADER.unpack(_recv_exact(conn, _HEADER.size))
+def recv_frame(conn: socket.socket, limit: int, timeout_s: float | None = None) -> bytes:
+    """One length-prefixed frame, all of it within ``timeout_s`` seconds (a total deadline, not
+    one per ``recv``: a peer that drips a byte now and then is cut off all the same). Raises
+    ValueError when it is cut short or over ``limit`` bytes, OSError (TimeoutError included)
+    from the socket."""
+    until = None if timeout_s is None else time.monotonic() + timeout_s
+    (size,) = _HEADER.unpack(_recv_exact(conn, _HEADER.size, until))  # HungUp: nothing came
     if size > limit:
         raise ValueError(f"frame of {size} bytes is over the {limit}-byte limit")
-    return _recv_exact(conn, size)
+    return _recv_exact(conn, size, until)
 
 
-def _recv_exact(conn: socket.socket, size: int) -> bytes:
+class HungUp(ValueError):
+    """The peer closed the connection before sending a byte."""
+
+
+def _recv_exact(conn: socket.socket, size: int, until: float | None = None) -> bytes:
     buf = bytearray()
     while len(buf) < size:
-        chunk = conn.recv(min(size - len(buf), 1 << 16))
+        if until is not None:
+            left = until - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{len(buf)} of {size} bytes came in time")
+            conn.settimeout(left)
+        try:
+            chunk = conn.recv(min(size - len(buf), 1 << 16))
+        except TimeoutError:
+            raise TimeoutError(f"{len(buf)} of {size} bytes came in time") from None
         if not chunk:
-            raise ValueError(f"connection closed after {len(buf)} of {size} bytes")
+            raise (ValueError if buf else HungUp)(f"connection closed after {len(buf)} of {size} bytes")
         buf += chunk
     return bytes(buf)
 
@@ -309,17 +327,34 @@ def run_request(request: Request, environ: dict | None = None) -> tuple[int, str
     return rc, captured.getvalue()
 
 
-def watch_client(conn: socket.socket, served: threading.Event, poll_ms: int = 100) -> bool:
+def watch_client(conn: socket.socket, served: threading.Event, poll_ms: int = 100,
+                 send_lock: threading.Lock | None = None) -> bool:
     """Until ``served`` is set, watch the hook's end of ``conn``; when the hook hangs up (the
-    runtime killed it at its timeout), cancel the running admission's deadline, so the child
-    stops deciding and holds nothing for a container that will not start. Returns whether the
-    hook hung up."""
+    runtime killed it at its timeout, or it gave up on a stalled agent), cancel the running
+    admission's deadline, so the child stops deciding and holds nothing for a container that
+    will not start (or that the hook now admits in-process). With ``send_lock`` (taken around
+    every write to ``conn``) it also sends a :data:`~numa_pin.agent.protocol.KEEPALIVE` byte
+    every ``poll_ms``, which tells the hook that this child is alive. Returns whether the hook
+    hung up."""
     poller = select.poll()
     poller.register(conn.fileno(), select.POLLRDHUP)
+    hung_up = False
     while not served.is_set():
         if poller.poll(poll_ms):
+            hung_up = True
             break
-    else:
+        if send_lock is not None:
+            with send_lock:
+                if served.is_set():
+                    break
+                try:
+                    conn.send(KEEPALIVE, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    pass  # the hook reads nothing until the reply: its buffer holds days of these
+                except OSError:
+                    hung_up = True
+                    break
+    if not hung_up:
         return False
     while not served.is_set():
         running = deadline.current()
@@ -399,10 +434,9 @@ class AgentServer:
                     self._read_notes()
                 self.reap()
                 if self.listener.fileno() in ready and not self.stopping:
-                    self.last_active = time.monotonic()
                     self._accept()
-                elif self.idle_exit_s is not None:
-                    self.stopping = self.retired()
+                if self.retired():  # only a request run counts as activity, never a refusal
+                    self.stopping = True
         finally:
             if os.getpid() == self.pid:
                 signal.set_wakeup_fd(-1)
@@ -456,21 +490,25 @@ class AgentServer:
                 self.spare_ready = False
             elif line == spare.TAKEN:
                 self._serving, self.spare_pid, self.spare_ready = self.spare_pid, None, False
+                self._next_spare_at = time.monotonic() + SERVING_WAIT_S
+            elif line == spare.SERVING:
                 self.last_active = time.monotonic()
-                self._next_spare_at = self.last_active + SERVING_WAIT_S
             else:
                 request = spare.parse_request_note(line)
-                if request is not None:
+                if request is not None:  # a request a child runs: activity, and the next rehearsal
                     self.rehearsal = request
+                    self.last_active = time.monotonic()
 
     def retired(self, now: float | None = None) -> bool:
-        """For an agent started on demand: whether it should stop now, because no hook came for
-        :attr:`idle_exit_s` seconds and none is running, because its sources changed, or because
-        its socket was removed or replaced (no hook can reach it any more)."""
+        """For an agent started on demand: whether it should stop now, because it ran no request
+        for :attr:`idle_exit_s` seconds (refused ones do not count: an agent of another version
+        or installation retires while the hooks it sends back keep coming), because its sources
+        changed, or because its socket was removed or replaced (no hook can reach it any more).
+        Admissions still running then finish: a stopping server drains them."""
         now = time.monotonic() if now is None else now
         if self.idle_exit_s is None:
             return False
-        if not self.children - {self.spare_pid} and now - self.last_active >= self.idle_exit_s:
+        if now - self.last_active >= self.idle_exit_s:
             return True
         if now >= self._next_source_check:
             self._next_source_check = now + 5.0
@@ -606,41 +644,57 @@ class AgentServer:
             self.handle(conn, peer, by)
 
     def handle(self, conn: socket.socket, peer: Peer, by: str = "fork") -> None:
-        """Read one request from an accepted ``peer``, run it or refuse it, reply. Never raises
-        for socket or protocol trouble (the hook then runs in-process). ``by`` says which child
-        this is in the log: ``fork`` (forked for this connection), ``spare`` or ``rehearsed``."""
+        """Tell the hook its connection was accepted, read one request, run it or refuse it,
+        reply. Never raises for socket or protocol trouble (the hook then runs in-process).
+        ``by`` says which child this is in the log: ``fork`` (forked for this connection),
+        ``spare`` or ``rehearsed``.
+
+        A hook sends its request only after :data:`~numa_pin.agent.protocol.ACCEPTED`, so a
+        connection this agent accepts after the hook gave up on it (the agent was stopped or
+        frozen) brings no request, and nothing runs twice."""
         started = time.perf_counter()
         record: dict[str, object] = {"time": time.time(), "pid": os.getpid(), "peer_pid": peer.pid,
                                      "peer_uid": peer.uid, "by": by}
         before = set(sys.modules) if self.log_path else set()
         try:
-            conn.settimeout(READ_TIMEOUT_S)
-            request = decode_request(recv_frame(conn, MAX_REQUEST_BYTES))
+            try:
+                conn.sendall(ACCEPTED)
+            except OSError as exc:  # EPIPE: the hook closed the connection before anyone accepted it
+                raise HungUp(exc.strerror) from exc
+            request = decode_request(recv_frame(conn, MAX_REQUEST_BYTES, READ_TIMEOUT_S))
+        except HungUp:
+            append_log(self.log_path, {**record, "outcome": "abandoned",
+                                       "reason": "the hook gave up before sending its request"})
+            return
         except (OSError, ValueError) as exc:
             append_log(self.log_path, {**record, "outcome": "bad-request", "reason": str(exc)})
             return
         record["argv"] = list(request.argv)
-        note = spare.request_note(request.argv, request.env, request.cwd)
-        if note is not None:
-            spare.send_note(self._notes_w, note)
         reason = refusal(request) or self._environment_refusal(peer)
         if reason is not None:
             self._refuse(conn, record, reason)
             return
-        served = threading.Event()
-        threading.Thread(target=watch_client, args=(conn, served), daemon=True).start()
+        # only a request this agent runs steers the next spare's rehearsal (or counts as activity)
+        note = spare.request_note(request.argv, request.env, request.cwd)
+        spare.send_note(self._notes_w, note if note is not None else spare.SERVING)
+        served, send_lock = threading.Event(), threading.Lock()
+        threading.Thread(target=watch_client, args=(conn, served, int(KEEPALIVE_S * 1000), send_lock),
+                         daemon=True).start()
         try:
             rc, err = run_request(request)
         except OSError as exc:
+            with send_lock:
+                served.set()
             self._refuse(conn, record, f"working directory {request.cwd}: {exc.strerror}")
             return
-        finally:
+        with send_lock:
             served.set()
         append_log(self.log_path, {
             **record, "outcome": "served", "rc": rc, "ms": round(1000 * (time.perf_counter() - started), 3),
             "new_modules": sorted(set(sys.modules) - before) if self.log_path else [],
         })
         try:
+            conn.settimeout(READ_TIMEOUT_S)
             conn.sendall(encode_reply(rc, err))
         except OSError:
             pass  # the hook gave up and runs in-process; admission is idempotent

@@ -20,8 +20,11 @@ never pays for a discovery. It stops watching the socket meanwhile and says so.
 
 Messages from children to the parent go over one pipe, one line each, each written whole
 (under ``PIPE_BUF``): ``R`` (the spare is ready), ``B`` (it is rehearsing again: the parent
-accepts meanwhile), ``T`` (it took a connection) and ``Q <json>`` (what a request asked for:
-argv, the passed environment and the working directory, which the next spare rehearses with).
+accepts meanwhile), ``T`` (it took a connection) and ``Q <json>`` (what a request the child
+runs asked for: argv, the passed environment and the working directory, which the next spare
+rehearses with; ``S`` instead when that line would be too long). Only a request the agent runs
+is noted: a refused one (another mount namespace, version or installation) neither steers the
+rehearsal nor counts as activity that keeps an agent started on demand from retiring.
 The parent forks the next spare once the one that was taken has answered and exited (at most
 0.5 s later): a spare rehearsing at once would compete for the CPUs with the admission the hook
 waits for (on the 2-CPU VM that spread a prestart's 5 ms over 5-9 ms).
@@ -42,6 +45,8 @@ READY = b"R"
 TAKEN = b"T"
 #: the spare is rehearsing again and does not watch the socket meanwhile
 BUSY = b"B"
+#: a child runs a request whose ``Q`` note would not fit in one write (activity all the same)
+SERVING = b"S"
 #: an idle spare rehearses again this often, so the caches a hook reads never go stale
 #: (the topology cache is rediscovered after 60 s) and a hook never waits for a discovery
 REHEARSE_EVERY_S = 20.0
@@ -157,6 +162,6 @@ def await_connection(listener: socket.socket, stop_fd: int, *, every_s: float | 
 
 
 __all__ = [
-    "BUSY", "READY", "REHEARSAL_TOPOLOGY_MAX_AGE_S", "REHEARSE_EVERY_S", "TAKEN", "await_connection",
+    "BUSY", "READY", "SERVING", "REHEARSAL_TOPOLOGY_MAX_AGE_S", "REHEARSE_EVERY_S", "TAKEN", "await_connection",
     "parse_request_note", "read_notes", "rehearse", "request_note", "send_note",
 ]
