@@ -47,6 +47,7 @@ from numa_pin.policy.registry import merge_hints
 from numa_pin.providers.cpu import CpuOptions, cpu_hint_family
 from numa_pin.quantity import format_bytes
 from numa_pin.record import field, record, replace
+from numa_pin.text import quote
 from numa_pin.topology.cpus import CpuTopology
 from numa_pin.topology.model import KIND_GPU, Topology
 
@@ -163,7 +164,7 @@ def resolve_fixed_devices(request: ContainerRequest, machine: _Machine) -> dict[
             elif token in by_uuid:
                 addr = by_uuid[token]
             else:
-                raise RequestError(f"GPU {token!r} is not on this machine", annotation="NVIDIA_VISIBLE_DEVICES")
+                raise RequestError(f"GPU {quote(token)} is not on this machine", annotation="NVIDIA_VISIBLE_DEVICES")
             res = next((r for r, infos in machine.devices.items() if any(i.id == addr for i in infos)), NVIDIA_GPU)
             fixed.setdefault(res, []).append(addr)
     for suffix, addrs in request.fixed_pci.items():

@@ -66,9 +66,9 @@ def parse_argv(argv: list[str]) -> tuple[str | None, str]:
 
 def _report(line: str, container_id: str, state_dir: str | None, use_syslog: bool, details: dict | None = None) -> None:
     """Print ``line`` (escaped to one line) and keep it in a reason file and syslog."""
-    from numa_pin.text import one_line
+    from numa_pin.text import cut, one_line
 
-    line = one_line(line)
+    line = cut(one_line(line))
     print(line, file=sys.stderr, flush=True)
     if state_dir:
         from numa_pin.report import write_reason
