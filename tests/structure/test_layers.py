@@ -166,3 +166,35 @@ def test_only_tests_use_the_test_kit():
     users = sorted(s for s, t in GRAPH.items() if not s.startswith("numa_pin.testing")
                    and any(d.startswith("numa_pin.testing") for d in t))
     assert users == []
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between packages: ``numa_pin.X.Y`` counts as ``numa_pin.X``."""
+    def package(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    out: dict[str, set[str]] = {}
+    for src, targets in graph.items():
+        out.setdefault(package(src), set()).update(package(d) for d in targets if package(d) != package(src))
+    for targets in list(out.values()):
+        for d in targets:
+            out.setdefault(d, set())
+    return out
+
+
+#: the one loop between packages left: the agent's child runs numa_pin.hook.main.run, and the
+#: hook asks the agent's client (issue 20 section 2: an invocation module below both ends it)
+KNOWN_PACKAGE_LOOPS = [["numa_pin.agent", "numa_pin.hook"]]
+
+
+def test_no_import_loop_between_packages():
+    """Packages of one rank may import each other module by module without a module cycle; a
+    loop between the packages is still a tangle, and only the known one is allowed."""
+    assert strongly_connected(package_graph(GRAPH)) == KNOWN_PACKAGE_LOOPS
+
+
+def test_package_loop_finder_finds_a_loop_without_a_module_cycle():
+    graph = {"numa_pin.a.x": {"numa_pin.b.y"}, "numa_pin.b.z": {"numa_pin.a.w"}, "numa_pin.a.w": set(),
+             "numa_pin.b.y": set()}
+    assert strongly_connected(graph) == []
+    assert strongly_connected(package_graph(graph)) == [["numa_pin.a", "numa_pin.b"]]

@@ -77,7 +77,7 @@ def preload(names: Iterable[str] = PRELOAD) -> list[str]:
         try:
             importlib.import_module(name)
         except ImportError as exc:
-            raise AgentError(f"cannot preload {name}: {exc}") from None
+            raise AgentError(f"cannot preload {name}: {exc}") from exc
     return sorted(sys.modules)
 
 

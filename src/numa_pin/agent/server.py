@@ -62,7 +62,7 @@ from numa_pin.agent.protocol import (
 from numa_pin.errors import AgentError
 from numa_pin.record import record
 from numa_pin.safefs import ensure_dir, open_private
-from numa_pin.text import one_line
+from numa_pin.text import one_line, quote
 
 #: admissions in flight at most; further connections are sent back to run in-process
 MAX_CHILDREN = 64
@@ -168,8 +168,8 @@ def systemd_listener(environ: Mapping[str, str], pid: int | None = None) -> sock
         return None
     try:
         count, owner = int(fds), int(listen_pid)
-    except ValueError:
-        raise AgentError(f"LISTEN_FDS={fds!r} LISTEN_PID={listen_pid!r}: not numbers") from None
+    except ValueError as exc:
+        raise AgentError(f"LISTEN_FDS={quote(fds)} LISTEN_PID={quote(listen_pid)}: not numbers") from exc
     if owner != (os.getpid() if pid is None else pid) or count == 0:
         return None
     if count != 1:
@@ -177,7 +177,8 @@ def systemd_listener(environ: Mapping[str, str], pid: int | None = None) -> sock
     try:
         listener = socket.socket(fileno=SD_LISTEN_FDS_START)
     except OSError as exc:
-        raise AgentError(f"fd {SD_LISTEN_FDS_START} from systemd (LISTEN_FDS=1): not a socket: {exc.strerror}") from exc
+        raise AgentError(f"fd {SD_LISTEN_FDS_START} from systemd (LISTEN_FDS=1): not a socket: {exc.strerror}",
+                         errno=exc.errno) from exc
     accepting = listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
     if listener.family != socket.AF_UNIX or listener.type != socket.SOCK_STREAM or not accepting:
         listener.detach()
@@ -214,19 +215,21 @@ def take_lock(path: str) -> int:
     try:
         ensure_dir(parent, 0o700)  # UnsafePathError: others could swap the socket or plant the lock
     except OSError as exc:
-        raise AgentError(f"{parent}: cannot create the agent socket directory: {exc.strerror}") from None
+        raise AgentError(f"{parent}: cannot create the agent socket directory: {exc.strerror}",
+                         errno=exc.errno) from exc
     lock_path = path + ".lock"
     try:
         lock_fd = open_private(lock_path, os.O_RDWR | os.O_CREAT)  # never through a symlink
     except OSError as exc:
-        raise AgentError(f"{lock_path}: cannot open: {exc.strerror}") from None
+        raise AgentError(f"{lock_path}: cannot open: {exc.strerror}", errno=exc.errno) from exc
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
         os.close(lock_fd)
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise AgentError(f"{path}: another numa-pin serve is running (it holds {lock_path})") from None
-        raise AgentError(f"{lock_path}: cannot lock: {exc.strerror}") from None
+            raise AgentError(f"{path}: another numa-pin serve is running (it holds {lock_path})",
+                             errno=exc.errno) from exc
+        raise AgentError(f"{lock_path}: cannot lock: {exc.strerror}", errno=exc.errno) from exc
     return lock_fd
 
 
@@ -249,7 +252,7 @@ def listen(path: str) -> socket.socket:
         os.chmod(path, 0o600)
         listener.listen(128)
     except OSError as exc:
-        raise AgentError(f"{path}: cannot listen: {exc.strerror or exc}") from None
+        raise AgentError(f"{path}: cannot listen: {exc.strerror or exc}", errno=exc.errno) from exc
     return listener
 
 
@@ -268,7 +271,8 @@ def _clear_stale(path: str) -> None:
         os.unlink(path)
         return
     except OSError as exc:
-        raise AgentError(f"{path}: cannot tell whether a server answers there: {exc.strerror or exc}") from None
+        raise AgentError(f"{path}: cannot tell whether a server answers there: {exc.strerror or exc}",
+                         errno=exc.errno) from exc
     finally:
         probe.close()
     raise AgentError(f"{path}: another server answers on this socket")

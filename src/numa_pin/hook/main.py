@@ -142,7 +142,7 @@ def run(argv: list[str], stdin, stdout=None) -> int:
         state_dir, use_syslog = config.state_dir, config.syslog
         from numa_pin.service import NodeService
 
-        agent = NodeService(config, cache_dir=cache_dir)
+        service = NodeService(config, cache_dir=cache_dir)
         from numa_pin.report import forget_reason
 
         if stage in PRECREATE_STAGES:
@@ -150,7 +150,7 @@ def run(argv: list[str], stdin, stdout=None) -> int:
 
             from numa_pin.hook.precreate import precreate
 
-            result = precreate(data, agent)
+            result = precreate(data, service)
             out = stdout if stdout is not None else sys.stdout.buffer
             out.write(json.dumps(result.spec).encode())
             out.flush()
@@ -160,7 +160,7 @@ def run(argv: list[str], stdin, stdout=None) -> int:
         if stage in RELEASE_STAGES:
             # runc runs poststop after a rejected prestart too: the rejection's reason is kept
             # for `numa-pin explain` unless a grant was actually released
-            if agent.release(state.id) is not None:
+            if service.release(state.id) is not None:
                 forget_reason(state_dir, state.id)
             return EXIT_OK
         from numa_pin.hook.admit import admission_for
@@ -170,7 +170,7 @@ def run(argv: list[str], stdin, stdout=None) -> int:
             from numa_pin.errors import HookInputError
 
             raise HookInputError(f"container {cid}: the runtime passed no pid at {stage}")
-        agent.admit(request, state.pid, owner=owner, rootfs=rootfs)
+        service.admit(request, state.pid, owner=owner, rootfs=rootfs)
         forget_reason(state_dir, state.id)  # an earlier rejection no longer explains this container
         _warn_kubelet(config.kubelet_root, use_syslog)
         return EXIT_OK
