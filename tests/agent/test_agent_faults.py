@@ -89,7 +89,7 @@ def test_a_child_stopped_during_the_admission_is_given_up_without_a_double_grant
         assert hook.wait(timeout=RUNC_HOOK_TIMEOUT_S) == 0
         assert hook.stderr.read().decode() in ("", "numa-pin: waiting for the ledger lock (held by another process)\n")
         child.send_signal(signal.SIGCONT)
-        wait_for(lambda: not child.is_running() or child.status() == psutil.STATUS_ZOMBIE, "the child to finish")
+        wait_for(lambda: _gone(child), "the child to finish")
         assert run_hook(twin, twin_state) == (0, "")
         assert node.grants() == twin.grants()
         assert node.cpus_of(3) == node.granted("c3") and len(node.granted("c3")) == 4
@@ -98,6 +98,13 @@ def test_a_child_stopped_during_the_admission_is_given_up_without_a_double_grant
         hook.kill()
         hook.wait()
         assert agent.stop() == 0
+
+
+def _gone(proc: psutil.Process) -> bool:
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # reaped between the two looks
+        return True
 
 
 def _waiting_for(node: Node, agent: Served) -> psutil.Process | None:
