@@ -253,12 +253,17 @@ def log_decision(grant: Grant, verb: str) -> None:
 
 
 
-def lock_wait_notice(holder: int | None) -> None:
-    """Say on stderr that this admission is waiting for the ledger lock, and who holds it."""
+def lock_wait_line(holder: int | None) -> str:
+    """The line that says an admission is waiting for the ledger lock, and who holds it."""
     who = f"pid {holder}" if holder is not None else "another process"
-    print(f"numa-pin: waiting for the ledger lock (held by {who})", file=sys.stderr, flush=True)
+    return f"numa-pin: waiting for the ledger lock (held by {who})"
+
+
+def lock_wait_notice(holder: int | None) -> None:
+    """Say on stderr that this admission is waiting for the ledger lock (:func:`lock_wait_line`)."""
+    print(lock_wait_line(holder), file=sys.stderr, flush=True)
 
 
 __all__ = ["MAX_REASONS", "MAX_REASONS_BYTES", "MAX_REASON_BYTES", "decision_line", "forget_reason",
-           "lock_wait_notice", "log_decision", "log_syslog", "read_reason", "read_reasons", "reason_document",
-           "reason_path", "reasons_dir", "write_reason"]
+           "lock_wait_line", "lock_wait_notice", "log_decision", "log_syslog", "read_reason", "read_reasons",
+           "reason_document", "reason_path", "reasons_dir", "write_reason"]

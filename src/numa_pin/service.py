@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 
 from numa_pin import names, report
 from numa_pin.admission.decide import Decision, NodeSettings, decide, reject
@@ -85,8 +86,11 @@ class NodeService:
     """All I/O of one node, rooted at the config's sysfs, proc, cgroup and state roots."""
 
     def __init__(self, config: Config, cache_dir: str | None = None, *,
-                 topology_max_age: float = DEFAULT_MAX_AGE_S) -> None:
+                 topology_max_age: float = DEFAULT_MAX_AGE_S,
+                 on_wait: Callable[[int | None], None] = report.lock_wait_notice) -> None:
         self.config = config
+        #: told the ledger lock holder's pid when an admission starts waiting for it
+        self.on_wait = on_wait
         self.cache_dir = cache_dir
         #: a cached topology older than this many seconds is discovered again
         self.topology_max_age = topology_max_age
@@ -179,7 +183,7 @@ class NodeService:
             if decision is not None and not decision.admit:
                 raise reject(decision)
             timeout = min(cfg.lock_timeout_s, deadline.remaining())
-            with self.ledger.transaction(timeout=timeout, on_wait=report.lock_wait_notice) as txn:
+            with self.ledger.transaction(timeout=timeout, on_wait=self.on_wait) as txn:
                 state, dropped = collect_garbage(txn.state, self._alive)
                 if state != snapshot:
                     continue  # another writer committed since the snapshot: decide again

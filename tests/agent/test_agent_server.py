@@ -13,7 +13,6 @@ identical second node: exit code, stderr and the ledger grant must be equal.
 from __future__ import annotations
 
 import fcntl
-import io
 import json
 import os
 import select
@@ -679,16 +678,6 @@ def test_client_request_round_trips_through_the_server_decoder(tmp_path):
     assert req.version == protocol.__version__ and req.protocol == protocol.PROTOCOL
 
 
-@pytest.mark.parametrize(
-    "code, rc, printed",
-    [(None, 0, ""), (0, 0, ""), (3, 3, ""), ("usage: x", 1, "usage: x\n")],
-    ids=["none", "zero", "int", "message"],
-)
-def test_exit_status(code, rc, printed):
-    out = io.StringIO()
-    assert server.exit_status(code, out) == rc and out.getvalue() == printed
-
-
 def test_changed_sources(tmp_path):
     files = [tmp_path / n for n in ("a.py", "b.py", "c.py")]
     for f in files:
@@ -700,27 +689,36 @@ def test_changed_sources(tmp_path):
     assert preload.changed_sources(stamps) == [str(files[1]), str(files[2])]
 
 
-def test_run_request_sets_only_passed_env_and_cwd(tmp_path, monkeypatch):
-    environ = {"NUMA_PIN_CONFIG": "/from/server", "NUMA_PIN_CACHE_DIR": "/c", "OTHER": "kept"}
+def test_run_request_changes_no_process_global(tmp_path, monkeypatch):
+    """The child runs the request's hook with the request's variables and directory, given to
+    numa_pin.invoke explicitly: the process's environment, stderr and cwd stay as they are."""
     monkeypatch.chdir("/")
-    req = protocol.Request(protocol.PROTOCOL, protocol.__version__, ("poststart",), b"", {"NUMA_PIN_DEBUG": "1"},
-                         str(tmp_path))
-    assert server.run_request(req, environ) == (0, "")
-    assert environ == {"NUMA_PIN_DEBUG": "1", "OTHER": "kept"}
-    assert os.getcwd() == str(tmp_path)
-    bad = req.replace(cwd=str(tmp_path / "gone"))
+    monkeypatch.setenv("NUMA_PIN_CONFIG", "/from/server")
+    (tmp_path / "rel.yaml").write_text("policy: strict\n")  # a config error names the file it read
+    req = protocol.Request(protocol.PROTOCOL, protocol.__version__, ("--config", "rel.yaml", "prestart"),
+                           b'{"id": "x", "bundle": "b", "pid": 1}', {"NUMA_PIN_CACHE_DIR": "cache"}, str(tmp_path))
+    saved_err, environ = sys.stderr, dict(os.environ)
+    rc, err = server.run_request(req)
+    assert rc == 3 and str(tmp_path / "rel.yaml") in err  # resolved against the request's cwd
+    assert os.getcwd() == "/" and dict(os.environ) == environ and sys.stderr is saved_err
+    assert server.run_request(req.replace(argv=("poststart",))) == (0, "")
     with pytest.raises(OSError):
-        server.run_request(bad, environ)
+        server.run_request(req.replace(cwd=str(tmp_path / "gone")))
 
 
 def test_run_request_reports_usage_and_tracebacks(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
     usage = protocol.Request(protocol.PROTOCOL, protocol.__version__, ("--help",), b"", {}, str(tmp_path))
-    rc, err = server.run_request(usage, {})
+    rc, err = server.run_request(usage)
     assert rc == 1 and err.startswith("usage: numa-pin-hook")
-    monkeypatch.setattr("numa_pin.hook.main.run", lambda argv, stdin: 1 / 0)
-    rc, err = server.run_request(usage, {})
+    monkeypatch.setattr("numa_pin.invoke.run", lambda request, on_line=None: 1 / 0)  # NUMA_PIN_DEBUG=1 re-raises
+    rc, err = server.run_request(usage)
     assert rc == 1 and "Traceback" in err and "ZeroDivisionError" in err
+
+
+def test_the_agent_passes_every_variable_the_hook_reads():
+    from numa_pin import invoke
+
+    assert protocol.PASSED_ENV == invoke.HOOK_ENV
 
 
 # ---- the client against fake servers ---------------------------------------------------------
@@ -1106,7 +1104,7 @@ def test_a_rehearsal_changes_nothing_on_the_node(node, monkeypatch):
                "env": {"NUMA_PIN_CACHE_DIR": str(node.cache)}}
     spare.rehearse(request)
     assert _tree(node.state, node.cg, node.proc) == before
-    assert os.getcwd() == "/"  # a spare keeps no directory busy while it waits
+    assert os.getcwd() == str(node.root)  # resolved against the request's cwd, never changed into
 
 
 def test_a_spare_killed_while_waiting_is_replaced(served, node):

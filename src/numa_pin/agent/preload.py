@@ -24,6 +24,7 @@ from numa_pin.errors import AgentError
 #: tests/agent checks both halves of this.
 PRELOAD: tuple[str, ...] = (
     "numa_pin.hook.main",
+    "numa_pin.invoke",
     "numa_pin.hook.oci",
     "numa_pin.hook.admit",
     "numa_pin.hook.rootless",

@@ -28,7 +28,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import gc
-import io
 import json
 import os
 import select
@@ -51,7 +50,6 @@ from numa_pin.agent.protocol import (
     KEEPALIVE,
     KEEPALIVE_S,
     MAX_REQUEST_BYTES,
-    PASSED_ENV,
     Request,
     decode_request,
     encode_fallback,
@@ -90,17 +88,6 @@ class Peer:
 
 
 # ---- protocol (pure) ---------------------------------------------------------------------
-
-
-def exit_status(code: object, stream: TextIO) -> int:
-    """The exit status the interpreter gives ``SystemExit(code)``, writing a message code to
-    ``stream`` as the interpreter would."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=stream)
-    return 1
 
 
 # ---- socket I/O ----------------------------------------------------------------------------
@@ -299,36 +286,23 @@ def append_log(path: str | None, record: Mapping[str, object]) -> None:
 # ---- one request (in the forked child) -----------------------------------------------------
 
 
-def run_request(request: Request, environ: dict | None = None) -> tuple[int, str]:
-    """Run the hook for ``request`` in this process, as ``numa-pin-hook`` would: exit code and
-    stderr. Sets exactly the :data:`~numa_pin.agent.protocol.PASSED_ENV` variables the request
-    carries (clearing the others) and changes into its working directory.
+def run_request(request: Request) -> tuple[int, str]:
+    """Run the hook for ``request`` in this process, as ``numa-pin-hook`` would
+    (:func:`numa_pin.invoke.run`, given the request's arguments, variables, stdin and working
+    directory): exit code and stderr. Changes no process global (environment, stderr, cwd).
 
-    Raises OSError when the working directory is unusable (nothing has run then)."""
+    Raises OSError when the working directory is not a directory (nothing has run then)."""
     import traceback
 
-    from numa_pin.hook.main import run
+    from numa_pin.invoke import HookRequest, run
 
-    env = os.environ if environ is None else environ
-    os.chdir(request.cwd)
-    for key in PASSED_ENV:
-        if key in request.env:
-            env[key] = request.env[key]
-        else:
-            env.pop(key, None)
-    captured = io.StringIO()
-    saved = sys.stderr
-    sys.stderr = captured
+    if not stat.S_ISDIR(os.stat(request.cwd).st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), request.cwd)
     try:
-        rc = run(list(request.argv), io.BytesIO(request.stdin))
-    except SystemExit as exc:
-        rc = exit_status(exc.code, captured)
+        result = run(HookRequest(request.argv, dict(request.env), request.stdin, request.cwd))
     except BaseException:  # NUMA_PIN_DEBUG=1: run() re-raises; show what the interpreter would
-        captured.write(traceback.format_exc())
-        rc = 1
-    finally:
-        sys.stderr = saved
-    return rc, captured.getvalue()
+        return 1, traceback.format_exc()
+    return result.code, result.stderr_text()
 
 
 def watch_client(conn: socket.socket, served: threading.Event, poll_ms: int = 100,
@@ -797,7 +771,6 @@ __all__ = [
     "NAMESPACES",
     "Peer",
     "append_log",
-    "exit_status",
     "listen",
     "namespace_mismatch",
     "open_socket",

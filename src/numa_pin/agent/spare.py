@@ -109,30 +109,20 @@ def rehearse(request: Mapping[str, object]) -> None:
     :data:`REHEARSAL_TOPOLOGY_MAX_AGE_S`). Best effort: a rehearsal that fails only leaves
     pages cold."""
     from numa_pin.admission.request import request_from_oci
-    from numa_pin.config.load import load_config
-    from numa_pin.hook.main import DEFAULT_CACHE_DIR, parse_argv
+    from numa_pin.invoke import hook_config, parse_argv
     from numa_pin.service import NodeService
 
     argv = request.get("argv")
     passed = request.get("env")
-    env = dict(os.environ)
-    for key in PASSED_ENV:
-        env.pop(key, None)
-    if isinstance(passed, dict):
-        env.update({k: v for k, v in passed.items() if k in PASSED_ENV})
+    env = {k: v for k, v in passed.items() if k in PASSED_ENV} if isinstance(passed, dict) else {}
     cwd = request.get("cwd")
     try:
-        if isinstance(cwd, str):
-            os.chdir(cwd)
         config_path, _ = parse_argv([str(a) for a in argv] if isinstance(argv, list) else [])
-        cache_dir = env.get("NUMA_PIN_CACHE_DIR", DEFAULT_CACHE_DIR)
-        service = NodeService(load_config(config_path, env, cache_dir=cache_dir), cache_dir=cache_dir,
-                              topology_max_age=REHEARSAL_TOPOLOGY_MAX_AGE_S)
+        config, cache_dir = hook_config(config_path, env, cwd if isinstance(cwd, str) else "/")
+        service = NodeService(config, cache_dir=cache_dir, topology_max_age=REHEARSAL_TOPOLOGY_MAX_AGE_S)
         service.plan(request_from_oci("numa-pin-rehearsal", {"numa-pin.io/cpus": "1"}))
-    except (Exception, SystemExit):  # the hook itself will meet and report whatever this is
+    except Exception:  # the hook itself will meet and report whatever this is
         pass
-    finally:
-        os.chdir("/")
 
 
 def await_connection(listener: socket.socket, stop_fd: int, *, every_s: float | None = None,
