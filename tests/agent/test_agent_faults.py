@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from numa_pin.agent import client, protocol, server, spare
+from numa_pin.agent import client, protocol, request, server, spare
 
 from .test_agent_server import HOOK, WAIT_S, Node, Served, hook_env, node, run_hook, twin, wait_for
 
@@ -209,12 +209,12 @@ def test_a_refused_request_neither_steers_the_rehearsal_nor_counts_as_activity(t
         body = body.replace(protocol.__version__.encode(), fields["version"].encode(), 1)
         theirs.sendall(protocol.frame(body))
         before = agent.last_active
-        agent.handle(ours, server.Peer(4242, os.geteuid(), os.getegid()))
+        agent.handler.handle(ours, request.Peer(4242, os.geteuid(), os.getegid()))
         assert theirs.recv(1) == protocol.ACCEPTED
         assert refused in client.read_reply(theirs, time.monotonic() + WAIT_S).decode()
-        agent._read_notes()
-        assert agent.rehearsal is None and agent.last_active == before
-        lines, rest = spare.read_notes(agent._notes_r, b"")
+        assert not agent.spares.read(time.monotonic())  # no activity
+        assert agent.spares.rehearsal is None and agent.last_active == before
+        lines, rest = spare.read_notes(agent.spares.notes_r, b"")
         assert lines == [] and rest == b""
     finally:
         ours.close()

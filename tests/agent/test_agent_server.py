@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from numa_pin.agent import client, preload, protocol, server, spare
+from numa_pin.agent import client, preload, protocol, request, server, spare
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import NumaPinError
 from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
@@ -128,12 +128,12 @@ class Served:
             "numa_pin.__version__": version,  # an agent of another version, as after an upgrade without a restart
             "server.MAX_CHILDREN": max_children,  # a server at its limit of admissions in flight
             "spare.REHEARSE_EVERY_S": rehearse_every_s,  # an idle spare that rehearses again this often
-            "server.READ_TIMEOUT_S": read_timeout_s,
+            "request.READ_TIMEOUT_S": read_timeout_s,
         }
         lines = [f"{name} = {value!r}" for name, value in patches.items() if value is not None]
         if lines:  # the version before the imports: the agent's modules copy it when imported
             code = "\n".join(["import sys, numa_pin", *[line for line in lines if line.startswith("numa_pin.")],
-                              "from numa_pin.agent import server, spare",
+                              "from numa_pin.agent import request, server, spare",
                               *[line for line in lines if not line.startswith("numa_pin.")],
                               "from numa_pin.cli.main import main; sys.exit(main(sys.argv[1:]))"])
             cmd = [sys.executable, "-c", code, *args]
@@ -404,8 +404,8 @@ class DyingAgent:
         with conn:
             conn.settimeout(WAIT_S)
             conn.sendall(protocol.ACCEPTED)
-            request = protocol.decode_request(server.recv_frame(conn, protocol.MAX_REQUEST_BYTES))
-            self.result = run_hook(self.node, request.stdin, argv=list(request.argv))
+            req = protocol.decode_request(request.recv_frame(conn, protocol.MAX_REQUEST_BYTES))
+            self.result = run_hook(self.node, req.stdin, argv=list(req.argv))
             self.grants_after = self.node.grants()
         self.sock.close()
 
@@ -615,12 +615,12 @@ SAME_NS = {"pid": "pid:[1]", "mnt": "mnt:[2]", "net": "net:[3]", "cgroup": "cgro
 )
 def test_namespace_mismatch(tmp_path, mine, theirs, want):
     _ns_tree(tmp_path, mine, theirs)
-    assert server.namespace_mismatch(77, str(tmp_path)) == want
+    assert client.namespace_mismatch(77, str(tmp_path)) == want
 
 
 def test_namespace_mismatch_of_this_process_is_none():
-    assert server.namespace_mismatch(os.getpid()) is None
-    assert server.namespace_mismatch(0) is not None  # pid 0: a peer outside our pid namespace
+    assert client.namespace_mismatch(os.getpid()) is None
+    assert client.namespace_mismatch(0) is not None  # pid 0: a peer outside our pid namespace
 
 
 def _request(**override) -> bytes:
@@ -698,20 +698,20 @@ def test_run_request_changes_no_process_global(tmp_path, monkeypatch):
     req = protocol.Request(protocol.PROTOCOL, protocol.__version__, ("--config", "rel.yaml", "prestart"),
                            b'{"id": "x", "bundle": "b", "pid": 1}', {"NUMA_PIN_CACHE_DIR": "cache"}, str(tmp_path))
     saved_err, environ = sys.stderr, dict(os.environ)
-    rc, err = server.run_request(req)
+    rc, err = request.run_request(req)
     assert rc == 3 and str(tmp_path / "rel.yaml") in err  # resolved against the request's cwd
     assert os.getcwd() == "/" and dict(os.environ) == environ and sys.stderr is saved_err
-    assert server.run_request(req.replace(argv=("poststart",))) == (0, "")
+    assert request.run_request(req.replace(argv=("poststart",))) == (0, "")
     with pytest.raises(OSError):
-        server.run_request(req.replace(cwd=str(tmp_path / "gone")))
+        request.run_request(req.replace(cwd=str(tmp_path / "gone")))
 
 
 def test_run_request_reports_usage_and_tracebacks(tmp_path, monkeypatch):
     usage = protocol.Request(protocol.PROTOCOL, protocol.__version__, ("--help",), b"", {}, str(tmp_path))
-    rc, err = server.run_request(usage)
+    rc, err = request.run_request(usage)
     assert rc == 1 and err.startswith("usage: numa-pin-hook")
     monkeypatch.setattr("numa_pin.invoke.run", lambda request, on_line=None: 1 / 0)  # NUMA_PIN_DEBUG=1 re-raises
-    rc, err = server.run_request(usage)
+    rc, err = request.run_request(usage)
     assert rc == 1 and "Traceback" in err and "ZeroDivisionError" in err
 
 
@@ -780,7 +780,7 @@ def test_try_agent_against_fake_servers(tmp_path, capsys, behaviour, want):
                 time.sleep(protocol.STALL_S * 2)
                 return
             conn.sendall(protocol.ACCEPTED)
-            got.append(server.recv_frame(conn, protocol.MAX_REQUEST_BYTES))
+            got.append(request.recv_frame(conn, protocol.MAX_REQUEST_BYTES))
             FAKE_BEHAVIOURS[behaviour](conn)
 
     t = threading.Thread(target=serve_once, daemon=True)

@@ -151,7 +151,78 @@ def await_connection(listener: socket.socket, stop_fd: int, *, every_s: float | 
             return conn
 
 
+#: after a spare child died without taking a connection, the next one is forked this much later
+SPARE_RETRY_S = 1.0
+#: after a spare was taken, the next one is forked when that one has answered and exited (its
+#: rehearsal would compete for the CPUs with the admission a hook waits for), or after this long
+SERVING_WAIT_S = 0.5
+
+
+class SpareKeeper:
+    """The parent's side of the spare: which child it is and whether it waits on the socket,
+    what the next one rehearses, and the notes children send (one pipe, :attr:`notes_w` for the
+    children). The server forks; this says when, and keeps the books."""
+
+    def __init__(self) -> None:
+        self.keep = True  # False after a fork for a spare failed: the parent accepts and forks
+        self.pid: int | None = None
+        self.ready = False
+        #: the last request a child ran: what the next spare rehearses (None: no hook yet)
+        self.rehearsal: Mapping[str, object] | None = None
+        self.next_at = 0.0
+        self.serving: int | None = None  # the last spare taken, while it serves
+        self.notes_r, self.notes_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._pending = b""
+
+    def wait(self, now: float, at_limit: bool) -> float | None:
+        """None when a spare should be forked now, else how long the loop may sleep."""
+        if not self.keep or self.pid is not None or at_limit:
+            return 5.0
+        wait = self.next_at - now
+        return min(wait, 5.0) if wait > 0 else None
+
+    def forked(self, pid: int) -> None:
+        self.pid, self.ready = pid, False
+
+    def read(self, now: float) -> bool:
+        """Take in the notes now readable; returns whether a child reported running a request
+        (the agent's activity: refused requests are never noted)."""
+        active = False
+        lines, self._pending = read_notes(self.notes_r, self._pending)
+        for line in lines:
+            if line == READY and self.pid is not None:
+                self.ready = True
+            elif line == BUSY:
+                self.ready = False
+            elif line == TAKEN:
+                self.serving, self.pid, self.ready = self.pid, None, False
+                self.next_at = now + SERVING_WAIT_S
+            elif line == SERVING:
+                active = True
+            else:
+                request = parse_request_note(line)
+                if request is not None:  # a request a child runs: activity, and the next rehearsal
+                    self.rehearsal, active = request, True
+        return active
+
+    def reaped(self, pid: int, now: float) -> None:
+        """A child exited: the taken spare (time for the next) or the waiting one (died)."""
+        if pid == self.serving:
+            self.serving, self.next_at = None, 0.0
+        if pid == self.pid:  # it died before taking a connection: another in a while
+            self.pid, self.ready = None, False
+            self.next_at = now + SPARE_RETRY_S
+
+    def rehearse_again(self) -> None:
+        """In an idle spare child: rehearse once more (the parent accepts meanwhile)."""
+        if self.rehearsal is not None:
+            send_note(self.notes_w, BUSY)
+            rehearse(self.rehearsal)
+            send_note(self.notes_w, READY)
+
+
 __all__ = [
-    "BUSY", "READY", "SERVING", "REHEARSAL_TOPOLOGY_MAX_AGE_S", "REHEARSE_EVERY_S", "TAKEN", "await_connection",
-    "parse_request_note", "read_notes", "rehearse", "request_note", "send_note",
+    "BUSY", "READY", "REHEARSAL_TOPOLOGY_MAX_AGE_S", "REHEARSE_EVERY_S", "SERVING", "SERVING_WAIT_S", "SPARE_RETRY_S",
+    "TAKEN", "SpareKeeper", "await_connection", "parse_request_note", "read_notes", "rehearse", "request_note",
+    "send_note",
 ]
