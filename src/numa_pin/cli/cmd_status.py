@@ -41,21 +41,21 @@ def run(args: argparse.Namespace) -> int:
     from numa_pin.service import NodeService
 
     config = load(args)
-    agent = NodeService(config)
-    state = agent.ledger.read()
-    pool = agent.shared_pool(state)
-    topo = agent.topology
-    free = {n: sorted(topo.nodes[n].cpus & (topo.cpu_ids - state.exclusive_cpus() - agent.reserved()))
+    service = NodeService(config)
+    state = service.ledger.read()
+    pool = service.shared_pool(state)
+    topo = service.topology
+    free = {n: sorted(topo.nodes[n].cpus & (topo.cpu_ids - state.exclusive_cpus() - service.reserved()))
             for n in topo.node_ids}
     grants = [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)]
     free_per_node = {str(n): format_list(c) for n, c in free.items()}
     out: dict[str, Any] = {
         "grants": grants,
         "shared_pool": format_list(pool),
-        "reserved": format_list(agent.reserved()),
+        "reserved": format_list(service.reserved()),
         "free_exclusive_cpus_per_node": free_per_node,
         "kubelet": describe(args.kubelet_root or config.kubelet_root),
-        "conflicts": agent.config_conflicts(state),
+        "conflicts": service.config_conflicts(state),
     }
     kubelet: dict[str, Any] = out["kubelet"]
     if kubelet["static"]:
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from numa_pin.report import read_reasons
 
     # ids as short as `explain` and `release` still resolve uniquely (rejections count too)
-    short = short_ids(set(state.grants) | set(read_reasons(agent.config.state_dir)))
+    short = short_ids(set(state.grants) | set(read_reasons(service.config.state_dir)))
     width = max((len(short[g["container_id"]]) for g in grants), default=SHORT_ID)
     lines = [f"shared pool: {out['shared_pool']}   reserved: {out['reserved'] or '-'}"]
     lines += [f"node {n}: free for exclusive use: {c or '-'}" for n, c in free_per_node.items()]
