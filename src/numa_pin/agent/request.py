@@ -21,9 +21,10 @@ import struct
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Mapping
 
-from numa_pin import deadline
+from numa_pin import deadline, invoke
 from numa_pin.agent import spare
 from numa_pin.agent.client import namespace_mismatch
 from numa_pin.agent.preload import changed_sources
@@ -117,14 +118,10 @@ def run_request(request: Request) -> tuple[int, str]:
     directory): exit code and stderr. Changes no process global (environment, stderr, cwd).
 
     Raises OSError when the working directory is not a directory (nothing has run then)."""
-    import traceback
-
-    from numa_pin.invoke import HookRequest, run
-
     if not stat.S_ISDIR(os.stat(request.cwd).st_mode):
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), request.cwd)
     try:
-        result = run(HookRequest(request.argv, dict(request.env), request.stdin, request.cwd))
+        result = invoke.run(invoke.HookRequest(request.argv, dict(request.env), request.stdin, request.cwd))
     except BaseException:  # NUMA_PIN_DEBUG=1: run() re-raises; show what the interpreter would
         return 1, traceback.format_exc()
     return result.code, result.stderr_text()

@@ -38,7 +38,10 @@ import select
 import socket
 from collections.abc import Callable, Mapping, Sequence
 
+from numa_pin.admission.request import request_from_oci
 from numa_pin.agent.protocol import PASSED_ENV
+from numa_pin.invoke import hook_config, parse_argv
+from numa_pin.service import NodeService
 
 #: the notes (one line each, without its newline)
 READY = b"R"
@@ -108,10 +111,6 @@ def rehearse(request: Mapping[str, object]) -> None:
     caches a hook writes too, the topology's when it is older than
     :data:`REHEARSAL_TOPOLOGY_MAX_AGE_S`). Best effort: a rehearsal that fails only leaves
     pages cold."""
-    from numa_pin.admission.request import request_from_oci
-    from numa_pin.invoke import hook_config, parse_argv
-    from numa_pin.service import NodeService
-
     argv = request.get("argv")
     passed = request.get("env")
     env = {k: v for k, v in passed.items() if k in PASSED_ENV} if isinstance(passed, dict) else {}
