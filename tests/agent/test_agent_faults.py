@@ -138,15 +138,19 @@ def _drip(sock_path: Path, outcome: list[str], drops: int = 40, every_s: float =
             outcome.append("refused")
             return
         conn.settimeout(every_s)
-        for _ in range(drops):
+        payload = protocol.frame(b"x" * 4096)  # never complete within ``drops`` bytes
+        for i in range(drops):
             try:
                 if conn.recv(1) == b"":
                     outcome.append("cut off")
                     return
             except TimeoutError:
                 pass
+            except OSError:  # ECONNRESET: closed with our bytes unread
+                outcome.append("cut off")
+                return
             try:
-                conn.send(b"\x00")
+                conn.send(payload[i:i + 1])
             except OSError:
                 outcome.append("cut off")
                 return
@@ -241,3 +245,24 @@ def test_an_agent_of_another_version_retires_while_refused_hooks_keep_coming(tmp
         stop.set()
         asking.join(WAIT_S)
         agent.stop(signal.SIGKILL)
+
+
+def test_agent_errors_keep_their_errno_and_cause(tmp_path):
+    import errno
+
+    from numa_pin.agent import listener
+    from numa_pin.errors import AgentError
+
+    path = str(tmp_path / "run" / "agent.sock")
+    held = listener.take_lock(path)
+    try:
+        with pytest.raises(AgentError, match="another numa-pin serve is running") as info:
+            listener.take_lock(path)
+        assert info.value.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+        assert isinstance(info.value.__cause__, OSError) and info.value.__cause__.errno == info.value.errno
+        (tmp_path / "run" / "file").write_text("")
+        with pytest.raises(AgentError, match="cannot listen") as info:
+            listener.listen(str(tmp_path / "run" / "file" / "s.sock"))
+        assert info.value.errno == errno.ENOTDIR and isinstance(info.value.__cause__, OSError)
+    finally:
+        os.close(held)
