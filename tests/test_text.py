@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from numa_pin import text
 from numa_pin.text import is_one_line, one_line
 
 BIDI = {"LRE", "RLE", "PDF", "LRO", "RLO", "LRI", "RLI", "FSI", "PDI"}
@@ -65,3 +66,20 @@ def test_every_unsafe_code_point_is_escaped():
         if 0xD800 <= code <= 0xDFFF:
             continue
         assert (one_line(char) != char) == unsafe(char), hex(code)
+
+
+@pytest.mark.parametrize(
+    "value, limit, kept, note",
+    [("short", 10, "'short'", ""), ("x" * 50, 10, "'xxxxxxxxxx'", "... [50 characters]"),
+     (["a" * 50], 10, "['aaaaaaaaa", " more characters]"), (7, 10, "7", "")],
+    ids=["short-string", "long-string", "long-list", "int"],
+)
+def test_quote_cuts_long_values(value, limit, kept, note):
+    quoted = text.quote(value, limit)
+    assert quoted.startswith(kept) and quoted.endswith(note or kept)
+    assert len(quoted) <= limit + 2 + len(f"... [{len(repr(value))} more characters]")
+
+
+def test_cut_keeps_short_text_and_says_what_it_left_out():
+    assert text.cut("abc", 3) == "abc"
+    assert text.cut("abcdef", 3) == "abc... [3 more characters]"

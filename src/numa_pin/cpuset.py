@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from numa_pin.text import quote
+
 _MAX_ID = 1 << 20  # far above any real CPU or node id; guards against "0-999999999"
 #: most ids all elements of one list may name together, overlaps counted again: eight times
 #: Linux's largest NR_CPUS (8192). Without a total, "0-1048576" repeated a thousand times
@@ -84,11 +86,11 @@ def parse_mask(text: str) -> frozenset[int]:
     for word in text.split(","):
         word = word.strip()
         if not word or len(word) > 8:
-            raise ValueError(f"bad mask word {word!r} in {text!r}")
+            raise ValueError(f"bad mask word {quote(word)} in {quote(text)}")
         try:
             value = (value << 32) | int(word, 16)
         except ValueError:
-            raise ValueError(f"not hex: {word!r} in {text!r}") from None
+            raise ValueError(f"not hex: {quote(word)} in {quote(text)}") from None
     return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
 
 

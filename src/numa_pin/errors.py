@@ -225,12 +225,14 @@ class HookInputError(NumaPinError, ValueError):
 
 
 class AgentError(NumaPinError):
-    """``numa-pin serve`` cannot create or hold its socket. ``path`` is the socket."""
+    """``numa-pin serve`` cannot create or hold its socket. ``path`` is the socket; ``errno`` the
+    OS error's number where one caused it (raised ``from`` that error)."""
 
     kind = "AgentError"
 
-    def __init__(self, message: str, *, path: str | None = None) -> None:
+    def __init__(self, message: str, *, path: str | None = None, errno: int | None = None) -> None:
         self.path = path
+        self.errno = errno
         super().__init__(f"{path}: {message}" if path else message)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 
 from numa_pin.record import record
+from numa_pin.text import quote
 
 _ADDRESS = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 
@@ -46,7 +47,7 @@ def parse(text: str, *, domain_optional: bool = True) -> PciAddress:
     match = _ADDRESS.fullmatch(text) if isinstance(text, str) else None
     if match is None or (match[1] is None and not domain_optional):
         form = f"{EXAMPLE} or 3b:00.1" if domain_optional else EXAMPLE
-        raise ValueError(f"{text!r} is not a PCI address such as {form}")
+        raise ValueError(f"{quote(text)} is not a PCI address such as {form}")
     domain, bus, device, function = match.groups()
     return PciAddress(int(domain or "0", 16), int(bus, 16), int(device, 16), int(function))
 

@@ -7,9 +7,14 @@ that cannot be written is returned as ``None``, and syslog errors are the C libr
 
 A reason file is named ``<prefix>-<hash>.json``: the id reduced to at most 64 safe characters,
 then the first 16 hex digits of the SHA-256 of the exact id, so ``rt-a/b`` and ``rt-a_b`` never
-share a file; :func:`read_reason` also checks the id recorded inside. Files are 0600 (they name
-containers), at most :data:`MAX_REASONS` are kept (the oldest go first), and a container's file
-is deleted when it is admitted or its grant is released (:func:`forget_reason`).
+share a file; :func:`read_reason` also checks the id recorded inside (an id longer than
+:data:`MAX_ID_CHARS` is recorded cut, with the SHA-256 of the whole id). Files are 0600 (they
+name containers) and bounded in bytes: the line is cut to :data:`~numa_pin.text.MAX_LINE`
+characters and a file is never over :data:`MAX_REASON_BYTES`, which is also what
+:func:`read_reason` accepts. At most :data:`MAX_REASONS` files and :data:`MAX_REASONS_BYTES`
+bytes are kept (the oldest go first), a writer removes temporary files a killed writer left
+(older than :data:`STALE_TEMP_S`), and a container's file is deleted when it is admitted or its
+grant is released (:func:`forget_reason`).
 """
 
 from __future__ import annotations
@@ -26,14 +31,21 @@ from numa_pin.digest import sha256_hex
 from numa_pin.errors import UnsafePathError
 from numa_pin.ledger.model import Grant
 from numa_pin.safefs import check_dir, ensure_dir, replace_private
-from numa_pin.text import one_line
+from numa_pin.text import MAX_LINE, cut, one_line
 
 #: the directory of reason files under ``state_dir``
 REASONS = "reasons"
 #: reason files kept at most; writing one more deletes the oldest
 MAX_REASONS = 1000
-#: largest reason file read back (one line and a few details)
-MAX_REASON_BYTES = 1 << 20
+#: largest reason file written and read back (one line and a few details)
+MAX_REASON_BYTES = 64 << 10
+#: the reasons directory holds at most this many bytes of reason files
+MAX_REASONS_BYTES = 8 << 20
+#: a container id longer than this is recorded cut, with the SHA-256 of the whole id
+MAX_ID_CHARS = 1024
+#: a temporary reason file older than this was left by a killed writer; the next writer removes it
+STALE_TEMP_S = 60.0
+_TEMP_PREFIX = ".reason."
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
@@ -60,9 +72,22 @@ def read_reason(state_dir: str, container_id: str) -> dict[str, object] | None:
     except FileNotFoundError:
         return None
     doc = json_loads_bounded(raw, 8)
-    if not isinstance(doc, dict) or doc.get("container_id") != container_id:
+    if not isinstance(doc, dict) or not _records(doc, container_id):
         return None
     return doc
+
+
+def _id_fields(container_id: str) -> dict[str, str]:
+    """How a reason file records ``container_id``: as it is, or cut with the whole id's digest."""
+    if len(container_id) <= MAX_ID_CHARS:
+        return {"container_id": container_id}
+    return {"container_id": container_id[:MAX_ID_CHARS],
+            "container_id_sha256": sha256_hex(container_id.encode("utf-8", "surrogatepass"))}
+
+
+def _records(doc: Mapping[str, object], container_id: str) -> bool:
+    """Whether the reason ``doc`` is the one recorded for exactly ``container_id``."""
+    return all(doc.get(k) == v for k, v in _id_fields(container_id).items())
 
 
 def forget_reason(state_dir: str | None, container_id: str) -> None:
@@ -84,23 +109,51 @@ def forget_reason(state_dir: str | None, container_id: str) -> None:
         os.close(fd)
 
 
-def _prune(directory: str, keep: int) -> None:
-    """Delete the oldest reason files until at most ``keep`` remain (best effort)."""
+def _prune(directory: str, keep: int, keep_bytes: int | None = None, now: float | None = None) -> None:
+    """Delete the oldest reason files until at most ``keep`` files of ``keep_bytes`` bytes in all
+    (default :data:`MAX_REASONS_BYTES`) remain, and temporary files older than
+    :data:`STALE_TEMP_S` (best effort)."""
+    now = time.time() if now is None else now
+    keep_bytes = MAX_REASONS_BYTES if keep_bytes is None else keep_bytes
     try:
-        names = [n for n in os.listdir(directory) if n.endswith(".json")]
+        names = os.listdir(directory)
     except OSError:
-        return
-    if len(names) <= keep:
         return
     aged = []
     for name in names:
+        path = os.path.join(directory, name)
         try:
-            aged.append((os.lstat(os.path.join(directory, name)).st_mtime_ns, name))
+            st = os.lstat(path)
         except OSError:
             continue
-    aged.sort()
-    for _, name in aged[: len(aged) - keep]:
-        _unlink_quietly(os.path.join(directory, name))
+        if name.startswith(_TEMP_PREFIX):
+            if now - st.st_mtime > STALE_TEMP_S:  # its writer was killed mid-write
+                _unlink_quietly(path)
+        elif name.endswith(".json"):
+            aged.append((st.st_mtime_ns, name, st.st_size))
+    aged.sort(reverse=True)  # newest first: they are the ones kept
+    total = 0
+    for i, (_, name, size) in enumerate(aged):
+        total += size
+        if i >= keep or total > keep_bytes:
+            _unlink_quietly(os.path.join(directory, name))
+
+
+def reason_document(container_id: str, line: str, details: Mapping[str, object] | None = None,
+                    now: float | None = None) -> bytes:
+    """The bytes of a reason file: never over :data:`MAX_REASON_BYTES` (the line is cut, and
+    details that do not fit are left out) (pure)."""
+    record: dict[str, object] = {**_id_fields(container_id), "time": time.time() if now is None else now,
+                                 "line": cut(one_line(line), MAX_LINE)}
+    small = json.dumps(record).encode("utf-8")
+    for key, value in (details or {}).items():
+        if key in record:
+            continue
+        item = {**record, key: value}
+        data = json.dumps(item).encode("utf-8")
+        if len(data) <= MAX_REASON_BYTES:
+            record, small = item, data
+    return small
 
 
 def write_reason(
@@ -108,10 +161,9 @@ def write_reason(
 ) -> str | None:
     """Keep the rejection reason where ``numa-pin explain`` finds it (crun hides hook stderr)."""
     path = reason_path(state_dir, container_id)
-    record = {"container_id": container_id, "time": time.time(), "line": one_line(line), **(details or {})}
     try:
         directory = reasons_dir(state_dir)
-        replace_private(directory, path, json.dumps(record).encode("utf-8"), prefix=".reason.")
+        replace_private(directory, path, reason_document(container_id, line, details), prefix=_TEMP_PREFIX)
         _prune(directory, MAX_REASONS)
     except (OSError, UnsafePathError):
         return None
@@ -164,7 +216,7 @@ def read_reasons(state_dir: str) -> dict[str, dict[str, object]]:
         except (OSError, ValueError):
             continue
         if isinstance(doc, dict) and isinstance(doc.get("container_id"), str):
-            out[doc["container_id"]] = doc
+            out[doc["container_id"]] = doc  # a cut id: explain finds it by that prefix
     return out
 
 
@@ -191,11 +243,17 @@ def log_decision(grant: Grant, verb: str) -> None:
 
 
 
-def lock_wait_notice(holder: int | None) -> None:
-    """Say on stderr that this admission is waiting for the ledger lock, and who holds it."""
+def lock_wait_line(holder: int | None) -> str:
+    """The line that says an admission is waiting for the ledger lock, and who holds it."""
     who = f"pid {holder}" if holder is not None else "another process"
-    print(f"numa-pin: waiting for the ledger lock (held by {who})", file=sys.stderr, flush=True)
+    return f"numa-pin: waiting for the ledger lock (held by {who})"
 
 
-__all__ = ["MAX_REASONS", "decision_line", "forget_reason", "lock_wait_notice", "log_decision", "log_syslog",
-           "read_reason", "read_reasons", "reason_path", "reasons_dir", "write_reason"]
+def lock_wait_notice(holder: int | None) -> None:
+    """Say on stderr that this admission is waiting for the ledger lock (:func:`lock_wait_line`)."""
+    print(lock_wait_line(holder), file=sys.stderr, flush=True)
+
+
+__all__ = ["MAX_REASONS", "MAX_REASONS_BYTES", "MAX_REASON_BYTES", "decision_line", "forget_reason",
+           "lock_wait_line", "lock_wait_notice", "log_decision", "log_syslog", "read_reason", "read_reasons",
+           "reason_document", "reason_path", "reasons_dir", "write_reason"]

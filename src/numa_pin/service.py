@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 
 from numa_pin import report
 from numa_pin.admission.decide import Decision, decide, reject
@@ -60,8 +61,11 @@ class NodeService(Node):
     """All I/O of one node, rooted at the config's sysfs, proc, cgroup and state roots."""
 
     def __init__(self, config: Config, cache_dir: str | None = None, *,
-                 topology_max_age: float = DEFAULT_MAX_AGE_S) -> None:
+                 topology_max_age: float = DEFAULT_MAX_AGE_S,
+                 on_wait: Callable[[int | None], None] = report.lock_wait_notice) -> None:
         super().__init__(config, cache_dir, topology_max_age=topology_max_age, make_settings=settings_from_config)
+        #: told the ledger lock holder's pid when an admission starts waiting for it
+        self.on_wait = on_wait
         self.ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
 
     def live_grant(self, container_id: str) -> Grant | None:
@@ -129,7 +133,7 @@ class NodeService(Node):
             if decision is not None and not decision.admit:
                 raise reject(decision)
             timeout = min(cfg.lock_timeout_s, deadline.remaining())
-            with self.ledger.transaction(timeout=timeout, on_wait=report.lock_wait_notice) as txn:
+            with self.ledger.transaction(timeout=timeout, on_wait=self.on_wait) as txn:
                 state, dropped = collect_garbage(txn.state, self._alive)
                 if state != snapshot:
                     continue  # another writer committed since the snapshot: decide again

@@ -11,7 +11,8 @@ in the runtime's log or in syslog, and an escape sequence reaches the operator's
   a line read differently from what it says (``\\uNNNN``).
 
 Backslashes are left alone, so escaping is idempotent (``one_line(one_line(s)) ==
-one_line(s)``) and paths stay readable. Nothing here imports anything: the hook calls it on
+one_line(s)``) and paths stay readable. :func:`quote` and :func:`cut` bound what a message
+quotes and the message itself. Nothing here imports anything: the hook calls it on
 every report.
 """
 
@@ -42,4 +43,27 @@ def is_one_line(text: str) -> bool:
     return not any(ord(c) in _TABLE for c in text)
 
 
-__all__ = ["is_one_line", "one_line"]
+#: a value quoted in a message (an annotation, an environment variable, a name) is cut to this
+#: many characters: whoever starts a container chooses them, and a 1 MB value must not become a
+#: 1 MB line on stderr, in syslog or in a reason file
+MAX_QUOTED = 200
+#: a message line (stderr, syslog, a reason file) is cut to this many characters
+MAX_LINE = 4096
+
+
+def cut(text: object, limit: int = MAX_LINE) -> str:
+    """``str(text)``, cut to ``limit`` characters with a note of how many were left out (pure)."""
+    s = str(text)
+    if len(s) <= limit:
+        return s
+    return f"{s[:limit]}... [{len(s) - limit} more characters]"
+
+
+def quote(value: object, limit: int = MAX_QUOTED) -> str:
+    """``repr(value)`` for a message, a string cut to ``limit`` characters first (pure)."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]!r}... [{len(value)} characters]"
+    return cut(repr(value), limit + 2)
+
+
+__all__ = ["MAX_LINE", "MAX_QUOTED", "cut", "is_one_line", "one_line", "quote"]

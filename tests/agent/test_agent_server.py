@@ -13,7 +13,6 @@ identical second node: exit code, stderr and the ledger grant must be equal.
 from __future__ import annotations
 
 import fcntl
-import io
 import json
 import os
 import select
@@ -29,7 +28,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from numa_pin.agent import client, preload, protocol, server, spare
+from numa_pin.agent import client, preload, protocol, request, server, spare
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import NumaPinError
 from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
@@ -116,26 +115,28 @@ class Served:
     """A ``numa-pin serve`` subprocess on a socket under ``root``."""
 
     def __init__(self, root: Path, version: str | None = None, max_children: int | None = None,
-                 rehearse_every_s: float | None = None) -> None:
+                 rehearse_every_s: float | None = None, *, read_timeout_s: float | None = None,
+                 idle_exit_s: float | None = None) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.sock = root / "run" / "agent.sock"
         self.log = root / "agent.log"
         self.err = root / "agent.err"
         args = ["serve", "--socket", str(self.sock), "--log", str(self.log)]
-        if version is not None:  # an agent of another numa-pin version, as after an upgrade without a restart
-            code = ("import sys, numa_pin; numa_pin.__version__ = sys.argv[1]\n"
-                    "from numa_pin.cli.main import main; sys.exit(main(sys.argv[2:]))")
-            cmd = [sys.executable, "-c", code, version, *args]
-        elif max_children is not None:  # a server at its limit of admissions in flight
-            code = ("import sys\nfrom numa_pin.agent import server\n"
-                    "server.MAX_CHILDREN = int(sys.argv[1])\n"
-                    "from numa_pin.cli.main import main; sys.exit(main(sys.argv[2:]))")
-            cmd = [sys.executable, "-c", code, str(max_children), *args]
-        elif rehearse_every_s is not None:  # an idle spare that rehearses again this often
-            code = ("import sys\nfrom numa_pin.agent import spare\n"
-                    "spare.REHEARSE_EVERY_S = float(sys.argv[1])\n"
-                    "from numa_pin.cli.main import main; sys.exit(main(sys.argv[2:]))")
-            cmd = [sys.executable, "-c", code, str(rehearse_every_s), *args]
+        if idle_exit_s is not None:
+            args += ["--idle-exit", f"{idle_exit_s:g}"]
+        patches = {  # module attributes set before serve starts
+            "numa_pin.__version__": version,  # an agent of another version, as after an upgrade without a restart
+            "server.MAX_CHILDREN": max_children,  # a server at its limit of admissions in flight
+            "spare.REHEARSE_EVERY_S": rehearse_every_s,  # an idle spare that rehearses again this often
+            "request.READ_TIMEOUT_S": read_timeout_s,
+        }
+        lines = [f"{name} = {value!r}" for name, value in patches.items() if value is not None]
+        if lines:  # the version before the imports: the agent's modules copy it when imported
+            code = "\n".join(["import sys, numa_pin", *[line for line in lines if line.startswith("numa_pin.")],
+                              "from numa_pin.agent import request, server, spare",
+                              *[line for line in lines if not line.startswith("numa_pin.")],
+                              "from numa_pin.cli.main import main; sys.exit(main(sys.argv[1:]))"])
+            cmd = [sys.executable, "-c", code, *args]
         else:
             cmd = [NUMA_PIN, *args]
         env = {k: v for k, v in os.environ.items() if not k.startswith("NUMA_PIN_")}
@@ -402,8 +403,9 @@ class DyingAgent:
         conn, _ = self.sock.accept()
         with conn:
             conn.settimeout(WAIT_S)
-            request = protocol.decode_request(server.recv_frame(conn, protocol.MAX_REQUEST_BYTES))
-            self.result = run_hook(self.node, request.stdin, argv=list(request.argv))
+            conn.sendall(protocol.ACCEPTED)
+            req = protocol.decode_request(request.recv_frame(conn, protocol.MAX_REQUEST_BYTES))
+            self.result = run_hook(self.node, req.stdin, argv=list(req.argv))
             self.grants_after = self.node.grants()
         self.sock.close()
 
@@ -613,12 +615,12 @@ SAME_NS = {"pid": "pid:[1]", "mnt": "mnt:[2]", "net": "net:[3]", "cgroup": "cgro
 )
 def test_namespace_mismatch(tmp_path, mine, theirs, want):
     _ns_tree(tmp_path, mine, theirs)
-    assert server.namespace_mismatch(77, str(tmp_path)) == want
+    assert client.namespace_mismatch(77, str(tmp_path)) == want
 
 
 def test_namespace_mismatch_of_this_process_is_none():
-    assert server.namespace_mismatch(os.getpid()) is None
-    assert server.namespace_mismatch(0) is not None  # pid 0: a peer outside our pid namespace
+    assert client.namespace_mismatch(os.getpid()) is None
+    assert client.namespace_mismatch(0) is not None  # pid 0: a peer outside our pid namespace
 
 
 def _request(**override) -> bytes:
@@ -676,16 +678,6 @@ def test_client_request_round_trips_through_the_server_decoder(tmp_path):
     assert req.version == protocol.__version__ and req.protocol == protocol.PROTOCOL
 
 
-@pytest.mark.parametrize(
-    "code, rc, printed",
-    [(None, 0, ""), (0, 0, ""), (3, 3, ""), ("usage: x", 1, "usage: x\n")],
-    ids=["none", "zero", "int", "message"],
-)
-def test_exit_status(code, rc, printed):
-    out = io.StringIO()
-    assert server.exit_status(code, out) == rc and out.getvalue() == printed
-
-
 def test_changed_sources(tmp_path):
     files = [tmp_path / n for n in ("a.py", "b.py", "c.py")]
     for f in files:
@@ -697,27 +689,36 @@ def test_changed_sources(tmp_path):
     assert preload.changed_sources(stamps) == [str(files[1]), str(files[2])]
 
 
-def test_run_request_sets_only_passed_env_and_cwd(tmp_path, monkeypatch):
-    environ = {"NUMA_PIN_CONFIG": "/from/server", "NUMA_PIN_CACHE_DIR": "/c", "OTHER": "kept"}
+def test_run_request_changes_no_process_global(tmp_path, monkeypatch):
+    """The child runs the request's hook with the request's variables and directory, given to
+    numa_pin.invoke explicitly: the process's environment, stderr and cwd stay as they are."""
     monkeypatch.chdir("/")
-    req = protocol.Request(protocol.PROTOCOL, protocol.__version__, ("poststart",), b"", {"NUMA_PIN_DEBUG": "1"},
-                         str(tmp_path))
-    assert server.run_request(req, environ) == (0, "")
-    assert environ == {"NUMA_PIN_DEBUG": "1", "OTHER": "kept"}
-    assert os.getcwd() == str(tmp_path)
-    bad = req.replace(cwd=str(tmp_path / "gone"))
+    monkeypatch.setenv("NUMA_PIN_CONFIG", "/from/server")
+    (tmp_path / "rel.yaml").write_text("policy: strict\n")  # a config error names the file it read
+    req = protocol.Request(protocol.PROTOCOL, protocol.__version__, ("--config", "rel.yaml", "prestart"),
+                           b'{"id": "x", "bundle": "b", "pid": 1}', {"NUMA_PIN_CACHE_DIR": "cache"}, str(tmp_path))
+    saved_err, environ = sys.stderr, dict(os.environ)
+    rc, err = request.run_request(req)
+    assert rc == 3 and str(tmp_path / "rel.yaml") in err  # resolved against the request's cwd
+    assert os.getcwd() == "/" and dict(os.environ) == environ and sys.stderr is saved_err
+    assert request.run_request(req.replace(argv=("poststart",))) == (0, "")
     with pytest.raises(OSError):
-        server.run_request(bad, environ)
+        request.run_request(req.replace(cwd=str(tmp_path / "gone")))
 
 
 def test_run_request_reports_usage_and_tracebacks(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
     usage = protocol.Request(protocol.PROTOCOL, protocol.__version__, ("--help",), b"", {}, str(tmp_path))
-    rc, err = server.run_request(usage, {})
+    rc, err = request.run_request(usage)
     assert rc == 1 and err.startswith("usage: numa-pin-hook")
-    monkeypatch.setattr("numa_pin.hook.main.run", lambda argv, stdin: 1 / 0)
-    rc, err = server.run_request(usage, {})
+    monkeypatch.setattr("numa_pin.invoke.run", lambda request, on_line=None: 1 / 0)  # NUMA_PIN_DEBUG=1 re-raises
+    rc, err = request.run_request(usage)
     assert rc == 1 and "Traceback" in err and "ZeroDivisionError" in err
+
+
+def test_the_agent_passes_every_variable_the_hook_reads():
+    from numa_pin import invoke
+
+    assert protocol.PASSED_ENV == invoke.HOOK_ENV
 
 
 # ---- the client against fake servers ---------------------------------------------------------
@@ -729,6 +730,8 @@ def _reply(doc) -> bytes:
 
 FAKE_BEHAVIOURS = {
     "reply": lambda conn: conn.sendall(_reply({"rc": 3, "stderr": "numa-pin: from the agent\n"})),
+    "keepalives-then-reply": lambda conn: [conn.sendall(protocol.KEEPALIVE) for _ in range(3)]
+    and conn.sendall(_reply({"rc": 3, "stderr": "numa-pin: from the agent\n"})),
     "fallback-reply": lambda conn: conn.sendall(_reply({"fallback": "busy"})),
     "close-after-request": lambda conn: None,
     "garbage-reply": lambda conn: conn.sendall(protocol.frame(b"not json")),
@@ -737,12 +740,21 @@ FAKE_BEHAVIOURS = {
     "short-body": lambda conn: conn.sendall(b"\x00\x00\x00\x64" + b"{}"),
     "rc-not-int": lambda conn: conn.sendall(_reply({"rc": "0", "stderr": ""})),
     "rc-bool": lambda conn: conn.sendall(_reply({"rc": True, "stderr": ""})),
+    # a child that accepted, read the request and then stopped (SIGSTOP, a frozen cgroup)
+    "silent-after-request": lambda conn: time.sleep(protocol.STALL_S * 2),
+    "keepalives-then-silent": lambda conn: [conn.sendall(protocol.KEEPALIVE) for _ in range(3)]
+    and time.sleep(protocol.STALL_S * 2),
 }
+#: what the fake does before the request: accept and say so (as the agent does), refuse with a
+#: frame, accept and say nothing, or never accept (a stopped agent's listen backlog)
+BEFORE_REQUEST = ("accepted", "refusal-frame", "silent-accept", "never-accept", "close-at-once")
 
 
 @pytest.mark.parametrize(
     "behaviour, want",
-    [("reply", 3)] + [(b, None) for b in FAKE_BEHAVIOURS if b != "reply"] + [("close-at-once", None)],
+    [("reply", 3), ("keepalives-then-reply", 3)]
+    + [(b, None) for b in FAKE_BEHAVIOURS if not b.endswith("reply") or b == "fallback-reply"]
+    + [(b, None) for b in BEFORE_REQUEST[1:]],
     ids=lambda v: v if isinstance(v, str) else None,
 )
 def test_try_agent_against_fake_servers(tmp_path, capsys, behaviour, want):
@@ -754,12 +766,21 @@ def test_try_agent_against_fake_servers(tmp_path, capsys, behaviour, want):
     got: list[bytes] = []
 
     def serve_once():
+        if behaviour == "never-accept":
+            return
         conn, _ = listener.accept()
         with conn:
             conn.settimeout(WAIT_S)
             if behaviour == "close-at-once":
                 return
-            got.append(server.recv_frame(conn, protocol.MAX_REQUEST_BYTES))
+            if behaviour == "refusal-frame":
+                conn.sendall(_reply({"fallback": "busy"}))
+                return
+            if behaviour == "silent-accept":
+                time.sleep(protocol.STALL_S * 2)
+                return
+            conn.sendall(protocol.ACCEPTED)
+            got.append(request.recv_frame(conn, protocol.MAX_REQUEST_BYTES))
             FAKE_BEHAVIOURS[behaviour](conn)
 
     t = threading.Thread(target=serve_once, daemon=True)
@@ -770,9 +791,11 @@ def test_try_agent_against_fake_servers(tmp_path, capsys, behaviour, want):
     assert rc == want
     err = capsys.readouterr().err
     assert err == ("numa-pin: from the agent\n" if want == 3 else "")
-    if got:
+    if behaviour in FAKE_BEHAVIOURS:
         req = protocol.decode_request(got[0])
         assert req.argv == ("--config", "/c.yaml", "prestart") and req.stdin == b'{"id": "x"}'
+    else:  # a hook sends its request only to an agent that said it accepted the connection
+        assert got == []
 
 
 def test_try_agent_refuses_an_oversized_request_without_connecting(tmp_path):
@@ -1003,9 +1026,9 @@ def test_an_on_demand_agent_retires_when_idle_or_upgraded(tmp_path):
     try:
         now = agent.last_active
         assert not agent.retired(now + 1)
-        assert agent.retired(now + 61)  # idle, nothing running
-        agent.children.add(-1)
-        assert not agent.retired(now + 61)  # an admission still runs (and the sources are as loaded)
+        assert agent.retired(now + 61)  # idle: it ran no request for 60 s
+        agent.last_active = now + 61  # a request it ran (the sources are as loaded)
+        assert not agent.retired(now + 62)
         os.utime(source, ns=(0, 0))  # an upgrade
         assert not agent.retired(now + 62)  # sources are looked at every 5 s
         assert agent.retired(now + 67)
@@ -1081,7 +1104,7 @@ def test_a_rehearsal_changes_nothing_on_the_node(node, monkeypatch):
                "env": {"NUMA_PIN_CACHE_DIR": str(node.cache)}}
     spare.rehearse(request)
     assert _tree(node.state, node.cg, node.proc) == before
-    assert os.getcwd() == "/"  # a spare keeps no directory busy while it waits
+    assert os.getcwd() == str(node.root)  # resolved against the request's cwd, never changed into
 
 
 def test_a_spare_killed_while_waiting_is_replaced(served, node):

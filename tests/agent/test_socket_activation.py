@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.agent import server
+from numa_pin.agent import listener
 from numa_pin.errors import AgentError
 from numa_pin.testing.node import FakeNode
 
@@ -48,15 +48,15 @@ WAIT_S = 60.0
 def test_systemd_listener_reads_the_environment(environ, want):
     env = {k: (str(os.getpid()) if v == "SELF" else v) for k, v in environ.items()}
     if want is None:
-        assert server.systemd_listener(env) is None
+        assert listener.systemd_listener(env) is None
     else:
         with pytest.raises(AgentError, match=want):
-            server.systemd_listener(env)
+            listener.systemd_listener(env)
 
 
 _WRONG_FD3 = """
 import os, socket, sys
-from numa_pin.agent import server
+from numa_pin.agent import listener
 from numa_pin.errors import AgentError
 kind = sys.argv[1]
 if kind == "file":
@@ -67,7 +67,7 @@ else:  # a stream socket nobody called listen() on
     fd = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).detach()
 os.dup2(fd, 3)
 try:
-    server.systemd_listener({"LISTEN_FDS": "1", "LISTEN_PID": str(os.getpid())})
+    listener.systemd_listener({"LISTEN_FDS": "1", "LISTEN_PID": str(os.getpid())})
 except AgentError as exc:
     print(exc)
 else:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from numa_pin import report
+from numa_pin import report, text
 from numa_pin.cli.main import main as cli_main
 from numa_pin.errors import EXIT_CONFIG, EXIT_ERROR, EXIT_INTERNAL, EXIT_REJECTED, EXIT_USAGE
 from numa_pin.hook import main as hook_main
@@ -116,3 +116,85 @@ def test_cli_exit_codes(node, tmp_path, capsys):
     bad.write_text("policy: strict\n")
     assert cli_main(["status", "--config", str(bad)]) == EXIT_CONFIG
     capsys.readouterr()
+
+
+# ---- bounded reasons (issue 22 items 7 and 13) -------------------------------------------------
+
+BIG = "GPU-" + "x" * 1_400_000  # one pod-spec value: NVIDIA_VISIBLE_DEVICES, an annotation
+
+
+def hook_with(fake, config, cid: str, annotations: dict, env: list[str]) -> int:
+    bundle = fake.root / "bundle"
+    bundle.mkdir(exist_ok=True)
+    spec = {"annotations": annotations, "process": {"env": env}, "linux": {"cgroupsPath": "/c"}}
+    (bundle / "config.json").write_text(json.dumps(spec))
+    state = json.dumps({"id": cid, "bundle": str(bundle), "pid": 77}).encode()
+    return hook_main.run(["--config", str(config), "prestart"], io.BytesIO(state))
+
+
+@pytest.mark.parametrize(
+    "annotations, env, tail",
+    [({}, [f"NVIDIA_VISIBLE_DEVICES={BIG}"], "is not on this machine"),
+     ({"numa-pin.io/pod": " " + BIG}, [], "is not a pod name"),
+     ({"cdi.k8s.io/x": BIG}, [], "is not a CDI device name")],
+    ids=["nvidia-visible-devices", "pod-annotation", "cdi-annotation"],
+)
+def test_a_huge_value_is_quoted_cut_and_its_reason_stays_explainable(node, capsys, annotations, env, tail):
+    fake, config = node
+    assert hook_with(fake, config, "big", annotations, env) == EXIT_REJECTED
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and len(err) < 2 * text.MAX_LINE
+    assert "characters]" in err and "x" * (text.MAX_LINE + 1) not in err
+    assert tail in err, "the value is cut where it is quoted: what is wrong with it still shows"
+    path = Path(report.reason_path(str(fake.state_dir), "big"))
+    assert path.stat().st_size <= report.MAX_REASON_BYTES
+    assert cli_main(["explain", "big", "--config", str(config)]) == 0
+    assert "error big: RequestError" in capsys.readouterr().out
+
+
+def test_a_reason_file_fits_its_reader_whatever_it_is_given(tmp_path):
+    """A 4 MB line of control characters (escaping quadruples it), a 10,000-character id and a
+    large detail: the file is within what read_reason accepts, and read back for that id only."""
+    state = str(tmp_path / "state")
+    cid = "c" * 10_000
+    path = report.write_reason(state, cid, "numa-pin: rejected: " + "\x01" * (4 << 20), {"kind": "k" * (1 << 20)})
+    assert path is not None and os.path.getsize(path) <= report.MAX_REASON_BYTES
+    doc = report.read_reason(state, cid)
+    assert doc is not None and doc["line"].startswith("numa-pin: rejected: \\x01")
+    assert report.read_reason(state, cid[:-1] + "d") is None
+    assert list(report.read_reasons(state).values()) == [doc]
+
+
+def test_the_reasons_directory_is_bounded_in_bytes(tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "MAX_REASONS_BYTES", 4000, raising=False)
+    state = str(tmp_path / "state")
+    for i in range(20):
+        path = report.write_reason(state, f"c{i}", f"numa-pin: rejected c{i}: " + "y" * 500)
+        assert path is not None
+        os.utime(path, ns=(i * 10**9, i * 10**9))  # c0 is the oldest
+    files = list((tmp_path / "state" / "reasons").iterdir())
+    assert sum(p.stat().st_size for p in files) <= 4000
+    kept = {json.loads(p.read_text())["container_id"] for p in files}
+    assert "c19" in kept and "c0" not in kept and len(kept) > 1
+
+
+def test_a_writer_killed_mid_write_leaves_a_temp_file_the_next_writer_removes(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    state = tmp_path / "state"
+    report.reasons_dir(str(state))
+    killed = subprocess.run(
+        [sys.executable, "-c",
+         "import os, signal, sys\nfrom numa_pin.safefs import create_private\n"
+         "fd, tmp = create_private(sys.argv[1], '.reason.')\nos.write(fd, b'{\"container_id\": \"half')\n"
+         "os.kill(os.getpid(), signal.SIGKILL)", str(state / "reasons")], timeout=60)
+    assert killed.returncode == -signal.SIGKILL
+    (left,) = [p for p in (state / "reasons").iterdir() if p.name.startswith(".reason.")]
+    fresh = state / "reasons" / ".reason.fresh.tmp"  # a writer at work right now
+    fresh.write_bytes(b"{")
+    old = left.stat().st_mtime - 3600  # an hour: no writer takes that long
+    os.utime(left, (old, old))
+    assert report.write_reason(str(state), "c1", "numa-pin: rejected c1: x") is not None
+    assert not left.exists() and fresh.exists()

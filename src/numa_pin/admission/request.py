@@ -47,6 +47,7 @@ from numa_pin.devices.cdi import CdiDevice, devices_from_annotations, devices_fr
 from numa_pin.errors import RequestError
 from numa_pin.quantity import ASCII_BLANKS, parse_bytes, parse_count
 from numa_pin.record import field, record
+from numa_pin.text import quote
 
 PREFIX = "numa-pin.io/"
 POLICIES = names.POLICIES
@@ -183,13 +184,13 @@ def parse_devices(text: str, annotation: str) -> dict[str, int]:
         name, sep, count = part.partition("=")
         name = name.strip(ASCII_BLANKS)
         if not sep or not name:
-            raise RequestError(f"expected resource=count, got {part!r}", annotation=annotation)
+            raise RequestError(f"expected resource=count, got {quote(part)}", annotation=annotation)
         if any(not c.isascii() or c.isspace() or not c.isprintable() for c in name):
-            raise RequestError(f"resource {name!r} holds a blank or non-ASCII character", annotation=annotation)
+            raise RequestError(f"resource {quote(name)} holds a blank or non-ASCII character", annotation=annotation)
         if "/" not in name or name.startswith("/") or name.endswith("/"):
-            raise RequestError(f"resource {name!r} is not of the form domain/name", annotation=annotation)
+            raise RequestError(f"resource {quote(name)} is not of the form domain/name", annotation=annotation)
         if name in out:
-            raise RequestError(f"resource {name!r} given twice", annotation=annotation)
+            raise RequestError(f"resource {quote(name)} given twice", annotation=annotation)
         out[name] = _bounded_count(count.strip(ASCII_BLANKS), annotation)
     return out
 
@@ -197,13 +198,14 @@ def parse_devices(text: str, annotation: str) -> dict[str, int]:
 def _bounded_count(text: str, annotation: str) -> int:
     n = parse_count(text, annotation)
     if n > MAX_COUNT:
-        raise RequestError(f"{text!r} is larger than {MAX_COUNT}", annotation=annotation)
+        raise RequestError(f"{quote(text)} is larger than {MAX_COUNT}", annotation=annotation)
     return n
 
 
 def _choice(value: str, allowed: tuple[str, ...], annotation: str) -> str:
     if value not in allowed:
-        raise RequestError(f"unknown value {value!r} (expected one of {', '.join(allowed)})", annotation=annotation)
+        raise RequestError(f"unknown value {quote(value)} (expected one of {', '.join(allowed)})",
+                           annotation=annotation)
     return value
 
 
@@ -236,7 +238,7 @@ def whole_pages(resource: str, size: int, text: str, what: str) -> int:
     page = HUGEPAGE_RESOURCES[resource] * 1024
     if size % page:
         raise RequestError(
-            f"{text!r} is not a whole number of {resource[len('hugepages-'):]} pages "
+            f"{quote(text)} is not a whole number of {resource[len('hugepages-'):]} pages "
             f"({size} bytes is {size / page:g} pages); hugepages come in whole pages", annotation=what,
         )
     return size
@@ -382,7 +384,8 @@ def request_from_oci(
         for size, limit in hugepage_limits.items():
             res = _PAGE_SIZES.get(size)
             if res is None:
-                raise RequestError(f"unsupported hugepage size {size!r}", annotation="linux.resources.hugepageLimits")
+                raise RequestError(f"unsupported hugepage size {quote(size)}",
+                                   annotation="linux.resources.hugepageLimits")
             if limit > 0:
                 huge[res] = whole_pages(res, limit, str(limit), "linux.resources.hugepageLimits")
         amounts = Amounts(amounts.cpus, amounts.memory, huge, amounts.devices)
@@ -447,7 +450,7 @@ def _cpuset(text: str | None) -> frozenset[int] | None:
     try:
         return parse_list(text)
     except ValueError as exc:
-        raise RequestError(f"{text!r} is not a CPU list ({exc})", annotation=CPUSET_FIELD) from exc
+        raise RequestError(f"{quote(text)} is not a CPU list ({exc})", annotation=CPUSET_FIELD) from exc
 
 
 def pod_identity(container_id: str, annotations: Mapping[str, str]) -> tuple[str, str | None]:
@@ -462,5 +465,6 @@ def pod_identity(container_id: str, annotations: Mapping[str, str]) -> tuple[str
     if claimed is None:
         return container_id, None
     if not claimed or claimed != claimed.strip() or not claimed.isprintable():
-        raise RequestError(f"{claimed!r} is not a pod name (empty, blank or unprintable)", annotation=PREFIX + "pod")
+        raise RequestError(f"{quote(claimed)} is not a pod name (empty, blank or unprintable)",
+                           annotation=PREFIX + "pod")
     return USER_POD_PREFIX + claimed, claimed

@@ -2,8 +2,9 @@
 
 :func:`try_agent` returns the hook's exit code when the agent ran the hook, and None whenever
 the caller must run the hook in-process instead: no socket, nothing answering, a server of
-another uid, a protocol error, a version mismatch, or a server that died after the request
-was sent. The last case is safe because admission and release are idempotent (an admission
+another uid, a protocol error, a version mismatch, a stalled agent (no process accepted the
+connection, or the one running it went quiet, within ``STALL_S``), or a server that died after
+the request was sent. The last case is safe because admission and release are idempotent (an admission
 that finds the container's grant re-applies it), see ``docs/agent.md``.
 
 This module runs on every container start, so it imports only C modules that are already
@@ -29,12 +30,15 @@ import posix  # the hook starts without site, which would have imported os; posi
 import sys
 
 from numa_pin.agent.protocol import (
+    ACCEPTED,
     AGENT_LOG_ENV,
     AUTOSTART_ENV,
     HEADER_BYTES,
+    KEEPALIVE,
     MAX_REPLY_BYTES,
     MAX_REQUEST_BYTES,
     NO_AGENT_ENV,
+    STALL_S,
     decode_reply,
     encode_request,
     frame,
@@ -47,7 +51,8 @@ if TYPE_CHECKING:
 
 #: the agent must accept the connection this fast, or the hook runs in-process
 CONNECT_TIMEOUT_S = 0.5
-#: how long the hook waits for the verdict (the runtime's own hook timeout is shorter)
+#: how long the hook waits for the verdict in all, however live the agent looks (the runtime's
+#: own hook timeout is shorter); an agent that goes quiet is given up on after ``STALL_S``
 REPLY_TIMEOUT_S = 60.0
 #: an agent started on demand exits after this many seconds without a hook
 IDLE_EXIT_S = 600
@@ -68,15 +73,33 @@ def peer_uid(sock) -> int:
     return int.from_bytes(cred[4:8], sys.byteorder)
 
 
-def _recv_exact(sock, size: int) -> bytes | None:
-    chunks: list[bytes] = []
-    while size:
-        chunk = sock.recv(min(size, 1 << 16))
+def read_reply(sock, deadline: float) -> bytes | None:
+    """The reply body after any :data:`~numa_pin.agent.protocol.KEEPALIVE` bytes, or None when
+    the agent hangs up, goes quiet for :data:`~numa_pin.agent.protocol.STALL_S` seconds, sends
+    a frame over the reply limit, or ``deadline`` (``time.monotonic``) passes. Raises OSError
+    (TimeoutError included) from the socket."""
+    from time import monotonic
+
+    buf = b""
+    size = -1
+    while True:
+        if size < 0:
+            buf = buf.lstrip(KEEPALIVE)
+            if len(buf) >= HEADER_BYTES:
+                size = int.from_bytes(buf[:HEADER_BYTES], "big")
+                if size > MAX_REPLY_BYTES:
+                    return None
+                buf = buf[HEADER_BYTES:]
+        if size >= 0 and len(buf) >= size:
+            return buf[:size]
+        left = deadline - monotonic()
+        if left <= 0:
+            return None
+        sock.settimeout(min(STALL_S, left))
+        chunk = sock.recv(1 << 16)
         if not chunk:
             return None
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
+        buf += chunk
 
 
 def try_agent(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], path: str | None = None) -> int | None:
@@ -120,14 +143,17 @@ def ask_agent(argv: Sequence[str], stdin: bytes, env: Mapping[str, str],
             return None, True
         if peer_uid(sock) not in (0, posix.geteuid()):
             return None, False
-        sock.settimeout(REPLY_TIMEOUT_S)
-        sock.sendall(request)
-        header = _recv_exact(sock, HEADER_BYTES)
-        if header is None:
+        # a stopped or frozen agent still completes connect() on its listen backlog: send the
+        # request only once a live process of the agent has accepted it, so an agent that
+        # wakes up after this hook gave up finds nothing to run (docs/agent.md)
+        sock.settimeout(STALL_S)
+        if sock.recv(1) != ACCEPTED:  # a refusal frame, a hang-up
             return None, False
-        size = int.from_bytes(header, "big")
-        body = _recv_exact(sock, size) if size <= MAX_REPLY_BYTES else None
-    except (OSError, ImportError):  # EACCES, timeouts, EPIPE, ECONNRESET
+        sock.sendall(request)
+        from time import monotonic
+
+        body = read_reply(sock, monotonic() + REPLY_TIMEOUT_S)
+    except (OSError, ImportError):  # EACCES, timeouts (a stalled agent), EPIPE, ECONNRESET
         return None, False
     finally:
         sock.close()

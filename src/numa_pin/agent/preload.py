@@ -24,6 +24,7 @@ from numa_pin.errors import AgentError
 #: tests/agent checks both halves of this.
 PRELOAD: tuple[str, ...] = (
     "numa_pin.hook.main",
+    "numa_pin.invoke",
     "numa_pin.hook.oci",
     "numa_pin.hook.admit",
     "numa_pin.hook.rootless",
@@ -36,7 +37,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.text",
     "numa_pin.boundedio",
     "numa_pin.admission.decide",
-    "numa_pin.admission.cdi_map",
+    "numa_pin.resources.cdi_map",
     "numa_pin.resources.nvidia",
     "numa_pin.resources.registry",
     "numa_pin.admission.request",
@@ -78,7 +79,7 @@ def preload(names: Iterable[str] = PRELOAD) -> list[str]:
         try:
             importlib.import_module(name)
         except ImportError as exc:
-            raise AgentError(f"cannot preload {name}: {exc}") from None
+            raise AgentError(f"cannot preload {name}: {exc}") from exc
     return sorted(sys.modules)
 
 

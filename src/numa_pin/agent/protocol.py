@@ -1,6 +1,11 @@
 """The warm agent's wire protocol, shared by the hook (client) and ``numa-pin serve``. Pure.
 
-Both directions: a 4-byte big-endian length, then that many bytes of UTF-8 JSON. Request:
+Frames in both directions: a 4-byte big-endian length, then that many bytes of UTF-8 JSON.
+The exchange: the hook connects and waits for :data:`ACCEPTED` (one byte the agent sends once a
+process of its own has accepted the connection); only then does it send its request. While the
+admission runs, the agent sends a :data:`KEEPALIVE` byte every :data:`KEEPALIVE_S` seconds; then
+the reply frame (whose first byte is always 0: replies are far below 16 MiB). A hook that sees
+no byte for :data:`STALL_S` seconds gives up and runs in-process (see ``docs/agent.md``). Request:
 ``{"v": 1, "version": str, "argv": [str], "stdin": base64, "env": {str: str}, "cwd": str,
 "home": str}``, where ``home`` is the directory the hook loaded numa_pin from (an agent started
 from another installation sends such a hook back; older hooks leave it out).
@@ -24,8 +29,16 @@ TYPE_CHECKING = False  # not even os or collections.abc: the hook starts without
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-#: protocol revision; the server refuses any other
-PROTOCOL = 1
+#: protocol revision; the server refuses any other (2: the accept byte and keepalives)
+PROTOCOL = 2
+#: the agent's first byte on a connection: a live process accepted it, the hook may send
+ACCEPTED = b"A"
+#: sent every :data:`KEEPALIVE_S` seconds while an admission runs, before the reply
+KEEPALIVE = b"."
+KEEPALIVE_S = 0.25
+#: a hook that hears nothing (no accept, no keepalive, no reply) for this long runs in-process:
+#: the agent is stopped or frozen (a connection on the listen backlog is accepted by nobody)
+STALL_S = 2.0
 
 
 #: the directory this process loaded numa_pin from (a request's ``home``)
@@ -239,7 +252,11 @@ def peer_allowed(uid: int, server_uid: int) -> bool:
 
 
 __all__ = [
+    "ACCEPTED",
     "DEFAULT_SOCKET",
+    "KEEPALIVE",
+    "KEEPALIVE_S",
+    "STALL_S",
     "HEADER_BYTES",
     "MAX_REPLY_BYTES",
     "MAX_REQUEST_BYTES",

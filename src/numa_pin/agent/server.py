@@ -2,10 +2,15 @@
 
 An in-process hook spends almost all of its time importing numa-pin and the standard library
 it needs. This server imports all of that once, listens on a Unix socket, and runs each hook in
-a child of its own; the child runs :func:`numa_pin.hook.main.run` exactly as the hook would and
+a child of its own; the child runs :func:`numa_pin.invoke.run` exactly as the hook would and
 sends back the exit code and stderr. The parent never runs an admission, so no state carries
 from one request to the next. Usually that child is the *spare*, forked and warmed before the
 hook connected (:mod:`numa_pin.agent.spare`); when none is ready the parent accepts and forks.
+
+This module is the parent's job: listening (:mod:`numa_pin.agent.listener` sets the socket
+up) and supervision (accept, fork, reap, keep a spare, stop). What a child does with its
+connection is :mod:`numa_pin.agent.request`; the spare's rehearsal, its wait and the notes
+children send are :mod:`numa_pin.agent.spare`.
 
 Protocol (see :mod:`numa_pin.agent.protocol`): one framed JSON request, one
 framed JSON reply, then the connection closes. A ``{"fallback": reason}`` reply tells the
@@ -25,148 +30,28 @@ SIGINT and SIGHUP, so a stop never interrupts an admission halfway.
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import gc
-import io
-import json
 import os
 import select
 import signal
 import socket
-import stat
-import struct
 import sys
-import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TextIO
 
-from numa_pin import __version__, deadline
+from numa_pin import __version__
 from numa_pin.agent import spare
-from numa_pin.agent.client import CONNECT_TIMEOUT_S, NAMESPACES, namespace_mismatch
+from numa_pin.agent.listener import listen, systemd_listener, take_lock
 from numa_pin.agent.preload import changed_sources, preload, source_stamps
-from numa_pin.agent.protocol import (
-    MAX_REQUEST_BYTES,
-    PASSED_ENV,
-    Request,
-    decode_request,
-    encode_fallback,
-    encode_reply,
-    peer_allowed,
-    refusal,
-)
-from numa_pin.errors import AgentError
-from numa_pin.record import record
-from numa_pin.safefs import ensure_dir, open_private
-from numa_pin.text import one_line
+from numa_pin.agent.protocol import peer_allowed
+from numa_pin.agent.request import Peer, RequestHandler, peer_credentials
 
 #: admissions in flight at most; further connections are sent back to run in-process
 MAX_CHILDREN = 64
-#: a peer must send its whole request within this many seconds
-READ_TIMEOUT_S = 5.0
 #: how long a stopping server waits for admissions in flight
 DRAIN_S = 35.0
-#: after a spare child died without taking a connection, the next one is forked this much later
-SPARE_RETRY_S = 1.0
-#: after a spare was taken, the next one is forked when that one has answered and exited (its
-#: rehearsal would compete for the CPUs with the admission a hook waits for), or after this long
-SERVING_WAIT_S = 0.5
-_HEADER = struct.Struct("!I")
-_UCRED = struct.Struct("3i")
 _BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
-
-
-@record
-class Peer:
-    """Who is on the other end of a connection (``SO_PEERCRED``)."""
-
-    pid: int
-    uid: int
-    gid: int
-
-
-# ---- protocol (pure) ---------------------------------------------------------------------
-
-
-def exit_status(code: object, stream: TextIO) -> int:
-    """The exit status the interpreter gives ``SystemExit(code)``, writing a message code to
-    ``stream`` as the interpreter would."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=stream)
-    return 1
-
-
-# ---- socket I/O ----------------------------------------------------------------------------
-
-
-def peer_credentials(conn: socket.socket) -> Peer:
-    """``SO_PEERCRED`` of a connected Unix socket. Raises OSError."""
-    pid, uid, gid = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
-    return Peer(pid, uid, gid)
-
-
-def recv_frame(conn: socket.socket, limit: int) -> bytes:
-    """One length-prefixed frame. Raises ValueError when it is cut short or over ``limit``
-    bytes, OSError (TimeoutError included) from the socket."""
-    (size,) = _HEADER.unpack(_recv_exact(conn, _HEADER.size))
-    if size > limit:
-        raise ValueError(f"frame of {size} bytes is over the {limit}-byte limit")
-    return _recv_exact(conn, size)
-
-
-def _recv_exact(conn: socket.socket, size: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < size:
-        chunk = conn.recv(min(size - len(buf), 1 << 16))
-        if not chunk:
-            raise ValueError(f"connection closed after {len(buf)} of {size} bytes")
-        buf += chunk
-    return bytes(buf)
-
-
-#: the first file descriptor systemd passes (``sd_listen_fds(3)``)
-SD_LISTEN_FDS_START = 3
-
-
-def systemd_listener(environ: Mapping[str, str], pid: int | None = None) -> socket.socket | None:
-    """The listening Unix socket systemd passed by socket activation, or None without one.
-
-    systemd sets ``LISTEN_PID`` to the service's pid and ``LISTEN_FDS`` to the number of
-    sockets, the first on fd 3. Variables meant for another process (``LISTEN_PID`` is not
-    ``pid``, default this process) are ignored. The socket is set close-on-exec, so the
-    forked admissions and anything they exec do not keep it.
-
-    Raises:
-        AgentError: ``LISTEN_FDS``/``LISTEN_PID`` are not numbers, more than one socket was
-            passed, or fd 3 is not a listening ``AF_UNIX`` stream socket (fix the
-            ``.socket`` unit: ``ListenStream=`` with a path, one per unit).
-    """
-    fds, listen_pid = environ.get("LISTEN_FDS"), environ.get("LISTEN_PID")
-    if not fds or not listen_pid:
-        return None
-    try:
-        count, owner = int(fds), int(listen_pid)
-    except ValueError:
-        raise AgentError(f"LISTEN_FDS={fds!r} LISTEN_PID={listen_pid!r}: not numbers") from None
-    if owner != (os.getpid() if pid is None else pid) or count == 0:
-        return None
-    if count != 1:
-        raise AgentError(f"LISTEN_FDS={count}: systemd passed {count} sockets, numa-pin serve takes one")
-    try:
-        listener = socket.socket(fileno=SD_LISTEN_FDS_START)
-    except OSError as exc:
-        raise AgentError(f"fd {SD_LISTEN_FDS_START} from systemd (LISTEN_FDS=1): not a socket: {exc.strerror}") from exc
-    accepting = listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
-    if listener.family != socket.AF_UNIX or listener.type != socket.SOCK_STREAM or not accepting:
-        listener.detach()
-        raise AgentError(f"fd {SD_LISTEN_FDS_START} from systemd is not a listening Unix stream socket "
-                         "(the .socket unit needs ListenStream=/path)")
-    listener.set_inheritable(False)
-    return listener
 
 
 def open_socket(path: str) -> tuple[int, socket.socket]:
@@ -178,156 +63,6 @@ def open_socket(path: str) -> tuple[int, socket.socket]:
     except BaseException:
         os.close(lock_fd)
         raise
-
-
-def take_lock(path: str) -> int:
-    """Take ``<path>.lock``, the one-server-per-socket lock, and return its fd.
-
-    Creates a missing parent directory with mode 0700; an existing one is used as it is, but
-    one that others may write to without the sticky bit, or that another non-root user owns, is
-    refused (they could swap the socket), and so is ``<path>.lock`` when it is a symlink or not
-    this user's private file.
-
-    Raises:
-        AgentError: another ``numa-pin serve`` holds the lock, or an OS error.
-        UnsafePathError: the directory (or one above it) or the lock file is unsafe.
-    """
-    parent = os.path.dirname(os.path.abspath(path))
-    try:
-        ensure_dir(parent, 0o700)  # UnsafePathError: others could swap the socket or plant the lock
-    except OSError as exc:
-        raise AgentError(f"{parent}: cannot create the agent socket directory: {exc.strerror}") from None
-    lock_path = path + ".lock"
-    try:
-        lock_fd = open_private(lock_path, os.O_RDWR | os.O_CREAT)  # never through a symlink
-    except OSError as exc:
-        raise AgentError(f"{lock_path}: cannot open: {exc.strerror}") from None
-    try:
-        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(lock_fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            raise AgentError(f"{path}: another numa-pin serve is running (it holds {lock_path})") from None
-        raise AgentError(f"{lock_path}: cannot lock: {exc.strerror}") from None
-    return lock_fd
-
-
-def listen(path: str) -> socket.socket:
-    """Clear a stale socket at ``path`` and listen there (mode 0600); the caller holds
-    :func:`take_lock`.
-
-    Raises:
-        AgentError: another server answers on ``path``, the path is something other than a
-            socket, or an OS error.
-    """
-    try:
-        _clear_stale(path)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old_umask = os.umask(0o177)
-        try:
-            listener.bind(path)
-        finally:
-            os.umask(old_umask)
-        os.chmod(path, 0o600)
-        listener.listen(128)
-    except OSError as exc:
-        raise AgentError(f"{path}: cannot listen: {exc.strerror or exc}") from None
-    return listener
-
-
-def _clear_stale(path: str) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise AgentError(f"{path}: exists and is not a socket; refusing to replace it")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(CONNECT_TIMEOUT_S)
-    try:
-        probe.connect(path)
-    except ConnectionRefusedError:  # nobody listens: a socket left by a killed server
-        os.unlink(path)
-        return
-    except OSError as exc:
-        raise AgentError(f"{path}: cannot tell whether a server answers there: {exc.strerror or exc}") from None
-    finally:
-        probe.close()
-    raise AgentError(f"{path}: another server answers on this socket")
-
-
-# ---- what the parent keeps -----------------------------------------------------------------
-
-
-def append_log(path: str | None, record: Mapping[str, object]) -> None:
-    """One JSON line to the ``--log`` file (O_APPEND, one write); OSError is reported, not raised."""
-    if not path:
-        return
-    line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8", "backslashreplace")
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        print(f"numa-pin serve: cannot write the log {path}: {exc.strerror}", file=sys.stderr, flush=True)
-
-
-# ---- one request (in the forked child) -----------------------------------------------------
-
-
-def run_request(request: Request, environ: dict | None = None) -> tuple[int, str]:
-    """Run the hook for ``request`` in this process, as ``numa-pin-hook`` would: exit code and
-    stderr. Sets exactly the :data:`~numa_pin.agent.protocol.PASSED_ENV` variables the request
-    carries (clearing the others) and changes into its working directory.
-
-    Raises OSError when the working directory is unusable (nothing has run then)."""
-    import traceback
-
-    from numa_pin.hook.main import run
-
-    env = os.environ if environ is None else environ
-    os.chdir(request.cwd)
-    for key in PASSED_ENV:
-        if key in request.env:
-            env[key] = request.env[key]
-        else:
-            env.pop(key, None)
-    captured = io.StringIO()
-    saved = sys.stderr
-    sys.stderr = captured
-    try:
-        rc = run(list(request.argv), io.BytesIO(request.stdin))
-    except SystemExit as exc:
-        rc = exit_status(exc.code, captured)
-    except BaseException:  # NUMA_PIN_DEBUG=1: run() re-raises; show what the interpreter would
-        captured.write(traceback.format_exc())
-        rc = 1
-    finally:
-        sys.stderr = saved
-    return rc, captured.getvalue()
-
-
-def watch_client(conn: socket.socket, served: threading.Event, poll_ms: int = 100) -> bool:
-    """Until ``served`` is set, watch the hook's end of ``conn``; when the hook hangs up (the
-    runtime killed it at its timeout), cancel the running admission's deadline, so the child
-    stops deciding and holds nothing for a container that will not start. Returns whether the
-    hook hung up."""
-    poller = select.poll()
-    poller.register(conn.fileno(), select.POLLRDHUP)
-    while not served.is_set():
-        if poller.poll(poll_ms):
-            break
-    else:
-        return False
-    while not served.is_set():
-        running = deadline.current()
-        if running is not None:
-            running.cancel("the hook that asked for it went away (killed at the runtime's hook timeout?)")
-            return True
-        served.wait(poll_ms / 1000)
-    return True
 
 
 class AgentServer:
@@ -352,8 +87,6 @@ class AgentServer:
         self.owns_path = owns_path
         self.lock_fd = lock_fd
         self.listener = listener
-        self.log_path = log_path
-        self.proc_root = proc_root
         self.stamps = dict(stamps or {})
         self.max_children = MAX_CHILDREN if max_children is None else max_children
         self.children: set[int] = set()
@@ -367,17 +100,12 @@ class AgentServer:
         self._next_source_check = 0.0
         self._inode = os.stat(path).st_ino if owns_path else -1
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        #: a child forked and warmed before a hook connects (:mod:`numa_pin.agent.spare`)
-        self.keep_spare = True  # False after a fork for a spare failed: accept and fork as before
-        self.spare_pid: int | None = None
-        self.spare_ready = False
-        #: the last request a child reported: what the next spare rehearses (None: no hook yet)
-        self.rehearsal: Mapping[str, object] | None = None
-        self._next_spare_at = 0.0
-        self._serving: int | None = None  # the last spare taken, while it serves
-        self._notes_r, self._notes_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)  # children -> parent
+        #: the child forked and warmed before a hook connects, and the notes children send
+        self.spares = spare.SpareKeeper()
+        #: what a child serves a connection with (:mod:`numa_pin.agent.request`)
+        self.handler = RequestHandler(uid=self.uid, notes_fd=self.spares.notes_w, log_path=log_path,
+                                      proc_root=proc_root, stamps=self.stamps)
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC)  # closed by the parent: the spare leaves
-        self._pending_notes = b""
 
     # ---- parent ------------------------------------------------------------------------------
     def serve(self) -> int:
@@ -391,18 +119,17 @@ class AgentServer:
             while not self.stopping:
                 timeout = self._keep_a_spare()
                 # while a spare waits on the socket, the parent leaves the connections to it
-                watched = [self._wake_r, self._notes_r] + ([] if self.spare_ready else [self.listener.fileno()])
+                watched = [self._wake_r, self.spares.notes_r] + ([] if self.spares.ready else [self.listener.fileno()])
                 ready, _, _ = select.select(watched, [], [], timeout)
                 if self._wake_r in ready:
                     _drain_fd(self._wake_r)
-                if self._notes_r in ready:
-                    self._read_notes()
+                if self.spares.notes_r in ready and self.spares.read(time.monotonic()):
+                    self.last_active = time.monotonic()
                 self.reap()
                 if self.listener.fileno() in ready and not self.stopping:
-                    self.last_active = time.monotonic()
                     self._accept()
-                elif self.idle_exit_s is not None:
-                    self.stopping = self.retired()
+                if self.retired():  # only a request run counts as activity, never a refusal
+                    self.stopping = True
         finally:
             if os.getpid() == self.pid:
                 signal.set_wakeup_fd(-1)
@@ -412,65 +139,46 @@ class AgentServer:
 
     def _keep_a_spare(self) -> float:
         """Fork a spare when none is alive and it is time; returns how long the loop may sleep."""
-        if not self.keep_spare or self.spare_pid is not None or len(self.children) >= self.max_children:
-            return 5.0
-        wait = self._next_spare_at - time.monotonic()
-        if wait > 0:
-            return min(wait, 5.0)
-        self._fork_spare()
+        wait = self.spares.wait(time.monotonic(), len(self.children) >= self.max_children)
+        if wait is not None:
+            return wait
+        pid = self._fork(self._spare)
+        if pid is None:
+            self.spares.keep = False  # no memory for one more process
+        else:
+            self.spares.forked(pid)
         return 5.0
 
-    def _fork_spare(self) -> None:
-        """Fork the next spare child: it rehearses, says ``R``, then accepts one connection."""
+    def _fork(self, child: Callable[[], None]) -> int | None:
+        """Fork a child that runs ``child`` and exits; its pid, or None when fork failed. No
+        handler of the parent runs in the child (the signals are blocked across the fork)."""
         signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
         try:
             pid = os.fork()
         except OSError:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
-            self.keep_spare = False  # no memory for one more process
-            return
+            return None
         if pid == 0:
             status = 1
             try:
-                self._spare()
+                child()
                 status = 0
             finally:
                 os._exit(status)
         self.children.add(pid)
-        self.spare_pid, self.spare_ready = pid, False
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
-
-    def _rehearse_again(self) -> None:
-        """In an idle spare: rehearse once more (the parent accepts meanwhile)."""
-        if self.rehearsal is not None:
-            spare.send_note(self._notes_w, spare.BUSY)
-            spare.rehearse(self.rehearsal)
-            spare.send_note(self._notes_w, spare.READY)
-
-    def _read_notes(self) -> None:
-        lines, self._pending_notes = spare.read_notes(self._notes_r, self._pending_notes)
-        for line in lines:
-            if line == spare.READY and self.spare_pid is not None:
-                self.spare_ready = True
-            elif line == spare.BUSY:
-                self.spare_ready = False
-            elif line == spare.TAKEN:
-                self._serving, self.spare_pid, self.spare_ready = self.spare_pid, None, False
-                self.last_active = time.monotonic()
-                self._next_spare_at = self.last_active + SERVING_WAIT_S
-            else:
-                request = spare.parse_request_note(line)
-                if request is not None:
-                    self.rehearsal = request
+        return pid
 
     def retired(self, now: float | None = None) -> bool:
-        """For an agent started on demand: whether it should stop now, because no hook came for
-        :attr:`idle_exit_s` seconds and none is running, because its sources changed, or because
-        its socket was removed or replaced (no hook can reach it any more)."""
+        """For an agent started on demand: whether it should stop now, because it ran no request
+        for :attr:`idle_exit_s` seconds (refused ones do not count: an agent of another version
+        or installation retires while the hooks it sends back keep coming), because its sources
+        changed, or because its socket was removed or replaced (no hook can reach it any more).
+        Admissions still running then finish: a stopping server drains them."""
         now = time.monotonic() if now is None else now
         if self.idle_exit_s is None:
             return False
-        if not self.children - {self.spare_pid} and now - self.last_active >= self.idle_exit_s:
+        if now - self.last_active >= self.idle_exit_s:
             return True
         if now >= self._next_source_check:
             self._next_source_check = now + 5.0
@@ -501,27 +209,13 @@ class AgentServer:
                 return
             record = {"time": time.time(), "peer_pid": peer.pid, "peer_uid": peer.uid}
             if not peer_allowed(peer.uid, self.uid):
-                self._refuse(conn, record, self._not_allowed(peer))
+                self.handler.refuse(conn, record, self.handler.not_allowed(peer))
                 return
             if len(self.children) >= self.max_children:
-                self._refuse(conn, record, f"{len(self.children)} admissions in flight")
+                self.handler.refuse(conn, record, f"{len(self.children)} admissions in flight")
                 return
-            signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)  # no parent handler runs in the child
-            try:
-                pid = os.fork()
-            except OSError as exc:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
-                self._refuse(conn, record, f"cannot fork: {exc.strerror}")
-                return
-            if pid == 0:
-                status = 1
-                try:
-                    self._child(conn, peer)
-                    status = 0
-                finally:
-                    os._exit(status)
-            self.children.add(pid)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
+            if self._fork(lambda: self._child(conn, peer)) is None:
+                self.handler.refuse(conn, record, "cannot fork")
 
     def reap(self) -> None:
         """Collect every exited child without blocking."""
@@ -533,11 +227,7 @@ class AgentServer:
             if pid == 0:
                 return
             self.children.discard(pid)
-            if pid == self._serving:  # the spare that was taken has answered: time for the next
-                self._serving, self._next_spare_at = None, 0.0
-            if pid == self.spare_pid:  # it died before taking a connection: another in a while
-                self.spare_pid, self.spare_ready = None, False
-                self._next_spare_at = time.monotonic() + SPARE_RETRY_S
+            self.spares.reaped(pid, time.monotonic())
 
     def close(self) -> None:
         """Stop listening: remove the socket (only if it is still ours and not systemd's) and
@@ -571,103 +261,40 @@ class AgentServer:
         signal.set_wakeup_fd(-1)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
         gc.disable()  # a child lives for one request; collecting would only copy pages
-        for fd in (self.lock_fd, self._wake_r, self._wake_w, self._notes_r, self._stop_w):
+        for fd in (self.lock_fd, self._wake_r, self._wake_w, self.spares.notes_r, self._stop_w):
             os.close(fd)
 
     def _child(self, conn: socket.socket, peer: Peer) -> None:
         self._become_child()
         self.listener.close()
         os.close(self._stop_r)
-        self.handle(conn, peer)
+        self.handler.handle(conn, peer)
 
     def _spare(self) -> None:
         self._become_child()
         by = "spare"
-        if self.rehearsal is not None:
-            spare.rehearse(self.rehearsal)
+        if self.spares.rehearsal is not None:
+            spare.rehearse(self.spares.rehearsal)
             by = "rehearsed"
-        spare.send_note(self._notes_w, spare.READY)
-        conn = spare.await_connection(self.listener, self._stop_r, every_s=spare.REHEARSE_EVERY_S,
-                                      on_idle=self._rehearse_again if self.rehearsal is not None else None)
+        spare.send_note(self.spares.notes_w, spare.READY)
+        conn = spare.await_connection(
+            self.listener, self._stop_r, every_s=spare.REHEARSE_EVERY_S,
+            on_idle=self.spares.rehearse_again if self.spares.rehearsal is not None else None)
         self.listener.close()
         os.close(self._stop_r)
         if conn is None:
             return
-        spare.send_note(self._notes_w, spare.TAKEN)
+        spare.send_note(self.spares.notes_w, spare.TAKEN)
         with conn:
             try:
                 peer = peer_credentials(conn)
             except OSError:
                 return
             if not peer_allowed(peer.uid, self.uid):
-                self._refuse(conn, {"time": time.time(), "peer_pid": peer.pid, "peer_uid": peer.uid},
-                             self._not_allowed(peer))
+                self.handler.refuse(conn, {"time": time.time(), "peer_pid": peer.pid, "peer_uid": peer.uid},
+                                    self.handler.not_allowed(peer))
                 return
-            self.handle(conn, peer, by)
-
-    def handle(self, conn: socket.socket, peer: Peer, by: str = "fork") -> None:
-        """Read one request from an accepted ``peer``, run it or refuse it, reply. Never raises
-        for socket or protocol trouble (the hook then runs in-process). ``by`` says which child
-        this is in the log: ``fork`` (forked for this connection), ``spare`` or ``rehearsed``."""
-        started = time.perf_counter()
-        record: dict[str, object] = {"time": time.time(), "pid": os.getpid(), "peer_pid": peer.pid,
-                                     "peer_uid": peer.uid, "by": by}
-        before = set(sys.modules) if self.log_path else set()
-        try:
-            conn.settimeout(READ_TIMEOUT_S)
-            request = decode_request(recv_frame(conn, MAX_REQUEST_BYTES))
-        except (OSError, ValueError) as exc:
-            append_log(self.log_path, {**record, "outcome": "bad-request", "reason": str(exc)})
-            return
-        record["argv"] = list(request.argv)
-        note = spare.request_note(request.argv, request.env, request.cwd)
-        if note is not None:
-            spare.send_note(self._notes_w, note)
-        reason = refusal(request) or self._environment_refusal(peer)
-        if reason is not None:
-            self._refuse(conn, record, reason)
-            return
-        served = threading.Event()
-        threading.Thread(target=watch_client, args=(conn, served), daemon=True).start()
-        try:
-            rc, err = run_request(request)
-        except OSError as exc:
-            self._refuse(conn, record, f"working directory {request.cwd}: {exc.strerror}")
-            return
-        finally:
-            served.set()
-        append_log(self.log_path, {
-            **record, "outcome": "served", "rc": rc, "ms": round(1000 * (time.perf_counter() - started), 3),
-            "new_modules": sorted(set(sys.modules) - before) if self.log_path else [],
-        })
-        try:
-            conn.sendall(encode_reply(rc, err))
-        except OSError:
-            pass  # the hook gave up and runs in-process; admission is idempotent
-
-    def _refuse(self, conn: socket.socket, record: Mapping[str, object], reason: str) -> None:
-        print(f"numa-pin serve: sent pid {record['peer_pid']} (uid {record['peer_uid']}) back in-process: "
-              f"{one_line(reason)}",
-              file=sys.stderr, flush=True)
-        append_log(self.log_path, {**record, "outcome": "fallback", "reason": reason})
-        try:
-            conn.settimeout(READ_TIMEOUT_S)
-            conn.sendall(encode_fallback(reason))
-        except OSError:
-            pass
-
-    def _not_allowed(self, peer: Peer) -> str:
-        return f"peer uid {peer.uid} is not allowed (only 0 and {self.uid})"
-
-    def _environment_refusal(self, peer: Peer) -> str | None:
-        ns = namespace_mismatch(peer.pid, self.proc_root)
-        if ns is not None:
-            return f"peer pid {peer.pid} is in another {ns} namespace"
-        changed = changed_sources(self.stamps)
-        if changed:
-            return f"{changed[0]} changed since the agent started: restart numa-pin serve"
-        return None
-
+            self.handler.handle(conn, peer, by)
 
 def _ignore(_signum: int, _frame) -> None:
     """SIGCHLD: nothing to do here; the wake-up fd makes the loop reap."""
@@ -735,19 +362,12 @@ def serve(
 
 
 __all__ = [
+    "DRAIN_S",
+    "MAX_CHILDREN",
     "AgentServer",
-    "NAMESPACES",
-    "Peer",
-    "append_log",
-    "exit_status",
     "listen",
-    "namespace_mismatch",
     "open_socket",
-    "peer_credentials",
-    "recv_frame",
-    "run_request",
     "serve",
     "systemd_listener",
     "take_lock",
-    "watch_client",
 ]

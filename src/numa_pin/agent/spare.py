@@ -20,8 +20,11 @@ never pays for a discovery. It stops watching the socket meanwhile and says so.
 
 Messages from children to the parent go over one pipe, one line each, each written whole
 (under ``PIPE_BUF``): ``R`` (the spare is ready), ``B`` (it is rehearsing again: the parent
-accepts meanwhile), ``T`` (it took a connection) and ``Q <json>`` (what a request asked for:
-argv, the passed environment and the working directory, which the next spare rehearses with).
+accepts meanwhile), ``T`` (it took a connection) and ``Q <json>`` (what a request the child
+runs asked for: argv, the passed environment and the working directory, which the next spare
+rehearses with; ``S`` instead when that line would be too long). Only a request the agent runs
+is noted: a refused one (another mount namespace, version or installation) neither steers the
+rehearsal nor counts as activity that keeps an agent started on demand from retiring.
 The parent forks the next spare once the one that was taken has answered and exited (at most
 0.5 s later): a spare rehearsing at once would compete for the CPUs with the admission the hook
 waits for (on the 2-CPU VM that spread a prestart's 5 ms over 5-9 ms).
@@ -35,13 +38,18 @@ import select
 import socket
 from collections.abc import Callable, Mapping, Sequence
 
+from numa_pin.admission.request import request_from_oci
 from numa_pin.agent.protocol import PASSED_ENV
+from numa_pin.invoke import hook_config, parse_argv
+from numa_pin.service import NodeService
 
 #: the notes (one line each, without its newline)
 READY = b"R"
 TAKEN = b"T"
 #: the spare is rehearsing again and does not watch the socket meanwhile
 BUSY = b"B"
+#: a child runs a request whose ``Q`` note would not fit in one write (activity all the same)
+SERVING = b"S"
 #: an idle spare rehearses again this often, so the caches a hook reads never go stale
 #: (the topology cache is rediscovered after 60 s) and a hook never waits for a discovery
 REHEARSE_EVERY_S = 20.0
@@ -103,31 +111,17 @@ def rehearse(request: Mapping[str, object]) -> None:
     caches a hook writes too, the topology's when it is older than
     :data:`REHEARSAL_TOPOLOGY_MAX_AGE_S`). Best effort: a rehearsal that fails only leaves
     pages cold."""
-    from numa_pin.admission.request import request_from_oci
-    from numa_pin.config.load import load_config
-    from numa_pin.hook.main import DEFAULT_CACHE_DIR, parse_argv
-    from numa_pin.service import NodeService
-
     argv = request.get("argv")
     passed = request.get("env")
-    env = dict(os.environ)
-    for key in PASSED_ENV:
-        env.pop(key, None)
-    if isinstance(passed, dict):
-        env.update({k: v for k, v in passed.items() if k in PASSED_ENV})
+    env = {k: v for k, v in passed.items() if k in PASSED_ENV} if isinstance(passed, dict) else {}
     cwd = request.get("cwd")
     try:
-        if isinstance(cwd, str):
-            os.chdir(cwd)
         config_path, _ = parse_argv([str(a) for a in argv] if isinstance(argv, list) else [])
-        cache_dir = env.get("NUMA_PIN_CACHE_DIR", DEFAULT_CACHE_DIR)
-        service = NodeService(load_config(config_path, env, cache_dir=cache_dir), cache_dir=cache_dir,
-                              topology_max_age=REHEARSAL_TOPOLOGY_MAX_AGE_S)
+        config, cache_dir = hook_config(config_path, env, cwd if isinstance(cwd, str) else "/")
+        service = NodeService(config, cache_dir=cache_dir, topology_max_age=REHEARSAL_TOPOLOGY_MAX_AGE_S)
         service.plan(request_from_oci("numa-pin-rehearsal", {"numa-pin.io/cpus": "1"}))
-    except (Exception, SystemExit):  # the hook itself will meet and report whatever this is
+    except Exception:  # the hook itself will meet and report whatever this is
         pass
-    finally:
-        os.chdir("/")
 
 
 def await_connection(listener: socket.socket, stop_fd: int, *, every_s: float | None = None,
@@ -156,7 +150,78 @@ def await_connection(listener: socket.socket, stop_fd: int, *, every_s: float | 
             return conn
 
 
+#: after a spare child died without taking a connection, the next one is forked this much later
+SPARE_RETRY_S = 1.0
+#: after a spare was taken, the next one is forked when that one has answered and exited (its
+#: rehearsal would compete for the CPUs with the admission a hook waits for), or after this long
+SERVING_WAIT_S = 0.5
+
+
+class SpareKeeper:
+    """The parent's side of the spare: which child it is and whether it waits on the socket,
+    what the next one rehearses, and the notes children send (one pipe, :attr:`notes_w` for the
+    children). The server forks; this says when, and keeps the books."""
+
+    def __init__(self) -> None:
+        self.keep = True  # False after a fork for a spare failed: the parent accepts and forks
+        self.pid: int | None = None
+        self.ready = False
+        #: the last request a child ran: what the next spare rehearses (None: no hook yet)
+        self.rehearsal: Mapping[str, object] | None = None
+        self.next_at = 0.0
+        self.serving: int | None = None  # the last spare taken, while it serves
+        self.notes_r, self.notes_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._pending = b""
+
+    def wait(self, now: float, at_limit: bool) -> float | None:
+        """None when a spare should be forked now, else how long the loop may sleep."""
+        if not self.keep or self.pid is not None or at_limit:
+            return 5.0
+        wait = self.next_at - now
+        return min(wait, 5.0) if wait > 0 else None
+
+    def forked(self, pid: int) -> None:
+        self.pid, self.ready = pid, False
+
+    def read(self, now: float) -> bool:
+        """Take in the notes now readable; returns whether a child reported running a request
+        (the agent's activity: refused requests are never noted)."""
+        active = False
+        lines, self._pending = read_notes(self.notes_r, self._pending)
+        for line in lines:
+            if line == READY and self.pid is not None:
+                self.ready = True
+            elif line == BUSY:
+                self.ready = False
+            elif line == TAKEN:
+                self.serving, self.pid, self.ready = self.pid, None, False
+                self.next_at = now + SERVING_WAIT_S
+            elif line == SERVING:
+                active = True
+            else:
+                request = parse_request_note(line)
+                if request is not None:  # a request a child runs: activity, and the next rehearsal
+                    self.rehearsal, active = request, True
+        return active
+
+    def reaped(self, pid: int, now: float) -> None:
+        """A child exited: the taken spare (time for the next) or the waiting one (died)."""
+        if pid == self.serving:
+            self.serving, self.next_at = None, 0.0
+        if pid == self.pid:  # it died before taking a connection: another in a while
+            self.pid, self.ready = None, False
+            self.next_at = now + SPARE_RETRY_S
+
+    def rehearse_again(self) -> None:
+        """In an idle spare child: rehearse once more (the parent accepts meanwhile)."""
+        if self.rehearsal is not None:
+            send_note(self.notes_w, BUSY)
+            rehearse(self.rehearsal)
+            send_note(self.notes_w, READY)
+
+
 __all__ = [
-    "BUSY", "READY", "REHEARSAL_TOPOLOGY_MAX_AGE_S", "REHEARSE_EVERY_S", "TAKEN", "await_connection",
-    "parse_request_note", "read_notes", "rehearse", "request_note", "send_note",
+    "BUSY", "READY", "REHEARSAL_TOPOLOGY_MAX_AGE_S", "REHEARSE_EVERY_S", "SERVING", "SERVING_WAIT_S", "SPARE_RETRY_S",
+    "TAKEN", "SpareKeeper", "await_connection", "parse_request_note", "read_notes", "rehearse", "request_note",
+    "send_note",
 ]

@@ -54,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
     config = load(args)
     name = args.name or f"run-{os.getpid()}-{int(time.time())}"
     request = request_from_args(args, name)
-    agent = NodeService(config)
-    live = agent.live_grant(name)
+    service = NodeService(config)
+    live = service.live_grant(name)
     if live is not None:  # checked again inside the admission's transaction
         raise RequestError(live_name_message(live), annotation="--name")
     layout = cgroups.detect_layout(config.proc_root)
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     admitted = False
     try:
         procgroup.join(group, pid)
-        admitted_grant = agent.admit(request, pid, kind="process")
+        admitted_grant = service.admit(request, pid, kind="process")
         admitted = True
         os.write(go_w, b"1")
     finally:
@@ -115,6 +115,6 @@ def run(args: argparse.Namespace) -> int:
             if reaped == pid:
                 code = _wait_status_to_code(status)
     finally:
-        agent.release(name)
+        service.release(name)
         procgroup.remove(group)
     return code

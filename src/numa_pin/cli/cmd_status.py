@@ -50,14 +50,14 @@ def run(args: argparse.Namespace) -> int:
     from numa_pin.service import NodeService
 
     config = load(args)
-    agent = NodeService(config)
-    state = agent.ledger.read()
+    service = NodeService(config)
+    state = service.ledger.read()
     grants = [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)]
     out: dict[str, Any] = {
         "grants": grants,
-        **agent.describe(state),  # every resource's part: shared pool, reserved, free CPUs per node
+        **service.describe(state),  # every resource's part: shared pool, reserved, free CPUs per node
         "kubelet": describe(args.kubelet_root or config.kubelet_root),
-        "conflicts": agent.config_conflicts(state),
+        "conflicts": service.config_conflicts(state),
     }
     free_per_node: dict[str, str] = out["free_exclusive_cpus_per_node"]
     kubelet: dict[str, Any] = out["kubelet"]
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from numa_pin.report import read_reasons
 
     # ids as short as `explain` and `release` still resolve uniquely (rejections count too)
-    short = short_ids(set(state.grants) | set(read_reasons(agent.config.state_dir)))
+    short = short_ids(set(state.grants) | set(read_reasons(service.config.state_dir)))
     width = max((len(short[g["container_id"]]) for g in grants), default=SHORT_ID)
     lines = [f"shared pool: {out['shared_pool']}   reserved: {out['reserved'] or '-'}"]
     lines += [f"node {n}: free for exclusive use: {c or '-'}" for n, c in free_per_node.items()]
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     lines += [f"blocked: {one_line(b)}" for b in out["blocked_shared"]]
     lines.append(f"{len(grants)} grant(s)")
     for g in grants:
-        held = agent.describe_grant(state.grants[g["container_id"]])  # memory, devices: each resource's words
+        held = service.describe_grant(state.grants[g["container_id"]])  # memory, devices: each resource's words
         lines.append(
             f"  {one_line(short[g['container_id']]):{width}} {one_line(g['kind']):9} cpus={g['cpus'] or '-':8} "
             f"mems={g['mems'] or '-':6} pod={one_line(g['pod'] or g['pod_id'][:16])} {one_line(g['policy'])}"

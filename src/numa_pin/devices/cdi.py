@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from numa_pin.errors import RequestError
 from numa_pin.record import record
+from numa_pin.text import quote
 
 #: prefix of the annotations CDI devices are requested with (``cdi.k8s.io/<key>``)
 ANNOTATION_PREFIX = "cdi.k8s.io/"
@@ -51,7 +52,7 @@ def parse_name(text: str, source: str) -> CdiDevice:
     """Parse one qualified name; raises RequestError naming ``source`` for anything else."""
     match = _QUALIFIED.fullmatch(text.strip())
     if match is None:
-        raise RequestError(f"{text!r} is not a CDI device name (vendor.com/class=name)", annotation=source)
+        raise RequestError(f"{quote(text)} is not a CDI device name (vendor.com/class=name)", annotation=source)
     return CdiDevice(match.group(1), match.group(2), match.group(3), source)
 
 

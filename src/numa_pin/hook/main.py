@@ -31,163 +31,35 @@ from __future__ import annotations
 import gc
 import sys
 
-ADMIT_STAGES = {"prestart", "createRuntime", "create-runtime"}
-RELEASE_STAGES = {"poststop"}
-PRECREATE_STAGES = {"precreate"}
-NOOP_STAGES = {"createContainer", "startContainer", "poststart"}
-USAGE = ("usage: numa-pin-hook [--config PATH] [prestart|createRuntime|poststop]  (OCI state on stdin)\n"
-         "       numa-pin-hook [--config PATH] precreate  (proposed config.json on stdin, config to use on stdout)")
-#: where the parsed config is cached between hook runs (override: NUMA_PIN_CACHE_DIR)
-DEFAULT_CACHE_DIR = "/run/numa-pin"
-
-
-def parse_argv(argv: list[str]) -> tuple[str | None, str]:
-    """``(config path or None, stage)`` from the hook's arguments. Raises ValueError (usage)."""
-    config: str | None = None
-    stage = "prestart"
-    it = iter(argv)
-    for arg in it:
-        if arg in ("-h", "--help"):
-            raise SystemExit(USAGE)
-        if arg == "--config":
-            config = next(it, None)
-            if not config:
-                raise ValueError("--config needs a path")
-        elif arg.startswith("--config="):
-            config = arg.split("=", 1)[1]
-        elif arg.startswith("-"):
-            raise ValueError(f"unknown option {arg}")
-        else:
-            stage = arg
-    if stage not in ADMIT_STAGES | RELEASE_STAGES | NOOP_STAGES | PRECREATE_STAGES:
-        raise ValueError(f"unknown stage {stage!r}")
-    return config, stage
-
-
-def _report(line: str, container_id: str, state_dir: str | None, use_syslog: bool, details: dict | None = None) -> None:
-    """Print ``line`` (escaped to one line) and keep it in a reason file and syslog."""
-    from numa_pin.text import one_line
-
-    line = one_line(line)
-    print(line, file=sys.stderr, flush=True)
-    if state_dir:
-        from numa_pin.report import write_reason
-
-        write_reason(state_dir, container_id, line, details)
-    if use_syslog:
-        from numa_pin.report import log_syslog
-
-        log_syslog(line)
-
-
-def _warn_kubelet(kubelet_root: str, use_syslog: bool) -> None:
-    """One warning line (not a rejection) when kubelet's static CPU manager also runs here."""
-    from numa_pin.kubelet import conflict_warning
-
-    line = conflict_warning(kubelet_root)
-    if line is None:
-        return
-    print(line, file=sys.stderr, flush=True)
-    if use_syslog:
-        from numa_pin.report import log_syslog
-
-        log_syslog(line, error=False)
-
 
 def run(argv: list[str], stdin, stdout=None) -> int:
-    """The hook, minus process setup; returns the exit code. Only ``precreate`` writes to
-    ``stdout`` (default: ``sys.stdout``'s buffer)."""
+    """The hook in this process: :func:`numa_pin.invoke.run` with this process's environment,
+    working directory and ``stdin`` (a binary or text stream), its stderr lines printed to
+    ``sys.stderr`` as they come and its stdout (``precreate`` only) written to ``stdout``
+    (default: ``sys.stdout``'s buffer). Returns the exit code."""
     import os
+
+    from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
+    from numa_pin.invoke import HOOK_ENV, HookRequest
+    from numa_pin.invoke import run as invoke
+
+    data = stdin.read(MAX_DOCUMENT_BYTES + 1)
+    data = data.encode() if isinstance(data, str) else data
     try:
-        config_path, stage = parse_argv(argv)
-    except ValueError as exc:
-        from numa_pin.text import one_line
+        cwd = os.getcwd()
+    except OSError:  # a deleted working directory: only absolute paths mean anything
+        cwd = "/"
+    env = {k: os.environ[k] for k in HOOK_ENV if k in os.environ}
+    result = invoke(HookRequest(tuple(argv), env, data, cwd), on_line=_print)
+    if result.stdout:
+        out = stdout if stdout is not None else sys.stdout.buffer
+        out.write(result.stdout)
+        out.flush()
+    return result.code
 
-        print(f"numa-pin: {one_line(exc)}\n{USAGE}", file=sys.stderr)
-        return 2
-    if stage in NOOP_STAGES:
-        return 0
 
-    from numa_pin.errors import EXIT_INTERNAL, EXIT_OK, AdmissionError, NumaPinError, exit_code
-
-    cid = "?"
-    state_dir: str | None = None
-    use_syslog = False
-    try:
-        if stage in PRECREATE_STAGES:
-            from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
-            from numa_pin.hook.precreate import container_id_from_cgroups_path, read_proposed
-
-            data = stdin.read(MAX_DOCUMENT_BYTES + 1)
-            data = data.encode() if isinstance(data, str) else data
-            cgroups_path = (read_proposed(data).get("linux") or {}).get("cgroupsPath")
-            cid = container_id_from_cgroups_path(cgroups_path if isinstance(cgroups_path, str) else None) or "?"
-        else:
-            from numa_pin.hook.oci import read_state
-
-            state = read_state(stdin)
-            cid = state.id
-        from numa_pin.hook.rootless import is_rootless
-
-        if is_rootless():
-            from numa_pin.hook.rootless import run_rootless
-
-            precreate_data = data if stage in PRECREATE_STAGES else None
-            return run_rootless(stage, cid, precreate_data, None if precreate_data is not None else state,
-                                config_path, stdout if stdout is not None else sys.stdout.buffer)
-        from numa_pin.config.load import load_config
-
-        cache_dir = os.environ.get("NUMA_PIN_CACHE_DIR", DEFAULT_CACHE_DIR)
-        config = load_config(config_path, os.environ, cache_dir=cache_dir)
-        state_dir, use_syslog = config.state_dir, config.syslog
-        from numa_pin.service import NodeService
-
-        agent = NodeService(config, cache_dir=cache_dir)
-        from numa_pin.report import forget_reason
-
-        if stage in PRECREATE_STAGES:
-            import json
-
-            from numa_pin.hook.precreate import precreate
-
-            result = precreate(data, agent)
-            out = stdout if stdout is not None else sys.stdout.buffer
-            out.write(json.dumps(result.spec).encode())
-            out.flush()
-            if result.grant is not None:
-                _warn_kubelet(config.kubelet_root, use_syslog)
-            return EXIT_OK
-        if stage in RELEASE_STAGES:
-            # runc runs poststop after a rejected prestart too: the rejection's reason is kept
-            # for `numa-pin explain` unless a grant was actually released
-            if agent.release(state.id) is not None:
-                forget_reason(state_dir, state.id)
-            return EXIT_OK
-        from numa_pin.hook.admit import admission_for
-
-        request, owner, rootfs = admission_for(state, config)
-        if not state.pid:
-            from numa_pin.errors import HookInputError
-
-            raise HookInputError(f"container {cid}: the runtime passed no pid at {stage}")
-        agent.admit(request, state.pid, owner=owner, rootfs=rootfs)
-        forget_reason(state_dir, state.id)  # an earlier rejection no longer explains this container
-        _warn_kubelet(config.kubelet_root, use_syslog)
-        return EXIT_OK
-    except AdmissionError as exc:
-        _report(f"numa-pin: rejected {cid}: {exc.kind}: {exc}", cid, state_dir, use_syslog, {"kind": exc.kind})
-        return exit_code(exc)
-    except NumaPinError as exc:
-        _report(f"numa-pin: error {cid}: {exc.kind}: {exc}", cid, state_dir, use_syslog, {"kind": exc.kind})
-        return exit_code(exc)
-    except Exception as exc:  # the boundary: a user never sees a traceback
-        if os.environ.get("NUMA_PIN_DEBUG") == "1":
-            raise
-        _report(
-            f"numa-pin: internal error {cid}: {type(exc).__name__}: {exc} (set NUMA_PIN_DEBUG=1 for a traceback)",
-            cid, state_dir, use_syslog,
-        )
-        return EXIT_INTERNAL
+def _print(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

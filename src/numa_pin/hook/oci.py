@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from numa_pin.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
 from numa_pin.errors import HookInputError
 from numa_pin.record import field, record
+from numa_pin.text import quote
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def _str_map(value: Any, what: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for k, v in value.items():
         if not isinstance(k, str) or not isinstance(v, str):
-            raise HookInputError(f"{what}: key {k!r} must map a string to a string")
+            raise HookInputError(f"{what}: key {quote(k)} must map a string to a string")
         out[k] = v
     return out
 
@@ -90,7 +91,7 @@ def read_state(fp: IO[bytes] | IO[str], source: str = "stdin") -> OciState:
         raise HookInputError(f"OCI state on {source}: container {cid}: missing 'bundle'")
     pid = doc.get("pid")
     if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid < 0):
-        raise HookInputError(f"OCI state on {source}: container {cid}: bad 'pid' {pid!r}")
+        raise HookInputError(f"OCI state on {source}: container {cid}: bad 'pid' {quote(pid)}")
     status = doc.get("status", "")
     if not isinstance(status, str):
         raise HookInputError(f"OCI state on {source}: container {cid}: bad 'status'")
@@ -107,7 +108,7 @@ def _opt_int(value: Any, what: str) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool):
-        raise HookInputError(f"{what}: expected an integer, got {value!r}")
+        raise HookInputError(f"{what}: expected an integer, got {quote(value)}")
     return value
 
 
@@ -145,7 +146,7 @@ def parse_spec(text: bytes | str, bundle: str, source: str = "config.json") -> O
     hugepages: dict[str, int] = {}
     for entry in _dig(doc, "linux", "resources", "hugepageLimits") or []:
         if not isinstance(entry, dict) or not isinstance(entry.get("pageSize"), str):
-            raise HookInputError(f"{source}: bad linux.resources.hugepageLimits entry {entry!r}")
+            raise HookInputError(f"{source}: bad linux.resources.hugepageLimits entry {quote(entry)}")
         limit = _opt_int(entry.get("limit"), f"{source}: hugepageLimits[{entry['pageSize']}].limit")
         hugepages[entry["pageSize"]] = limit or 0
     netns = None
@@ -155,7 +156,7 @@ def parse_spec(text: bytes | str, bundle: str, source: str = "config.json") -> O
     cgroups_path = _dig(doc, "linux", "cgroupsPath")
     cpuset_cpus = cpu.get("cpus")
     if cpuset_cpus is not None and not isinstance(cpuset_cpus, str):
-        raise HookInputError(f"{source}: linux.resources.cpu.cpus must be a string, got {cpuset_cpus!r}")
+        raise HookInputError(f"{source}: linux.resources.cpu.cpus must be a string, got {quote(cpuset_cpus)}")
     return OciSpec(
         annotations=_str_map(doc.get("annotations"), f"{source}: annotations"),
         env=env,

@@ -20,6 +20,12 @@ import os
 
 from numa_pin.errors import RootlessError
 
+TYPE_CHECKING = False  # typing's flag without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from numa_pin.config.schema import Config
+
 #: annotations that ask numa-pin for something
 REQUEST_PREFIX = "numa-pin.io/"
 
@@ -71,27 +77,27 @@ def describe_request(request) -> str:
     return ", ".join(parts) or "resources"
 
 
-def run_rootless(stage: str, container_id: str, data: bytes | None, state, config_path: str | None, stdout) -> int:
+def run_rootless(stage: str, container_id: str, data: bytes | None, state, load_config: Callable[[], Config],
+                 stdout) -> int:
     """The whole hook for a rootless runtime: pass what asks for nothing, refuse the rest.
 
-    ``data`` is the proposed config (precreate) or None; ``state`` the OCI state (other stages).
-    Never touches the ledger or cgroups. Raises RootlessError for a container that asked, and
-    HookInputError / RequestError for an input that cannot be read.
+    ``data`` is the proposed config (precreate) or None; ``state`` the OCI state (other stages);
+    ``load_config`` the hook's config loader (:func:`numa_pin.invoke.hook_config`). Never touches
+    the ledger or cgroups. Raises RootlessError for a container that asked, and HookInputError /
+    RequestError for an input that cannot be read.
     """
     if stage == "poststop":
         return 0
-    from numa_pin.config.schema import Config
+    from numa_pin.config import schema
     from numa_pin.errors import NumaPinError
     from numa_pin.hook.admit import request_from_spec
     from numa_pin.hook.oci import OciState, load_spec, parse_spec
     from numa_pin.hook.precreate import asks_nothing
 
     try:
-        from numa_pin.config.load import load_config
-
-        config = load_config(config_path, os.environ)
+        config = load_config()
     except NumaPinError:
-        config = Config()  # an unreadable node config must not refuse a container that asks nothing
+        config = schema.Config()  # an unreadable node config must not refuse a container that asks nothing
     if data is not None:
         spec = parse_spec(data, "/", source="proposed config on stdin")
         state = OciState(id=container_id, status="precreate", pid=None, bundle="/")

@@ -5,7 +5,7 @@
 * ``NVIDIA_VISIBLE_DEVICES`` tokens are GPUs a device plugin already chose: UUIDs (``GPU-...``)
   or NVML indexes, an index being the GPU's position in PCI address order (NVML's default
   enumeration), never the device minor;
-* CDI names (``nvidia.com/gpu=...`` and other kinds) map through :mod:`numa_pin.admission.cdi_map`.
+* CDI names (``nvidia.com/gpu=...`` and other kinds) map through :mod:`numa_pin.resources.cdi_map`.
 
 A GPU is booked under the configured resource that lists its address, else ``nvidia.com/gpu``.
 """
@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from numa_pin.devices.cdi import CdiDevice
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import RequestError
+from numa_pin.text import quote
 from numa_pin.topology.model import KIND_GPU, PciDevice, Topology
 
 NVIDIA_GPU = "nvidia.com/gpu"
@@ -67,7 +68,7 @@ def fixed_gpus(tokens: Iterable[str], topology: Topology, devices: Devices) -> l
         elif token in by_uuid:
             addr = by_uuid[token]
         else:
-            raise RequestError(f"GPU {token!r} is not on this machine", annotation="NVIDIA_VISIBLE_DEVICES")
+            raise RequestError(f"GPU {quote(token)} is not on this machine", annotation="NVIDIA_VISIBLE_DEVICES")
         out.append((_booked_under(addr, devices), addr))
     return out
 
@@ -77,7 +78,7 @@ def fixed_cdi(names: Iterable[CdiDevice], topology: Topology, devices: Devices) 
     names = tuple(names)
     if not names:
         return []
-    from numa_pin.admission.cdi_map import resolve_cdi
+    from numa_pin.resources.cdi_map import resolve_cdi
 
     return resolve_cdi(names, nvidia_gpus(topology), devices, NVIDIA_GPU)
 

@@ -1,0 +1,261 @@
+"""Running one request, in the agent's child: read it, check it, run it, answer.
+
+A child (forked for a connection, or the spare that accepted one) first tells the hook that a
+live process has its connection (:data:`~numa_pin.agent.protocol.ACCEPTED`), then reads the
+request within :data:`READ_TIMEOUT_S` in all, refuses it (``fallback``: another protocol,
+version, installation or namespace, changed sources, an unusable working directory) or runs it
+with :func:`numa_pin.invoke.run`, sends keepalives while it runs (:func:`watch_client`, which
+also cancels the admission when the hook hangs up), and replies. Only a request it runs is
+reported to the parent (the note the next spare rehearses with, and the agent's activity).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import socket
+import stat
+import struct
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+
+from numa_pin import deadline, invoke
+from numa_pin.agent import spare
+from numa_pin.agent.client import namespace_mismatch
+from numa_pin.agent.preload import changed_sources
+from numa_pin.agent.protocol import (
+    ACCEPTED,
+    KEEPALIVE,
+    KEEPALIVE_S,
+    MAX_REQUEST_BYTES,
+    Request,
+    decode_request,
+    encode_fallback,
+    encode_reply,
+    refusal,
+)
+from numa_pin.record import record
+from numa_pin.text import one_line
+
+#: a peer must send its whole request within this many seconds of being accepted (in all)
+READ_TIMEOUT_S = 5.0
+_HEADER = struct.Struct("!I")
+_UCRED = struct.Struct("3i")
+
+
+@record
+class Peer:
+    """Who is on the other end of a connection (``SO_PEERCRED``)."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+def peer_credentials(conn: socket.socket) -> Peer:
+    """``SO_PEERCRED`` of a connected Unix socket. Raises OSError."""
+    pid, uid, gid = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    return Peer(pid, uid, gid)
+
+
+def recv_frame(conn: socket.socket, limit: int, timeout_s: float | None = None) -> bytes:
+    """One length-prefixed frame, all of it within ``timeout_s`` seconds (a total deadline, not
+    one per ``recv``: a peer that drips a byte now and then is cut off all the same). Raises
+    ValueError when it is cut short or over ``limit`` bytes, OSError (TimeoutError included)
+    from the socket."""
+    until = None if timeout_s is None else time.monotonic() + timeout_s
+    (size,) = _HEADER.unpack(_recv_exact(conn, _HEADER.size, until))  # HungUp: nothing came
+    if size > limit:
+        raise ValueError(f"frame of {size} bytes is over the {limit}-byte limit")
+    return _recv_exact(conn, size, until)
+
+
+class HungUp(ValueError):
+    """The peer closed the connection before sending a byte."""
+
+
+def _recv_exact(conn: socket.socket, size: int, until: float | None = None) -> bytes:
+    buf = bytearray()
+    while len(buf) < size:
+        if until is not None:
+            left = until - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"{len(buf)} of {size} bytes came in time")
+            conn.settimeout(left)
+        try:
+            chunk = conn.recv(min(size - len(buf), 1 << 16))
+        except TimeoutError:
+            raise TimeoutError(f"{len(buf)} of {size} bytes came in time") from None
+        if not chunk:
+            raise (ValueError if buf else HungUp)(f"connection closed after {len(buf)} of {size} bytes")
+        buf += chunk
+    return bytes(buf)
+
+
+def append_log(path: str | None, record: Mapping[str, object]) -> None:
+    """One JSON line to the ``--log`` file (O_APPEND, one write); OSError is reported, not raised."""
+    if not path:
+        return
+    line = (json.dumps(record, sort_keys=True) + "\n").encode("utf-8", "backslashreplace")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        print(f"numa-pin serve: cannot write the log {path}: {exc.strerror}", file=sys.stderr, flush=True)
+
+
+def run_request(request: Request) -> tuple[int, str]:
+    """Run the hook for ``request`` in this process, as ``numa-pin-hook`` would
+    (:func:`numa_pin.invoke.run`, given the request's arguments, variables, stdin and working
+    directory): exit code and stderr. Changes no process global (environment, stderr, cwd).
+
+    Raises OSError when the working directory is not a directory (nothing has run then)."""
+    if not stat.S_ISDIR(os.stat(request.cwd).st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), request.cwd)
+    try:
+        result = invoke.run(invoke.HookRequest(request.argv, dict(request.env), request.stdin, request.cwd))
+    except BaseException:  # NUMA_PIN_DEBUG=1: run() re-raises; show what the interpreter would
+        return 1, traceback.format_exc()
+    return result.code, result.stderr_text()
+
+
+def watch_client(conn: socket.socket, served: threading.Event, poll_ms: int = 100,
+                 send_lock: threading.Lock | None = None) -> bool:
+    """Until ``served`` is set, watch the hook's end of ``conn``; when the hook hangs up (the
+    runtime killed it at its timeout, or it gave up on a stalled agent), cancel the running
+    admission's deadline, so the child stops deciding and holds nothing for a container that
+    will not start (or that the hook now admits in-process). With ``send_lock`` (taken around
+    every write to ``conn``) it also sends a :data:`~numa_pin.agent.protocol.KEEPALIVE` byte
+    every ``poll_ms``, which tells the hook that this child is alive. Returns whether the hook
+    hung up."""
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLRDHUP)
+    hung_up = False
+    while not served.is_set():
+        if poller.poll(poll_ms):
+            hung_up = True
+            break
+        if send_lock is not None:
+            with send_lock:
+                if served.is_set():
+                    break
+                try:
+                    conn.send(KEEPALIVE, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    pass  # the hook reads nothing until the reply: its buffer holds days of these
+                except OSError:
+                    hung_up = True
+                    break
+    if not hung_up:
+        return False
+    while not served.is_set():
+        running = deadline.current()
+        if running is not None:
+            running.cancel("the hook that asked for it went away (killed at the runtime's hook timeout?)")
+            return True
+        served.wait(poll_ms / 1000)
+    return True
+
+
+class RequestHandler:
+    """What a child needs to serve one connection: the server's uid, its request log, the pipe
+    to the parent, the proc root for namespace checks and the source stamps for upgrades."""
+
+    def __init__(self, *, uid: int, notes_fd: int, log_path: str | None = None, proc_root: str = "/proc",
+                 stamps: Mapping[str, int] | None = None) -> None:
+        self.uid = uid
+        self.notes_fd = notes_fd
+        self.log_path = log_path
+        self.proc_root = proc_root
+        self.stamps = dict(stamps or {})
+
+    def handle(self, conn: socket.socket, peer: Peer, by: str = "fork") -> None:
+        """Tell the hook its connection was accepted, read one request, run it or refuse it,
+        reply. Never raises for socket or protocol trouble (the hook then runs in-process).
+        ``by`` says which child this is in the log: ``fork`` (forked for this connection),
+        ``spare`` or ``rehearsed``.
+
+        A hook sends its request only after :data:`~numa_pin.agent.protocol.ACCEPTED`, so a
+        connection this agent accepts after the hook gave up on it (the agent was stopped or
+        frozen) brings no request, and nothing runs twice."""
+        started = time.perf_counter()
+        record: dict[str, object] = {"time": time.time(), "pid": os.getpid(), "peer_pid": peer.pid,
+                                     "peer_uid": peer.uid, "by": by}
+        before = set(sys.modules) if self.log_path else set()
+        try:
+            try:
+                conn.sendall(ACCEPTED)
+            except OSError as exc:  # EPIPE: the hook closed the connection before anyone accepted it
+                raise HungUp(exc.strerror) from exc
+            request = decode_request(recv_frame(conn, MAX_REQUEST_BYTES, READ_TIMEOUT_S))
+        except HungUp:
+            append_log(self.log_path, {**record, "outcome": "abandoned",
+                                       "reason": "the hook gave up before sending its request"})
+            return
+        except (OSError, ValueError) as exc:
+            append_log(self.log_path, {**record, "outcome": "bad-request", "reason": str(exc)})
+            return
+        record["argv"] = list(request.argv)
+        reason = refusal(request) or self._environment_refusal(peer)
+        if reason is not None:
+            self.refuse(conn, record, reason)
+            return
+        # only a request this agent runs steers the next spare's rehearsal (or counts as activity)
+        note = spare.request_note(request.argv, request.env, request.cwd)
+        spare.send_note(self.notes_fd, note if note is not None else spare.SERVING)
+        served, send_lock = threading.Event(), threading.Lock()
+        threading.Thread(target=watch_client, args=(conn, served, int(KEEPALIVE_S * 1000), send_lock),
+                         daemon=True).start()
+        try:
+            rc, err = run_request(request)
+        except OSError as exc:
+            with send_lock:
+                served.set()
+            self.refuse(conn, record, f"working directory {request.cwd}: {exc.strerror}")
+            return
+        with send_lock:
+            served.set()
+        append_log(self.log_path, {
+            **record, "outcome": "served", "rc": rc, "ms": round(1000 * (time.perf_counter() - started), 3),
+            "new_modules": sorted(set(sys.modules) - before) if self.log_path else [],
+        })
+        try:
+            conn.settimeout(READ_TIMEOUT_S)
+            conn.sendall(encode_reply(rc, err))
+        except OSError:
+            pass  # the hook gave up and runs in-process; admission is idempotent
+
+    def refuse(self, conn: socket.socket, record: Mapping[str, object], reason: str) -> None:
+        print(f"numa-pin serve: sent pid {record['peer_pid']} (uid {record['peer_uid']}) back in-process: "
+              f"{one_line(reason)}",
+              file=sys.stderr, flush=True)
+        append_log(self.log_path, {**record, "outcome": "fallback", "reason": reason})
+        try:
+            conn.settimeout(READ_TIMEOUT_S)
+            conn.sendall(encode_fallback(reason))
+        except OSError:
+            pass
+
+    def not_allowed(self, peer: Peer) -> str:
+        return f"peer uid {peer.uid} is not allowed (only 0 and {self.uid})"
+
+    def _environment_refusal(self, peer: Peer) -> str | None:
+        ns = namespace_mismatch(peer.pid, self.proc_root)
+        if ns is not None:
+            return f"peer pid {peer.pid} is in another {ns} namespace"
+        changed = changed_sources(self.stamps)
+        if changed:
+            return f"{changed[0]} changed since the agent started: restart numa-pin serve"
+        return None
+
+
+__all__ = ["READ_TIMEOUT_S", "HungUp", "Peer", "RequestHandler", "append_log", "peer_credentials", "recv_frame",
+           "run_request", "watch_client"]

@@ -1,0 +1,304 @@
+"""One hook invocation: an explicit request in, an explicit result out.
+
+Both ways a hook runs go through :func:`run`: ``numa-pin-hook`` admitting in its own process
+(:mod:`numa_pin.hook.main`) and the warm agent's child running a hook's request
+(:mod:`numa_pin.agent.server`). A :class:`HookRequest` carries everything the hook reads: its
+arguments, the environment variables it needs, the bytes on its stdin and the directory it was
+started in; a :class:`HookResult` everything it says: exit code, stdout bytes (``precreate``
+only) and stderr lines. Nothing here reads or rewrites ``os.environ``, ``sys.stderr`` or the
+working directory: relative paths (``--config``, ``NUMA_PIN_CONFIG``, ``NUMA_PIN_CACHE_DIR``,
+the state's ``bundle``) are resolved against the request's ``cwd``.
+
+Stages: ``prestart`` (default) or ``createRuntime`` admit and enforce (running both is harmless:
+the second finds the grant and re-applies it), ``poststop`` releases, ``precreate`` (podman's
+hooks.d extension stage) reads the proposed ``config.json`` and returns it with the decision
+written into it (:mod:`numa_pin.hook.precreate`); other stages are accepted and do nothing.
+
+A rejection is one line on stderr, ``numa-pin: rejected <container-id>: <kind>: <why>``, kept
+in a reason file under ``<state_dir>/reasons/`` and in syslog, because crun and podman hide
+hook stderr. Exit codes are :mod:`numa_pin.errors`'s: 0 admitted, released or nothing to do;
+1 rejected; 2 usage; 3 configuration; 4 any other numa-pin error; 70 internal error. No
+traceback unless ``NUMA_PIN_DEBUG=1`` in the request's environment (then :func:`run` raises).
+
+This module is in the hook's hot set (DEVELOPERS.md): it imports what a stage needs inside the
+function that needs it.
+"""
+
+from __future__ import annotations
+
+from numa_pin.record import field, record
+
+TYPE_CHECKING = False  # typing's flag without importing typing
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from numa_pin.config.schema import Config
+
+ADMIT_STAGES = frozenset({"prestart", "createRuntime", "create-runtime"})
+RELEASE_STAGES = frozenset({"poststop"})
+PRECREATE_STAGES = frozenset({"precreate"})
+NOOP_STAGES = frozenset({"createContainer", "startContainer", "poststart"})
+USAGE = ("usage: numa-pin-hook [--config PATH] [prestart|createRuntime|poststop]  (OCI state on stdin)\n"
+         "       numa-pin-hook [--config PATH] precreate  (proposed config.json on stdin, config to use on stdout)")
+#: where the parsed config is cached between hook runs (override: NUMA_PIN_CACHE_DIR)
+DEFAULT_CACHE_DIR = "/run/numa-pin"
+#: the environment variables a hook reads (all the agent passes on)
+HOOK_ENV = ("NUMA_PIN_CONFIG", "NUMA_PIN_CACHE_DIR", "NUMA_PIN_DEBUG")
+
+
+@record
+class HookRequest:
+    """What a hook is given: arguments (without the program name), the environment (only
+    :data:`HOOK_ENV` is read), stdin and the absolute directory it runs in."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    stdin: bytes
+    cwd: str
+
+
+@record
+class HookResult:
+    """What a hook says: its exit code, stdout (``precreate`` only) and stderr lines."""
+
+    code: int
+    stdout: bytes = b""
+    stderr: tuple[str, ...] = field(default_factory=tuple)
+
+    def stderr_text(self) -> str:
+        """The stderr lines as the hook prints them."""
+        return "".join(line + "\n" for line in self.stderr)
+
+
+class Usage(ValueError):
+    """The hook's arguments are wrong (exit 2), or help was asked for (``code`` 1 with :data:`USAGE`)."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def parse_argv(argv: tuple[str, ...] | list[str]) -> tuple[str | None, str]:
+    """``(config path or None, stage)`` from the hook's arguments. Raises :class:`Usage`."""
+    config: str | None = None
+    stage = "prestart"
+    it = iter(argv)
+    for arg in it:
+        if arg in ("-h", "--help"):
+            raise Usage(USAGE, code=1)
+        if arg == "--config":
+            config = next(it, None)
+            if not config:
+                raise Usage("--config needs a path")
+        elif arg.startswith("--config="):
+            config = arg.split("=", 1)[1]
+        elif arg.startswith("-"):
+            raise Usage(f"unknown option {arg}")
+        else:
+            stage = arg
+    if stage not in ADMIT_STAGES | RELEASE_STAGES | NOOP_STAGES | PRECREATE_STAGES:
+        from numa_pin.text import quote
+
+        raise Usage(f"unknown stage {quote(stage)}")
+    return config, stage
+
+
+def _at(cwd: str, path: str) -> str:
+    """``path`` resolved against ``cwd`` (an absolute path is kept)."""
+    return path if path.startswith("/") else f"{cwd.rstrip('/')}/{path}"
+
+
+def hook_config(config_path: str | None, env: Mapping[str, str], cwd: str = "/") -> tuple[Config, str]:
+    """The config a hook runs with and its cache directory: the one config-loading path of the
+    hook, the agent's spare and the rootless hook. ``--config`` wins over ``NUMA_PIN_CONFIG``,
+    then the default file; relative paths are resolved against ``cwd``.
+
+    Raises:
+        ConfigError: the named file is missing or invalid.
+    """
+    from numa_pin.config.load import load_config
+
+    named = env.get("NUMA_PIN_CONFIG")
+    resolved = dict(env)
+    if named:
+        resolved["NUMA_PIN_CONFIG"] = _at(cwd, named)
+    cache_dir = _at(cwd, env.get("NUMA_PIN_CACHE_DIR") or DEFAULT_CACHE_DIR)
+    path = None if config_path is None else _at(cwd, config_path)
+    return load_config(path, resolved, cache_dir=cache_dir), cache_dir
+
+
+class _Out:
+    """Where a stage's output goes: stderr lines and stdout bytes, kept for the result; each
+    line is also handed to ``on_line`` as it comes, if given."""
+
+    def __init__(self, on_line: Callable[[str], None] | None = None) -> None:
+        self.lines: list[str] = []
+        self.data = bytearray()
+        self.on_line = on_line
+
+    def line(self, text: str) -> None:
+        from numa_pin.text import cut, one_line
+
+        self.lines.append(cut(one_line(text)))
+        if self.on_line is not None:
+            self.on_line(self.lines[-1])
+
+    def usage(self) -> None:
+        for text in USAGE.splitlines():
+            self.line(text)
+
+    def write(self, data: bytes) -> int:  # a binary stream, for precreate and rootless
+        self.data += data
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def result(self, code: int) -> HookResult:
+        return HookResult(code, bytes(self.data), tuple(self.lines))
+
+
+def run(request: HookRequest, on_line: Callable[[str], None] | None = None) -> HookResult:
+    """Run one hook invocation; ``on_line`` also gets each stderr line as it comes (a lock
+    wait is announced while it lasts). Raises only with ``NUMA_PIN_DEBUG=1`` in
+    ``request.env`` (an internal error then propagates, so a traceback can be shown)."""
+    out = _Out(on_line)
+    try:
+        config_path, stage = parse_argv(request.argv)
+    except Usage as exc:
+        if exc.code != 1:
+            out.line(f"numa-pin: {exc}")
+        out.usage()
+        return out.result(exc.code)
+    if stage in NOOP_STAGES:
+        return out.result(0)
+
+    from numa_pin.errors import EXIT_INTERNAL, AdmissionError, NumaPinError, exit_code
+
+    ctx = _Context(out)
+    try:
+        return out.result(_stage(stage, config_path, request, ctx))
+    except AdmissionError as exc:
+        ctx.report(f"numa-pin: rejected {ctx.cid}: {exc.kind}: {exc}", {"kind": exc.kind})
+        return out.result(exit_code(exc))
+    except NumaPinError as exc:
+        ctx.report(f"numa-pin: error {ctx.cid}: {exc.kind}: {exc}", {"kind": exc.kind})
+        return out.result(exit_code(exc))
+    except Exception as exc:  # the boundary: a user never sees a traceback
+        if request.env.get("NUMA_PIN_DEBUG") == "1":
+            raise
+        ctx.report(f"numa-pin: internal error {ctx.cid}: {type(exc).__name__}: {exc} "
+                   "(set NUMA_PIN_DEBUG=1 for a traceback)")
+        return out.result(EXIT_INTERNAL)
+
+
+class _Context:
+    """What a failing stage's report needs: the container id and where reasons go, as far as
+    the stage got."""
+
+    def __init__(self, out: _Out) -> None:
+        self.out = out
+        self.cid = "?"
+        self.state_dir: str | None = None
+        self.syslog = False
+
+    def report(self, line: str, details: dict | None = None) -> None:
+        """One line on stderr, kept in a reason file and syslog."""
+        self.out.line(line)
+        line = self.out.lines[-1]
+        if self.state_dir:
+            from numa_pin.report import write_reason
+
+            write_reason(self.state_dir, self.cid, line, details)
+        if self.syslog:
+            from numa_pin.report import log_syslog
+
+            log_syslog(line)
+
+    def warn_kubelet(self, kubelet_root: str) -> None:
+        """One warning line (not a rejection) when kubelet's static CPU manager also runs here."""
+        from numa_pin.kubelet import conflict_warning
+
+        line = conflict_warning(kubelet_root)
+        if line is None:
+            return
+        self.out.line(line)
+        if self.syslog:
+            from numa_pin.report import log_syslog
+
+            log_syslog(line, error=False)
+
+
+def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Context) -> int:
+    import io
+
+    from numa_pin.errors import EXIT_OK
+
+    data = b""
+    state = None
+    if stage in PRECREATE_STAGES:
+        from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
+        from numa_pin.hook.precreate import container_id_from_cgroups_path, read_proposed
+
+        data = request.stdin[: MAX_DOCUMENT_BYTES + 1]
+        cgroups_path = (read_proposed(data).get("linux") or {}).get("cgroupsPath")
+        ctx.cid = container_id_from_cgroups_path(cgroups_path if isinstance(cgroups_path, str) else None) or "?"
+    else:
+        from numa_pin.hook.oci import read_state
+        from numa_pin.record import replace
+
+        state = read_state(io.BytesIO(request.stdin))
+        ctx.cid = state.id
+        if not state.bundle.startswith("/"):
+            state = replace(state, bundle=_at(request.cwd, state.bundle))
+    from numa_pin.hook.rootless import is_rootless
+
+    if is_rootless():
+        from numa_pin.hook.rootless import run_rootless
+
+        return run_rootless(stage, ctx.cid, data if state is None else None, state,
+                            lambda: hook_config(config_path, request.env, request.cwd)[0], ctx.out)
+    config, cache_dir = hook_config(config_path, request.env, request.cwd)
+    ctx.state_dir, ctx.syslog = config.state_dir, config.syslog
+    from numa_pin.service import NodeService
+
+    service = NodeService(config, cache_dir=cache_dir, on_wait=lambda holder: _lock_wait(ctx.out, holder))
+    from numa_pin.report import forget_reason
+
+    if state is None:
+        import json
+
+        from numa_pin.hook.precreate import precreate
+
+        result = precreate(data, service)
+        ctx.out.write(json.dumps(result.spec).encode())
+        if result.grant is not None:
+            ctx.warn_kubelet(config.kubelet_root)
+        return EXIT_OK
+    if stage in RELEASE_STAGES:
+        # runc runs poststop after a rejected prestart too: the rejection's reason is kept
+        # for `numa-pin explain` unless a grant was actually released
+        if service.release(state.id) is not None:
+            forget_reason(config.state_dir, state.id)
+        return EXIT_OK
+    from numa_pin.hook.admit import admission_for
+
+    admission, owner, rootfs = admission_for(state, config)
+    if not state.pid:
+        from numa_pin.errors import HookInputError
+
+        raise HookInputError(f"container {ctx.cid}: the runtime passed no pid at {stage}")
+    service.admit(admission, state.pid, owner=owner, rootfs=rootfs)
+    forget_reason(config.state_dir, state.id)  # an earlier rejection no longer explains this container
+    ctx.warn_kubelet(config.kubelet_root)
+    return EXIT_OK
+
+
+def _lock_wait(out: _Out, holder: int | None) -> None:
+    from numa_pin.report import lock_wait_line
+
+    out.line(lock_wait_line(holder))
+
+
+__all__ = ["ADMIT_STAGES", "DEFAULT_CACHE_DIR", "HOOK_ENV", "NOOP_STAGES", "PRECREATE_STAGES", "RELEASE_STAGES",
+           "USAGE", "HookRequest", "HookResult", "Usage", "hook_config", "parse_argv", "run"]
