@@ -246,6 +246,44 @@ def test_agent_gives_the_in_process_result(shared_agent, node, twin, annotations
     assert served[0]["new_modules"] == [], "preload.PRELOAD misses modules the hook path imports"
 
 
+def _proposed(cid: str, annotations: dict[str, str]) -> dict:
+    """A config as podman proposes it to its precreate hooks (cgroupfs driver, no pid yet)."""
+    return {"ociVersion": "1.0.2-dev", "process": {"args": ["sh"], "env": ["PATH=/usr/bin"]},
+            "annotations": {"io.container.manager": "libpod", **annotations},
+            "linux": {"cgroupsPath": f"/libpod_parent/libpod-{cid}", "resources": {"pids": {"limit": 2048}}}}
+
+
+@pytest.mark.parametrize("annotations, want_rc", [({"numa-pin.io/cpus": "2"}, 0), ({}, 0),
+                                                  ({"numa-pin.io/cpus": "64"}, 1)],
+                         ids=["exclusive", "asks-nothing", "no-fit"])
+def test_precreate_is_served_by_the_agent(shared_agent, node, twin, annotations, want_rc):
+    """podman's precreate stage goes to the warm agent too: the config it prints, its stderr and
+    the ledger are those of the in-process hook on an identical node."""
+    cid = "f" * 64
+
+    def hook(n: Node, sock: Path | None) -> tuple[int, bytes, str]:
+        proc = subprocess.run([HOOK, "--config", str(n.config), "precreate"],
+                              input=json.dumps(_proposed(cid, annotations)).encode(), capture_output=True,
+                              env=hook_env(n, sock), timeout=120)
+        return proc.returncode, proc.stdout, proc.stderr.decode()
+
+    def grants(n: Node) -> dict[str, dict]:
+        return {k: {f: v for f, v in g.items() if f != "pending_since"} for k, g in n.grants().items()}
+
+    before = len(shared_agent.records("served"))
+    got, want = hook(node, shared_agent.sock), hook(twin, None)
+    assert got == want and got[0] == want_rc, (got, want)
+    assert grants(node) == grants(twin)
+    if want_rc == 0:
+        spec = json.loads(got[1])
+        held = node.grants().get(cid)
+        cpus = spec["linux"]["resources"].get("cpu", {}).get("cpus")
+        assert (parse_list(cpus) if cpus else frozenset()) == (held["cpus"] and parse_list(held["cpus"]) if held
+                                                               else frozenset())
+    served = shared_agent.records("served")[before:]
+    assert [r["rc"] for r in served] == [want_rc], f"the agent must serve precreate: {shared_agent.records()}"
+
+
 def test_release_through_the_agent_matches(shared_agent, node, twin):
     for n, sock in ((node, shared_agent.sock), (twin, None)):
         state = n.state_json(2, {"numa-pin.io/cpus": "2"})
@@ -698,20 +736,20 @@ def test_run_request_changes_no_process_global(tmp_path, monkeypatch):
     req = protocol.Request(protocol.PROTOCOL, protocol.__version__, ("--config", "rel.yaml", "prestart"),
                            b'{"id": "x", "bundle": "b", "pid": 1}', {"NUMA_PIN_CACHE_DIR": "cache"}, str(tmp_path))
     saved_err, environ = sys.stderr, dict(os.environ)
-    rc, err = request.run_request(req)
+    rc, err, _ = request.run_request(req)
     assert rc == 3 and str(tmp_path / "rel.yaml") in err  # resolved against the request's cwd
     assert os.getcwd() == "/" and dict(os.environ) == environ and sys.stderr is saved_err
-    assert request.run_request(req.replace(argv=("poststart",))) == (0, "")
+    assert request.run_request(req.replace(argv=("poststart",))) == (0, "", b"")
     with pytest.raises(OSError):
         request.run_request(req.replace(cwd=str(tmp_path / "gone")))
 
 
 def test_run_request_reports_usage_and_tracebacks(tmp_path, monkeypatch):
     usage = protocol.Request(protocol.PROTOCOL, protocol.__version__, ("--help",), b"", {}, str(tmp_path))
-    rc, err = request.run_request(usage)
+    rc, err, _ = request.run_request(usage)
     assert rc == 1 and err.startswith("usage: numa-pin-hook")
     monkeypatch.setattr("numa_pin.invoke.run", lambda request, on_line=None: 1 / 0)  # NUMA_PIN_DEBUG=1 re-raises
-    rc, err = request.run_request(usage)
+    rc, err, _ = request.run_request(usage)
     assert rc == 1 and "Traceback" in err and "ZeroDivisionError" in err
 
 

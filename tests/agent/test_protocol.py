@@ -36,9 +36,19 @@ def test_request_round_trip(argv, stdin, env, cwd):
     assert req == protocol.Request(protocol.PROTOCOL, __version__, tuple(argv), stdin, env, cwd, protocol.HOME)
 
 
-@given(rc=st.integers(0, 255), err=st.text(max_size=100))
-def test_reply_round_trip(rc, err):
-    assert protocol.decode_reply(_unframe(protocol.encode_reply(rc, err))) == (rc, err)
+@given(rc=st.integers(0, 255), err=st.text(max_size=100), out=st.binary(max_size=300))
+def test_reply_round_trip(rc, err, out):
+    assert protocol.decode_reply(_unframe(protocol.encode_reply(rc, err, out))) == (rc, err, out)
+
+
+def test_a_reply_without_stdout_has_none():
+    assert protocol.decode_reply(b'{"rc": 0, "stderr": ""}') == (0, "", b"")
+
+
+def test_stdout_larger_than_a_hooks_stdin_is_not_sent():
+    with pytest.raises(ValueError, match="larger than"):
+        protocol.encode_reply(0, "", b"x" * (protocol.MAX_STDIN_BYTES + 1))
+    assert len(protocol.encode_reply(0, "", b"x" * protocol.MAX_STDIN_BYTES)) <= protocol.MAX_REPLY_BYTES
 
 
 def test_fallback_reply_means_in_process():
@@ -48,15 +58,16 @@ def test_fallback_reply_means_in_process():
 @pytest.mark.parametrize(
     "body",
     [b"", b"[]", b'{"rc": "0"}', b'{"rc": 0, "stderr": 1}', b'{"rc": 0} x', b"\xff", b'{"rc": NaN}',
-     b"[" * 100_000],
-    ids=["empty", "list", "rc-string", "stderr-int", "trailing", "not-utf8", "nan", "deep"],
+     b"[" * 100_000, b'{"rc": 0, "stdout": 1}', b'{"rc": 0, "stdout": "not base64!"}'],
+    ids=["empty", "list", "rc-string", "stderr-int", "trailing", "not-utf8", "nan", "deep", "stdout-int",
+         "stdout-not-base64"],
 )
 def test_malformed_replies_are_refused(body):
     assert protocol.decode_reply(body) is None
 
 
 def test_stderr_is_cut_at_the_limit():
-    rc, err = protocol.decode_reply(_unframe(protocol.encode_reply(3, "x" * (protocol.MAX_STDERR_CHARS + 10))))
+    rc, err, _ = protocol.decode_reply(_unframe(protocol.encode_reply(3, "x" * (protocol.MAX_STDERR_CHARS + 10))))
     assert rc == 3 and len(err) < protocol.MAX_STDERR_CHARS + 100 and err.endswith("cut]\n")
 
 

@@ -105,7 +105,8 @@ def read_reply(sock, deadline: float) -> bytes | None:
 def try_agent(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], path: str | None = None) -> int | None:
     """Run the hook ``argv`` with ``stdin`` in the warm agent; return its exit code, or None.
 
-    The agent's stderr is written to ``sys.stderr``. None means "run it in-process": nothing
+    The agent's stderr is written to ``sys.stderr``, its stdout (``precreate``) to
+    ``sys.stdout``. None means "run it in-process": nothing
     listens at the socket, the listener is neither root nor this process's uid, the request
     is too large, or the exchange failed at any point (before or after the request was sent).
     Never raises for socket or protocol trouble.
@@ -160,7 +161,10 @@ def ask_agent(argv: Sequence[str], stdin: bytes, env: Mapping[str, str],
     reply = decode_reply(body) if body is not None else None
     if reply is None:
         return None, False
-    rc, err = reply
+    rc, err, out = reply
+    if out:  # precreate: the config the runtime is to use
+        sys.stdout.buffer.write(out)
+        sys.stdout.buffer.flush()
     if err:
         sys.stderr.write(err)
         sys.stderr.flush()

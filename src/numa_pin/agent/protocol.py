@@ -9,8 +9,9 @@ no byte for :data:`STALL_S` seconds gives up and runs in-process (see ``docs/age
 ``{"v": 1, "version": str, "argv": [str], "stdin": base64, "env": {str: str}, "cwd": str,
 "home": str}``, where ``home`` is the directory the hook loaded numa_pin from (an agent started
 from another installation sends such a hook back; older hooks leave it out).
-Reply: ``{"rc": int, "stderr": str}``, or ``{"fallback": str}`` when the server refuses (the
-hook then runs in-process).
+Reply: ``{"rc": int, "stderr": str, "stdout": base64}`` (``stdout``: what ``precreate`` prints,
+the config the runtime is to use; empty for the other stages), or ``{"fallback": str}`` when the
+server refuses (the hook then runs in-process).
 
 The client half runs on every container start, so it uses only C modules that are already
 compiled into the interpreter: ``_json`` instead of :mod:`json` (which pulls in :mod:`re`) and
@@ -29,8 +30,9 @@ TYPE_CHECKING = False  # not even os or collections.abc: the hook starts without
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-#: protocol revision; the server refuses any other (2: the accept byte and keepalives)
-PROTOCOL = 2
+#: protocol revision; the server refuses any other (2: the accept byte and keepalives; 3: the
+#: reply carries stdout, so podman's precreate is served too: an older agent sends it back)
+PROTOCOL = 3
 #: the agent's first byte on a connection: a live process accepted it, the hook may send
 ACCEPTED = b"A"
 #: sent every :data:`KEEPALIVE_S` seconds while an admission runs, before the reply
@@ -72,7 +74,8 @@ MAX_STDIN_BYTES = (4 << 20) + 1
 MAX_REQUEST_BYTES = 8 << 20
 
 
-MAX_REPLY_BYTES = 2 << 20
+#: (a precreate's stdout is a whole config, at most MAX_STDIN_BYTES, in base64, and stderr)
+MAX_REPLY_BYTES = 8 << 20
 
 
 #: bytes of the length prefix of every frame
@@ -117,8 +120,9 @@ class _ScanContext:
         raise ValueError(f"{name} is not allowed")
 
 
-def decode_reply(body: bytes) -> tuple[int, str] | None:
-    """``(rc, stderr)`` from a reply body, or None for a refusal or anything malformed. Pure."""
+def decode_reply(body: bytes) -> tuple[int, str, bytes] | None:
+    """``(rc, stderr, stdout)`` from a reply body, or None for a refusal or anything malformed
+    (``stdout`` absent: empty). Pure."""
     try:
         text = body.decode("utf-8")
         from _json import make_scanner
@@ -130,10 +134,14 @@ def decode_reply(body: bytes) -> tuple[int, str] | None:
         return None
     if "fallback" in doc:
         return None
-    rc, err = doc.get("rc"), doc.get("stderr", "")
-    if type(rc) is not int or not isinstance(err, str):
+    rc, err, out = doc.get("rc"), doc.get("stderr", ""), doc.get("stdout", "")
+    if type(rc) is not int or not isinstance(err, str) or not isinstance(out, str):
         return None
-    return rc, err
+    try:
+        data = a2b_base64(out.encode("ascii"), strict_mode=True)
+    except (Base64Error, UnicodeEncodeError):
+        return None
+    return rc, err, data
 
 
 #: stderr longer than this is cut (a real hook writes one line, or a traceback)
@@ -210,13 +218,19 @@ def decode_request(body: bytes) -> Request:
     return Request(protocol, version, tuple(argv), data, dict(env), cwd, home)
 
 
-def encode_reply(rc: int, stderr: str) -> bytes:
-    """A framed ``{"rc", "stderr"}`` reply; stderr past :data:`MAX_STDERR_CHARS` is cut."""
+def encode_reply(rc: int, stderr: str, stdout: bytes = b"") -> bytes:
+    """A framed ``{"rc", "stderr", "stdout"}`` reply; stderr past :data:`MAX_STDERR_CHARS` is cut.
+    Raises ValueError when ``stdout`` is larger than a hook's stdin may be (the in-process hook
+    then answers)."""
     if len(stderr) > MAX_STDERR_CHARS:
         stderr = stderr[:MAX_STDERR_CHARS] + "\n[numa-pin agent: stderr cut]\n"
+    if len(stdout) > MAX_STDIN_BYTES:
+        raise ValueError(f"a hook's stdout of {len(stdout)} bytes is larger than {MAX_STDIN_BYTES}")
+    import base64
     import json
 
-    return frame(json.dumps({"rc": rc, "stderr": stderr}).encode("ascii"))
+    body = {"rc": rc, "stderr": stderr, "stdout": base64.b64encode(stdout).decode("ascii")}
+    return frame(json.dumps(body).encode("ascii"))
 
 
 def encode_fallback(reason: str) -> bytes:

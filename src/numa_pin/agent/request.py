@@ -112,10 +112,11 @@ def append_log(path: str | None, record: Mapping[str, object]) -> None:
         print(f"numa-pin serve: cannot write the log {path}: {exc.strerror}", file=sys.stderr, flush=True)
 
 
-def run_request(request: Request) -> tuple[int, str]:
+def run_request(request: Request) -> tuple[int, str, bytes]:
     """Run the hook for ``request`` in this process, as ``numa-pin-hook`` would
     (:func:`numa_pin.invoke.run`, given the request's arguments, variables, stdin and working
-    directory): exit code and stderr. Changes no process global (environment, stderr, cwd).
+    directory): exit code, stderr and stdout (``precreate``'s config). Changes no process global
+    (environment, stderr, stdout, cwd).
 
     Raises OSError when the working directory is not a directory (nothing has run then)."""
     if not stat.S_ISDIR(os.stat(request.cwd).st_mode):
@@ -123,8 +124,8 @@ def run_request(request: Request) -> tuple[int, str]:
     try:
         result = invoke.run(invoke.HookRequest(request.argv, dict(request.env), request.stdin, request.cwd))
     except BaseException:  # NUMA_PIN_DEBUG=1: run() re-raises; show what the interpreter would
-        return 1, traceback.format_exc()
-    return result.code, result.stderr_text()
+        return 1, traceback.format_exc(), b""
+    return result.code, result.stderr_text(), result.stdout
 
 
 def watch_client(conn: socket.socket, served: threading.Event, poll_ms: int = 100,
@@ -215,7 +216,7 @@ class RequestHandler:
         threading.Thread(target=watch_client, args=(conn, served, int(KEEPALIVE_S * 1000), send_lock),
                          daemon=True).start()
         try:
-            rc, err = run_request(request)
+            rc, err, out = run_request(request)
         except OSError as exc:
             with send_lock:
                 served.set()
@@ -229,8 +230,8 @@ class RequestHandler:
         })
         try:
             conn.settimeout(READ_TIMEOUT_S)
-            conn.sendall(encode_reply(rc, err))
-        except OSError:
+            conn.sendall(encode_reply(rc, err, out))
+        except (OSError, ValueError):
             pass  # the hook gave up and runs in-process; admission is idempotent
 
     def refuse(self, conn: socket.socket, record: Mapping[str, object], reason: str) -> None:

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.disable()  # with it; the collector's passes over ~170 module imports only cost time
     args = sys.argv[1:] if argv is None else argv
     environ = _environ()
-    if environ.get("NUMA_PIN_NO_AGENT") == "1" or "precreate" in args:  # the agent returns no stdout
+    if environ.get("NUMA_PIN_NO_AGENT") == "1":
         return run(args, sys.stdin.buffer)
     import io
 
