@@ -34,6 +34,8 @@ from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import apply_cpuset
 from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
 from numa_pin.enforcer.pool import reserved_conflicts, resize_shared, shared_pool
+from numa_pin.enforcer.systemd import Systemd
+from numa_pin.enforcer.systemd import detect as detect_systemd
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import AdmissionTimeout, EnforcementError, NumaPinError, RequestError
 from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_time
@@ -95,6 +97,7 @@ class NodeService:
         self._settings: NodeSettings | None = None
         self._reserved: frozenset[int] | None = None
         self._cgroup_layout: cg.CgroupLayout | None = None
+        self._systemd: tuple[Systemd | None] | None = None  # None: not looked for yet
 
     # ---- lazily computed facts -------------------------------------------------------------
     @property
@@ -123,6 +126,12 @@ class NodeService:
         if self._cgroup_layout is None:
             self._cgroup_layout = cg.detect_layout(self.config.proc_root)
         return self._cgroup_layout
+
+    def systemd(self) -> Systemd | None:
+        """systemd, when it is init under the proc root: units it owns get their cpusets through it."""
+        if self._systemd is None:
+            self._systemd = (detect_systemd(self.config.proc_root),)
+        return self._systemd[0]
 
     def live_grant(self, container_id: str) -> Grant | None:
         """The grant recorded under ``container_id`` while its process or cgroup lives (read-only)."""
@@ -314,15 +323,15 @@ class NodeService:
         pool = self.shared_pool(state)
         if ref is not None:
             if grant.cpus:
-                apply_cpuset(ref, grant.cpus, grant.mems, self.config.cgroup_root, undo)
+                apply_cpuset(ref, grant.cpus, grant.mems, self.config.cgroup_root, undo, systemd=self.systemd())
             elif grant.kind == "shared":
                 own = pool & grant.cpuset_limit if grant.cpuset_limit else pool
                 # only the CPUs move: a shared container's memory nodes stay its own (on cgroup v2
                 # its cpuset.mems is usually empty, inheriting the parent's)
-                apply_cpuset(ref, own, None, self.config.cgroup_root, undo)
+                apply_cpuset(ref, own, None, self.config.cgroup_root, undo, systemd=self.systemd())
         if grant.cpus or pool_changed:
             refs = self._shared_refs(state, exclude=grant.container_id)
-            resize_shared(refs, pool, self.config.cgroup_root, undo, self._limits(state))
+            resize_shared(refs, pool, self.config.cgroup_root, undo, self._limits(state), systemd=self.systemd())
 
     def _grant_devices(
         self, grant: Grant, pid: int, undo: UndoLog, rootfs: str | None, state: LedgerState
@@ -505,7 +514,7 @@ class NodeService:
                 undo = UndoLog()
                 try:
                     resize_shared(self._shared_refs(state), self.shared_pool(state), self.config.cgroup_root, undo,
-                                  self._limits(state))
+                                  self._limits(state), systemd=self.systemd())
                 except EnforcementError as exc:
                     self._roll_back(undo, exc, container_id)
                     raise
@@ -532,7 +541,7 @@ class NodeService:
                 cpus = g.cpus if g.cpus else (pool & g.cpuset_limit if g.cpuset_limit else pool)
                 before = len(undo)
                 mems = g.mems if g.cpus and g.mems else None  # a shared container keeps its own
-                apply_cpuset(ref, cpus, mems, self.config.cgroup_root, undo)
+                apply_cpuset(ref, cpus, mems, self.config.cgroup_root, undo, systemd=self.systemd())
                 if len(undo) != before:
                     repaired.append(g.container_id)
             txn.state = state

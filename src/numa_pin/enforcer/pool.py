@@ -27,6 +27,8 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 if TYPE_CHECKING:
     from typing import Any
 
+    from numa_pin.enforcer.systemd import Systemd
+
 
 def shared_pool(
     online_cpus: Iterable[int],
@@ -120,6 +122,7 @@ def resize_shared(
     cgroup_root: str | os.PathLike[str],
     undo: UndoLog,
     limits: Mapping[CgroupRef, frozenset[int]] | None = None,
+    systemd: Systemd | None = None,
 ) -> ResizeResult:
     """Set ``cpuset.cpus`` of every shared container cgroup in ``refs`` to ``pool`` (inside the
     container's own cpuset where ``limits`` gives one).
@@ -129,7 +132,9 @@ def resize_shared(
     Every change is recorded in ``undo`` once all writes succeeded. On a failure the
     writes of this call are rolled back and EnforcementError names the cgroup (on v1
     usually a parent that lacks pool CPUs, or a child cgroup that still uses CPUs the
-    pool no longer has). Raises CgroupEscapeError for a ref outside ``cgroup_root`` and
+    pool no longer has). With ``systemd``, a cgroup a unit owns gets the unit's
+    ``AllowedCPUs`` set to its target first (see :mod:`numa_pin.enforcer.systemd`).
+    Raises CgroupEscapeError for a ref outside ``cgroup_root`` and
     AllocationError for an empty pool, or a container whose own cpuset holds no pool CPU.
     """
     target = frozenset(pool)
@@ -168,6 +173,10 @@ def resize_shared(
             ref = _ref(update)
             try:
                 ensure_cpuset_controller(ref, local)
+                if systemd is not None:
+                    from numa_pin.enforcer.systemd import assert_unit_cpuset
+
+                    assert_unit_cpuset(systemd, ref, update.target, None, local)
                 _write_cpus(ref, update, local)
             except EnforcementError:
                 if os.path.isdir(ref.cpuset_dir):
