@@ -38,7 +38,7 @@ from numa_pin.enforcer.systemd import Systemd
 from numa_pin.enforcer.systemd import detect as detect_systemd
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import AdmissionTimeout, EnforcementError, NumaPinError, RequestError
-from numa_pin.ledger.liveness import collect_garbage, is_alive, process_start_time
+from numa_pin.ledger.liveness import collect_garbage, is_alive, of_earlier_boot, process_start_time, read_boot_id
 from numa_pin.ledger.model import KIND_PROCESS, GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
 from numa_pin.ledger.store import Ledger
 from numa_pin.record import record, replace
@@ -98,6 +98,7 @@ class NodeService:
         self._reserved: frozenset[int] | None = None
         self._cgroup_layout: cg.CgroupLayout | None = None
         self._systemd: tuple[Systemd | None] | None = None  # None: not looked for yet
+        self.boot_id = read_boot_id(config.proc_root)
 
     # ---- lazily computed facts -------------------------------------------------------------
     @property
@@ -117,6 +118,8 @@ class NodeService:
         """:func:`is_alive`, plus: a pid-less grant with an expected cgroup (made at precreate) is
         alive for :data:`PENDING_GRACE_S` before the runtime creates that cgroup. So a container
         the runtime never started (podman then runs no poststop) does not keep its grant."""
+        if of_earlier_boot(grant, self.boot_id):
+            return False
         if is_alive(grant, self.config.proc_root, self.config.cgroup_root):
             return True
         return grant.pid is None and grant.cgroup is not None and time.time() - grant.created < PENDING_GRACE_S
@@ -192,6 +195,7 @@ class NodeService:
                 state, dropped = collect_garbage(txn.state, self._alive)
                 if state != snapshot:
                     continue  # another writer committed since the snapshot: decide again
+                self._log_dropped(dropped)
                 deadline.check()
                 # pods whose last grant died: their VFs go home before anything is granted (the
                 # decision already counts them free); a crash here leaves the records, and
@@ -270,6 +274,7 @@ class NodeService:
             scope=decision.scope,
             created=time.time(),
             netdevs=(),
+            boot_id=self.boot_id,
         )
 
     # ---- enforcement -----------------------------------------------------------------------
@@ -444,6 +449,25 @@ class NodeService:
                     problems.append(f"pod {pod.pod_id}: VF {vf.address} ({vf.ifname}) not restored: {exc}{why}")
         return problems
 
+    def _log_dropped(self, dropped: tuple[Grant, ...]) -> None:
+        """A ``released`` line for each grant garbage collection dropped (and why)."""
+        if self.config.syslog:
+            for g in dropped:
+                why = "of an earlier boot" if of_earlier_boot(g, self.boot_id) else "process and cgroup gone"
+                report.log_syslog(f"{report.decision_line(g, 'released')} [{why}]", error=False)
+
+    def drop_earlier_boots(self) -> tuple[Grant, ...]:
+        """Drop (and log) the grants of earlier boots now; cheap when there are none (one read of the
+        ledger). Commands and the agent call it as they start, so ``status`` never shows them."""
+        if self.boot_id is None or not any(of_earlier_boot(g, self.boot_id)
+                                           for g in self.ledger.read().grants.values()):
+            return ()
+        with self.ledger.transaction() as txn:
+            state, dropped = collect_garbage(txn.state, lambda g: not of_earlier_boot(g, self.boot_id))
+            self._log_dropped(dropped)
+            txn.state = state
+        return dropped
+
     def _log_problems(self, problems: list[str]) -> None:
         for problem in problems:
             report.log_syslog(f"numa-pin: {problem}")
@@ -504,6 +528,7 @@ class NodeService:
             grant = txn.state.grants.get(container_id)
             state = txn.state.without(container_id) if grant is not None else txn.state
             state, dropped = collect_garbage(state, self._alive)
+            self._log_dropped(dropped)
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)
             gone = ((grant,) if grant is not None else ()) + dropped
@@ -528,6 +553,7 @@ class NodeService:
         repaired: list[str] = []
         with self.ledger.transaction() as txn:
             state, removed = collect_garbage(txn.state, self._alive)
+            self._log_dropped(removed)
             self._log_problems(self._restore_pods(_pods_dropped(txn.state, state), removed))
             layout = self._layout()
             undo = UndoLog()

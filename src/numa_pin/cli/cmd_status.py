@@ -42,6 +42,12 @@ def run(args: argparse.Namespace) -> int:
 
     config = load(args)
     agent = NodeService(config)
+    from numa_pin.errors import NumaPinError
+
+    try:
+        agent.drop_earlier_boots()  # a reboot ended them: never show them as holding CPUs
+    except (NumaPinError, OSError):
+        pass  # not root, or the ledger is locked: the next admission or reconcile drops them
     state = agent.ledger.read()
     pool = agent.shared_pool(state)
     topo = agent.topology

@@ -186,6 +186,8 @@ class Grant:
     netdevs: tuple[Mapping[str, str], ...] = field(default=(), hash=False)
     cpuset_limit: frozenset[int] | None = None
     gpus: GpuAccess | None = None
+    #: the boot the grant was made in (``/proc/sys/kernel/random/boot_id``); None: not recorded
+    boot_id: str | None = None
 
     def __post_init__(self) -> None:
         _require_str("container_id", self.container_id, nonempty=True)
@@ -211,6 +213,8 @@ class Grant:
         _require_str("scope", self.scope, nonempty=True)
         _set(self, "created", _finite("created", self.created))
         _set(self, "netdevs", _netdevs(self.netdevs))
+        if self.boot_id is not None:
+            _require_str("boot_id", self.boot_id, nonempty=True)
         if self.cpuset_limit is not None:
             _set(self, "cpuset_limit", _ids("cpuset_limit", self.cpuset_limit))
         if self.gpus is not None and not isinstance(self.gpus, GpuAccess):
@@ -240,7 +244,7 @@ class Grant:
             "netdevs": [dict(sorted(rec.items())) for rec in self.netdevs],
             "cpuset_limit": None if self.cpuset_limit is None else format_list(self.cpuset_limit),
             "gpus": None if self.gpus is None else self.gpus.to_dict(),
-        }
+        } | ({} if self.boot_id is None else {"boot_id": self.boot_id})
 
     @classmethod
     def from_dict(cls, d: object) -> Grant:
@@ -249,7 +253,8 @@ class Grant:
         Raises:
             LedgerCorrupt: a key is missing or unknown, or a value has the wrong shape.
         """
-        obj = _exact_keys("grant", d, _GRANT_KEYS)
+        optional = {"boot_id"} & d.keys() if isinstance(d, dict) else set()
+        obj = _exact_keys("grant", d, _GRANT_KEYS | optional)
         where = f"grant {obj.get('container_id')!r}"
         try:
             return cls(
@@ -274,6 +279,7 @@ class Grant:
                 netdevs=tuple(_json(obj, "netdevs", list, where)),
                 cpuset_limit=_opt_list(_json(obj, "cpuset_limit", (str, type(None)), where)),
                 gpus=None if obj["gpus"] is None else GpuAccess.from_dict(obj["gpus"], where),
+                boot_id=_json(obj, "boot_id", str, where) if "boot_id" in obj else None,
             )
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
