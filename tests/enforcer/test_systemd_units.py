@@ -229,3 +229,35 @@ def test_without_systemd_no_unit_is_touched(tmp_path: Path, monkeypatch: pytest.
     assert service.systemd() is None
     assert node.calls() == []
     assert format_list(node.effective_cpus("x")) == format_list(service.ledger.read().grants["x"].cpus)
+
+
+FAKE_BUSCTL = r'''
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_SYSTEMD_STATE"] + ".bus", "a") as log:
+    log.write(json.dumps(args) + "\n")
+unit, pid = args[6], args[12]
+with open(os.path.join(os.environ["FAKE_PROC"], pid, "cgroup"), "w") as f:
+    f.write("0::/system.slice/" + unit + "\n")
+print('o "/org/freedesktop/systemd1/job/42"')
+'''
+
+
+def test_numa_pin_run_gets_a_transient_scope_of_its_own(node: SystemdNode, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``StartTransientUnit`` over busctl with the job's pid, then the kernel shows it in the scope."""
+    tool = node.tree.root.parent / "bin" / "busctl"
+    tool.write_text(f"#!{sys.executable}\n{FAKE_BUSCTL}")
+    tool.chmod(0o755)
+    monkeypatch.setenv("FAKE_PROC", str(node.fake.proc_root))
+    pid = 4321
+    (node.fake.proc_root / str(pid)).mkdir()
+    (node.fake.proc_root / str(pid) / "cgroup").write_text("0::/user.slice/session-1.scope\n")
+    found = systemd.detect(node.fake.proc_root)
+    assert found is not None
+    path = found.start_scope(f"numa-pin-run-{pid}.scope", pid, "numa-pin run job", node.fake.proc_root)
+    assert path == f"/system.slice/numa-pin-run-{pid}.scope"
+    call = json.loads(Path(str(node.state) + ".bus").read_text())
+    assert call[:7] == ["call", "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                        "org.freedesktop.systemd1.Manager", "StartTransientUnit", "ssa(sv)a(sa(sv))",
+                        f"numa-pin-run-{pid}.scope"]
+    assert call[7:12] == ["fail", "3", "PIDs", "au", "1"] and call[12] == str(pid) and call[-1] == "0"

@@ -19,6 +19,7 @@ path.
 from __future__ import annotations
 
 import os
+import time
 
 from numa_pin import cpuset as cpulist
 from numa_pin.enforcer.cgroups import DRIVER_SYSTEMD, CgroupRef
@@ -103,6 +104,33 @@ class Systemd:
         loaded = values.get("LoadState") == "loaded" and values.get("ActiveState") in ("active", "activating",
                                                                                        "reloading")
         return UnitCpuset(unit, values.get("AllowedCPUs", ""), values.get("AllowedMemoryNodes", ""), loaded)
+
+    def start_scope(self, unit: str, pid: int, description: str, proc_root: str | os.PathLike[str]) -> str:
+        """Move ``pid`` into a new transient scope ``unit`` (what ``systemd-run --scope`` makes), over
+        D-Bus with ``busctl`` (beside ``systemctl``), and wait until the kernel shows it there.
+        Returns the scope's cgroup path. Raises EnforcementError naming the unit."""
+        busctl = os.path.join(os.path.dirname(self.systemctl), "busctl")
+        props = ["PIDs", "au", "1", str(pid), "CollectMode", "s", "inactive-or-failed",
+                 "Description", "s", description]
+        args = ["call", "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                "org.freedesktop.systemd1.Manager", "StartTransientUnit", "ssa(sv)a(sa(sv))",
+                unit, "fail", str(len(props) // 3), *props, "0"]
+        Systemd(busctl, self.timeout_s)._run(args, unit)
+        source = os.path.join(os.fspath(proc_root), str(pid), "cgroup")
+        waited = 0.0
+        while waited < self.timeout_s:
+            try:
+                with open(source, "rb") as f:
+                    lines = f.read(65536).decode("utf-8", "replace").splitlines()
+            except OSError as exc:
+                raise EnforcementError(f"process {pid} is gone before its scope started", path=source) from exc
+            for line in lines:
+                path = line.split(":", 2)[-1]
+                if line.startswith("0::") and path.rsplit("/", 1)[-1] == unit:
+                    return path
+            time.sleep(0.02)
+            waited += 0.02
+        raise EnforcementError(f"process {pid} did not reach {unit} within {self.timeout_s:g}s", path=source)
 
     def set_properties(self, unit: str, cpus: str, mems: str | None) -> None:
         """``systemctl set-property --runtime UNIT AllowedCPUs=cpus [AllowedMemoryNodes=mems]``."""
