@@ -51,8 +51,9 @@ if args[0] == "show":
     props = units.get(unit, {})
     print("LoadState=" + ("loaded" if loaded else "not-found"))
     print("ActiveState=" + ("active" if loaded else "inactive"))
-    print("AllowedCPUs=" + props.get("AllowedCPUs", ""))
-    print("AllowedMemoryNodes=" + props.get("AllowedMemoryNodes", ""))
+    # systemd prints a CPU set as ranges split by spaces: 0 2-3
+    print("AllowedCPUs=" + props.get("AllowedCPUs", "").replace(",", " "))
+    print("AllowedMemoryNodes=" + props.get("AllowedMemoryNodes", "").replace(",", " "))
 elif args[0] == "set-property":
     assert args[1] == "--runtime", args
     for assignment in args[args.index("--") + 2:]:
@@ -166,6 +167,9 @@ def test_drift_through_systemd_is_repaired_through_systemd(node: SystemdNode) ->
     _, repaired = service.reconcile()
     assert repaired == ["x"]
     assert parse_list(node.unit("x")["AllowedCPUs"]) == grant.cpus
+    set_calls = len([c for c in node.calls() if c[0] == "set-property"])
+    assert service.reconcile()[1] == [], "nothing drifted: nothing is repaired"
+    assert len([c for c in node.calls() if c[0] == "set-property"]) == set_calls
     node.daemon_reload()
     assert node.effective_cpus("x") == grant.cpus, "the next daemon-reload keeps numa-pin's values"
 

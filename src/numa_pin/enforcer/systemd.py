@@ -154,8 +154,9 @@ def detect(proc_root: str | os.PathLike[str]) -> Systemd | None:
 
 
 def _same(shown: str, want: frozenset[int]) -> bool:
+    """Does a property as ``systemctl show`` prints it (``0 2-3``: ranges split by spaces) say ``want``?"""
     try:
-        return cpulist.parse_list(shown) == want
+        return cpulist.parse_list(",".join(shown.split())) == want
     except ValueError:
         return False
 
