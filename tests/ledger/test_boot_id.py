@@ -110,3 +110,17 @@ def test_a_grant_dropped_by_garbage_collection_gets_a_released_line(node: Node, 
     removed, _ = service.reconcile()
     assert [g.container_id for g in removed] == ["a"]
     assert [line for line in syslog if line.startswith("numa-pin: released a:") and "gone" in line], syslog
+
+
+def test_the_agent_drops_grants_of_an_earlier_boot_as_it_starts(
+    node: Node, syslog: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from numa_pin.cli import cmd_serve
+
+    node.fake.add_container("a", 5001)
+    node.service().admit(request_from_oci("a", {"numa-pin.io/cpus": "2"}), 5001)
+    node.reboot(BOOT_2)
+    monkeypatch.setenv("NUMA_PIN_CONFIG", str(node.config_file))
+    cmd_serve._drop_earlier_boots()
+    assert node.service().ledger.read().grants == {}
+    assert [line for line in syslog if "released a" in line and "earlier boot" in line], syslog
