@@ -31,7 +31,7 @@ from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import AdmissionTimeout, EnforcementError, LedgerCorrupt, NumaPinError, RequestError
-from numa_pin.ledger.liveness import boot_clock, collect_garbage, process_start_time
+from numa_pin.ledger.liveness import boot_clock, collect_garbage, of_earlier_boot, process_start_time
 from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, Grant, LedgerState, PodRecord
 from numa_pin.ledger.store import Ledger
 from numa_pin.record import record, replace
@@ -138,6 +138,7 @@ class NodeService(Node):
                 if state != snapshot:
                     continue  # another writer committed since the snapshot: decide again
                 deadline.check()
+                self._log_dropped(dropped)
                 # what outlives the dead grants goes home before anything is granted
                 # (the decision already counts it free); a crash here leaves the records, and
                 # giving back again is harmless
@@ -157,7 +158,7 @@ class NodeService(Node):
                         assert decision is not None
                         grant = grant_from(request, decision, pid=pid, start_time=_start_time(pid, cfg.proc_root),
                                            cgroup=ref.rel_path if ref is not None else None, kind=kind,
-                                           created=time.time())
+                                           created=time.time(), boot_id=self.boot_id)
                         if ref is None and expected_cgroup:
                             grant = replace(grant, cgroup=expected_cgroup, pending_since=boot_clock())
                     new_state = state.with_grant(grant)
@@ -209,6 +210,25 @@ class NodeService(Node):
         for resource in reversed(self.resources):
             self._log_problems(resource.give_back(self, going))
 
+    def _log_dropped(self, dropped: tuple[Grant, ...]) -> None:
+        """A ``released`` line for each grant garbage collection dropped (and why)."""
+        if self.config.syslog:
+            for g in dropped:
+                why = "of an earlier boot" if of_earlier_boot(g, self.boot_id) else "process and cgroup gone"
+                report.log_syslog(f"{report.decision_line(g, 'released')} [{why}]", error=False)
+
+    def drop_earlier_boots(self) -> tuple[Grant, ...]:
+        """Drop (and log) the grants of earlier boots now; cheap when there are none (one read of the
+        ledger). Commands and the agent call it as they start, so ``status`` never shows them."""
+        if self.boot_id is None or not any(of_earlier_boot(g, self.boot_id)
+                                           for g in self.ledger.read().grants.values()):
+            return ()
+        with self.ledger.transaction() as txn:
+            state, dropped = collect_garbage(txn.state, lambda g: not of_earlier_boot(g, self.boot_id))
+            self._log_dropped(dropped)
+            txn.state = state
+        return dropped
+
     def _log_problems(self, problems: list[str]) -> None:
         for problem in problems:
             report.log_syslog(f"numa-pin: {problem}")
@@ -240,6 +260,7 @@ class NodeService(Node):
             grant = txn.state.grants.get(container_id)
             state = txn.state.without(container_id) if grant is not None else txn.state
             state, dropped = collect_garbage(state, self._alive)
+            self._log_dropped(dropped)
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)
             gone = ((grant,) if grant is not None else ()) + dropped
@@ -298,6 +319,7 @@ class NodeService(Node):
         repaired: list[str] = []
         with self.ledger.transaction() as txn:
             state, removed = collect_garbage(txn.state, self._alive)
+            self._log_dropped(removed)
             self._collect(txn.state, state, removed)
             undo = UndoLog()
             for resource in self.resources:

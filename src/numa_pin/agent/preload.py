@@ -58,6 +58,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.policy.registry",
     "numa_pin.policy.options",
     "numa_pin.ledger.liveness",
+    "numa_pin.enforcer.systemd",
     "numa_pin.kubelet",
     "encodings.ascii",
     "encodings.utf_8_sig",
@@ -65,6 +66,7 @@ PRELOAD: tuple[str, ...] = (
     "syslog",
     "traceback",
     "difflib",
+    "subprocess",  # systemctl, where systemd owns the containers' cgroups
 )
 
 

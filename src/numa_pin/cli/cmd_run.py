@@ -4,7 +4,9 @@ The process gets the same decision a container would, from the same ledger, so m
 containers never share exclusive CPUs. Sequence:
 
 1. fork; the child blocks on a pipe before it execs anything;
-2. the parent puts the child in a cgroup of its own, admits it (ledger + cpuset), and only then
+2. the parent puts the child in a cgroup of its own (on a systemd host a transient scope,
+   ``numa-pin-run-<pid>.scope`` in ``system.slice``, as ``systemd-run --scope`` makes; elsewhere
+   ``<cgroup root>/numa-pin/<name>``), admits it (ledger + cpuset), and only then
    lets it exec. A rejection kills the child before it ran a single instruction of COMMAND;
 3. the parent is a child subreaper (prctl), so it outlives and reaps everything COMMAND forks,
    forwards SIGINT/SIGTERM/SIGHUP, releases the grant and removes the cgroup at the end.
@@ -45,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     import prctl
 
     from numa_pin.enforcer import cgroups, procgroup
+    from numa_pin.enforcer.systemd import detect
     from numa_pin.errors import RequestError
     from numa_pin.service import NodeService, live_name_message
 
@@ -58,8 +61,11 @@ def run(args: argparse.Namespace) -> int:
     live = service.live_grant(name)
     if live is not None:  # checked again inside the admission's transaction
         raise RequestError(live_name_message(live), annotation="--name")
-    layout = cgroups.detect_layout(config.proc_root)
-    group = procgroup.create(config.cgroup_root, name, layout.cpuset_version)
+    systemd = detect(config.proc_root)
+    group = None
+    if systemd is None:
+        layout = cgroups.detect_layout(config.proc_root)
+        group = procgroup.create(config.cgroup_root, name, layout.cpuset_version)
 
     prctl.set_child_subreaper(True)
     go_r, go_w = os.pipe()
@@ -79,7 +85,11 @@ def run(args: argparse.Namespace) -> int:
     os.close(go_r)
     admitted = False
     try:
-        procgroup.join(group, pid)
+        if group is not None:
+            procgroup.join(group, pid)
+        else:  # systemd owns the hierarchy: the job gets a unit of its own, removed once it ends
+            assert systemd is not None
+            systemd.start_scope(f"numa-pin-run-{pid}.scope", pid, f"numa-pin run {name}", config.proc_root)
         admitted_grant = service.admit(request, pid, kind="process")
         admitted = True
         os.write(go_w, b"1")
@@ -87,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
         if not admitted:
             os.write(go_w, b"0")
             os.waitpid(pid, 0)
-            procgroup.remove(group)
+            if group is not None:
+                procgroup.remove(group)
         os.close(go_w)
     grant = admitted_grant.grant
     print(f"numa-pin: {name}: cpus={sorted(grant.cpus) or 'shared'} mems={sorted(grant.mems)}", file=sys.stderr)
@@ -116,5 +127,6 @@ def run(args: argparse.Namespace) -> int:
                 code = _wait_status_to_code(status)
     finally:
         service.release(name)
-        procgroup.remove(group)
+        if group is not None:
+            procgroup.remove(group)
     return code

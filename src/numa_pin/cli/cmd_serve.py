@@ -38,4 +38,18 @@ def run(args: argparse.Namespace) -> int:
         from numa_pin.errors import RequestError
 
         raise RequestError(f"--idle-exit: {args.idle_exit:g} is not a positive number of seconds")
+    _drop_earlier_boots()
     return serve(socket_path(os.environ, args.socket), log_path=args.log, idle_exit_s=args.idle_exit)
+
+
+def _drop_earlier_boots() -> None:
+    """Grants of an earlier boot go (with a ``released`` line) as the agent starts; best effort:
+    a config or ledger that cannot be read now is the first admission's to report."""
+    from numa_pin.config.load import load_config
+    from numa_pin.errors import NumaPinError
+    from numa_pin.service import NodeService
+
+    try:
+        NodeService(load_config(None, os.environ)).drop_earlier_boots()
+    except (NumaPinError, OSError):
+        pass

@@ -51,6 +51,12 @@ def run(args: argparse.Namespace) -> int:
 
     config = load(args)
     service = NodeService(config)
+    from numa_pin.errors import NumaPinError
+
+    try:
+        service.drop_earlier_boots()  # a reboot ended them: never show them as holding CPUs
+    except (NumaPinError, OSError):
+        pass  # not root, or the ledger is locked: the next admission or reconcile drops them
     state = service.ledger.read()
     grants = [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)]
     out: dict[str, Any] = {

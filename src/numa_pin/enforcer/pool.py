@@ -29,6 +29,8 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 if TYPE_CHECKING:
     from typing import Any
 
+    from numa_pin.enforcer.systemd import Systemd
+
 
 def shared_pool(
     online_cpus: Iterable[int],
@@ -154,6 +156,7 @@ def resize_shared(
     cgroup_root: str | os.PathLike[str],
     undo: UndoLog,
     limits: Mapping[CgroupRef, frozenset[int]] | None = None,
+    systemd: Systemd | None = None,
 ) -> ResizeResult:
     """Set ``cpuset.cpus`` of every shared container cgroup in ``refs`` to ``pool`` (inside the
     container's own cpuset where ``limits`` gives one).
@@ -168,7 +171,9 @@ def resize_shared(
     the reverse order. Where the kernel still refuses (or on v2 a partition below the container
     keeps CPUs the pool no longer has), that container's writes are rolled back, it is left as
     it was and reported in :attr:`ResizeResult.blocked`; the others are resized. Every change
-    is recorded in ``undo``. Raises CgroupEscapeError for a ref outside ``cgroup_root`` and
+    is recorded in ``undo``. With ``systemd``, a cgroup a unit owns gets the unit's
+    ``AllowedCPUs`` set to its target first (see :mod:`numa_pin.enforcer.systemd`).
+    Raises CgroupEscapeError for a ref outside ``cgroup_root`` and
     AllocationError for an empty pool, or a container whose own cpuset holds no pool CPU.
     """
     target = frozenset(pool)
@@ -208,6 +213,10 @@ def resize_shared(
         own = UndoLog()
         try:
             ensure_cpuset_controller(ref, own)
+            if systemd is not None:
+                from numa_pin.enforcer.systemd import assert_unit_cpuset
+
+                assert_unit_cpuset(systemd, ref, update.target, None, own)
             if ref.version == 1:
                 _resize_tree_v1(ref, update, own)
             else:

@@ -22,6 +22,10 @@ ticks from ``<proc_root>/<pid>/stat`` divided by ``SC_CLK_TCK``, plus ``btime`` 
 ``<proc_root>/stat``. A zombie (state ``Z``, ``X``) counts as gone. Both files are world-readable,
 so no process is ever unknowable.
 
+A grant also belongs to a boot: one that records a boot id (``<proc_root>/sys/kernel/random/
+boot_id`` at admission) other than this boot's is dead, whatever its pid and cgroup say
+(:func:`of_earlier_boot`): after a reboot a pid or a cgroup path can be taken again.
+
 Because ``btime`` is wall-clock based, a clock step larger than the tolerance between
 admission and the check makes a live process look recycled; the cgroup test still
 keeps containers alive in that case.
@@ -33,6 +37,7 @@ import os
 import time
 from collections.abc import Callable
 
+from numa_pin.boundedio import UnsafeInput, read_regular_file
 from numa_pin.enforcer.cgroups import hierarchy_dir
 from numa_pin.errors import SysfsError
 from numa_pin.ledger.model import Grant, LedgerState
@@ -118,6 +123,24 @@ def pending_age(grant: Grant) -> float:
     else:
         age = time.time() - grant.created
     return age if age >= 0 else float("inf")
+
+
+#: where the kernel says which boot this is, under the proc root
+BOOT_ID_FILE = ("sys", "kernel", "random", "boot_id")
+
+
+def read_boot_id(proc_root: str) -> str | None:
+    """This boot's id (``<proc_root>/sys/kernel/random/boot_id``), or None when it cannot be read."""
+    try:
+        text = read_regular_file(os.path.join(proc_root, *BOOT_ID_FILE), 128).decode("ascii", "replace").strip()
+    except (OSError, UnsafeInput):
+        return None
+    return text if text and text.isprintable() else None
+
+
+def of_earlier_boot(grant: Grant, boot_id: str | None) -> bool:
+    """True when ``grant`` records a boot and it is not ``boot_id`` (unknown either way: False)."""
+    return grant.boot_id is not None and boot_id is not None and grant.boot_id != boot_id
 
 
 def collect_garbage(

@@ -123,6 +123,8 @@ class Grant:
     #: CLOCK_BOOTTIME seconds when a grant was made before its container existed (no pid yet);
     #: its grace period is measured on this clock, which no wall-clock step moves
     pending_since: float | None = None
+    #: the boot the grant was made in (``/proc/sys/kernel/random/boot_id``); None: not recorded
+    boot_id: str | None = None
 
     def __post_init__(self) -> None:
         shape.require_str("container_id", self.container_id, nonempty=True)
@@ -148,6 +150,8 @@ class Grant:
         shape.require_str("scope", self.scope, nonempty=True)
         shape.set_field(self, "created", shape.finite("created", self.created))
         shape.set_field(self, "netdevs", shape.netdev_entries(self.netdevs))
+        if self.boot_id is not None:
+            shape.require_str("boot_id", self.boot_id, nonempty=True)
         if self.cpuset_limit is not None:
             shape.set_field(self, "cpuset_limit", shape.id_set("cpuset_limit", self.cpuset_limit))
         if self.gpus is not None and not isinstance(self.gpus, GpuAccess):
@@ -183,6 +187,8 @@ class Grant:
         }
         if self.pending_since is not None:
             out["pending_since"] = self.pending_since
+        if self.boot_id is not None:
+            out["boot_id"] = self.boot_id
         return out
 
     @classmethod
@@ -192,7 +198,7 @@ class Grant:
         Raises:
             LedgerCorrupt: a key is missing or unknown, or a value has the wrong shape.
         """
-        optional = _PENDING_KEY & d.keys() if isinstance(d, dict) else frozenset()
+        optional = _OPTIONAL_KEYS & d.keys() if isinstance(d, dict) else frozenset()
         obj = shape.exact_keys("grant", d, _GRANT_KEYS | optional)
         where = f"grant {obj.get('container_id')!r}"
         try:
@@ -220,6 +226,7 @@ class Grant:
                 gpus=None if obj["gpus"] is None else GpuAccess.from_dict(obj["gpus"], where),
                 pending_since=(shape.json_field(obj, "pending_since", (int, float), where)
                                if "pending_since" in obj else None),
+                boot_id=shape.json_field(obj, "boot_id", str, where) if "boot_id" in obj else None,
             )
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
@@ -230,8 +237,9 @@ _GRANT_KEYS = frozenset(
     + ("mems", "devices", "memory", "affinity", "policy", "scope", "created", "netdevs", "cpuset_limit", "gpus")
 )
 
-#: optional: only a grant made before its container existed has it
-_PENDING_KEY = frozenset(("pending_since",))
+#: optional: ``pending_since`` only while a grant made before its container existed waits for
+#: it; ``boot_id`` where the boot was known
+_OPTIONAL_KEYS = frozenset(("pending_since", "boot_id"))
 
 
 @record

@@ -189,8 +189,8 @@ def nodes_text(nodes: frozenset[int]) -> str:
 
 
 def grant_from(request: ContainerRequest, decision: Decision, *, pid: int | None, start_time: float | None,
-               cgroup: str | None, kind: str | None, created: float) -> Grant:
-    """The ledger's record of an admitted ``decision``."""
+               cgroup: str | None, kind: str | None, created: float, boot_id: str | None = None) -> Grant:
+    """The ledger's record of an admitted ``decision`` (made in the boot ``boot_id``)."""
     return Grant(
         container_id=request.container_id,
         pod_id=request.pod_id,
@@ -209,6 +209,7 @@ def grant_from(request: ContainerRequest, decision: Decision, *, pid: int | None
         scope=decision.scope,
         created=created,
         netdevs=(),
+        boot_id=boot_id,
     )
 
 

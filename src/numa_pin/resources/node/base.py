@@ -32,8 +32,10 @@ from collections.abc import Callable
 
 from numa_pin.config.schema import Config
 from numa_pin.enforcer import cgroups as cg
+from numa_pin.enforcer.systemd import Systemd
+from numa_pin.enforcer.systemd import detect as detect_systemd
 from numa_pin.enforcer.undo import UndoLog
-from numa_pin.ledger.liveness import is_alive, pending_age
+from numa_pin.ledger.liveness import is_alive, of_earlier_boot, pending_age, read_boot_id
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.record import record, replace
 from numa_pin.resources.base import NodeSettings, Resource
@@ -66,6 +68,9 @@ class Node:
         self._cgroup_layout: cg.CgroupLayout | None = None
         #: what a resource computes once per node (``memo``)
         self._memo: dict[str, Any] = {}
+        self._systemd: tuple[Systemd | None] | None = None  # None: not looked for yet
+        #: this boot (a grant of another one is dead, whatever its pid or cgroup say)
+        self.boot_id = read_boot_id(config.proc_root)
 
     @property
     def topology(self) -> Topology:
@@ -95,7 +100,10 @@ class Node:
     def _alive(self, grant: Grant) -> bool:
         """:func:`is_alive`, plus: a pid-less grant with an expected cgroup (made at precreate) is
         alive for :data:`PENDING_GRACE_S` before the runtime creates that cgroup. So a container
-        the runtime never started (podman then runs no poststop) does not keep its grant."""
+        the runtime never started (podman then runs no poststop) does not keep its grant. A
+        grant of an earlier boot is dead."""
+        if of_earlier_boot(grant, self.boot_id):
+            return False
         if is_alive(grant, self.config.proc_root, self.config.cgroup_root):
             return True
         return grant.pid is None and grant.cgroup is not None and pending_age(grant) < PENDING_GRACE_S
@@ -111,6 +119,12 @@ class Node:
 
     def layout(self) -> cg.CgroupLayout:
         return self._layout()
+
+    def systemd(self) -> Systemd | None:
+        """systemd, when it is init under the proc root: units it owns get their cpusets through it."""
+        if self._systemd is None:
+            self._systemd = (detect_systemd(self.config.proc_root),)
+        return self._systemd[0]
 
     def cgroup_ref(self, grant: Grant) -> cg.CgroupRef | None:
         """The cgroup recorded for ``grant`` (None: it has none)."""

@@ -99,22 +99,22 @@ class CpuNode(CpuResource, NodeResource):
         pool = shared_pool(node, state)
         if ref is not None:
             if grant.cpus:
-                apply_cpuset(ref, grant.cpus, grant.mems, root, undo)
+                apply_cpuset(ref, grant.cpus, grant.mems, root, undo, systemd=node.systemd())
             elif grant.kind == KIND_SHARED:
                 own = pool & grant.cpuset_limit if grant.cpuset_limit else pool
                 # only the CPUs move: a shared container's memory nodes stay its own (on cgroup v2
                 # its cpuset.mems is usually empty, inheriting the parent's)
-                apply_cpuset(ref, own, None, root, undo)
+                apply_cpuset(ref, own, None, root, undo, systemd=node.systemd())
         if grant.cpus or any(g.cpus for g in admission.dropped):
             refs = _shared_ids(node, state, exclude=grant.container_id)
-            _log_blocked(resize_shared(refs, pool, root, undo, _limits(node, state)))
+            _log_blocked(resize_shared(refs, pool, root, undo, _limits(node, state), systemd=node.systemd()))
         return admission
 
     def release(self, node: Node, release: Release) -> list[str]:
         if any(g.cpus for g in release.gone):
             state = release.after
             resized = resize_shared(_shared_ids(node, state), shared_pool(node, state), node.config.cgroup_root,
-                                    release.undo, _limits(node, state))
+                                    release.undo, _limits(node, state), systemd=node.systemd())
             return [str(b) for b in resized.blocked]
         return []
 
@@ -127,11 +127,13 @@ class CpuNode(CpuResource, NodeResource):
                 continue  # shared containers: resized below, their nested cgroups with them
             cpus = g.cpus if g.cpus else (pool & g.cpuset_limit if g.cpuset_limit else pool)
             before = len(undo)
-            apply_cpuset(ref, cpus, g.mems if g.cpus and g.mems else None, node.config.cgroup_root, undo)
+            apply_cpuset(ref, cpus, g.mems if g.cpus and g.mems else None, node.config.cgroup_root, undo,
+                         systemd=node.systemd())
             if len(undo) != before:
                 repaired.append(g.container_id)
         shared = _shared_ids(node, state)
-        resized = _log_blocked(resize_shared(shared, pool, node.config.cgroup_root, undo, _limits(node, state)))
+        resized = _log_blocked(resize_shared(shared, pool, node.config.cgroup_root, undo, _limits(node, state),
+                                             systemd=node.systemd()))
         return repaired + [shared[ref] for ref in resized.updated]
 
     def conflicts(self, node: Node, state: LedgerState) -> list[str]:

@@ -1,0 +1,268 @@
+"""Where systemd owns a container's cgroup, numa-pin sets the cpuset through systemd as well.
+
+systemd writes a unit's cgroup files again from its own ``AllowedCPUs``/``AllowedMemoryNodes``
+at every ``daemon-reload``; values written only to the files are then undone, and a property
+another writer set (``systemctl set-property <scope> AllowedCPUs=0-3``) comes back. These tests
+run the node service on a fake cgroup v2 tree with a fake ``systemctl`` on PATH that keeps unit
+properties in a JSON file; :meth:`SystemdNode.daemon_reload` then does what systemd does (the
+properties are written to the files through the fake kernel, an unset one as an empty list).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+from enforcer_fakes import MOUNTINFO_V2, FakeCgroupTree, FakeKernel
+
+from numa_pin.admission.request import request_from_oci
+from numa_pin.config.schema import config_from_dict
+from numa_pin.cpuset import format_list, parse_list
+from numa_pin.enforcer import cgroups, systemd
+from numa_pin.enforcer.cgroups import CgroupRef
+from numa_pin.enforcer.undo import UndoLog
+from numa_pin.errors import EnforcementError
+from numa_pin.resources.node import cpu as cpu_node
+from numa_pin.service import NodeService
+from numa_pin.testing.node import FakeNode
+
+SCOPE = "/machine.slice/libpod-{name}.scope"
+
+FAKE_SYSTEMCTL = r'''
+import json, os, sys, time
+from pathlib import Path
+state = Path(os.environ["FAKE_SYSTEMD_STATE"])
+hierarchy = Path(os.environ["FAKE_SYSTEMD_CGROUP"])
+args = sys.argv[1:]
+with open(str(state) + ".log", "a") as log:
+    log.write(json.dumps(args) + "\n")
+if os.environ.get("FAKE_SYSTEMD_SLEEP"):
+    time.sleep(float(os.environ["FAKE_SYSTEMD_SLEEP"]))
+if args[0] == os.environ.get("FAKE_SYSTEMD_FAIL"):
+    print(f"Failed to {args[0]}: Access denied", file=sys.stderr)
+    sys.exit(1)
+units = json.loads(state.read_text()) if state.exists() else {}
+unit = args[args.index("--") + 1]
+if args[0] == "show":
+    loaded = any(p.is_dir() for p in hierarchy.rglob(unit))
+    props = units.get(unit, {})
+    print("LoadState=" + ("loaded" if loaded else "not-found"))
+    print("ActiveState=" + ("active" if loaded else "inactive"))
+    # systemd prints a CPU set as ranges split by spaces: 0 2-3
+    print("AllowedCPUs=" + props.get("AllowedCPUs", "").replace(",", " "))
+    print("AllowedMemoryNodes=" + props.get("AllowedMemoryNodes", "").replace(",", " "))
+elif args[0] == "set-property":
+    assert args[1] == "--runtime", args
+    for assignment in args[args.index("--") + 2:]:
+        key, _, value = assignment.partition("=")
+        units.setdefault(unit, {})[key] = value
+    state.write_text(json.dumps(units))
+'''
+
+
+class SystemdNode:
+    """The kit's intel-2s-ht machine, cgroup v2, systemd as init and a fake systemctl on PATH."""
+
+    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch, *, init: str = "systemd") -> None:
+        self.fake = FakeNode(root, "intel-2s-ht", machines=root.parent / "machines")
+        (self.fake.proc_root / "self" / "mountinfo").write_text(MOUNTINFO_V2)
+        (self.fake.proc_root / "1").mkdir(exist_ok=True)
+        (self.fake.proc_root / "1" / "comm").write_text(init + "\n")
+        self.tree = FakeCgroupTree(self.fake.cgroup_root, 2, online_cpus=self.fake.cpus,
+                                   online_mems=self.fake.mems)
+        self.tree.mkcg("/machine.slice")
+        self.kernel = FakeKernel(self.tree)
+        monkeypatch.setattr(cgroups, "write_cgroup_file", self.kernel)
+        bin_dir = root / "bin"
+        bin_dir.mkdir()
+        tool = bin_dir / "systemctl"
+        tool.write_text(f"#!{sys.executable}\n{FAKE_SYSTEMCTL}")
+        tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+        self.state = root / "units.json"
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+        monkeypatch.setenv("FAKE_SYSTEMD_STATE", str(self.state))
+        monkeypatch.setenv("FAKE_SYSTEMD_CGROUP", str(self.tree.hierarchy))
+        self.config = config_from_dict(self.fake.config_dict(policy="single-numa-node"))
+
+    def container(self, name: str, pid: int) -> int:
+        rel = SCOPE.format(name=name)
+        self.tree.mkcg(rel)
+        proc = self.fake.proc_root / str(pid)
+        proc.mkdir(parents=True, exist_ok=True)
+        (proc / "cgroup").write_text(f"0::{rel}\n")
+        return pid
+
+    def unit(self, name: str) -> dict[str, str]:
+        units = json.loads(self.state.read_text()) if self.state.exists() else {}
+        return dict(units.get(f"libpod-{name}.scope", {}))
+
+    def calls(self) -> list[list[str]]:
+        log = Path(str(self.state) + ".log")
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    def set_property(self, name: str, **props: str) -> None:
+        """Another writer: ``systemctl set-property libpod-<name>.scope KEY=VALUE``."""
+        units = json.loads(self.state.read_text()) if self.state.exists() else {}
+        units.setdefault(f"libpod-{name}.scope", {}).update(props)
+        self.state.write_text(json.dumps(units))
+
+    def daemon_reload(self) -> None:
+        """What systemd does to every scope's cgroup: its properties go back into the files."""
+        units = json.loads(self.state.read_text()) if self.state.exists() else {}
+        for d in sorted(self.tree.hierarchy.joinpath("machine.slice").iterdir()):
+            if d.is_dir() and d.name.endswith(".scope"):
+                props = units.get(d.name, {})
+                self.kernel(str(d / "cpuset.mems"), props.get("AllowedMemoryNodes", ""))
+                self.kernel(str(d / "cpuset.cpus"), props.get("AllowedCPUs", ""))
+
+    def effective_cpus(self, name: str) -> frozenset[int]:
+        d = self.tree.hierarchy / SCOPE.format(name=name).lstrip("/")
+        return parse_list((d / "cpuset.cpus.effective").read_text())
+
+
+@pytest.fixture
+def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SystemdNode:
+    return SystemdNode(tmp_path / "n", monkeypatch)
+
+
+@pytest.mark.parametrize(
+    ("rel", "version", "unit"),
+    [
+        ("/machine.slice/libpod-abc.scope", 2, "libpod-abc.scope"),
+        ("/system.slice/runc-x.scope", 2, "runc-x.scope"),
+        ("/system.slice/containerd.service", 2, "containerd.service"),
+        ("/kubepods.slice/kubepods-besteffort.slice", 2, "kubepods-besteffort.slice"),
+        ("/init.scope", 2, None),
+        ("/machine.slice/libpod-abc.scope", 1, None),
+        ("/numa-pin/job", 2, None),
+        ("/kubepods/burstable/pod1/abc", 2, None),
+    ],
+    ids=["podman-scope", "runc-scope", "service", "slice", "init-scope", "cgroup-v1", "cgroupfs", "kubepods-cgroupfs"],
+)
+def test_unit_of_a_cgroup(rel: str, version: int, unit: str | None) -> None:
+    ref = CgroupRef(version, rel, "/sys/fs/cgroup" + rel, rel, cgroups._driver_of(rel))
+    assert systemd.unit_of(ref) == unit
+
+
+def test_an_exclusive_grant_is_set_on_its_scope_and_survives_daemon_reload(node: SystemdNode) -> None:
+    service = NodeService(node.config)
+    service.admit(request_from_oci("x", {"numa-pin.io/cpus": "2"}), node.container("x", 4001))
+    grant = service.ledger.read().grants["x"]
+    assert parse_list(node.unit("x")["AllowedCPUs"]) == grant.cpus
+    assert parse_list(node.unit("x")["AllowedMemoryNodes"]) == grant.mems
+    node.daemon_reload()
+    assert node.effective_cpus("x") == grant.cpus
+
+
+def test_drift_through_systemd_is_repaired_through_systemd(node: SystemdNode) -> None:
+    service = NodeService(node.config)
+    service.admit(request_from_oci("x", {"numa-pin.io/cpus": "2"}), node.container("x", 4001))
+    grant = service.ledger.read().grants["x"]
+    node.set_property("x", AllowedCPUs=node.fake.cpus)  # another writer, then a daemon-reload
+    node.daemon_reload()
+    assert node.effective_cpus("x") == parse_list(node.fake.cpus)
+    _, repaired = service.reconcile()
+    assert repaired == ["x"]
+    assert parse_list(node.unit("x")["AllowedCPUs"]) == grant.cpus
+    set_calls = len([c for c in node.calls() if c[0] == "set-property"])
+    assert service.reconcile()[1] == [], "nothing drifted: nothing is repaired"
+    assert len([c for c in node.calls() if c[0] == "set-property"]) == set_calls
+    node.daemon_reload()
+    assert node.effective_cpus("x") == grant.cpus, "the next daemon-reload keeps numa-pin's values"
+
+
+def test_a_shared_scope_stays_off_exclusive_cpus_across_daemon_reload_and_grows_back(node: SystemdNode) -> None:
+    service = NodeService(node.config)
+    service.admit(request_from_oci("plain", {}), node.container("plain", 4001))
+    assert node.calls() == [], "a plain container on a node without grants costs no systemctl call"
+    service.admit(request_from_oci("x", {"numa-pin.io/cpus": "2"}), node.container("x", 4002))
+    grant = service.ledger.read().grants["x"]
+    pool = cpu_node.shared_pool(service, service.ledger.read())
+    assert parse_list(node.unit("plain")["AllowedCPUs"]) == pool
+    node.daemon_reload()
+    assert not node.effective_cpus("plain") & grant.cpus, "exclusive means exclusive"
+    service.release("x")
+    assert parse_list(node.unit("plain")["AllowedCPUs"]) == parse_list(node.fake.cpus)
+    node.daemon_reload()
+    assert node.effective_cpus("plain") == parse_list(node.fake.cpus)
+
+
+def test_a_failed_admission_puts_the_units_properties_back(node: SystemdNode) -> None:
+    service = NodeService(node.config)
+    pid = node.container("x", 4001)
+    scope = node.tree.hierarchy / SCOPE.format(name="x").lstrip("/")
+    node.kernel.fail[str(scope / "cpuset.cpus")] = "Device or resource busy"
+    with pytest.raises(EnforcementError):
+        service.admit(request_from_oci("x", {"numa-pin.io/cpus": "2"}), pid)
+    assert node.unit("x") == {"AllowedCPUs": "", "AllowedMemoryNodes": ""}
+    assert [c[0] for c in node.calls()] == ["show", "set-property", "set-property"]
+    assert "x" not in service.ledger.read().grants
+
+
+def test_a_failing_systemctl_refuses_the_admission_and_names_the_unit(
+    node: SystemdNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FAKE_SYSTEMD_FAIL", "set-property")
+    service = NodeService(node.config)
+    with pytest.raises(EnforcementError, match=r"libpod-x\.scope.*Access denied"):
+        service.admit(request_from_oci("x", {"numa-pin.io/cpus": "2"}), node.container("x", 4001))
+    scope = node.tree.hierarchy / SCOPE.format(name="x").lstrip("/")
+    assert (scope / "cpuset.cpus").read_text().strip() == "", "nothing was written"
+
+
+def test_a_systemctl_that_hangs_is_given_up_on(node: SystemdNode, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_SYSTEMD_SLEEP", "30")
+    ref = CgroupRef(2, SCOPE.format(name="x"), str(node.tree.mkcg(SCOPE.format(name="x"))),
+                    driver=cgroups.DRIVER_SYSTEMD)
+    tool = systemd.detect(node.fake.proc_root)
+    assert tool is not None
+    tool.timeout_s = 0.5
+    with pytest.raises(EnforcementError, match=r"libpod-x\.scope: systemctl show .* ran past 0\.5s"):
+        systemd.assert_unit_cpuset(tool, ref, frozenset({1}), None, UndoLog())
+
+
+@pytest.mark.parametrize("init", ["init", "busybox"], ids=["sysvinit", "busybox"])
+def test_without_systemd_no_unit_is_touched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, init: str) -> None:
+    node = SystemdNode(tmp_path / "n", monkeypatch, init=init)
+    service = NodeService(node.config)
+    service.admit(request_from_oci("plain", {}), node.container("plain", 4001))
+    service.admit(request_from_oci("x", {"numa-pin.io/cpus": "2"}), node.container("x", 4002))
+    assert service.systemd() is None
+    assert node.calls() == []
+    assert format_list(node.effective_cpus("x")) == format_list(service.ledger.read().grants["x"].cpus)
+
+
+FAKE_BUSCTL = r'''
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_SYSTEMD_STATE"] + ".bus", "a") as log:
+    log.write(json.dumps(args) + "\n")
+unit, pid = args[6], args[12]
+with open(os.path.join(os.environ["FAKE_PROC"], pid, "cgroup"), "w") as f:
+    f.write("0::/system.slice/" + unit + "\n")
+print('o "/org/freedesktop/systemd1/job/42"')
+'''
+
+
+def test_numa_pin_run_gets_a_transient_scope_of_its_own(node: SystemdNode, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``StartTransientUnit`` over busctl with the job's pid, then the kernel shows it in the scope."""
+    tool = node.tree.root.parent / "bin" / "busctl"
+    tool.write_text(f"#!{sys.executable}\n{FAKE_BUSCTL}")
+    tool.chmod(0o755)
+    monkeypatch.setenv("FAKE_PROC", str(node.fake.proc_root))
+    pid = 4321
+    (node.fake.proc_root / str(pid)).mkdir()
+    (node.fake.proc_root / str(pid) / "cgroup").write_text("0::/user.slice/session-1.scope\n")
+    found = systemd.detect(node.fake.proc_root)
+    assert found is not None
+    path = found.start_scope(f"numa-pin-run-{pid}.scope", pid, "numa-pin run job", node.fake.proc_root)
+    assert path == f"/system.slice/numa-pin-run-{pid}.scope"
+    call = json.loads(Path(str(node.state) + ".bus").read_text())
+    assert call[:7] == ["call", "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                        "org.freedesktop.systemd1.Manager", "StartTransientUnit", "ssa(sv)a(sa(sv))",
+                        f"numa-pin-run-{pid}.scope"]
+    assert call[7:12] == ["fail", "3", "PIDs", "au", "1"] and call[12] == str(pid) and call[-1] == "0"

@@ -1,0 +1,121 @@
+# The systemd guest's scenario (bash, run as root by numa-pin-scenario.service at every boot).
+# Every step leaves <name>.out (stdout and stderr) and <name>.rc in $NP_OUT/b<boot>/; the test
+# (tests/vm/test_vm_systemd.py) reads them. Boot 1 proves the runtimes, the systemd properties,
+# daemon-reload, another writer of AllowedCPUs and `numa-pin run`, then reboots with live
+# grants; boot 2 proves they are gone, the socket-activated agent, and `apt purge`.
+set -u
+O="$NP_OUT/b$NP_BOOT"
+mkdir -p "$O"
+rec() {  # NAME COMMAND...: run it, keep its output and status
+    n=$1; shift
+    "$@" > "$O/$n.out" 2>&1
+    echo $? > "$O/$n.rc"
+}
+R=/var/lib/machines/busybox
+SHOW='grep -E "^(Cpus|Mems)_allowed_list" /proc/self/status; cat /proc/self/cgroup'
+# the cpuset of a unit: its AllowedCPUs property, the cgroup's effective CPUs
+unit_state() {
+    cg=$(systemctl show -P ControlGroup "$1")
+    echo "AllowedCPUs=$(systemctl show -P AllowedCPUs "$1")"
+    echo "AllowedMemoryNodes=$(systemctl show -P AllowedMemoryNodes "$1")"
+    echo "effective=$(cat "/sys/fs/cgroup$cg/cpuset.cpus.effective")"
+    echo "cpus=$(cat "/sys/fs/cgroup$cg/cpuset.cpus")"
+}
+# a runc bundle with the shipped snippet and the systemd cgroup driver: bundle NAME CPUS ARGS...
+bundle() {
+    name=$1; b=/run/bundles/$1; cpus=$2; shift 2
+    mkdir -p "$b"
+    (cd "$b" && runc spec)
+    python3 - "$b/config.json" /usr/share/numa-pin/runc/hooks-snippet.json "$name" "$cpus" "$@" <<'EOF'
+import json, sys
+path, snippet, name, cpus, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+spec = json.load(open(path))
+spec["root"] = {"path": "/var/lib/machines/busybox", "readonly": True}
+spec["process"]["terminal"] = False
+spec["process"]["args"] = args
+spec["linux"]["cgroupsPath"] = f"system.slice:runc:{name}"
+if cpus != "0":
+    spec["annotations"] = {"numa-pin.io/cpus": cpus}
+spec["hooks"] = json.load(open(snippet))["hooks"]
+json.dump(spec, open(path, "w"), indent=1)
+EOF
+}
+
+# start a bundle detached: start_detached NAME ID; a second try when the first fails (under TCG on
+# a loaded host a hook can run past the snippet's 30 s); the log says when it took two
+start_detached() {
+    for try in 1 2; do
+        runc --systemd-cgroup run -d --bundle "/run/bundles/$1" "$2" < /dev/null >> "$O/$2.log" 2>&1 && return 0
+        echo "numa-pin-scenario: try $try of $2 failed" >> "$O/$2.log"
+        runc --systemd-cgroup delete -f "$2" >> "$O/$2.log" 2>&1
+    done
+    return 1
+}
+
+if [ "$NP_BOOT" = 1 ]; then
+    cat /proc/1/comm > "$O/init"
+    stat -f -c %T /sys/fs/cgroup > "$O/cgroupfs"
+    cat /sys/devices/system/node/node*/cpulist > "$O/nodes"
+    mkdir -p "$R/bin" "$R/proc" "$R/sys" "$R/dev" "$R/tmp" "$R/etc"
+    cp /bin/busybox "$R/bin/"
+    for a in sh sleep cat grep; do ln -sf busybox "$R/bin/$a"; done
+    rec enable systemctl enable --now numa-pin-agent.socket
+
+    # item 1: containers that ask numa-pin for nothing start; exclusive ones are pinned
+    rec podman-crun podman run --rm --network none --rootfs "$R" sh -c "$SHOW"
+    rec podman-runc podman --runtime runc run --rm --network none --rootfs "$R" sh -c "$SHOW"
+    rec podman-crun-excl podman run --rm --network none --annotation numa-pin.io/cpus=1 --rootfs "$R" sh -c "$SHOW"
+    rec podman-runc-excl podman --runtime runc run --rm --network none --annotation numa-pin.io/cpus=1 \
+        --rootfs "$R" sh -c "$SHOW"
+    bundle plain 0 sh -c "$SHOW"
+    rec runc-plain runc --systemd-cgroup run --bundle /run/bundles/plain np-plain
+    bundle excl1 1 sh -c "$SHOW"
+    rec runc-excl runc --systemd-cgroup run --bundle /run/bundles/excl1 np-excl1
+
+    # item 2: a running exclusive container and a running shared one, both in systemd scopes
+    bundle shared 0 sleep 100000
+    start_detached shared np-shared
+    bundle excl 1 sleep 100000
+    start_detached excl np-excl
+    rec status-1 numa-pin status --json
+    rec excl-granted unit_state runc-excl.scope
+    rec shared-granted unit_state runc-shared.scope
+    systemctl daemon-reload
+    rec excl-reload unit_state runc-excl.scope
+    rec shared-reload unit_state runc-shared.scope
+    systemctl set-property runc-excl.scope AllowedCPUs=0-3   # another writer
+    systemctl daemon-reload
+    rec excl-other-writer unit_state runc-excl.scope
+    rec reconcile numa-pin reconcile
+    rec excl-reconciled unit_state runc-excl.scope
+    systemctl daemon-reload
+    rec excl-reconciled-reload unit_state runc-excl.scope
+
+    # item 5: numa-pin run lives in a transient scope of its own
+    rec run numa-pin run --cpus 1 -- sh -c "$SHOW"
+    rec run-no-root-cgroup test ! -e /sys/fs/cgroup/numa-pin
+    # item 1 with containerd: the README's `ctr run --config` recipe, as written
+    mkdir -p /run/ctr-readme
+    rec ctr-readme sh -c "cd /run/ctr-readme && bash /usr/local/share/np-readme-ctr.sh"
+
+    # item 3: reboot with live grants (np-excl, np-shared and a podman one)
+    podman run -d --name np-live --network none --annotation numa-pin.io/cpus=1 --rootfs "$R" sleep 100000 \
+        > "$O/np-live.log" 2>&1
+    rec status-before-reboot numa-pin status --json
+    rec journal-1 journalctl -b --no-pager -o short-monotonic -t numa-pin -t numa-pin-hook
+    sync
+    touch /run/numa-pin-scenario-reboot
+    systemctl --no-block reboot
+    exit 0
+fi
+
+# boot 2
+rec status-after-reboot numa-pin status --json
+rec journal-released journalctl -b -t numa-pin --no-pager -o cat
+rec agent-socket systemctl is-active numa-pin-agent.socket
+rec podman-agent podman run --rm --network none --annotation numa-pin.io/cpus=1 --rootfs "$R" sh -c "$SHOW"
+rec agent-service systemctl is-active numa-pin-agent.service
+rec purge dpkg --purge numa-pin
+rec units-after-purge systemctl list-units --all --no-legend --plain 'numa-pin*'
+rec podman-after-purge podman run --rm --network none --rootfs "$R" sh -c "$SHOW"
+exit 0

@@ -1,0 +1,62 @@
+"""The systemd guest's builder without booting anything: mirror, recipe hash, qemu command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from . import sysimage
+from .test_vm_systemd import README, readme_ctr_recipe
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        ({"debian.sources": "Types: deb\nURIs: http://mirror.example/debian/\nSuites: bookworm\n"
+                            "\nTypes: deb\nURIs: http://security.example/debian-security\n"},
+         "http://mirror.example/debian"),
+        ({"sources.list": "# comment\ndeb [arch=amd64] http://ftp.example/debian bookworm main\n"},
+         "http://ftp.example/debian"),
+        ({"sources.list": "deb http://security.debian.org/debian-security bookworm-security main\n"},
+         "http://deb.debian.org/debian"),
+        ({}, "http://deb.debian.org/debian"),
+    ],
+    ids=["deb822", "one-line-with-options", "only-security", "none"],
+)
+def test_the_archive_is_the_one_apt_uses(tmp_path: Path, files: dict[str, str], expected: str) -> None:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert sysimage.archive_mirror((tmp_path / "sources.list", tmp_path)) == expected
+
+
+def test_the_recipe_hash_follows_what_goes_into_the_tree() -> None:
+    kernel = Path("/boot/vmlinuz-6.1.0-9-amd64")
+    base = sysimage.recipe("http://deb.debian.org/debian", kernel)
+    same = sysimage.recipe("http://deb.debian.org/debian", kernel)
+    assert sysimage.recipe_hash(base) == sysimage.recipe_hash(same)
+    changed = [
+        sysimage.recipe("http://other.example/debian", kernel),
+        sysimage.recipe("http://deb.debian.org/debian", Path("/boot/vmlinuz-6.1.0-10-amd64")),
+        {**base, "packages": [*base["packages"], "strace"]},  # type: ignore[list-item]
+        {**base, "version": sysimage.RECIPE_VERSION + 1},
+    ]
+    assert len({sysimage.recipe_hash(r) for r in changed} | {sysimage.recipe_hash(base)}) == len(changed) + 1
+
+
+def test_qemu_boots_two_nodes_on_the_unified_hierarchy_under_tcg(tmp_path: Path) -> None:
+    argv = sysimage.qemu_argv(Path("/k"), Path("/i"), tmp_path / "root.ext4", tmp_path)
+    joined = " ".join(argv)
+    assert "accel=tcg" in joined and "kvm" not in joined
+    assert "systemd.unified_cgroup_hierarchy=1" in argv[argv.index("-append") + 1]
+    nodes = [argv[i + 1] for i, a in enumerate(argv) if a == "-numa"]
+    assert nodes == [f"node,nodeid={i},memdev=m{i},cpus={cpus}" for i, (_, cpus) in enumerate(sysimage.NUMA)]
+    assert f"mount_tag={sysimage.SHARE_TAG}" in joined
+
+
+def test_the_readme_ctr_recipe_is_found_and_unindented() -> None:
+    recipe = readme_ctr_recipe(README.read_text())
+    lines = recipe.splitlines()
+    assert lines[0].startswith("ctr oci spec > spec.json")
+    assert lines[-1].startswith("ctr run --rm --config spec-with-hooks.json")
+    assert "EOF" in lines, "the heredoc's end marker is at the start of its line"
