@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Mapping
 
@@ -202,9 +201,10 @@ def log_decision(grant: Grant, verb: str) -> None:
 
 
 def lock_wait_notice(holder: int | None) -> None:
-    """Say on stderr that this admission is waiting for the ledger lock, and who holds it."""
+    """Log that this admission is waiting for the ledger lock, and who holds it. To the system
+    log, never to stderr: an outcome is one line (a lock timeout names the holder itself)."""
     who = f"pid {holder}" if holder is not None else "another process"
-    print(f"numa-pin: waiting for the ledger lock (held by {who})", file=sys.stderr, flush=True)
+    log_syslog(f"numa-pin: waiting for the ledger lock (held by {who})", error=False)
 
 
 __all__ = ["MAX_REASONS", "decision_line", "forget_reason", "lock_wait_notice", "log_decision", "log_syslog",
