@@ -46,14 +46,16 @@ test-fast: lint
 
 # 10,000 hostile hook inputs (FIFOs, deep nesting, symlinked state files, control characters),
 # SIGKILL at random instants of admissions and releases (in-process and the agent's children),
-# 64 admissions at once and a decision that never ends (tests/service/test_node_stress.py);
-# figures in stress-report.json. STRESS_EXAMPLES=N changes the count. The fake node lives on
+# 64 admissions at once, a decision that never ends, and bursts of 16 to 256 admissions on
+# big-64node in-process, through the agent and mixed with releases (tests/service/test_node_stress.py;
+# STRESS_BURSTS=16,32 runs fewer); figures in stress-report.json. STRESS_EXAMPLES=N changes the count. The fake node lives on
 # tmpfs (STRESS_TMP): every admission fsyncs the ledger, and on a busy disk that, not numa-pin,
 # would be what is measured.
 STRESS_EXAMPLES ?= 10000
+STRESS_BURSTS ?= 16,32,64,128,256
 STRESS_TMP ?= $(if $(wildcard /dev/shm),/dev/shm/numa-pin-stress,$(CURDIR)/.stress-tmp)
 stress: $(STAMP)
-	NUMA_PIN_STRESS=1 NUMA_PIN_STRESS_EXAMPLES=$(STRESS_EXAMPLES) NUMA_PIN_STRESS_REPORT=stress-report.json \
+	NUMA_PIN_STRESS=1 NUMA_PIN_STRESS_EXAMPLES=$(STRESS_EXAMPLES) NUMA_PIN_STRESS_BURSTS=$(STRESS_BURSTS) NUMA_PIN_STRESS_REPORT=stress-report.json \
 		$(VPY) -m pytest -q -s -p no:cacheprovider --basetemp=$(STRESS_TMP) tests/hook/test_hook_stress.py \
 		tests/service/test_node_stress.py \
 		$(PYTEST_ARGS)
