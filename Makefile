@@ -64,6 +64,7 @@ bench: $(STAMP)
 	$(VPY) bench/merge_scaling.py
 	$(VPY) bench/prefer_closest.py
 	$(VPY) bench/hook_latency.py
+	$(VPY) bench/population.py
 
 # numa-pin_<version>_all.deb in this directory, from Debian's python3 (no venv needed)
 deb:

@@ -45,6 +45,8 @@ from numa_pin.topology.model import Topology
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from numa_pin.topology.cpus import CpuTopology
 
 #: how often an admission decides again after a real conflict (another writer took what its
@@ -124,6 +126,14 @@ class NodeService:
             return True
         return grant.pid is None and grant.cgroup is not None and time.time() - grant.created < PENDING_GRACE_S
 
+    def _alive_since(self, snapshot: LedgerState) -> Callable[[Grant], bool]:
+        """:meth:`_alive`, taking the word of ``snapshot`` (dead grants dropped) for its grants."""
+        def alive(grant: Grant) -> bool:
+            seen = snapshot.grants.get(grant.container_id)
+            return seen is grant or seen == grant or self._alive(grant)
+
+        return alive
+
     def _layout(self) -> cg.CgroupLayout:
         """How cgroups are mounted (read once per service from mountinfo)."""
         if self._cgroup_layout is None:
@@ -188,7 +198,10 @@ class NodeService:
                 raise reject(decision)
             timeout = min(cfg.lock_timeout_s, deadline.remaining())
             with self.ledger.transaction(timeout=timeout, on_wait=report.lock_wait_notice) as txn:
-                state, dropped = collect_garbage(txn.state, self._alive)
+                # one liveness pass per admission: a grant the snapshot found alive counts as alive
+                # (at worst a grant that died since stays one more transaction); only grants new
+                # since the snapshot, or found dead there, are checked again
+                state, dropped = collect_garbage(txn.state, self._alive_since(snapshot))
                 # issue 21: check the decision against the ledger as it is now (not an unchanged
                 # snapshot); decide again only on a real conflict (docs/admission-concurrency.md)
                 if request.container_id not in state.grants:
@@ -321,21 +334,32 @@ class NodeService:
             )
         return self._reserved
 
-    def _shared_refs(self, state: LedgerState, exclude: str | None = None):
+    def _shared_refs(self, state: LedgerState, exclude: str | None = None,
+                     real_dirs: dict[str, str] | None = None):
+        """The shared containers' cgroups (``real_dirs``: a memo of parents' real paths, so each
+        path check costs one ``lstat``; see :func:`numa_pin.enforcer.cgroups.realpath`)."""
         layout = self._layout()
         refs = []
         for g in state.shared_grants():
             if g.container_id != exclude and g.cgroup:
-                refs.append(cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout))
+                refs.append(cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout, real_dirs))
         return refs
 
-    def _limits(self, state: LedgerState) -> dict[cg.CgroupRef, frozenset[int]]:
+    def _limits(self, state: LedgerState, real_dirs: dict[str, str] | None = None,
+                ) -> dict[cg.CgroupRef, frozenset[int]]:
         """Shared containers' own cpusets (their cpuset is the pool inside it), by cgroup."""
         layout = self._layout()
         return {
-            cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout): g.cpuset_limit
+            cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout, real_dirs): g.cpuset_limit
             for g in state.shared_grants() if g.cgroup and g.cpuset_limit
         }
+
+    def _resize_shared(self, state: LedgerState, undo: UndoLog, exclude: str | None = None) -> None:
+        """Every shared container's cpuset to the pool of ``state`` (inside its own cpuset), path
+        checks sharing one memo; writes only the cpusets that change (issue 21)."""
+        memo: dict[str, str] = {}
+        resize_shared(self._shared_refs(state, exclude, memo), self.shared_pool(state), self.config.cgroup_root,
+                      undo, self._limits(state, memo), memo)
 
     def _enforce(self, grant: Grant, ref, state: LedgerState, undo: UndoLog, pool_changed: bool = False) -> None:
         pool = self.shared_pool(state)
@@ -346,8 +370,7 @@ class NodeService:
                 own = pool & grant.cpuset_limit if grant.cpuset_limit else pool
                 apply_cpuset(ref, own, read_cpuset(ref).mems, self.config.cgroup_root, undo)
         if grant.cpus or pool_changed:
-            refs = self._shared_refs(state, exclude=grant.container_id)
-            resize_shared(refs, pool, self.config.cgroup_root, undo, self._limits(state))
+            self._resize_shared(state, undo, exclude=grant.container_id)
 
     def _grant_devices(
         self, grant: Grant, pid: int, undo: UndoLog, rootfs: str | None, state: LedgerState
@@ -529,8 +552,7 @@ class NodeService:
             if (grant is not None and grant.cpus) or any(g.cpus for g in dropped):
                 undo = UndoLog()
                 try:
-                    resize_shared(self._shared_refs(state), self.shared_pool(state), self.config.cgroup_root, undo,
-                                  self._limits(state))
+                    self._resize_shared(state, undo)
                 except EnforcementError as exc:
                     self._roll_back(undo, exc, container_id)
                     raise

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ledger_factories import grant
+from ledger_factories import grant, grants, states
 
 from numa_pin.errors import LedgerCorrupt, LedgerError
 from numa_pin.ledger.model import LEDGER_VERSION, LedgerState, PodRecord
@@ -230,3 +230,22 @@ def test_random_bytes_raise_only_ledger_corrupt(raw: bytes) -> None:
         decode(raw, "/var/lib/numa-pin/ledger.json")
     except LedgerCorrupt as exc:
         assert "/var/lib/numa-pin/ledger.json" in str(exc)
+
+
+def _plain_encode(state: LedgerState) -> bytes:
+    """The file as ``json.dumps`` writes the whole document (indent 1, sorted keys), with the
+    checksum spelled out here: the oracle for the encoder's reuse of each grant's text."""
+    data = json.loads(json.dumps(state.to_dict()))
+    doc = {"version": LEDGER_VERSION, "checksum": _sha256_of_data({"data": data}), "data": state.to_dict()}
+    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("ascii")
+
+
+@given(states(), grants())
+def test_encode_is_the_plain_json_of_the_document_before_and_after_a_change(state: LedgerState, extra) -> None:
+    """Each grant's text is encoded once and reused while the grant is the same object (issue 21):
+    the bytes stay those of encoding the whole document, when a grant is added, replaced or gone."""
+    assert encode(state) == _plain_encode(state)
+    assert encode(state) == _plain_encode(state)  # every grant's text now comes from the reuse
+    for changed in (state.with_grant(extra), state.without(extra.container_id), state.with_grant(extra)):
+        assert encode(changed) == _plain_encode(changed)
+        assert decode(encode(changed), "/x/ledger.json") == changed

@@ -94,3 +94,42 @@ def test_a_burst_that_fits_is_admitted_whole(tmp_path: Path, monkeypatch, count:
     assert sorted(grants) == sorted(requests)
     assert len(decisions) == count, "no admission decided twice: CPUs another took are picked again"
     check_ledger(node)
+
+
+def test_one_liveness_pass_per_admission(tmp_path: Path, monkeypatch):
+    """The commit takes the snapshot's word for the grants it found alive: an admission checks
+    each grant's liveness once, not twice (issue 21; the old commit checked every grant again)."""
+    node = FakeNode(tmp_path / "n", "intel-2s-ht", machines=tmp_path / "machines")
+    svc = make_service(node)
+    for i in range(12):
+        svc.admit(request_from_oci(f"s{i}", {}), node.add_container(f"s{i}", 52000 + i, None))
+    checked: list[str] = []
+    real = service_mod.is_alive
+
+    def counting(grant, *args, **kwargs):
+        checked.append(grant.container_id)
+        return real(grant, *args, **kwargs)
+
+    monkeypatch.setattr(service_mod, "is_alive", counting)
+    svc.admit(request_from_oci("x", {"numa-pin.io/cpus": "2"}), node.add_container("x", 52100, None))
+    assert sorted(checked) == sorted(f"s{i}" for i in range(12))
+    check_ledger(node)
+
+
+def test_shared_cpusets_follow_the_ledger_through_admissions_and_releases(tmp_path: Path):
+    """No shared container keeps a CPU granted exclusively, and a released CPU returns to every
+    shared container, one of them gone meanwhile (its cgroup removed)."""
+    node = FakeNode(tmp_path / "n", "intel-2s-ht", machines=tmp_path / "machines")
+    svc = make_service(node)
+    for i in range(20):
+        svc.admit(request_from_oci(f"s{i}", {}), node.add_container(f"s{i}", 53000 + i, None))
+    for i in range(6):
+        svc.admit(request_from_oci(f"e{i}", {"numa-pin.io/cpus": "2"}), node.add_container(f"e{i}", 53100 + i, None))
+        check_ledger(node)
+    node.stop_container("s3", 53003)
+    for i in range(0, 6, 2):
+        svc.release(f"e{i}")
+        check_ledger(node)
+    state = svc.ledger.read()
+    assert "s3" not in state.grants, "the container that ended was collected"
+    assert len(svc.shared_pool(state)) == len(svc.topology.cpu_ids) - 6

@@ -120,6 +120,7 @@ def resize_shared(
     cgroup_root: str | os.PathLike[str],
     undo: UndoLog,
     limits: Mapping[CgroupRef, frozenset[int]] | None = None,
+    real_dirs: dict[str, str] | None = None,
 ) -> ResizeResult:
     """Set ``cpuset.cpus`` of every shared container cgroup in ``refs`` to ``pool`` (inside the
     container's own cpuset where ``limits`` gives one).
@@ -131,13 +132,18 @@ def resize_shared(
     usually a parent that lacks pool CPUs, or a child cgroup that still uses CPUs the
     pool no longer has). Raises CgroupEscapeError for a ref outside ``cgroup_root`` and
     AllocationError for an empty pool, or a container whose own cpuset holds no pool CPU.
+
+    Cost per container: one path check against parents resolved once (``real_dirs``, a memo
+    the caller may share with the making of ``refs``, see :func:`cgroups.realpath`), one read,
+    and a write only where the cpuset changes.
     """
     target = frozenset(pool)
     if not target:
         raise AllocationError("refusing to resize shared containers to an empty CPU pool")
     ref_list = list(refs)
+    real_dirs = {} if real_dirs is None else real_dirs
     for ref in ref_list:
-        cgroups.check_under(cgroup_root, ref.cpuset_dir)
+        cgroups.check_under(cgroup_root, ref.cpuset_dir, real_dirs)
 
     local = UndoLog()
     updated: list[CgroupRef] = []
@@ -145,16 +151,14 @@ def resize_shared(
     missing: list[CgroupRef] = []
     try:
         current: dict[CgroupRef, frozenset[int]] = {}
+        texts: dict[CgroupRef, str] = {}
         for ref in ref_list:
-            if not os.path.isdir(ref.cpuset_dir):
-                missing.append(ref)
-                continue
             try:
-                current[ref] = _read_cpus(ref)
+                current[ref], texts[ref] = _read_cpus(ref)
             except EnforcementError:
                 if os.path.isdir(ref.cpuset_dir):
                     raise
-                missing.append(ref)
+                missing.append(ref)  # the cgroup is gone: its container has exited
         plan = plan_shared_updates(current, target, limits)
         empty = [_ref(u).rel_path for u in plan if not u.target]
         if empty:
@@ -164,11 +168,15 @@ def resize_shared(
             )
         changing = {u.key for u in plan}
         unchanged.extend(r for r in current if r not in changing)
+        enabled: set[str] = set()  # parents whose ancestors have cpuset enabled (v2)
         for update in plan:
             ref = _ref(update)
             try:
-                ensure_cpuset_controller(ref, local)
-                _write_cpus(ref, update, local)
+                parent = os.path.dirname(ref.cpuset_dir)
+                if parent not in enabled:
+                    ensure_cpuset_controller(ref, local)
+                    enabled.add(parent)
+                _write_cpus(ref, update, local, texts[ref])
             except EnforcementError:
                 if os.path.isdir(ref.cpuset_dir):
                     raise
@@ -192,18 +200,19 @@ def _ref(update: SharedUpdate) -> CgroupRef:
     return update.key
 
 
-def _read_cpus(ref: CgroupRef) -> frozenset[int]:
+def _read_cpus(ref: CgroupRef) -> tuple[frozenset[int], str]:
+    """The cgroup's CPUs, and the text they were read from."""
     path = os.path.join(ref.cpuset_dir, CPUSET_CPUS)
     text = cgroups.read_cgroup_file(path)
     try:
-        return cpulist.parse_list(text)
+        return cpulist.parse_list(text), text
     except ValueError as exc:
         raise EnforcementError(f"not a CPU list: {exc}", path=path) from exc
 
 
-def _write_cpus(ref: CgroupRef, update: SharedUpdate, undo: UndoLog) -> None:
+def _write_cpus(ref: CgroupRef, update: SharedUpdate, undo: UndoLog, before: str) -> None:
+    """Write the update's target; the undo restores ``before``, the text the plan was read from."""
     path = os.path.join(ref.cpuset_dir, CPUSET_CPUS)
-    before = cgroups.read_cgroup_file(path)
     text = cpulist.format_list(update.target)
     cgroups.write_cgroup_file(path, text)
 

@@ -31,6 +31,7 @@ keeps containers alive in that case.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 
 from numa_pin.errors import CgroupEscapeError, SysfsError
@@ -210,7 +211,23 @@ def _stat_create_time(pid: int, proc_root: str) -> float | None:
     return float(ticks) / os.sysconf("SC_CLK_TCK") + _boot_time(proc_root)
 
 
+#: ``{proc_root: (monotonic time read, btime)}``: the boot time read at most once a second,
+#: not once per grant (``/proc/stat`` lists every CPU; a liveness pass checks every grant)
+_BOOT_TIMES: dict[str, tuple[float, float]] = {}
+_BOOT_TIME_TTL_S = 1.0
+
+
 def _boot_time(proc_root: str) -> float:
+    now = time.monotonic()
+    known = _BOOT_TIMES.get(proc_root)
+    if known is not None and 0 <= now - known[0] < _BOOT_TIME_TTL_S:
+        return known[1]
+    btime = _read_boot_time(proc_root)
+    _BOOT_TIMES[proc_root] = (now, btime)
+    return btime
+
+
+def _read_boot_time(proc_root: str) -> float:
     path = os.path.join(proc_root, "stat")
     try:
         with open(path, "rb") as fp:
