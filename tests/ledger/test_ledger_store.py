@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from ledger_factories import grant, grants, states
 
 from numa_pin.errors import LedgerCorrupt, LedgerError
-from numa_pin.ledger.model import LEDGER_VERSION, LedgerState, PodRecord
+from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, PodRecord
 from numa_pin.ledger.store import LEDGER_FILE, LOCK_FILE, REMEDY, Ledger, decode, encode
 
 
@@ -249,3 +249,36 @@ def test_encode_is_the_plain_json_of_the_document_before_and_after_a_change(stat
     for changed in (state.with_grant(extra), state.without(extra.container_id), state.with_grant(extra)):
         assert encode(changed) == _plain_encode(changed)
         assert decode(encode(changed), "/x/ledger.json") == changed
+
+
+def _with_grant_field(raw: bytes, cid: str, key: str, value: Any) -> bytes:
+    doc = json.loads(raw)
+    doc["data"]["grants"][cid][key] = value
+    _resign(doc)
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    ("case", "key", "value", "same"),
+    [
+        ("unchanged", None, None, True),
+        ("pid-changed", "pid", 4243, False),
+        ("pid-true-is-not-1", "pid", True, None),  # JSON true == 1 in Python; still refused
+        ("start-time-int-is-not-float", "start_time", 1700000000, False),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_decoding_again_reuses_only_grants_whose_json_is_the_same(case, key, value, same) -> None:
+    """Issue 21: a grant decoded before, with the same JSON text, is the same object (its
+    encoded text is reused too); any change, even one Python's == cannot see, decodes it anew."""
+    c1 = grant("c1", pid=1, start_time=1700000000.0)
+    first = decode(encode(LedgerState({"c1": c1, "c2": grant("c2")})), "/x/ledger.json")
+    raw = encode(first) if key is None else _with_grant_field(encode(first), "c1", key, value)
+    if same is None:
+        with pytest.raises(LedgerCorrupt, match="pid"):
+            decode(raw, "/x/ledger.json")
+        return
+    again = decode(raw, "/x/ledger.json")
+    assert again.grants["c2"] is first.grants["c2"]
+    assert (again.grants["c1"] is first.grants["c1"]) is same
+    assert again.grants["c1"] == Grant.from_dict(json.loads(raw)["data"]["grants"]["c1"])

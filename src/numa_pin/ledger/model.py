@@ -528,12 +528,38 @@ class LedgerState:
         _json(obj, "written_by", str, "ledger data")
         grants = _json(obj, "grants", dict, "ledger data")
         pods = _json(obj, "pods", dict, "ledger data")
-        parsed_grants = {key: Grant.from_dict(value) for key, value in grants.items()}
+        parsed_grants = _grants_from_dict(grants)
         parsed_pods = {key: PodRecord.from_dict(value) for key, value in pods.items()}
         try:
             return cls(parsed_grants, parsed_pods)
         except ValueError as exc:
             raise LedgerCorrupt(str(exc)) from None
+
+
+#: ``{container id: (canonical JSON, Grant)}`` of the grants last decoded: a grant whose JSON
+#: is unchanged is neither decoded nor checked again, and stays the same object (so the store
+#: reuses its encoded text too). A commit changes one grant of hundreds (issue 21)
+_DECODED: dict[str, tuple[str, Grant]] = {}
+
+
+def _grants_from_dict(grants: dict[str, Any]) -> dict[str, Grant]:
+    """``{id: Grant.from_dict(value)}``, reusing the grants of the last call whose JSON is the
+    same (compared as canonical JSON text, so ``1``, ``1.0`` and ``true`` stay different)."""
+    out: dict[str, Grant] = {}
+    seen: dict[str, tuple[str, Grant]] = {}
+    for key, value in grants.items():
+        try:
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+        except (TypeError, ValueError):
+            out[key] = Grant.from_dict(value)  # not JSON data: from_dict says what is wrong
+            continue
+        known = _DECODED.get(key)
+        grant = known[1] if known is not None and known[0] == text else Grant.from_dict(value)
+        out[key] = grant
+        seen[key] = (text, grant)
+    _DECODED.clear()
+    _DECODED.update(seen)
+    return out
 
 
 def migrate(

@@ -35,6 +35,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from json.encoder import encode_basestring_ascii as _quote
 
 from numa_pin.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
 from numa_pin.digest import sha256_hex
@@ -315,8 +316,7 @@ def encode(state: LedgerState) -> bytes:
         known = _ENCODED.get(id(grant))
         if known is None or known[0] is not grant:
             d = grant.to_dict()
-            indented = json.dumps(d, indent=1, sort_keys=True, allow_nan=False).replace("\n", "\n" + _GRANT_INDENT)
-            known = (grant, indented, _canonical(d))
+            known = (grant, _indented(d, "\n" + _GRANT_INDENT), _canonical(d))
         encoded[id(grant)] = known
         key = json.dumps(cid)
         pretty.append(f"{_GRANT_INDENT}{key}: {known[1]}")
@@ -362,6 +362,31 @@ def decode(raw: bytes, path: str) -> LedgerState:
         return LedgerState.from_dict(data)
     except LedgerCorrupt as exc:
         raise _corrupt(str(exc), path) from exc
+
+
+def _indented(value: object, newline: str) -> str:
+    """``json.dumps(value, indent=1, sort_keys=True, allow_nan=False)`` with every line after
+    the first starting with ``newline``'s indent: the same text, without the generic encoder's
+    per-item overhead (a grant is a flat record with a few small containers)."""
+    if isinstance(value, str):
+        return _quote(value)
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        inner = newline + " "
+        items = [f"{inner}{_quote(_key(k))}: {_indented(v, inner)}" for k, v in sorted(value.items())]
+        return "{" + ",".join(items) + newline + "}"
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return "[]"
+        inner = newline + " "
+        return "[" + ",".join(inner + _indented(v, inner) for v in value) + newline + "]"
+    return json.dumps(value, allow_nan=False)  # numbers, true, false, null
+
+
+def _key(key: object) -> str:
+    """A dict key as JSON writes it (keys sort as they are: node ids as numbers, as json does)."""
+    return key if isinstance(key, str) else json.dumps(key, allow_nan=False)
 
 
 def checksum(data: dict[str, Any]) -> str:
