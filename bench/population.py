@@ -7,12 +7,15 @@ plus P/8 exclusive ones of one CPU each (at most 48, so the 64 CPUs never run ou
 straight into the ledger and the cgroups as numa-pin would have left them. Then the installed
 ``numa-pin-hook`` admits one more container asking ``numa-pin.io/cpus=1`` and releases it at
 poststop, as a runtime runs it, ``--runs`` times (median), once in-process and once through a
-warm agent (``numa-pin serve``).
+warm agent (``numa-pin serve``), ``--gap`` seconds before each hook (1 s by default, so the
+agent's spare child is ready as on a node where containers start seconds apart; 0 measures a
+burst, where the agent forks a child for each hook). The sizes take turns, so a busy moment of
+the machine weighs on all of them alike.
 
 Every figure is printed as a ratio to the empty node (P = 0) measured in the same run, next to
 the milliseconds, so runs on different machines compare. The ledger's size is printed too.
 
-Usage: python bench/population.py [--runs N] [--sizes 0,100,400,2000]
+Usage: python bench/population.py [--runs N] [--sizes 0,100,400,2000] [--gap SECONDS]
 """
 
 from __future__ import annotations
@@ -84,66 +87,86 @@ def timed(cmd: list[str], stdin: bytes, env: dict[str, str]) -> float:
     return time.perf_counter() - t0
 
 
-def measure(node: FakeNode, config: Path, env: dict[str, str], runs: int) -> tuple[float, float]:
-    """Median seconds of one admission and of its release, after one warm-up pair."""
-    admit, release = [], []
-    for i in range(runs + 1):
-        cid = f"probe{i}"
-        pid = node.add_container(cid, PID_BASE - 1 - i)
-        write_process(node, pid)
-        state = node.oci_state(cid, pid, {"numa-pin.io/cpus": "1"})
-        a = timed([HOOK, "--config", str(config), "prestart"], state, env)
-        r = timed([HOOK, "--config", str(config), "poststop"], state, env)
-        if i:  # the first pair fills the config and topology caches
-            admit.append(a)
-            release.append(r)
-    return sorted(admit)[len(admit) // 2], sorted(release)[len(release) // 2]
+class Node:
+    """One populated fake node, its config, and a warm agent serving it."""
 
-
-def bench(population: int, runs: int) -> dict[str, float]:
-    with tempfile.TemporaryDirectory(prefix="numa-pin-bench-pop-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None) as tmp:
-        root = Path(tmp)
-        node = FakeNode(root / "n", SHAPE, parent="bench")
-        config = node.write_config(policy="restricted")
-        size = populate(node, node.config_dict(policy="restricted"), population)
+    def __init__(self, root: Path, population: int) -> None:
+        self.population = population
+        self.node = FakeNode(root / "n", SHAPE, parent="bench")
+        self.config = self.node.write_config(policy="restricted")
+        self.ledger_bytes = populate(self.node, self.node.config_dict(policy="restricted"), population)
         env = {k: v for k, v in os.environ.items() if not k.startswith("NUMA_PIN_")}
-        env["NUMA_PIN_CACHE_DIR"] = str(node.cache_dir)
-        inproc = measure(node, config, dict(env, NUMA_PIN_NO_AGENT="1"), runs)
+        env["NUMA_PIN_CACHE_DIR"] = str(self.node.cache_dir)
+        self.inproc_env = dict(env, NUMA_PIN_NO_AGENT="1")
         sock = root / "agent" / "agent.sock"
-        server = subprocess.Popen([NUMA_PIN, "serve", "--socket", str(sock)], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, env=env)
-        try:
-            deadline = time.monotonic() + 30
-            while not sock.exists():
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("numa-pin serve did not start")
-                time.sleep(0.05)
-            agent = measure(node, config, dict(env, NUMA_PIN_AGENT_SOCKET=str(sock)), runs)
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
-    return {"inproc_admit": inproc[0], "inproc_release": inproc[1], "agent_admit": agent[0],
-            "agent_release": agent[1], "ledger_kib": size / 1024}
+        self.agent_env = dict(env, NUMA_PIN_AGENT_SOCKET=str(sock))
+        self.server = subprocess.Popen([NUMA_PIN, "serve", "--socket", str(sock)], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + 30
+        while not sock.exists():
+            if self.server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("numa-pin serve did not start")
+            time.sleep(0.05)
+        self.samples: dict[str, list[float]] = {k: [] for k in KEYS}
+        self.probes = 0
+
+    def pair(self, mode: str, gap: float, keep: bool) -> None:
+        """One admission of a new 1-CPU container and its release, ``gap`` seconds apart and
+        after; ``keep``: record the times (the first pair only fills caches)."""
+        self.probes += 1
+        cid = f"probe{self.probes}"
+        pid = self.node.add_container(cid, PID_BASE - self.probes)
+        write_process(self.node, pid)
+        state = self.node.oci_state(cid, pid, {"numa-pin.io/cpus": "1"})
+        env = self.inproc_env if mode == "inproc" else self.agent_env
+        for stage in ("prestart", "poststop"):
+            time.sleep(gap)
+            took = timed([HOOK, "--config", str(self.config), stage], state, env)
+            if keep:
+                self.samples[f"{mode}_{'admit' if stage == 'prestart' else 'release'}"].append(took)
+
+    def close(self) -> None:
+        self.server.terminate()
+        self.server.wait(timeout=60)
+
+    def median(self, key: str) -> float:
+        values = sorted(self.samples[key])
+        return values[len(values) // 2]
+
+
+KEYS = ("inproc_admit", "inproc_release", "agent_admit", "agent_release")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--sizes", default="0,100,400,2000")
+    parser.add_argument("--gap", type=float, default=1.0,
+                        help="seconds before each hook (1 s lets the agent's spare be ready; 0: back to back)")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(x) for x in args.sizes.split(",")]
     if sizes[0] != 0:
         sizes.insert(0, 0)
-    results = {p: bench(p, args.runs) for p in sizes}
-    base = results[0]
-    keys = ("inproc_admit", "inproc_release", "agent_admit", "agent_release")
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="numa-pin-bench-pop-", dir=shm) as tmp:
+        nodes = [Node(Path(tmp) / f"p{p}", p) for p in sizes]
+        try:
+            for run in range(args.runs + 1):  # sizes interleaved: a busy moment weighs on all alike
+                for mode in ("inproc", "agent"):
+                    for node in nodes:
+                        node.pair(mode, args.gap, keep=run > 0)
+        finally:
+            for node in nodes:
+                node.close()
+    base = nodes[0]
     print(f"population sweep on {SHAPE}: P shared + min(P/8, {MAX_EXCLUSIVE}) exclusive containers, then one "
-          f"1-CPU admission and its release (median of {args.runs}); ratio to the empty node in this run")
-    print(f"{'containers':>10} " + " ".join(f"{k:>22}" for k in keys) + f" {'ledger':>10}")
-    for p, r in results.items():
-        count = p + min(p // 8, MAX_EXCLUSIVE)
-        cells = " ".join(f"{r[k] * 1000:9.1f} ms {r[k] / base[k]:5.2f}x  " for k in keys)
-        print(f"{count:>10} {cells} {r['ledger_kib']:7.1f} KiB")
+          f"1-CPU admission and its release (median of {args.runs}, {args.gap:g} s between hooks); "
+          "ratio to the empty node in this run")
+    print(f"{'containers':>10} " + " ".join(f"{k:>22}" for k in KEYS) + f" {'ledger':>10}")
+    for node in nodes:
+        p = node.population
+        cells = " ".join(f"{node.median(k) * 1000:9.1f} ms {node.median(k) / base.median(k):5.2f}x  " for k in KEYS)
+        print(f"{p + min(p // 8, MAX_EXCLUSIVE):>10} {cells} {node.ledger_bytes / 1024:7.1f} KiB")
     return 0
 
 

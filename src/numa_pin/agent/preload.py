@@ -36,6 +36,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.text",
     "numa_pin.boundedio",
     "numa_pin.admission.decide",
+    "numa_pin.admission.validate",
     "numa_pin.admission.cdi_map",
     "numa_pin.admission.request",
     "numa_pin.providers.cpu",
