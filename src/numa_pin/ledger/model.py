@@ -536,26 +536,21 @@ class LedgerState:
             raise LedgerCorrupt(str(exc)) from None
 
 
-#: ``{container id: (canonical JSON, Grant)}`` of the grants last decoded: a grant whose JSON
-#: is unchanged is neither decoded nor checked again, and stays the same object (so the store
-#: reuses its encoded text too). A commit changes one grant of hundreds (issue 21)
+#: ``{container id: (repr of its JSON value, Grant)}`` of the grants last decoded: a grant whose
+#: JSON is unchanged is neither decoded nor checked again, and stays the same object (so the
+#: store reuses its encoded text too). A commit changes one grant of hundreds (issue 21)
 _DECODED: dict[str, tuple[str, Grant]] = {}
 
 
 def _grants_from_dict(grants: dict[str, Any]) -> dict[str, Grant]:
-    """``{id: Grant.from_dict(value)}``, reusing the grants of the last call whose JSON is the
-    same (compared as canonical JSON text, so ``1``, ``1.0`` and ``true`` stay different)."""
+    """``{id: Grant.from_dict(value)}``, reusing the grants of the last call whose JSON value
+    has the same ``repr`` (unlike ``==``, it tells ``1``, ``1.0`` and ``true`` apart)."""
     out: dict[str, Grant] = {}
     seen: dict[str, tuple[str, Grant]] = {}
     for key, value in grants.items():
-        try:
-            text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-        except (TypeError, ValueError):
-            out[key] = Grant.from_dict(value)  # not JSON data: from_dict says what is wrong
-            continue
+        text = repr(value)
         known = _DECODED.get(key)
-        grant = known[1] if known is not None and known[0] == text else Grant.from_dict(value)
-        out[key] = grant
+        grant = out[key] = known[1] if known is not None and known[0] == text else Grant.from_dict(value)
         seen[key] = (text, grant)
     _DECODED.clear()
     _DECODED.update(seen)
