@@ -338,12 +338,8 @@ class NodeService:
                      real_dirs: dict[str, str] | None = None):
         """The shared containers' cgroups (``real_dirs``: a memo of parents' real paths, so each
         path check costs one ``lstat``; see :func:`numa_pin.enforcer.cgroups.realpath`)."""
-        layout = self._layout()
-        refs = []
-        for g in state.shared_grants():
-            if g.container_id != exclude and g.cgroup:
-                refs.append(cg.ref_from_path(g.cgroup, self.config.cgroup_root, layout, real_dirs))
-        return refs
+        paths = [g.cgroup for g in state.shared_grants() if g.container_id != exclude and g.cgroup]
+        return cg.refs_from_paths(paths, self.config.cgroup_root, self._layout(), real_dirs)
 
     def _limits(self, state: LedgerState, real_dirs: dict[str, str] | None = None,
                 ) -> dict[cg.CgroupRef, frozenset[int]]:

@@ -152,9 +152,10 @@ def resize_shared(
     try:
         current: dict[CgroupRef, frozenset[int]] = {}
         texts: dict[CgroupRef, str] = {}
+        parsed: dict[str, frozenset[int]] = {}  # shared cpusets mostly read the same text
         for ref in ref_list:
             try:
-                current[ref], texts[ref] = _read_cpus(ref)
+                current[ref], texts[ref] = _read_cpus(ref, parsed)
             except EnforcementError:
                 if os.path.isdir(ref.cpuset_dir):
                     raise
@@ -169,6 +170,7 @@ def resize_shared(
         changing = {u.key for u in plan}
         unchanged.extend(r for r in current if r not in changing)
         enabled: set[str] = set()  # parents whose ancestors have cpuset enabled (v2)
+        formatted: dict[frozenset[int], str] = {}
         for update in plan:
             ref = _ref(update)
             try:
@@ -176,7 +178,10 @@ def resize_shared(
                 if parent not in enabled:
                     ensure_cpuset_controller(ref, local)
                     enabled.add(parent)
-                _write_cpus(ref, update, local, texts[ref])
+                text = formatted.get(update.target)
+                if text is None:
+                    text = formatted[update.target] = cpulist.format_list(update.target)
+                _write_cpus(ref, text, local, texts[ref])
             except EnforcementError:
                 if os.path.isdir(ref.cpuset_dir):
                     raise
@@ -200,20 +205,24 @@ def _ref(update: SharedUpdate) -> CgroupRef:
     return update.key
 
 
-def _read_cpus(ref: CgroupRef) -> tuple[frozenset[int], str]:
-    """The cgroup's CPUs, and the text they were read from."""
+def _read_cpus(ref: CgroupRef, parsed: dict[str, frozenset[int]]) -> tuple[frozenset[int], str]:
+    """The cgroup's CPUs, and the text they were read from (``parsed``: texts parsed before)."""
     path = os.path.join(ref.cpuset_dir, CPUSET_CPUS)
     text = cgroups.read_cgroup_file(path)
+    cpus = parsed.get(text)
+    if cpus is not None:
+        return cpus, text
     try:
-        return cpulist.parse_list(text), text
+        cpus = parsed[text] = cpulist.parse_list(text)
     except ValueError as exc:
         raise EnforcementError(f"not a CPU list: {exc}", path=path) from exc
+    return cpus, text
 
 
-def _write_cpus(ref: CgroupRef, update: SharedUpdate, undo: UndoLog, before: str) -> None:
-    """Write the update's target; the undo restores ``before``, the text the plan was read from."""
+def _write_cpus(ref: CgroupRef, text: str, undo: UndoLog, before: str) -> None:
+    """Write ``text`` (the update's target); the undo restores ``before``, the text the plan was
+    read from."""
     path = os.path.join(ref.cpuset_dir, CPUSET_CPUS)
-    text = cpulist.format_list(update.target)
     cgroups.write_cgroup_file(path, text)
 
     def restore() -> None:
