@@ -364,24 +364,31 @@ def decode(raw: bytes, path: str) -> LedgerState:
         raise _corrupt(str(exc), path) from exc
 
 
-def _indented(value: object, newline: str) -> str:
+def _indented(value: Any, newline: str) -> str:
     """``json.dumps(value, indent=1, sort_keys=True, allow_nan=False)`` with every line after
     the first starting with ``newline``'s indent: the same text, without the generic encoder's
     per-item overhead (a grant is a flat record with a few small containers)."""
-    if isinstance(value, str):
+    kind = type(value)
+    if kind is str:
         return _quote(value)
-    if isinstance(value, dict):
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and value - value == 0:  # finite (json refuses NaN and infinities below)
+        return float.__repr__(value)
+    if value is None:
+        return "null"
+    if kind is dict:
         if not value:
             return "{}"
         inner = newline + " "
         items = [f"{inner}{_quote(_key(k))}: {_indented(v, inner)}" for k, v in sorted(value.items())]
         return "{" + ",".join(items) + newline + "}"
-    if isinstance(value, (list, tuple)):
+    if kind is list or kind is tuple:
         if not value:
             return "[]"
         inner = newline + " "
         return "[" + ",".join(inner + _indented(v, inner) for v in value) + newline + "]"
-    return json.dumps(value, allow_nan=False)  # numbers, true, false, null
+    return json.dumps(value, allow_nan=False)  # floats, true, false, and what json makes of the rest
 
 
 def _key(key: object) -> str:
