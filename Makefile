@@ -48,18 +48,20 @@ test-fast: lint
 
 # 10,000 hostile hook inputs (FIFOs, deep nesting, symlinked state files, control characters),
 # SIGKILL at random instants of admissions and releases (in-process and the agent's children),
-# 64 admissions at once and a decision that never ends (tests/service/test_node_stress.py),
-# and the fault mode: ENOSPC and EIO at random ledger writes, the node's invariants checked after
-# each operation (tests/service/test_node_faults_stress.py; STRESS_FAULTS=N operations);
-# figures in stress-report.json. STRESS_EXAMPLES=N changes the count. The fake node lives on
-# tmpfs (STRESS_TMP): every admission fsyncs the ledger, and on a busy disk that, not numa-pin,
-# would be what is measured.
+# 64 admissions at once, a decision that never ends, and bursts of 16 to 256 admissions on
+# big-64node in-process, through the agent and mixed with releases (tests/service/test_node_stress.py;
+# STRESS_BURSTS=16,32 runs fewer), and the fault mode: ENOSPC and EIO at random ledger writes, the
+# node's invariants checked after each operation (tests/service/test_node_faults_stress.py;
+# STRESS_FAULTS=N operations); figures in stress-report.json. STRESS_EXAMPLES=N changes the count.
+# The fake node lives on tmpfs (STRESS_TMP): every admission fsyncs the ledger, and on a busy disk
+# that, not numa-pin, would be what is measured.
 STRESS_EXAMPLES ?= 10000
 STRESS_FAULTS ?= 2000
+STRESS_BURSTS ?= 16,32,64,128,256
 STRESS_TMP ?= $(if $(wildcard /dev/shm),/dev/shm/numa-pin-stress,$(CURDIR)/.stress-tmp)
 stress: $(STAMP)
 	NUMA_PIN_STRESS=1 NUMA_PIN_STRESS_EXAMPLES=$(STRESS_EXAMPLES) NUMA_PIN_STRESS_REPORT=stress-report.json \
-		NUMA_PIN_STRESS_FAULTS=$(STRESS_FAULTS) \
+		NUMA_PIN_STRESS_FAULTS=$(STRESS_FAULTS) NUMA_PIN_STRESS_BURSTS=$(STRESS_BURSTS) \
 		$(VPY) -m pytest -q -s -p no:cacheprovider --basetemp=$(STRESS_TMP) tests/hook/test_hook_stress.py \
 		tests/service/test_node_stress.py tests/service/test_node_faults_stress.py \
 		$(PYTEST_ARGS)
@@ -68,6 +70,7 @@ bench: $(STAMP)
 	$(VPY) bench/merge_scaling.py
 	$(VPY) bench/prefer_closest.py
 	$(VPY) bench/hook_latency.py
+	$(VPY) bench/population.py
 
 # numa-pin_<version>_all.deb in this directory, from Debian's python3 (no venv needed)
 deb:

@@ -262,7 +262,7 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
     ctx.state_dir, ctx.syslog = config.state_dir, config.syslog
     from numa_pin.service import NodeService
 
-    service = NodeService(config, cache_dir=cache_dir, on_wait=lambda holder: _lock_wait(ctx.out, holder))
+    service = NodeService(config, cache_dir=cache_dir)  # a lock wait goes to syslog: an outcome is one line
     from numa_pin.report import forget_reason
 
     if state is None:
@@ -292,12 +292,6 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
     forget_reason(config.state_dir, state.id)  # an earlier rejection no longer explains this container
     ctx.warn_kubelet(config.kubelet_root)
     return EXIT_OK
-
-
-def _lock_wait(out: _Out, holder: int | None) -> None:
-    from numa_pin.report import lock_wait_line
-
-    out.line(lock_wait_line(holder))
 
 
 __all__ = ["ADMIT_STAGES", "DEFAULT_CACHE_DIR", "HOOK_ENV", "NOOP_STAGES", "PRECREATE_STAGES", "RELEASE_STAGES",

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Mapping
 
@@ -250,8 +249,10 @@ def lock_wait_line(holder: int | None) -> str:
 
 
 def lock_wait_notice(holder: int | None) -> None:
-    """Say on stderr that this admission is waiting for the ledger lock (:func:`lock_wait_line`)."""
-    print(lock_wait_line(holder), file=sys.stderr, flush=True)
+    """Log that this admission is waiting for the ledger lock (:func:`lock_wait_line`). To the
+    system log, never to stderr: an outcome is one line (a lock timeout names the holder itself)."""
+    log_syslog(lock_wait_line(holder), error=False)
+
 
 
 __all__ = ["MAX_REASONS", "MAX_REASONS_BYTES", "MAX_REASON_BYTES", "decision_line", "forget_reason",

@@ -45,7 +45,8 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 if TYPE_CHECKING:
     from typing import Any
 
-#: how often an admission decides again when other writers keep committing first
+#: how often an admission decides again after a real conflict (another writer took what its
+#: decision holds, or changed its pod); each such conflict is another admission committed
 MAX_ATTEMPTS = 8
 
 
@@ -134,9 +135,16 @@ class NodeService(Node):
                 raise reject(decision)
             timeout = min(cfg.lock_timeout_s, deadline.remaining())
             with self.ledger.transaction(timeout=timeout, on_wait=self.on_wait) as txn:
-                state, dropped = collect_garbage(txn.state, self._alive)
-                if state != snapshot:
-                    continue  # another writer committed since the snapshot: decide again
+                # one liveness pass per admission: a grant the snapshot found alive counts as alive
+                # (at worst a grant that died since stays one more transaction); only grants new
+                # since the snapshot, or found dead there, are checked again
+                state, dropped = collect_garbage(txn.state, self._alive_since(snapshot))
+                # the decision is checked against the ledger as it is now, not an unchanged
+                # snapshot; it is made again only on a real conflict (docs/admission-concurrency.md)
+                if request.container_id not in state.grants:
+                    decision = self._revalidate(decision, request, snapshot, state)
+                    if decision is None:
+                        continue
                 deadline.check()
                 self._log_dropped(dropped)
                 # what outlives the dead grants goes home before anything is granted
@@ -185,6 +193,25 @@ class NodeService(Node):
             f"admission of {request.container_id}: the ledger changed under {MAX_ATTEMPTS} decisions in a row; "
             "try again"
         )
+
+    def _alive_since(self, snapshot: LedgerState) -> Callable[[Grant], bool]:
+        """:meth:`_alive`, taking the word of ``snapshot`` (dead grants dropped) for its grants."""
+        def alive(grant: Grant) -> bool:
+            seen = snapshot.grants.get(grant.container_id)
+            return seen is grant or seen == grant or self._alive(grant)
+
+        return alive
+
+    def _revalidate(self, decision: Decision | None, request: ContainerRequest, snapshot: LedgerState,
+                    state: LedgerState) -> Decision | None:
+        """``decision`` as it may be committed on ``state`` (:func:`~numa_pin.admission.validate.revalidate`),
+        or None to decide again (no decision: the snapshot had this container's grant, now gone)."""
+        if decision is None:
+            return None
+        from numa_pin.admission.validate import revalidate
+
+        return revalidate(decision, request, snapshot, state, topology=self.topology, settings=self.settings,
+                          memo=self.memo)
 
     def _roll_back(self, undo: UndoLog, exc: BaseException, container_id: str) -> None:
         """Undo every write of a failed admission or release. Undo steps that fail are attached

@@ -297,15 +297,39 @@ def test_safe_join_accepts(tmp_path: Path, rel: str, expected: str) -> None:
     ids=["dotdot", "dotdot-prefix", "dotdot-inside", "absolute-dotdot", "dotdot-back-to-root",
          "symlink-out", "symlink-out-deeper", "absolute-symlink-out", "nul-byte"],
 )
-def test_safe_join_rejects(tmp_path: Path, rel: str) -> None:
+@pytest.mark.parametrize("memo", [False, True], ids=["no-memo", "memo-warm"])
+def test_safe_join_rejects(tmp_path: Path, rel: str, memo: bool) -> None:
+    """With a memo of real paths (one batch of checks, issue 21) too: its parent already
+    resolved, a symlink at the leaf is still followed."""
     root = tmp_path / "root"
     root.mkdir()
     (tmp_path / "elsewhere").mkdir()
     (root / "out-link").symlink_to("../elsewhere")
     (root / "abs-link").symlink_to("/etc")
+    real_dirs: dict[str, str] | None = None
+    if memo:
+        real_dirs = {}
+        (root / "plain").mkdir()
+        safe_join(root, "plain", real_dirs)  # the root and its real path are in the memo now
     with pytest.raises(CgroupEscapeError) as err:
-        safe_join(root, rel)
+        safe_join(root, rel, real_dirs)
     assert err.value.path == str(root)
+
+
+def test_realpath_with_a_memo_agrees_with_os_realpath(tmp_path: Path) -> None:
+    """One memo over a batch of paths through symlinked parents, symlinked leaves and missing
+    leaves gives what ``os.path.realpath`` gives for each."""
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (root / "link-to-a").symlink_to("a")
+    (root / "a" / "leaf-link").symlink_to("../../elsewhere")
+    (root / "a" / "b" / "dot-link").symlink_to(".")
+    paths = [root / p for p in ("a", "a/b", "link-to-a", "link-to-a/b", "a/leaf-link", "link-to-a/leaf-link",
+                                "a/missing", "link-to-a/missing", "a/b/dot-link", "a/b/dot-link/missing", "")]
+    real_dirs: dict[str, str] = {}
+    for path in paths * 2:  # the second round answers from the memo
+        assert cgroups.realpath(str(path), real_dirs) == os.path.realpath(path), path
 
 
 def test_safe_join_root_itself_a_symlink(tmp_path: Path) -> None:

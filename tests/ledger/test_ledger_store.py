@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ledger_factories import grant
+from ledger_factories import grant, grants, states
 
 from numa_pin.errors import LedgerCorrupt, LedgerError
-from numa_pin.ledger.model import LEDGER_VERSION, LedgerState, PodRecord
+from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, PodRecord
 from numa_pin.ledger.store import LEDGER_FILE, LOCK_FILE, REMEDY, Ledger, decode, encode
 
 
@@ -230,3 +230,55 @@ def test_random_bytes_raise_only_ledger_corrupt(raw: bytes) -> None:
         decode(raw, "/var/lib/numa-pin/ledger.json")
     except LedgerCorrupt as exc:
         assert "/var/lib/numa-pin/ledger.json" in str(exc)
+
+
+def _plain_encode(state: LedgerState) -> bytes:
+    """The file as ``json.dumps`` writes the whole document (indent 1, sorted keys), with the
+    checksum spelled out here: the oracle for the encoder's reuse of each grant's text."""
+    data = json.loads(json.dumps(state.to_dict()))
+    doc = {"version": LEDGER_VERSION, "checksum": _sha256_of_data({"data": data}), "data": state.to_dict()}
+    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode("ascii")
+
+
+@given(states(), grants())
+def test_encode_is_the_plain_json_of_the_document_before_and_after_a_change(state: LedgerState, extra) -> None:
+    """Each grant's text is encoded once and reused while the grant is the same object (issue 21):
+    the bytes stay those of encoding the whole document, when a grant is added, replaced or gone."""
+    assert encode(state) == _plain_encode(state)
+    assert encode(state) == _plain_encode(state)  # every grant's text now comes from the reuse
+    for changed in (state.with_grant(extra), state.without(extra.container_id), state.with_grant(extra)):
+        assert encode(changed) == _plain_encode(changed)
+        assert decode(encode(changed), "/x/ledger.json") == changed
+
+
+def _with_grant_field(raw: bytes, cid: str, key: str, value: Any) -> bytes:
+    doc = json.loads(raw)
+    doc["data"]["grants"][cid][key] = value
+    _resign(doc)
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    ("case", "key", "value", "same"),
+    [
+        ("unchanged", None, None, True),
+        ("pid-changed", "pid", 4243, False),
+        ("pid-true-is-not-1", "pid", True, None),  # JSON true == 1 in Python; still refused
+        ("start-time-int-is-not-float", "start_time", 1700000000, False),
+    ],
+    ids=lambda v: v if isinstance(v, str) else "",
+)
+def test_decoding_again_reuses_only_grants_whose_json_is_the_same(case, key, value, same) -> None:
+    """Issue 21: a grant decoded before, with the same JSON text, is the same object (its
+    encoded text is reused too); any change, even one Python's == cannot see, decodes it anew."""
+    c1 = grant("c1", pid=1, start_time=1700000000.0)
+    first = decode(encode(LedgerState({"c1": c1, "c2": grant("c2")})), "/x/ledger.json")
+    raw = encode(first) if key is None else _with_grant_field(encode(first), "c1", key, value)
+    if same is None:
+        with pytest.raises(LedgerCorrupt, match="pid"):
+            decode(raw, "/x/ledger.json")
+        return
+    again = decode(raw, "/x/ledger.json")
+    assert again.grants["c2"] is first.grants["c2"]
+    assert (again.grants["c1"] is first.grants["c1"]) is same
+    assert again.grants["c1"] == Grant.from_dict(json.loads(raw)["data"]["grants"]["c1"])

@@ -23,6 +23,7 @@ from numa_pin import deadline as deadline_mod
 from numa_pin.admission.request import request_from_oci
 from numa_pin.agent.request import watch_client
 from numa_pin.config.schema import config_from_dict
+from numa_pin.cpuset import parse_list
 from numa_pin.errors import AdmissionTimeout
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
@@ -90,26 +91,45 @@ def test_a_slow_decision_is_cut_at_the_deadline_and_leaves_the_lock_free(node, m
     assert lock_is_free(svc.ledger.lock_path)
 
 
-def test_a_commit_by_someone_else_makes_the_admission_decide_again(node, monkeypatch):
+#: (case, our annotations, the rival's, decisions we make in all): a rival that commits between
+#: our snapshot and our commit. Taking CPUs we chose is no reason to decide again (they are picked
+#: again under the lock); creating the record of our pod is (its affinity binds our decision).
+RIVALS = [
+    ("rival-takes-our-cpus", {"numa-pin.io/cpus": "4"}, {"numa-pin.io/cpus": "4"}, [0]),
+    ("rival-fixes-our-pods-affinity",
+     {"numa-pin.io/cpus": "4", "numa-pin.io/scope": "pod", "io.kubernetes.cri.sandbox-id": "p1"},
+     {"numa-pin.io/cpus": "4", "numa-pin.io/scope": "pod", "io.kubernetes.cri.sandbox-id": "p1"}, [0, 1]),
+]
+
+
+@pytest.mark.parametrize(("ours", "theirs", "ours_decided"), [r[1:] for r in RIVALS], ids=[r[0] for r in RIVALS])
+def test_a_commit_by_someone_else_is_checked_not_decided_again(node, monkeypatch, ours, theirs, ours_decided):
     svc = make_service(node)
     other = make_service(node)
-    calls: list[int] = []
+    calls: list[tuple[str, int]] = []
 
     def racing_decide(topology, state, request, settings):
-        calls.append(len(state.grants))
+        calls.append((request.container_id, len(state.grants)))
         if len(calls) == 1:  # another admission commits between our snapshot and our commit
-            rival = request_from_oci("rival", {"numa-pin.io/cpus": "4"})
-            other.admit(rival, node.add_container("rival", 41003, "0-31"))
+            other.admit(request_from_oci("rival", theirs), node.add_container("rival", 41003, "0-31"))
         return REAL_DECIDE(topology, state, request, settings)
 
     monkeypatch.setattr(service_mod, "decide", racing_decide)
-    svc.admit(request_from_oci("me", {"numa-pin.io/cpus": "4"}), node.add_container("me", 41004, "0-31"))
+    svc.admit(request_from_oci("me", ours), node.add_container("me", 41004, "0-31"))
     grants = svc.ledger.read().grants
-    assert calls == [0, 0, 1], "ours, the rival's, then ours again seeing the rival's grant"
-    assert not grants["me"].cpus & grants["rival"].cpus
+    assert [n for cid, n in calls if cid == "me"] == ours_decided
+    assert len(grants["me"].cpus) == 4 and not grants["me"].cpus & grants["rival"].cpus
+    nodes = {n for n, info in svc.topology.nodes.items() if info.cpus & grants["me"].cpus}
+    assert len(nodes) == 1, "restricted: the CPUs picked again are on one NUMA node still"
+    assert parse_list(node.cpuset("me")[0]) == grants["me"].cpus
 
 
-def test_a_long_lock_wait_says_who_holds_it(node, capfd):
+def test_a_long_lock_wait_says_who_holds_it_in_the_system_log_only(node, capfd, monkeypatch):
+    """The wait is logged with the holder's pid; stderr stays empty, so an outcome is one line."""
+    from numa_pin import report
+
+    logged: list[str] = []
+    monkeypatch.setattr(report, "log_syslog", lambda line, error=True: logged.append(line))
     svc = make_service(node, lock_timeout_s=5)
     os.makedirs(svc.config.state_dir, exist_ok=True)
     holder = subprocess.Popen(
@@ -125,8 +145,8 @@ def test_a_long_lock_wait_says_who_holds_it(node, capfd):
         svc.admit(request_from_oci("w", {"numa-pin.io/cpus": "2"}), node.add_container("w", 41005, "0-31"))
     finally:
         holder.wait(10)
-    err = capfd.readouterr().err
-    assert f"waiting for the ledger lock (held by pid {holder.pid})" in err
+    assert capfd.readouterr().err == ""
+    assert logged == [f"numa-pin: waiting for the ledger lock (held by pid {holder.pid})"]
     assert "w" in svc.ledger.read().grants
 
 

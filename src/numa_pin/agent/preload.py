@@ -37,6 +37,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.text",
     "numa_pin.boundedio",
     "numa_pin.admission.decide",
+    "numa_pin.admission.validate",
     "numa_pin.resources.cdi_map",
     "numa_pin.resources.nvidia",
     "numa_pin.resources.registry",

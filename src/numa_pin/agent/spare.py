@@ -107,7 +107,8 @@ def parse_request_note(line: bytes) -> Mapping[str, object] | None:
 
 def rehearse(request: Mapping[str, object]) -> None:
     """Load the config and topology ``request`` (a parsed ``Q`` note) would load and plan a
-    one-CPU container, as a hook's admission would, changing nothing (no lock, no write but the
+    one-CPU container, as a hook's admission would, and encode the ledger it read (its parsed
+    and encoded grants are kept, :mod:`numa_pin.ledger.store`), changing nothing (no lock, no write but the
     caches a hook writes too, the topology's when it is older than
     :data:`REHEARSAL_TOPOLOGY_MAX_AGE_S`). Best effort: a rehearsal that fails only leaves
     pages cold."""
@@ -120,7 +121,10 @@ def rehearse(request: Mapping[str, object]) -> None:
         config, cache_dir = hook_config(config_path, env, cwd if isinstance(cwd, str) else "/")
         service = NodeService(config, cache_dir=cache_dir, topology_max_age=REHEARSAL_TOPOLOGY_MAX_AGE_S)
         service.plan(request_from_oci("numa-pin-rehearsal", {"numa-pin.io/cpus": "1"}))
-    except Exception:  # the hook itself will meet and report whatever this is
+        from numa_pin.ledger.store import encode
+
+        encode(service.ledger.read())  # a busy node's ledger: the commit then encodes only its change
+    except (Exception, SystemExit):  # the hook itself will meet and report whatever this is
         pass
 
 

@@ -157,6 +157,7 @@ def resize_shared(
     undo: UndoLog,
     limits: Mapping[CgroupRef, frozenset[int]] | None = None,
     systemd: Systemd | None = None,
+    real_dirs: dict[str, str] | None = None,
 ) -> ResizeResult:
     """Set ``cpuset.cpus`` of every shared container cgroup in ``refs`` to ``pool`` (inside the
     container's own cpuset where ``limits`` gives one).
@@ -175,25 +176,30 @@ def resize_shared(
     ``AllowedCPUs`` set to its target first (see :mod:`numa_pin.enforcer.systemd`).
     Raises CgroupEscapeError for a ref outside ``cgroup_root`` and
     AllocationError for an empty pool, or a container whose own cpuset holds no pool CPU.
+
+    Cost per container: one path check against parents resolved once (``real_dirs``, a memo
+    the caller may share with the making of ``refs``, see :func:`cgroups.realpath`), one read
+    (equal texts parsed once), and a write only where the cpuset changes.
     """
     target = frozenset(pool)
     if not target:
         raise AllocationError("refusing to resize shared containers to an empty CPU pool")
     ref_list = list(refs)
     for ref in ref_list:
-        cgroups.check_under(cgroup_root, ref.cpuset_dir)
+        cgroups.check_under(cgroup_root, ref.cpuset_dir, real_dirs)
 
     updated: list[CgroupRef] = []
     unchanged: list[CgroupRef] = []
     missing: list[CgroupRef] = []
     blocked: list[Blocked] = []
     current: dict[CgroupRef, frozenset[int]] = {}
+    parsed: dict[str, frozenset[int]] = {}  # shared cpusets mostly read the same text
     for ref in ref_list:
         if not os.path.isdir(ref.cpuset_dir):
             missing.append(ref)
             continue
         try:
-            current[ref] = _read_cpus(ref)
+            current[ref] = _read_cpus(ref, parsed)
         except EnforcementError as exc:
             if os.path.isdir(ref.cpuset_dir):
                 blocked.append(Blocked(ref, frozenset(), target, str(exc)))
@@ -208,11 +214,14 @@ def resize_shared(
         )
     changing = {u.key for u in plan}
     unchanged.extend(r for r in current if r not in changing)
+    enabled: set[str] = set()  # parents whose ancestors have cpuset enabled (v2), once per batch
     for update in plan:
         ref = _ref(update)
         own = UndoLog()
+        parent = os.path.dirname(ref.cpuset_dir)
         try:
-            ensure_cpuset_controller(ref, own)
+            if parent not in enabled:
+                ensure_cpuset_controller(ref, own)
             if systemd is not None:
                 from numa_pin.enforcer.systemd import assert_unit_cpuset
 
@@ -230,6 +239,7 @@ def resize_shared(
             blocked.append(Blocked(ref, update.current, update.target, why))
             continue
         undo.absorb(own)
+        enabled.add(parent)
         updated.append(ref)
         stuck = _partition_holding(ref, update.target)
         if stuck is not None:
@@ -379,16 +389,22 @@ def _ref(update: SharedUpdate) -> CgroupRef:
     return update.key
 
 
-def _read_cpus(ref: CgroupRef) -> frozenset[int]:
-    return _read_list(os.path.join(ref.cpuset_dir, CPUSET_CPUS))
+def _read_cpus(ref: CgroupRef, parsed: dict[str, frozenset[int]] | None = None) -> frozenset[int]:
+    return _read_list(os.path.join(ref.cpuset_dir, CPUSET_CPUS), parsed)
 
 
-def _read_list(path: str) -> frozenset[int]:
+def _read_list(path: str, parsed: dict[str, frozenset[int]] | None = None) -> frozenset[int]:
+    """The list in ``path`` (``parsed``: a memo of texts parsed before)."""
     text = cgroups.read_cgroup_file(path)
+    if parsed is not None and text in parsed:
+        return parsed[text]
     try:
-        return cpulist.parse_list(text)
+        cpus = cpulist.parse_list(text)
     except ValueError as exc:
         raise EnforcementError(f"not a CPU list: {exc}", path=path) from exc
+    if parsed is not None:
+        parsed[text] = cpus
+    return cpus
 
 
 def _write_cpus(ref: CgroupRef, update: SharedUpdate, undo: UndoLog) -> None:

@@ -211,8 +211,11 @@ def _same_start(recorded: float | None, actual: float) -> bool:
 def _stat_create_time(pid: int, proc_root: str) -> float | None:
     path = os.path.join(proc_root, str(pid), "stat")
     try:
-        with open(path, "rb") as fp:
-            text = fp.read().decode("ascii", "replace")
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # no file object: a pass reads every grant's
+        try:
+            text = os.read(fd, 4096).decode("ascii", "replace")  # one line, under 1 KiB
+        finally:
+            os.close(fd)
     except (FileNotFoundError, NotADirectoryError, ProcessLookupError):
         return None
     except OSError as exc:
@@ -228,7 +231,23 @@ def _stat_create_time(pid: int, proc_root: str) -> float | None:
     return float(ticks) / os.sysconf("SC_CLK_TCK") + _boot_time(proc_root)
 
 
+#: ``{proc_root: (monotonic time read, btime)}``: the boot time read at most once a second,
+#: not once per grant (``/proc/stat`` lists every CPU; a liveness pass checks every grant)
+_BOOT_TIMES: dict[str, tuple[float, float]] = {}
+_BOOT_TIME_TTL_S = 1.0
+
+
 def _boot_time(proc_root: str) -> float:
+    now = time.monotonic()
+    known = _BOOT_TIMES.get(proc_root)
+    if known is not None and 0 <= now - known[0] < _BOOT_TIME_TTL_S:
+        return known[1]
+    btime = _read_boot_time(proc_root)
+    _BOOT_TIMES[proc_root] = (now, btime)
+    return btime
+
+
+def _read_boot_time(proc_root: str) -> float:
     path = os.path.join(proc_root, "stat")
     try:
         with open(path, "rb") as fp:

@@ -372,12 +372,33 @@ class LedgerState:
         shape.json_field(obj, "written_by", str, "ledger data")
         grants = shape.json_field(obj, "grants", dict, "ledger data")
         pods = shape.json_field(obj, "pods", dict, "ledger data")
-        parsed_grants = {key: Grant.from_dict(value) for key, value in grants.items()}
+        parsed_grants = _grants_from_dict(grants)
         parsed_pods = {key: PodRecord.from_dict(value) for key, value in pods.items()}
         try:
             return cls(parsed_grants, parsed_pods)
         except ValueError as exc:
             raise LedgerCorrupt(str(exc)) from None
+
+
+#: ``{container id: (repr of its JSON value, Grant)}`` of the grants last decoded: a grant whose
+#: JSON is unchanged is neither decoded nor checked again, and stays the same object (so the
+#: store reuses its encoded text too). A commit changes one grant of hundreds (issue 21)
+_DECODED: dict[str, tuple[str, Grant]] = {}
+
+
+def _grants_from_dict(grants: dict[str, Any]) -> dict[str, Grant]:
+    """``{id: Grant.from_dict(value)}``, reusing the grants of the last call whose JSON value
+    has the same ``repr`` (unlike ``==``, it tells ``1``, ``1.0`` and ``true`` apart)."""
+    out: dict[str, Grant] = {}
+    seen: dict[str, tuple[str, Grant]] = {}
+    for key, value in grants.items():
+        text = repr(value)
+        known = _DECODED.get(key)
+        grant = out[key] = known[1] if known is not None and known[0] == text else Grant.from_dict(value)
+        seen[key] = (text, grant)
+    _DECODED.clear()
+    _DECODED.update(seen)
+    return out
 
 
 __all__ = [

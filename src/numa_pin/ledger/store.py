@@ -43,6 +43,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from json.encoder import encode_basestring_ascii as _quote
 
 from numa_pin.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
 from numa_pin.digest import sha256_hex
@@ -80,6 +81,12 @@ MAX_NAME_CHARS = 1024
 
 _POLL_MIN_S = 0.001
 _POLL_MAX_S = 0.05
+
+#: the last ledger each path was read or written as: (the file's bytes, their state). A read
+#: whose bytes are these returns the state without parsing and checking them again (same bytes,
+#: same state): an admission reads the ledger twice (its snapshot, then under the lock), and the
+#: agent's spare has read it before the hook came (issue 21)
+_PARSED: dict[str, tuple[bytes, LedgerState]] = {}
 
 
 class Transaction:
@@ -344,7 +351,12 @@ class Ledger:
             raise _corrupt(str(exc), self.path) from exc
         except OSError as exc:
             raise LedgerError(f"cannot read the ledger: {_reason(exc)}", path=self.path) from exc
-        return decode(raw, self.path)
+        known = _PARSED.get(self.path)
+        if known is not None and known[0] == raw:
+            return known[1]
+        state = decode(raw, self.path)
+        _PARSED[self.path] = (raw, state)
+        return state
 
     def _write(self, state: LedgerState, previous: LedgerState | None = None) -> None:
         """Replace the file with ``state``, durably. When the new file is in place but the
@@ -372,6 +384,7 @@ class Ledger:
             raise LedgerError(msg, path=self.path) from exc
         except OSError as exc:
             raise LedgerError(f"cannot write the ledger: {_reason(exc)}", path=self.path) from exc
+        _PARSED[self.path] = (payload, state)  # the next read of these very bytes needs no decode
 
     def _replace(self, payload: bytes) -> None:
         replace_private(self.state_dir, self.path, payload, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, durable=True)
@@ -401,11 +414,43 @@ def check_new_grants(before: LedgerState, after: LedgerState, path: str) -> None
                                   f"characters, more than {MAX_NAME_CHARS}", path=path)
 
 
+#: each grant's JSON as last encoded: ``{id(grant): (grant, indented text, canonical text)}``
+#: (the grant is kept so its id stays its own). A commit changes one grant of hundreds, and the
+#: unchanged ones are the very objects the last read or write returned (issue 21)
+_ENCODED: dict[int, tuple[Grant, str, str]] = {}
+#: stands for the grants in the rest of the document while it is encoded (a string JSON escapes
+#: to one that no grant, pod or version text can hold)
+_GRANTS_SLOT = "\x00grants\x00"
+#: how deep a grant sits in the file: {"data": {"grants": {"<id>": {...}}}}
+_GRANT_INDENT = "   "
+
+
 def encode(state: LedgerState) -> bytes:
-    """The file bytes for ``state``: data, its version and its checksum (pure)."""
-    data = state.to_dict()
-    doc = {"version": LEDGER_VERSION, "checksum": checksum(data), "data": data}
-    return (json.dumps(doc, indent=1, sort_keys=True, allow_nan=False) + "\n").encode("ascii")
+    """The file bytes for ``state``: data, its version and its checksum (pure: the bytes of
+    ``json.dumps`` of the document, indent 1 and sorted keys; each grant's part is encoded once
+    and reused while the grant is unchanged)."""
+    rest = LedgerState({}, state.pods).to_dict()
+    rest["grants"] = _GRANTS_SLOT
+    pretty: list[str] = []
+    canonical: list[str] = []
+    encoded: dict[int, tuple[Grant, str, str]] = {}
+    for cid, grant in sorted(state.grants.items()):
+        known = _ENCODED.get(id(grant))
+        if known is None or known[0] is not grant:
+            d = grant.to_dict()
+            known = (grant, _indented(d, "\n" + _GRANT_INDENT), _canonical(d))
+        encoded[id(grant)] = known
+        key = json.dumps(cid)
+        pretty.append(f"{_GRANT_INDENT}{key}: {known[1]}")
+        canonical.append(f"{key}:{known[2]}")
+    _ENCODED.clear()
+    _ENCODED.update(encoded)
+    slot = json.dumps(_GRANTS_SLOT)
+    data_text = _canonical(rest).replace(slot, "{" + ",".join(canonical) + "}", 1)
+    doc = {"version": LEDGER_VERSION, "checksum": "sha256:" + sha256_hex(data_text.encode("ascii")), "data": rest}
+    grants_text = "{\n" + ",\n".join(pretty) + "\n  }" if pretty else "{}"
+    text = json.dumps(doc, indent=1, sort_keys=True, allow_nan=False).replace(slot, grants_text, 1)
+    return (text + "\n").encode("ascii")
 
 
 def decode(raw: bytes, path: str) -> LedgerState:
@@ -442,10 +487,45 @@ def decode(raw: bytes, path: str) -> LedgerState:
         raise _corrupt(str(exc), path) from exc
 
 
+def _indented(value: Any, newline: str) -> str:
+    """``json.dumps(value, indent=1, sort_keys=True, allow_nan=False)`` with every line after
+    the first starting with ``newline``'s indent: the same text, without the generic encoder's
+    per-item overhead (a grant is a flat record with a few small containers)."""
+    kind = type(value)
+    if kind is str:
+        return _quote(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and value - value == 0:  # finite (json refuses NaN and infinities below)
+        return float.__repr__(value)
+    if value is None:
+        return "null"
+    if kind is dict:
+        if not value:
+            return "{}"
+        inner = newline + " "
+        items = [f"{inner}{_quote(_key(k))}: {_indented(v, inner)}" for k, v in sorted(value.items())]
+        return "{" + ",".join(items) + newline + "}"
+    if kind is list or kind is tuple:
+        if not value:
+            return "[]"
+        inner = newline + " "
+        return "[" + ",".join(inner + _indented(v, inner) for v in value) + newline + "]"
+    return json.dumps(value, allow_nan=False)  # floats, true, false, and what json makes of the rest
+
+
+def _key(key: object) -> str:
+    """A dict key as JSON writes it (keys sort as they are: node ids as numbers, as json does)."""
+    return key if isinstance(key, str) else json.dumps(key, allow_nan=False)
+
+
 def checksum(data: dict[str, Any]) -> str:
     """``"sha256:<hex>"`` of the canonical JSON of ``data``."""
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-    return "sha256:" + sha256_hex(canonical.encode("ascii"))
+    return "sha256:" + sha256_hex(_canonical(data).encode("ascii"))
+
+
+def _canonical(data: object) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
 # ---- helpers -----------------------------------------------------------------------

@@ -64,14 +64,15 @@ def blocked_shared(node: Node, state: LedgerState) -> list[str]:
     return [f"{ids[b.ref]}: {b}" for b in check_shared(ids, shared_pool(node, state), _limits(node, state))]
 
 
-def _shared_ids(node: Node, state: LedgerState, exclude: str | None = None) -> dict[cg.CgroupRef, str]:
-    """The cgroups of the shared containers (``exclude`` left out), with their container ids."""
-    out: dict[cg.CgroupRef, str] = {}
-    for g in state.shared_grants():
-        ref = node.cgroup_ref(g) if g.container_id != exclude else None
-        if ref is not None:
-            out[ref] = g.container_id
-    return out
+def _shared_ids(node: Node, state: LedgerState, exclude: str | None = None,
+                real_dirs: dict[str, str] | None = None) -> dict[cg.CgroupRef, str]:
+    """The cgroups of the shared containers (``exclude`` left out), with their container ids.
+    ``real_dirs``: a memo of parents' real paths (one ``lstat`` per path check, hundreds of
+    shared containers on a busy node; see :func:`numa_pin.enforcer.cgroups.realpath`)."""
+    grants = [g for g in state.shared_grants() if g.container_id != exclude and g.cgroup]
+    refs = cg.refs_from_paths([g.cgroup for g in grants if g.cgroup], node.config.cgroup_root, node.layout(),
+                              real_dirs)
+    return {ref: g.container_id for ref, g in zip(refs, grants)}
 
 
 def _log_blocked(resized: ResizeResult) -> ResizeResult:
@@ -81,13 +82,21 @@ def _log_blocked(resized: ResizeResult) -> ResizeResult:
     return resized
 
 
-def _limits(node: Node, state: LedgerState) -> dict[cg.CgroupRef, frozenset[int]]:
+def _limits(node: Node, state: LedgerState,
+            real_dirs: dict[str, str] | None = None) -> dict[cg.CgroupRef, frozenset[int]]:
     """Shared containers' own cpusets (their cpuset is the pool inside it), by cgroup."""
-    layout = node.layout()
-    return {
-        cg.ref_from_path(g.cgroup, node.config.cgroup_root, layout): g.cpuset_limit
-        for g in state.shared_grants() if g.cgroup and g.cpuset_limit
-    }
+    grants = [g for g in state.shared_grants() if g.cgroup and g.cpuset_limit]
+    refs = cg.refs_from_paths([g.cgroup for g in grants if g.cgroup], node.config.cgroup_root, node.layout(),
+                              real_dirs)
+    return {ref: g.cpuset_limit for ref, g in zip(refs, grants) if g.cpuset_limit}
+
+
+def _resize(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
+            exclude: str | None = None) -> ResizeResult:
+    """Every shared container (``exclude`` left out) to ``pool``, one memo of real paths for all."""
+    real_dirs: dict[str, str] = {}
+    return resize_shared(_shared_ids(node, state, exclude, real_dirs), pool, node.config.cgroup_root, undo,
+                         _limits(node, state, real_dirs), systemd=node.systemd(), real_dirs=real_dirs)
 
 
 class CpuNode(CpuResource, NodeResource):
@@ -106,15 +115,13 @@ class CpuNode(CpuResource, NodeResource):
                 # its cpuset.mems is usually empty, inheriting the parent's)
                 apply_cpuset(ref, own, None, root, undo, systemd=node.systemd())
         if grant.cpus or any(g.cpus for g in admission.dropped):
-            refs = _shared_ids(node, state, exclude=grant.container_id)
-            _log_blocked(resize_shared(refs, pool, root, undo, _limits(node, state), systemd=node.systemd()))
+            _log_blocked(_resize(node, state, pool, undo, exclude=grant.container_id))
         return admission
 
     def release(self, node: Node, release: Release) -> list[str]:
         if any(g.cpus for g in release.gone):
             state = release.after
-            resized = resize_shared(_shared_ids(node, state), shared_pool(node, state), node.config.cgroup_root,
-                                    release.undo, _limits(node, state), systemd=node.systemd())
+            resized = _resize(node, state, shared_pool(node, state), release.undo)
             return [str(b) for b in resized.blocked]
         return []
 
@@ -132,8 +139,7 @@ class CpuNode(CpuResource, NodeResource):
             if len(undo) != before:
                 repaired.append(g.container_id)
         shared = _shared_ids(node, state)
-        resized = _log_blocked(resize_shared(shared, pool, node.config.cgroup_root, undo, _limits(node, state),
-                                             systemd=node.systemd()))
+        resized = _log_blocked(_resize(node, state, pool, undo))
         return repaired + [shared[ref] for ref in resized.updated]
 
     def conflicts(self, node: Node, state: LedgerState) -> list[str]:
