@@ -147,9 +147,9 @@ class SMTAlignmentError(AllocationError):
     """``full-pcpus-only`` could not be honoured (kubelet's ``SMTAlignmentError``)."""
 
 
-class LedgerError(NumaPinError):
-    """The node ledger could not be read or written. ``path`` is the ledger file; ``errno`` the
-    OS error number, given or taken from the chained cause."""
+class _OsFailure(NumaPinError):
+    """A failure on one file, namespace or socket: ``path`` names it; ``errno`` is the OS error
+    number, given or taken from the chained cause (``raise ...(...) from exc``)."""
 
     def __init__(self, message: str, *, path: str | None = None, errno: int | None = None) -> None:
         self.path = path
@@ -159,6 +159,10 @@ class LedgerError(NumaPinError):
     @property
     def errno(self) -> int | None:
         return self._errno if self._errno is not None else _cause_errno(self)
+
+
+class LedgerError(_OsFailure):
+    """The node ledger could not be read or written. ``path`` is the ledger file."""
 
 
 class LedgerLockTimeout(LedgerError):
@@ -169,21 +173,9 @@ class LedgerCorrupt(LedgerError):
     """The ledger failed its checksum, version or JSON checks. It is never reset silently."""
 
 
-class EnforcementError(NumaPinError):
+class EnforcementError(_OsFailure):
     """Applying a grant to the system failed (cgroup write, netdev move, device grant).
-
-    ``path`` is the file or namespace written; ``errno`` the OS error number, given or taken
-    from the chained cause (``raise EnforcementError(...) from exc``).
-    """
-
-    def __init__(self, message: str, *, path: str | None = None, errno: int | None = None) -> None:
-        self.path = path
-        self._errno = errno
-        super().__init__(f"{path}: {message}" if path else message)
-
-    @property
-    def errno(self) -> int | None:
-        return self._errno if self._errno is not None else _cause_errno(self)
+    ``path`` is the file or namespace written."""
 
 
 class CgroupEscapeError(EnforcementError):
@@ -194,14 +186,8 @@ class HookInputError(NumaPinError, ValueError):
     """The OCI state on stdin or the bundle's config.json is unusable."""
 
 
-class AgentError(NumaPinError):
-    """``numa-pin serve`` cannot create or hold its socket. ``path`` is the socket; ``errno`` the
-    OS error's number where one caused it (raised ``from`` that error)."""
-
-    def __init__(self, message: str, *, path: str | None = None, errno: int | None = None) -> None:
-        self.path = path
-        self.errno = errno
-        super().__init__(f"{path}: {message}" if path else message)
+class AgentError(_OsFailure):
+    """``numa-pin serve`` cannot create or hold its socket. ``path`` is the socket."""
 
 
 class UnsafePathError(NumaPinError):
