@@ -53,6 +53,7 @@ from numa_pin.admission.kubernetes import (
     is_kubernetes,
     pod_name,
 )
+from numa_pin.config.model import InferenceConfig
 from numa_pin.cpuset import parse_list
 from numa_pin.devices.cdi import CdiDevice, devices_from_annotations, devices_from_env_tokens
 from numa_pin.errors import RequestError
@@ -152,17 +153,9 @@ class ContainerRequest:
         return f"{self.pod_name}/{self.name}" if self.pod_name else self.name
 
 
-@record
-class Inference:
-    """Which Kubernetes-compatible inferences are on (config ``inference``)."""
-
-    guaranteed_cpus: bool = True
-    hugepages: bool = True
-    device_plugin_env: bool = True
-    guaranteed_cpus_outside_kubernetes: bool = False
-
-
-#: the inferences a request gets when its caller does not say (config defaults)
+#: which Kubernetes-compatible inferences are on: the config's ``inference`` section itself
+Inference = InferenceConfig
+#: the inferences a request gets when its caller does not say (the config's defaults)
 DEFAULT_INFERENCE = Inference()
 
 
