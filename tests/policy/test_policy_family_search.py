@@ -121,7 +121,7 @@ def test_closest_search_matches_brute_force(case: tuple[list[int], list[Capacity
 @SEARCH
 @given(st.integers(2, 7), st.data())
 def test_member_searches_match_brute_force(n: int, data: st.DataObject) -> None:
-    """``_first_colex`` (narrowest), ``_closest_best`` with capacity constraints, ``min_size``."""
+    """``first_colex`` (narrowest), ``closest_best`` with capacity constraints, ``min_size``."""
     nodes = list(range(n))
     fam = CapacityFamily(
         tuple(nodes),
