@@ -44,10 +44,14 @@ from collections.abc import Iterable
 class NumaPinError(Exception):
     """Base class of every error numa-pin raises on purpose."""
 
-    #: short name printed before the message by the entry points
+    #: short name printed before the message by the entry points: the class's own name
     kind = "NumaPinError"
     #: undo steps that failed while rolling back after this error (empty: all undone)
     rollback_failures: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.kind = cls.__name__
 
     def add_rollback_failures(self, failures: Iterable[object]) -> None:
         """Record undo steps that failed while rolling back after this error."""
@@ -70,16 +74,12 @@ def _cause_errno(error: BaseException) -> int | None:
 class TopologyError(NumaPinError, ValueError):
     """The machine topology is inconsistent or unsupported."""
 
-    kind = "TopologyError"
-
 
 class SysfsError(TopologyError):
     """A sysfs or proc file could not be read or parsed.
 
     ``path`` is the file involved; ``errno`` is set when the OS reported one.
     """
-
-    kind = "SysfsError"
 
     def __init__(self, path: str | os.PathLike[str], reason: str, errno: int | None = None) -> None:
         self.path = os.fspath(path)
@@ -94,8 +94,6 @@ class ConfigError(NumaPinError, ValueError):
     ``key`` is the dotted key involved (``policy_options.max-allowable-numa-nodes``),
     ``path`` the file it came from, when known.
     """
-
-    kind = "ConfigError"
 
     def __init__(self, message: str, *, key: str | None = None, path: str | None = None) -> None:
         self.key = key
@@ -114,8 +112,6 @@ class RequestError(NumaPinError, ValueError):
     ``annotation`` names the annotation or field that was wrong.
     """
 
-    kind = "RequestError"
-
     def __init__(self, message: str, *, annotation: str | None = None) -> None:
         self.annotation = annotation
         prefix = f"{annotation}: " if annotation else ""
@@ -125,51 +121,35 @@ class RequestError(NumaPinError, ValueError):
 class PolicyError(NumaPinError, ValueError):
     """An unknown policy, scope or policy option, or an option value kubelet would refuse."""
 
-    kind = "PolicyError"
-
 
 class AdmissionError(NumaPinError):
     """The container (or process) must not start."""
-
-    kind = "AdmissionError"
 
 
 class TopologyAffinityError(AdmissionError):
     """The topology policy refused the merged hint (kubelet's ``TopologyAffinityError``)."""
 
-    kind = "TopologyAffinityError"
-
 
 class AdmissionTimeout(AdmissionError):
     """The admission ran past its deadline (``admission_timeout_s``) or its client went away."""
-
-    kind = "AdmissionTimeout"
 
 
 class RootlessError(AdmissionError):
     """A container run without root (rootless podman) asked numa-pin for CPUs, memory or devices:
     pinning them needs the root runtime's cgroups and the node ledger."""
 
-    kind = "RootlessError"
-
 
 class AllocationError(AdmissionError):
     """An allocator could not satisfy a request; the message is kubelet's where one exists."""
-
-    kind = "AllocationError"
 
 
 class SMTAlignmentError(AllocationError):
     """``full-pcpus-only`` could not be honoured (kubelet's ``SMTAlignmentError``)."""
 
-    kind = "SMTAlignmentError"
 
-
-class LedgerError(NumaPinError):
-    """The node ledger could not be read or written. ``path`` is the ledger file; ``errno`` the
-    OS error number, given or taken from the chained cause."""
-
-    kind = "LedgerError"
+class _OsFailure(NumaPinError):
+    """A failure on one file, namespace or socket: ``path`` names it; ``errno`` is the OS error
+    number, given or taken from the chained cause (``raise ...(...) from exc``)."""
 
     def __init__(self, message: str, *, path: str | None = None, errno: int | None = None) -> None:
         self.path = path
@@ -179,61 +159,35 @@ class LedgerError(NumaPinError):
     @property
     def errno(self) -> int | None:
         return self._errno if self._errno is not None else _cause_errno(self)
+
+
+class LedgerError(_OsFailure):
+    """The node ledger could not be read or written. ``path`` is the ledger file."""
 
 
 class LedgerLockTimeout(LedgerError):
     """The ledger lock was not obtained within the bounded wait."""
 
-    kind = "LedgerLockTimeout"
-
 
 class LedgerCorrupt(LedgerError):
     """The ledger failed its checksum, version or JSON checks. It is never reset silently."""
 
-    kind = "LedgerCorrupt"
 
-
-class EnforcementError(NumaPinError):
+class EnforcementError(_OsFailure):
     """Applying a grant to the system failed (cgroup write, netdev move, device grant).
-
-    ``path`` is the file or namespace written; ``errno`` the OS error number, given or taken
-    from the chained cause (``raise EnforcementError(...) from exc``).
-    """
-
-    kind = "EnforcementError"
-
-    def __init__(self, message: str, *, path: str | None = None, errno: int | None = None) -> None:
-        self.path = path
-        self._errno = errno
-        super().__init__(f"{path}: {message}" if path else message)
-
-    @property
-    def errno(self) -> int | None:
-        return self._errno if self._errno is not None else _cause_errno(self)
+    ``path`` is the file or namespace written."""
 
 
 class CgroupEscapeError(EnforcementError):
     """A cgroup path would resolve outside the configured cgroup root."""
 
-    kind = "CgroupEscapeError"
-
 
 class HookInputError(NumaPinError, ValueError):
     """The OCI state on stdin or the bundle's config.json is unusable."""
 
-    kind = "HookInputError"
 
-
-class AgentError(NumaPinError):
-    """``numa-pin serve`` cannot create or hold its socket. ``path`` is the socket; ``errno`` the
-    OS error's number where one caused it (raised ``from`` that error)."""
-
-    kind = "AgentError"
-
-    def __init__(self, message: str, *, path: str | None = None, errno: int | None = None) -> None:
-        self.path = path
-        self.errno = errno
-        super().__init__(f"{path}: {message}" if path else message)
+class AgentError(_OsFailure):
+    """``numa-pin serve`` cannot create or hold its socket. ``path`` is the socket."""
 
 
 class UnsafePathError(NumaPinError):
@@ -241,8 +195,6 @@ class UnsafePathError(NumaPinError):
     could replace: writable by group or others without the sticky bit, owned by another
     non-root user, a symbolic link where none is followed, or not the kind of file expected.
     ``path`` is the offending directory or file."""
-
-    kind = "UnsafePathError"
 
     def __init__(self, message: str, *, path: str) -> None:
         self.path = path

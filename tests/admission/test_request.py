@@ -188,3 +188,14 @@ def test_whole_hugepages_pass():
 def test_unicode_whitespace_is_not_trimmed(key, value):
     with pytest.raises(RequestError, match=f"^{key}: "):
         request_from_oci("c", {key: value})
+
+
+def test_the_request_reads_the_config_inference_section_itself():
+    """One record for the inference switches: a config section goes to the request as it is,
+    and a request built without one gets the config's defaults (the key table's)."""
+    from numa_pin.admission.request import DEFAULT_INFERENCE
+    from numa_pin.config import config_from_dict
+
+    assert DEFAULT_INFERENCE == config_from_dict({}).inference
+    cfg = config_from_dict({"inference": {"hugepages": False, "guaranteed_cpus_outside_kubernetes": True}})
+    assert isinstance(cfg.inference, Inference)

@@ -681,9 +681,11 @@ def _request(**override) -> bytes:
         (_request(env={"NUMA_PIN_CONFIG": 1}), "'env'"),
         (_request(cwd="relative"), "'cwd'"),
         (_request(version=None), "'version'"),
+        (b"[" * 200000, "nested more than"),
+        (_request(argv=[[["prestart"]]] * 2, env={"A": [[[[[[[[[]]]]]]]]]}), "nested more than"),
     ],
     ids=["good", "truncated", "array", "protocol-string", "argv-int", "bad-base64", "env-not-passed",
-         "env-not-string", "cwd-relative", "no-version"],
+         "env-not-string", "cwd-relative", "no-version", "deep-beyond-the-decoder", "deep"],
 )
 def test_decode_request(body, error):
     if error is None:

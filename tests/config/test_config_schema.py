@@ -216,6 +216,25 @@ def test_defaults_come_from_the_table() -> None:
     assert dict(c.policy_options) == {} and dict(c.reserved_memory) == {} and dict(c.devices) == {}
 
 
+_BOOL_KEYS = [item.key for item in ITEMS if item.type == "bool"]
+
+
+@pytest.mark.parametrize("key", _BOOL_KEYS, ids=_BOOL_KEYS)
+def test_every_switch_reaches_its_field(key: str) -> None:
+    """A switch set against its default lands on the record field its dotted key names."""
+    flat = {item.key: item.default for item in ITEMS}
+    doc: dict[str, object] = {}
+    *sections, name = key.split(".")
+    node = doc
+    for part in sections:
+        node = node.setdefault(part, {})  # type: ignore[assignment]
+    node[name] = not flat[key]
+    value: object = config_from_dict(doc)
+    for part in key.split("."):
+        value = getattr(value, part.replace("-", "_"))
+    assert value is (not flat[key])
+
+
 def test_every_item_is_documented_and_typed() -> None:
     for item in ITEMS:
         assert item.meaning.endswith(".") and item.type, item.key

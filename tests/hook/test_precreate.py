@@ -223,3 +223,29 @@ def test_vfs_go_to_the_runtime_only_under_container_scope(tmp_path, monkeypatch,
         assert [dict(e) for e in grant.netdevs] == [{"runtime": kit[vf].netdevs[0]}]
     else:
         assert "netDevices" not in spec["linux"] and grant.netdevs == ()
+
+
+def _nested(levels: int) -> bytes:
+    return b'{"linux": ' + b"[" * levels + b"]" * levels + b"}"
+
+
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (_nested(200), "nested more than"),
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "expected a JSON object"),
+        (b" " * (4 << 20) + b"{}", "larger than"),
+    ],
+    ids=["too-deep", "not-json", "not-an-object", "too-large"],
+)
+def test_the_proposed_config_is_bounded_like_every_hook_input(data, reason):
+    """podman's proposed config on stdin meets the same size and depth bounds as config.json."""
+    from numa_pin.errors import HookInputError
+    from numa_pin.hook.oci import MAX_DEPTH
+    from numa_pin.hook.precreate import read_proposed
+
+    assert read_proposed(_nested(MAX_DEPTH - 1))["linux"]  # at the bound: read
+    with pytest.raises(HookInputError, match=reason) as info:
+        read_proposed(data)
+    assert str(info.value).startswith("proposed config on stdin: ")

@@ -59,3 +59,19 @@ def test_an_empty_cgroup_is_no_container(tmp_path: Path) -> None:
                          ids=["none", "empty", "zeroed", "cut", "list", "bad-data", "bad-grant"])
 def test_salvage_takes_nothing_from_nothing(raw) -> None:
     assert salvage(raw) == ({}, {})
+
+
+def test_salvage_keeps_each_entry_that_parses_under_its_own_key() -> None:
+    """A refactor guard for salvage: good entries kept, a grant or pod filed under another key and
+    an entry that does not parse dropped, grants and pods alike."""
+    import json
+
+    from numa_pin.ledger.model import Grant, PodRecord
+
+    good, moved = Grant("a", "pod", "app", "exclusive", cpus={1}), Grant("b", "pod", "app", "exclusive", cpus={2})
+    pod, other = PodRecord("pod-a", frozenset({0})), PodRecord("pod-b", frozenset({1}))
+    data = {
+        "grants": {"a": good.to_dict(), "x": moved.to_dict(), "c": {"container_id": "c"}, "d": 1},
+        "pods": {"pod-a": pod.to_dict(), "pod-x": other.to_dict(), "pod-c": []},
+    }
+    assert salvage(json.dumps({"data": data}).encode()) == ({"a": good}, {"pod-a": pod})

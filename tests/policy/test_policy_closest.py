@@ -23,11 +23,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from policy_strategies import DETERMINISTIC, family_search_forced, provider_answers
 
-from numa_pin.policy import merge
-from numa_pin.policy.closest import _Search, _twin_classes, closest_set
+from numa_pin.policy import families
+from numa_pin.policy.closest import _Search, closest_set
 from numa_pin.policy.hint import CapacityFamily, TopologyHint
 from numa_pin.policy.reference import reference_merge
 from numa_pin.policy.registry import merge_hints
+from numa_pin.policy.twins import twin_classes
 
 Valid = Callable[[int], bool]
 
@@ -351,7 +352,7 @@ def test_partly_used_large_machines_certificates(name: str, seed: int) -> None:
 
 def test_kit_64_classes_are_its_sockets() -> None:
     matrix = kit_64()
-    classes = _twin_classes(matrix, [list(col) for col in zip(*matrix)])
+    classes = twin_classes(matrix, [list(col) for col in zip(*matrix)])
     assert classes == [list(range(s * 8, s * 8 + 8)) for s in range(8)]
 
 
@@ -368,7 +369,7 @@ def test_twin_classes_are_twins() -> None:
                 and all(matrix[u][w] == matrix[v][w] and matrix[w][u] == matrix[w][v] for w in range(n) if w not in (u, v))
             )
 
-        classes = _twin_classes(matrix, [list(col) for col in zip(*matrix)])
+        classes = twin_classes(matrix, [list(col) for col in zip(*matrix)])
         where = {v: i for i, members in enumerate(classes) for v in members}
         for u in range(n):
             for v in range(u + 1, n):
@@ -419,9 +420,9 @@ def test_merge_uses_the_search_for_families() -> None:
     from numa_pin.policy.base import NumaInfo, Ranker
 
     info = NumaInfo.build(nodes, {a: list(matrix[a]) for a in nodes})
-    built = merge._Family.build(family, _mask(nodes))
+    built = families.Family.build(family, _mask(nodes))
     assert built is not None
-    got = merge._closest_best(Ranker(info, True), nodes, 3, 0, built.constraints())
+    got = families.closest_best(Ranker(info, True), nodes, 3, 0, built.constraints())
     assert got == brute_closest(matrix, 3, lambda mask: True)
     hint, _ = merge_hints("best-effort", [{"cpu": family}, {"dev": [TopologyHint(None, True)]}], nodes,
                           {a: list(matrix[a]) for a in nodes}, True)

@@ -1,4 +1,4 @@
-"""The family search of merge.py (fact F4) against direct brute force.
+"""The family search of families.py (fact F4 of merge.py) against direct brute force.
 
 Families are drawn *tight* (need close to total capacity: little slack), the regime where
 several families must share the work of removing nodes and where greedy shortcuts fail.
@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from policy_strategies import DETERMINISTIC, family_search_forced
 
-from numa_pin.policy import merge
+from numa_pin.policy import families
 from numa_pin.policy.base import NumaInfo, Ranker
 from numa_pin.policy.hint import CapacityFamily, TopologyHint
 from numa_pin.policy.reference import reference_merge
@@ -54,8 +54,8 @@ def _achievable(universe: int, fams: list[CapacityFamily]) -> set[int]:
     return out
 
 
-def _prepared(nodes: list[int], fams: list[CapacityFamily]) -> list[merge._Family]:
-    built = [merge._Family.build(f, _mask(nodes)) for f in fams]
+def _prepared(nodes: list[int], fams: list[CapacityFamily]) -> list[families.Family]:
+    built = [families.Family.build(f, _mask(nodes)) for f in fams]
     assert all(b is not None for b in built)
     return built  # type: ignore[return-value]
 
@@ -67,7 +67,7 @@ def test_removal_oracle_matches_brute_force(case: tuple[list[int], list[Capacity
     if any(not f.contains(_mask(nodes)) for f in fams):
         return  # an empty family never reaches the search
     universe = _mask(data.draw(st.sets(st.sampled_from(nodes), min_size=1)))
-    removal = merge._Removal(universe, _prepared(nodes, fams))
+    removal = families.Removal(universe, _prepared(nodes, fams))
     achievable = _achievable(universe, fams)
     removable = {universe & ~s for s in achievable}
     mand = _mask(data.draw(st.sets(st.sampled_from(nodes)))) & universe
@@ -89,9 +89,9 @@ def test_greedy_narrowest_matches_brute_force(case: tuple[list[int], list[Capaci
     achievable = _achievable(universe, fams)
     counts = sorted({s.bit_count() for s in achievable if s})
     count = data.draw(st.sampled_from(counts))
-    removal = merge._Removal(universe, _prepared(nodes, fams))
+    removal = families.Removal(universe, _prepared(nodes, fams))
     expected = min(s for s in achievable if s.bit_count() == count)
-    assert merge._greedy_narrowest(removal, universe, count) == expected
+    assert families.greedy_narrowest(removal, universe, count) == expected
 
 
 @SEARCH
@@ -106,9 +106,9 @@ def test_closest_search_matches_brute_force(case: tuple[list[int], list[Capacity
     universe = _mask(nodes)
     achievable = _achievable(universe, fams)
     count = data.draw(st.sampled_from(sorted({s.bit_count() for s in achievable if s})))
-    removal = merge._Removal(universe, _prepared(nodes, fams))
+    removal = families.Removal(universe, _prepared(nodes, fams))
     size = universe.bit_count()
-    found = merge._closest_best(
+    found = families.closest_best(
         ranker, nodes, count, removal.fixed, (),
         subtree_ok=lambda inc, pool: removal.feasible(
             universe & ~(inc | pool), pool, size - count - (universe & ~(inc | pool)).bit_count()
@@ -121,7 +121,7 @@ def test_closest_search_matches_brute_force(case: tuple[list[int], list[Capacity
 @SEARCH
 @given(st.integers(2, 7), st.data())
 def test_member_searches_match_brute_force(n: int, data: st.DataObject) -> None:
-    """``_first_colex`` (narrowest), ``_closest_best`` with capacity constraints, ``min_size``."""
+    """``first_colex`` (narrowest), ``closest_best`` with capacity constraints, ``min_size``."""
     nodes = list(range(n))
     fam = CapacityFamily(
         tuple(nodes),
@@ -137,11 +137,11 @@ def test_member_searches_match_brute_force(n: int, data: st.DataObject) -> None:
     assert built.min_size() == min(m.bit_count() for m in members)
     k = data.draw(st.integers(1, n))
     sized = [m for m in members if m.bit_count() == k]
-    assert merge._first_colex(nodes, k, fam.must_include, built.constraints()) == (min(sized) if sized else None)
+    assert families.first_colex(nodes, k, fam.must_include, built.constraints()) == (min(sized) if sized else None)
     distances = {a: [10 if a == b else data.draw(st.sampled_from([11, 12, 21, 32])) for b in nodes] for a in nodes}
     info = NumaInfo.build(nodes, distances)
     expected = min(sized, key=lambda s: (info.average_distance(s), s)) if sized else None
-    found = merge._closest_best(Ranker(info, True), nodes, k, fam.must_include, built.constraints())
+    found = families.closest_best(Ranker(info, True), nodes, k, fam.must_include, built.constraints())
     assert found == expected
 
 
@@ -261,10 +261,10 @@ def test_greedy_every_count_many_small_machines(seed: int) -> None:
         built = _prepared(nodes, fams)
         for universe in range(1, 1 << len(nodes)):
             achievable = _achievable(universe, fams)
-            removal = merge._Removal(universe, built)
+            removal = families.Removal(universe, built)
             for count in sorted({s.bit_count() for s in achievable if s}):
                 expected = min(s for s in achievable if s.bit_count() == count)
-                assert merge._greedy_narrowest(removal, universe, count) == expected, (nodes, fams, universe, count)
+                assert families.greedy_narrowest(removal, universe, count) == expected, (nodes, fams, universe, count)
                 checked += 1
     assert checked > 1000
 
@@ -279,10 +279,10 @@ GREEDY_TABLE = [
 
 
 @pytest.mark.parametrize(
-    "families,universe,count,expected", [row[1:] for row in GREEDY_TABLE], ids=[row[0] for row in GREEDY_TABLE]
+    "specs,universe,count,expected", [row[1:] for row in GREEDY_TABLE], ids=[row[0] for row in GREEDY_TABLE]
 )
-def test_greedy_table(families: list[tuple[tuple[int, ...], int, int]], universe: int, count: int, expected: int) -> None:
+def test_greedy_table(specs: list[tuple[tuple[int, ...], int, int]], universe: int, count: int, expected: int) -> None:
     nodes = [0, 1, 2, 3]
-    fams = [CapacityFamily(tuple(nodes), tuple((c,) for c in caps), (need,), 1, must) for caps, need, must in families]
-    assert merge._greedy_narrowest(merge._Removal(universe, _prepared(nodes, fams)), universe, count) == expected
+    fams = [CapacityFamily(tuple(nodes), tuple((c,) for c in caps), (need,), 1, must) for caps, need, must in specs]
+    assert families.greedy_narrowest(families.Removal(universe, _prepared(nodes, fams)), universe, count) == expected
     assert min(s for s in _achievable(universe, fams) if s.bit_count() == count) == expected

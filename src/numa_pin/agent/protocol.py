@@ -72,6 +72,8 @@ MAX_STDIN_BYTES = (4 << 20) + 1
 
 #: largest request / reply frame either side accepts
 MAX_REQUEST_BYTES = 8 << 20
+#: how deep a request may nest (a real one: an object of lists and objects of strings)
+MAX_REQUEST_DEPTH = 8
 
 
 #: (a precreate's stdout is a whole config, at most MAX_STDIN_BYTES, in base64, and stderr)
@@ -183,12 +185,13 @@ class Request:
 
 
 def decode_request(body: bytes) -> Request:
-    """Parse a request body. Raises ValueError naming the field that is wrong."""
-    import json
+    """Parse a request body. Raises ValueError naming the field that is wrong (or the nesting
+    beyond :data:`MAX_REQUEST_DEPTH`)."""
+    from numa_pin.boundedio import json_loads_bounded
 
     try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
+        doc = json_loads_bounded(body, MAX_REQUEST_DEPTH)
+    except ValueError as exc:  # UnicodeDecodeError and boundedio's UnsafeInput included
         raise ValueError(f"request is not JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise ValueError("request is not a JSON object")

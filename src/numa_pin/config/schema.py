@@ -97,33 +97,18 @@ def _build(v: Mapping[str, Any], source: str | None) -> Config:
     # kubelet derives the count from --reserved-cpus (it overrides the reserved CPU amounts)
     num_reserved = len(reserved) if reserved is not None else v["cpu_manager.num_reserved_cpus"]
     return Config(
-        policy=v["policy"],
-        scope=v["scope"],
-        policy_options=v["policy_options"],
-        cpu_manager=CpuManagerConfig(
-            options=opts,
-            reserved_cpus=reserved,
-            num_reserved_cpus=num_reserved,
-        ),
-        reserved_memory=v["reserved_memory"],
-        devices=v["devices"],
-        inference=InferenceConfig(
-            guaranteed_cpus=v["inference.guaranteed_cpus"],
-            guaranteed_cpus_outside_kubernetes=v["inference.guaranteed_cpus_outside_kubernetes"],
-            hugepages=v["inference.hugepages"],
-            device_plugin_env=v["inference.device_plugin_env"],
-        ),
-        sysfs_root=v["sysfs_root"],
-        proc_root=v["proc_root"],
-        cgroup_root=v["cgroup_root"],
-        state_dir=v["state_dir"],
-        kubelet_root=v["kubelet_root"],
-        lock_timeout_s=v["lock_timeout_s"],
-        admission_timeout_s=v["admission_timeout_s"],
-        syslog=v["syslog"],
+        **_leaves(v, ""),
+        cpu_manager=CpuManagerConfig(options=opts, reserved_cpus=reserved, num_reserved_cpus=num_reserved),
+        inference=InferenceConfig(**_leaves(v, "inference")),
         source=source,
     )
 
+
+def _leaves(v: Mapping[str, Any], section: str) -> dict[str, Any]:
+    """The values of the keys directly under ``section`` ("" for the top level) that are not
+    sections themselves, by name: the fields of that section's record."""
+    dot = f"{section}." if section else ""
+    return {name: v[dot + name] for name in CHILDREN[section] if dot + name in BY_KEY}
 
 __all__ = [
     "CPU_MANAGER_OPTIONS",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from numa_pin.admission.request import ContainerRequest, Inference, request_from_oci
+from numa_pin.admission.request import ContainerRequest, request_from_oci
 from numa_pin.config.schema import Config
 from numa_pin.enforcer.owner import ContainerCgroup
 from numa_pin.hook.oci import OciSpec, OciState, load_spec
@@ -11,7 +11,6 @@ from numa_pin.hook.oci import OciSpec, OciState, load_spec
 def request_from_spec(state: OciState, spec: OciSpec, config: Config) -> ContainerRequest:
     """Annotations from the state win over those in config.json (they are normally equal)."""
     annotations = {**spec.annotations, **state.annotations}
-    inf = config.inference
     return request_from_oci(
         state.id,
         annotations,
@@ -23,8 +22,7 @@ def request_from_spec(state: OciState, spec: OciSpec, config: Config) -> Contain
         cpuset=spec.cpuset_cpus,
         cpu_shares=spec.cpu_shares,
         cgroups_path=spec.cgroups_path,
-        inference=Inference(inf.guaranteed_cpus, inf.hugepages, inf.device_plugin_env,
-                            inf.guaranteed_cpus_outside_kubernetes),
+        inference=config.inference,
     )
 
 

@@ -53,15 +53,20 @@ class OciSpec:
     netns_path: str | None
 
 
-def _load_json(text: bytes | str, what: str) -> Any:
+def load_object(text: bytes | str, what: str) -> dict[str, Any]:
+    """A JSON object a runtime handed the hook, bounded in size (:data:`MAX_DOCUMENT_BYTES`)
+    and depth (:data:`MAX_DEPTH`). Raises :class:`HookInputError` naming ``what``."""
     if len(text) > MAX_DOCUMENT_BYTES:
         raise HookInputError(f"{what}: larger than {MAX_DOCUMENT_BYTES} bytes")
     try:
-        return json_loads_bounded(text, MAX_DEPTH)
+        doc = json_loads_bounded(text, MAX_DEPTH)
     except UnsafeInput as exc:
         raise HookInputError(f"{what}: {exc}") from None
     except ValueError as exc:  # UnicodeDecodeError included
         raise HookInputError(f"{what}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise HookInputError(f"{what}: expected a JSON object")
+    return doc
 
 
 def _str_map(value: Any, what: str) -> dict[str, str]:
@@ -80,9 +85,7 @@ def _str_map(value: Any, what: str) -> dict[str, str]:
 def read_state(fp: IO[bytes] | IO[str], source: str = "stdin") -> OciState:
     """Parse the OCI state JSON from a stream. Accepts the legacy ``bundlePath`` key."""
     data = fp.read(MAX_DOCUMENT_BYTES + 1)
-    doc = _load_json(data, f"OCI state on {source}")
-    if not isinstance(doc, dict):
-        raise HookInputError(f"OCI state on {source}: expected a JSON object")
+    doc = load_object(data, f"OCI state on {source}")
     cid = doc.get("id")
     if not isinstance(cid, str) or not cid:
         raise HookInputError(f"OCI state on {source}: missing container 'id'")
@@ -123,9 +126,7 @@ def _dig(doc: Mapping[str, Any], *keys: str) -> Any:
 
 def parse_spec(text: bytes | str, bundle: str, source: str = "config.json") -> OciSpec:
     """Parse a bundle's ``config.json``; relative ``root.path`` is resolved against ``bundle``."""
-    doc = _load_json(text, source)
-    if not isinstance(doc, dict):
-        raise HookInputError(f"{source}: expected a JSON object")
+    doc = load_object(text, source)
     env: dict[str, str] = {}
     raw_env = _dig(doc, "process", "env") or []
     if not isinstance(raw_env, list):

@@ -25,7 +25,6 @@ poststop releases it. A container that asks for nothing passes through unchanged
 from __future__ import annotations
 
 import copy
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -203,19 +202,12 @@ def edit_spec(
 def read_proposed(data: bytes) -> dict[str, Any]:
     """The proposed config podman wrote on stdin (bounded like every hook input).
 
-    Raises HookInputError for a document that is too large, not JSON or not an object.
+    Raises HookInputError for a document that is too large, nested too deeply, not JSON or not
+    an object.
     """
-    from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
+    from numa_pin.hook.oci import load_object
 
-    if len(data) > MAX_DOCUMENT_BYTES:
-        raise HookInputError(f"proposed config on stdin: larger than {MAX_DOCUMENT_BYTES} bytes")
-    try:
-        doc = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise HookInputError(f"proposed config on stdin: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict):
-        raise HookInputError("proposed config on stdin: expected a JSON object")
-    return doc
+    return load_object(data, "proposed config on stdin")
 
 
 @record

@@ -36,6 +36,12 @@ from numa_pin.ledger.liveness import cgroup_populated, detect_cgroup_version
 from numa_pin.ledger.model import KIND_EXCLUSIVE, KIND_SHARED, Grant, LedgerState, PodRecord
 from numa_pin.record import record
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
+
 #: how deep the scan walks the cpuset hierarchy, and how many cgroups it reads at most
 MAX_SCAN_DEPTH = 8
 MAX_SCAN_CGROUPS = 20000
@@ -66,23 +72,23 @@ def salvage(raw: bytes | None) -> tuple[dict[str, Grant], dict[str, PodRecord]]:
     data = doc.get("data") if isinstance(doc, dict) else None
     if not isinstance(data, dict):
         return {}, {}
-    grants: dict[str, Grant] = {}
-    pods: dict[str, PodRecord] = {}
-    for cid, value in _items(data.get("grants")):
-        try:
-            grant = Grant.from_dict(value)
-        except (LedgerCorrupt, ValueError, TypeError, AttributeError, KeyError):
-            continue
-        if grant.container_id == cid:
-            grants[cid] = grant
-    for pod_id, value in _items(data.get("pods")):
-        try:
-            pod = PodRecord.from_dict(value)
-        except (LedgerCorrupt, ValueError, TypeError, AttributeError, KeyError):
-            continue
-        if pod.pod_id == pod_id:
-            pods[pod_id] = pod
+    grants = _records(data.get("grants"), Grant.from_dict, lambda grant: grant.container_id)
+    pods = _records(data.get("pods"), PodRecord.from_dict, lambda pod: pod.pod_id)
     return grants, pods
+
+
+def _records(value: object, parse: Callable[[Any], T], key: Callable[[T], str]) -> dict[str, T]:
+    """The entries of one map of a damaged ledger that parse on their own and sit under their
+    own key."""
+    out: dict[str, T] = {}
+    for name, entry in _items(value):
+        try:
+            rec = parse(entry)
+        except (LedgerCorrupt, ValueError, TypeError, AttributeError, KeyError):
+            continue
+        if key(rec) == name:
+            out[name] = rec
+    return out
 
 
 def scan(cgroup_root: str, online: frozenset[int], reserved: frozenset[int] = frozenset(),

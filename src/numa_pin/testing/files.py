@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 
@@ -39,6 +39,11 @@ class TreeFiles:
             os.write(fd, data)
         finally:
             os.close(fd)
+
+    def attributes(self, directory: Path, values: Mapping[str, object]) -> None:
+        """One sysfs attribute file per entry of ``values`` in ``directory``: the value and a newline."""
+        for name, value in values.items():
+            self.write(directory / name, f"{value}\n")
 
     def link(self, link: Path, target: Path) -> None:
         """``link`` as a relative symlink to ``target`` (both absolute paths)."""

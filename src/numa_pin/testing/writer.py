@@ -272,13 +272,11 @@ class _Writer:
     ) -> None:
         d = cpu_dir / "cache" / f"index{index}"
         line = 64
-        self.files.write(d / "level", f"{level}\n")
-        self.files.write(d / "type", f"{ctype}\n")
-        self.files.write(d / "size", f"{size_kb}K\n")
-        self.files.write(d / "ways_of_associativity", f"{ways}\n")
-        self.files.write(d / "number_of_sets", f"{size_kb * 1024 // (ways * line)}\n")
-        self.files.write(d / "coherency_line_size", f"{line}\n")
-        self.files.write(d / "physical_line_partition", "1\n")
+        self.files.attributes(d, {
+            "level": level, "type": ctype, "size": f"{size_kb}K", "ways_of_associativity": ways,
+            "number_of_sets": size_kb * 1024 // (ways * line), "coherency_line_size": line,
+            "physical_line_partition": 1,
+        })
         if not self.spec.quirks.cache_map_only:  # older kernels: the mask alone, no id
             self.files.write(d / "id", f"{cache_id}\n")
             self.files.write(d / "shared_cpu_list", list_line(shared))
@@ -290,12 +288,10 @@ class _Writer:
             total = sum(spec.node_hugepages(n).get(size, (0, 0))[0] for n in spec.node_ids)
             free = sum(spec.node_hugepages(n).get(size, (0, 0))[1] for n in spec.node_ids)
             d = self.sys / "kernel" / "mm" / "hugepages" / f"hugepages-{size}kB"
-            self.files.write(d / "nr_hugepages", f"{total}\n")
-            self.files.write(d / "nr_hugepages_mempolicy", f"{total}\n")
-            self.files.write(d / "free_hugepages", f"{free}\n")
-            self.files.write(d / "resv_hugepages", "0\n")
-            self.files.write(d / "surplus_hugepages", "0\n")
-            self.files.write(d / "nr_overcommit_hugepages", "0\n")
+            self.files.attributes(d, {
+                "nr_hugepages": total, "nr_hugepages_mempolicy": total, "free_hugepages": free,
+                "resv_hugepages": 0, "surplus_hugepages": 0, "nr_overcommit_hugepages": 0,
+            })
 
     # ---- proc ----------------------------------------------------------------------------
     def write_proc(self) -> None:

@@ -173,26 +173,18 @@ class PciWriter:
     ) -> None:
         self.files.mkdir(d)
         subvendor = dev.subsystem_vendor or vendor
-        self.files.write(d / "vendor", f"{vendor}\n")
-        self.files.write(d / "device", f"{device}\n")
-        self.files.write(d / "class", f"{pci_class}\n")
-        self.files.write(d / "subsystem_vendor", f"{subvendor}\n")
-        self.files.write(d / "subsystem_device", f"{dev.subsystem_device}\n")
-        self.files.write(d / "revision", f"{dev.revision}\n")
-        self.files.write(d / "numa_node", f"{numa_node}\n")
-        self.files.write(d / "local_cpus", kernel_mask(local, self.nbits) + "\n")
+        self.files.attributes(d, {
+            "vendor": vendor, "device": device, "class": pci_class, "subsystem_vendor": subvendor,
+            "subsystem_device": dev.subsystem_device, "revision": dev.revision, "numa_node": numa_node,
+            "local_cpus": kernel_mask(local, self.nbits),
+        })
         self.files.write(d / "local_cpulist", list_line(local))
-        self.files.write(d / "enable", "1\n")
-        self.files.write(d / "irq", "0\n")
-        self.files.write(d / "dma_mask_bits", "64\n")
-        self.files.write(d / "consistent_dma_mask_bits", "64\n")
-        self.files.write(d / "driver_override", "(null)\n")
-        self.files.write(d / "broken_parity_status", "0\n")
-        self.files.write(d / "msi_bus", "1\n")
-        self.files.write(d / "current_link_speed", f"{dev.link_speed}\n")
-        self.files.write(d / "current_link_width", f"{dev.link_width}\n")
-        self.files.write(d / "max_link_speed", f"{dev.link_speed}\n")
-        self.files.write(d / "max_link_width", f"{dev.link_width}\n")
+        self.files.attributes(d, {
+            "enable": 1, "irq": 0, "dma_mask_bits": 64, "consistent_dma_mask_bits": 64,
+            "driver_override": "(null)", "broken_parity_status": 0, "msi_bus": 1,
+            "current_link_speed": dev.link_speed, "current_link_width": dev.link_width,
+            "max_link_speed": dev.link_speed, "max_link_width": dev.link_width,
+        })
         self.files.write(
             d / "resource",
             "".join(
@@ -255,30 +247,21 @@ class PciWriter:
         self._next_ifindex += 1
         d = dev_dir / "net" / name
         mac = f"02:00:00:00:{ifindex >> 8 & 0xFF:02x}:{ifindex & 0xFF:02x}"
-        self.files.write(d / "address", mac + "\n")
-        self.files.write(d / "ifindex", f"{ifindex}\n")
-        self.files.write(d / "iflink", f"{ifindex}\n")
-        self.files.write(d / "operstate", "up\n")
-        self.files.write(d / "carrier", "1\n")
-        self.files.write(d / "mtu", "1500\n")
-        self.files.write(d / "type", "1\n")
-        self.files.write(d / "dev_port", "0\n")
-        self.files.write(d / "uevent", f"INTERFACE={name}\nIFINDEX={ifindex}\n")
+        self._interface(d, name, ifindex, {"address": mac, "ifindex": ifindex, "iflink": ifindex,
+                                           "operstate": "up", "carrier": 1, "mtu": 1500, "type": 1, "dev_port": 0})
         self.files.link(d / "device", dev_dir)
-        self.files.link(d / "subsystem", self.sys / "class" / "net")
-        self.files.link(self.sys / "class" / "net" / name, d)
 
     def write_net_loopback(self) -> None:
         d = self.devices_dir / "virtual" / "net" / "lo"
-        self.files.write(d / "address", "00:00:00:00:00:00\n")
-        self.files.write(d / "ifindex", "1\n")
-        self.files.write(d / "iflink", "1\n")
-        self.files.write(d / "operstate", "unknown\n")
-        self.files.write(d / "mtu", "65536\n")
-        self.files.write(d / "type", "772\n")
-        self.files.write(d / "uevent", "INTERFACE=lo\nIFINDEX=1\n")
+        self._interface(d, "lo", 1, {"address": "00:00:00:00:00:00", "ifindex": 1, "iflink": 1,
+                                     "operstate": "unknown", "mtu": 65536, "type": 772})
+
+    def _interface(self, d: Path, name: str, ifindex: int, attributes: dict[str, object]) -> None:
+        """A network interface's directory ``d``, its attributes and its ``class/net`` entry."""
+        self.files.attributes(d, attributes)
+        self.files.write(d / "uevent", f"INTERFACE={name}\nIFINDEX={ifindex}\n")
         self.files.link(d / "subsystem", self.sys / "class" / "net")
-        self.files.link(self.sys / "class" / "net" / "lo", d)
+        self.files.link(self.sys / "class" / "net" / name, d)
 
     def _iommu(self, dev_dir: Path, address: str, group: int | None) -> None:
         if group is None:
