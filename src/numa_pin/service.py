@@ -107,7 +107,7 @@ class NodeService(Node):
             try:
                 return self._admit(request, pid, kind, owner, budget, rootfs, expected_cgroup)
             except LedgerCorrupt as exc:
-                if not _asks_nothing(request):
+                if not request.asks_nothing:
                     raise
                 # nothing was written yet; a container that asks for nothing starts untouched, and
                 # `numa-pin recover` finds it later if the pool has shrunk under it
@@ -299,7 +299,7 @@ class NodeService(Node):
                 self._roll_back(going.undo, exc, container_id)
                 raise
             # a failed ledger write undoes it (the commit is inside the rollback); what cannot be
-            # undone (devices going home) waits until the ledger no longer grants it
+            # undone (NodeResource.give_back) waits until the ledger no longer grants it
             txn.on_commit_failure(self._undoer(going.undo, container_id))
             txn.after_commit(lambda: self._give_back(going))
             txn.state = state
@@ -308,26 +308,21 @@ class NodeService(Node):
         return grant
 
     def release_to_shared(self, container_id: str) -> Grant | None:
-        """Take back what a live container holds exclusively and keep tracking it as a shared
-        container (``numa-pin release --force``): its grant becomes a shared grant, enforced as
-        a shared container's (its cgroup goes to the shared pool, inside its own cpuset, and
-        follows the pool from then on; the pool grows by what it held), and what it held is given
-        back once the ledger no longer grants it (its GPUs, its container-scope VFs); its memory
-        nodes stay as they are. Returns the new grant, or None when there is none. The poststop
-        (or a release once it has stopped) drops it."""
+        """Take back what a live container holds for itself alone and keep tracking it as a shared
+        container (``numa-pin release --force``): its grant becomes a shared grant
+        (:meth:`~numa_pin.ledger.model.Grant.as_shared`), enforced by every resource as a shared
+        container's, with the old grant's holdings counted as dropped (they go back to the node),
+        and what cannot be undone is given back once the ledger no longer grants it. Returns the
+        new grant, or None when there is none. The poststop (or a release once it has stopped)
+        drops it."""
         with self.ledger.transaction() as txn:
             before, old = txn.state, txn.state.grants.get(container_id)
             if old is None:
                 return None
-            grant = replace(old, kind=KIND_SHARED, cpus=frozenset(), devices={}, memory={}, affinity=None,
-                            netdevs=(), gpus=None)
-            state = txn.state.with_grant(grant)
-            ref = self.cgroup_ref(old)
-            if ref is not None and not os.path.isdir(ref.cpuset_dir):
-                ref = None
+            grant = old.as_shared()
             undo = UndoLog()
-            # the old grant's holdings count as dropped: the resources give them to the pool
-            enforcing = Admission(grant, state, undo, ref, old.pid, None, (old,), False)
+            enforcing = Admission(grant, txn.state.with_grant(grant), undo, self.live_cgroup_ref(old), old.pid,
+                                  None, (old,), False)
             try:
                 for resource in self.resources:
                     enforcing = resource.enforce(self, enforcing, grant)
@@ -354,13 +349,6 @@ class NodeService(Node):
             txn.on_commit_failure(self._undoer(undo, "reconcile"))
             txn.state = state
         return list(removed), repaired
-
-
-def _asks_nothing(request: ContainerRequest) -> bool:
-    """No CPUs, memory, hugepages or devices, for itself or its pod, and no fixed devices."""
-    pod_empty = request.pod_amounts is None or request.pod_amounts.empty
-    fixed = request.fixed_gpus or any(request.fixed_pci.values()) or request.fixed_cdi
-    return request.amounts.empty and pod_empty and not fixed
 
 
 def _start_time(pid: int | None, proc_root: str) -> float | None:

@@ -152,6 +152,14 @@ class ContainerRequest:
         """``namespace/pod/container`` for a Kubernetes container, else the name."""
         return f"{self.pod_name}/{self.name}" if self.pod_name else self.name
 
+    @property
+    def asks_nothing(self) -> bool:
+        """No CPUs, memory, hugepages or devices, for itself or its pod, and no devices a
+        device plugin already chose: a container numa-pin only keeps on the shared pool."""
+        pod_empty = self.pod_amounts is None or self.pod_amounts.empty
+        fixed = self.fixed_gpus or any(self.fixed_pci.values()) or self.fixed_cdi
+        return self.amounts.empty and pod_empty and not fixed
+
 
 #: which Kubernetes-compatible inferences are on: the config's ``inference`` section itself
 Inference = InferenceConfig

@@ -23,7 +23,7 @@ from numa_pin.errors import LedgerCorrupt
 from numa_pin.ledger import shape
 from numa_pin.ledger.migrate import LEDGER_VERSION, MIGRATIONS, migrate, newer_version_message
 from numa_pin.ledger.pod import PodNetdev, PodRecord
-from numa_pin.record import field, record
+from numa_pin.record import field, record, replace
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
@@ -158,6 +158,13 @@ class Grant:
             raise ValueError(f"gpus must be a GpuAccess or None, got {type(self.gpus).__name__}")
         if self.pending_since is not None:
             shape.set_field(self, "pending_since", shape.finite("pending_since", self.pending_since))
+
+    def as_shared(self) -> Grant:
+        """The same container tracked as a shared one (``numa-pin release --force``): nothing
+        held for it alone any more (no exclusive CPUs, devices, memory, affinity, or records of
+        what was moved or opened for it); its cgroup, pid and memory nodes stay."""
+        return replace(self, kind=KIND_SHARED, cpus=frozenset(), devices={}, memory={}, affinity=None,
+                       netdevs=(), gpus=None)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: CPU and node sets as kernel list strings (``"0-3,8"``).

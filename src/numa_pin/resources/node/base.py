@@ -28,6 +28,7 @@ config's roots, the topology and the cgroup layout, read once per node service.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from numa_pin.config.schema import Config
@@ -131,6 +132,11 @@ class Node:
         if not grant.cgroup:
             return None
         return cg.ref_from_path(grant.cgroup, self.config.cgroup_root, self._layout())
+
+    def live_cgroup_ref(self, grant: Grant) -> cg.CgroupRef | None:
+        """:meth:`cgroup_ref` while that cgroup exists (None: none recorded, or gone)."""
+        ref = self.cgroup_ref(grant)
+        return ref if ref is not None and os.path.isdir(ref.cpuset_dir) else None
 
 
 @record
