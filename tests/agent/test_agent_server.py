@@ -1082,6 +1082,30 @@ def test_an_on_demand_agent_retires_when_idle_or_upgraded(tmp_path):
         agent.close()
 
 
+@pytest.mark.parametrize("change", ["removed", "replaced", "kept"])
+def test_systemds_agent_leaves_when_its_socket_file_goes(tmp_path, change):
+    """A socket-activated agent (systemd passed the socket; no --idle-exit) whose socket file is
+    removed would run beside the agent the next hook starts on that path: it leaves instead."""
+    path = str(tmp_path / "agent.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(4)
+    agent = server.AgentServer(path, os.open(os.devnull, os.O_RDONLY), listener, owns_path=False)
+    try:
+        now = time.monotonic()
+        assert not agent.retired(now)
+        if change != "kept":
+            os.unlink(path)
+        if change == "replaced":  # the agent a hook started on demand listens there now
+            other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            other.bind(path)
+            other.close()
+        assert agent.retired(now + 6) == (change != "kept")
+        assert os.path.exists(path) == (change != "removed"), "systemd's socket file is never touched"
+    finally:
+        agent.close()
+
+
 @pytest.mark.parametrize(
     "mine, pid1, pid2, env, euid, want",
     [

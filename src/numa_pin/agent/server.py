@@ -98,7 +98,9 @@ class AgentServer:
         self.idle_exit_s = idle_exit_s
         self.last_active = time.monotonic()
         self._next_source_check = 0.0
-        self._inode = os.stat(path).st_ino if owns_path else -1
+        #: the socket file's inode: an agent whose socket path was removed or replaced (a purge of
+        #: /run/numa-pin, a hook that then started an agent of its own) no longer reaches a hook
+        self._inode = _inode(path)
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         #: the child forked and warmed before a hook connects, and the notes children send
         self.spares = spare.SpareKeeper()
@@ -177,7 +179,13 @@ class AgentServer:
         Admissions still running then finish: a stopping server drains them."""
         now = time.monotonic() if now is None else now
         if self.idle_exit_s is None:
-            return False
+            if self.owns_path or now < self._next_source_check:
+                return False
+            # systemd's agent: its socket file gone or replaced means a second agent would serve
+            # the path while this one waits on a socket no hook can reach (it leaves, and systemd
+            # keeps its unit's socket)
+            self._next_source_check = now + 5.0
+            return not self._socket_is_ours()
         if now - self.last_active >= self.idle_exit_s:
             return True
         if now >= self._next_source_check:
@@ -186,12 +194,9 @@ class AgentServer:
         return False
 
     def _socket_is_ours(self) -> bool:
-        if not self.owns_path:
+        if self._inode is None:  # systemd passed a socket whose path could not be looked at
             return True
-        try:
-            return os.stat(self.path).st_ino == self._inode
-        except OSError:
-            return False
+        return _inode(self.path) == self._inode
 
     def _stop(self, _signum: int, _frame) -> None:
         self.stopping = True
@@ -296,6 +301,13 @@ class AgentServer:
                 return
             self.handler.handle(conn, peer, by)
 
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
 def _ignore(_signum: int, _frame) -> None:
     """SIGCHLD: nothing to do here; the wake-up fd makes the loop reap."""
 
@@ -321,7 +333,9 @@ def serve(
 
     Under systemd socket activation (``LISTEN_FDS``/``LISTEN_PID`` in ``environ``, default
     ``os.environ``) the passed socket is served instead and ``path`` is ignored; a stop then
-    leaves the socket to systemd, which starts the agent again on the next connection. On its
+    leaves the socket to systemd, which starts the agent again on the next connection. Such an
+    agent stops when its socket file is removed or replaced, so it never runs beside an agent a
+    hook started on the path (no hook can reach it any more). On its
     own socket the server takes the lock before the imports, so a second server started at
     the same moment (two hooks starting one on demand) exits at once. With ``idle_exit_s`` it
     also stops after that many idle seconds or when its sources change (an agent started on
