@@ -348,6 +348,16 @@ def find_cgroup(
     return CgroupRef(version, rel, cpuset_dir, pid_rel, _driver_of(rel))
 
 
+def child_dirs(directory: str) -> list[str]:
+    """The child cgroups of ``directory`` (its sub-directories, symlinks not followed), sorted;
+    none when it is gone or unreadable (a cgroup removed while it is walked)."""
+    try:
+        with os.scandir(directory) as entries:
+            return sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+
+
 def hierarchy_dir(rel_path: str, cgroup_root: str | os.PathLike[str], subdir: str,
                   real_dirs: dict[str, str] | None = None) -> str:
     """The directory of the cgroup at hierarchy path ``rel_path`` in the hierarchy mounted at

@@ -339,12 +339,8 @@ def _subtree(top: str) -> tuple[list[str], dict[str, str]]:
     for depth in range(MAX_NESTED_DEPTH + 1):
         below: list[str] = []
         for directory in level:
-            try:
-                with os.scandir(directory) as entries:
-                    children = sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
-            except OSError:
-                continue  # gone: its write below fails as missing, or it was a leaf
-            for child in children:
+            # a cgroup gone meanwhile has no children: its write fails as missing
+            for child in cgroups.child_dirs(directory):
                 if depth == MAX_NESTED_DEPTH:
                     raise EnforcementError(f"nested cpuset cgroups deeper than {MAX_NESTED_DEPTH} levels", path=child)
                 parents[child] = directory

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 
 from numa_pin import cpuset as cpulist
 from numa_pin.boundedio import json_loads_bounded
-from numa_pin.enforcer.cgroups import leaf_container_id
+from numa_pin.enforcer.cgroups import child_dirs, leaf_container_id
 from numa_pin.errors import LedgerCorrupt
 from numa_pin.ledger.liveness import cgroup_populated, detect_cgroup_version
 from numa_pin.ledger.model import KIND_EXCLUSIVE, KIND_SHARED, Grant, LedgerState, PodRecord
@@ -103,12 +103,7 @@ def scan(cgroup_root: str, online: frozenset[int], reserved: frozenset[int] = fr
     for _depth in range(MAX_SCAN_DEPTH):
         below: list[str] = []
         for directory in level:
-            try:
-                with os.scandir(directory) as entries:
-                    children = sorted(e.path for e in entries if e.is_dir(follow_symlinks=False))
-            except OSError:
-                continue
-            for child in children:
+            for child in child_dirs(directory):
                 seen += 1
                 if seen > MAX_SCAN_CGROUPS:
                     break
