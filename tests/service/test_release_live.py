@@ -8,7 +8,6 @@ exclusive grant shrinks it off the CPUs it gets.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -20,12 +19,8 @@ from numa_pin.testing.node import FakeNode
 
 
 @pytest.fixture
-def node(tmp_path: Path, tmp_path_factory, monkeypatch) -> FakeNode:
-    monkeypatch.setenv("NUMA_PIN_NO_AGENT", "1")
-    monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(tmp_path / "cache"))
-    fake = FakeNode(tmp_path / "n", "intel-2s-ht", machines=tmp_path_factory.getbasetemp() / "machines")
-    fake.config = fake.write_config(policy="restricted", kubelet_root=str(tmp_path / "no-kubelet"))
-    return fake
+def node(hook_node: FakeNode) -> FakeNode:
+    return hook_node
 
 
 def admit(node: FakeNode, name: str, pid: int, annotations: dict[str, str]) -> None:
