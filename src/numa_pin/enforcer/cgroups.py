@@ -7,8 +7,8 @@ Two inputs decide where a container's cpuset lives:
   ``"v2"`` (one cgroup2 hierarchy at the cgroup root), ``"v1"`` (one cgroup mount per
   controller group) or ``"hybrid"`` (v1 controllers plus an empty-ish cgroup2 at
   ``.../unified``, systemd's old default).
-* ``<proc_root>/<pid>/cgroup`` says where the process sits (:func:`find_cgroup`). The
-  hook runs in the host cgroup namespace, so the paths are host-absolute. crun's
+* ``<proc_root>/<pid>/cgroup`` says where the process sits (:func:`find_cgroup`; the file
+  is read in :mod:`numa_pin.enforcer.proccgroup`). The hook runs in the host cgroup namespace, so the paths are host-absolute. crun's
   systemd ``container`` sub-cgroup is stepped out of so the cpuset lands on the scope.
 
 Every directory handed back is built by :func:`safe_join`, which refuses ``..``, and
@@ -31,6 +31,13 @@ from numa_pin.enforcer.mounts import (
     detect_layout,
     layout_from_mounts,
     parse_mountinfo,
+)
+from numa_pin.enforcer.proccgroup import (
+    ProcCgroupLine,
+    parse_proc_cgroup,
+    path_parts,
+    process_cgroup,
+    read_proc_cgroup,
 )
 from numa_pin.errors import CgroupEscapeError, EnforcementError
 from numa_pin.record import record
@@ -70,7 +77,7 @@ class CgroupRef:
     @property
     def hierarchy_root(self) -> str:
         """The directory of the hierarchy's root cgroup (``cpuset_dir`` minus ``rel_path``)."""
-        parts = _parts(self.rel_path)
+        parts = path_parts(self.rel_path)
         path = self.cpuset_dir
         for _ in parts:
             path = os.path.dirname(path)
@@ -85,7 +92,7 @@ class CgroupRef:
 
 def leaf_container_id(rel: str) -> str | None:
     """The container id the leaf of cgroup path ``rel`` carries (see :attr:`CgroupRef.container_id`)."""
-    parts = _parts(rel)
+    parts = path_parts(rel)
     if not parts:
         return None
     leaf = parts[-1]
@@ -100,10 +107,6 @@ def leaf_container_id(rel: str) -> str | None:
 
 
 # ---- paths ---------------------------------------------------------------------------
-def _parts(rel: str) -> list[str]:
-    return [p for p in rel.split("/") if p not in ("", ".")]
-
-
 def realpath(path: str | os.PathLike[str], real_dirs: dict[str, str] | None = None) -> str:
     """``os.path.realpath(path)``; with ``real_dirs`` (a memo of real paths for one batch of
     checks) a parent directory is resolved once per batch, and each path once, with one ``lstat``
@@ -136,7 +139,7 @@ def _join_under(root: str | os.PathLike[str], rel: str, error: type[EnforcementE
     root_s = os.fspath(root)
     if "\x00" in rel:
         raise error(f"path {rel!r} contains a NUL byte", path=root_s)
-    parts = _parts(rel)
+    parts = path_parts(rel)
     if ".." in parts:
         raise error(f"path {rel!r} contains '..' and would leave the root", path=root_s)
     joined = os.path.join(root_s, *parts)
@@ -218,78 +221,8 @@ def write_cgroup_file(path: str, text: str) -> None:
         os.close(fd)
 
 
-# ---- /proc/<pid>/cgroup --------------------------------------------------------------
-@record
-class ProcCgroupLine:
-    """One line of ``/proc/<pid>/cgroup``: ``hierarchy-id:controllers:path``."""
-
-    hierarchy_id: int
-    controllers: frozenset[str]
-    path: str
-
-
-def parse_proc_cgroup(text: str, source: str = "cgroup") -> tuple[ProcCgroupLine, ...]:
-    """Parse ``/proc/<pid>/cgroup`` text (pure).
-
-    Raises EnforcementError naming ``source`` for an empty file or a malformed line.
-    """
-    out: list[ProcCgroupLine] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        hid, sep1, rest = line.partition(":")
-        ctrls, sep2, path = rest.partition(":")
-        if not (sep1 and sep2) or not hid.isdigit() or not path.startswith("/"):
-            raise EnforcementError(f"line {lineno} is not 'id:controllers:/path': {line!r}",
-                                   path=source)
-        names = frozenset(c for c in ctrls.split(",") if c)
-        out.append(ProcCgroupLine(int(hid), names, path))
-    if not out:
-        raise EnforcementError("empty (has the process exited?)", path=source)
-    return tuple(out)
-
-
-def read_proc_cgroup(
-    pid: int | str, proc_root: str | os.PathLike[str]
-) -> tuple[ProcCgroupLine, ...]:
-    """Read and parse ``<proc_root>/<pid>/cgroup``; EnforcementError names the file."""
-    path = os.path.join(os.fspath(proc_root), str(pid), "cgroup")
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
-            text = fh.read()
-    except FileNotFoundError:
-        raise EnforcementError(f"no such process {pid}", path=path) from None
-    except OSError as exc:
-        raise EnforcementError(f"cannot read: {exc.strerror or exc}", path=path) from exc
-    return parse_proc_cgroup(text, path)
-
-
-def _select_line(lines: tuple[ProcCgroupLine, ...], version: int, controller: str,
-                 source: str) -> str:
-    if version == 2:
-        for ln in lines:
-            if ln.hierarchy_id == 0 and not ln.controllers:
-                return ln.path
-        raise EnforcementError("no cgroup v2 line ('0::/path')", path=source)
-    for ln in lines:
-        if controller in ln.controllers:
-            return ln.path
-    raise EnforcementError(f"no line for the v1 {controller} controller", path=source)
-
-
-def _strip_mount_root(path: str, mount_root: str) -> str:
-    root = "/" + "/".join(_parts(mount_root))
-    if root == "/":
-        return path
-    if path == root:
-        return "/"
-    if path.startswith(root + "/"):
-        return path[len(root):]
-    return path
-
-
 def _driver_of(rel: str) -> str:
-    parts = _parts(rel)
+    parts = path_parts(rel)
     if any(p.endswith((".slice", ".scope")) for p in parts):
         return DRIVER_SYSTEMD
     return DRIVER_CGROUPFS
@@ -302,7 +235,7 @@ def enforcement_path(rel: str, version: int, subgroups: tuple[str, ...] = RUNTIM
     systemd ``*.scope`` is replaced by the scope: cpusets are hierarchical there, and the
     scope is what systemd and the runtime manage. Anything else is returned unchanged.
     """
-    parts = _parts(rel)
+    parts = path_parts(rel)
     if (
         version == 2
         and len(parts) >= 2
@@ -332,15 +265,12 @@ def find_cgroup(
     or the file is garbage, or naming the mountinfo when no hierarchy carries cpuset;
     CgroupEscapeError when the path would leave ``cgroup_root``.
     """
-    source = os.path.join(os.fspath(proc_root), str(pid), "cgroup")
     where = layout.hierarchy_subdir("cpuset")
     if where is None:
         raise EnforcementError("no cgroup hierarchy carries the cpuset controller",
                                path=layout.source or None)
     version, subdir = where
-    lines = read_proc_cgroup(pid, proc_root)
-    raw = _select_line(lines, version, "cpuset", source)
-    pid_rel = _strip_mount_root(raw, layout.mount_root(version, "cpuset"))
+    pid_rel = process_cgroup(pid, proc_root, version, "cpuset", layout.mount_root(version, "cpuset"))
     rel = enforcement_path(pid_rel, version, subgroups)
     base = safe_join(cgroup_root, subdir) if subdir else os.fspath(cgroup_root)
     cpuset_dir = safe_join(base, rel)
@@ -403,7 +333,7 @@ def refs_from_paths(
     refs = []
     for rel_path in rel_paths:
         cpuset_dir = hierarchy_dir(rel_path, cgroup_root, subdir, real_dirs)
-        rel = "/" + "/".join(_parts(rel_path))
+        rel = "/" + "/".join(path_parts(rel_path))
         refs.append(CgroupRef(version, rel, cpuset_dir, rel, _driver_of(rel)))
     return refs
 
@@ -423,10 +353,7 @@ def find_v1_controller_dir(
     mount = layout.v1_mount(controller)
     if mount is None:
         return None
-    source = os.path.join(os.fspath(proc_root), str(pid), "cgroup")
-    lines = read_proc_cgroup(pid, proc_root)
-    raw = _select_line(lines, 1, controller, source)
-    rel = _strip_mount_root(raw, mount.root)
+    rel = process_cgroup(pid, proc_root, 1, controller, mount.root)
     base = safe_join(cgroup_root, os.path.basename(mount.mount_point.rstrip("/")))
     return safe_join(base, rel)
 
