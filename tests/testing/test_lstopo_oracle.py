@@ -48,7 +48,7 @@ import pytest
 from numa_pin.record import replace
 from numa_pin.testing.machine import GIB_KB, CpulessNodeSpec, MachineSpec, PciSpec, build_once
 from numa_pin.testing.shapes import QUIRK_SHAPES, SHAPES, shape
-from numa_pin.testing.spec import KernelQuirks
+from numa_pin.testing.spec_parts import KernelQuirks
 from numa_pin.topology.model import Topology
 
 pytestmark = pytest.mark.lstopo

@@ -25,7 +25,7 @@ from numa_pin.testing.machine import (
     kernel_mask,
 )
 from numa_pin.testing.shapes import QUIRK_SHAPES, SHAPES, gpu_uuid, shape
-from numa_pin.testing.spec import NUL_NODE_LISTS, NUL_SYSTEM, KernelQuirks
+from numa_pin.testing.spec_parts import NUL_NODE_LISTS, NUL_SYSTEM, KernelQuirks
 
 NAMES = list(SHAPES)
 #: shapes whose files follow the kernel's tidy format (no :class:`KernelQuirks`); the

@@ -8,8 +8,9 @@ Two inputs decide where a container's cpuset lives:
   controller group) or ``"hybrid"`` (v1 controllers plus an empty-ish cgroup2 at
   ``.../unified``, systemd's old default).
 * ``<proc_root>/<pid>/cgroup`` says where the process sits (:func:`find_cgroup`; the file
-  is read in :mod:`numa_pin.enforcer.proccgroup`). The hook runs in the host cgroup namespace, so the paths are host-absolute. crun's
-  systemd ``container`` sub-cgroup is stepped out of so the cpuset lands on the scope.
+  is read in :mod:`numa_pin.enforcer.proccgroup`). The hook runs in the host cgroup
+  namespace, so the paths are host-absolute. crun's systemd ``container`` sub-cgroup is
+  stepped out of so the cpuset lands on the scope.
 
 Every directory handed back is built by :func:`safe_join`, which refuses ``..``, and
 symlinks that leave the cgroup root (:class:`~numa_pin.errors.CgroupEscapeError`).

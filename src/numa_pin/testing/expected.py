@@ -6,7 +6,8 @@
 
 from __future__ import annotations
 
-from numa_pin.testing.spec import KernelQuirks, MachineSpec
+from numa_pin.testing.spec import MachineSpec
+from numa_pin.testing.spec_parts import KernelQuirks
 from numa_pin.topology.model import Cpu, HugePages, NumaNode, PciDevice, Topology
 
 

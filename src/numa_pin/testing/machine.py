@@ -20,15 +20,8 @@ from numa_pin.testing.pci_spec import (
     PciSpec,
     VfSpec,
 )
-from numa_pin.testing.spec import (
-    GIB_KB,
-    LOCAL_DISTANCE,
-    CpuLayout,
-    CpulessNodeSpec,
-    HugePagesSpec,
-    MachineSpec,
-    PerNode,
-)
+from numa_pin.testing.spec import MachineSpec
+from numa_pin.testing.spec_parts import GIB_KB, LOCAL_DISTANCE, CpuLayout, CpulessNodeSpec, HugePagesSpec, PerNode
 from numa_pin.testing.writer import KERNEL_MAX, BuiltMachine, build, build_once
 
 __all__ = [

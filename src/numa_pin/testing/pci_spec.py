@@ -2,7 +2,8 @@
 
 Pure values; invalid ones raise :class:`numa_pin.errors.TopologyError` from the constructors.
 Where a function sits among the machine's nodes is :class:`~numa_pin.testing.spec.MachineSpec`'s
-business (``pci_local_cpus``, ``pci_expected_node``).
+business (``pci_local_cpus``, ``pci_expected_node``); the functions as a tree are checked here
+(:func:`check_pci_tree`).
 """
 
 from __future__ import annotations
@@ -141,6 +142,67 @@ def check_address(address: str, what: str) -> None:
         raise TopologyError(f"{what} address {address!r} is not like '0000:3b:00.0' (lower case)")
 
 
+def pci_iommu_groups(pci: tuple[PciSpec, ...], iommu: bool) -> dict[str, int]:
+    """IOMMU group per PCI address: the declared one, else (with ``iommu``) the lowest
+    number not declared or handed out yet, in ``pci`` order (each PF, then its VFs)."""
+    functions: list[tuple[str, int | None]] = []
+    for p in pci:
+        functions.append((p.address, p.iommu_group))
+        functions.extend((v.address, v.iommu_group) for v in p.vfs)
+    taken = {g for _, g in functions if g is not None}
+    out: dict[str, int] = {}
+    nxt = 0
+    for address, wanted in functions:
+        if wanted is None:
+            if not iommu:
+                continue
+            while nxt in taken:
+                nxt += 1
+            taken.add(nxt)
+            wanted = nxt
+        out[address] = wanted
+    return out
+
+
+def check_pci_tree(pci: tuple[PciSpec, ...], what: str) -> None:
+    """The functions of one machine (``what`` names it) as a tree: addresses, IOMMU groups and
+    netdevs used once, every ``parent`` a declared bridge on a lower bus, no parent loop.
+
+    Where the functions sit among the nodes is checked by the machine. Raises TopologyError.
+    """
+    seen: set[str] = set()
+    groups: set[int] = set()
+    netdevs: set[str] = set()
+    by_addr = {p.address: p for p in pci}
+    for dev in pci:
+        for addr in (dev.address, *(vf.address for vf in dev.vfs)):
+            if addr in seen:
+                raise TopologyError(f"{what}: PCI address {addr} used twice")
+            seen.add(addr)
+        for grp in (dev.iommu_group, *(vf.iommu_group for vf in dev.vfs)):
+            if grp is not None:
+                if grp in groups:
+                    raise TopologyError(f"{what}: iommu group {grp} used twice")
+                groups.add(grp)
+        for nd in (*dev.netdevs, *(vf.netdev for vf in dev.vfs if vf.netdev)):
+            if nd in netdevs or nd == "lo":
+                raise TopologyError(f"{what}: netdev {nd} used twice")
+            netdevs.add(nd)
+        if dev.parent is not None:
+            parent = by_addr.get(dev.parent)
+            if parent is None or not parent.is_bridge:
+                raise TopologyError(f"{dev.address}: parent {dev.parent} is not a declared bridge")
+            if dev.domain != parent.domain or dev.bus <= parent.bus:
+                raise TopologyError(f"{dev.address}: bus must be below its parent {dev.parent}")
+    for dev in pci:  # cycles
+        hops, cur = 0, dev
+        while cur.parent is not None:
+            cur = by_addr[cur.parent]
+            hops += 1
+            if hops > len(pci):
+                raise TopologyError(f"{dev.address}: parent chain loops")
+
+
 __all__ = [
     "CLASS_3D",
     "CLASS_ETHERNET",
@@ -151,4 +213,6 @@ __all__ = [
     "VfSpec",
     "addr_parts",
     "check_address",
+    "check_pci_tree",
+    "pci_iommu_groups",
 ]

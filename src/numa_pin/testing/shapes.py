@@ -24,7 +24,7 @@ from numa_pin.testing.machine import (
     PciSpec,
     VfSpec,
 )
-from numa_pin.testing.spec import NUL_NODE_LISTS, NUL_SYSTEM, KernelQuirks
+from numa_pin.testing.spec_parts import NUL_NODE_LISTS, NUL_SYSTEM, KernelQuirks
 
 _GPU_UUID_NS = uuid.UUID("6f1c3a52-2d0e-4c7e-9a0b-6e756d612d70")
 

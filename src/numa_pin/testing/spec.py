@@ -1,4 +1,4 @@
-"""A fake machine, declared: :class:`MachineSpec` and the pieces it is made of.
+"""A fake machine, declared: :class:`MachineSpec` (its pieces are in :mod:`numa_pin.testing.spec_parts`).
 
 CPU numbering follows x86 Linux: first thread of every core (socket by socket, node by node),
 then the second thread of every core, so CPU ``c`` and ``c + cores`` are siblings
@@ -18,98 +18,16 @@ from functools import cached_property
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import TopologyError
 from numa_pin.record import field, record
-from numa_pin.testing.pci_spec import PciSpec
-
-LOCAL_DISTANCE = 10
-GIB_KB = 1024 * 1024
-
-HugePagesSpec = Mapping[int, tuple[int, int]]  # size_kb -> (total, free)
-PerNode = int | Sequence[int]
-
-
-@record
-class CpulessNodeSpec:
-    """A NUMA node with memory and no CPUs (CXL, HBM, PMEM as system RAM).
-
-    Its default distances: ``near`` to the CPU nodes of ``socket``, ``far`` to every other node.
-    ``initiators`` writes ``access0/initiators`` links (HMAT) to the CPU nodes of ``socket``.
-    """
-
-    memory_kb: int = 64 * GIB_KB
-    socket: int = 0
-    near: int = 14
-    far: int = 26
-    initiators: bool = False
-    hugepages: HugePagesSpec = field(default_factory=dict)
-
-
-@record
-class CpuLayout:
-    """Where one logical CPU sits in a :class:`MachineSpec` (computed, not declared)."""
-
-    id: int
-    socket: int
-    die: int
-    node: int
-    core: int  # core_id (index of the core inside its package)
-    core_index: int  # machine-wide core index
-    thread: int
-    l3: int  # machine-wide L3 cache id
-    online: bool
-    cluster: int = 0  # machine-wide cluster id (what ``cluster_id`` prints)
-    efficiency: bool = False  # an E core of a hybrid part (no SMT, L2 shared by its cluster)
-
-
-#: where :class:`KernelQuirks` puts a NUL byte after the final newline
-NUL_NONE = "none"
-NUL_NODE_LISTS = "node-lists"  # node/{online,possible,has_cpu,has_normal_memory}: old x86
-NUL_SYSTEM = "system"  # every text file under devices/system: ARM, 5.15
-#: the node-level list files :data:`NUL_NODE_LISTS` touches
-NODE_LIST_FILES = ("online", "possible", "has_cpu", "has_normal_memory")
-
-
-@record
-class KernelQuirks:
-    """What real kernels and firmware do that a tidy sysfs would not (all off by default).
-
-    * ``nul_after_newline``: :data:`NUL_NODE_LISTS` or :data:`NUL_SYSTEM` files end with
-      ``"\\n\\0"`` instead of ``"\\n"``;
-    * ``node_meminfo_total_only``: ``nodeN/meminfo`` holds only the ``MemTotal`` line;
-    * ``no_node_distance``: no ``nodeN/distance`` file (the kernel's own default, when the
-      firmware gives no SLIT, is 10 local and 20 remote);
-    * ``package_id_unknown``: every ``physical_package_id`` reads ``-1`` (POWER without
-      ``ibm,chip-id``); ``package_cpus`` still groups each socket's CPUs;
-    * ``has_cpu_empty``: ``node/has_cpu`` is empty although nodes list CPUs;
-    * ``cache_map_only``: every ``cache/indexN`` holds ``shared_cpu_map`` but neither
-      ``shared_cpu_list`` nor ``id`` (older x86 and ia64 kernels);
-    * ``l3_map_zero``: the level-3 ``shared_cpu_map`` is all zeros (its ``shared_cpu_list``,
-      when written, empty);
-    * ``zero_node_distance``: every ``nodeN/distance`` row is all zeros (firmware without a
-      SLIT on kernels that print what they got);
-    * ``topology_siblings_only``: ``cpuN/topology/`` holds only ``thread_siblings`` and
-      ``thread_siblings_list`` (no package, die, cluster or core id, no package lists);
-    * ``hugepages_no_free``: node hugepage pools have ``nr_hugepages`` but no
-      ``free_hugepages``;
-    * ``node_cpulists_overlap``: every ``nodeN/cpulist`` and ``cpumap`` name every online CPU
-      (a BIOS bug of some dual-socket boards), while the ``nodeN/cpuM`` and ``cpuM/nodeN``
-      links keep the true node of each CPU.
-    """
-
-    nul_after_newline: str = NUL_NONE
-    node_meminfo_total_only: bool = False
-    no_node_distance: bool = False
-    package_id_unknown: bool = False
-    has_cpu_empty: bool = False
-    cache_map_only: bool = False
-    l3_map_zero: bool = False
-    zero_node_distance: bool = False
-    topology_siblings_only: bool = False
-    hugepages_no_free: bool = False
-    node_cpulists_overlap: bool = False
-
-    def __post_init__(self) -> None:
-        if self.nul_after_newline not in (NUL_NONE, NUL_NODE_LISTS, NUL_SYSTEM):
-            raise TopologyError(f"unknown nul_after_newline {self.nul_after_newline!r}")
+from numa_pin.testing.pci_spec import PciSpec, check_pci_tree, pci_iommu_groups
+from numa_pin.testing.spec_parts import (
+    GIB_KB,
+    LOCAL_DISTANCE,
+    CpuLayout,
+    CpulessNodeSpec,
+    HugePagesSpec,
+    KernelQuirks,
+    PerNode,
+)
 
 
 @record
@@ -442,25 +360,8 @@ class MachineSpec:
         return None
 
     def iommu_groups(self) -> dict[str, int]:
-        """IOMMU group per PCI address: the declared one, else (with ``iommu``) the lowest
-        number not declared or handed out yet, in spec order (each PF, then its VFs)."""
-        functions: list[tuple[str, int | None]] = []
-        for p in self.pci:
-            functions.append((p.address, p.iommu_group))
-            functions.extend((v.address, v.iommu_group) for v in p.vfs)
-        taken = {g for _, g in functions if g is not None}
-        out: dict[str, int] = {}
-        nxt = 0
-        for address, wanted in functions:
-            if wanted is None:
-                if not self.iommu:
-                    continue
-                while nxt in taken:
-                    nxt += 1
-                taken.add(nxt)
-                wanted = nxt
-            out[address] = wanted
-        return out
+        """IOMMU group per PCI address (:func:`~numa_pin.testing.pci_spec.pci_iommu_groups`)."""
+        return pci_iommu_groups(self.pci, self.iommu)
 
     # ---- validation ---------------------------------------------------------------------
     def _check_per_node(self) -> None:
@@ -518,43 +419,12 @@ class MachineSpec:
                     )
 
     def _check_pci(self) -> None:
-        seen: set[str] = set()
-        groups: set[int] = set()
-        netdevs: set[str] = set()
-        by_addr = self.pci_by_address()
+        check_pci_tree(self.pci, f"machine {self.name}")
         for dev in self.pci:
-            for addr in (dev.address, *(vf.address for vf in dev.vfs)):
-                if addr in seen:
-                    raise TopologyError(f"machine {self.name}: PCI address {addr} used twice")
-                seen.add(addr)
-            for grp in (dev.iommu_group, *(vf.iommu_group for vf in dev.vfs)):
-                if grp is not None:
-                    if grp in groups:
-                        raise TopologyError(f"machine {self.name}: iommu group {grp} used twice")
-                    groups.add(grp)
-            for nd in (*dev.netdevs, *(vf.netdev for vf in dev.vfs if vf.netdev)):
-                if nd in netdevs or nd == "lo":
-                    raise TopologyError(f"machine {self.name}: netdev {nd} used twice")
-                netdevs.add(nd)
             if dev.numa_node >= 0 and dev.numa_node not in self.node_ids:
                 raise TopologyError(f"{dev.address}: numa_node {dev.numa_node} does not exist")
-            if dev.parent is not None:
-                parent = by_addr.get(dev.parent)
-                if parent is None or not parent.is_bridge:
-                    raise TopologyError(
-                        f"{dev.address}: parent {dev.parent} is not a declared bridge"
-                    )
-                if dev.domain != parent.domain or dev.bus <= parent.bus:
-                    raise TopologyError(f"{dev.address}: bus must be below its parent {dev.parent}")
             if self.pci_local_cpus(dev) - self.online_cpus:
                 raise TopologyError(f"{dev.address}: local_cpulist names CPUs that are not online")
-        for dev in self.pci:  # cycles
-            hops, cur = 0, dev
-            while cur.parent is not None:
-                cur = by_addr[cur.parent]
-                hops += 1
-                if hops > len(self.pci):
-                    raise TopologyError(f"{dev.address}: parent chain loops")
 
 
 def _per_node(value: PerNode, node: int) -> int:
@@ -563,12 +433,4 @@ def _per_node(value: PerNode, node: int) -> int:
     return int(value[node])
 
 
-__all__ = [
-    "GIB_KB",
-    "LOCAL_DISTANCE",
-    "CpuLayout",
-    "CpulessNodeSpec",
-    "HugePagesSpec",
-    "MachineSpec",
-    "PerNode",
-]
+__all__ = ["MachineSpec"]

@@ -26,13 +26,8 @@ from numa_pin.testing.kernel_text import (
     meminfo,
     node_meminfo,
 )
-from numa_pin.testing.spec import (
-    NODE_LIST_FILES,
-    NUL_NODE_LISTS,
-    NUL_SYSTEM,
-    CpuLayout,
-    MachineSpec,
-)
+from numa_pin.testing.spec import MachineSpec
+from numa_pin.testing.spec_parts import NODE_LIST_FILES, NUL_NODE_LISTS, NUL_SYSTEM, CpuLayout
 from numa_pin.testing.writer_pci import PciWriter
 
 KERNEL_MAX = 8191  # CONFIG_NR_CPUS=8192, as Debian and most distributions build
