@@ -9,6 +9,7 @@ JSON number. :func:`render_text` is the human view printed by ``numa-pin topolog
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from numa_pin.cpuset import format_list
@@ -43,38 +44,32 @@ def _node_json(node: NumaNode, ids: tuple[int, ...]) -> dict[str, Any]:
     }
 
 
+#: the keys of a CPU's and a PCI device's JSON object, in schema order (``docs/topology.md``)
+_CPU_KEYS = ("socket", "die", "core", "cluster", "numa", "l3", "siblings")
+_DEVICE_KEYS = ("address", "vendor", "device", "class", "numa_node", "driver", "kind", "netdevs", "physfn", "vfs",
+                "sriov_totalvfs", "sriov_numvfs", "iommu_group", "parent", "local_cpus", "gpu_uuid", "gpu_minor")
+#: a key whose attribute has another name, and the sets and tuples JSON gets as sorted lists
+_ATTRIBUTE = {"class": "pci_class"}
+_TO_LIST: dict[str, Callable[[Any], list[Any]]] = {
+    "siblings": sorted, "local_cpus": sorted, "netdevs": list, "vfs": list,
+}
+
+
+def _object_json(obj: object, keys: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in keys:
+        value = getattr(obj, _ATTRIBUTE.get(key, key))
+        convert = _TO_LIST.get(key)
+        out[key] = value if convert is None else convert(value)
+    return out
+
+
 def _cpu_json(cpu: Cpu) -> dict[str, Any]:
-    return {
-        "socket": cpu.socket,
-        "die": cpu.die,
-        "core": cpu.core,
-        "cluster": cpu.cluster,
-        "numa": cpu.numa,
-        "l3": cpu.l3,
-        "siblings": sorted(cpu.siblings),
-    }
+    return _object_json(cpu, _CPU_KEYS)
 
 
 def _device_json(dev: PciDevice) -> dict[str, Any]:
-    return {
-        "address": dev.address,
-        "vendor": dev.vendor,
-        "device": dev.device,
-        "class": dev.pci_class,
-        "numa_node": dev.numa_node,
-        "driver": dev.driver,
-        "kind": dev.kind,
-        "netdevs": list(dev.netdevs),
-        "physfn": dev.physfn,
-        "vfs": list(dev.vfs),
-        "sriov_totalvfs": dev.sriov_totalvfs,
-        "sriov_numvfs": dev.sriov_numvfs,
-        "iommu_group": dev.iommu_group,
-        "parent": dev.parent,
-        "local_cpus": sorted(dev.local_cpus),
-        "gpu_uuid": dev.gpu_uuid,
-        "gpu_minor": dev.gpu_minor,
-    }
+    return _object_json(dev, _DEVICE_KEYS)
 
 
 def _checked_row(node: NumaNode, ids: tuple[int, ...]) -> tuple[int, ...]:
