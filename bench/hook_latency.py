@@ -23,7 +23,12 @@ included (it runs in-process and starts the agent).
 Every figure is also given as a ratio to the bare interpreter start measured in the same loop
 (runc: to ``runc run`` without the hook, in the same loop).
 
-Usage: python bench/hook_latency.py [--runs N] [--skip-runc]
+``--baseline-src DIR`` runs only part 1, for this checkout and for another one's ``src/`` (for
+example ``git worktree add /tmp/base <commit>`` and ``--baseline-src /tmp/base/src``) in turns
+within one loop, and prints the ratio of the two: a before/after that a busy machine skews less
+than two separate runs would.
+
+Usage: python bench/hook_latency.py [--runs N] [--skip-runc] [--baseline-src DIR]
 """
 
 from __future__ import annotations
@@ -74,29 +79,45 @@ def add_container(node: FakeNode, index: int) -> bytes:
 
 def measure(node: FakeNode, config: Path, env: dict[str, str], runs: int, warmups: int = 1) -> dict[str, float]:
     """Admit then release ``runs`` containers, one hook process each; bare starts interleaved."""
-    bare, admit, release = [], [], []
+    return measure_trees([("", node, config, env)], runs, warmups)[""]
+
+
+def measure_trees(trees: list[tuple[str, FakeNode, Path, dict[str, str]]], runs: int,
+                  warmups: int = 1) -> dict[str, dict[str, float]]:
+    """:func:`measure` for several source trees at once, each on its own fake node: every run
+    admits and releases one container per tree, in turns (the order rotates each run), with one
+    bare interpreter start per run, so a busy machine slows every tree alike."""
+    bare: list[float] = []
+    samples: dict[str, dict[str, list[float]]] = {label: {"admit": [], "release": []} for label, *_ in trees}
+    first: dict[str, float] = {}
     # the loader caches only a config unchanged for 2 s; measure that steady state
-    time.sleep(max(0.0, 2.1 - (time.time() - config.stat().st_ctime)))
-    warm = add_container(node, 0)
-    for stage in ("prestart", "poststop") * warmups:  # fills the config and topology caches
-        dt, rc, err = timed([HOOK, "--config", str(config), stage], warm, env)
-        if rc:
-            raise SystemExit(f"hook failed during warm-up: {err.decode().strip()}")
-    first = None
-    for i in range(1, runs + 1):
-        state = add_container(node, i)
-        bare.append(timed([sys.executable, "-c", "pass"])[0])
-        for stage, samples in (("prestart", admit), ("poststop", release)):
-            dt, rc, err = timed([HOOK, "--config", str(config), stage], state, env)
+    newest = max(config.stat().st_ctime for _, _, config, _ in trees)
+    time.sleep(max(0.0, 2.1 - (time.time() - newest)))
+    for label, node, config, env in trees:
+        warm = add_container(node, 0)
+        for stage in ("prestart", "poststop") * warmups:  # fills the config and topology caches
+            dt, rc, err = timed([HOOK, "--config", str(config), stage], warm, env)
             if rc:
-                raise SystemExit(f"hook {stage} failed: {err.decode().strip()}")
-            samples.append(dt)
-            first = dt if first is None else first
+                raise SystemExit(f"hook {label} failed during warm-up: {err.decode().strip()}")
+    for i in range(1, runs + 1):
+        bare.append(timed([sys.executable, "-c", "pass"])[0])
+        turn = i % len(trees)
+        for label, node, config, env in trees[turn:] + trees[:turn]:
+            state = add_container(node, i)
+            for stage, kind in (("prestart", "admit"), ("poststop", "release")):
+                dt, rc, err = timed([HOOK, "--config", str(config), stage], state, env)
+                if rc:
+                    raise SystemExit(f"hook {label} {stage} failed: {err.decode().strip()}")
+                samples[label][kind].append(dt)
+                first.setdefault(label, dt)
     return {
-        "first": first or 0.0,
-        "bare_p50": pct(bare, 0.5), "bare_p95": pct(bare, 0.95),
-        "admit_p50": pct(admit, 0.5), "admit_p95": pct(admit, 0.95),
-        "release_p50": pct(release, 0.5), "release_p95": pct(release, 0.95),
+        label: {
+            "first": first.get(label, 0.0),
+            "bare_p50": pct(bare, 0.5), "bare_p95": pct(bare, 0.95),
+            "admit_p50": pct(got["admit"], 0.5), "admit_p95": pct(got["admit"], 0.95),
+            "release_p50": pct(got["release"], 0.5), "release_p95": pct(got["release"], 0.95),
+        }
+        for label, got in samples.items()
     }
 
 
@@ -105,6 +126,32 @@ def bench_hook(runs: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="numa-pin-bench-") as tmp:
         node, config, env = fake_node(Path(tmp))
         return measure(node, config, env, runs)
+
+
+def check_loads(src: Path, env: dict[str, str]) -> None:
+    """Fail unless the hook's interpreter, started as the launcher starts it, imports numa_pin from ``src``."""
+    interpreter = Path(HOOK).read_text().splitlines()[0][2:].split()[0]
+    probe = subprocess.run([interpreter, "-S", "-c", "import numa_pin; print(numa_pin.__file__)"], env=env,
+                           capture_output=True, text=True, timeout=60)
+    if not probe.stdout.startswith(str(src)):
+        raise SystemExit(f"the hook would not load numa_pin from {src}: {probe.stdout or probe.stderr}")
+
+
+def bench_baseline(runs: int, baseline_src: Path) -> dict[str, dict[str, float]]:
+    """Part 1 for this checkout and for the numa_pin package under ``baseline_src`` (another
+    checkout's ``src``, e.g. a ``git worktree add`` of an older commit), in one loop: the same
+    hook launcher and interpreter, the baseline put first on the path by ``PYTHONPATH``."""
+    with tempfile.TemporaryDirectory(prefix="numa-pin-bench-base-") as tmp:
+        trees = []
+        for label, src in (("this", None), ("baseline", baseline_src)):
+            (Path(tmp) / label).mkdir()
+            node, config, env = fake_node(Path(tmp) / label)
+            env.pop("PYTHONPATH", None)
+            if src is not None:
+                env["PYTHONPATH"] = str(src)
+                check_loads(src, env)
+            trees.append((label, node, config, env))
+        return measure_trees(trees, runs)
 
 
 def bench_agent(runs: int) -> dict[str, float]:
@@ -226,14 +273,38 @@ def bench_runc(runs: int) -> dict[str, float] | None:
     return {f"{name}_{q}": pct(v, 0.5 if q == "p50" else 0.95) for name, v in out.items() for q in ("p50", "p95")}
 
 
+def print_baseline(runs: int, baseline_src: Path) -> int:
+    if not (baseline_src / "numa_pin" / "__init__.py").is_file():
+        print(f"{baseline_src} holds no numa_pin package (give a checkout's src/)", file=sys.stderr)
+        return 1
+    r = bench_baseline(runs, baseline_src)
+    this, base = r["this"], r["baseline"]
+    print(f"hook in-process (NUMA_PIN_NO_AGENT=1), fake 2-socket machine, this checkout ({REPO / 'src'}) and "
+          f"baseline ({baseline_src}) in turns ({runs} runs each, {os.cpu_count()} CPUs here)")
+    print(f"  python3 -c pass            p50 {1000 * this['bare_p50']:7.1f} ms   p95 {1000 * this['bare_p95']:7.1f} ms")
+    for stage, key in (("prestart", "admit"), ("poststop", "release")):
+        for label, got in (("baseline", base), ("this", this)):
+            print(f"  {label:8s} hook {stage:9s}  p50 {1000 * got[key + '_p50']:7.1f} ms"
+                  f"   p95 {1000 * got[key + '_p95']:7.1f} ms"
+                  f"   ratio to bare p50: {got[key + '_p50'] / got['bare_p50']:.2f}x")
+        print(f"  this / baseline {stage:9s} p50 {this[key + '_p50'] / base[key + '_p50']:.3f}x"
+              f"   p95 {this[key + '_p95'] / base[key + '_p95']:.3f}x")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--skip-runc", action="store_true")
+    ap.add_argument("--baseline-src", type=Path, metavar="DIR",
+                    help="only part 1, for this checkout and the numa_pin package under DIR (another checkout's "
+                         "src/), in one loop, with the ratios of the two")
     args = ap.parse_args()
     if HOOK is None:
         print("numa-pin-hook is not installed (run make venv)", file=sys.stderr)
         return 1
+    if args.baseline_src is not None:
+        return print_baseline(args.runs, args.baseline_src.resolve())
     r = bench_hook(args.runs)
     ms = {k: 1000 * v for k, v in r.items()}
     print(f"hook in-process, no agent at all (NUMA_PIN_NO_AGENT=1), fake 2-socket machine "
