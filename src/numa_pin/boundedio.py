@@ -24,7 +24,10 @@ import stat
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Callable
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 #: how deep a JSON document may nest (a real OCI config.json nests about 6 levels)
 DEFAULT_MAX_DEPTH = 64
@@ -53,20 +56,36 @@ def open_regular(path: str | os.PathLike[str], *, follow: bool = True) -> tuple[
         UnsafeInput: ``path`` is a FIFO, device, socket or directory.
         OSError: it cannot be opened (``ELOOP`` for a symlink when ``follow`` is False).
     """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    flags = os.O_RDONLY | os.O_NOCTTY
     if not follow:
         flags |= os.O_NOFOLLOW
-    fd = os.open(path, flags)
+    return open_checked(path, flags, _regular)
+
+
+def _regular(fd: int) -> os.stat_result:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        kind = _kind(st.st_mode)
+        raise UnsafeInput(kind if kind.startswith("not ") else f"{kind}, not a regular file")
+    return st
+
+
+def open_checked(path: str | os.PathLike[str], flags: int, check: Callable[[int], T],
+                 mode: int = 0o777) -> tuple[int, T]:
+    """``os.open(path, flags | O_NONBLOCK | O_CLOEXEC, mode)``, then ``check(fd)``, which raises
+    to refuse the file, then the descriptor made blocking again: ``(fd, what check returned)``.
+
+    ``O_NONBLOCK`` makes opening a FIFO return at once, so ``check`` sees what was opened before
+    anything waits on it. The descriptor is closed when anything after the open fails.
+    """
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = _kind(st.st_mode)
-            raise UnsafeInput(kind if kind.startswith("not ") else f"{kind}, not a regular file")
+        checked = check(fd)
         os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
-    return fd, st
+    return fd, checked
 
 
 def read_fd(fd: int, limit: int) -> bytes:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import stat
 
+from numa_pin.boundedio import open_checked
 from numa_pin.errors import UnsafePathError
 
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
@@ -102,14 +103,7 @@ def open_private(path: str, flags: int, mode: int = 0o600) -> int:
         UnsafePathError: as :func:`check_own_file`.
         OSError: the open failed (``ELOOP`` for a symlink).
     """
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode)
-    try:
-        check_own_file(fd, path)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return open_checked(path, flags | os.O_NOFOLLOW, lambda fd: check_own_file(fd, path), mode)[0]
 
 
 def create_private(directory: str, prefix: str, suffix: str = ".tmp", *, mode: int = 0o600) -> tuple[int, str]:
@@ -120,17 +114,13 @@ def create_private(directory: str, prefix: str, suffix: str = ".tmp", *, mode: i
     Raises:
         OSError: it cannot be created.
     """
+    create = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     while True:
         path = os.path.join(directory, f"{prefix}{os.getpid()}.{os.urandom(6).hex()}{suffix}")
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fd, _ = open_checked(path, create, lambda fd: os.fchmod(fd, mode), 0o600)
         except FileExistsError:
             continue
-        try:
-            os.fchmod(fd, mode)
-        except BaseException:
-            os.close(fd)
-            raise
         return fd, path
 
 
