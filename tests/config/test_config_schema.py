@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from numa_pin.config import ITEMS, Config, DeviceSelector, config_from_dict, config_from_yaml, load_config, sample_yaml
-from numa_pin.config.schema import CPU_MANAGER_OPTIONS, POLICIES, SCOPES, reference_table
+from numa_pin.config.parse import CPU_MANAGER_OPTIONS, POLICIES, SCOPES
+from numa_pin.config.render import reference_table
 from numa_pin.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -243,7 +244,7 @@ def test_every_item_is_documented_and_typed() -> None:
 
 def test_sample_file_is_generated_from_the_table() -> None:
     sample = (REPO / "packaging" / "config.yaml").read_text()
-    assert sample == sample_yaml(), "regenerate packaging/config.yaml from numa_pin.config.schema.sample_yaml()"
+    assert sample == sample_yaml(), "regenerate packaging/config.yaml from numa_pin.config.render.sample_yaml()"
     assert load_config(REPO / "packaging" / "config.yaml") == Config()
     for item in ITEMS:
         assert f"{item.key.rsplit('.', 1)[-1]}:" in sample
@@ -251,7 +252,7 @@ def test_sample_file_is_generated_from_the_table() -> None:
 
 def test_docs_carry_the_reference_table() -> None:
     doc = (REPO / "docs" / "ledger-config.md").read_text()
-    assert reference_table() in doc, "paste numa_pin.config.schema.reference_table() into docs/ledger-config.md"
+    assert reference_table() in doc, "paste numa_pin.config.render.reference_table() into docs/ledger-config.md"
 
 
 # ---- properties -------------------------------------------------------------------

@@ -5,18 +5,11 @@ precedence ``--config`` > ``$NUMA_PIN_CONFIG`` > ``/etc/numa-pin/config.yaml`` >
 built-in defaults. See :mod:`numa_pin.config.schema` for every key.
 """
 
+from numa_pin.config.keys import ITEMS, ConfigItem
 from numa_pin.config.load import DEFAULT_PATH, ENV_VAR, config_from_yaml, load_config, resolve_config_path
-from numa_pin.config.schema import (
-    ITEMS,
-    Config,
-    ConfigItem,
-    CpuManagerConfig,
-    CpuManagerOptions,
-    DeviceSelector,
-    InferenceConfig,
-    config_from_dict,
-    sample_yaml,
-)
+from numa_pin.config.model import Config, CpuManagerConfig, CpuManagerOptions, DeviceSelector, InferenceConfig
+from numa_pin.config.render import sample_yaml
+from numa_pin.config.schema import config_from_dict
 
 __all__ = [
     "DEFAULT_PATH",

@@ -9,8 +9,8 @@ The schema is spread over modules that each read in one sitting:
 * :mod:`numa_pin.config.render`: ``packaging/config.yaml`` and the docs' table;
 * :class:`numa_pin.devices.selector.Selector`: device selectors, shared with the inventory.
 
-This module holds :func:`config_from_dict` and re-exports the names the others define, so
-``numa_pin.config.schema`` stays the one import for all of them.
+This module holds :func:`config_from_dict`; code imports every other name from the module that
+defines it, and the package :mod:`numa_pin.config` re-exports the public ones for users.
 
 Validation is strict: an unknown key anywhere, a wrong type, a bad enum value, a bad
 quantity, cpulist, resource name or selector value raises
@@ -22,19 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from numa_pin.config.keys import BY_KEY, CHILDREN, ITEMS, ConfigItem, default
-from numa_pin.config.model import Config, CpuManagerConfig, CpuManagerOptions, DeviceSelector, InferenceConfig
-from numa_pin.config.parse import (
-    CPU_MANAGER_OPTIONS,
-    POLICIES,
-    POLICY_OPTIONS,
-    SCOPES,
-    Invalid,
-    mapping,
-    type_name,
-)
-from numa_pin.config.render import reference_table, sample_yaml, yaml_scalar
-from numa_pin.devices.selector import SELECTOR_BOOL_KEYS, SELECTOR_KEYS
+from numa_pin.config.keys import BY_KEY, CHILDREN, ITEMS, default
+from numa_pin.config.model import Config, CpuManagerConfig, CpuManagerOptions, InferenceConfig
+from numa_pin.config.parse import CPU_MANAGER_OPTIONS, Invalid, mapping, type_name
 from numa_pin.errors import ConfigError
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -110,22 +100,5 @@ def _leaves(v: Mapping[str, Any], section: str) -> dict[str, Any]:
     dot = f"{section}." if section else ""
     return {name: v[dot + name] for name in CHILDREN[section] if dot + name in BY_KEY}
 
-__all__ = [
-    "CPU_MANAGER_OPTIONS",
-    "ITEMS",
-    "POLICIES",
-    "POLICY_OPTIONS",
-    "SCOPES",
-    "SELECTOR_BOOL_KEYS",
-    "SELECTOR_KEYS",
-    "Config",
-    "ConfigItem",
-    "CpuManagerConfig",
-    "CpuManagerOptions",
-    "DeviceSelector",
-    "InferenceConfig",
-    "config_from_dict",
-    "reference_table",
-    "sample_yaml",
-    "yaml_scalar",
-]
+#: ``Config`` and ``ITEMS`` are also importable from here, where the hook and the service find them
+__all__ = ["ITEMS", "Config", "config_from_dict"]
