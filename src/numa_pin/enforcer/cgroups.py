@@ -33,13 +33,7 @@ from numa_pin.enforcer.mounts import (
     layout_from_mounts,
     parse_mountinfo,
 )
-from numa_pin.enforcer.proccgroup import (
-    ProcCgroupLine,
-    parse_proc_cgroup,
-    path_parts,
-    process_cgroup,
-    read_proc_cgroup,
-)
+from numa_pin.enforcer.proccgroup import path_parts, process_cgroup
 from numa_pin.errors import CgroupEscapeError, EnforcementError
 from numa_pin.record import record
 
@@ -369,7 +363,6 @@ __all__ = [
     "CgroupLayout",
     "CgroupMount",
     "CgroupRef",
-    "ProcCgroupLine",
     "check_under",
     "detect_layout",
     "enforcement_path",
@@ -380,9 +373,7 @@ __all__ = [
     "layout_from_mounts",
     "leaf_container_id",
     "parse_mountinfo",
-    "parse_proc_cgroup",
     "read_cgroup_file",
-    "read_proc_cgroup",
     "ref_from_path",
     "safe_join",
     "write_cgroup_file",
