@@ -141,6 +141,10 @@ def bench_baseline(runs: int, baseline_src: Path) -> dict[str, dict[str, float]]
     """Part 1 for this checkout and for the numa_pin package under ``baseline_src`` (another
     checkout's ``src``, e.g. a ``git worktree add`` of an older commit), in one loop: the same
     hook launcher and interpreter, the baseline put first on the path by ``PYTHONPATH``."""
+    # both trees byte-compiled, as an installed package is (PYTHONDONTWRITEBYTECODE would otherwise
+    # leave one of them compiling every module at every start)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "src"), str(baseline_src)], check=True,
+                   stdout=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory(prefix="numa-pin-bench-base-") as tmp:
         trees = []
         for label, src in (("this", None), ("baseline", baseline_src)):
