@@ -17,7 +17,7 @@ import json
 import sys
 from typing import Any
 
-from numa_pin.cli.common import add_config_argument, load, resolve_id
+from numa_pin.cli.common import add_node_arguments, grant_dict, load, resolve_id
 from numa_pin.cli.main import write_out
 from numa_pin.errors import RequestError
 from numa_pin.text import one_line
@@ -29,14 +29,12 @@ HELP = "show why a container was rejected, or what it holds"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_argument(parser)
+    add_node_arguments(parser, "print one JSON object (see the module doc)")
     parser.add_argument("container_id", metavar="ID", nargs="?", help="a container id, or a unique prefix of one")
     parser.add_argument("--last", action="store_true", help="the most recent rejection")
-    parser.add_argument("--json", action="store_true", help="print one JSON object (see the module doc)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.cli.cmd_status import grant_dict
     from numa_pin.ledger.store import Ledger
     from numa_pin.report import read_reasons
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from numa_pin.cli.common import add_config_argument, add_request_arguments, load, request_from_args
+from numa_pin.cli.common import add_node_arguments, add_request_arguments, load, request_from_args
 from numa_pin.cli.main import write_out
 from numa_pin.text import one_line
 
@@ -14,10 +14,9 @@ HELP = "dry-run an admission for a bundle (--bundle) or for resource flags; chan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_argument(parser)
+    add_node_arguments(parser, "print the decision as JSON")
     parser.add_argument("--bundle", metavar="DIR", help="OCI bundle whose config.json holds the request")
     add_request_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print the decision as JSON")
 
 
 def decision_dict(decision) -> dict:

@@ -10,39 +10,28 @@ partition) is left as it was and listed as blocked; every reconcile tries it aga
 from __future__ import annotations
 
 import argparse
-import json
 
-from numa_pin.cli.common import add_config_argument, load
-from numa_pin.cli.main import write_out
+from numa_pin.cli.common import grant_dict, node_arguments, open_node, print_result
 from numa_pin.text import one_line
 
 NAME = "reconcile"
 HELP = "drop grants whose process and cgroup are gone; re-assert cpusets that drifted"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_argument(parser)
-    parser.add_argument("--json", action="store_true", help="print what was dropped and repaired as JSON")
+add_arguments = node_arguments("print what was dropped and repaired as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.cli.cmd_status import grant_dict
     from numa_pin.resources.node.cpu import blocked_shared
-    from numa_pin.service import NodeService
 
-    service = NodeService(load(args))
+    service = open_node(args)
     removed, repaired = service.reconcile()
     state = service.ledger.read()
     conflicts = service.config_conflicts(state)
     blocked = blocked_shared(service, state)
-    if args.json:
-        out = {"dropped": [grant_dict(g) for g in removed], "repaired": list(repaired), "conflicts": conflicts,
-               "blocked_shared": blocked}
-        write_out(json.dumps(out, indent=2) + "\n")
-        return 0
+    out = {"dropped": [grant_dict(g) for g in removed], "repaired": list(repaired), "conflicts": conflicts,
+           "blocked_shared": blocked}
     lines = [f"dropped {one_line(g.container_id)} (process and cgroup gone)" for g in removed]
     lines += [f"repaired cpuset of {one_line(cid)}" for cid in repaired]
     lines += [f"conflict: {one_line(c)}" for c in conflicts]
     lines += [f"blocked: {one_line(b)}" for b in blocked]
-    write_out("\n".join(lines or ["nothing to do"]) + "\n")
+    print_result(args, out, lines or ["nothing to do"])
     return 0

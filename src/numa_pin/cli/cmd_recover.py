@@ -13,31 +13,23 @@ Run it before anything else once a command reports a corrupt ledger.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
-from numa_pin.cli.common import add_config_argument, load
-from numa_pin.cli.main import write_out
+from numa_pin.cli.common import grant_dict, node_arguments, open_node, print_result
 from numa_pin.text import one_line
 
 NAME = "recover"
 HELP = "rebuild a lost or corrupt ledger from the containers that run (the damaged file is kept aside)"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_argument(parser)
-    parser.add_argument("--json", action="store_true", help="print what was recovered as JSON")
+add_arguments = node_arguments("print what was recovered as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.cli.cmd_status import grant_dict
     from numa_pin.errors import NumaPinError
     from numa_pin.ledger.liveness import cgroup_dir, is_alive
     from numa_pin.ledger.recovery import Recovery, rebuild
     from numa_pin.resources.node.cpu import reserved as reserved_of
-    from numa_pin.service import NodeService
 
-    service = NodeService(load(args))
+    service = open_node(args)
     cfg = service.config
     online, reserved = service.topology.cpu_ids, reserved_of(service)
     made: list[Recovery] = []
@@ -64,14 +56,11 @@ def run(args: argparse.Namespace) -> int:
     state, aside, rebuilt = service.ledger.rebuild(build)
     result = made[-1] if rebuilt and made else None
     grants = sorted(state.grants.values(), key=lambda g: g.container_id)
-    if args.json:
-        out = {"recovered": result is not None, "aside": aside,
-               "salvaged": list(result.salvaged) if result else [], "found": list(result.found) if result else [],
-               "dropped": list(result.dropped) if result else [], "grants": [grant_dict(g) for g in grants]}
-        write_out(json.dumps(out, indent=2) + "\n")
-        return 0
+    out = {"recovered": result is not None, "aside": aside,
+           "salvaged": list(result.salvaged) if result else [], "found": list(result.found) if result else [],
+           "dropped": list(result.dropped) if result else [], "grants": [grant_dict(g) for g in grants]}
     if result is None:
-        write_out(f"the ledger is valid ({len(grants)} grant(s)): nothing to recover\n")
+        print_result(args, out, [f"the ledger is valid ({len(grants)} grant(s)): nothing to recover"])
         return 0
     lines = [f"damaged ledger kept as {one_line(aside)}" if aside else "no ledger file: rebuilt from what runs"]
     lines += [f"kept {one_line(cid)} (from the damaged ledger, confirmed running)" for cid in result.salvaged]
@@ -79,5 +68,5 @@ def run(args: argparse.Namespace) -> int:
               for cid in result.found]
     lines += [f"dropped {one_line(cid)} (in the damaged ledger, not running)" for cid in result.dropped]
     lines.append(f"{len(grants)} grant(s) recovered; see numa-pin status")
-    write_out("\n".join(lines) + "\n")
+    print_result(args, out, lines)
     return 0

@@ -15,11 +15,9 @@ as status lists it (with --force: what it holds now), or null>}``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from numa_pin.cli.common import add_config_argument, load, resolve_id
-from numa_pin.cli.main import write_out
+from numa_pin.cli.common import add_node_arguments, grant_dict, open_node, print_result, resolve_id
 from numa_pin.text import one_line
 
 NAME = "release"
@@ -27,21 +25,18 @@ HELP = "release the grant of a container or process and return its CPUs to the s
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_argument(parser)
+    add_node_arguments(parser, "print what was released as JSON")
     parser.add_argument("container_id", metavar="ID", help="a container id, or a unique prefix of one")
     parser.add_argument("--force", action="store_true",
                         help="a container that still runs: take back its exclusive CPUs and devices and keep "
                              "tracking it in the shared pool")
-    parser.add_argument("--json", action="store_true", help="print what was released as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     """Release the grant whose id is ``ID`` or starts with it; exit 1 when none does."""
-    from numa_pin.cli.cmd_status import grant_dict
     from numa_pin.report import forget_reason
-    from numa_pin.service import NodeService
 
-    service = NodeService(load(args))
+    service = open_node(args)
     cid = resolve_id(args.container_id, service.ledger.read().grants)
     live = service.live_grant(cid) if cid is not None else None
     if live is not None and not args.force:
@@ -61,15 +56,15 @@ def run(args: argparse.Namespace) -> int:
         moved = False
     if grant is not None and not moved:
         forget_reason(service.config.state_dir, grant.container_id)
-    if args.json:
-        out = {"container_id": cid or args.container_id, "released": grant is not None and not moved,
-               "moved_to_shared": moved, "grant": None if grant is None else grant_dict(grant)}
-        write_out(json.dumps(out, indent=2) + "\n")
-    elif moved and grant is not None:
-        write_out(f"{one_line(grant.container_id)}: still running: moved to the shared pool and still tracked; "
-                  "its exclusive CPUs and devices are free\n")
+    out = {"container_id": cid or args.container_id, "released": grant is not None and not moved,
+           "moved_to_shared": moved, "grant": None if grant is None else grant_dict(grant)}
+    lines = []
+    if moved and grant is not None:
+        lines.append(f"{one_line(grant.container_id)}: still running: moved to the shared pool and still tracked; "
+                     "its exclusive CPUs and devices are free")
     elif grant is not None:
-        write_out(f"{one_line(grant.container_id)}: released\n")
+        lines.append(f"{one_line(grant.container_id)}: released")
+    print_result(args, out, lines)
     if grant is None:
         print(f"numa-pin: no grant matches {one_line(repr(args.container_id))} (already released, or a wrong id; "
               "see numa-pin status)", file=sys.stderr)

@@ -5,11 +5,9 @@ whether kubelet's CPU manager runs the static policy on this node too (its check
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from numa_pin.cli.common import SHORT_ID, add_config_argument, load, short_ids
-from numa_pin.cli.main import write_out
+from numa_pin.cli.common import SHORT_ID, add_node_arguments, grant_dict, open_node, print_result, short_ids
 from numa_pin.text import one_line
 
 NAME = "status"
@@ -17,41 +15,17 @@ HELP = "list grants recorded in the node ledger and what is free per NUMA node"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_config_argument(parser)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_node_arguments(parser, "print one JSON object")
     parser.add_argument("--kubelet-root", metavar="DIR",
                         help="kubelet's root directory (default: the config's kubelet_root, /var/lib/kubelet)")
 
 
-def grant_dict(g) -> dict:
-    from numa_pin.cpuset import format_list
-
-    pod, name = pod_and_name(g.container_name)
-    return {
-        "container_id": g.container_id, "pod_id": g.pod_id, "pod": pod, "name": name, "kind": g.kind,
-        "pid": g.pid, "cgroup": g.cgroup, "cpus": format_list(g.cpus), "mems": format_list(g.mems),
-        "devices": {k: list(v) for k, v in g.devices.items()},
-        "affinity": None if g.affinity is None else sorted(g.affinity),
-        "policy": g.policy, "scope": g.scope, "created": g.created,
-    }
-
-
-def pod_and_name(container_name: str) -> tuple[str | None, str]:
-    """A Kubernetes container's grant is named ``namespace/pod/container`` (namespaces, pods and
-    containers have no ``/`` in their names): ``("namespace/pod", "container")``; any other
-    name has no pod name."""
-    pod, _, name = container_name.rpartition("/")
-    return (pod, name) if pod.count("/") == 1 and all(pod.split("/")) and name else (None, container_name)
-
-
 def run(args: argparse.Namespace) -> int:
     from numa_pin.cpuset import format_list
-    from numa_pin.kubelet import describe
-    from numa_pin.service import NodeService
-
-    config = load(args)
-    service = NodeService(config)
     from numa_pin.errors import NumaPinError
+    from numa_pin.kubelet import describe
+
+    service = open_node(args)
 
     try:
         service.drop_earlier_boots()  # a reboot ended them: never show them as holding CPUs
@@ -62,26 +36,31 @@ def run(args: argparse.Namespace) -> int:
     out: dict[str, Any] = {
         "grants": grants,
         **service.describe(state),  # every resource's part: shared pool, reserved, free CPUs per node
-        "kubelet": describe(args.kubelet_root or config.kubelet_root),
+        "kubelet": describe(args.kubelet_root or service.config.kubelet_root),
         "conflicts": service.config_conflicts(state),
     }
-    free_per_node: dict[str, str] = out["free_exclusive_cpus_per_node"]
     kubelet: dict[str, Any] = out["kubelet"]
     if kubelet["static"]:
         from numa_pin.cpuset import parse_list
 
         kubelet["overlap_with_numa_pin"] = format_list(parse_list(kubelet["exclusive_cpus"]) & state.exclusive_cpus())
-    if args.json:
-        write_out(json.dumps(out, indent=2) + "\n")
-        return 0
+    print_result(args, out, () if args.json else _lines(service, state, out))
+    return 0
+
+
+def _lines(service, state, out: dict[str, Any]) -> list[str]:
+    """What ``status`` prints without ``--json``."""
     from numa_pin.report import read_reasons
+
+    grants: list[dict[str, Any]] = out["grants"]
+    free_per_node: dict[str, str] = out["free_exclusive_cpus_per_node"]
 
     # ids as short as `explain` and `release` still resolve uniquely (rejections count too)
     short = short_ids(set(state.grants) | set(read_reasons(service.config.state_dir)))
     width = max((len(short[g["container_id"]]) for g in grants), default=SHORT_ID)
     lines = [f"shared pool: {out['shared_pool']}   reserved: {out['reserved'] or '-'}"]
     lines += [f"node {n}: free for exclusive use: {c or '-'}" for n, c in free_per_node.items()]
-    lines += _kubelet_lines(kubelet)
+    lines += _kubelet_lines(out["kubelet"])
     lines += [f"conflict: {c}" for c in out["conflicts"]]
     lines += [f"blocked: {one_line(b)}" for b in out["blocked_shared"]]
     lines.append(f"{len(grants)} grant(s)")
@@ -92,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
             f"mems={g['mems'] or '-':6} pod={one_line(g['pod'] or g['pod_id'][:16])} {one_line(g['policy'])}"
             + "".join(f" {one_line(word)}" for word in held)
         )
-    write_out("\n".join(lines) + "\n")
-    return 0
+    return lines
 
 
 def _kubelet_lines(kubelet: dict[str, Any]) -> list[str]:

@@ -1,13 +1,17 @@
-"""Pieces every operator subcommand shares: ``--config`` and building requests from flags."""
+"""Pieces every operator subcommand shares: ``--config`` and ``--json``, opening the node,
+printing a result as JSON or as lines, a grant as every command lists it, and building requests
+from flags."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from numa_pin import names
 from numa_pin.admission.request import ContainerRequest
+from numa_pin.cli.main import write_out
 from numa_pin.errors import RequestError
 
 #: the shortest id ``status`` prints (as podman and docker print 12 characters)
@@ -22,11 +26,60 @@ def add_config_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_node_arguments(parser: argparse.ArgumentParser, json_help: str) -> None:
+    """``--config`` and ``--json`` (what ``json_help`` says is printed), for a command that
+    reads or changes this node's ledger."""
+    add_config_argument(parser)
+    parser.add_argument("--json", action="store_true", help=json_help)
+
+
+def node_arguments(json_help: str) -> Callable[[argparse.ArgumentParser], None]:
+    """The ``add_arguments`` of a command that takes nothing but :func:`add_node_arguments`."""
+    return lambda parser: add_node_arguments(parser, json_help)
+
+
 def load(args: argparse.Namespace):
     """The config named by ``--config`` / the environment; raises ConfigError."""
     from numa_pin.config.load import load_config
 
     return load_config(args.config, os.environ)
+
+
+def open_node(args: argparse.Namespace):
+    """The :class:`~numa_pin.service.NodeService` of the config ``args`` name."""
+    from numa_pin.service import NodeService
+
+    return NodeService(load(args))
+
+
+def print_result(args: argparse.Namespace, doc: object, lines: Iterable[str]) -> None:
+    """``doc`` as indented JSON with ``--json``, else ``lines``, one each."""
+    if args.json:
+        write_out(json.dumps(doc, indent=2) + "\n")
+    else:
+        write_out("".join(line + "\n" for line in lines))
+
+
+def grant_dict(g) -> dict:
+    """A grant as ``status --json`` lists it (and every command that prints grants)."""
+    from numa_pin.cpuset import format_list
+
+    pod, name = pod_and_name(g.container_name)
+    return {
+        "container_id": g.container_id, "pod_id": g.pod_id, "pod": pod, "name": name, "kind": g.kind,
+        "pid": g.pid, "cgroup": g.cgroup, "cpus": format_list(g.cpus), "mems": format_list(g.mems),
+        "devices": {k: list(v) for k, v in g.devices.items()},
+        "affinity": None if g.affinity is None else sorted(g.affinity),
+        "policy": g.policy, "scope": g.scope, "created": g.created,
+    }
+
+
+def pod_and_name(container_name: str) -> tuple[str | None, str]:
+    """A Kubernetes container's grant is named ``namespace/pod/container`` (namespaces, pods and
+    containers have no ``/`` in their names): ``("namespace/pod", "container")``; any other
+    name has no pod name."""
+    pod, _, name = container_name.rpartition("/")
+    return (pod, name) if pod.count("/") == 1 and all(pod.split("/")) and name else (None, container_name)
 
 
 def add_request_arguments(parser: argparse.ArgumentParser) -> None:
