@@ -33,6 +33,7 @@ from numa_pin.cpuset import parse_list
 from numa_pin.errors import NumaPinError
 from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
 from numa_pin.ledger.store import Ledger
+from numa_pin.record import replace
 from numa_pin.report import reason_path
 from numa_pin.testing.node import FakeNode
 
@@ -442,7 +443,7 @@ class DyingAgent:
         with conn:
             conn.settimeout(WAIT_S)
             conn.sendall(protocol.ACCEPTED)
-            req = protocol.decode_request(request.recv_frame(conn, protocol.MAX_REQUEST_BYTES))
+            req = request.decode_request(request.recv_frame(conn, protocol.MAX_REQUEST_BYTES))
             self.result = run_hook(self.node, req.stdin, argv=list(req.argv))
             self.grants_after = self.node.grants()
         self.sock.close()
@@ -689,11 +690,11 @@ def _request(**override) -> bytes:
 )
 def test_decode_request(body, error):
     if error is None:
-        req = protocol.decode_request(body)
+        req = request.decode_request(body)
         assert (req.argv, req.stdin, dict(req.env), req.cwd) == (("prestart",), b"{}", {"NUMA_PIN_DEBUG": "1"}, "/")
     else:
         with pytest.raises(ValueError, match=error):
-            protocol.decode_request(body)
+            request.decode_request(body)
 
 
 @pytest.mark.parametrize(
@@ -703,8 +704,8 @@ def test_decode_request(body, error):
     ids=["match", "protocol-mismatch", "version-mismatch"],
 )
 def test_refusal(revision, version, want):
-    req = protocol.Request(revision, version, (), b"", {}, "/")
-    reason = protocol.refusal(req, server_version="0.1.0")
+    req = request.Request(revision, version, (), b"", {}, "/")
+    reason = request.refusal(req, server_version="0.1.0")
     assert reason is None if want is None else want in reason
 
 
@@ -712,7 +713,7 @@ def test_client_request_round_trips_through_the_server_decoder(tmp_path):
     env = {"NUMA_PIN_CONFIG": "/etc/x é.yaml", "NUMA_PIN_DEBUG": "1", "PATH": "/bin", "HOME": "/root"}
     argv = ["--config", "/odd \udc80 name", "prestart"]
     body = protocol.encode_request(argv, b"\x00\xff{}", env, str(tmp_path))
-    req = protocol.decode_request(body)
+    req = request.decode_request(body)
     assert list(req.argv) == argv and req.stdin == b"\x00\xff{}" and req.cwd == str(tmp_path)
     assert dict(req.env) == {"NUMA_PIN_CONFIG": "/etc/x é.yaml", "NUMA_PIN_DEBUG": "1"}
     assert req.version == protocol.__version__ and req.protocol == protocol.PROTOCOL
@@ -735,19 +736,19 @@ def test_run_request_changes_no_process_global(tmp_path, monkeypatch):
     monkeypatch.chdir("/")
     monkeypatch.setenv("NUMA_PIN_CONFIG", "/from/server")
     (tmp_path / "rel.yaml").write_text("policy: strict\n")  # a config error names the file it read
-    req = protocol.Request(protocol.PROTOCOL, protocol.__version__, ("--config", "rel.yaml", "prestart"),
+    req = request.Request(protocol.PROTOCOL, protocol.__version__, ("--config", "rel.yaml", "prestart"),
                            b'{"id": "x", "bundle": "b", "pid": 1}', {"NUMA_PIN_CACHE_DIR": "cache"}, str(tmp_path))
     saved_err, environ = sys.stderr, dict(os.environ)
     rc, err, _ = request.run_request(req)
     assert rc == 3 and str(tmp_path / "rel.yaml") in err  # resolved against the request's cwd
     assert os.getcwd() == "/" and dict(os.environ) == environ and sys.stderr is saved_err
-    assert request.run_request(req.replace(argv=("poststart",))) == (0, "", b"")
+    assert request.run_request(replace(req, argv=("poststart",))) == (0, "", b"")
     with pytest.raises(OSError):
-        request.run_request(req.replace(cwd=str(tmp_path / "gone")))
+        request.run_request(replace(req, cwd=str(tmp_path / "gone")))
 
 
 def test_run_request_reports_usage_and_tracebacks(tmp_path, monkeypatch):
-    usage = protocol.Request(protocol.PROTOCOL, protocol.__version__, ("--help",), b"", {}, str(tmp_path))
+    usage = request.Request(protocol.PROTOCOL, protocol.__version__, ("--help",), b"", {}, str(tmp_path))
     rc, err, _ = request.run_request(usage)
     assert rc == 1 and err.startswith("usage: numa-pin-hook")
     monkeypatch.setattr("numa_pin.invoke.run", lambda request, on_line=None: 1 / 0)  # NUMA_PIN_DEBUG=1 re-raises
@@ -832,7 +833,7 @@ def test_try_agent_against_fake_servers(tmp_path, capsys, behaviour, want):
     err = capsys.readouterr().err
     assert err == ("numa-pin: from the agent\n" if want == 3 else "")
     if behaviour in FAKE_BEHAVIOURS:
-        req = protocol.decode_request(got[0])
+        req = request.decode_request(got[0])
         assert req.argv == ("--config", "/c.yaml", "prestart") and req.stdin == b'{"id": "x"}'
     else:  # a hook sends its request only to an agent that said it accepted the connection
         assert got == []

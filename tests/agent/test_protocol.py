@@ -1,7 +1,8 @@
 """The warm agent's wire protocol on its own: both halves are pure, so they are tested as values.
 
-The client half (``encode_request``, ``decode_reply``) avoids :mod:`json`; the server half
-(``decode_request``, ``encode_reply``) uses it. :mod:`json` is the oracle for each direction.
+The client half (``protocol.encode_request``, ``protocol.decode_reply``) avoids :mod:`json`; the
+server half (``request.decode_request``, ``protocol.encode_reply``) uses it. :mod:`json` is the
+oracle for each direction.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from numa_pin import __version__
-from numa_pin.agent import protocol
+from numa_pin.agent import protocol, request
+from numa_pin.record import replace
 
 _text = st.text(max_size=40)
 _env = st.dictionaries(st.sampled_from(protocol.PASSED_ENV), _text, max_size=len(protocol.PASSED_ENV))
@@ -32,8 +34,8 @@ def _unframe(data: bytes) -> bytes:
 def test_request_round_trip(argv, stdin, env, cwd):
     body = protocol.encode_request(argv, stdin, {**env, "UNRELATED": "x"}, cwd)
     assert json.loads(body)["v"] == protocol.PROTOCOL  # the hand-built JSON is real JSON
-    req = protocol.decode_request(body)
-    assert req == protocol.Request(protocol.PROTOCOL, __version__, tuple(argv), stdin, env, cwd, protocol.HOME)
+    req = request.decode_request(body)
+    assert req == request.Request(protocol.PROTOCOL, __version__, tuple(argv), stdin, env, cwd, protocol.HOME)
 
 
 @given(rc=st.integers(0, 255), err=st.text(max_size=100), out=st.binary(max_size=300))
@@ -81,27 +83,27 @@ def test_stderr_is_cut_at_the_limit():
 def test_bad_request_names_the_field(doc, field):
     good = json.loads(protocol.encode_request([], b"", {}, "/"))
     with pytest.raises(ValueError, match=field):
-        protocol.decode_request(json.dumps({**good, **doc}).encode())
+        request.decode_request(json.dumps({**good, **doc}).encode())
 
 
 def test_refusal_and_peer_rules():
-    req = protocol.Request(protocol.PROTOCOL, "9.9", (), b"", {}, "/")
-    assert "restart" in protocol.refusal(req, server_version="1.0")
-    assert protocol.refusal(req.replace(version="1.0"), server_version="1.0") is None
+    req = request.Request(protocol.PROTOCOL, "9.9", (), b"", {}, "/")
+    assert "restart" in request.refusal(req, server_version="1.0")
+    assert request.refusal(replace(req, version="1.0"), server_version="1.0") is None
     assert protocol.peer_allowed(0, 1000) and protocol.peer_allowed(1000, 1000)
     # a hook of another installation (another checkout, a pip install beside the package) is
     # sent back; a hook that does not say where it runs from (an older one) is served
-    mine = req.replace(version="1.0", home="/opt/a/numa_pin")
-    assert "/opt/b/numa_pin" in protocol.refusal(mine, server_version="1.0", server_home="/opt/b/numa_pin")
-    assert protocol.refusal(mine, server_version="1.0", server_home="/opt/a/numa_pin") is None
-    assert protocol.refusal(req.replace(version="1.0"), server_version="1.0", server_home="/opt/b") is None
+    mine = replace(req, version="1.0", home="/opt/a/numa_pin")
+    assert "/opt/b/numa_pin" in request.refusal(mine, server_version="1.0", server_home="/opt/b/numa_pin")
+    assert request.refusal(mine, server_version="1.0", server_home="/opt/a/numa_pin") is None
+    assert request.refusal(replace(req, version="1.0"), server_version="1.0", server_home="/opt/b") is None
     assert not protocol.peer_allowed(1001, 1000)
 
 
 def test_request_names_this_installation():
     doc = json.loads(protocol.encode_request([], b"", {}, "/"))
     assert doc["home"] == protocol.HOME and os.path.isfile(os.path.join(doc["home"], "__init__.py"))
-    assert protocol.decode_request(json.dumps({k: v for k, v in doc.items() if k != "home"}).encode()).home is None
+    assert request.decode_request(json.dumps({k: v for k, v in doc.items() if k != "home"}).encode()).home is None
 
 
 def test_socket_path_precedence():
@@ -118,4 +120,4 @@ def test_socket_path_precedence():
     ("/opt/other/numa_pin", "/", "/work/main/src/numa_pin", False),
 ], ids=["same", "relative-to-cwd", "unnormalized", "relative-elsewhere", "other-install"])
 def test_same_home(home, cwd, server_home, same):
-    assert protocol.same_home(home, cwd, server_home) is same
+    assert request.same_home(home, cwd, server_home) is same

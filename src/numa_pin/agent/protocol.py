@@ -15,7 +15,9 @@ server refuses (the hook then runs in-process).
 
 The client half runs on every container start, so it uses only C modules that are already
 compiled into the interpreter: ``_json`` instead of :mod:`json` (which pulls in :mod:`re`) and
-``binascii`` instead of :mod:`base64`. The server half imports :mod:`json` when it runs.
+``binascii`` instead of :mod:`base64`. The server half imports :mod:`json` when it runs; it
+decodes and checks a request in :mod:`numa_pin.agent.request` (``decode_request``, ``refusal``),
+where the decoded ``Request`` is a record.
 """
 
 from __future__ import annotations
@@ -150,77 +152,6 @@ def decode_reply(body: bytes) -> tuple[int, str, bytes] | None:
 MAX_STDERR_CHARS = 1 << 20
 
 
-class Request:
-    """One decoded hook request (a plain class: :mod:`dataclasses` would cost the hook ~5 ms)."""
-
-    __slots__ = ("argv", "cwd", "env", "home", "protocol", "stdin", "version")
-
-    def __init__(
-        self, protocol: int, version: str, argv: tuple[str, ...], stdin: bytes, env: Mapping[str, str], cwd: str,
-        home: str | None = None,
-    ) -> None:
-        self.protocol = protocol
-        self.version = version
-        self.argv = argv
-        self.stdin = stdin
-        self.env = env
-        self.cwd = cwd
-        self.home = home
-
-    def replace(self, **changes: object) -> Request:
-        """A copy with ``changes`` applied (as :func:`dataclasses.replace` would)."""
-        fields = {name: getattr(self, name) for name in self.__slots__}
-        fields.update(changes)
-        return Request(**fields)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Request):
-            return NotImplemented
-        return all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Request(v={self.protocol}, version={self.version!r}, argv={self.argv!r}, cwd={self.cwd!r})"
-
-
-def decode_request(body: bytes) -> Request:
-    """Parse a request body. Raises ValueError naming the field that is wrong (or the nesting
-    beyond :data:`MAX_REQUEST_DEPTH`)."""
-    from numa_pin.boundedio import json_loads_bounded
-
-    try:
-        doc = json_loads_bounded(body, MAX_REQUEST_DEPTH)
-    except ValueError as exc:  # UnicodeDecodeError and boundedio's UnsafeInput included
-        raise ValueError(f"request is not JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ValueError("request is not a JSON object")
-    protocol, version, argv = doc.get("v"), doc.get("version"), doc.get("argv")
-    stdin, env, cwd = doc.get("stdin"), doc.get("env"), doc.get("cwd")
-    if type(protocol) is not int:
-        raise ValueError("request field 'v' must be an integer")
-    if not isinstance(version, str):
-        raise ValueError("request field 'version' must be a string")
-    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-        raise ValueError("request field 'argv' must be a list of strings")
-    if not isinstance(stdin, str):
-        raise ValueError("request field 'stdin' must be a base64 string")
-    try:
-        data = a2b_base64(stdin.encode("ascii"), strict_mode=True)
-    except (Base64Error, UnicodeEncodeError):
-        raise ValueError("request field 'stdin' is not base64") from None
-    if len(data) > MAX_STDIN_BYTES:
-        raise ValueError(f"request field 'stdin' is larger than {MAX_STDIN_BYTES} bytes")
-    if not isinstance(env, dict) or not all(k in PASSED_ENV and isinstance(v, str) for k, v in env.items()):
-        raise ValueError(f"request field 'env' may only hold strings for {', '.join(PASSED_ENV)}")
-    if not isinstance(cwd, str) or not cwd.startswith("/"):
-        raise ValueError("request field 'cwd' must be an absolute path")
-    home = doc.get("home")
-    if home is not None and not isinstance(home, str):
-        raise ValueError("request field 'home' must be a string")
-    return Request(protocol, version, tuple(argv), data, dict(env), cwd, home)
-
-
 def encode_reply(rc: int, stderr: str, stdout: bytes = b"") -> bytes:
     """A framed ``{"rc", "stderr", "stdout"}`` reply; stderr past :data:`MAX_STDERR_CHARS` is cut.
     Raises ValueError when ``stdout`` is larger than a hook's stdin may be (the in-process hook
@@ -241,26 +172,6 @@ def encode_fallback(reason: str) -> bytes:
     import json
 
     return frame(json.dumps({"fallback": reason}).encode("ascii"))
-
-
-def same_home(home: str, cwd: str, server_home: str) -> bool:
-    """Whether a hook's ``home`` (relative to its ``cwd`` when it is relative, as a hook started
-    without site can have it) names the agent's installation directory."""
-    import os
-
-    return os.path.normpath(os.path.join(cwd, home)) == os.path.normpath(os.path.join("/", server_home))
-
-
-def refusal(request: Request, server_version: str = __version__, server_home: str = HOME) -> str | None:
-    """Why this server must not run ``request`` (protocol, numa-pin version, or a hook of another
-    installation), or None. Pure."""
-    if request.protocol != PROTOCOL:
-        return f"protocol {request.protocol} (server speaks {PROTOCOL})"
-    if request.version != server_version:
-        return f"numa-pin {request.version} hook, {server_version} agent: restart numa-pin serve after an upgrade"
-    if request.home is not None and not same_home(request.home, request.cwd, server_home):
-        return f"the hook runs numa-pin from {request.home}, this agent from {server_home}"
-    return None
 
 
 def peer_allowed(uid: int, server_uid: int) -> bool:
@@ -286,15 +197,11 @@ __all__ = [
     "PASSED_ENV",
     "PROTOCOL",
     "SOCKET_ENV",
-    "Request",
     "decode_reply",
-    "decode_request",
     "encode_fallback",
     "encode_reply",
     "encode_request",
     "frame",
     "peer_allowed",
-    "refusal",
-    "same_home",
     "socket_path",
 ]

@@ -11,6 +11,7 @@ reported to the parent (the note the next spare rehearses with, and the agent's 
 
 from __future__ import annotations
 
+import binascii
 import errno
 import json
 import os
@@ -24,22 +25,25 @@ import time
 import traceback
 from collections.abc import Mapping
 
-from numa_pin import deadline, invoke
+from numa_pin import __version__, deadline, invoke
 from numa_pin.agent import spare
 from numa_pin.agent.client import namespace_mismatch
 from numa_pin.agent.preload import changed_sources
 from numa_pin.agent.protocol import (
     ACCEPTED,
+    HOME,
     KEEPALIVE,
     KEEPALIVE_S,
     MAX_REQUEST_BYTES,
-    Request,
-    decode_request,
+    MAX_REQUEST_DEPTH,
+    MAX_STDIN_BYTES,
+    PASSED_ENV,
+    PROTOCOL,
     encode_fallback,
     encode_reply,
-    refusal,
 )
-from numa_pin.record import record
+from numa_pin.boundedio import json_loads_bounded
+from numa_pin.record import field, record
 from numa_pin.text import one_line
 
 #: a peer must send its whole request within this many seconds of being accepted (in all)
@@ -55,6 +59,72 @@ class Peer:
     pid: int
     uid: int
     gid: int
+
+
+@record
+class Request:
+    """One decoded hook request (see :mod:`numa_pin.agent.protocol` for the wire format)."""
+
+    protocol: int
+    version: str
+    argv: tuple[str, ...]
+    stdin: bytes = field(repr=False)
+    env: Mapping[str, str] = field(repr=False)
+    cwd: str
+    home: str | None = field(default=None, repr=False)
+
+
+def decode_request(body: bytes) -> Request:
+    """Parse a request body. Raises ValueError naming the field that is wrong (or the nesting
+    beyond :data:`~numa_pin.agent.protocol.MAX_REQUEST_DEPTH`)."""
+    try:
+        doc = json_loads_bounded(body, MAX_REQUEST_DEPTH)
+    except ValueError as exc:  # UnicodeDecodeError and boundedio's UnsafeInput included
+        raise ValueError(f"request is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("request is not a JSON object")
+    protocol, version, argv = doc.get("v"), doc.get("version"), doc.get("argv")
+    stdin, env, cwd = doc.get("stdin"), doc.get("env"), doc.get("cwd")
+    if type(protocol) is not int:
+        raise ValueError("request field 'v' must be an integer")
+    if not isinstance(version, str):
+        raise ValueError("request field 'version' must be a string")
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise ValueError("request field 'argv' must be a list of strings")
+    if not isinstance(stdin, str):
+        raise ValueError("request field 'stdin' must be a base64 string")
+    try:
+        data = binascii.a2b_base64(stdin.encode("ascii"), strict_mode=True)
+    except (binascii.Error, UnicodeEncodeError):
+        raise ValueError("request field 'stdin' is not base64") from None
+    if len(data) > MAX_STDIN_BYTES:
+        raise ValueError(f"request field 'stdin' is larger than {MAX_STDIN_BYTES} bytes")
+    if not isinstance(env, dict) or not all(k in PASSED_ENV and isinstance(v, str) for k, v in env.items()):
+        raise ValueError(f"request field 'env' may only hold strings for {', '.join(PASSED_ENV)}")
+    if not isinstance(cwd, str) or not cwd.startswith("/"):
+        raise ValueError("request field 'cwd' must be an absolute path")
+    home = doc.get("home")
+    if home is not None and not isinstance(home, str):
+        raise ValueError("request field 'home' must be a string")
+    return Request(protocol, version, tuple(argv), data, dict(env), cwd, home)
+
+
+def same_home(home: str, cwd: str, server_home: str) -> bool:
+    """Whether a hook's ``home`` (relative to its ``cwd`` when it is relative, as a hook started
+    without site can have it) names the agent's installation directory."""
+    return os.path.normpath(os.path.join(cwd, home)) == os.path.normpath(os.path.join("/", server_home))
+
+
+def refusal(request: Request, server_version: str = __version__, server_home: str = HOME) -> str | None:
+    """Why this server must not run ``request`` (protocol, numa-pin version, or a hook of another
+    installation), or None. Pure."""
+    if request.protocol != PROTOCOL:
+        return f"protocol {request.protocol} (server speaks {PROTOCOL})"
+    if request.version != server_version:
+        return f"numa-pin {request.version} hook, {server_version} agent: restart numa-pin serve after an upgrade"
+    if request.home is not None and not same_home(request.home, request.cwd, server_home):
+        return f"the hook runs numa-pin from {request.home}, this agent from {server_home}"
+    return None
 
 
 def peer_credentials(conn: socket.socket) -> Peer:
