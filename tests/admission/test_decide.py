@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from numa_pin.admission.decide import NodeSettings, decide
-from numa_pin.admission.request import request_from_oci
+from numa_pin.admission.request import ContainerLimits, request_from_oci
 from numa_pin.errors import RequestError
 from numa_pin.ledger.model import Grant, LedgerState, PodRecord
 from numa_pin.testing import machine, shapes
@@ -105,14 +105,14 @@ def test_exclusive_cpus_come_from_the_users_cpuset():
     """``linux.resources.cpu.cpus`` 8-15 (node 0's second half): the grant stays inside, where the
     packed allocator alone starts at CPU 1."""
     t = topo("intel-2s-ht")
-    d = decide(t, LedgerState(), request_from_oci("c", {"numa-pin.io/cpus": "4"}, cpuset="8-11,24-27"),
+    d = decide(t, LedgerState(), request_from_oci("c", {"numa-pin.io/cpus": "4"}, limits=ContainerLimits(cpuset="8-11,24-27")),
                NodeSettings(policy="restricted"))
     assert d.admit and len(d.cpus) == 4 and d.cpus <= frozenset({8, 9, 10, 11, 24, 25, 26, 27})
 
 
 def test_a_users_cpuset_without_free_cpus_rejects():
     t = topo("intel-2s-ht")
-    d = decide(t, LedgerState(), request_from_oci("c", {"numa-pin.io/cpus": "1"}, cpuset="0"),
+    d = decide(t, LedgerState(), request_from_oci("c", {"numa-pin.io/cpus": "1"}, limits=ContainerLimits(cpuset="0")),
                NodeSettings(policy="best-effort"))
     assert not d.admit and d.cpus == frozenset()
     assert d.reason.endswith("only inside the container's cpuset 0 (linux.resources.cpu.cpus))"), d.reason
@@ -121,16 +121,16 @@ def test_a_users_cpuset_without_free_cpus_rejects():
 def test_shared_container_with_no_pool_cpu_in_its_cpuset_is_rejected():
     t = topo("intel-2s-ht")
     state = LedgerState({"x": Grant("x", "x", "x", "exclusive", cpus=frozenset({5}), mems=frozenset({0}))})
-    d = decide(t, state, request_from_oci("s", {}, cpuset="5"), NodeSettings())
+    d = decide(t, state, request_from_oci("s", {}, limits=ContainerLimits(cpuset="5")), NodeSettings())
     assert not d.admit and d.reason.startswith("the container's cpuset 5 (linux.resources.cpu.cpus) holds no CPU of "
                                                "the shared pool (0-4,6-31)")
-    assert decide(t, state, request_from_oci("s", {}, cpuset="5-6"), NodeSettings()).admit
+    assert decide(t, state, request_from_oci("s", {}, limits=ContainerLimits(cpuset="5-6")), NodeSettings()).admit
 
 
 def test_an_exclusive_grant_may_not_starve_a_pinned_shared_container():
     t = topo("intel-2s-ht")
     state = LedgerState({"s": Grant("s", "s", "s", "shared", cpuset_limit=frozenset({1}))})
-    d = decide(t, state, request_from_oci("x", {"numa-pin.io/cpus": "1"}, cpuset="1"), NodeSettings())
+    d = decide(t, state, request_from_oci("x", {"numa-pin.io/cpus": "1"}, limits=ContainerLimits(cpuset="1")), NodeSettings())
     assert not d.admit and d.reason == (
         "exclusive cpus 1 would leave shared container s without a CPU of its own cpuset 1 (linux.resources.cpu.cpus)")
 

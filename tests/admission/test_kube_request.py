@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from numa_pin.admission.kubernetes import BEST_EFFORT, BURSTABLE, GUARANTEED, infer_qos, qos_from_cgroups_path
-from numa_pin.admission.request import container_annotations, request_from_oci
+from numa_pin.admission.request import ContainerLimits, container_annotations, request_from_oci
 from numa_pin.errors import RequestError
 
 MI = 1 << 20
@@ -109,7 +109,7 @@ def test_pod_qos_from_the_cgroup_parent_matches_kubelet(pod, driver):
     containers = PODS[pod]
     qos = pod_qos(containers)
     path = cgroups_path(qos, driver)
-    req = request_from_oci(CID, CRI, cgroups_path=path, **container_resources(containers[0]))
+    req = request_from_oci(CID, CRI, limits=ContainerLimits(cgroups_path=path, **container_resources(containers[0])))
     assert (req.qos, req.amounts.cpus) == (qos, static_policy_cpus(qos, containers[0]))
     assert req.qos_signal == f"linux.cgroupsPath {path}"
     assert req.amounts.memory == (containers[0]["limits"]["memory"] if req.amounts.cpus else 0)
@@ -125,7 +125,7 @@ ALONE = ["guaranteed-2", "guaranteed-limits-only", "guaranteed-fractional", "bur
 def test_pod_qos_from_cpu_shares_against_quota(pod):
     container = PODS[pod][0]
     qos = pod_qos([container])
-    req = request_from_oci(CID, CRI, cgroups_path=f"/{CID}", **container_resources(container))
+    req = request_from_oci(CID, CRI, limits=ContainerLimits(cgroups_path=f"/{CID}", **container_resources(container)))
     assert (req.qos, req.amounts.cpus) == (qos, static_policy_cpus(qos, container))
     assert req.qos_signal.startswith("cpu shares ")
 

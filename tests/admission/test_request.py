@@ -2,7 +2,7 @@
 
 import pytest
 
-from numa_pin.admission.request import Inference, parse_devices, request_from_oci
+from numa_pin.admission.request import ContainerLimits, Inference, parse_devices, request_from_oci
 from numa_pin.errors import RequestError
 
 GI = 1 << 30
@@ -70,7 +70,7 @@ def test_malformed_annotations_name_the_annotation(annotations, bad_key):
     ids=["integer-guaranteed", "fractional", "no-memory-limit", "no-quota", "unlimited-quota"],
 )
 def test_guaranteed_inference(quota, period, limit, expect_cpus):
-    req = request_from_oci("c", CRI, cpu_quota=quota, cpu_period=period, memory_limit=limit)
+    req = request_from_oci("c", CRI, limits=ContainerLimits(cpu_quota=quota, cpu_period=period, memory_limit=limit))
     assert req.amounts.cpus == expect_cpus
     assert req.amounts.memory == (limit if expect_cpus else 0)
 
@@ -98,27 +98,28 @@ PODMAN = {"io.container.manager": "libpod", "io.kubernetes.cri-o.Created": "2026
 )
 def test_guaranteed_inference_is_for_kubernetes_containers(annotations, everywhere, expect_cpus):
     inference = Inference(guaranteed_cpus_outside_kubernetes=everywhere)
-    req = request_from_oci("c", annotations, cpu_quota=100000, cpu_period=100000, memory_limit=100 * MI,
-                           inference=inference)
+    limits = ContainerLimits(cpu_quota=100000, cpu_period=100000, memory_limit=100 * MI)
+    req = request_from_oci("c", annotations, limits=limits, inference=inference)
     assert req.amounts.cpus == expect_cpus and req.exclusive is bool(expect_cpus)
 
 
 def test_inference_switched_off():
     off = Inference(guaranteed_cpus=False, hugepages=False, device_plugin_env=False)
-    req = request_from_oci("c", {}, {"NVIDIA_VISIBLE_DEVICES": "0"}, cpu_quota=100000, cpu_period=100000,
-                           memory_limit=GI, hugepage_limits={"2MB": 4 * MI}, inference=off)
+    limits = ContainerLimits(cpu_quota=100000, cpu_period=100000, memory_limit=GI, hugepage_limits={"2MB": 4 * MI})
+    req = request_from_oci("c", {}, {"NVIDIA_VISIBLE_DEVICES": "0"}, limits, inference=off)
     assert req.amounts.empty and req.fixed_gpus == () and not req.fixed_pci
 
 
 def test_annotations_win_over_inference():
-    req = request_from_oci("c", {"numa-pin.io/cpus": "1"}, cpu_quota=400000, cpu_period=100000, memory_limit=GI)
+    req = request_from_oci("c", {"numa-pin.io/cpus": "1"},
+                           limits=ContainerLimits(cpu_quota=400000, cpu_period=100000, memory_limit=GI))
     assert req.amounts.cpus == 1
 
 
 def test_hugepage_limits_and_device_plugin_env():
     env = {"NVIDIA_VISIBLE_DEVICES": "GPU-aaaa, 3", "PCIDEVICE_INTEL_COM_SRIOV_A": "0000:3b:02.0,0000:3b:02.1",
            "PCIDEVICE_INTEL_COM_SRIOV_A_INFO": "{}"}
-    req = request_from_oci("c", {}, env, hugepage_limits={"2MB": 8 * MI, "1GB": 0})
+    req = request_from_oci("c", {}, env, ContainerLimits(hugepage_limits={"2MB": 8 * MI, "1GB": 0}))
     assert dict(req.amounts.hugepages) == {"hugepages-2Mi": 8 * MI}
     assert req.fixed_gpus == ("GPU-aaaa", "3")
     assert dict(req.fixed_pci) == {"INTEL_COM_SRIOV_A": ("0000:3b:02.0", "0000:3b:02.1")}
@@ -174,7 +175,7 @@ def test_parse_devices_duplicate():
 )
 def test_hugepages_come_in_whole_pages(annotations, limits, message):
     with pytest.raises(RequestError) as err:
-        request_from_oci("c", annotations, hugepage_limits=limits)
+        request_from_oci("c", annotations, limits=ContainerLimits(hugepage_limits=limits or {}))
     assert message in str(err.value)
 
 

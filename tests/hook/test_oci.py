@@ -71,17 +71,18 @@ def test_parse_spec_fields():
     spec = parse_spec(json.dumps(_spec()), "/bundles/c1")
     assert spec.root_path == "/bundles/c1/rootfs"
     assert spec.env["NVIDIA_VISIBLE_DEVICES"] == "GPU-1,3" and "BROKEN" not in spec.env
-    assert (spec.cpu_quota, spec.cpu_period, spec.cpu_shares) == (200000, 100000, 2048)
-    assert spec.memory_limit == 1 << 30
-    assert dict(spec.hugepage_limits) == {"2MB": 4 << 20}
+    limits = spec.limits
+    assert (limits.cpu_quota, limits.cpu_period, limits.cpu_shares) == (200000, 100000, 2048)
+    assert limits.memory_limit == 1 << 30
+    assert dict(limits.hugepage_limits) == {"2MB": 4 << 20}
     assert spec.netns_path == "/var/run/netns/p1"
-    assert spec.cgroups_path == "system.slice:runc:c1"
-    assert spec.cpuset_cpus == "2-3"
+    assert limits.cgroups_path == "system.slice:runc:c1"
+    assert limits.cpuset == "2-3"
 
 
 def test_parse_spec_absolute_root_and_minimal():
     spec = parse_spec(json.dumps({"root": {"path": "/abs/root"}}), "/b")
-    assert spec.root_path == "/abs/root" and spec.memory_limit is None and dict(spec.annotations) == {}
+    assert spec.root_path == "/abs/root" and spec.limits.memory_limit is None and dict(spec.annotations) == {}
 
 
 @pytest.mark.parametrize(

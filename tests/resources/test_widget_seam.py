@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.admission.request import request_from_oci
+from numa_pin.admission.request import ContainerLimits, request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import EnforcementError, RequestError, TopologyAffinityError
@@ -115,7 +115,7 @@ def service(node, policy="single-numa-node"):
 
 def ask(cid, widgets, cpus=2, cpuset=None):
     return request_from_oci(cid, {"numa-pin.io/cpus": str(cpus), "numa-pin.io/devices": f"{WIDGET}={widgets}"},
-                            cpuset=cpuset)
+                            limits=ContainerLimits(cpuset=cpuset))
 
 
 def node_of_cpus(svc, cpus):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.admission.request import request_from_oci
+from numa_pin.admission.request import ContainerLimits, request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.enforcer.owner import ContainerCgroup
@@ -318,12 +318,12 @@ def test_the_containers_own_pid_passes_the_check(node):
 
 def test_a_shared_containers_own_cpuset_shrinks_and_grows_but_never_widens(node):
     agent = NodeService(node.config)
-    agent.admit(request_from_oci("c1", {}, cpuset="1-2"), node.container(1))
+    agent.admit(request_from_oci("c1", {}, limits=ContainerLimits(cpuset="1-2")), node.container(1))
     assert node.cpuset(1)[0] == "1-2", "not widened to the shared pool"
-    agent.admit(request_from_oci("c2", {"numa-pin.io/cpus": "1"}, cpuset="1"), node.container(2))
+    agent.admit(request_from_oci("c2", {"numa-pin.io/cpus": "1"}, limits=ContainerLimits(cpuset="1")), node.container(2))
     assert node.cpuset(2)[0] == "1" and node.cpuset(1)[0] == "2"
     with pytest.raises(AllocationError, match="would leave shared container c1 without a CPU of its own cpuset 1-2"):
-        agent.admit(request_from_oci("c3", {"numa-pin.io/cpus": "1"}, cpuset="2"), node.container(3))
+        agent.admit(request_from_oci("c3", {"numa-pin.io/cpus": "1"}, limits=ContainerLimits(cpuset="2")), node.container(3))
     agent.release("c2")
     assert node.cpuset(1)[0] == "1-2", "grows back to its own set, not to the pool"
     assert agent.ledger.read().grants["c1"].cpuset_limit == frozenset({1, 2})

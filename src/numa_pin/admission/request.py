@@ -257,19 +257,30 @@ def container_annotations(annotations: Mapping[str, str], name: str) -> dict[str
     return out
 
 
+@record
+class ContainerLimits:
+    """What ``config.json`` says of a container's cgroup and limits (``linux.cgroupsPath`` and
+    ``linux.resources``), as a request reads them; ``None`` (empty) where it says nothing."""
+
+    cgroups_path: str | None = None
+    cpu_quota: int | None = None
+    cpu_period: int | None = None
+    cpu_shares: int | None = None
+    cpuset: str | None = None  # linux.resources.cpu.cpus as written (a kernel CPU list)
+    memory_limit: int | None = None
+    hugepage_limits: Mapping[str, int] = field(default_factory=dict)  # pageSize ("2MB") -> bytes
+
+
+NO_LIMITS = ContainerLimits()
+
+
 def request_from_oci(
     container_id: str,
     annotations: Mapping[str, str],
     env: Mapping[str, str] | None = None,
+    limits: ContainerLimits = NO_LIMITS,
     *,
-    cpu_quota: int | None = None,
-    cpu_period: int | None = None,
-    memory_limit: int | None = None,
-    hugepage_limits: Mapping[str, int] | None = None,
     inference: Inference = DEFAULT_INFERENCE,
-    cpuset: str | None = None,
-    cpu_shares: int | None = None,
-    cgroups_path: str | None = None,
 ) -> ContainerRequest:
     """Build the request of one container. Raises :class:`RequestError` naming the annotation
     (or the ``config.json`` field)."""
@@ -297,13 +308,14 @@ def request_from_oci(
         )
         cpus = 0
         if infer:
-            qos, qos_signal = infer_qos(cgroups_path, cpu_shares, cpu_quota, cpu_period, memory_limit)
+            qos, qos_signal = infer_qos(limits.cgroups_path, limits.cpu_shares, limits.cpu_quota, limits.cpu_period,
+                                         limits.memory_limit)
             if qos == GUARANTEED:
-                cpus = infer_guaranteed_cpus(cpu_quota, cpu_period, memory_limit)
-        amounts = Amounts(cpus=cpus, memory=(memory_limit or 0) if cpus else 0)
-    if inference.hugepages and hugepage_limits and not amounts.hugepages:
+                cpus = infer_guaranteed_cpus(limits.cpu_quota, limits.cpu_period, limits.memory_limit)
+        amounts = Amounts(cpus=cpus, memory=(limits.memory_limit or 0) if cpus else 0)
+    if inference.hugepages and limits.hugepage_limits and not amounts.hugepages:
         huge: dict[str, int] = {}
-        for size, limit in hugepage_limits.items():
+        for size, limit in limits.hugepage_limits.items():
             res = _PAGE_SIZES.get(size)
             if res is None:
                 raise RequestError(f"unsupported hugepage size {quote(size)}",
@@ -339,7 +351,7 @@ def request_from_oci(
         fixed_gpus=fixed_gpus,
         fixed_pci=fixed_pci,
         claimed_pod=claimed_pod,
-        cpuset=_cpuset(cpuset),
+        cpuset=_cpuset(limits.cpuset),
         fixed_cdi=_unique_cdi(fixed_cdi + devices_from_annotations(annotations)),
         qos=qos,
         qos_signal=qos_signal,

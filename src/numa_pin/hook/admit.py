@@ -11,19 +11,7 @@ from numa_pin.hook.oci import OciSpec, OciState, load_spec
 def request_from_spec(state: OciState, spec: OciSpec, config: Config) -> ContainerRequest:
     """Annotations from the state win over those in config.json (they are normally equal)."""
     annotations = {**spec.annotations, **state.annotations}
-    return request_from_oci(
-        state.id,
-        annotations,
-        spec.env,
-        cpu_quota=spec.cpu_quota,
-        cpu_period=spec.cpu_period,
-        memory_limit=spec.memory_limit,
-        hugepage_limits=spec.hugepage_limits,
-        cpuset=spec.cpuset_cpus,
-        cpu_shares=spec.cpu_shares,
-        cgroups_path=spec.cgroups_path,
-        inference=config.inference,
-    )
+    return request_from_oci(state.id, annotations, spec.env, spec.limits, inference=config.inference)
 
 
 def request_for(state: OciState, config: Config) -> ContainerRequest:
@@ -35,4 +23,4 @@ def admission_for(state: OciState, config: Config) -> tuple[ContainerRequest, Co
     there: :func:`numa_pin.enforcer.owner.check_container_cgroup`); and the container's root
     filesystem (where granted GPU nodes go before pivot_root)."""
     spec = load_spec(state.bundle)
-    return request_from_spec(state, spec, config), ContainerCgroup(state.id, spec.cgroups_path), spec.root_path
+    return request_from_spec(state, spec, config), ContainerCgroup(state.id, spec.limits.cgroups_path), spec.root_path

@@ -19,6 +19,8 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 if TYPE_CHECKING:
     from typing import IO, Any
 
+    from numa_pin.admission.request import ContainerLimits
+
 #: largest state / config.json numa-pin accepts (a real one is a few KiB)
 MAX_DOCUMENT_BYTES = 4 << 20
 #: deepest nesting of lists and objects accepted in either (a real config.json nests about 6)
@@ -43,13 +45,7 @@ class OciSpec:
     annotations: Mapping[str, str]
     env: Mapping[str, str]
     root_path: str | None  # absolute (resolved against the bundle)
-    cgroups_path: str | None
-    cpu_quota: int | None
-    cpu_period: int | None
-    cpu_shares: int | None
-    cpuset_cpus: str | None  # linux.resources.cpu.cpus as written (a kernel CPU list)
-    memory_limit: int | None
-    hugepage_limits: Mapping[str, int]  # pageSize ("2MB", "1GB") -> bytes
+    limits: ContainerLimits  # linux.cgroupsPath and linux.resources
     netns_path: str | None
 
 
@@ -126,6 +122,8 @@ def _dig(doc: Mapping[str, Any], *keys: str) -> Any:
 
 def parse_spec(text: bytes | str, bundle: str, source: str = "config.json") -> OciSpec:
     """Parse a bundle's ``config.json``; relative ``root.path`` is resolved against ``bundle``."""
+    from numa_pin.admission.request import ContainerLimits  # what every caller goes on to read
+
     doc = load_object(text, source)
     env: dict[str, str] = {}
     raw_env = _dig(doc, "process", "env") or []
@@ -162,13 +160,15 @@ def parse_spec(text: bytes | str, bundle: str, source: str = "config.json") -> O
         annotations=_str_map(doc.get("annotations"), f"{source}: annotations"),
         env=env,
         root_path=root,
-        cgroups_path=cgroups_path if isinstance(cgroups_path, str) else None,
-        cpu_quota=_opt_int(cpu.get("quota"), f"{source}: linux.resources.cpu.quota"),
-        cpu_period=_opt_int(cpu.get("period"), f"{source}: linux.resources.cpu.period"),
-        cpu_shares=_opt_int(cpu.get("shares"), f"{source}: linux.resources.cpu.shares"),
-        cpuset_cpus=cpuset_cpus,
-        memory_limit=_opt_int(mem.get("limit"), f"{source}: linux.resources.memory.limit"),
-        hugepage_limits=hugepages,
+        limits=ContainerLimits(
+            cgroups_path=cgroups_path if isinstance(cgroups_path, str) else None,
+            cpu_quota=_opt_int(cpu.get("quota"), f"{source}: linux.resources.cpu.quota"),
+            cpu_period=_opt_int(cpu.get("period"), f"{source}: linux.resources.cpu.period"),
+            cpu_shares=_opt_int(cpu.get("shares"), f"{source}: linux.resources.cpu.shares"),
+            cpuset=cpuset_cpus,
+            memory_limit=_opt_int(mem.get("limit"), f"{source}: linux.resources.memory.limit"),
+            hugepage_limits=hugepages,
+        ),
         netns_path=netns,
     )
 

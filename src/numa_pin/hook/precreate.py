@@ -231,7 +231,7 @@ def precreate(data: bytes, service: Any) -> Precreate:
 
     doc = read_proposed(data)
     spec = parse_spec(data, "/", source="proposed config on stdin")
-    cid = container_id_from_cgroups_path(spec.cgroups_path)
+    cid = container_id_from_cgroups_path(spec.limits.cgroups_path)
     state = OciState(id=cid or "precreate", status="precreate", pid=None, bundle="/")
     request = request_from_spec(state, spec, service.config)
     if asks_nothing(request):
@@ -241,7 +241,7 @@ def precreate(data: bytes, service: Any) -> Precreate:
             "proposed config has no linux.cgroupsPath naming the container, so numa-pin cannot "
             "key its grant; run the container with cgroups enabled"
         )
-    admitted = service.admit(request, None, expected_cgroup=expected_cgroup(spec.cgroups_path))
+    admitted = service.admit(request, None, expected_cgroup=expected_cgroup(spec.limits.cgroups_path))
     grant = admitted.grant
     try:
         uvm = _uvm_major(service.config.proc_root) if grant.devices else None
