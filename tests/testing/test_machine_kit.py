@@ -13,8 +13,6 @@ from numa_pin.cpuset import parse_list, parse_mask
 from numa_pin.errors import TopologyError
 from numa_pin.record import replace
 from numa_pin.testing.machine import (
-    CLASS_ETHERNET,
-    CLASS_PCI_BRIDGE,
     CpulessNodeSpec,
     MachineSpec,
     PciSpec,
@@ -24,6 +22,7 @@ from numa_pin.testing.machine import (
     expected_topology,
     kernel_mask,
 )
+from numa_pin.testing.pci_spec import CLASS_ETHERNET, CLASS_PCI_BRIDGE
 from numa_pin.testing.shapes import QUIRK_SHAPES, SHAPES, gpu_uuid, shape
 from numa_pin.testing.spec_parts import NUL_NODE_LISTS, NUL_SYSTEM, KernelQuirks
 

@@ -4,32 +4,20 @@ A machine is declared (:mod:`numa_pin.testing.spec`, :mod:`numa_pin.testing.pci_
 written as kernel-shaped ``sys/`` and ``proc/`` trees (:mod:`numa_pin.testing.writer`,
 :mod:`numa_pin.testing.writer_pci`, :mod:`numa_pin.testing.kernel_text`) and read back
 against :func:`expected_topology` (:mod:`numa_pin.testing.expected`). This module keeps the
-historical import path ``numa_pin.testing.machine`` for all of them.
+historical import path ``numa_pin.testing.machine`` for the records and functions a test uses;
+constants stay in their modules (the PCI class codes in :mod:`numa_pin.testing.pci_spec`).
 """
 
 from __future__ import annotations
 
 from numa_pin.testing.expected import expected_topology, pci_kind
 from numa_pin.testing.kernel_text import kernel_mask
-from numa_pin.testing.pci_spec import (
-    CLASS_3D,
-    CLASS_ETHERNET,
-    CLASS_NVME,
-    CLASS_PCI_BRIDGE,
-    CLASS_VGA,
-    PciSpec,
-    VfSpec,
-)
+from numa_pin.testing.pci_spec import PciSpec, VfSpec
 from numa_pin.testing.spec import MachineSpec
 from numa_pin.testing.spec_parts import GIB_KB, LOCAL_DISTANCE, CpuLayout, CpulessNodeSpec, HugePagesSpec, PerNode
 from numa_pin.testing.writer import KERNEL_MAX, BuiltMachine, build, build_once
 
 __all__ = [
-    "CLASS_3D",
-    "CLASS_ETHERNET",
-    "CLASS_NVME",
-    "CLASS_PCI_BRIDGE",
-    "CLASS_VGA",
     "GIB_KB",
     "KERNEL_MAX",
     "LOCAL_DISTANCE",

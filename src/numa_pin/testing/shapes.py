@@ -12,19 +12,9 @@ from collections.abc import Callable
 from numa_pin.cpuset import format_list
 from numa_pin.errors import TopologyError
 from numa_pin.record import replace
-from numa_pin.testing.machine import (
-    CLASS_3D,
-    CLASS_ETHERNET,
-    CLASS_NVME,
-    CLASS_PCI_BRIDGE,
-    CLASS_VGA,
-    GIB_KB,
-    CpulessNodeSpec,
-    MachineSpec,
-    PciSpec,
-    VfSpec,
-)
-from numa_pin.testing.spec_parts import NUL_NODE_LISTS, NUL_SYSTEM, KernelQuirks
+from numa_pin.testing.pci_spec import CLASS_3D, CLASS_ETHERNET, CLASS_NVME, CLASS_PCI_BRIDGE, CLASS_VGA, PciSpec, VfSpec
+from numa_pin.testing.spec import MachineSpec
+from numa_pin.testing.spec_parts import GIB_KB, NUL_NODE_LISTS, NUL_SYSTEM, CpulessNodeSpec, KernelQuirks
 
 _GPU_UUID_NS = uuid.UUID("6f1c3a52-2d0e-4c7e-9a0b-6e756d612d70")
 
