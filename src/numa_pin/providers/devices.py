@@ -24,6 +24,7 @@ from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import RequestError
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import CapacityFamily, TopologyHint
+from numa_pin.providers.podrequest import pod_request
 
 #: one resource's answer
 DeviceHints = list[TopologyHint] | CapacityFamily | None
@@ -264,21 +265,8 @@ def pod_device_request(
     Raises:
         RequestError: a negative or non-integer count.
     """
-    sidecars: dict[str, int] = {}
-    peak: dict[str, int] = {}
-    for request, restartable in init_containers:
-        for resource, count in request.items():
-            amount = _check_count(count, f"{resource} request")
-            if restartable:
-                sidecars[resource] = sidecars.get(resource, 0) + amount
-                seen = sidecars[resource]
-            else:
-                seen = sidecars.get(resource, 0) + amount
-            peak[resource] = max(peak.get(resource, 0), seen)
-    out = dict(sidecars)
-    for request in app_requests:
-        for resource, count in request.items():
-            out[resource] = out.get(resource, 0) + _check_count(count, f"{resource} request")
-    for resource, most in peak.items():
-        out[resource] = max(out.get(resource, 0), most)
-    return out
+    return pod_request(init_containers, app_requests, _check_counts, keep_init_only=True)
+
+
+def _check_counts(request: Mapping[str, int]) -> dict[str, int]:
+    return {resource: _check_count(count, f"{resource} request") for resource, count in request.items()}

@@ -27,7 +27,6 @@ capacity family; the others are at most one per node.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from itertools import combinations
 
@@ -35,6 +34,7 @@ from numa_pin.errors import RequestError
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import CapacityFamily, ProviderHints, TopologyHint
 from numa_pin.providers.cover import covers, min_cover_size
+from numa_pin.providers.podrequest import pod_request
 from numa_pin.record import record
 from numa_pin.topology.memory import MemoryBlock, MemoryState, check_amount, check_request
 
@@ -383,16 +383,4 @@ def pod_memory_request(
     Raises:
         RequestError: as :func:`check_request`.
     """
-    peak: Counter[str] = Counter()
-    sidecars: Counter[str] = Counter()
-    for request, restartable in init_containers:
-        for resource, amount in check_request(request).items():
-            if restartable:
-                sidecars[resource] += amount
-            else:
-                peak[resource] = max(peak[resource], sidecars[resource] + amount)
-    apps: Counter[str] = Counter()
-    for request in app_containers:
-        for resource, amount in check_request(request).items():
-            apps[resource] += amount
-    return {r: max(apps[r] + sidecars[r], peak.get(r, 0)) for r in apps}
+    return pod_request(init_containers, app_containers, check_request, keep_init_only=False)
