@@ -34,7 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 SYSTEM_PYTHON = "/usr/bin/python3"
 #: the issue's dependency list: Debian's interpreter and modules, nothing vendored
-WANT_DEPENDS = {"python3 (>= 3.11)", "python3-psutil", "python3-pyroute2", "python3-prctl", "python3-yaml", "libbpf1"}
+WANT_DEPENDS = {"python3 (>= 3.11)", "python3-psutil", "python3-pyroute2", "python3-prctl", "python3-yaml",
+                 "python3-prometheus-client", "libbpf1"}
 HOOKS_D = "usr/share/containers/oci/hooks.d"
 UNITS = ("numa-pin-agent.socket", "numa-pin-agent.service", "numa-pin-reconcile.timer", "numa-pin-reconcile.service",
          "numa-pin-nrt.service")
@@ -51,7 +52,7 @@ WANT_FILES = {
     f"usr/lib/python3/dist-packages/numa_pin-{VERSION}.dist-info/METADATA",
     *(f"lib/systemd/system/{unit}" for unit in UNITS),
 }
-DEB_MODULES = ("psutil", "pyroute2", "prctl", "yaml")
+DEB_MODULES = ("psutil", "pyroute2", "prctl", "yaml", "prometheus_client")
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess[str]:
@@ -164,7 +165,7 @@ def _system_env(extracted: Path) -> dict[str, str]:
     missing = [m for m in DEB_MODULES if _run([SYSTEM_PYTHON, "-c", f"import {m}"]).returncode]
     if missing:
         pytest.skip(f"Debian python3 modules missing: {missing} (apt-get install python3-psutil python3-pyroute2 "
-                    "python3-prctl python3-yaml)")
+                    "python3-prctl python3-yaml python3-prometheus-client)")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "NUMA_PIN_"))}
     env["PYTHONPATH"] = str(extracted / "usr/lib/python3/dist-packages")
     env["PYTHONNOUSERSITE"] = "1"
