@@ -17,7 +17,10 @@ are exposed untyped under kubelet's exact name.
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Iterator, Mapping
+from http.server import BaseHTTPRequestHandler
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -27,10 +30,22 @@ from prometheus_client.core import (
     Metric,
     UnknownMetricFamily,
 )
+from prometheus_client.exposition import MetricsHandler
 
 from numa_pin import tally
+from numa_pin.config.load import load_config
 from numa_pin.config.schema import Config
+from numa_pin.devices.inventory import inventory
 from numa_pin.errors import NumaPinError
+from numa_pin.ledger.model import KINDS
+from numa_pin.nrt import reserved_cpus_of
+from numa_pin.quantity import parse_bytes
+from numa_pin.resources.base import NodeView
+from numa_pin.resources.node.cpu import shared_pool
+from numa_pin.resources.registry import pure_resources
+from numa_pin.safefs import replace_private
+from numa_pin.service import NodeService
+from numa_pin.text import one_line
 
 #: the content type of :func:`exposition` (prometheus_client's text format 0.0.4)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -59,11 +74,9 @@ _COUNTERS = (
 
 class NodeCollector:
     """A prometheus_client collector of one node, read afresh at every collection."""
-
     def __init__(self, config: Config, cache_dir: str | None = None) -> None:
         self.config = config
         self.cache_dir = cache_dir
-
     def collect(self) -> Iterator[Metric]:
         counts = tally.read(self.config.state_dir)
         yield from counter_families(counts)
@@ -120,15 +133,6 @@ def _histogram(name: str, doc: str, counts: Mapping[str, float], key: str,
 def node_families(config: Config, cache_dir: str | None = None) -> Iterator[Metric]:
     """The gauges read from the node: resources per NUMA node, grants by kind, the CPU manager's
     pool. Raises NumaPinError or OSError when the ledger, topology or config cannot be read."""
-    from numa_pin.devices.inventory import inventory
-    from numa_pin.ledger.model import KINDS
-    from numa_pin.nrt import reserved_cpus_of
-    from numa_pin.quantity import parse_bytes
-    from numa_pin.resources.base import NodeView
-    from numa_pin.resources.node.cpu import shared_pool
-    from numa_pin.resources.registry import pure_resources
-    from numa_pin.service import NodeService
-
     service = NodeService(config, cache_dir)
     state = service.ledger.read()
     topology, settings = service.topology, service.settings
@@ -181,17 +185,38 @@ def exposition(config: Config, cache_dir: str | None = None) -> bytes:
     return generate_latest(registry(config, cache_dir))
 
 
+def serve_scrape(conn: socket.socket, environ: Mapping[str, str] | None = None, timeout_s: float = 10.0) -> None:
+    """Answer one HTTP request on ``conn`` with prometheus_client's handler (``GET /metrics``,
+    content negotiation, gzip), the config read afresh (``NUMA_PIN_CONFIG``, else the default
+    file). The agent's scrape child runs it. A config that cannot be loaded is a 500 with its
+    one line; the connection is bounded by ``timeout_s`` per read and write."""
+
+
+    conn.setblocking(True)
+    conn.settimeout(timeout_s)
+    try:
+        handler: type[BaseHTTPRequestHandler] = MetricsHandler.factory(
+            registry(load_config(None, os.environ if environ is None else environ)))
+    except NumaPinError as exc:
+        message = one_line(f"{exc.kind}: {exc}")
+        handler = type("ConfigFailed", (BaseHTTPRequestHandler,), {
+            "do_GET": lambda self: self.send_error(500, "numa-pin config error", message),
+            "log_message": lambda self, *args: None,
+        })
+    try:
+        handler(conn, conn.getpeername(), None)  # type: ignore[arg-type]
+    except OSError:
+        pass  # the scraper went away or timed out
+
+
 def write_textfile(path: str, data: bytes) -> None:
     """Replace ``path`` (0644, for node_exporter's textfile collector) atomically with ``data``
     (:func:`numa_pin.safefs.replace_private`: readers see the old or the new file, never a part;
     the temporary file starts with a dot, which the collector skips). Raises OSError."""
-    import os
-
-    from numa_pin.safefs import replace_private
 
     directory = os.path.dirname(os.path.abspath(path))
     replace_private(directory, os.path.abspath(path), data, prefix=f".{os.path.basename(path)}.", mode=0o644)
 
 
 __all__ = ["CONTENT_TYPE", "NodeCollector", "counter_families", "exposition", "node_families", "registry",
-           "write_textfile"]
+           "serve_scrape", "write_textfile"]
