@@ -45,7 +45,7 @@ test: lint
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 test-fast: lint
-	$(VPY) -m pytest -m "not e2e and not vm and not root and not deb" $(PYTEST_ARGS)
+	$(VPY) -m pytest -m "not e2e and not vm and not root and not deb and not browser" $(PYTEST_ARGS)
 
 # 10,000 hostile hook inputs (FIFOs, deep nesting, symlinked state files, control characters),
 # SIGKILL at random instants of admissions and releases (in-process and the agent's children),
