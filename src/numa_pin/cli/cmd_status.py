@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     except (NumaPinError, OSError):
         pass  # not root, or the ledger is locked: the next admission or reconcile drops them
     state = service.ledger.read()
-    if args.map or args.map_file:
+    if getattr(args, "map", False) or getattr(args, "map_file", None):
         return _draw(args, service, state)
     grants = [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)]
     out: dict[str, Any] = {
