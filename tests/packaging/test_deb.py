@@ -209,6 +209,17 @@ def test_extracted_hook_admits_and_releases(extracted, tmp_path, tmp_path_factor
     status = json.loads(_run([str(extracted / "usr/bin/numa-pin"), "status", "--json", "--config", str(config)],
                              env=env).stdout)
     assert [g["container_id"] for g in status["grants"]] == ["c0"]
+    # the metrics with Debian's prometheus_client (python3-prometheus-client), not the venv's
+    where = _run([SYSTEM_PYTHON, "-c", "import prometheus_client; print(prometheus_client.__file__)"], env=env)
+    assert where.stdout.startswith("/usr/lib/python3/dist-packages/"), where
+    metrics = _run([str(extracted / "usr/bin/numa-pin"), "metrics", "--config", str(config)], env=env)
+    assert metrics.returncode == 0, metrics.stderr
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {s.name: s.value for f in text_string_to_metric_families(metrics.stdout) for s in f.samples
+               if not s.labels}
+    assert samples["kubelet_topology_manager_admission_requests_total"] == 1
+    assert samples["kubelet_cpu_manager_exclusive_cpu_allocation_count"] == 2
     released = subprocess.run([hook, "--config", str(config), "poststop"], input=state, capture_output=True,
                               env=env, timeout=120)
     assert (released.returncode, released.stderr) == (0, b"")
