@@ -200,3 +200,34 @@ def test_admission_increments_follow_kubelet(kind, policy, full, expected):
     assert inc["admission_errors"] == inc["cpu_pinning_errors"] == (kind is not None)
     assert inc["duration_ms:sum"] == pytest.approx(2.0)
     assert all(k in tally.KEYS for k in inc)
+
+
+def test_an_admission_that_waited_for_the_ledger_lock_counts_once(node, tmp_path, capsys):
+    """The lock is held here (another open file description); the admission's wait notice is the
+    signal to let it go, so nothing depends on timing."""
+    import fcntl
+    import threading
+
+    from numa_pin.admission.request import request_from_oci
+    from numa_pin.config.load import load_config
+    from numa_pin.service import NodeService
+
+    waited = threading.Event()
+    service = NodeService(load_config(str(node.config), {}), cache_dir=str(tmp_path / "cache"),
+                          on_wait=lambda _holder: waited.set())
+    node.state_dir.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(node.state_dir / "ledger.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    done: list[object] = []
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        worker = threading.Thread(target=lambda: done.append(
+            service.admit(request_from_oci("c0", {"numa-pin.io/cpus": "2"}), 7000)))
+        worker.start()
+        assert waited.wait(120), "the admission never waited for the lock"
+    finally:
+        os.close(fd)  # lets the admission go
+    worker.join(120)
+    assert len(done) == 1
+    m = _scrape(node, tmp_path, capsys)
+    assert _one(m, "numa_pin_lock_waits_total") == 1
+    assert _one(m, "kubelet_topology_manager_admission_requests_total") == 1
