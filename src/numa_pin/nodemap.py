@@ -20,7 +20,7 @@ from html import escape
 from numa_pin.cpuset import format_list
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.ledger.model import LedgerState
-from numa_pin.quantity import format_bytes, parse_bytes
+from numa_pin.quantity import parse_bytes
 from numa_pin.text import one_line
 from numa_pin.topology.model import Topology
 
@@ -130,6 +130,14 @@ def _device_rows(devices: Mapping[str, Sequence[DeviceInfo]], state: LedgerState
     return rows
 
 
+def human_bytes(n: int) -> str:
+    """``n`` bytes in the largest binary unit it reaches, one decimal at most (``19.7Gi``, ``512Mi``, ``0``)."""
+    for unit, size in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f}".removesuffix(".0") + unit
+    return str(n)
+
+
 def _chunks(items: Sequence, size: int) -> list[Sequence]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
@@ -152,7 +160,7 @@ def render_text(pic: Mapping, colour: bool = False) -> str:
         return "".join(" " + _paint(f"{cpu:>4} {holder:<{width}}", holder, legend, colour) for cpu, holder in pairs)
 
     for node in pic["nodes"]:
-        mem = "; ".join(f"{m['resource']} {format_bytes(m['used'])} of {format_bytes(m['allocatable'])} used"
+        mem = "; ".join(f"{m['resource']} {human_bytes(m['used'])} of {human_bytes(m['allocatable'])} used"
                         for m in node["memory"])
         lines.append(f"node {node['node']}: CPUs {node['cpus'] or '-'}" + (f"; {mem}" if mem else ""))
         threads = max((len(r["cpus"]) for r in node["cores"]), default=0)
@@ -173,7 +181,7 @@ def render_text(pic: Mapping, colour: bool = False) -> str:
         lines += _device_lines(elsewhere["devices"], legend, colour)
     lines.append("legend:")
     lines += [f"  {_paint(e['label'].ljust(width), e['label'], legend, colour)} {e['what']}" for e in pic["legend"]]
-    return "\n".join(lines) + "\n"
+    return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
 def _device_lines(rows: Sequence[Mapping], legend: Mapping[str, Mapping[str, str]], colour: bool) -> list[str]:
@@ -213,8 +221,8 @@ def render_html(pic: Mapping, title: str = "numa-pin: node map") -> str:
         out.append(f"<p>CPUs {escape(node['cpus'] or '-')}</p>")
         if node["memory"]:
             out.append("<p>" + "<br>".join(
-                f"{escape(m['resource'])}: {format_bytes(m['used'])} used of {format_bytes(m['allocatable'])} "
-                f"allocatable ({format_bytes(m['capacity'])} in all)" for m in node["memory"]) + "</p>")
+                f"{escape(m['resource'])}: {human_bytes(m['used'])} used of {human_bytes(m['allocatable'])} "
+                f"allocatable ({human_bytes(m['capacity'])} in all)" for m in node["memory"]) + "</p>")
         threads = max((len(r["cpus"]) for r in node["cores"]), default=0)
         out.append("<table><tr><th>core</th>" + "".join(f"<th>thread {t}</th>" for t in range(threads)) + "</tr>")
         for row in node["cores"]:

@@ -25,7 +25,7 @@ from numa_pin.devices.model import DeviceInfo
 from numa_pin.hook.main import run as hook_run
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.ledger.store import Ledger
-from numa_pin.nodemap import FREE, picture, render_html, render_text
+from numa_pin.nodemap import FREE, human_bytes, picture, render_html, render_text
 from numa_pin.testing import machine, shapes
 from numa_pin.testing.node import FakeNode
 
@@ -211,3 +211,11 @@ def test_colour_only_on_a_terminal_without_no_color(tmp_path, tmp_path_factory, 
     assert "\x1b" not in plain
     assert _parse_text(re.sub(r"\x1b\[[0-9;]*m", "", coloured).replace("\r", ""))[0] == \
         _parse_text(plain.replace("\r", ""))[0]
+
+
+@pytest.mark.parametrize("n, text", [
+    pytest.param(0, "0", id="zero"), pytest.param(1023, "1023", id="bytes"), pytest.param(1 << 20, "1Mi", id="mi"),
+    pytest.param(20670668 << 10, "19.7Gi", id="gi-rounded"), pytest.param(3 << 40, "3Ti", id="ti"),
+])
+def test_human_bytes(n, text):
+    assert human_bytes(n) == text
