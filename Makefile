@@ -13,7 +13,8 @@ DEB_PKGS   := dpkg python3 python3-setuptools python3-wheel
 APT_PKGS   := python3 python3-venv python3-dev gcc make libcap-dev hwloc runc crun podman \
               busybox-static iproute2 util-linux procps kmod qemu-system-x86 linux-image-amd64 \
               debootstrap e2fsprogs \
-              containerd libbpf1 $(DEB_PKGS) python3-psutil python3-pyroute2 python3-prctl python3-yaml
+              containerd libbpf1 $(DEB_PKGS) python3-psutil python3-pyroute2 python3-prctl python3-yaml \
+              python3-prometheus-client chromium
 PYTEST_ARGS ?=
 
 .PHONY: all deps venv demo lint test test-fast stress bench deb clean
@@ -44,7 +45,7 @@ test: lint
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 test-fast: lint
-	$(VPY) -m pytest -m "not e2e and not vm and not root and not deb" $(PYTEST_ARGS)
+	$(VPY) -m pytest -m "not e2e and not vm and not root and not deb and not browser" $(PYTEST_ARGS)
 
 # 10,000 hostile hook inputs (FIFOs, deep nesting, symlinked state files, control characters),
 # SIGKILL at random instants of admissions and releases (in-process and the agent's children),

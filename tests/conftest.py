@@ -6,7 +6,8 @@ examples or other health checks set them explicitly on top of this profile.
 
 Test tiers (markers, registered in pyproject.toml): ``root`` tests write real cgroups, network
 namespaces or devices and are skipped for other users; ``e2e`` drives real runtimes and ``vm``
-boots a multi-NUMA guest (both need root as well). ``make test-fast`` deselects all three.
+boots a multi-NUMA guest (both need root as well); ``browser`` opens a page in Debian's headless
+chromium (skipped without it). ``make test-fast`` deselects all four.
 ``stress`` tests run only with ``NUMA_PIN_STRESS=1`` (``make stress``).
 
 A hook that finds no agent starts one (``numa-pin serve --idle-exit``). Hooks that inherit the

@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable
 
-from numa_pin import report
+from numa_pin import report, tally
 from numa_pin.admission.decide import Decision, decide, reject
 from numa_pin.admission.request import ContainerRequest
 from numa_pin.config.schema import Config
@@ -68,6 +68,8 @@ class NodeService(Node):
         #: told the ledger lock holder's pid when an admission starts waiting for it
         self.on_wait = on_wait
         self.ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
+        #: admissions of this service that waited for the ledger lock (``numa_pin_lock_waits_total``)
+        self.lock_waits = 0
 
     def live_grant(self, container_id: str) -> Grant | None:
         """The grant recorded under ``container_id`` while its process or cgroup lives (read-only)."""
@@ -102,6 +104,19 @@ class NodeService(Node):
         ``expected_cgroup`` (precreate, no pid yet) is the cgroup the runtime will create; the
         grant lives by it once :data:`PENDING_GRACE_S` have passed.
         """
+        started, waits = time.monotonic(), self.lock_waits
+        try:
+            admitted = self._admit_in_time(request, pid, kind, owner, deadline, rootfs, expected_cgroup)
+        except Exception as exc:
+            self._count_admission(request, None, exc, time.monotonic() - started, self.lock_waits - waits)
+            raise
+        self._count_admission(request, admitted.decision, None, time.monotonic() - started, self.lock_waits - waits)
+        return admitted
+
+    def _admit_in_time(
+        self, request: ContainerRequest, pid: int | None, kind: str | None, owner: ContainerCgroup | None,
+        deadline: Deadline | None, rootfs: str | None, expected_cgroup: str | None,
+    ) -> Admitted:
         budget = deadline or Deadline(self.config.admission_timeout_s, f"admission of {request.container_id}")
         with budget.active():
             try:
@@ -134,7 +149,7 @@ class NodeService(Node):
             if decision is not None and not decision.admit:
                 raise reject(decision)
             timeout = min(cfg.lock_timeout_s, deadline.remaining())
-            with self.ledger.transaction(timeout=timeout, on_wait=self.on_wait) as txn:
+            with self.ledger.transaction(timeout=timeout, on_wait=self._waiting) as txn:
                 # one liveness pass per admission: a grant the snapshot found alive counts as alive
                 # (at worst a grant that died since stays one more transaction); only grants new
                 # since the snapshot, or found dead there, are checked again
@@ -193,6 +208,25 @@ class NodeService(Node):
             f"admission of {request.container_id}: the ledger changed under {MAX_ATTEMPTS} decisions in a row; "
             "try again"
         )
+
+    def _waiting(self, holder: int | None) -> None:
+        self.lock_waits += 1
+        self.on_wait(holder)
+
+    def _count_admission(self, request: ContainerRequest, decision: Decision | None, exc: Exception | None,
+                         seconds: float, waits: int) -> None:
+        """Count one admission in :mod:`numa_pin.tally` (best effort, never raises): a grant
+        re-applied without a decision counts only its lock waits."""
+        counts: dict[str, float] = {"lock_waits": waits}
+        if decision is not None or exc is not None:
+            cfg = self.config
+            policy = decision.policy if decision is not None else request.policy or cfg.policy
+            scope = decision.scope if decision is not None else request.scope or cfg.scope
+            kind = exc.kind if isinstance(exc, NumaPinError) else "internal" if exc is not None else None
+            counts.update(tally.admission_increments(
+                seconds=seconds, cpus=request.exclusive, memory=bool(request.amounts.memory_resources),
+                policy=policy, scope=scope, full_pcpus=cfg.cpu_manager.options.full_pcpus_only, error_kind=kind))
+        tally.add(self.config.state_dir, counts)
 
     def _alive_since(self, snapshot: LedgerState) -> Callable[[Grant], bool]:
         """:meth:`_alive`, taking the word of ``snapshot`` (dead grants dropped) for its grants."""
@@ -303,6 +337,8 @@ class NodeService(Node):
             txn.on_commit_failure(self._undoer(going.undo, container_id))
             txn.after_commit(lambda: self._give_back(going))
             txn.state = state
+        if grant is not None:
+            tally.add(self.config.state_dir, {"releases": 1})
         if grant is not None and self.config.syslog:
             report.log_decision(grant, "released")
         return grant
@@ -348,6 +384,8 @@ class NodeService(Node):
                 repaired += [cid for cid in resource.repair(self, state, undo) if cid not in repaired]
             txn.on_commit_failure(self._undoer(undo, "reconcile"))
             txn.state = state
+        tally.add(self.config.state_dir, {"reconcile_runs": 1, "reconcile_repairs": len(repaired),
+                                          "reconcile_dropped": len(removed)})
         return list(removed), repaired
 
 

@@ -34,7 +34,8 @@ REPO = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 SYSTEM_PYTHON = "/usr/bin/python3"
 #: the issue's dependency list: Debian's interpreter and modules, nothing vendored
-WANT_DEPENDS = {"python3 (>= 3.11)", "python3-psutil", "python3-pyroute2", "python3-prctl", "python3-yaml", "libbpf1"}
+WANT_DEPENDS = {"python3 (>= 3.11)", "python3-psutil", "python3-pyroute2", "python3-prctl", "python3-yaml",
+                 "python3-prometheus-client", "libbpf1"}
 HOOKS_D = "usr/share/containers/oci/hooks.d"
 UNITS = ("numa-pin-agent.socket", "numa-pin-agent.service", "numa-pin-reconcile.timer", "numa-pin-reconcile.service",
          "numa-pin-nrt.service")
@@ -51,7 +52,7 @@ WANT_FILES = {
     f"usr/lib/python3/dist-packages/numa_pin-{VERSION}.dist-info/METADATA",
     *(f"lib/systemd/system/{unit}" for unit in UNITS),
 }
-DEB_MODULES = ("psutil", "pyroute2", "prctl", "yaml")
+DEB_MODULES = ("psutil", "pyroute2", "prctl", "yaml", "prometheus_client")
 
 
 def _run(cmd: list[str], **kw) -> subprocess.CompletedProcess[str]:
@@ -164,7 +165,7 @@ def _system_env(extracted: Path) -> dict[str, str]:
     missing = [m for m in DEB_MODULES if _run([SYSTEM_PYTHON, "-c", f"import {m}"]).returncode]
     if missing:
         pytest.skip(f"Debian python3 modules missing: {missing} (apt-get install python3-psutil python3-pyroute2 "
-                    "python3-prctl python3-yaml)")
+                    "python3-prctl python3-yaml python3-prometheus-client)")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "NUMA_PIN_"))}
     env["PYTHONPATH"] = str(extracted / "usr/lib/python3/dist-packages")
     env["PYTHONNOUSERSITE"] = "1"
@@ -208,6 +209,17 @@ def test_extracted_hook_admits_and_releases(extracted, tmp_path, tmp_path_factor
     status = json.loads(_run([str(extracted / "usr/bin/numa-pin"), "status", "--json", "--config", str(config)],
                              env=env).stdout)
     assert [g["container_id"] for g in status["grants"]] == ["c0"]
+    # the metrics with Debian's prometheus_client (python3-prometheus-client), not the venv's
+    where = _run([SYSTEM_PYTHON, "-c", "import prometheus_client; print(prometheus_client.__file__)"], env=env)
+    assert where.stdout.startswith("/usr/lib/python3/dist-packages/"), where
+    metrics = _run([str(extracted / "usr/bin/numa-pin"), "metrics", "--config", str(config)], env=env)
+    assert metrics.returncode == 0, metrics.stderr
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples = {s.name: s.value for f in text_string_to_metric_families(metrics.stdout) for s in f.samples
+               if not s.labels}
+    assert samples["kubelet_topology_manager_admission_requests_total"] == 1
+    assert samples["kubelet_cpu_manager_exclusive_cpu_allocation_count"] == 2
     released = subprocess.run([hook, "--config", str(config), "poststop"], input=state, capture_output=True,
                               env=env, timeout=120)
     assert (released.returncode, released.stderr) == (0, b"")

@@ -114,6 +114,33 @@ def listen(path: str) -> socket.socket:
     return listener
 
 
+def listen_tcp(address: str) -> socket.socket:
+    """A non-blocking TCP socket listening on ``address`` (``HOST:PORT``, ``[IPV6]:PORT``): the
+    agent's opt-in metrics listener (the config's ``metrics_address``).
+
+    Raises:
+        AgentError: the address does not parse or resolve, or cannot be bound (in use, not ours).
+    """
+    from numa_pin.config.parse import split_address
+
+    try:
+        host, port = split_address(address)
+        family, kind, proto, _, where = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (ValueError, OSError) as exc:
+        raise AgentError(f"metrics address {quote(address)}: {exc}") from exc
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(where)
+        listener.listen(16)
+        listener.setblocking(False)
+    except OSError as exc:
+        listener.close()
+        raise AgentError(f"metrics address {quote(address)}: cannot listen: {exc.strerror or exc}",
+                         errno=exc.errno) from exc
+    return listener
+
+
 def _clear_stale(path: str) -> None:
     try:
         st = os.lstat(path)
@@ -136,4 +163,4 @@ def _clear_stale(path: str) -> None:
     raise AgentError(f"{path}: another server answers on this socket")
 
 
-__all__ = ["SD_LISTEN_FDS_START", "listen", "systemd_listener", "take_lock"]
+__all__ = ["SD_LISTEN_FDS_START", "listen", "listen_tcp", "systemd_listener", "take_lock"]

@@ -42,10 +42,11 @@ from typing import TextIO
 
 from numa_pin import __version__
 from numa_pin.agent import spare
-from numa_pin.agent.listener import listen, systemd_listener, take_lock
+from numa_pin.agent.listener import listen, listen_tcp, systemd_listener, take_lock
 from numa_pin.agent.preload import changed_sources, preload, source_stamps
 from numa_pin.agent.protocol import peer_allowed
 from numa_pin.agent.request import Peer, RequestHandler, peer_credentials
+from numa_pin.errors import AgentError
 
 #: admissions in flight at most; further connections are sent back to run in-process
 MAX_CHILDREN = 64
@@ -81,8 +82,11 @@ class AgentServer:
         max_children: int | None = None,
         owns_path: bool = True,
         idle_exit_s: float | None = None,
+        metrics: socket.socket | None = None,
     ) -> None:
         self.path = path
+        #: the opt-in metrics listener (TCP): each scrape is served by a child of its own
+        self.metrics = metrics
         #: False for a socket systemd passed: systemd keeps listening on it after a stop
         self.owns_path = owns_path
         self.lock_fd = lock_fd
@@ -122,6 +126,7 @@ class AgentServer:
                 timeout = self._keep_a_spare()
                 # while a spare waits on the socket, the parent leaves the connections to it
                 watched = [self._wake_r, self.spares.notes_r] + ([] if self.spares.ready else [self.listener.fileno()])
+                watched += [self.metrics.fileno()] if self.metrics is not None else []
                 ready, _, _ = select.select(watched, [], [], timeout)
                 if self._wake_r in ready:
                     _drain_fd(self._wake_r)
@@ -130,6 +135,8 @@ class AgentServer:
                 self.reap()
                 if self.listener.fileno() in ready and not self.stopping:
                     self._accept()
+                if self.metrics is not None and self.metrics.fileno() in ready and not self.stopping:
+                    self._scrape()
                 if self.retired():  # only a request run counts as activity, never a refusal
                     self.stopping = True
         finally:
@@ -222,6 +229,17 @@ class AgentServer:
             if self._fork(lambda: self._child(conn, peer)) is None:
                 self.handler.refuse(conn, record, "cannot fork")
 
+    def _scrape(self) -> None:
+        """Fork a child for one metrics scrape; the parent only accepts (never reads files)."""
+        assert self.metrics is not None
+        try:
+            conn, _ = self.metrics.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return
+        with conn:
+            if len(self.children) < self.max_children:
+                self._fork(lambda: self._scrape_child(conn))
+
     def reap(self) -> None:
         """Collect every exited child without blocking."""
         while True:
@@ -243,6 +261,8 @@ class AgentServer:
         except OSError:
             pass
         self.listener.close()
+        if self.metrics is not None:
+            self.metrics.close()
         os.close(self.lock_fd)
         os.close(self._stop_w)  # an idle spare sees the pipe close and exits
 
@@ -268,6 +288,16 @@ class AgentServer:
         gc.disable()  # a child lives for one request; collecting would only copy pages
         for fd in (self.lock_fd, self._wake_r, self._wake_w, self.spares.notes_r, self._stop_w):
             os.close(fd)
+        if self.metrics is not None:
+            self.metrics.close()
+
+    def _scrape_child(self, conn: socket.socket) -> None:
+        self._become_child()
+        self.listener.close()
+        os.close(self._stop_r)
+        from numa_pin.metrics import serve_scrape  # only an agent that serves metrics loads prometheus_client
+
+        serve_scrape(conn)
 
     def _child(self, conn: socket.socket, peer: Peer) -> None:
         self._become_child()
@@ -328,6 +358,7 @@ def serve(
     out: TextIO | None = None,
     environ: Mapping[str, str] | None = None,
     idle_exit_s: float | None = None,
+    metrics_address: str | None = None,
 ) -> int:
     """Preload the hook path, listen on ``path`` and serve until SIGTERM/SIGINT. Returns 0.
 
@@ -339,7 +370,9 @@ def serve(
     own socket the server takes the lock before the imports, so a second server started at
     the same moment (two hooks starting one on demand) exits at once. With ``idle_exit_s`` it
     also stops after that many idle seconds or when its sources change (an agent started on
-    demand by a hook, :func:`numa_pin.agent.client.start_agent`).
+    demand by a hook, :func:`numa_pin.agent.client.start_agent`). With ``metrics_address`` it
+    also serves Prometheus metrics there (:mod:`numa_pin.metrics`), each scrape in a child; an
+    address it cannot listen on is reported and admissions are served without it.
 
     Raises:
         NumaPinError: a module does not import, or the socket cannot be served (see
@@ -367,8 +400,17 @@ def serve(
         how, passed = "serving the socket systemd passed,", True
     stamps = source_stamps(modules)
     os.chdir("/")  # keep no directory busy (a hook that starts an agent runs in a bundle)
+    metrics = None
+    if metrics_address:
+        try:
+            metrics = listen_tcp(metrics_address)
+        except AgentError as exc:  # a second agent, a port in use: admissions matter more
+            print(f"numa-pin serve: not serving metrics: {exc}", file=out or sys.stderr, flush=True)
     server = AgentServer(path, lock_fd, listener, log_path=log_path, proc_root=proc_root, stamps=stamps,
-                         owns_path=not passed, idle_exit_s=idle_exit_s)
+                         owns_path=not passed, idle_exit_s=idle_exit_s, metrics=metrics)
+    if metrics is not None:
+        print(f"numa-pin serve: serving metrics on http://{metrics_address}/metrics", file=out or sys.stderr,
+              flush=True)
     idle = f", exits after {idle_exit_s:g} s idle" if idle_exit_s is not None else ""
     print(f"numa-pin serve: numa-pin {__version__} {how} {path} (pid {server.pid}, "
           f"{len(modules)} modules preloaded{idle})", file=out or sys.stderr, flush=True)

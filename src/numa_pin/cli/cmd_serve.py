@@ -39,7 +39,20 @@ def run(args: argparse.Namespace) -> int:
 
         raise RequestError(f"--idle-exit: {args.idle_exit:g} is not a positive number of seconds")
     _drop_earlier_boots()
-    return serve(socket_path(os.environ, args.socket), log_path=args.log, idle_exit_s=args.idle_exit)
+    return serve(socket_path(os.environ, args.socket), log_path=args.log, idle_exit_s=args.idle_exit,
+                 metrics_address=_metrics_address())
+
+
+def _metrics_address() -> str | None:
+    """The config's ``metrics_address`` (None: off, or a config that cannot be read now: each
+    admission reports that itself)."""
+    from numa_pin.config.load import load_config
+    from numa_pin.errors import NumaPinError
+
+    try:
+        return load_config(None, os.environ).metrics_address
+    except (NumaPinError, OSError):
+        return None
 
 
 def _drop_earlier_boots() -> None:

@@ -8,14 +8,20 @@ import argparse
 from typing import Any
 
 from numa_pin.cli.common import SHORT_ID, add_node_arguments, grant_dict, open_node, print_result, short_ids
+from numa_pin.cli.main import write_out
 from numa_pin.text import one_line
 
 NAME = "status"
-HELP = "list grants recorded in the node ledger and what is free per NUMA node"
+HELP = "list grants recorded in the node ledger and what is free per NUMA node (--map: draw it)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_node_arguments(parser, "print one JSON object")
+    parser.add_argument("--map", action="store_true",
+                        help="draw each NUMA node: CPUs as a core-by-thread grid marked by holder, memory, devices "
+                        "(colour on a terminal unless NO_COLOR is set)")
+    parser.add_argument("--map-file", metavar="PATH",
+                        help="write the same picture as one standalone HTML page (no external assets) to PATH")
     parser.add_argument("--kubelet-root", metavar="DIR",
                         help="kubelet's root directory (default: the config's kubelet_root, /var/lib/kubelet)")
 
@@ -32,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     except (NumaPinError, OSError):
         pass  # not root, or the ledger is locked: the next admission or reconcile drops them
     state = service.ledger.read()
+    if getattr(args, "map", False) or getattr(args, "map_file", None):
+        return _draw(args, service, state)
     grants = [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)]
     out: dict[str, Any] = {
         "grants": grants,
@@ -72,6 +80,64 @@ def _lines(service, state, out: dict[str, Any]) -> list[str]:
             + "".join(f" {one_line(word)}" for word in held)
         )
     return lines
+
+
+def _draw(args: argparse.Namespace, service, state) -> int:
+    """``--map`` on stdout and/or ``--map-file`` (atomically, 0644)."""
+    import os
+    import sys
+
+    from numa_pin.devices.inventory import inventory
+    from numa_pin.nodemap import picture, render_html, render_text
+    from numa_pin.nrt import reserved_cpus_of
+    from numa_pin.report import read_reasons
+    from numa_pin.resources.base import NodeView
+    from numa_pin.resources.memory import MemoryResource
+
+    topology, settings = service.topology, service.settings
+    reserved = reserved_cpus_of(topology, settings)
+    devices = inventory(topology, settings.device_resources)
+    zones = MemoryResource().zones(NodeView(topology, settings, state, devices, reserved))
+    isolated, offline = kernel_cpus(service.config.sysfs_root)
+    pic = picture(topology, state, short=short_ids(set(state.grants) | set(read_reasons(service.config.state_dir))),
+                  reserved=reserved, isolated=isolated, offline=offline, devices=devices, memory_zones=zones)
+    if args.map_file:
+        from numa_pin.safefs import replace_private
+
+        path = os.path.abspath(args.map_file)
+        replace_private(os.path.dirname(path), path, render_html(pic).encode("utf-8"),
+                        prefix=f".{os.path.basename(path)}.", mode=0o644)
+    if args.map or not args.map_file:
+        colour = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+        write_out(render_text(pic, colour=colour))
+    return 0
+
+
+def kernel_cpus(sysfs_root: str) -> tuple[frozenset[int], dict[int, int | None]]:
+    """The kernel's isolated CPUs (``cpu/isolated``) and its offline CPUs with their node (the
+    ``cpuN/nodeM`` link; None without one). Files that are missing or unreadable say none."""
+    import os
+
+    from numa_pin.boundedio import read_regular_file
+    from numa_pin.cpuset import parse_list
+
+    base = os.path.join(sysfs_root, "devices/system/cpu")
+
+    def cpus(name: str) -> frozenset[int]:
+        try:
+            return parse_list(read_regular_file(os.path.join(base, name), 64 << 10).decode().strip("\x00\n "))
+        except (OSError, ValueError):
+            return frozenset()
+
+    offline: dict[int, int | None] = {}
+    for cpu in sorted(cpus("offline")):
+        try:
+            links = [n for n in os.listdir(os.path.join(base, f"cpu{cpu}")) if n.startswith("node")]
+        except OSError:
+            links = []
+        nodes = [int(n[4:]) for n in links if n[4:].isdigit()]
+        offline[cpu] = nodes[0] if len(nodes) == 1 else None
+    return cpus("isolated"), offline
 
 
 def _kubelet_lines(kubelet: dict[str, Any]) -> list[str]:

@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "recover": "numa_pin.cli.cmd_recover",
     "serve": "numa_pin.cli.cmd_serve",
     "nrt": "numa_pin.cli.cmd_nrt",
+    "metrics": "numa_pin.cli.cmd_metrics",
 }
 
 EXIT_INTERRUPTED = 130

@@ -146,6 +146,11 @@ ITEMS: tuple[ConfigItem, ...] = (
         "syslog", "bool", True,
         "Also log decisions and errors to syslog (runtimes often drop hook stderr).", p.boolean,
     ),
+    ConfigItem(
+        "metrics_address", "HOST:PORT string or null", None,
+        "Where the agent (numa-pin serve) serves Prometheus metrics over HTTP, e.g. 127.0.0.1:9464; "
+        "null: not served (numa-pin metrics --textfile writes the same for node_exporter).", p.listen_address,
+    ),
 )
 
 #: dotted key -> its item

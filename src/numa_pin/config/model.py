@@ -95,6 +95,7 @@ class Config:
     lock_timeout_s: float = _default_field("lock_timeout_s")
     admission_timeout_s: float = _default_field("admission_timeout_s")
     syslog: bool = _default_field("syslog")
+    metrics_address: str | None = _default_field("metrics_address")
     source: str | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -125,6 +126,7 @@ class Config:
             "lock_timeout_s": self.lock_timeout_s,
             "admission_timeout_s": self.admission_timeout_s,
             "syslog": self.syslog,
+            "metrics_address": self.metrics_address,
         }
 
 

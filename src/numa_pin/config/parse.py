@@ -93,6 +93,29 @@ def abs_path(value: Any, key: str) -> str:
     return value
 
 
+def split_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` or ``[IPV6]:PORT`` as (host, port); raises ValueError (pure)."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(c in host for c in " /[]"):
+        raise ValueError(f"not HOST:PORT: {text!r}")
+    return host, int(port)
+
+
+def listen_address(value: Any, key: str) -> str | None:
+    """``null`` (off) or ``HOST:PORT`` (``[IPV6]:PORT``), e.g. ``127.0.0.1:9464``."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > 300:
+        raise Invalid(key, f"must be HOST:PORT or null; got {value!r} ({type_name(value)})")
+    try:
+        split_address(value)
+    except ValueError:
+        raise Invalid(key, f"must be HOST:PORT (e.g. 127.0.0.1:9464) or null; got {value!r}") from None
+    return value
+
+
 def seconds(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise Invalid(key, f"must be a number of seconds; got {value!r} ({type_name(value)})")
