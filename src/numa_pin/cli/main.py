@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "recover": "numa_pin.cli.cmd_recover",
     "serve": "numa_pin.cli.cmd_serve",
     "nrt": "numa_pin.cli.cmd_nrt",
+    "resize": "numa_pin.cli.cmd_resize",
 }
 
 EXIT_INTERRUPTED = 130
