@@ -139,3 +139,81 @@ def test_json_names_before_and_after(node, capsys):
     doc = json.loads(out)
     assert (doc["container_id"], len(parse_list(doc["before"]["cpus"])), len(parse_list(doc["after"]["cpus"]))) == (
         "x", 2, 3)
+
+
+# ---- a runtime changed the cpuset (runc update --cpuset-cpus): reconcile re-asserts or adopts ----
+
+
+def runtime_sets(node: FakeNode, name: str, cpus: frozenset[int]) -> None:
+    """What ``runc update --cpuset-cpus`` does: write the container's cpuset.cpus."""
+    from numa_pin.cpuset import format_list
+
+    (node.cgroup_dir(name) / "cpuset.cpus").write_text(format_list(cpus) + "\n")
+
+
+def reconcile(node: FakeNode, capsys) -> dict[str, object]:
+    capsys.readouterr()
+    assert main(["reconcile", "--json", "--config", str(node.config)]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _free_on(node: FakeNode, node_cpus: dict[int, frozenset[int]], home: int, n: int) -> frozenset[int]:
+    grants = Ledger(str(node.state_dir)).read().grants.values()
+    taken = frozenset().union(*(g.cpus for g in grants))
+    return frozenset(sorted(node_cpus[home] - taken - {0})[-n:])  # CPU 0: kubelet reserves the lowest
+
+
+def _home(node: FakeNode, name: str, node_cpus: dict[int, frozenset[int]]) -> int:
+    held = Ledger(str(node.state_dir)).read().grants[name].cpus
+    (home,) = [n for n, cpus in node_cpus.items() if held <= cpus]
+    return home
+
+
+def test_by_default_reconcile_writes_the_ledgers_cpus_back(node, capsys, node_cpus):
+    admit(node, "x", 47000, {"numa-pin.io/cpus": "2"})
+    held = Ledger(str(node.state_dir)).read().grants["x"].cpus
+    runtime_sets(node, "x", held | _free_on(node, node_cpus, _home(node, "x", node_cpus), 2))
+    out = reconcile(node, capsys)
+    assert out["repaired"] == ["x"] and out["adopted"] == []
+    assert cgroup_cpus(node, "x") == held == Ledger(str(node.state_dir)).read().grants["x"].cpus
+
+
+@pytest.fixture
+def adopting(node: FakeNode, tmp_path) -> FakeNode:
+    node.config = node.write_config(policy="restricted", kubelet_root=str(tmp_path / "no-kubelet"),
+                                    resize_follow="adopt")
+    return node
+
+
+def test_adopt_takes_a_valid_runtime_resize_into_the_ledger(adopting, capsys, node_cpus):
+    node = adopting
+    admit(node, "x", 47000, {"numa-pin.io/cpus": "2"})
+    admit(node, "s", 47001, {})
+    held = Ledger(str(node.state_dir)).read().grants["x"].cpus
+    wider = held | _free_on(node, node_cpus, _home(node, "x", node_cpus), 2)
+    runtime_sets(node, "x", wider)
+    out = reconcile(node, capsys)
+    assert out["adopted"] == ["x"] and out["not_adopted"] == [], out
+    grant = Ledger(str(node.state_dir)).read().grants["x"]
+    assert grant.cpus == wider == cgroup_cpus(node, "x") and grant.baseline_cpus == held
+    assert not cgroup_cpus(node, "s") & wider  # the shared pool follows
+    assert reconcile(node, capsys)["adopted"] == []  # settled: nothing more to adopt
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda held, free, other, home_cpus: held - {min(held)}, "admitted with"),
+    (lambda held, free, other, home_cpus: held | other, "another grant"),
+    (lambda held, free, other, home_cpus: held | {0}, "reserved"),
+], ids=["drops-an-admitted-cpu", "takes-anothers-cpu", "takes-a-reserved-cpu"])
+def test_adopt_refuses_what_a_resize_could_not_do_and_writes_back(adopting, capsys, node_cpus, change, why):
+    node = adopting
+    admit(node, "x", 47000, {"numa-pin.io/cpus": "2"})
+    admit(node, "y", 47002, {"numa-pin.io/cpus": "2"})
+    ledger = Ledger(str(node.state_dir))
+    held, other = ledger.read().grants["x"].cpus, ledger.read().grants["y"].cpus
+    home = _home(node, "x", node_cpus)
+    runtime_sets(node, "x", change(held, _free_on(node, node_cpus, home, 2), other, node_cpus[home]))
+    out = reconcile(node, capsys)
+    assert out["adopted"] == [] and len(out["not_adopted"]) == 1 and why in out["not_adopted"][0], out
+    assert out["repaired"] == ["x"]
+    assert cgroup_cpus(node, "x") == held == ledger.read().grants["x"].cpus

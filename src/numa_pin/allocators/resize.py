@@ -97,6 +97,36 @@ def _to_add(topology: Topology, options: CpuOptions, state: LedgerState, grant: 
                                  nodes)
 
 
+def check_adoptable(topology: Topology, state: LedgerState, grant: Grant, seen: frozenset[int],
+                    reserved: frozenset[int]) -> None:
+    """Refuse CPUs a runtime gave a container (``runc update --cpuset-cpus``) that a resize
+    could not have given it: losing a CPU it was admitted with, or gaining one that is not
+    free (reserved, another grant's), outside its NUMA affinity or outside its own cpuset.
+
+    Raises:
+        AllocationError: naming the first rule broken.
+    """
+    cid, shown = grant.container_id, format_list(seen)
+    baseline = grant.baseline_cpus if grant.baseline_cpus is not None else grant.cpus
+    if not grant.cpus:
+        raise AllocationError(f"{cid}: cpus {shown}: it holds no exclusive CPUs to resize")
+    if not baseline <= seen:
+        raise AllocationError(f"{cid}: cpus {shown} drop CPUs {format_list(baseline - seen)} it was admitted with")
+    added = seen - grant.cpus
+    others = frozenset().union(*(g.cpus for g in state.grants.values() if g.container_id != cid))
+    rules = (
+        (added - topology.cpu_ids, "are not online"),
+        (added & reserved, "are reserved for the system"),
+        (added & others, "belong to another grant"),
+        (frozenset(c for c in added & topology.cpu_ids if topology.cpus[c].numa not in affinity_nodes(grant, topology)),
+         "are outside its NUMA affinity"),
+        (added - grant.cpuset_limit if grant.cpuset_limit is not None else frozenset(), "are outside its own cpuset"),
+    )
+    for broken, why in rules:
+        if broken:
+            raise AllocationError(f"{cid}: cpus {shown}: CPUs {format_list(broken)} {why}")
+
+
 def resized_memory(grant: Grant, total: int, free: Mapping[int, int]) -> dict[int, int]:
     """The grant's ``memory`` per node after a resize to ``total`` bytes; ``free`` is what each of
     its nodes has free for it (other grants and the system's reservation counted).
@@ -132,4 +162,4 @@ def resized_memory(grant: Grant, total: int, free: Mapping[int, int]) -> dict[in
     return {n: v for n, v in out.items() if v}
 
 
-__all__ = ["affinity_nodes", "resized_cpus", "resized_memory"]
+__all__ = ["affinity_nodes", "check_adoptable", "resized_cpus", "resized_memory"]

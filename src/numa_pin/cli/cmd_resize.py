@@ -58,6 +58,56 @@ def resize_change(service: Any, cpus: int | None, memory: int | None) -> Any:
     return change
 
 
+def adopt_change(service: Any, seen: frozenset[int]) -> Any:
+    """The change that records ``seen`` (a cpuset a runtime wrote) as the grant's CPUs, when
+    :func:`~numa_pin.allocators.resize.check_adoptable` lets it."""
+    from numa_pin.allocators.resize import check_adoptable
+    from numa_pin.record import replace
+    from numa_pin.resources.node.cpu import reserved
+
+    topology = service.topology
+
+    def change(grant: Any, state: Any) -> Any:
+        check_adoptable(topology, state, grant, seen, reserved(service))
+        baseline = grant.baseline_cpus if grant.baseline_cpus is not None else grant.cpus
+        nodes = frozenset(topology.cpus[c].numa for c in seen) - {None}
+        return replace(grant, cpus=seen, baseline_cpus=None if seen == baseline else baseline,
+                       mems=grant.mems | nodes)
+
+    return change
+
+
+def follow_runtime_resizes(service: Any) -> tuple[list[str], list[str]]:
+    """``resize_follow: adopt``: every running exclusive grant whose ``cpuset.cpus`` a runtime
+    changed is resized to it through the ledger when that is a valid resize. Returns the ids
+    adopted and one line per change refused (reconcile then writes the ledger's CPUs back)."""
+    import os
+
+    from numa_pin.cpuset import format_list, parse_list
+    from numa_pin.enforcer.cgroups import read_cgroup_file
+    from numa_pin.errors import NumaPinError
+
+    adopted: list[str] = []
+    refused: list[str] = []
+    for grant in service.ledger.read().grants.values():
+        ref = service.live_cgroup_ref(grant) if grant.cpus else None
+        if ref is None:
+            continue
+        try:
+            seen = parse_list(read_cgroup_file(os.path.join(ref.cpuset_dir, "cpuset.cpus")))
+        except (OSError, ValueError, NumaPinError):
+            continue  # unreadable now: the repair that follows reports it
+        if not seen or seen == grant.cpus:
+            continue
+        try:
+            service.update_grant(grant.container_id, adopt_change(service, seen))
+        except NumaPinError as exc:
+            refused.append(f"{grant.container_id}: not adopted, cpus {format_list(grant.cpus)} written back: {exc}")
+        else:
+            adopted.append(grant.container_id)
+    return adopted, refused
+
+
 def memory_free(service: Any, state: Any, grant: Any) -> dict[int, int]:
     """Free ``memory`` per node for ``grant`` (every other grant and the system's reservation counted)."""
     from numa_pin.topology.memory import MEMORY, build_memory_state

@@ -146,6 +146,13 @@ ITEMS: tuple[ConfigItem, ...] = (
         "syslog", "bool", True,
         "Also log decisions and errors to syslog (runtimes often drop hook stderr).", p.boolean,
     ),
+    ConfigItem(
+        "resize_follow", "one of " + ", ".join(p.RESIZE_FOLLOW), "reassert",
+        "What reconcile does with an exclusive container whose cpuset.cpus a runtime changed (runc update "
+        "--cpuset-cpus): reassert writes the ledger's CPUs back; adopt records the new CPUs as a resize when "
+        "they keep the ones it was admitted with and add only free CPUs of its NUMA affinity (else reasserts).",
+        p.enum_of(p.RESIZE_FOLLOW),
+    ),
 )
 
 #: dotted key -> its item

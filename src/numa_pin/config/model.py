@@ -95,6 +95,7 @@ class Config:
     lock_timeout_s: float = _default_field("lock_timeout_s")
     admission_timeout_s: float = _default_field("admission_timeout_s")
     syslog: bool = _default_field("syslog")
+    resize_follow: str = _default_field("resize_follow")
     source: str | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -125,6 +126,7 @@ class Config:
             "lock_timeout_s": self.lock_timeout_s,
             "admission_timeout_s": self.admission_timeout_s,
             "syslog": self.syslog,
+            "resize_follow": self.resize_follow,
         }
 
 
