@@ -125,9 +125,12 @@ def test_ranks_each_run_bound_and_the_worst_status_wins(cfg):
     assert all(line.split()[1] == line.split()[-1] == "1" for line in lines), lines
 
 
-def test_ranks_need_exclusive_cpus(cfg):
-    res = run(cfg, "--ranks", "2", "--", "true")
-    assert res.returncode == 2 and "--ranks" in res.stderr and len(res.stderr.splitlines()) == 1
+@pytest.mark.parametrize("args", [("--ranks", "2"), ("--ranks", "0", "--cpus", "1")], ids=["shared", "zero"])
+def test_bad_ranks_are_one_line(cfg, args):
+    marker = cfg.parent / "ran"
+    res = run(cfg, *args, "--", "touch", str(marker))
+    assert res.returncode == 2 and "--ranks" in res.stderr and len(res.stderr.splitlines()) == 1, res.stderr
+    assert not marker.exists()
 
 
 def test_an_explicit_cpu_list_is_reserved_and_refused_when_taken(cfg):
