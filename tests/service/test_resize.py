@@ -132,6 +132,27 @@ def test_memory_grows_and_shrinks_on_the_grants_nodes(node, capsys):
     assert snapshot(node, "x") == before
 
 
+def test_a_failure_after_the_cgroup_write_rolls_it_back(node, capsys, monkeypatch):
+    """The container's cpuset is written first; when a later step of the same transaction fails
+    (here: resizing the shared pool), the write is undone and the ledger keeps the old grant."""
+    from numa_pin.errors import EnforcementError
+    from numa_pin.resources.node import cpu as cpu_node
+
+    admit(node, "x", 47000, {"numa-pin.io/cpus": "2"})
+    before = snapshot(node, "x")
+    written: list[str] = []
+
+    def failing_resize(*_args, **_kwargs):
+        written.append(node.cpuset("x")[0])
+        raise EnforcementError("shared pool: injected failure", path="/fake")
+
+    monkeypatch.setattr(cpu_node, "_resize", failing_resize)
+    rc, _, err = resize(node, capsys, "x", "--cpus", "4")
+    assert rc != 0 and "injected failure" in err and len(err.strip().splitlines()) == 1, err
+    assert written and len(parse_list(written[0])) == 4, "the container's cpuset was written before the failure"
+    assert snapshot(node, "x") == before
+
+
 def test_json_names_before_and_after(node, capsys):
     admit(node, "x", 47000, {"numa-pin.io/cpus": "2"})
     rc, out, err = resize(node, capsys, "x", "--cpus", "3", "--json")
