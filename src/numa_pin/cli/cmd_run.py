@@ -71,12 +71,14 @@ def _read_payload(fd: int) -> dict[str, Any]:
 
     chunks: list[bytes] = []
     size = 0
-    while size <= PAYLOAD_LIMIT:
+    while True:
         chunk = os.read(fd, 65536)
         if not chunk:
             break
-        chunks.append(chunk)
         size += len(chunk)
+        if size > PAYLOAD_LIMIT:
+            raise ValueError(f"the grant sent to the command exceeds {PAYLOAD_LIMIT} bytes")
+        chunks.append(chunk)
     return dict(json.loads(b"".join(chunks) or b"{}"))
 
 
@@ -121,7 +123,7 @@ def _lead(command: list[str], env: dict[str, str], ranks: list[dict[str, Any]]) 
     os._exit(worst)
 
 
-def _payload(service: Any, grant: Any, name: str, ranks: int) -> tuple[dict[str, Any], str | None, list[str]]:
+def _payload(service: Any, grant: Any, ranks: int) -> tuple[dict[str, Any], str | None, list[str]]:
     """(what the child is sent, the grant file written, warnings): the grant's variables, and
     with ``ranks`` > 1 each rank's share and variables. Raises OSError writing the file."""
     import json
@@ -135,7 +137,7 @@ def _payload(service: Any, grant: Any, name: str, ranks: int) -> tuple[dict[str,
     fd, path = tempfile.mkstemp(prefix=f"numa-pin-grant-{os.getpid()}-", suffix=".json")
     try:
         os.fchmod(fd, 0o644)
-        os.write(fd, (json.dumps(grant_document(grant, topology, shares), indent=2) + "\n").encode())
+        _write_all(fd, (json.dumps(grant_document(grant, topology, shares), indent=2) + "\n").encode())
     finally:
         os.close(fd)
     env, warnings = grant_env(grant, topology, path)
@@ -186,18 +188,22 @@ def run(args: argparse.Namespace) -> int:
     prctl.set_child_subreaper(True)
     go_r, go_w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # child: wait for the verdict, then exec
-        os.close(go_w)
-        verdict = os.read(go_r, 1)
-        if verdict != b"1":
-            os._exit(125)
-        payload = _read_payload(go_r)
-        os.close(go_r)
-        if args.no_new_privs:
-            prctl.set_no_new_privs(True)
-        if payload.get("ranks"):
-            _lead(command, payload["env"], payload["ranks"])
-        _exec(command, payload.get("env", {}))
+    if pid == 0:  # child: wait for the verdict, then exec (it never returns into the parent's code)
+        try:
+            os.close(go_w)
+            verdict = os.read(go_r, 1)
+            if verdict != b"1":
+                os._exit(125)
+            payload = _read_payload(go_r)
+            os.close(go_r)
+            if args.no_new_privs:
+                prctl.set_no_new_privs(True)
+            if payload.get("ranks"):
+                _lead(command, payload["env"], payload["ranks"])
+            _exec(command, payload.get("env", {}))
+        except BaseException as exc:  # noqa: BLE001 - a forked child must not unwind into the parent's code
+            print(f"numa-pin: cannot start {command[0]}: {exc}", file=sys.stderr)
+        os._exit(125)
     os.close(go_r)
     admitted = False
     grant_file: str | None = None
@@ -209,16 +215,21 @@ def run(args: argparse.Namespace) -> int:
             systemd.start_scope(f"numa-pin-run-{pid}.scope", pid, f"numa-pin run {name}", config.proc_root)
         admitted_grant = service.admit(request, pid, kind="process")
         try:
-            payload, grant_file, warnings = _payload(service, admitted_grant.grant, name, args.ranks)
+            payload, grant_file, warnings = _payload(service, admitted_grant.grant, args.ranks)
+            os.write(go_w, b"1")
+            _write_all(go_w, json.dumps(payload).encode())
         except BaseException:
             service.release(name)
+            if grant_file is not None:
+                _unlink(grant_file)
             raise
         admitted = True
-        os.write(go_w, b"1")
-        _write_all(go_w, json.dumps(payload).encode())
     finally:
         if not admitted:
-            os.write(go_w, b"0")
+            try:
+                os.write(go_w, b"0")
+            except OSError:  # the child is gone already (it read a verdict, then failed)
+                pass
             os.waitpid(pid, 0)
             if group is not None:
                 procgroup.remove(group)
