@@ -38,3 +38,18 @@ def test_reconcile_notices_runc_update(runc_rt, node, busybox_rootfs, tmp_path, 
         assert harness.read_cpuset(st["pid"]).cpus == "1"
         assert harness.proc_allowed(st["pid"])[0] == "1"
         assert node.grants()[cid].cpus == frozenset({1})
+
+
+def test_numa_pin_resize_of_a_runc_container_is_refused_when_nothing_is_free(runc_rt, node, busybox_rootfs,
+                                                                              tmp_path, cid):
+    """CPU 1 is the only CPU an exclusive grant can hold here: growing to 2 is refused in one
+    line and the kernel's cpuset stays; resizing to what it has is a no-op."""
+    bundle = harness.make_bundle(tmp_path / "a", args=["sleep", "1000"], annotations={"numa-pin.io/cpus": "1"},
+                                 hooks=node.hooks, rootfs=busybox_rootfs)
+    with harness.running_container(runc_rt, bundle, cid) as st:
+        res = node.cli("resize", cid, "--cpus", "2")
+        assert res.returncode == 1 and len(res.stderr.splitlines()) == 1 and "free" in res.stderr, res.stderr
+        assert harness.read_cpuset(st["pid"]).cpus == "1" and node.grants()[cid].cpus == frozenset({1})
+        res = node.cli("resize", cid, "--cpus", "1")
+        assert res.returncode == 0, res.stderr
+        assert harness.read_cpuset(st["pid"]).cpus == "1"
