@@ -372,6 +372,34 @@ class NodeService(Node):
             report.log_decision(grant, "released to the shared pool")
         return grant
 
+    # ---- resize ----------------------------------------------------------------------------
+    def update_grant(self, container_id: str, change: Callable[[Grant, LedgerState], Grant]) -> tuple[Grant, Grant]:
+        """Replace the live grant of ``container_id`` with ``change(grant, ledger state)``, computed
+        under the ledger lock, and enforce it through every resource in the same transaction (its
+        cgroup written, the shared pool resized, each write with its undo); a failure rolls all of
+        it back and commits nothing. Returns (old, new grant). Raises RequestError when no live
+        grant has that id, and whatever ``change`` raises (``numa-pin resize``, an adopted cpuset)."""
+        with self.ledger.transaction() as txn:
+            old = txn.state.grants.get(container_id)
+            if old is None or not self._alive(old):
+                raise RequestError(f"no running container or process holds a grant {container_id!r}",
+                                   annotation="ID")
+            grant = change(old, txn.state)
+            undo = UndoLog()
+            enforcing = Admission(grant, txn.state.with_grant(grant), undo, self.live_cgroup_ref(old), old.pid,
+                                  None, (), False)
+            try:
+                for resource in self.resources:
+                    enforcing = resource.enforce(self, enforcing, grant)
+            except BaseException as exc:
+                self._roll_back(undo, exc, container_id)
+                raise
+            txn.on_commit_failure(self._undoer(undo, container_id))
+            txn.state = enforcing.state
+        if self.config.syslog:
+            report.log_decision(enforcing.grant, "resized")
+        return old, enforcing.grant
+
     def reconcile(self) -> tuple[list[Grant], list[str]]:
         """Drop dead grants, then let every resource repair what drifted."""
         repaired: list[str] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -96,3 +97,47 @@ def test_a_live_name_is_refused(cfg):
         assert ledger.read().grants["holder"] == first, "the first job keeps its grant"
         assert os.path.isdir("/sys/fs/cgroup/cpuset/numa-pin/holder")
     assert Ledger(str(cfg.parent / "ledger")).read().grants == {}
+
+
+def test_the_command_sees_its_grant(cfg):
+    """The variables name the grant the ledger recorded, and the grant file says the same;
+    the file is gone once the job ends."""
+    script = ('echo "cpus=$NUMA_PIN_CPUS mems=$NUMA_PIN_MEMS file=$NUMA_PIN_GRANT_FILE"; cat "$NUMA_PIN_GRANT_FILE"; '
+              'grep Cpus_allowed_list /proc/self/status')
+    res = run(cfg, "--cpus", "1", "--name", "sees", "--", "sh", "-c", script)
+    assert res.returncode == 0, res.stderr
+    head, rest = res.stdout.split("\n", 1)
+    fields = dict(part.split("=", 1) for part in head.split())
+    allowed = rest.rsplit("Cpus_allowed_list:", 1)[1].strip()
+    assert fields["cpus"] == allowed == "1"
+    doc = json.loads(rest.rsplit("Cpus_allowed_list:", 1)[0])
+    assert (doc["id"], doc["cpus"], [str(m) for m in doc["mems"]]) == ("sees", [1], fields["mems"].split(","))
+    assert not os.path.exists(fields["file"])
+
+
+def test_ranks_each_run_bound_and_the_worst_status_wins(cfg):
+    script = 'echo "$NUMA_PIN_RANK/$NUMA_PIN_RANKS $NUMA_PIN_CPUS $(grep Cpus_allowed_list /proc/self/status)"; ' \
+             'exit $((NUMA_PIN_RANK * 2))'
+    res = run(cfg, "--cpus", "1", "--ranks", "3", "--", "sh", "-c", script)
+    assert res.returncode == 4, res.stderr  # ranks exit 0, 2, 4
+    lines = sorted(res.stdout.split("\n")[:-1])
+    assert [line.split()[0] for line in lines] == ["0/3", "1/3", "2/3"]
+    assert all(line.split()[1] == line.split()[-1] == "1" for line in lines), lines
+
+
+@pytest.mark.parametrize("args", [("--ranks", "2"), ("--ranks", "0", "--cpus", "1")], ids=["shared", "zero"])
+def test_bad_ranks_are_one_line(cfg, args):
+    marker = cfg.parent / "ran"
+    res = run(cfg, *args, "--", "touch", str(marker))
+    assert res.returncode == 2 and "--ranks" in res.stderr and len(res.stderr.splitlines()) == 1, res.stderr
+    assert not marker.exists()
+
+
+def test_an_explicit_cpu_list_is_reserved_and_refused_when_taken(cfg):
+    res = run(cfg, "--cpu-list", "1", "--", "sh", "-c", "echo $NUMA_PIN_CPUS")
+    assert (res.returncode, res.stdout.strip()) == (0, "1"), res.stderr
+    with holding_job(cfg):
+        marker = cfg.parent / "ran"
+        res = run(cfg, "--cpu-list", "1", "--", "touch", str(marker))
+        assert res.returncode == 1 and len(res.stderr.splitlines()) == 1, res.stderr
+        assert "Traceback" not in res.stderr and not marker.exists()

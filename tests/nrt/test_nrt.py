@@ -3,9 +3,8 @@
 Three independent checks:
 
 * the schema: :data:`CRD_V1ALPHA2` is the ``openAPIV3Schema`` of the published CRD
-  (kubernetes-sigs/node-feature-discovery ``deployment/base/noderesourcetopologies-crd``,
-  generated from k8stopologyawareschedwg/noderesourcetopology-api ``v1alpha2/types.go``),
-  written out here by hand, and :func:`validate` is a small structural validator for it
+  (k8stopologyawareschedwg/noderesourcetopology-api ``manifests/crd.yaml``, generated from
+  its ``v1alpha2/types.go``), vendored under ``data/``, and :func:`validate` is a small structural validator for it
   (types, required, patterns, int-or-string, and no field the API server would prune);
 * the quantities, for every kit machine shape, against numbers computed here from the
   machine's declarative spec (CPUs per node, MemTotal, hugepage pools, SLIT matrix, PCI
@@ -34,40 +33,19 @@ from numa_pin.testing.machine import expected_topology
 GIB = 1 << 30
 QUANTITY = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
             r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
-_INT_OR_STRING = {"anyOf": [{"type": "integer"}, {"type": "string"}], "pattern": QUANTITY,
-                  "x-kubernetes-int-or-string": True}
-_ATTRIBUTES = {"type": "array", "items": {
-    "type": "object", "required": ["name", "value"],
-    "properties": {"name": {"type": "string"}, "value": {"type": "string"}}}}
+#: the published CRD (k8stopologyawareschedwg/noderesourcetopology-api ``manifests/crd.yaml``,
+#: commit 7f99f9c2af03e0dd95ca81b650cd5f2427fbc8bd), vendored unchanged
+CRD_FILE = Path(__file__).parent / "data" / "noderesourcetopology-crd.yaml"
+
+
+def _crd_schema(version: str) -> dict[str, Any]:
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    (found,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    return found["schema"]["openAPIV3Schema"]
+
+
 #: ``spec.versions[name=v1alpha2].schema.openAPIV3Schema`` of the published CRD
-CRD_V1ALPHA2: dict[str, Any] = {
-    "type": "object",
-    "required": ["zones"],
-    "properties": {
-        "apiVersion": {"type": "string"},
-        "kind": {"type": "string"},
-        "metadata": {"type": "object"},
-        "attributes": _ATTRIBUTES,
-        "topologyPolicies": {"type": "array", "items": {"type": "string"}},
-        "zones": {"type": "array", "items": {
-            "type": "object",
-            "required": ["name", "type"],
-            "properties": {
-                "name": {"type": "string"},
-                "type": {"type": "string"},
-                "parent": {"type": "string"},
-                "attributes": _ATTRIBUTES,
-                "costs": {"type": "array", "items": {
-                    "type": "object", "required": ["name", "value"],
-                    "properties": {"name": {"type": "string"},
-                                   "value": {"type": "integer", "format": "int64"}}}},
-                "resources": {"type": "array", "items": {
-                    "type": "object", "required": ["allocatable", "available", "capacity", "name"],
-                    "properties": {"name": {"type": "string"}, "capacity": _INT_OR_STRING,
-                                   "allocatable": _INT_OR_STRING, "available": _INT_OR_STRING}}},
-            }}},
-    },
-}
+CRD_V1ALPHA2: dict[str, Any] = _crd_schema("v1alpha2")
 #: the scheduler plugin's names (noderesourcetopology-api v1alpha2 helper / its consumers)
 ZONE_TYPE_NODE = "Node"
 INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -207,6 +185,7 @@ def test_every_kit_machine(shape, tmp_path, tmp_path_factory, capsys):
         "topology.node.k8s.io/v1alpha2", "NodeResourceTopology", {"name": "worker-7"})
     assert obj["attributes"] == [{"name": "topologyManagerPolicy", "value": "single-numa-node"},
                                  {"name": "topologyManagerScope", "value": "pod"},
+                                 {"name": "topologyManagerMaxNUMANodes", "value": "64"},
                                  {"name": "max-allowable-numa-nodes", "value": "64"}]
     assert obj["topologyPolicies"] == ["SingleNUMANodePodLevel"]
     zones = obj["zones"]

@@ -75,6 +75,24 @@ def test_watch_does_not_rebuild_while_the_ledger_is_unchanged(tmp_path):
     assert (calls, len(ticks)) == ([1], 5)
 
 
+def test_watch_rebuilds_when_the_pods_file_changes(tmp_path):
+    """With --pods, a change of the pods file alone (the ledger unchanged) rebuilds the object."""
+    ledger, pods = tmp_path / "ledger.json", tmp_path / "pods.json"
+    ledger.write_text("x")
+    pods.write_text("[]")
+    calls: list[int] = []
+    ticks: list[int] = []
+
+    def sleep(_s):
+        ticks.append(1)
+        if len(ticks) == 2:
+            pods.write_text('[{"namespace": "a", "name": "b"}]')
+
+    cmd_nrt.watch(lambda: calls.append(1) or {"v": len(calls)}, (str(ledger), str(pods)), str(tmp_path / "o"),
+                  as_json=True, interval=0.1, publish=None, stopped=lambda: len(ticks) >= 4, sleep=sleep)
+    assert len(calls) == 2, "built at the start and once after the pods file changed"
+
+
 @pytest.mark.parametrize("flag, env, exists, want", [
     ("/k/flag", {"KUBECONFIG": "/k/env"}, {"/k/flag", "/k/env"}, "/k/flag"),
     (None, {"KUBECONFIG": "/k/env:/k/other"}, {"/k/env"}, "/k/env"),

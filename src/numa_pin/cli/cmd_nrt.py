@@ -7,6 +7,11 @@ After each new version, when ``kubectl`` is on PATH and a kubeconfig exists (``-
 else ``$KUBECONFIG``, else ``~/.kube/config``), ``kubectl apply -f FILE`` publishes it; a failed
 apply is reported on stderr and retried with the next change. SIGTERM/SIGINT stop the watch.
 
+``--pods FILE``: the pods bound to this node (``kubectl get pods -A --field-selector
+spec.nodeName=NODE -o json``, or a list of ``{namespace, name}``), from which the
+``nodeTopologyPodsFingerprint`` attribute is computed; re-read with every rebuild, and a change
+to it triggers one as a ledger change does. Without it the object carries no fingerprint.
+
 The object itself is built by :func:`numa_pin.nrt.build_nrt` (pure).
 """
 
@@ -32,6 +37,8 @@ HELP = "print this node as a NodeResourceTopology (v1alpha2) for the topology-aw
 DEFAULT_SYSFS_ROOT = "/sys"
 DEFAULT_PROC_ROOT = "/proc"
 DEFAULT_INTERVAL_S = 2.0
+#: the pods file: a node's PodList from kubectl stays well below this
+PODS_LIMIT = 64 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,6 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--proc-root", metavar="DIR",
         help="proc tree (default: the config's proc_root; none when only --sysfs-root is given)",
     )
+    parser.add_argument("--pods", metavar="FILE",
+                        help="the pods on this node (a PodList as JSON) for the nodeTopologyPodsFingerprint attribute")
     parser.add_argument("--json", action="store_true", help="print JSON instead of YAML")
     parser.add_argument("--watch", action="store_true", help="keep --output current until stopped")
     parser.add_argument("--output", metavar="FILE", help="with --watch: the file to keep current")
@@ -70,9 +79,26 @@ def roots(args: argparse.Namespace, config: Any) -> tuple[str, str | None]:
     return args.sysfs_root, proc
 
 
-def builder(args: argparse.Namespace) -> tuple[Callable[[], dict[str, Any]], str]:
-    """A function that rebuilds the object from the ledger (the topology is read once), and
-    the ledger's path. Raises ConfigError, TopologyError, PolicyError."""
+def read_pods(path: str, node_name: str) -> list[tuple[str, str]]:
+    """``(namespace, name)`` of the pods in the JSON file ``path`` that count for ``node_name``
+    (:func:`numa_pin.nrt.pods_on_node`). Raises RequestError naming the file."""
+    from numa_pin.boundedio import json_loads_bounded, read_regular_file
+    from numa_pin.errors import RequestError
+    from numa_pin.nrt import pods_on_node
+
+    try:
+        doc = json_loads_bounded(read_regular_file(path, PODS_LIMIT))
+        return pods_on_node(doc, node_name)
+    except RequestError as exc:
+        raise RequestError(f"{path}: {exc}", annotation="--pods") from exc
+    except (OSError, ValueError) as exc:
+        raise RequestError(f"{path}: cannot read the pods: {exc}", annotation="--pods") from exc
+
+
+def builder(args: argparse.Namespace) -> tuple[Callable[[], dict[str, Any]], tuple[str, ...]]:
+    """A function that rebuilds the object from the ledger (and ``--pods``; the topology is
+    read once), and the files whose change calls for a rebuild. Raises ConfigError,
+    TopologyError, PolicyError."""
     from numa_pin.devices.inventory import inventory
     from numa_pin.ledger.store import Ledger
     from numa_pin.nrt import build_nrt, reserved_cpus_of
@@ -88,10 +114,14 @@ def builder(args: argparse.Namespace) -> tuple[Callable[[], dict[str, Any]], str
     ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
     node_name = args.node_name or socket.gethostname()
 
-    def build() -> dict[str, Any]:
-        return build_nrt(topology, settings, ledger.read(), devices, node_name, reserved)
+    pods_path = args.pods
 
-    return build, os.path.join(config.state_dir, "ledger.json")
+    def build() -> dict[str, Any]:
+        pods = read_pods(pods_path, node_name) if pods_path else None
+        return build_nrt(topology, settings, ledger.read(), devices, node_name, reserved, pods)
+
+    watched = (os.path.join(config.state_dir, "ledger.json"),) + ((pods_path,) if pods_path else ())
+    return build, watched
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -128,17 +158,21 @@ def apply(kubectl: str, kubeconfig: str, path: str) -> str | None:
     return None
 
 
-def _stamp(path: str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+def _stamp(paths: str | tuple[str, ...]) -> tuple[tuple[int, int, int] | None, ...]:
+    out: list[tuple[int, int, int] | None] = []
+    for path in (paths,) if isinstance(paths, str) else paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
+    return tuple(out)
 
 
 def watch(
     build: Callable[[], dict[str, Any]],
-    ledger_path: str,
+    ledger_path: str | tuple[str, ...],
     output: str,
     *,
     as_json: bool,
@@ -150,11 +184,12 @@ def watch(
 ) -> int:
     """Keep ``output`` current until ``stopped()``; returns the number of versions written.
 
-    The ledger file is stat'ed every ``interval`` seconds; the object is rebuilt when the stat
-    changed, and written (then ``publish``\\ ed) only when its text changed. An error while
-    building or writing is reported on ``err`` and retried at the next check."""
+    The ledger file (and every other path in ``ledger_path`` when it is a tuple) is stat'ed
+    every ``interval`` seconds; the object is rebuilt when a stat changed, and written (then
+    ``publish``\\ ed) only when its text changed. An error while building or
+    writing is reported on ``err`` and retried at the next check."""
     err = err or sys.stderr
-    seen: tuple[int, int, int] | None | bool = False  # False: never looked
+    seen: tuple[tuple[int, int, int] | None, ...] | bool = False  # False: never looked
     last_text: str | None = None
     written = 0
     while not stopped():
@@ -190,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.interval > 0:
         raise RequestError(f"--interval must be a positive number of seconds, got {args.interval}",
                            annotation="--interval")
-    build, ledger_path = builder(args)
+    build, watched = builder(args)
     if not args.watch:
         write_out(render(build(), args.json))
         return 0
@@ -215,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
-    watch(build, ledger_path, args.output, as_json=args.json, interval=args.interval, publish=publish,
+    watch(build, watched, args.output, as_json=args.json, interval=args.interval, publish=publish,
           stopped=lambda: stop["now"], sleep=lambda s: _sleep_unless(s, stop))
     return 0
 

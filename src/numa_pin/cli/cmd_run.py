@@ -11,6 +11,17 @@ containers never share exclusive CPUs. Sequence:
 3. the parent is a child subreaper (prctl), so it outlives and reaps everything COMMAND forks,
    forwards SIGINT/SIGTERM/SIGHUP, releases the grant and removes the cgroup at the end.
 
+The command learns its grant from its environment and a JSON file
+(:mod:`numa_pin.cli.run_grant`: ``NUMA_PIN_CPUS``, ``NUMA_PIN_MEMS``, ``CUDA_VISIBLE_DEVICES``,
+``PCIDEVICE_*``, ``NUMA_PIN_GRANT_FILE``), sent to the child over the same pipe as the verdict.
+
+``--ranks N`` starts N copies of COMMAND inside the one grant: the child becomes their leader,
+forks them, binds each (``sched_setaffinity``) to its share of the grant's CPUs, split as
+``hwloc-distrib`` splits them (:func:`numa_pin.allocators.distrib.distribute`), waits for all
+and exits with the worst status (the highest). ``--cpu-list`` / ``--nodes`` take numactl's
+lists: the grant is exactly those CPUs (or ``--cpus`` of them), reserved in the ledger like any
+other, and refused when another grant holds one of them.
+
 The exit status is COMMAND's (128+N when killed by signal N).
 """
 
@@ -24,9 +35,15 @@ import time
 
 from numa_pin.cli.common import add_config_argument, add_request_arguments, load, request_from_args
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 NAME = "run"
 HELP = "run a command with NUMA-aligned exclusive CPUs, memory and devices from the node ledger"
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: the most a verdict's payload (the environment and the ranks) may take on the pipe
+PAYLOAD_LIMIT = 16 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_request_arguments(parser)
     parser.add_argument("--name", help="id recorded in the ledger (default run-<pid>-<time>)")
     parser.add_argument("--no-new-privs", action="store_true", help="set no_new_privs on the command")
+    parser.add_argument("--ranks", metavar="N", type=int, default=1,
+                        help="start N copies, each bound to its share of the grant's CPUs (as hwloc-distrib splits)")
+    parser.add_argument("--cpu-list", metavar="LIST",
+                        help="exactly these CPUs, numactl style (0-3,8); --cpus picks that many of them")
+    parser.add_argument("--nodes", metavar="LIST", help="only CPUs of these NUMA nodes, numactl style (0,1)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
 
 
@@ -43,21 +65,117 @@ def _wait_status_to_code(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
+def _read_payload(fd: int) -> dict[str, Any]:
+    """The JSON the parent sends after a ``1`` verdict (until it closes the pipe)."""
+    import json
+
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        size += len(chunk)
+        if size > PAYLOAD_LIMIT:
+            raise ValueError(f"the grant sent to the command exceeds {PAYLOAD_LIMIT} bytes")
+        chunks.append(chunk)
+    return dict(json.loads(b"".join(chunks) or b"{}"))
+
+
+def _exec(command: list[str], env: dict[str, str]) -> None:
+    os.environ.update(env)
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        print(f"numa-pin: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
+        os._exit(127)
+
+
+def _lead(command: list[str], env: dict[str, str], ranks: list[dict[str, Any]]) -> None:
+    """The child with ``--ranks``: fork one copy of COMMAND per rank, each bound to its CPUs,
+    forward the parent's signals to them, and exit with the worst status (never returns)."""
+    pids: list[int] = []
+    for rank in ranks:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.sched_setaffinity(0, rank["cpus"])
+            except OSError as exc:
+                print(f"numa-pin: rank {rank['env'].get('NUMA_PIN_RANK')}: cannot bind to {rank['cpus']}: "
+                      f"{exc.strerror}", file=sys.stderr)
+                os._exit(126)
+            _exec(command, {**env, **rank["env"]})
+        pids.append(pid)
+
+    def forward(signum, _frame):
+        for pid in pids:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    worst = 0
+    for pid in pids:
+        _, status = os.waitpid(pid, 0)
+        worst = max(worst, _wait_status_to_code(status))
+    os._exit(worst)
+
+
+def _payload(service: Any, grant: Any, ranks: int) -> tuple[dict[str, Any], str | None, list[str]]:
+    """(what the child is sent, the grant file written, warnings): the grant's variables, and
+    with ``ranks`` > 1 each rank's share and variables. Raises OSError writing the file."""
+    import json
+    import tempfile
+
+    from numa_pin.allocators.distrib import distribute
+    from numa_pin.cli.run_grant import grant_document, grant_env, rank_env
+
+    topology = service.topology
+    shares = distribute(topology, grant.cpus, ranks) if ranks > 1 and grant.cpus else []
+    fd, path = tempfile.mkstemp(prefix=f"numa-pin-grant-{os.getpid()}-", suffix=".json")
+    try:
+        os.fchmod(fd, 0o644)
+        _write_all(fd, (json.dumps(grant_document(grant, topology, shares), indent=2) + "\n").encode())
+    finally:
+        os.close(fd)
+    env, warnings = grant_env(grant, topology, path)
+    payload: dict[str, Any] = {"env": env}
+    if shares:
+        payload["ranks"] = [{"cpus": sorted(share), "env": rank_env(share, i, ranks, topology)}
+                            for i, share in enumerate(shares)]
+    return payload, path, warnings
+
+
 def run(args: argparse.Namespace) -> int:
+    import json
+
     import prctl
 
+    from numa_pin.cli.run_grant import explicit_cpuset
     from numa_pin.enforcer import cgroups, procgroup
     from numa_pin.enforcer.systemd import detect
     from numa_pin.errors import RequestError
+    from numa_pin.record import replace
     from numa_pin.service import NodeService, live_name_message
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise RequestError("no command given (numa-pin run [flags] -- COMMAND ...)", annotation="COMMAND")
+    if args.ranks < 1:
+        raise RequestError(f"--ranks must be at least 1, got {args.ranks}", annotation="--ranks")
     config = load(args)
     name = args.name or f"run-{os.getpid()}-{int(time.time())}"
-    request = request_from_args(args, name)
     service = NodeService(config)
+    explicit = explicit_cpuset(args.cpu_list, args.nodes, service.topology)
+    if explicit is not None and args.cpus is None:
+        args.cpus = str(len(explicit))
+    request = request_from_args(args, name)
+    if explicit is not None:
+        request = replace(request, cpuset=explicit)
+    if args.ranks > 1 and not request.exclusive:
+        raise RequestError("ranks share exclusive CPUs: give --cpus, --cpu-list or --nodes", annotation="--ranks")
     live = service.live_grant(name)
     if live is not None:  # checked again inside the admission's transaction
         raise RequestError(live_name_message(live), annotation="--name")
@@ -70,20 +188,25 @@ def run(args: argparse.Namespace) -> int:
     prctl.set_child_subreaper(True)
     go_r, go_w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # child: wait for the verdict, then exec
-        os.close(go_w)
-        verdict = os.read(go_r, 1)
-        if verdict != b"1":
-            os._exit(125)
-        if args.no_new_privs:
-            prctl.set_no_new_privs(True)
+    if pid == 0:  # child: wait for the verdict, then exec (it never returns into the parent's code)
         try:
-            os.execvp(command[0], command)
-        except OSError as exc:
-            print(f"numa-pin: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
-            os._exit(127)
+            os.close(go_w)
+            verdict = os.read(go_r, 1)
+            if verdict != b"1":
+                os._exit(125)
+            payload = _read_payload(go_r)
+            os.close(go_r)
+            if args.no_new_privs:
+                prctl.set_no_new_privs(True)
+            if payload.get("ranks"):
+                _lead(command, payload["env"], payload["ranks"])
+            _exec(command, payload.get("env", {}))
+        except BaseException as exc:  # noqa: BLE001 - a forked child must not unwind into the parent's code
+            print(f"numa-pin: cannot start {command[0]}: {exc}", file=sys.stderr)
+        os._exit(125)
     os.close(go_r)
     admitted = False
+    grant_file: str | None = None
     try:
         if group is not None:
             procgroup.join(group, pid)
@@ -91,17 +214,30 @@ def run(args: argparse.Namespace) -> int:
             assert systemd is not None
             systemd.start_scope(f"numa-pin-run-{pid}.scope", pid, f"numa-pin run {name}", config.proc_root)
         admitted_grant = service.admit(request, pid, kind="process")
+        try:
+            payload, grant_file, warnings = _payload(service, admitted_grant.grant, args.ranks)
+            os.write(go_w, b"1")
+            _write_all(go_w, json.dumps(payload).encode())
+        except BaseException:
+            service.release(name)
+            if grant_file is not None:
+                _unlink(grant_file)
+            raise
         admitted = True
-        os.write(go_w, b"1")
     finally:
         if not admitted:
-            os.write(go_w, b"0")
+            try:
+                os.write(go_w, b"0")
+            except OSError:  # the child is gone already (it read a verdict, then failed)
+                pass
             os.waitpid(pid, 0)
             if group is not None:
                 procgroup.remove(group)
         os.close(go_w)
     grant = admitted_grant.grant
     print(f"numa-pin: {name}: cpus={sorted(grant.cpus) or 'shared'} mems={sorted(grant.mems)}", file=sys.stderr)
+    for problem in warnings:
+        print(f"numa-pin: {name}: {problem}", file=sys.stderr)
     from numa_pin.kubelet import conflict_warning
 
     warning = conflict_warning(config.kubelet_root)
@@ -129,4 +265,19 @@ def run(args: argparse.Namespace) -> int:
         service.release(name)
         if group is not None:
             procgroup.remove(group)
+        if grant_file is not None:
+            _unlink(grant_file)
     return code
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -44,6 +44,7 @@ COMMANDS: dict[str, str] = {
     "serve": "numa_pin.cli.cmd_serve",
     "nrt": "numa_pin.cli.cmd_nrt",
     "metrics": "numa_pin.cli.cmd_metrics",
+    "resize": "numa_pin.cli.cmd_resize",
 }
 
 EXIT_INTERRUPTED = 130

@@ -151,6 +151,13 @@ ITEMS: tuple[ConfigItem, ...] = (
         "Where the agent (numa-pin serve) serves Prometheus metrics over HTTP, e.g. 127.0.0.1:9464; "
         "null: not served (numa-pin metrics --textfile writes the same for node_exporter).", p.listen_address,
     ),
+    ConfigItem(
+        "resize_follow", "one of " + ", ".join(p.RESIZE_FOLLOW), "reassert",
+        "What reconcile does with an exclusive container whose cpuset.cpus a runtime changed (runc update "
+        "--cpuset-cpus): reassert writes the ledger's CPUs back; adopt records the new CPUs as a resize when "
+        "they keep the ones it was admitted with and add only free CPUs of its NUMA affinity (else reasserts).",
+        p.enum_of(p.RESIZE_FOLLOW),
+    ),
 )
 
 #: dotted key -> its item

@@ -96,6 +96,7 @@ class Config:
     admission_timeout_s: float = _default_field("admission_timeout_s")
     syslog: bool = _default_field("syslog")
     metrics_address: str | None = _default_field("metrics_address")
+    resize_follow: str = _default_field("resize_follow")
     source: str | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -127,6 +128,7 @@ class Config:
             "admission_timeout_s": self.admission_timeout_s,
             "syslog": self.syslog,
             "metrics_address": self.metrics_address,
+            "resize_follow": self.resize_follow,
         }
 
 

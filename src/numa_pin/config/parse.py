@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 POLICIES = names.POLICIES
 SCOPES = names.SCOPES
 #: Topology Manager policy options numa-pin knows (kubelet names)
+#: ``resize_follow`` values: write the ledger's CPUs back, or take a valid runtime resize as one
+RESIZE_FOLLOW = ("reassert", "adopt")
 POLICY_OPTIONS = ("prefer-closest-numa-nodes", "max-allowable-numa-nodes")
 #: CPU manager static-policy options (kubelet names), each a Go-ParseBool boolean
 CPU_MANAGER_OPTIONS = (

@@ -125,6 +125,9 @@ class Grant:
     pending_since: float | None = None
     #: the boot the grant was made in (``/proc/sys/kernel/random/boot_id``); None: not recorded
     boot_id: str | None = None
+    #: the exclusive CPUs it was admitted with, once a resize changed ``cpus`` (KEP-5554's
+    #: "baseline CPUs": a shrink never gives them up); None: ``cpus`` are still the baseline
+    baseline_cpus: frozenset[int] | None = None
 
     def __post_init__(self) -> None:
         shape.require_str("container_id", self.container_id, nonempty=True)
@@ -158,13 +161,17 @@ class Grant:
             raise ValueError(f"gpus must be a GpuAccess or None, got {type(self.gpus).__name__}")
         if self.pending_since is not None:
             shape.set_field(self, "pending_since", shape.finite("pending_since", self.pending_since))
+        if self.baseline_cpus is not None:
+            shape.set_field(self, "baseline_cpus", shape.id_set("baseline_cpus", self.baseline_cpus))
+            if not self.baseline_cpus <= self.cpus:
+                raise ValueError("baseline_cpus must be a subset of cpus")
 
     def as_shared(self) -> Grant:
         """The same container tracked as a shared one (``numa-pin release --force``): nothing
         held for it alone any more (no exclusive CPUs, devices, memory, affinity, or records of
         what was moved or opened for it); its cgroup, pid and memory nodes stay."""
         return replace(self, kind=KIND_SHARED, cpus=frozenset(), devices={}, memory={}, affinity=None,
-                       netdevs=(), gpus=None)
+                       netdevs=(), gpus=None, baseline_cpus=None)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: CPU and node sets as kernel list strings (``"0-3,8"``).
@@ -196,6 +203,8 @@ class Grant:
             out["pending_since"] = self.pending_since
         if self.boot_id is not None:
             out["boot_id"] = self.boot_id
+        if self.baseline_cpus is not None:
+            out["baseline_cpus"] = format_list(self.baseline_cpus)
         return out
 
     @classmethod
@@ -234,6 +243,8 @@ class Grant:
                 pending_since=(shape.json_field(obj, "pending_since", (int, float), where)
                                if "pending_since" in obj else None),
                 boot_id=shape.json_field(obj, "boot_id", str, where) if "boot_id" in obj else None,
+                baseline_cpus=(parse_list(shape.json_field(obj, "baseline_cpus", str, where))
+                               if "baseline_cpus" in obj else None),
             )
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
@@ -245,8 +256,8 @@ _GRANT_KEYS = frozenset(
 )
 
 #: optional: ``pending_since`` only while a grant made before its container existed waits for
-#: it; ``boot_id`` where the boot was known
-_OPTIONAL_KEYS = frozenset(("pending_since", "boot_id"))
+#: it; ``boot_id`` where the boot was known; ``baseline_cpus`` once a resize changed its CPUs
+_OPTIONAL_KEYS = frozenset(("pending_since", "boot_id", "baseline_cpus"))
 
 
 @record
