@@ -56,6 +56,7 @@ from numa_pin.admission.kubernetes import (
 from numa_pin.config.model import InferenceConfig
 from numa_pin.cpuset import parse_list
 from numa_pin.devices.cdi import CdiDevice, devices_from_annotations, devices_from_env_tokens
+from numa_pin.devices.devnode import DeviceNode
 from numa_pin.errors import RequestError
 from numa_pin.quantity import ASCII_BLANKS, parse_bytes, parse_count
 from numa_pin.record import field, record
@@ -142,10 +143,20 @@ class ContainerRequest:
     qos_signal: str | None = None
     #: ``namespace/name`` of the Kubernetes pod (the CRI sandbox annotations), when known
     pod_name: str | None = None
+    #: device nodes the container already carries (``linux.devices``, the nodes of CDI names
+    #: no other rule maps), located by the edge (:mod:`numa_pin.resources.node.devnodes`)
+    fixed_nodes: tuple[DeviceNode, ...] = ()
+    #: a fixed device numa-pin cannot place rejects the container (``inference.strict_devices``)
+    strict_devices: bool = False
 
     @property
     def exclusive(self) -> bool:
         return self.amounts.cpus > 0
+
+    @property
+    def placeable_nodes(self) -> tuple[DeviceNode, ...]:
+        """The fixed device nodes that may stand for a device (not a control node, not virtual)."""
+        return tuple(n for n in self.fixed_nodes if not n.nothing_to_align)
 
     @property
     def qualified_name(self) -> str:
@@ -157,7 +168,7 @@ class ContainerRequest:
         """No CPUs, memory, hugepages or devices, for itself or its pod, and no devices a
         device plugin already chose: a container numa-pin only keeps on the shared pool."""
         pod_empty = self.pod_amounts is None or self.pod_amounts.empty
-        fixed = self.fixed_gpus or any(self.fixed_pci.values()) or self.fixed_cdi
+        fixed = self.fixed_gpus or any(self.fixed_pci.values()) or self.fixed_cdi or self.placeable_nodes
         return self.amounts.empty and pod_empty and not fixed
 
 
@@ -344,6 +355,7 @@ def request_from_oci(
         qos=qos,
         qos_signal=qos_signal,
         pod_name=pod_name(annotations),
+        strict_devices=inference.strict_devices,
     )
 
 

@@ -117,8 +117,27 @@ ITEMS: tuple[ConfigItem, ...] = (
         "Infer device requests from device-plugin environment variables "
         "(NVIDIA_VISIBLE_DEVICES, PCIDEVICE_*).", p.boolean,
     ),
+    ConfigItem(
+        "inference.device_nodes", "bool", True,
+        "Align CPUs and memory to the PCI devices behind the device nodes a container's spec "
+        "already carries (linux.devices) and behind CDI names of any kind (resolved through "
+        "the CDI spec files), whoever chose them: a device plugin, a DRA driver, --device.",
+        p.boolean,
+    ),
+    ConfigItem(
+        "inference.strict_devices", "bool", False,
+        "Reject a container that carries a device numa-pin cannot place (a CDI name no spec "
+        "file names, a node with no PCI function behind it). Off: it is admitted without a "
+        "hint for that device, and `numa-pin explain` says why.", p.boolean,
+    ),
     ConfigItem("sysfs_root", "absolute path", "/sys", "Where sysfs is mounted.", p.abs_path),
     ConfigItem("proc_root", "absolute path", "/proc", "Where procfs is mounted.", p.abs_path),
+    ConfigItem("dev_root", "absolute path", "/dev", "Where the host's device nodes are.", p.abs_path),
+    ConfigItem(
+        "cdi_spec_dirs", "list of absolute paths", ["/etc/cdi", "/var/run/cdi"],
+        "Directories of CDI spec files (JSON or YAML); a later directory wins for a device "
+        "named in several.", p.abs_paths,
+    ),
     ConfigItem(
         "cgroup_root", "absolute path", "/sys/fs/cgroup",
         "The cgroup mount root (v2), or the directory holding the v1 hierarchies.", p.abs_path,

@@ -69,6 +69,8 @@ class InferenceConfig:
     guaranteed_cpus_outside_kubernetes: bool = _default_field("inference.guaranteed_cpus_outside_kubernetes")
     hugepages: bool = _default_field("inference.hugepages")
     device_plugin_env: bool = _default_field("inference.device_plugin_env")
+    device_nodes: bool = _default_field("inference.device_nodes")
+    strict_devices: bool = _default_field("inference.strict_devices")
 
 
 @record
@@ -89,6 +91,8 @@ class Config:
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     sysfs_root: str = _default_field("sysfs_root")
     proc_root: str = _default_field("proc_root")
+    dev_root: str = _default_field("dev_root")
+    cdi_spec_dirs: tuple[str, ...] = _default_field("cdi_spec_dirs")
     cgroup_root: str = _default_field("cgroup_root")
     state_dir: str = _default_field("state_dir")
     kubelet_root: str = _default_field("kubelet_root")
@@ -116,9 +120,13 @@ class Config:
                 "guaranteed_cpus_outside_kubernetes": self.inference.guaranteed_cpus_outside_kubernetes,
                 "hugepages": self.inference.hugepages,
                 "device_plugin_env": self.inference.device_plugin_env,
+                "device_nodes": self.inference.device_nodes,
+                "strict_devices": self.inference.strict_devices,
             },
             "sysfs_root": self.sysfs_root,
             "proc_root": self.proc_root,
+            "dev_root": self.dev_root,
+            "cdi_spec_dirs": list(self.cdi_spec_dirs),
             "cgroup_root": self.cgroup_root,
             "state_dir": self.state_dir,
             "kubelet_root": self.kubelet_root,

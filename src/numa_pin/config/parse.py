@@ -93,6 +93,13 @@ def abs_path(value: Any, key: str) -> str:
     return value
 
 
+def abs_paths(value: Any, key: str) -> tuple[str, ...]:
+    """A list of at most 16 absolute paths."""
+    if not isinstance(value, list) or len(value) > 16:
+        raise Invalid(key, f"must be a list of at most 16 absolute paths; got {type_name(value)}")
+    return tuple(abs_path(v, key) for v in value)
+
+
 def seconds(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise Invalid(key, f"must be a number of seconds; got {value!r} ({type_name(value)})")

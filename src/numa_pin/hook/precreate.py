@@ -263,7 +263,7 @@ def asks_nothing(request: Any) -> bool:
 
 
 def _fixed(request: Any) -> Sequence[object]:
-    return [*request.fixed_gpus, *request.fixed_pci.values(), *request.fixed_cdi]
+    return [*request.fixed_gpus, *request.fixed_pci.values(), *request.fixed_cdi, *request.placeable_nodes]
 
 
 def _uvm_major(proc_root: str) -> int | None:

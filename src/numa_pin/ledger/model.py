@@ -125,6 +125,8 @@ class Grant:
     pending_since: float | None = None
     #: the boot the grant was made in (``/proc/sys/kernel/random/boot_id``); None: not recorded
     boot_id: str | None = None
+    #: what the admission noted (a device the container carries that is not aligned to, and why)
+    notes: tuple[str, ...] = field(default=(), hash=False)
 
     def __post_init__(self) -> None:
         shape.require_str("container_id", self.container_id, nonempty=True)
@@ -152,6 +154,8 @@ class Grant:
         shape.set_field(self, "netdevs", shape.netdev_entries(self.netdevs))
         if self.boot_id is not None:
             shape.require_str("boot_id", self.boot_id, nonempty=True)
+        if not isinstance(self.notes, tuple) or not all(isinstance(n, str) for n in self.notes):
+            raise ValueError(f"notes must be a tuple of strings, got {self.notes!r}")
         if self.cpuset_limit is not None:
             shape.set_field(self, "cpuset_limit", shape.id_set("cpuset_limit", self.cpuset_limit))
         if self.gpus is not None and not isinstance(self.gpus, GpuAccess):
@@ -196,6 +200,8 @@ class Grant:
             out["pending_since"] = self.pending_since
         if self.boot_id is not None:
             out["boot_id"] = self.boot_id
+        if self.notes:
+            out["notes"] = list(self.notes)
         return out
 
     @classmethod
@@ -234,6 +240,7 @@ class Grant:
                 pending_since=(shape.json_field(obj, "pending_since", (int, float), where)
                                if "pending_since" in obj else None),
                 boot_id=shape.json_field(obj, "boot_id", str, where) if "boot_id" in obj else None,
+                notes=tuple(shape.json_field(obj, "notes", list, where)) if "notes" in obj else (),
             )
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
@@ -245,8 +252,8 @@ _GRANT_KEYS = frozenset(
 )
 
 #: optional: ``pending_since`` only while a grant made before its container existed waits for
-#: it; ``boot_id`` where the boot was known
-_OPTIONAL_KEYS = frozenset(("pending_since", "boot_id"))
+#: it; ``boot_id`` where the boot was known; ``notes`` where the admission noted something
+_OPTIONAL_KEYS = frozenset(("pending_since", "boot_id", "notes"))
 
 
 @record
