@@ -42,6 +42,35 @@ def gpu8_devnodes() -> MachineSpec:
     return replace(base, name="gpu8-devnodes", pci=tuple(pci))
 
 
+#: ``gpudirect``: a ConnectX NIC below node 1's GPU switch (beside GPUs 2 and 3) and one below a
+#: second root port of the same root bus (same root complex, another root port)
+SWITCH_NIC = "0000:3f:00.0"
+ROOT_NIC = "0000:41:00.0"
+
+
+def gpudirect() -> MachineSpec:
+    """:func:`gpu8_devnodes` plus :data:`SWITCH_NIC` (``PIX`` to GPUs 2 and 3) and
+    :data:`ROOT_NIC` (``PHB`` to them): GPUDirect RDMA placements for co-location tests."""
+    from numa_pin.testing.pci_spec import CLASS_ETHERNET, CLASS_PCI_BRIDGE, PciSpec
+
+    base = gpu8_devnodes()
+    node = 1
+    def bridge(address: str, parent: str) -> PciSpec:
+        return PciSpec(address, "0x1000", "0xc010", CLASS_PCI_BRIDGE, node, driver="pcieport", parent=parent)
+
+    def nic(address: str, parent: str, netdev: str, dev_nodes: tuple[str, ...] = ()) -> PciSpec:
+        return PciSpec(address, "0x15b3", "0x101b", CLASS_ETHERNET, node, driver="mlx5_core", parent=parent,
+                       netdevs=(netdev,), dev_nodes=dev_nodes)
+
+    extra = (
+        bridge("0000:3c:02.0", "0000:3b:00.0"),  # a third downstream port of node 1's GPU switch
+        nic(SWITCH_NIC, "0000:3c:02.0", "ens3f0", (f"infiniband_verbs/uverbs1={UVERBS_MAJOR}:193",)),
+        PciSpec("0000:3a:02.0", "0x8086", "0x347a", CLASS_PCI_BRIDGE, node, driver="pcieport"),
+        nic(ROOT_NIC, "0000:3a:02.0", "ens4f0"),
+    )
+    return replace(base, name="gpudirect", pci=(*base.pci, *extra))
+
+
 #: a device node of a CDI spec: ``(path, major, minor)``; None numbers are left out of the file
 Node = tuple[str, int | None, int | None]
 
@@ -92,4 +121,7 @@ def make_dev_nodes(dev_root: str | os.PathLike[str], nodes: Sequence[Node]) -> N
         os.mknod(target, 0o600 | stat.S_IFCHR, os.makedev(major, minor))
 
 
-__all__ = ["CX6_PF", "DRM_MAJOR", "UVERBS_MAJOR", "gpu8_devnodes", "make_dev_nodes", "write_cdi_spec"]
+__all__ = [
+    "CX6_PF", "DRM_MAJOR", "ROOT_NIC", "SWITCH_NIC", "UVERBS_MAJOR", "gpu8_devnodes", "gpudirect", "make_dev_nodes",
+    "write_cdi_spec",
+]

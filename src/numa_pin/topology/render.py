@@ -26,7 +26,7 @@ def to_json_dict(topology: Topology) -> dict[str, Any]:
     return {
         "numa_nodes": {str(n): _node_json(topology.nodes[n], ids) for n in ids},
         "cpus": {str(c): _cpu_json(topology.cpus[c]) for c in sorted(topology.cpus)},
-        "pci_devices": [_device_json(d) for d in topology.pci_devices],
+        "pci_devices": [_device_json(d, topology) for d in topology.pci_devices],
     }
 
 
@@ -55,7 +55,9 @@ def _cpu_json(cpu: Cpu) -> dict[str, Any]:
     }
 
 
-def _device_json(dev: PciDevice) -> dict[str, Any]:
+def _device_json(dev: PciDevice, topology: Topology) -> dict[str, Any]:
+    from numa_pin.devices.pcie import dra_attributes
+
     return {
         "address": dev.address,
         "vendor": dev.vendor,
@@ -74,6 +76,7 @@ def _device_json(dev: PciDevice) -> dict[str, Any]:
         "local_cpus": sorted(dev.local_cpus),
         "gpu_uuid": dev.gpu_uuid,
         "gpu_minor": dev.gpu_minor,
+        "dra": dra_attributes(topology, dev.address),
     }
 
 
