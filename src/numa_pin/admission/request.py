@@ -7,6 +7,8 @@ Annotations (all optional)::
     numa-pin.io/hugepages-2Mi   hugepages to align, a quantity
     numa-pin.io/hugepages-1Gi   hugepages to align, a quantity
     numa-pin.io/devices         "resource=count[,resource=count]"
+    numa-pin.io/colocate        "<scope>:resource,resource[;...]": the devices of those resources
+                                share one ``pcie-root``, ``numa-node`` or ``socket``
     numa-pin.io/policy          per-container/pod override of the node policy
     numa-pin.io/scope           per-container/pod override of the node scope
     numa-pin.io/pod             pod identity when no runtime sandbox id is present (recorded as
@@ -80,7 +82,7 @@ CPUSET_FIELD = "linux.resources.cpu.cpus"
 USER_POD_PREFIX = "user:"
 
 #: keys that may name one container (``numa-pin.io/cpus.<container>``); the rest are pod-wide
-PER_CONTAINER = ("cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices")
+PER_CONTAINER = ("cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices", "colocate")
 _KNOWN = {*PER_CONTAINER, "policy", "scope", "pod", "pod-cpus", "pod-memory", "pod-devices"}
 
 
@@ -148,6 +150,9 @@ class ContainerRequest:
     fixed_nodes: tuple[DeviceNode, ...] = ()
     #: a fixed device numa-pin cannot place rejects the container (``inference.strict_devices``)
     strict_devices: bool = False
+    #: ``(scope, resources)``: the devices of those resources share one PCIe root, NUMA node or
+    #: socket (``numa-pin.io/colocate``)
+    colocate: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def exclusive(self) -> bool:
@@ -197,6 +202,35 @@ def parse_devices(text: str, annotation: str) -> dict[str, int]:
             raise RequestError(f"resource {quote(name)} given twice", annotation=annotation)
         out[name] = _bounded_count(count.strip(ASCII_BLANKS), annotation)
     return out
+
+
+#: what ``numa-pin.io/colocate`` may ask devices to share
+COLOCATE_SCOPES = ("pcie-root", "numa-node", "socket")
+
+
+def parse_colocate(text: str, annotation: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``"pcie-root:nvidia.com/gpu,example.com/nic"`` -> ``(("pcie-root", (...)),)``; groups are
+    separated by ``;``, a group names at least two resources and a resource is in one group."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    seen: set[str] = set()
+    for part in text.split(";"):
+        part = part.strip(ASCII_BLANKS)
+        if not part:
+            continue
+        scope, sep, rest = part.partition(":")
+        scope = _choice(scope.strip(ASCII_BLANKS), COLOCATE_SCOPES, annotation) if sep else ""
+        if not sep:
+            raise RequestError(f"expected <scope>:resource,resource, got {quote(part)}", annotation=annotation)
+        names = tuple(dict.fromkeys(n.strip(ASCII_BLANKS) for n in rest.split(",") if n.strip(ASCII_BLANKS)))
+        if len(names) < 2 or any("/" not in n for n in names):
+            raise RequestError(f"{quote(part)} must name two or more resources (domain/name)", annotation=annotation)
+        if seen & set(names):
+            raise RequestError(f"{quote(part)} names a resource of another group", annotation=annotation)
+        seen.update(names)
+        out.append((scope, names))
+        if len(out) > 16:
+            raise RequestError("more than 16 groups", annotation=annotation)
+    return tuple(out)
 
 
 def _bounded_count(text: str, annotation: str) -> int:
@@ -356,6 +390,8 @@ def request_from_oci(
         qos_signal=qos_signal,
         pod_name=pod_name(annotations),
         strict_devices=inference.strict_devices,
+        colocate=parse_colocate(annotations[PREFIX + "colocate"], PREFIX + "colocate")
+        if PREFIX + "colocate" in annotations else (),
     )
 
 

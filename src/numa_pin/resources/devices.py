@@ -94,14 +94,29 @@ class DeviceKind(Resource):
         from numa_pin.providers.devices import device_hint_family, device_hints
 
         nodes = view.need.topology.node_ids
+        free = self._colocated_free(view, amounts)
         out: dict[str, ResourceHints] = {}
         for res, count in amounts.devices.items():
             if res in view.devices and count:
-                out[res] = device_hint_family(view.devices[res], nodes, view.free[res], count)
+                out[res] = device_hint_family(view.devices[res], nodes, free[res], count)
         for res, ids in view.fixed.items():
             # already assigned by a device plugin: hints regenerate from exactly these devices
             out[res] = device_hints(view.devices.get(res, ()), nodes, frozenset(ids), len(ids))
         return out or None
+
+    def _colocated_free(self, view: DeviceView, amounts: Amounts) -> Mapping[str, frozenset[str]]:
+        """The free devices hints come from: under ``numa-pin.io/colocate``, only those in a
+        group (PCIe root, node, socket) that can hold every resource of the constraint."""
+        free = dict(view.free)
+        for scope, names in view.need.request.colocate:
+            here = {r: amounts.devices[r] for r in names
+                    if amounts.devices.get(r) and r in view.devices and r not in view.fixed}
+            pinned = {r: view.fixed[r] for r in names if r in view.fixed}
+            if here and len(here) + len(pinned) >= 2:
+                from numa_pin.allocators.colocate import in_viable_groups
+
+                free.update(in_viable_groups(view.need.topology, scope, here, pinned, view.devices, view.free))
+        return free
 
     def check_inside(self, view: DeviceView | None, inside: frozenset[int]) -> None:
         """A device a device plugin already chose must touch the affinity (or have no NUMA node)."""
@@ -122,12 +137,20 @@ class DeviceKind(Resource):
             return {}
         devices: dict[str, tuple[str, ...]] = dict(view.fixed)
         wanted = {res: count for res, count in amounts.devices.items() if res in view.devices}
-        if any(wanted.values()):
+        closeness = self.closeness(view.need) if any(wanted.values()) else None
+        for scope, names in view.need.request.colocate:
+            here = {r: wanted[r] for r in names if wanted.get(r) and r not in view.fixed}
+            pinned = {r: view.fixed[r] for r in names if r in view.fixed}
+            if here and len(here) + len(pinned) >= 2:
+                from numa_pin.allocators.colocate import allocate_colocated
+
+                devices.update(allocate_colocated(view.need.topology, scope, here, pinned, view.devices, view.free,
+                                                  affinity, strict, closeness))
+        if any(c for r, c in wanted.items() if r not in devices):
             from numa_pin.allocators.devices import allocate_devices
 
-            closeness = self.closeness(view.need)
             for res, count in wanted.items():
-                if count and res not in view.fixed:
+                if count and res not in devices:
                     devices[res] = allocate_devices(
                         view.devices[res], view.free[res], count, affinity, closeness=closeness, resource=res,
                         allow_outside=not strict,
