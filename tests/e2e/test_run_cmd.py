@@ -96,3 +96,26 @@ def test_a_live_name_is_refused(cfg):
         assert ledger.read().grants["holder"] == first, "the first job keeps its grant"
         assert os.path.isdir("/sys/fs/cgroup/cpuset/numa-pin/holder")
     assert Ledger(str(cfg.parent / "ledger")).read().grants == {}
+
+
+#: what /proc/<pid>/numa_maps prints for each policy on node 0 (the kernel's mpol_to_str)
+POLICY_WORDS = {"interleave": "interleave:0", "bind": "bind:0", "preferred-many": "prefer (many):0",
+                "weighted-interleave": "weighted interleave:0"}
+
+
+@pytest.mark.parametrize("mode", sorted(POLICY_WORDS))
+def test_memory_policy_is_set_on_the_command_before_exec(cfg, mode):
+    """The kernel's own account (numa_maps of the exec'd command) shows the policy on its
+    mappings: it was set in the child, before exec, and survived exec."""
+    if mode == "weighted-interleave" and not os.path.isdir("/sys/kernel/mm/mempolicy/weighted_interleave"):
+        pytest.skip("weighted interleave needs kernel 6.9 or later")
+    res = run(cfg, "--cpus", "1", "--memory", "64Mi", "--memory-policy", mode, "--", "sh", "-c",
+              "head -n 3 /proc/self/numa_maps")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines and all(POLICY_WORDS[mode] in line for line in lines), res.stdout
+
+
+def test_without_a_policy_the_command_keeps_the_default(cfg):
+    res = run(cfg, "--cpus", "1", "--", "sh", "-c", "head -n 1 /proc/self/numa_maps")
+    assert res.returncode == 0 and " default " in res.stdout, res.stdout

@@ -9,6 +9,8 @@ Annotations (all optional)::
     numa-pin.io/devices         "resource=count[,resource=count]"
     numa-pin.io/colocate        "<scope>:resource,resource[;...]": the devices of those resources
                                 share one ``pcie-root``, ``numa-node`` or ``socket``
+    numa-pin.io/memory-policy   bind, interleave, preferred-many or weighted-interleave over
+                                the granted nodes (:mod:`numa_pin.enforcer.mempolicy`)
     numa-pin.io/policy          per-container/pod override of the node policy
     numa-pin.io/scope           per-container/pod override of the node scope
     numa-pin.io/pod             pod identity when no runtime sandbox id is present (recorded as
@@ -82,7 +84,9 @@ CPUSET_FIELD = "linux.resources.cpu.cpus"
 USER_POD_PREFIX = "user:"
 
 #: keys that may name one container (``numa-pin.io/cpus.<container>``); the rest are pod-wide
-PER_CONTAINER = ("cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices", "colocate")
+PER_CONTAINER = ("cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices", "colocate", "memory-policy")
+#: the memory policies a request may ask for (``numa-pin.io/memory-policy``)
+MEMORY_POLICIES = ("bind", "interleave", "preferred-many", "weighted-interleave")
 _KNOWN = {*PER_CONTAINER, "policy", "scope", "pod", "pod-cpus", "pod-memory", "pod-devices"}
 
 
@@ -153,6 +157,8 @@ class ContainerRequest:
     #: ``(scope, resources)``: the devices of those resources share one PCIe root, NUMA node or
     #: socket (``numa-pin.io/colocate``)
     colocate: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: the NUMA memory policy over the granted nodes (``numa-pin.io/memory-policy``), or None
+    memory_policy: str | None = None
 
     @property
     def exclusive(self) -> bool:
@@ -392,6 +398,8 @@ def request_from_oci(
         strict_devices=inference.strict_devices,
         colocate=parse_colocate(annotations[PREFIX + "colocate"], PREFIX + "colocate")
         if PREFIX + "colocate" in annotations else (),
+        memory_policy=_choice(annotations[PREFIX + "memory-policy"], MEMORY_POLICIES, PREFIX + "memory-policy")
+        if PREFIX + "memory-policy" in annotations else None,
     )
 
 

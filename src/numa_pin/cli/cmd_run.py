@@ -7,7 +7,8 @@ containers never share exclusive CPUs. Sequence:
 2. the parent puts the child in a cgroup of its own (on a systemd host a transient scope,
    ``numa-pin-run-<pid>.scope`` in ``system.slice``, as ``systemd-run --scope`` makes; elsewhere
    ``<cgroup root>/numa-pin/<name>``), admits it (ledger + cpuset), and only then
-   lets it exec. A rejection kills the child before it ran a single instruction of COMMAND;
+   lets it exec (with the memory policy asked, :mod:`numa_pin.enforcer.mempolicy`, set on the
+   child first). A rejection kills the child before it ran a single instruction of COMMAND;
 3. the parent is a child subreaper (prctl), so it outlives and reaps everything COMMAND forks,
    forwards SIGINT/SIGTERM/SIGHUP, releases the grant and removes the cgroup at the end.
 
@@ -46,9 +47,9 @@ def _wait_status_to_code(status: int) -> int:
 def run(args: argparse.Namespace) -> int:
     import prctl
 
-    from numa_pin.enforcer import cgroups, procgroup
+    from numa_pin.enforcer import cgroups, mempolicy, procgroup
     from numa_pin.enforcer.systemd import detect
-    from numa_pin.errors import RequestError
+    from numa_pin.errors import NumaPinError, RequestError
     from numa_pin.service import NodeService, live_name_message
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -57,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     config = load(args)
     name = args.name or f"run-{os.getpid()}-{int(time.time())}"
     request = request_from_args(args, name)
+    if request.memory_policy:
+        mempolicy.check_kernel(request.memory_policy, config.sysfs_root)
     service = NodeService(config)
     live = service.live_grant(name)
     if live is not None:  # checked again inside the admission's transaction
@@ -72,8 +75,13 @@ def run(args: argparse.Namespace) -> int:
     pid = os.fork()
     if pid == 0:  # child: wait for the verdict, then exec
         os.close(go_w)
-        verdict = os.read(go_r, 1)
-        if verdict != b"1":
+        verdict = os.read(go_r, 4096)
+        if verdict[:1] != b"1":
+            os._exit(125)
+        try:
+            mempolicy.apply_in_child(verdict[1:])
+        except NumaPinError as exc:
+            print(f"numa-pin: {exc}", file=sys.stderr)
             os._exit(125)
         if args.no_new_privs:
             prctl.set_no_new_privs(True)
@@ -92,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             systemd.start_scope(f"numa-pin-run-{pid}.scope", pid, f"numa-pin run {name}", config.proc_root)
         admitted_grant = service.admit(request, pid, kind="process")
         admitted = True
-        os.write(go_w, b"1")
+        os.write(go_w, b"1" + mempolicy.encode(request.memory_policy, admitted_grant.grant.mems))
     finally:
         if not admitted:
             os.write(go_w, b"0")

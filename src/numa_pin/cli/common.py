@@ -41,6 +41,8 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
                    help="override the node policy")
     g.add_argument("--scope", choices=names.SCOPES, help="override the node scope")
     g.add_argument("--pod", metavar="ID", help="pod this workload belongs to (pod scope)")
+    g.add_argument("--memory-policy", dest="memory_policy", metavar="MODE",
+                   help="bind, interleave, preferred-many or weighted-interleave over the granted nodes")
 
 
 def request_from_args(args: argparse.Namespace, container_id: str) -> ContainerRequest:
@@ -51,7 +53,7 @@ def request_from_args(args: argparse.Namespace, container_id: str) -> ContainerR
     for flag, key in (
         ("cpus", "cpus"), ("memory", "memory"), ("hugepages_2mi", "hugepages-2Mi"),
         ("hugepages_1gi", "hugepages-1Gi"), ("devices", "devices"), ("policy", "policy"),
-        ("scope", "scope"), ("pod", "pod"),
+        ("scope", "scope"), ("pod", "pod"), ("memory_policy", "memory-policy"),
     ):
         value = getattr(args, flag, None)
         if value is not None:

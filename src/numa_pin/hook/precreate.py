@@ -32,7 +32,7 @@ from typing import Any
 
 from numa_pin import names
 from numa_pin.cpuset import format_list
-from numa_pin.errors import HookInputError, NumaPinError
+from numa_pin.errors import HookInputError, NumaPinError, RequestError
 from numa_pin.ledger.model import Grant
 from numa_pin.record import record
 from numa_pin.topology.model import KIND_GPU, PciDevice, Topology
@@ -157,6 +157,7 @@ def edit_spec(
     topology: Topology,
     uvm_major: int | None,
     features: RuntimeFeatures,
+    memory_policy: str | None = None,
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """A copy of ``doc`` carrying ``grant`` (pure), and the VF netdevs handed to the runtime.
 
@@ -173,8 +174,16 @@ def edit_spec(
         cpu["cpus"] = format_list(grant.cpus)
         if grant.mems:
             cpu["mems"] = format_list(grant.mems)
-        if features.memory_policy and grant.mems and grant.memory and "memoryPolicy" not in linux:
+        if features.memory_policy and grant.mems and grant.memory and "memoryPolicy" not in linux \
+                and memory_policy is None:
             linux["memoryPolicy"] = {"mode": "MPOL_BIND", "nodes": format_list(grant.mems)}
+    if memory_policy is not None and grant.mems:
+        from numa_pin.enforcer.mempolicy import oci_policy
+
+        if not features.memory_policy:
+            raise RequestError("this runtime's spec has no linux.memoryPolicy (runtime-spec 1.3 or later)",
+                               annotation="numa-pin.io/memory-policy")
+        linux["memoryPolicy"] = oci_policy(memory_policy, grant.mems)
     devices = granted_devices(grant, topology)
     gpus = [d for d in devices if d.kind == KIND_GPU]
     if gpus:
@@ -245,7 +254,11 @@ def precreate(data: bytes, service: Any) -> Precreate:
     grant = admitted.grant
     try:
         uvm = _uvm_major(service.config.proc_root) if grant.devices else None
-        spec_out, moved = edit_spec(doc, grant, service.topology, uvm, runtime_features(doc))
+        if request.memory_policy is not None:
+            from numa_pin.enforcer.mempolicy import check_kernel
+
+            check_kernel(request.memory_policy, service.config.sysfs_root)
+        spec_out, moved = edit_spec(doc, grant, service.topology, uvm, runtime_features(doc), request.memory_policy)
     except NumaPinError:
         service.release(cid)
         raise
