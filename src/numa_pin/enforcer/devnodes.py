@@ -74,6 +74,57 @@ def gpu_device_nodes(gpus: Iterable[PciDevice], uvm_major: int | None) -> tuple[
     return tuple(nodes)
 
 
+#: ``/dev/vfio/vfio``, the VFIO container node every VFIO user opens (misc minor 196)
+VFIO_CONTAINER = DeviceNode("/dev/vfio/vfio", 10, 196)
+
+
+def _numbers(path: str) -> tuple[int, int] | None:
+    """``major:minor`` from a sysfs ``dev`` file, or None when it is absent or garbage."""
+    from numa_pin.boundedio import UnsafeInput, read_regular_file
+
+    try:
+        major, _, minor = read_regular_file(path, 64).decode().strip().partition(":")
+        return int(major), int(minor)
+    except (OSError, UnsafeInput, UnicodeDecodeError, ValueError):
+        return None
+
+
+def function_nodes(dev: PciDevice, sysfs_root: str) -> tuple[DeviceNode, ...]:
+    """The nodes a granted non-GPU function needs, as sysfs lists them.
+
+    * bound to ``vfio-pci`` (DPDK): ``/dev/vfio/<IOMMU group>`` (``class/vfio/<group>/dev``) and
+      ``/dev/vfio/vfio``;
+    * with RDMA verbs (``<function>/infiniband_verbs/uverbs<N>``): ``/dev/infiniband/uverbs<N>``,
+      and ``/dev/infiniband/rdma_cm`` (``class/misc/rdma_cm/dev``) when the kernel has it.
+    """
+    nodes: list[DeviceNode] = []
+    if dev.driver == "vfio-pci" and dev.iommu_group is not None:
+        numbers = _numbers(os.path.join(sysfs_root, "class", "vfio", str(dev.iommu_group), "dev"))
+        if numbers is not None:
+            nodes += [DeviceNode(f"/dev/vfio/{dev.iommu_group}", *numbers), VFIO_CONTAINER]
+    verbs = os.path.join(sysfs_root, "bus", "pci", "devices", dev.address, "infiniband_verbs")
+    try:
+        names = sorted(os.listdir(verbs))[:64]
+    except OSError:
+        names = []
+    for name in names:
+        numbers = _numbers(os.path.join(verbs, name, "dev"))
+        if numbers is not None:
+            nodes.append(DeviceNode(f"/dev/infiniband/{name}", *numbers))
+    if names:
+        numbers = _numbers(os.path.join(sysfs_root, "class", "misc", "rdma_cm", "dev"))
+        if numbers is not None:
+            nodes.append(DeviceNode("/dev/infiniband/rdma_cm", *numbers))
+    return tuple(nodes)
+
+
+def pcidevice_env(resource: str) -> str:
+    """sriov-network-device-plugin's variable for ``resource``: ``intel.com/sriov_vf`` ->
+    ``PCIDEVICE_INTEL_COM_SRIOV_VF`` (upper case, every other character than a letter or digit
+    an underscore)."""
+    return "PCIDEVICE_" + "".join(c if c.isascii() and c.isalnum() else "_" for c in resource).upper()
+
+
 def oci_device_entry(node: DeviceNode) -> dict[str, Any]:
     """The ``linux.devices`` entry that makes the runtime create ``node`` (owner root)."""
     return {

@@ -151,6 +151,27 @@ def granted_devices(grant: Grant, topology: Topology) -> list[PciDevice]:
     return out
 
 
+def _other_devices(out: dict[str, Any], linux: dict[str, Any], resources: dict[str, Any], grant: Grant,
+                   topology: Topology, sysfs_root: str) -> None:
+    """Granted functions other than GPUs: their nodes (VFIO group, RDMA verbs) and device rules,
+    and ``PCIDEVICE_<RESOURCE>`` as sriov-network-device-plugin sets it."""
+    from numa_pin.enforcer.devnodes import function_nodes, oci_allow_rule, oci_device_entry, pcidevice_env
+    from numa_pin.resources.devices import ASSIGNED
+
+    for res, ids in sorted(grant.devices.items()):
+        devs = [d for a in ids if (d := topology.device(a)) is not None]
+        if res == ASSIGNED or not devs or any(d.kind == KIND_GPU for d in devs):
+            continue
+        _set_env(out, pcidevice_env(res), ",".join(ids))
+        entries = _list(linux, "devices", "linux.devices")
+        rules = _list(resources, "devices", "linux.resources.devices")
+        for dev in devs:
+            for node in function_nodes(dev, sysfs_root):
+                if node.path not in {e.get("path") for e in entries if isinstance(e, dict)}:
+                    entries.append(oci_device_entry(node))
+                    rules.append(oci_allow_rule(node))
+
+
 def edit_spec(
     doc: Mapping[str, Any],
     grant: Grant,
@@ -158,6 +179,7 @@ def edit_spec(
     uvm_major: int | None,
     features: RuntimeFeatures,
     memory_policy: str | None = None,
+    sysfs_root: str | None = None,
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """A copy of ``doc`` carrying ``grant`` (pure), and the VF netdevs handed to the runtime.
 
@@ -196,6 +218,8 @@ def edit_spec(
                 entries.append(oci_device_entry(node))
             rules.append(oci_allow_rule(node))
         _set_env(out, "NVIDIA_VISIBLE_DEVICES", ",".join(g.gpu_uuid or g.address for g in gpus))
+    if sysfs_root is not None:
+        _other_devices(out, linux, resources, grant, topology, sysfs_root)
     moved: list[str] = []
     if features.net_devices and grant.scope != names.POD_SCOPE:
         vfs = [d for d in devices if d.is_vf and d.netdevs]
@@ -258,7 +282,8 @@ def precreate(data: bytes, service: Any) -> Precreate:
             from numa_pin.enforcer.mempolicy import check_kernel
 
             check_kernel(request.memory_policy, service.config.sysfs_root)
-        spec_out, moved = edit_spec(doc, grant, service.topology, uvm, runtime_features(doc), request.memory_policy)
+        spec_out, moved = edit_spec(doc, grant, service.topology, uvm, runtime_features(doc), request.memory_policy,
+                                    service.config.sysfs_root)
     except NumaPinError:
         service.release(cid)
         raise

@@ -45,12 +45,16 @@ def gpu8_devnodes() -> MachineSpec:
 #: ``gpudirect``: a ConnectX NIC below node 1's GPU switch (beside GPUs 2 and 3) and one below a
 #: second root port of the same root bus (same root complex, another root port)
 SWITCH_NIC = "0000:3f:00.0"
+#: ``gpudirect``: the E810 PF and its VF bound to vfio-pci
+E810_PF = "0000:32:00.0"
+VFIO_VF = "0000:32:01.3"
 ROOT_NIC = "0000:41:00.0"
 
 
 def gpudirect() -> MachineSpec:
     """:func:`gpu8_devnodes` plus :data:`SWITCH_NIC` (``PIX`` to GPUs 2 and 3) and
-    :data:`ROOT_NIC` (``PHB`` to them): GPUDirect RDMA placements for co-location tests."""
+    :data:`ROOT_NIC` (``PHB`` to them): GPUDirect RDMA placements for co-location tests; and
+    the E810's VF :data:`VFIO_VF` bound to ``vfio-pci``."""
     from numa_pin.testing.pci_spec import CLASS_ETHERNET, CLASS_PCI_BRIDGE, PciSpec
 
     base = gpu8_devnodes()
@@ -68,7 +72,13 @@ def gpudirect() -> MachineSpec:
         PciSpec("0000:3a:02.0", "0x8086", "0x347a", CLASS_PCI_BRIDGE, node, driver="pcieport"),
         nic(ROOT_NIC, "0000:3a:02.0", "ens4f0"),
     )
-    return replace(base, name="gpudirect", pci=(*base.pci, *extra))
+    pci = []
+    for dev in base.pci:
+        if dev.address == E810_PF:  # its last VF bound to vfio-pci (DPDK): no netdev
+            vfs = tuple(replace(vf, netdev=None, driver="vfio-pci") if vf.address == VFIO_VF else vf for vf in dev.vfs)
+            dev = replace(dev, vfs=vfs)
+        pci.append(dev)
+    return replace(base, name="gpudirect", pci=(*pci, *extra))
 
 
 #: a device node of a CDI spec: ``(path, major, minor)``; None numbers are left out of the file
@@ -122,6 +132,6 @@ def make_dev_nodes(dev_root: str | os.PathLike[str], nodes: Sequence[Node]) -> N
 
 
 __all__ = [
-    "CX6_PF", "DRM_MAJOR", "ROOT_NIC", "SWITCH_NIC", "UVERBS_MAJOR", "gpu8_devnodes", "gpudirect", "make_dev_nodes",
-    "write_cdi_spec",
+    "CX6_PF", "DRM_MAJOR", "E810_PF", "ROOT_NIC", "SWITCH_NIC", "UVERBS_MAJOR", "VFIO_VF", "gpu8_devnodes", "gpudirect",
+    "make_dev_nodes", "write_cdi_spec",
 ]

@@ -27,6 +27,8 @@ _DEV_NODE_RE = re.compile(r"^[a-z_]+/[A-Za-z0-9_-]+=\d+:\d+$")
 #: the virtual character devices the kernel has without any PCI function (``/dev/vfio/vfio``,
 #: ``/dev/infiniband/rdma_cm``), written beside any function's ``dev_nodes``
 VIRTUAL_DEV_NODES = ("misc/vfio=10:196", "misc/rdma_cm=10:58")
+#: the (dynamic) major the kit gives VFIO group devices, ``/dev/vfio/<group>`` = this:<group>
+VFIO_GROUP_MAJOR = 509
 
 
 @record
