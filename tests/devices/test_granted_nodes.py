@@ -76,3 +76,24 @@ def test_precreate_writes_nodes_rules_and_the_variable(built, topo):
     rules = out["linux"]["resources"]["devices"]
     assert {(r["major"], r["minor"]) for r in rules} == {(e["major"], e["minor"]) for e in out["linux"]["devices"]}
     assert all(r["allow"] and r["type"] == "c" for r in rules)
+
+
+def test_prestart_takes_the_same_nodes_and_writes_the_variables_file(built, topo):
+    """The prestart half (GpuNode) derives the nodes and the devices.env lines from the grant as
+    precreate does; GPUs and devices others assigned (numa-pin.io/assigned) are left out."""
+    from types import SimpleNamespace
+
+    from numa_pin.resources.devices import ASSIGNED
+    from numa_pin.resources.node.gpu import _other_functions
+
+    node = SimpleNamespace(topology=topo, config=SimpleNamespace(sysfs_root=str(built.sysfs_root)))
+    grant = Grant("c", "c", "c", "exclusive", devices={
+        "intel.com/e810_vf": (devtree.VFIO_VF,), "example.com/rdma": (devtree.SWITCH_NIC,),
+        "nvidia.com/gpu": (sorted(d.address for d in topo.pci_devices if d.kind == "gpu")[0],),
+        ASSIGNED: (devtree.ROOT_NIC,)})
+    nodes, env = _other_functions(node, grant)
+    group = topo.device(devtree.VFIO_VF).iommu_group
+    assert [n.path for n in nodes] == ["/dev/infiniband/uverbs1", "/dev/infiniband/rdma_cm", f"/dev/vfio/{group}",
+                                       "/dev/vfio/vfio"]
+    assert env == (f"PCIDEVICE_EXAMPLE_COM_RDMA={devtree.SWITCH_NIC}\n"
+                   f"PCIDEVICE_INTEL_COM_E810_VF={devtree.VFIO_VF}\n")

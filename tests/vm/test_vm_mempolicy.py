@@ -23,13 +23,16 @@ set -u
 "$NP_PY" "$NP_SHARED/driver.py" > "$NP_SHARED/driver.out" 2>&1
 """
 
-#: the command numa-pin runs: touch 64 MiB of anonymous memory, print that mapping's numa_maps line
+#: the command numa-pin runs: touch 64 MiB of private anonymous memory, print the numa_maps line
+#: with the most pages (that mapping)
 TOUCH = (
     "import mmap\n"
-    "m = mmap.mmap(-1, 64 << 20)\n"
+    "m = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)\n"
     "for i in range(0, 64 << 20, 4096):\n"
     "    m[i] = 1\n"
-    "print(next(l for l in open('/proc/self/numa_maps') if 'anon=16384' in l or 'anon=1638' in l), end='')\n"
+    "def pages(line):\n"
+    "    return sum(int(f.split('=')[1]) for f in line.split() if f[:1] == 'N' and '=' in f)\n"
+    "print(max(open('/proc/self/numa_maps'), key=pages), end='')\n"
 )
 
 GUEST_DRIVER = r'''
