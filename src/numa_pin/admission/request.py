@@ -11,6 +11,7 @@ Annotations (all optional)::
                                 share one ``pcie-root``, ``numa-node`` or ``socket``
     numa-pin.io/memory-policy   bind, interleave, preferred-many or weighted-interleave over
                                 the granted nodes (:mod:`numa_pin.enforcer.mempolicy`)
+    numa-pin.io/hugepages-spread "true": hugepages taken evenly over the granted nodes
     numa-pin.io/policy          per-container/pod override of the node policy
     numa-pin.io/scope           per-container/pod override of the node scope
     numa-pin.io/pod             pod identity when no runtime sandbox id is present (recorded as
@@ -84,7 +85,8 @@ CPUSET_FIELD = "linux.resources.cpu.cpus"
 USER_POD_PREFIX = "user:"
 
 #: keys that may name one container (``numa-pin.io/cpus.<container>``); the rest are pod-wide
-PER_CONTAINER = ("cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices", "colocate", "memory-policy")
+PER_CONTAINER = ("cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices", "colocate", "memory-policy",
+                 "hugepages-spread")
 #: the memory policies a request may ask for (``numa-pin.io/memory-policy``)
 MEMORY_POLICIES = ("bind", "interleave", "preferred-many", "weighted-interleave")
 _KNOWN = {*PER_CONTAINER, "policy", "scope", "pod", "pod-cpus", "pod-memory", "pod-devices"}
@@ -159,6 +161,8 @@ class ContainerRequest:
     colocate: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: the NUMA memory policy over the granted nodes (``numa-pin.io/memory-policy``), or None
     memory_policy: str | None = None
+    #: hugepages taken evenly over the granted nodes (``numa-pin.io/hugepages-spread``)
+    hugepages_spread: bool = False
 
     @property
     def exclusive(self) -> bool:
@@ -400,6 +404,8 @@ def request_from_oci(
         if PREFIX + "colocate" in annotations else (),
         memory_policy=_choice(annotations[PREFIX + "memory-policy"], MEMORY_POLICIES, PREFIX + "memory-policy")
         if PREFIX + "memory-policy" in annotations else None,
+        hugepages_spread=_choice(annotations.get(PREFIX + "hugepages-spread", "false"), ("true", "false"),
+                                 PREFIX + "hugepages-spread") == "true",
     )
 
 

@@ -57,7 +57,9 @@ class MemoryResource(Resource):
         inside = affinity if strict else None
         if inside is not None and any(sum(mem_state.free(n, r) for n in inside) < want for r, want in req.items()):
             raise TopologyAffinityError("the memory requested does not fit there")
-        grant = allocate_memory(mem_state, req, affinity)
+        huge = frozenset(r for r in req if r.startswith("hugepages-"))
+        spread = huge if view.request.hugepages_spread else frozenset()
+        grant = allocate_memory(mem_state, req, affinity, spread=spread)
         if inside is not None and not grant.nodes <= inside:
             raise TopologyAffinityError("the memory allocator would leave these nodes")
         if grant.nodes:
