@@ -12,6 +12,8 @@ Annotations (all optional)::
     numa-pin.io/memory-policy   bind, interleave, preferred-many or weighted-interleave over
                                 the granted nodes (:mod:`numa_pin.enforcer.mempolicy`)
     numa-pin.io/hugepages-spread "true": hugepages taken evenly over the granted nodes
+    numa-pin.io/memory-tier     a tier of the config's ``memory_tiers`` (CPU-less CXL or HBM
+                                nodes) whose nodes join the granted memory nodes
     numa-pin.io/policy          per-container/pod override of the node policy
     numa-pin.io/scope           per-container/pod override of the node scope
     numa-pin.io/pod             pod identity when no runtime sandbox id is present (recorded as
@@ -86,7 +88,7 @@ USER_POD_PREFIX = "user:"
 
 #: keys that may name one container (``numa-pin.io/cpus.<container>``); the rest are pod-wide
 PER_CONTAINER = ("cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices", "colocate", "memory-policy",
-                 "hugepages-spread")
+                 "hugepages-spread", "memory-tier")
 #: the memory policies a request may ask for (``numa-pin.io/memory-policy``)
 MEMORY_POLICIES = ("bind", "interleave", "preferred-many", "weighted-interleave")
 _KNOWN = {*PER_CONTAINER, "policy", "scope", "pod", "pod-cpus", "pod-memory", "pod-devices"}
@@ -163,6 +165,9 @@ class ContainerRequest:
     memory_policy: str | None = None
     #: hugepages taken evenly over the granted nodes (``numa-pin.io/hugepages-spread``)
     hugepages_spread: bool = False
+    #: ``numa-pin.io/memory-tier``, and the tier's nodes once resolved (:func:`with_memory_tier`)
+    memory_tier: str | None = None
+    memory_tier_nodes: frozenset[int] = frozenset()
 
     @property
     def exclusive(self) -> bool:
@@ -404,9 +409,28 @@ def request_from_oci(
         if PREFIX + "colocate" in annotations else (),
         memory_policy=_choice(annotations[PREFIX + "memory-policy"], MEMORY_POLICIES, PREFIX + "memory-policy")
         if PREFIX + "memory-policy" in annotations else None,
+        memory_tier=annotations.get(PREFIX + "memory-tier"),
         hugepages_spread=_choice(annotations.get(PREFIX + "hugepages-spread", "false"), ("true", "false"),
                                  PREFIX + "hugepages-spread") == "true",
     )
+
+
+def with_memory_tier(request: ContainerRequest, tiers: Mapping[str, frozenset[int]]) -> ContainerRequest:
+    """``request`` with the nodes of the tier it names (the config's ``memory_tiers``).
+
+    Raises:
+        RequestError: the tier is not configured (the known ones are listed).
+    """
+    if request.memory_tier is None:
+        return request
+    nodes = tiers.get(request.memory_tier)
+    if nodes is None:
+        known = ", ".join(sorted(tiers)) or "none configured"
+        raise RequestError(f"no memory tier {quote(request.memory_tier)} (memory_tiers: {known})",
+                           annotation=PREFIX + "memory-tier")
+    from numa_pin.record import replace
+
+    return replace(request, memory_tier_nodes=frozenset(nodes))
 
 
 def _unique_cdi(devices: tuple[CdiDevice, ...]) -> tuple[CdiDevice, ...]:

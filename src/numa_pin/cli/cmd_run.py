@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
         raise RequestError("no command given (numa-pin run [flags] -- COMMAND ...)", annotation="COMMAND")
     config = load(args)
     name = args.name or f"run-{os.getpid()}-{int(time.time())}"
-    request = request_from_args(args, name)
+    from numa_pin.admission.request import with_memory_tier
+
+    request = with_memory_tier(request_from_args(args, name), config.memory_tiers)
     if request.memory_policy:
         mempolicy.check_kernel(request.memory_policy, config.sysfs_root)
     service = NodeService(config)

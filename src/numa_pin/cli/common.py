@@ -43,6 +43,8 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--pod", metavar="ID", help="pod this workload belongs to (pod scope)")
     g.add_argument("--memory-policy", dest="memory_policy", metavar="MODE",
                    help="bind, interleave, preferred-many or weighted-interleave over the granted nodes")
+    g.add_argument("--memory-tier", dest="memory_tier", metavar="TIER",
+                   help="add the NUMA nodes of this memory_tiers entry (CXL, HBM) to the memory nodes")
 
 
 def request_from_args(args: argparse.Namespace, container_id: str) -> ContainerRequest:
@@ -53,7 +55,7 @@ def request_from_args(args: argparse.Namespace, container_id: str) -> ContainerR
     for flag, key in (
         ("cpus", "cpus"), ("memory", "memory"), ("hugepages_2mi", "hugepages-2Mi"),
         ("hugepages_1gi", "hugepages-1Gi"), ("devices", "devices"), ("policy", "policy"),
-        ("scope", "scope"), ("pod", "pod"), ("memory_policy", "memory-policy"),
+        ("scope", "scope"), ("pod", "pod"), ("memory_policy", "memory-policy"), ("memory_tier", "memory-tier"),
     ):
         value = getattr(args, flag, None)
         if value is not None:

@@ -84,6 +84,13 @@ ITEMS: tuple[ConfigItem, ...] = (
         example="reserved_memory:\n  0:\n    memory: 1Gi\n    hugepages-2Mi: 256Mi",
     ),
     ConfigItem(
+        "memory_tiers", "mapping tier name -> NUMA node list", {},
+        "Memory tiers a request may add to its memory nodes with numa-pin.io/memory-tier: "
+        "usually CPU-less nodes (CXL expanders, HBM) that no CPU alignment would ever pick. "
+        "The tier's nodes join the grant's cpuset.mems and its memory policy.", p.memory_tiers,
+        example="memory_tiers:\n  cxl: \"2\"",
+    ),
+    ConfigItem(
         "devices", "mapping resource name -> list of selectors", {},
         "Device resources numa-pin allocates and the PCI devices that belong to each. "
         "A device matches a selector when it matches every key given (any value in a "

@@ -87,6 +87,7 @@ class Config:
     policy_options: Mapping[str, str | bool | int] = _default_field("policy_options")
     cpu_manager: CpuManagerConfig = field(default_factory=CpuManagerConfig)
     reserved_memory: Mapping[int, Mapping[str, int]] = _default_field("reserved_memory")
+    memory_tiers: Mapping[str, frozenset[int]] = _default_field("memory_tiers")
     devices: Mapping[str, tuple[Selector, ...]] = _default_field("devices")
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     sysfs_root: str = _default_field("sysfs_root")
@@ -114,6 +115,7 @@ class Config:
                 "num_reserved_cpus": cpu.num_reserved_cpus,
             },
             "reserved_memory": {node: dict(res) for node, res in sorted(self.reserved_memory.items())},
+            "memory_tiers": {name: format_list(nodes) for name, nodes in sorted(self.memory_tiers.items())},
             "devices": {name: [s.to_dict() for s in sels] for name, sels in sorted(self.devices.items())},
             "inference": {
                 "guaranteed_cpus": self.inference.guaranteed_cpus,

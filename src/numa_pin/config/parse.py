@@ -130,6 +130,22 @@ def cpulist(value: Any, key: str) -> frozenset[int] | None:
         raise Invalid(key, f"bad cpulist {shown!r}: {exc}") from None
 
 
+def memory_tiers(value: Any, key: str) -> Mapping[str, frozenset[int]]:
+    """``{tier name: NUMA node list}`` (``{"cxl": "2-3"}``): at most 16 tiers."""
+    out: dict[str, frozenset[int]] = {}
+    for name, nodes in mapping(value, key).items():
+        where = child_key(key, name)
+        if not isinstance(name, str) or not name or len(name) > 63 or not name.replace("-", "").isalnum():
+            raise Invalid(where, "a tier name is 1-63 letters, digits or '-'")
+        parsed = cpulist(nodes, where)
+        if not parsed:
+            raise Invalid(where, "must name at least one NUMA node")
+        out[name] = parsed
+    if len(out) > 16:
+        raise Invalid(key, "at most 16 tiers")
+    return out
+
+
 def mapping(value: Any, key: str) -> Mapping[Any, Any]:
     if value is None:
         return {}

@@ -24,7 +24,9 @@ def request_from_spec(state: OciState, spec: OciSpec, config: Config) -> Contain
         cgroups_path=spec.cgroups_path,
         inference=config.inference,
     )
-    return with_spec_devices(request, spec, config)
+    from numa_pin.admission.request import with_memory_tier
+
+    return with_spec_devices(with_memory_tier(request, config.memory_tiers), spec, config)
 
 
 def with_spec_devices(request: ContainerRequest, spec: OciSpec, config: Config) -> ContainerRequest:

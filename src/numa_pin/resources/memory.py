@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from numa_pin.admission.request import Amounts
-from numa_pin.errors import TopologyAffinityError
+from numa_pin.errors import RequestError, TopologyAffinityError
 from numa_pin.ledger.model import Grant
 from numa_pin.policy.hint import ProviderHints
 from numa_pin.quantity import format_bytes
@@ -45,6 +45,18 @@ class MemoryResource(Resource):
 
     def allocate(self, view: Need, amounts: Amounts, affinity: frozenset[int] | None,
                  strict: bool) -> Mapping[str, Any]:
+        fields = dict(self._allocate(view, amounts, affinity, strict))
+        tier = view.request.memory_tier_nodes
+        if tier:  # a declared tier (CPU-less CXL/HBM nodes) joins the memory nodes
+            missing = sorted(tier - frozenset(view.topology.node_ids))
+            if missing:
+                raise RequestError(f"memory tier {view.request.memory_tier} names NUMA node(s) {missing} "
+                                   "this machine does not have", annotation="numa-pin.io/memory-tier")
+            fields["mems"] = frozenset(fields.get("mems", frozenset())) | tier
+        return fields
+
+    def _allocate(self, view: Need, amounts: Amounts, affinity: frozenset[int] | None,
+                  strict: bool) -> Mapping[str, Any]:
         topology = view.topology
         all_nodes = frozenset(topology.node_ids)
         mem_nodes = frozenset(n for n, node in topology.nodes.items() if node.memory_total_kb > 0) or all_nodes
