@@ -9,8 +9,9 @@ The edge (:mod:`numa_pin.resources.node.devnodes`) fills :attr:`DeviceNode.addre
 :attr:`DeviceNode.virtual` for nodes of no device at all (``/dev/vfio/vfio``, ``rdma_cm``,
 ``nvidiactl``); :func:`functions_of` adds what sysfs does not say:
 
-* NVIDIA's ``/dev/nvidia<N>`` (character major 195, minors below 255) have no ``device``
-  link under ``/sys/dev/char`` (measured on an H200 node, driver 580): the GPU whose driver
+* NVIDIA's ``/dev/nvidia<N>`` (character major 195, minors below 255) have no entry under
+  ``/sys/dev/char`` at all (measured on an H200 node, driver 580, kernel 6.18; nor have
+  ``nvidiactl`` 195:255 and ``nvidia-uvm`` 238:0): the GPU whose driver
   reports ``Device Minor: N`` (``/proc/driver/nvidia/gpus/<address>/information``, read by
   discovery); the driver's control nodes (:attr:`DeviceNode.control`) name no GPU;
 * ``/dev/vfio/<group>`` (a virtual device in sysfs): every function of that IOMMU group.
@@ -80,10 +81,10 @@ def functions_of(node: DeviceNode, topology: Topology) -> tuple[tuple[str, ...],
     """``(PCI addresses, why not)`` for ``node``: the functions it gives access to, or none
     and the reason (empty for a node of no device: there is nothing to align to, and nothing
     wrong). NVIDIA's and VFIO's rules come first: their nodes may resolve to virtual devices."""
-    if node.why:
-        return (), node.why
     if node.control:
         return (), ""
+    if node.why:
+        return (), node.why
     if node.type == "c" and node.major == NVIDIA_MAJOR and node.minor is not None:
         gpus = tuple(d.address for d in topology.pci_devices if d.gpu_minor == node.minor)
         if gpus:
