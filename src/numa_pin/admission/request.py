@@ -50,6 +50,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from numa_pin import names
+from numa_pin.admission.colocate import parse_colocate
 from numa_pin.admission.kubernetes import (
     GUARANTEED,
     NAME_KEYS,
@@ -217,35 +218,6 @@ def parse_devices(text: str, annotation: str) -> dict[str, int]:
             raise RequestError(f"resource {quote(name)} given twice", annotation=annotation)
         out[name] = _bounded_count(count.strip(ASCII_BLANKS), annotation)
     return out
-
-
-#: what ``numa-pin.io/colocate`` may ask devices to share
-COLOCATE_SCOPES = ("pcie-root", "numa-node", "socket")
-
-
-def parse_colocate(text: str, annotation: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """``"pcie-root:nvidia.com/gpu,example.com/nic"`` -> ``(("pcie-root", (...)),)``; groups are
-    separated by ``;``, a group names at least two resources and a resource is in one group."""
-    out: list[tuple[str, tuple[str, ...]]] = []
-    seen: set[str] = set()
-    for part in text.split(";"):
-        part = part.strip(ASCII_BLANKS)
-        if not part:
-            continue
-        scope, sep, rest = part.partition(":")
-        scope = _choice(scope.strip(ASCII_BLANKS), COLOCATE_SCOPES, annotation) if sep else ""
-        if not sep:
-            raise RequestError(f"expected <scope>:resource,resource, got {quote(part)}", annotation=annotation)
-        names = tuple(dict.fromkeys(n.strip(ASCII_BLANKS) for n in rest.split(",") if n.strip(ASCII_BLANKS)))
-        if len(names) < 2 or any("/" not in n for n in names):
-            raise RequestError(f"{quote(part)} must name two or more resources (domain/name)", annotation=annotation)
-        if seen & set(names):
-            raise RequestError(f"{quote(part)} names a resource of another group", annotation=annotation)
-        seen.update(names)
-        out.append((scope, names))
-        if len(out) > 16:
-            raise RequestError("more than 16 groups", annotation=annotation)
-    return tuple(out)
 
 
 def _bounded_count(text: str, annotation: str) -> int:
