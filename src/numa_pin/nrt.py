@@ -17,6 +17,11 @@ policy. :func:`build_nrt` makes it from what numa-pin already knows:
   - every configured device resource: its devices on the node; minus unhealthy ones; minus
     granted ones. Devices without a NUMA node belong to no zone and are not counted;
 
+* ``attributes`` per zone, in Kubernetes DRA's words (:mod:`numa_pin.devices.pcie`), when the
+  node has configured devices: ``numaNode`` (the node id) and
+  ``resource.kubernetes.io/pcieRoot`` (the PCIe roots of its devices, comma-separated), and per
+  device ``resource.kubernetes.io/pciBusID/<resource>`` (its addresses, comma-separated), so a
+  DRA-aware operator can match what numa-pin grants;
 * top-level ``attributes``: ``topologyManagerPolicy``, ``topologyManagerScope`` and
   ``topologyManagerMaxNUMANodes`` (what the plugin's ``nodeconfig`` reads), each
   ``policy_options`` entry under kubelet's option name; when the pods on the node are known,
@@ -227,6 +232,7 @@ def build_nrt(
             "type": ZONE_TYPE,
             "costs": [{"name": zone_name(j), "value": topology.distance(node, j)} for j in topology.node_ids],
             "resources": [entry for zones in per_resource for entry in zones.get(node, ())],
+            **_zone_attributes(topology, devices, node),
         }
         for node in topology.node_ids
     ]
@@ -244,6 +250,20 @@ def build_nrt(
         "attributes": attributes,
         "zones": zones,
     }
+
+
+def _zone_attributes(topology: Topology, devices: Mapping[str, Sequence[DeviceInfo]], node: int) -> dict[str, Any]:
+    """The DRA attributes of a zone's configured devices (none: no ``attributes`` key)."""
+    from numa_pin.devices.pcie import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT, pcie_root
+
+    here = {res: sorted(d.id for d in infos if node in d.numa_nodes) for res, infos in sorted(devices.items())}
+    here = {res: ids for res, ids in here.items() if ids}
+    if not here:
+        return {}
+    roots = sorted({pcie_root(topology, a) for ids in here.values() for a in ids})
+    attributes = [{"name": NUMA_NODE, "value": str(node)}, {"name": PCIE_ROOT, "value": ",".join(roots)}]
+    attributes += [{"name": f"{PCI_BUS_ID}/{res}", "value": ",".join(ids)} for res, ids in here.items()]
+    return {"attributes": attributes}
 
 
 __all__ = ["API_VERSION", "KIND", "LEGACY_POLICIES", "build_nrt", "max_numa_nodes", "option_value", "pods_fingerprint",

@@ -111,6 +111,8 @@ def test_other_kinds_map_through_the_configured_resource_of_that_name(name):
     assert nodes_of(d.cpus) == {0}  # the E810 PF and its VFs sit on node 0 in the kit
 
 
-def test_a_cdi_kind_without_a_resource_is_refused_with_the_known_ones():
-    with pytest.raises(RequestError, match=r"no configured device resource is named vendor.com/fpga"):
-        decide(GPU8, LedgerState(), request_from_oci("c", {"cdi.k8s.io/x": "vendor.com/fpga=0"}), E810)
+def test_a_cdi_kind_without_a_resource_is_left_to_the_cdi_spec_files():
+    """No configured resource maps ``vendor.com/fpga``: the pure mapping leaves it alone (the hook
+    resolves it through the CDI spec files: tests/devices/test_device_nodes.py)."""
+    d = decide(GPU8, LedgerState(), request_from_oci("c", {"cdi.k8s.io/x": "vendor.com/fpga=0"}), E810)
+    assert d.admit and not d.devices

@@ -141,3 +141,24 @@ def test_an_explicit_cpu_list_is_reserved_and_refused_when_taken(cfg):
         res = run(cfg, "--cpu-list", "1", "--", "touch", str(marker))
         assert res.returncode == 1 and len(res.stderr.splitlines()) == 1, res.stderr
         assert "Traceback" not in res.stderr and not marker.exists()
+#: what /proc/<pid>/numa_maps prints for each policy on node 0 (the kernel's mpol_to_str)
+POLICY_WORDS = {"interleave": "interleave:0", "bind": "bind:0", "preferred-many": "prefer (many):0",
+                "weighted-interleave": "weighted interleave:0"}
+
+
+@pytest.mark.parametrize("mode", sorted(POLICY_WORDS))
+def test_memory_policy_is_set_on_the_command_before_exec(cfg, mode):
+    """The kernel's own account (numa_maps of the exec'd command) shows the policy on its
+    mappings: it was set in the child, before exec, and survived exec."""
+    if mode == "weighted-interleave" and not os.path.isdir("/sys/kernel/mm/mempolicy/weighted_interleave"):
+        pytest.skip("weighted interleave needs kernel 6.9 or later")
+    res = run(cfg, "--cpus", "1", "--memory", "64Mi", "--memory-policy", mode, "--", "sh", "-c",
+              "head -n 3 /proc/self/numa_maps")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines and all(POLICY_WORDS[mode] in line for line in lines), res.stdout
+
+
+def test_without_a_policy_the_command_keeps_the_default(cfg):
+    res = run(cfg, "--cpus", "1", "--", "sh", "-c", "head -n 1 /proc/self/numa_maps")
+    assert res.returncode == 0 and " default " in res.stdout, res.stdout

@@ -102,3 +102,24 @@ def test_a_symlinked_list_directory_is_refused_and_nothing_is_left(container_roo
 
 def test_a_gone_container_has_nothing_to_remove(tmp_path):
     remove_device_nodes(2**22 + 12345, ["/dev/nvidia0"], "/proc", None)  # no such pid: no error
+
+
+@root_only
+def test_vfio_and_rdma_nodes_their_directories_and_the_variables_file_are_made_and_undone(container_root):
+    """Nodes below /dev/vfio and /dev/infiniband (directories the runtime's /dev lacks) and
+    /run/numa-pin/devices.env; the undo removes files before the directories that hold them."""
+    undo = UndoLog()
+    nodes = [DeviceNode("/dev/vfio/42", 1, 11), DeviceNode("/dev/vfio/vfio", 1, 12),
+             DeviceNode("/dev/infiniband/uverbs0", 1, 13)]
+    made = create_device_nodes(os.getpid(), nodes, "/proc", str(container_root), undo,
+                               env_text="PCIDEVICE_INTEL_COM_VF=0000:32:01.3\n")
+    for node in nodes:
+        st = os.lstat(container_root / node.path.lstrip("/"))
+        assert stat.S_ISCHR(st.st_mode) and (os.major(st.st_rdev), os.minor(st.st_rdev)) == (node.major, node.minor)
+    env = container_root / "run" / "numa-pin" / "devices.env"
+    assert env.read_text() == "PCIDEVICE_INTEL_COM_VF=0000:32:01.3\n"
+    dirs = [m for m in made if m in ("/dev/vfio", "/dev/infiniband", "/run/numa-pin")]
+    assert sorted(dirs) == ["/dev/infiniband", "/dev/vfio", "/run/numa-pin"]
+    assert all(made.index(n.path) < made.index(os.path.dirname(n.path)) for n in nodes)
+    assert not undo.rollback()
+    assert os.listdir(container_root / "dev") == [] and os.listdir(container_root / "run") == []

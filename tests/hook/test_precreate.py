@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from numa_pin.cpuset import parse_list
+from numa_pin.cpuset import format_list, parse_list
 from numa_pin.enforcer.gpu import DeviceRule, oci_allows, oci_rules_from_config
 from numa_pin.hook import main as hook_main
 from numa_pin.hook.precreate import container_id_from_cgroups_path, runtime_features
@@ -249,3 +249,27 @@ def test_the_proposed_config_is_bounded_like_every_hook_input(data, reason):
     with pytest.raises(HookInputError, match=reason) as info:
         read_proposed(data)
     assert str(info.value).startswith("proposed config on stdin: ")
+
+
+@pytest.mark.parametrize("mode, oci", [("interleave", "MPOL_INTERLEAVE"), ("preferred-many", "MPOL_PREFERRED_MANY"),
+                                       ("bind", "MPOL_BIND"), ("weighted-interleave", "MPOL_WEIGHTED_INTERLEAVE")])
+def test_the_memory_policy_asked_is_written_over_the_granted_nodes(tmp_path, monkeypatch, mode, oci):
+    fake, cfg = _node(tmp_path, monkeypatch)
+    (fake.sysfs_root / "kernel" / "mm" / "mempolicy" / "weighted_interleave").mkdir(parents=True, exist_ok=True)
+    ann = {"numa-pin.io/cpus": "1", "numa-pin.io/memory-policy": mode}
+    rc, spec = _precreate(cfg, _proposed(ann, version="1.3.0"))
+    assert rc == 0
+    grant = Ledger(str(fake.state_dir)).read().grants[CID]
+    assert spec["linux"]["memoryPolicy"] == {"mode": oci, "nodes": format_list(grant.mems)}
+
+
+@pytest.mark.parametrize("version, why", [("1.0.2", "linux.memoryPolicy"), ("1.3.0", "kernel 6.9")],
+                         ids=["old-runtime-spec", "old-kernel"])
+def test_a_policy_the_runtime_or_kernel_cannot_apply_is_refused_and_nothing_kept(tmp_path, monkeypatch, capsys,
+                                                                                  version, why):
+    fake, cfg = _node(tmp_path, monkeypatch)
+    mode = "interleave" if why == "linux.memoryPolicy" else "weighted-interleave"
+    rc, spec = _precreate(cfg, _proposed({"numa-pin.io/cpus": "1", "numa-pin.io/memory-policy": mode}, version=version))
+    err = capsys.readouterr().err
+    assert rc == 1 and spec is None and why in err and err.count("\n") == 1
+    assert Ledger(str(fake.state_dir)).read().grants == {}

@@ -40,6 +40,7 @@ from numa_pin.policy import bitmask
 from numa_pin.policy.hint import TopologyHint
 from numa_pin.policy.options import check_machine
 from numa_pin.policy.registry import merge_hints
+from numa_pin.record import replace
 from numa_pin.resources.base import Decision, Need, NodeSettings, Resource, check_known, merge_fields, nodes_text
 from numa_pin.topology.model import Topology
 
@@ -137,14 +138,16 @@ def _pure_resources() -> tuple[Resource, ...]:
 
 
 def _vetted(views: Views, decision: Decision, empty: bool) -> Decision:
-    """``decision``, or its rejection by the first resource that vetoes it."""
+    """``decision`` with every resource's notes, or its rejection by the first resource that
+    vetoes it."""
     for res, view in views:
         veto = res.vet(view, decision, empty)
         if veto is not None:
             error, reason = veto
             return Decision(decision.container_id, False, decision.policy, decision.scope, decision.hint,
                             error=error, reason=reason)
-    return decision
+    notes = tuple(note for res, view in views for note in res.notes(view))
+    return replace(decision, notes=notes) if notes else decision
 
 
 def _free_summary(views: Views, amounts: Amounts) -> str:

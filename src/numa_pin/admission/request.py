@@ -7,6 +7,13 @@ Annotations (all optional)::
     numa-pin.io/hugepages-2Mi   hugepages to align, a quantity
     numa-pin.io/hugepages-1Gi   hugepages to align, a quantity
     numa-pin.io/devices         "resource=count[,resource=count]"
+    numa-pin.io/colocate        "<scope>:resource,resource[;...]": the devices of those resources
+                                share one ``pcie-root``, ``numa-node`` or ``socket``
+    numa-pin.io/memory-policy   bind, interleave, preferred-many or weighted-interleave over
+                                the granted nodes (:mod:`numa_pin.enforcer.mempolicy`)
+    numa-pin.io/hugepages-spread "true": hugepages taken evenly over the granted nodes
+    numa-pin.io/memory-tier     a tier of the config's ``memory_tiers`` (CPU-less CXL or HBM
+                                nodes) whose nodes join the granted memory nodes
     numa-pin.io/policy          per-container/pod override of the node policy
     numa-pin.io/scope           per-container/pod override of the node scope
     numa-pin.io/pod             pod identity when no runtime sandbox id is present (recorded as
@@ -43,6 +50,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from numa_pin import names
+from numa_pin.admission.colocate import parse_colocate
 from numa_pin.admission.kubernetes import (
     GUARANTEED,
     NAME_KEYS,
@@ -56,6 +64,7 @@ from numa_pin.admission.kubernetes import (
 from numa_pin.config.model import InferenceConfig
 from numa_pin.cpuset import parse_list
 from numa_pin.devices.cdi import CdiDevice, devices_from_annotations, devices_from_env_tokens
+from numa_pin.devices.devnode import DeviceNode
 from numa_pin.errors import RequestError
 from numa_pin.quantity import ASCII_BLANKS, parse_bytes, parse_count
 from numa_pin.record import field, record
@@ -79,7 +88,10 @@ CPUSET_FIELD = "linux.resources.cpu.cpus"
 USER_POD_PREFIX = "user:"
 
 #: keys that may name one container (``numa-pin.io/cpus.<container>``); the rest are pod-wide
-PER_CONTAINER = ("cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices")
+PER_CONTAINER = ("cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices", "colocate", "memory-policy",
+                 "hugepages-spread", "memory-tier")
+#: the memory policies a request may ask for (``numa-pin.io/memory-policy``)
+MEMORY_POLICIES = ("bind", "interleave", "preferred-many", "weighted-interleave")
 _KNOWN = {*PER_CONTAINER, "policy", "scope", "pod", "pod-cpus", "pod-memory", "pod-devices"}
 
 
@@ -142,10 +154,30 @@ class ContainerRequest:
     qos_signal: str | None = None
     #: ``namespace/name`` of the Kubernetes pod (the CRI sandbox annotations), when known
     pod_name: str | None = None
+    #: device nodes the container already carries (``linux.devices``, the nodes of CDI names
+    #: no other rule maps), located by the edge (:mod:`numa_pin.resources.node.devnodes`)
+    fixed_nodes: tuple[DeviceNode, ...] = ()
+    #: a fixed device numa-pin cannot place rejects the container (``inference.strict_devices``)
+    strict_devices: bool = False
+    #: ``(scope, resources)``: the devices of those resources share one PCIe root, NUMA node or
+    #: socket (``numa-pin.io/colocate``)
+    colocate: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: the NUMA memory policy over the granted nodes (``numa-pin.io/memory-policy``), or None
+    memory_policy: str | None = None
+    #: hugepages taken evenly over the granted nodes (``numa-pin.io/hugepages-spread``)
+    hugepages_spread: bool = False
+    #: ``numa-pin.io/memory-tier``, and the tier's nodes once resolved (:func:`with_memory_tier`)
+    memory_tier: str | None = None
+    memory_tier_nodes: frozenset[int] = frozenset()
 
     @property
     def exclusive(self) -> bool:
         return self.amounts.cpus > 0
+
+    @property
+    def placeable_nodes(self) -> tuple[DeviceNode, ...]:
+        """The fixed device nodes that may stand for a device (not a control node, not virtual)."""
+        return tuple(n for n in self.fixed_nodes if not n.nothing_to_align)
 
     @property
     def qualified_name(self) -> str:
@@ -157,7 +189,7 @@ class ContainerRequest:
         """No CPUs, memory, hugepages or devices, for itself or its pod, and no devices a
         device plugin already chose: a container numa-pin only keeps on the shared pool."""
         pod_empty = self.pod_amounts is None or self.pod_amounts.empty
-        fixed = self.fixed_gpus or any(self.fixed_pci.values()) or self.fixed_cdi
+        fixed = self.fixed_gpus or any(self.fixed_pci.values()) or self.fixed_cdi or self.placeable_nodes
         return self.amounts.empty and pod_empty and not fixed
 
 
@@ -356,7 +388,33 @@ def request_from_oci(
         qos=qos,
         qos_signal=qos_signal,
         pod_name=pod_name(annotations),
+        strict_devices=inference.strict_devices,
+        colocate=parse_colocate(annotations[PREFIX + "colocate"], PREFIX + "colocate")
+        if PREFIX + "colocate" in annotations else (),
+        memory_policy=_choice(annotations[PREFIX + "memory-policy"], MEMORY_POLICIES, PREFIX + "memory-policy")
+        if PREFIX + "memory-policy" in annotations else None,
+        memory_tier=annotations.get(PREFIX + "memory-tier"),
+        hugepages_spread=_choice(annotations.get(PREFIX + "hugepages-spread", "false"), ("true", "false"),
+                                 PREFIX + "hugepages-spread") == "true",
     )
+
+
+def with_memory_tier(request: ContainerRequest, tiers: Mapping[str, frozenset[int]]) -> ContainerRequest:
+    """``request`` with the nodes of the tier it names (the config's ``memory_tiers``).
+
+    Raises:
+        RequestError: the tier is not configured (the known ones are listed).
+    """
+    if request.memory_tier is None:
+        return request
+    nodes = tiers.get(request.memory_tier)
+    if nodes is None:
+        known = ", ".join(sorted(tiers)) or "none configured"
+        raise RequestError(f"no memory tier {quote(request.memory_tier)} (memory_tiers: {known})",
+                           annotation=PREFIX + "memory-tier")
+    from numa_pin.record import replace
+
+    return replace(request, memory_tier_nodes=frozenset(nodes))
 
 
 def _unique_cdi(devices: tuple[CdiDevice, ...]) -> tuple[CdiDevice, ...]:

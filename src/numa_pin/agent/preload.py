@@ -20,7 +20,8 @@ from numa_pin.errors import AgentError
 #: hook path (devices, GPUs, difflib for config errors).
 #: Left out: pyroute2, which only SR-IOV moves import (in the child, ~20 ms) and which would
 #: add some 250 modules to every fork; and ctypes, which only a GPU grant imports (in the forked
-#: child that joins the container's mount namespace, Python 3.11 having no os.setns).
+#: child that joins the container's mount namespace, Python 3.11 having no os.setns), with
+#: platform (set_mempolicy's syscall number, only numa-pin run calls it).
 #: tests/agent checks both halves of this.
 PRELOAD: tuple[str, ...] = (
     "numa_pin.hook.main",
@@ -49,6 +50,10 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.allocators.cpu_distribute",
     "numa_pin.allocators.memory",
     "numa_pin.allocators.devices",
+    "numa_pin.allocators.colocate",
+    "numa_pin.devices.pcie",
+    "numa_pin.enforcer.mempolicy",
+    "numa_pin.resources.node.devnodes",
     "numa_pin.devices.inventory",
     "numa_pin.enforcer.gpu",
     "numa_pin.devices.devfilter",
@@ -72,7 +77,7 @@ PRELOAD: tuple[str, ...] = (
 
 
 #: function-level imports of the hook path that :data:`PRELOAD` leaves out on purpose
-NOT_PRELOADED = ("pyroute2", "pyroute2.netlink.exceptions", "ctypes")
+NOT_PRELOADED = ("pyroute2", "pyroute2.netlink.exceptions", "ctypes", "platform")
 
 
 def preload(names: Iterable[str] = PRELOAD) -> list[str]:

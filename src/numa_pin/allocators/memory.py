@@ -16,7 +16,7 @@ from numa_pin.errors import AllocationError
 from numa_pin.policy import bitmask
 from numa_pin.providers.memory import best_memory_hint, reusable_by_mask
 from numa_pin.record import field, record
-from numa_pin.topology.memory import Assignment, MemoryBlock, MemoryState, check_request
+from numa_pin.topology.memory import Assignment, MemoryBlock, MemoryState, check_request, hugepage_size_kb
 
 
 @record
@@ -57,6 +57,7 @@ def allocate_memory(
     *,
     preferred: bool = False,
     reusable: Mapping[object, Mapping[str, int]] | None = None,
+    spread: frozenset[str] = frozenset(),
 ) -> MemoryGrant:
     """Place ``request`` (``{resource: bytes}``) on the machine (kubelet static ``Allocate``).
 
@@ -68,7 +69,10 @@ def allocate_memory(
        belongs to another group.
     4. For each resource, reusable init-container memory keyed by the result's mask is
        subtracted, then the rest is taken from the nodes in ascending order, each node giving
-       what it has free.
+       what it has free. A hugepages resource in ``spread`` (``numa-pin.io/hugepages-spread``;
+       kubelet has no such option) is first taken in whole pages evenly over the nodes (the
+       lower nodes give the odd pages), then what a short node could not give comes from the
+       others in ascending order.
 
     ``preferred`` is the Topology Manager hint's flag; ``reusable`` as in
     :func:`~numa_pin.providers.memory.memory_hints`. An empty request gets an empty grant.
@@ -113,10 +117,16 @@ def allocate_memory(
     per_resource: dict[str, dict[int, int]] = {}
     for resource, size in req.items():
         left = max(0, size - reuse.get(resource, 0))
-        taken: dict[int, int] = {}
+        taken = dict.fromkeys(nodes, 0)
+        if resource in spread and len(nodes) > 1:
+            page = hugepage_size_kb(resource) * 1024
+            base, odd = divmod(left // page, len(nodes))
+            for i, n in enumerate(nodes):
+                taken[n] = min((base + (i < odd)) * page, state.free(n, resource))
+            left -= sum(taken.values())
         for n in nodes:
-            part = min(left, state.free(n, resource))
-            taken[n] = part
+            part = min(left, state.free(n, resource) - taken[n])
+            taken[n] += part
             left -= part
         per_resource[resource] = taken
     return MemoryGrant(frozenset(nodes), per_resource, req)

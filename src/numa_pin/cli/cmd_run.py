@@ -7,7 +7,8 @@ containers never share exclusive CPUs. Sequence:
 2. the parent puts the child in a cgroup of its own (on a systemd host a transient scope,
    ``numa-pin-run-<pid>.scope`` in ``system.slice``, as ``systemd-run --scope`` makes; elsewhere
    ``<cgroup root>/numa-pin/<name>``), admits it (ledger + cpuset), and only then
-   lets it exec. A rejection kills the child before it ran a single instruction of COMMAND;
+   lets it exec (with the memory policy asked, :mod:`numa_pin.enforcer.mempolicy`, set on the
+   child first). A rejection kills the child before it ran a single instruction of COMMAND;
 3. the parent is a child subreaper (prctl), so it outlives and reaps everything COMMAND forks,
    forwards SIGINT/SIGTERM/SIGHUP, releases the grant and removes the cgroup at the end.
 
@@ -154,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     import prctl
 
     from numa_pin.cli.run_grant import explicit_cpuset
-    from numa_pin.enforcer import cgroups, procgroup
+    from numa_pin.enforcer import cgroups, mempolicy, procgroup
     from numa_pin.enforcer.systemd import detect
     from numa_pin.errors import RequestError
     from numa_pin.record import replace
@@ -171,7 +172,11 @@ def run(args: argparse.Namespace) -> int:
     explicit = explicit_cpuset(args.cpu_list, args.nodes, service.topology)
     if explicit is not None and args.cpus is None:
         args.cpus = str(len(explicit))
-    request = request_from_args(args, name)
+    from numa_pin.admission.request import with_memory_tier
+
+    request = with_memory_tier(request_from_args(args, name), config.memory_tiers)
+    if request.memory_policy:
+        mempolicy.check_kernel(request.memory_policy, config.sysfs_root)
     if explicit is not None:
         request = replace(request, cpuset=explicit)
     if args.ranks > 1 and not request.exclusive:
@@ -196,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
                 os._exit(125)
             payload = _read_payload(go_r)
             os.close(go_r)
+            mempolicy.apply_in_child(payload.get("mempolicy", "").encode())
             if args.no_new_privs:
                 prctl.set_no_new_privs(True)
             if payload.get("ranks"):
@@ -216,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
         admitted_grant = service.admit(request, pid, kind="process")
         try:
             payload, grant_file, warnings = _payload(service, admitted_grant.grant, args.ranks)
+            payload["mempolicy"] = mempolicy.encode(request.memory_policy, admitted_grant.grant.mems).decode()
             os.write(go_w, b"1")
             _write_all(go_w, json.dumps(payload).encode())
         except BaseException:

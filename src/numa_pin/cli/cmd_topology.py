@@ -37,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print JSON (schema in docs/topology.md)"
     )
+    parser.add_argument(
+        "--pcie", action="store_true",
+        help="print the PCIe distance between GPUs and NICs, as nvidia-smi topo -m does",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
     topology = discover(args.sysfs_root, proc_root)
     if args.json:
         write_out(json.dumps(to_json_dict(topology), indent=2) + "\n")
+    elif args.pcie:
+        from numa_pin.devices.pcie import matrix_text
+
+        write_out(matrix_text(topology))
     else:
         write_out(render_text(topology))
     return 0

@@ -71,6 +71,7 @@ def grant_dict(g) -> dict:
         "devices": {k: list(v) for k, v in g.devices.items()},
         "affinity": None if g.affinity is None else sorted(g.affinity),
         "policy": g.policy, "scope": g.scope, "created": g.created,
+        **({"notes": list(g.notes)} if g.notes else {}),
     }
 
 
@@ -94,6 +95,10 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
                    help="override the node policy")
     g.add_argument("--scope", choices=names.SCOPES, help="override the node scope")
     g.add_argument("--pod", metavar="ID", help="pod this workload belongs to (pod scope)")
+    g.add_argument("--memory-policy", dest="memory_policy", metavar="MODE",
+                   help="bind, interleave, preferred-many or weighted-interleave over the granted nodes")
+    g.add_argument("--memory-tier", dest="memory_tier", metavar="TIER",
+                   help="add the NUMA nodes of this memory_tiers entry (CXL, HBM) to the memory nodes")
 
 
 def request_from_args(args: argparse.Namespace, container_id: str) -> ContainerRequest:
@@ -104,7 +109,7 @@ def request_from_args(args: argparse.Namespace, container_id: str) -> ContainerR
     for flag, key in (
         ("cpus", "cpus"), ("memory", "memory"), ("hugepages_2mi", "hugepages-2Mi"),
         ("hugepages_1gi", "hugepages-1Gi"), ("devices", "devices"), ("policy", "policy"),
-        ("scope", "scope"), ("pod", "pod"),
+        ("scope", "scope"), ("pod", "pod"), ("memory_policy", "memory-policy"), ("memory_tier", "memory-tier"),
     ):
         value = getattr(args, flag, None)
         if value is not None:

@@ -84,6 +84,13 @@ ITEMS: tuple[ConfigItem, ...] = (
         example="reserved_memory:\n  0:\n    memory: 1Gi\n    hugepages-2Mi: 256Mi",
     ),
     ConfigItem(
+        "memory_tiers", "mapping tier name -> NUMA node list", {},
+        "Memory tiers a request may add to its memory nodes with numa-pin.io/memory-tier: "
+        "usually CPU-less nodes (CXL expanders, HBM) that no CPU alignment would ever pick. "
+        "The tier's nodes join the grant's cpuset.mems and its memory policy.", p.memory_tiers,
+        example="memory_tiers:\n  cxl: \"2\"",
+    ),
+    ConfigItem(
         "devices", "mapping resource name -> list of selectors", {},
         "Device resources numa-pin allocates and the PCI devices that belong to each. "
         "A device matches a selector when it matches every key given (any value in a "
@@ -117,8 +124,27 @@ ITEMS: tuple[ConfigItem, ...] = (
         "Infer device requests from device-plugin environment variables "
         "(NVIDIA_VISIBLE_DEVICES, PCIDEVICE_*).", p.boolean,
     ),
+    ConfigItem(
+        "inference.device_nodes", "bool", True,
+        "Align CPUs and memory to the PCI devices behind the device nodes a container's spec "
+        "already carries (linux.devices) and behind CDI names of any kind (resolved through "
+        "the CDI spec files), whoever chose them: a device plugin, a DRA driver, --device.",
+        p.boolean,
+    ),
+    ConfigItem(
+        "inference.strict_devices", "bool", False,
+        "Reject a container that carries a device numa-pin cannot place (a CDI name no spec "
+        "file names, a node with no PCI function behind it). Off: it is admitted without a "
+        "hint for that device, and `numa-pin explain` says why.", p.boolean,
+    ),
     ConfigItem("sysfs_root", "absolute path", "/sys", "Where sysfs is mounted.", p.abs_path),
     ConfigItem("proc_root", "absolute path", "/proc", "Where procfs is mounted.", p.abs_path),
+    ConfigItem("dev_root", "absolute path", "/dev", "Where the host's device nodes are.", p.abs_path),
+    ConfigItem(
+        "cdi_spec_dirs", "list of absolute paths", ["/etc/cdi", "/var/run/cdi"],
+        "Directories of CDI spec files (JSON or YAML); a later directory wins for a device "
+        "named in several.", p.abs_paths,
+    ),
     ConfigItem(
         "cgroup_root", "absolute path", "/sys/fs/cgroup",
         "The cgroup mount root (v2), or the directory holding the v1 hierarchies.", p.abs_path,

@@ -69,6 +69,8 @@ class InferenceConfig:
     guaranteed_cpus_outside_kubernetes: bool = _default_field("inference.guaranteed_cpus_outside_kubernetes")
     hugepages: bool = _default_field("inference.hugepages")
     device_plugin_env: bool = _default_field("inference.device_plugin_env")
+    device_nodes: bool = _default_field("inference.device_nodes")
+    strict_devices: bool = _default_field("inference.strict_devices")
 
 
 @record
@@ -85,10 +87,13 @@ class Config:
     policy_options: Mapping[str, str | bool | int] = _default_field("policy_options")
     cpu_manager: CpuManagerConfig = field(default_factory=CpuManagerConfig)
     reserved_memory: Mapping[int, Mapping[str, int]] = _default_field("reserved_memory")
+    memory_tiers: Mapping[str, frozenset[int]] = _default_field("memory_tiers")
     devices: Mapping[str, tuple[Selector, ...]] = _default_field("devices")
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     sysfs_root: str = _default_field("sysfs_root")
     proc_root: str = _default_field("proc_root")
+    dev_root: str = _default_field("dev_root")
+    cdi_spec_dirs: tuple[str, ...] = _default_field("cdi_spec_dirs")
     cgroup_root: str = _default_field("cgroup_root")
     state_dir: str = _default_field("state_dir")
     kubelet_root: str = _default_field("kubelet_root")
@@ -112,15 +117,20 @@ class Config:
                 "num_reserved_cpus": cpu.num_reserved_cpus,
             },
             "reserved_memory": {node: dict(res) for node, res in sorted(self.reserved_memory.items())},
+            "memory_tiers": {name: format_list(nodes) for name, nodes in sorted(self.memory_tiers.items())},
             "devices": {name: [s.to_dict() for s in sels] for name, sels in sorted(self.devices.items())},
             "inference": {
                 "guaranteed_cpus": self.inference.guaranteed_cpus,
                 "guaranteed_cpus_outside_kubernetes": self.inference.guaranteed_cpus_outside_kubernetes,
                 "hugepages": self.inference.hugepages,
                 "device_plugin_env": self.inference.device_plugin_env,
+                "device_nodes": self.inference.device_nodes,
+                "strict_devices": self.inference.strict_devices,
             },
             "sysfs_root": self.sysfs_root,
             "proc_root": self.proc_root,
+            "dev_root": self.dev_root,
+            "cdi_spec_dirs": list(self.cdi_spec_dirs),
             "cgroup_root": self.cgroup_root,
             "state_dir": self.state_dir,
             "kubelet_root": self.kubelet_root,

@@ -118,6 +118,13 @@ def listen_address(value: Any, key: str) -> str | None:
     return value
 
 
+def abs_paths(value: Any, key: str) -> tuple[str, ...]:
+    """A list of at most 16 absolute paths."""
+    if not isinstance(value, list) or len(value) > 16:
+        raise Invalid(key, f"must be a list of at most 16 absolute paths; got {type_name(value)}")
+    return tuple(abs_path(v, key) for v in value)
+
+
 def seconds(value: Any, key: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise Invalid(key, f"must be a number of seconds; got {value!r} ({type_name(value)})")
@@ -146,6 +153,22 @@ def cpulist(value: Any, key: str) -> frozenset[int] | None:
     except ValueError as exc:
         shown = value if len(value) <= 60 else value[:60] + "..."  # the message stays one short line
         raise Invalid(key, f"bad cpulist {shown!r}: {exc}") from None
+
+
+def memory_tiers(value: Any, key: str) -> Mapping[str, frozenset[int]]:
+    """``{tier name: NUMA node list}`` (``{"cxl": "2-3"}``): at most 16 tiers."""
+    out: dict[str, frozenset[int]] = {}
+    for name, nodes in mapping(value, key).items():
+        where = child_key(key, name)
+        if not isinstance(name, str) or not name or len(name) > 63 or not name.replace("-", "").isalnum():
+            raise Invalid(where, "a tier name is 1-63 letters, digits or '-'")
+        parsed = cpulist(nodes, where)
+        if not parsed:
+            raise Invalid(where, "must name at least one NUMA node")
+        out[name] = parsed
+    if len(out) > 16:
+        raise Invalid(key, "at most 16 tiers")
+    return out
 
 
 def mapping(value: Any, key: str) -> Mapping[Any, Any]:

@@ -16,7 +16,7 @@ _YAML_WORDS = frozenset(("y", "n", "yes", "no", "on", "off", "true", "false", "n
 
 
 def yaml_scalar(value: Any) -> str:
-    """``value`` as a YAML flow scalar (defaults only: null, bool, number, string, {})."""
+    """``value`` as a YAML flow scalar (defaults only: null, bool, number, string, {}, a list of those)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -29,6 +29,8 @@ def yaml_scalar(value: Any) -> str:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, Mapping) and not value:
         return "{}"
+    if isinstance(value, list):
+        return "[" + ", ".join(yaml_scalar(v) for v in value) + "]"
     raise TypeError(f"no YAML rendering for {value!r}")
 
 

@@ -42,6 +42,8 @@ from numa_pin.topology.model import PciDevice
 NODE_MODE = 0o666
 #: where the container finds the list of its GPUs (the first whose top directory is a mount)
 GPU_LIST_PATHS = ("/run/numa-pin/gpus", "/dev/numa-pin/gpus")
+#: where the container finds ``PCIDEVICE_<RESOURCE>=<addresses>`` lines of its other devices
+ENV_FILE_PATHS = ("/run/numa-pin/devices.env", "/dev/numa-pin/devices.env")
 CLONE_NEWNS = 0x00020000
 
 
@@ -72,6 +74,57 @@ def gpu_device_nodes(gpus: Iterable[PciDevice], uvm_major: int | None) -> tuple[
         nodes.append(DeviceNode("/dev/nvidia-uvm", uvm_major, 0))
         nodes.append(DeviceNode("/dev/nvidia-uvm-tools", uvm_major, 1))
     return tuple(nodes)
+
+
+#: ``/dev/vfio/vfio``, the VFIO container node every VFIO user opens (misc minor 196)
+VFIO_CONTAINER = DeviceNode("/dev/vfio/vfio", 10, 196)
+
+
+def _numbers(path: str) -> tuple[int, int] | None:
+    """``major:minor`` from a sysfs ``dev`` file, or None when it is absent or garbage."""
+    from numa_pin.boundedio import UnsafeInput, read_regular_file
+
+    try:
+        major, _, minor = read_regular_file(path, 64).decode().strip().partition(":")
+        return int(major), int(minor)
+    except (OSError, UnsafeInput, UnicodeDecodeError, ValueError):
+        return None
+
+
+def function_nodes(dev: PciDevice, sysfs_root: str) -> tuple[DeviceNode, ...]:
+    """The nodes a granted non-GPU function needs, as sysfs lists them.
+
+    * bound to ``vfio-pci`` (DPDK): ``/dev/vfio/<IOMMU group>`` (``class/vfio/<group>/dev``) and
+      ``/dev/vfio/vfio``;
+    * with RDMA verbs (``<function>/infiniband_verbs/uverbs<N>``): ``/dev/infiniband/uverbs<N>``,
+      and ``/dev/infiniband/rdma_cm`` (``class/misc/rdma_cm/dev``) when the kernel has it.
+    """
+    nodes: list[DeviceNode] = []
+    if dev.driver == "vfio-pci" and dev.iommu_group is not None:
+        numbers = _numbers(os.path.join(sysfs_root, "class", "vfio", str(dev.iommu_group), "dev"))
+        if numbers is not None:
+            nodes += [DeviceNode(f"/dev/vfio/{dev.iommu_group}", *numbers), VFIO_CONTAINER]
+    verbs = os.path.join(sysfs_root, "bus", "pci", "devices", dev.address, "infiniband_verbs")
+    try:
+        names = sorted(os.listdir(verbs))[:64]
+    except OSError:
+        names = []
+    for name in names:
+        numbers = _numbers(os.path.join(verbs, name, "dev"))
+        if numbers is not None:
+            nodes.append(DeviceNode(f"/dev/infiniband/{name}", *numbers))
+    if names:
+        numbers = _numbers(os.path.join(sysfs_root, "class", "misc", "rdma_cm", "dev"))
+        if numbers is not None:
+            nodes.append(DeviceNode("/dev/infiniband/rdma_cm", *numbers))
+    return tuple(nodes)
+
+
+def pcidevice_env(resource: str) -> str:
+    """sriov-network-device-plugin's variable for ``resource``: ``intel.com/sriov_vf`` ->
+    ``PCIDEVICE_INTEL_COM_SRIOV_VF`` (upper case, every other character than a letter or digit
+    an underscore)."""
+    return "PCIDEVICE_" + "".join(c if c.isascii() and c.isalnum() else "_" for c in resource).upper()
 
 
 def oci_device_entry(node: DeviceNode) -> dict[str, Any]:
@@ -169,36 +222,46 @@ def _no_symlink(path: str) -> None:
         raise ValueError(f"{path} is a symlink; numa-pin does not follow links inside a container")
 
 
-def _make_nodes(rootfs: str | None, nodes: Sequence[tuple[str, int, int, int]], gpu_text: str | None) -> list[str]:
-    """In the container's namespace: mknod what is missing, write the GPU list; created paths.
-    On failure what was created is removed again before the error propagates."""
+def _make_nodes(rootfs: str | None, nodes: Sequence[tuple[str, int, int, int]], gpu_text: str | None,
+                env_text: str | None = None) -> list[str]:
+    """In the container's namespace: mknod what is missing, write the GPU list and the device
+    variables; created paths. On failure what was created is removed again before the error
+    propagates."""
     created: list[str] = []
     try:
-        return _make_nodes_into(_container_root(rootfs), nodes, gpu_text, created)
+        return _make_nodes_into(_container_root(rootfs), nodes, gpu_text, created, env_text)
     except (OSError, ValueError):
         _remove(rootfs, created)
         raise
 
 
 def _make_nodes_into(root: str, nodes: Sequence[tuple[str, int, int, int]], gpu_text: str | None,
-                     created: list[str]) -> list[str]:
+                     created: list[str], env_text: str | None = None) -> list[str]:
+    dirs = 0  # directories made for nodes stay behind every node in ``created`` (removed last)
     for path, major, minor, mode in nodes:
         target = os.path.join(root, path.lstrip("/"))
-        _no_symlink(os.path.dirname(target))
+        parent = os.path.dirname(target)
+        _no_symlink(parent)
+        if not os.path.isdir(parent) and os.path.dirname(path) not in ("", "/", "/dev"):
+            os.mkdir(parent, 0o755)  # /dev/vfio, /dev/infiniband: one level below the runtime's /dev
+            created.append(os.path.dirname(path))
+            dirs += 1
         try:
             st = os.lstat(target)
         except FileNotFoundError:
             os.mknod(target, stat.S_IFCHR | mode, os.makedev(major, minor))
             os.chmod(target, mode)
-            created.append(path)
+            created.insert(len(created) - dirs, path)
             continue
         if not stat.S_ISCHR(st.st_mode) or (os.major(st.st_rdev), os.minor(st.st_rdev)) != (major, minor):
             raise ValueError(f"{path} exists in the container and is not character device {major}:{minor}")
-    if gpu_text is not None:
-        candidates = [p for p in GPU_LIST_PATHS if _own_mount(os.path.join(root, p.lstrip("/").split("/", 1)[0]))]
+    for text, paths in ((gpu_text, GPU_LIST_PATHS), (env_text, ENV_FILE_PATHS)):
+        if text is None:
+            continue
+        candidates = [p for p in paths if _own_mount(os.path.join(root, p.lstrip("/").split("/", 1)[0]))]
         for i, path in enumerate(candidates):
             try:
-                _write_list(root, path, gpu_text, created)
+                _write_list(root, path, text, created)
                 break
             except OSError as exc:  # a read-only image /run: try the next place (/dev is the runtime's tmpfs)
                 if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM) or i == len(candidates) - 1:
@@ -250,8 +313,10 @@ def create_device_nodes(
     undo: UndoLog,
     *,
     gpu_text: str | None = None,
+    env_text: str | None = None,
 ) -> tuple[str, ...]:
-    """Create ``nodes`` (and the GPU list file) in the mount namespace of container ``pid``.
+    """Create ``nodes`` (and the GPU list file, and the device variables file
+    :data:`ENV_FILE_PATHS`) in the mount namespace of container ``pid``.
 
     Nodes that already exist with the right numbers are left alone (the runtime or CDI made
     them); what this call created is recorded in ``undo`` and returned (container paths).
@@ -259,7 +324,7 @@ def create_device_nodes(
     exists with other numbers, or mknod/write fail (nothing of this call is left then).
     """
     spec = [(n.path, n.major, n.minor, n.mode) for n in nodes]
-    created = in_mount_namespace(pid, proc_root, lambda: _make_nodes(rootfs, spec, gpu_text),
+    created = in_mount_namespace(pid, proc_root, lambda: _make_nodes(rootfs, spec, gpu_text, env_text),
                                  "creating device nodes")
     paths = tuple(str(p) for p in created)
     if paths:

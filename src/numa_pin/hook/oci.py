@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 
 from numa_pin.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
+from numa_pin.devices.devnode import DeviceNode
 from numa_pin.errors import HookInputError
 from numa_pin.record import field, record
 from numa_pin.text import quote
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 MAX_DOCUMENT_BYTES = 4 << 20
 #: deepest nesting of lists and objects accepted in either (a real config.json nests about 6)
 MAX_DEPTH = 64
+#: most ``linux.devices`` entries read (a container with a whole GPU box carries a few dozen)
+MAX_DEVICES = 4096
 
 
 @record
@@ -47,6 +50,8 @@ class OciSpec:
     root_path: str | None  # absolute (resolved against the bundle)
     limits: ContainerLimits  # linux.cgroupsPath and linux.resources
     netns_path: str | None
+    #: ``linux.devices``: the device nodes the runtime creates in the container
+    devices: tuple[DeviceNode, ...] = ()
 
 
 def load_object(text: bytes | str, what: str) -> dict[str, Any]:
@@ -157,6 +162,7 @@ def parse_spec(text: bytes | str, bundle: str, source: str = "config.json") -> O
     if cpuset_cpus is not None and not isinstance(cpuset_cpus, str):
         raise HookInputError(f"{source}: linux.resources.cpu.cpus must be a string, got {quote(cpuset_cpus)}")
     return OciSpec(
+        devices=_devices(_dig(doc, "linux", "devices"), source),
         annotations=_str_map(doc.get("annotations"), f"{source}: annotations"),
         env=env,
         root_path=root,
@@ -171,6 +177,25 @@ def parse_spec(text: bytes | str, bundle: str, source: str = "config.json") -> O
         ),
         netns_path=netns,
     )
+
+
+def _devices(raw: Any, source: str) -> tuple[DeviceNode, ...]:
+    """``linux.devices`` (at most :data:`MAX_DEVICES`); entries of other types than ``c``,
+    ``u`` and ``b`` are no devices to align to."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) > MAX_DEVICES:
+        raise HookInputError(f"{source}: linux.devices must be a list of at most {MAX_DEVICES}")
+    out = []
+    for entry in raw:
+        if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+            raise HookInputError(f"{source}: bad linux.devices entry {quote(entry)}")
+        kind = entry.get("type")
+        if kind not in ("c", "u", "b"):
+            continue
+        numbers = [_opt_int(entry.get(k), f"{source}: linux.devices {entry['path']}.{k}") for k in ("major", "minor")]
+        out.append(DeviceNode(entry["path"], "linux.devices", "b" if kind == "b" else "c", numbers[0], numbers[1]))
+    return tuple(out)
 
 
 def load_spec(bundle: str) -> OciSpec:

@@ -32,7 +32,7 @@ from typing import Any
 
 from numa_pin import names
 from numa_pin.cpuset import format_list
-from numa_pin.errors import HookInputError, NumaPinError
+from numa_pin.errors import HookInputError, NumaPinError, RequestError
 from numa_pin.ledger.model import Grant
 from numa_pin.record import record
 from numa_pin.topology.model import KIND_GPU, PciDevice, Topology
@@ -151,12 +151,35 @@ def granted_devices(grant: Grant, topology: Topology) -> list[PciDevice]:
     return out
 
 
+def _other_devices(out: dict[str, Any], linux: dict[str, Any], resources: dict[str, Any], grant: Grant,
+                   topology: Topology, sysfs_root: str) -> None:
+    """Granted functions other than GPUs: their nodes (VFIO group, RDMA verbs) and device rules,
+    and ``PCIDEVICE_<RESOURCE>`` as sriov-network-device-plugin sets it."""
+    from numa_pin.enforcer.devnodes import function_nodes, oci_allow_rule, oci_device_entry, pcidevice_env
+    from numa_pin.resources.devices import ASSIGNED
+
+    for res, ids in sorted(grant.devices.items()):
+        devs = [d for a in ids if (d := topology.device(a)) is not None]
+        if res == ASSIGNED or not devs or any(d.kind == KIND_GPU for d in devs):
+            continue
+        _set_env(out, pcidevice_env(res), ",".join(ids))
+        entries = _list(linux, "devices", "linux.devices")
+        rules = _list(resources, "devices", "linux.resources.devices")
+        for dev in devs:
+            for node in function_nodes(dev, sysfs_root):
+                if node.path not in {e.get("path") for e in entries if isinstance(e, dict)}:
+                    entries.append(oci_device_entry(node))
+                    rules.append(oci_allow_rule(node))
+
+
 def edit_spec(
     doc: Mapping[str, Any],
     grant: Grant,
     topology: Topology,
     uvm_major: int | None,
     features: RuntimeFeatures,
+    memory_policy: str | None = None,
+    sysfs_root: str | None = None,
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """A copy of ``doc`` carrying ``grant`` (pure), and the VF netdevs handed to the runtime.
 
@@ -173,8 +196,16 @@ def edit_spec(
         cpu["cpus"] = format_list(grant.cpus)
         if grant.mems:
             cpu["mems"] = format_list(grant.mems)
-        if features.memory_policy and grant.mems and grant.memory and "memoryPolicy" not in linux:
+        if features.memory_policy and grant.mems and grant.memory and "memoryPolicy" not in linux \
+                and memory_policy is None:
             linux["memoryPolicy"] = {"mode": "MPOL_BIND", "nodes": format_list(grant.mems)}
+    if memory_policy is not None and grant.mems:
+        from numa_pin.enforcer.mempolicy import oci_policy
+
+        if not features.memory_policy:
+            raise RequestError("this runtime's spec has no linux.memoryPolicy (runtime-spec 1.3 or later)",
+                               annotation="numa-pin.io/memory-policy")
+        linux["memoryPolicy"] = oci_policy(memory_policy, grant.mems)
     devices = granted_devices(grant, topology)
     gpus = [d for d in devices if d.kind == KIND_GPU]
     if gpus:
@@ -187,6 +218,8 @@ def edit_spec(
                 entries.append(oci_device_entry(node))
             rules.append(oci_allow_rule(node))
         _set_env(out, "NVIDIA_VISIBLE_DEVICES", ",".join(g.gpu_uuid or g.address for g in gpus))
+    if sysfs_root is not None:
+        _other_devices(out, linux, resources, grant, topology, sysfs_root)
     moved: list[str] = []
     if features.net_devices and grant.scope != names.POD_SCOPE:
         vfs = [d for d in devices if d.is_vf and d.netdevs]
@@ -245,7 +278,12 @@ def precreate(data: bytes, service: Any) -> Precreate:
     grant = admitted.grant
     try:
         uvm = _uvm_major(service.config.proc_root) if grant.devices else None
-        spec_out, moved = edit_spec(doc, grant, service.topology, uvm, runtime_features(doc))
+        if request.memory_policy is not None:
+            from numa_pin.enforcer.mempolicy import check_kernel
+
+            check_kernel(request.memory_policy, service.config.sysfs_root)
+        spec_out, moved = edit_spec(doc, grant, service.topology, uvm, runtime_features(doc), request.memory_policy,
+                                    service.config.sysfs_root)
     except NumaPinError:
         service.release(cid)
         raise
@@ -263,7 +301,7 @@ def asks_nothing(request: Any) -> bool:
 
 
 def _fixed(request: Any) -> Sequence[object]:
-    return [*request.fixed_gpus, *request.fixed_pci.values(), *request.fixed_cdi]
+    return [*request.fixed_gpus, *request.fixed_pci.values(), *request.fixed_cdi, *request.placeable_nodes]
 
 
 def _uvm_major(proc_root: str) -> int | None:

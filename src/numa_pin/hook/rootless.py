@@ -74,6 +74,7 @@ def describe_request(request) -> str:
     parts += [f"GPU {g}" for g in request.fixed_gpus]
     parts += [f"PCIDEVICE_{k}" for k in sorted(request.fixed_pci)]
     parts += [f"CDI {d}" for d in request.fixed_cdi]
+    parts += [f"device {n.label}" for n in request.placeable_nodes]
     return ", ".join(parts) or "resources"
 
 

@@ -128,6 +128,8 @@ class Grant:
     #: the exclusive CPUs it was admitted with, once a resize changed ``cpus`` (KEP-5554's
     #: "baseline CPUs": a shrink never gives them up); None: ``cpus`` are still the baseline
     baseline_cpus: frozenset[int] | None = None
+    #: what the admission noted (a device the container carries that is not aligned to, and why)
+    notes: tuple[str, ...] = field(default=(), hash=False)
 
     def __post_init__(self) -> None:
         shape.require_str("container_id", self.container_id, nonempty=True)
@@ -155,6 +157,8 @@ class Grant:
         shape.set_field(self, "netdevs", shape.netdev_entries(self.netdevs))
         if self.boot_id is not None:
             shape.require_str("boot_id", self.boot_id, nonempty=True)
+        if not isinstance(self.notes, tuple) or not all(isinstance(n, str) for n in self.notes):
+            raise ValueError(f"notes must be a tuple of strings, got {self.notes!r}")
         if self.cpuset_limit is not None:
             shape.set_field(self, "cpuset_limit", shape.id_set("cpuset_limit", self.cpuset_limit))
         if self.gpus is not None and not isinstance(self.gpus, GpuAccess):
@@ -205,6 +209,8 @@ class Grant:
             out["boot_id"] = self.boot_id
         if self.baseline_cpus is not None:
             out["baseline_cpus"] = format_list(self.baseline_cpus)
+        if self.notes:
+            out["notes"] = list(self.notes)
         return out
 
     @classmethod
@@ -245,6 +251,7 @@ class Grant:
                 boot_id=shape.json_field(obj, "boot_id", str, where) if "boot_id" in obj else None,
                 baseline_cpus=(parse_list(shape.json_field(obj, "baseline_cpus", str, where))
                                if "baseline_cpus" in obj else None),
+                notes=tuple(shape.json_field(obj, "notes", list, where)) if "notes" in obj else (),
             )
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
@@ -256,8 +263,9 @@ _GRANT_KEYS = frozenset(
 )
 
 #: optional: ``pending_since`` only while a grant made before its container existed waits for
-#: it; ``boot_id`` where the boot was known; ``baseline_cpus`` once a resize changed its CPUs
-_OPTIONAL_KEYS = frozenset(("pending_since", "boot_id", "baseline_cpus"))
+#: it; ``boot_id`` where the boot was known; ``baseline_cpus`` once a resize changed its CPUs;
+#: ``notes`` where the admission noted something
+_OPTIONAL_KEYS = frozenset(("pending_since", "boot_id", "baseline_cpus", "notes"))
 
 
 @record

@@ -81,6 +81,7 @@ class Decision:
     #: the exception a rejection raises (kubelet's error kinds); its ``kind`` is printed
     error: type[AdmissionError] = TopologyAffinityError
     pod_affinity: frozenset[int] | None = None  # set when this decision created the pod's record
+    notes: tuple[str, ...] = ()  # the resources' notes on an admitted decision (Resource.notes)
 
     @property
     def exclusive(self) -> bool:
@@ -154,6 +155,10 @@ class Resource:
     def free_summary(self, view: Any, amounts: Amounts) -> list[str]:
         return []
 
+    def notes(self, view: Any) -> list[str]:
+        """What an admitted container should know (a device it carries that is not aligned to)."""
+        return []
+
     def bounds(self, view: Any) -> list[str]:
         """What the container itself bounds this resource to (said after every free summary)."""
         return []
@@ -210,6 +215,7 @@ def grant_from(request: ContainerRequest, decision: Decision, *, pid: int | None
         created=created,
         netdevs=(),
         boot_id=boot_id,
+        notes=decision.notes,
     )
 
 

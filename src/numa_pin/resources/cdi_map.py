@@ -5,12 +5,15 @@
   parent GPU;
 * ``nvidia.com/gpu=<uuid>`` (``GPU-...``): the GPU with that UUID;
 * ``nvidia.com/gpu=all``: every NVIDIA GPU;
-* any other kind ``vendor.com/class``: a configured device resource of the same name; the CDI
-  name is a PCI address of one of its devices, an index into its devices in address order, or
-  ``all``.
+* a kind ``vendor.com/class`` that names a configured device resource: the CDI name is a PCI
+  address of one of its devices, an index into its devices in address order, or ``all``;
+* any other kind (a DRA driver's ``k8s.gpu.nvidia.com/claim=<uid>-gpu-0``): not here; the
+  hook resolves it through the CDI spec files into device nodes
+  (:mod:`numa_pin.resources.node.devnodes`), which align like ``linux.devices``.
 
-Anything else raises :class:`~numa_pin.errors.RequestError` naming the annotation or variable
-the name came from, so a container is never aligned to a device numa-pin guessed.
+A name of the first two kinds that matches no device raises
+:class:`~numa_pin.errors.RequestError` naming the annotation or variable it came from, so a
+container is never aligned to a device numa-pin guessed.
 """
 
 from __future__ import annotations
@@ -66,7 +69,8 @@ def resolve_cdi(
     resources: Mapping[str, Sequence[DeviceInfo]],
     gpu_resource: str = NVIDIA_GPU_KIND,
 ) -> list[tuple[str, str]]:
-    """``(resource, PCI address)`` for every CDI device (see the module doc).
+    """``(resource, PCI address)`` for every CDI device of a kind this module maps (see the
+    module doc).
 
     ``nvidia_gpus`` are the NVIDIA GPUs in address order; ``resources`` the machine's device
     resources; a GPU is booked under the resource that lists its address, else ``gpu_resource``.
@@ -79,10 +83,6 @@ def resolve_cdi(
                 out.append((res, addr))
         elif dev.kind in resources:
             out.extend((dev.kind, addr) for addr in _resource(dev, resources[dev.kind]))
-        else:
-            known = ", ".join(sorted({NVIDIA_GPU_KIND, *resources}))
-            raise RequestError(f"CDI device {dev}: no configured device resource is named {dev.kind} "
-                               f"(known: {known})", annotation=dev.source)
     return out
 
 

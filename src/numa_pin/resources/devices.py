@@ -10,7 +10,11 @@ before numa-pin does).
 
 :class:`PciDevices` is the PCI kind: the device resources of the config (``devices:``), plus
 ``nvidia.com/gpu`` when the config defines no such resource (:mod:`numa_pin.resources.nvidia`),
-and the devices named by ``NVIDIA_VISIBLE_DEVICES``, ``PCIDEVICE_*`` and CDI.
+and the devices named by ``NVIDIA_VISIBLE_DEVICES``, ``PCIDEVICE_*`` and CDI, and those behind
+the device nodes the container carries (:mod:`numa_pin.devices.devnode`). A device behind a node
+that no configured resource lists is booked under :data:`ASSIGNED`; a node numa-pin cannot place
+is a device without a hint, kept in the decision's notes (or a rejection under
+``inference.strict_devices``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from numa_pin.ledger.model import Grant
 from numa_pin.policy.hint import ProviderHints, ResourceHints
 from numa_pin.record import record
 from numa_pin.resources.base import Need, NodeView, Resource, nodes_text, zone_entry
+
+#: the resource of devices someone else assigned that no configured resource lists
+ASSIGNED = "numa-pin.io/assigned"
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
@@ -38,6 +45,7 @@ class DeviceView:
     devices: Mapping[str, tuple[DeviceInfo, ...]]  # every registered device, per resource name
     free: Mapping[str, frozenset[str]]  # healthy and held by no other grant
     fixed: Mapping[str, tuple[str, ...]]  # already chosen by a device plugin
+    unplaced: tuple[str, ...] = ()  # devices the container carries that numa-pin cannot place
 
 
 class DeviceKind(Resource):
@@ -86,14 +94,29 @@ class DeviceKind(Resource):
         from numa_pin.providers.devices import device_hint_family, device_hints
 
         nodes = view.need.topology.node_ids
+        free = self._colocated_free(view, amounts)
         out: dict[str, ResourceHints] = {}
         for res, count in amounts.devices.items():
             if res in view.devices and count:
-                out[res] = device_hint_family(view.devices[res], nodes, view.free[res], count)
+                out[res] = device_hint_family(view.devices[res], nodes, free[res], count)
         for res, ids in view.fixed.items():
             # already assigned by a device plugin: hints regenerate from exactly these devices
             out[res] = device_hints(view.devices.get(res, ()), nodes, frozenset(ids), len(ids))
         return out or None
+
+    def _colocated_free(self, view: DeviceView, amounts: Amounts) -> Mapping[str, frozenset[str]]:
+        """The free devices hints come from: under ``numa-pin.io/colocate``, only those in a
+        group (PCIe root, node, socket) that can hold every resource of the constraint."""
+        free = dict(view.free)
+        for scope, names in view.need.request.colocate:
+            here = {r: amounts.devices[r] for r in names
+                    if amounts.devices.get(r) and r in view.devices and r not in view.fixed}
+            pinned = {r: view.fixed[r] for r in names if r in view.fixed}
+            if here and len(here) + len(pinned) >= 2:
+                from numa_pin.allocators.colocate import in_viable_groups
+
+                free.update(in_viable_groups(view.need.topology, scope, here, pinned, view.devices, view.free))
+        return free
 
     def check_inside(self, view: DeviceView | None, inside: frozenset[int]) -> None:
         """A device a device plugin already chose must touch the affinity (or have no NUMA node)."""
@@ -114,12 +137,20 @@ class DeviceKind(Resource):
             return {}
         devices: dict[str, tuple[str, ...]] = dict(view.fixed)
         wanted = {res: count for res, count in amounts.devices.items() if res in view.devices}
-        if any(wanted.values()):
+        closeness = self.closeness(view.need) if any(wanted.values()) else None
+        for scope, names in view.need.request.colocate:
+            here = {r: wanted[r] for r in names if wanted.get(r) and r not in view.fixed}
+            pinned = {r: view.fixed[r] for r in names if r in view.fixed}
+            if here and len(here) + len(pinned) >= 2:
+                from numa_pin.allocators.colocate import allocate_colocated
+
+                devices.update(allocate_colocated(view.need.topology, scope, here, pinned, view.devices, view.free,
+                                                  affinity, strict, closeness))
+        if any(c for r, c in wanted.items() if r not in devices):
             from numa_pin.allocators.devices import allocate_devices
 
-            closeness = self.closeness(view.need)
             for res, count in wanted.items():
-                if count and res not in view.fixed:
+                if count and res not in devices:
                     devices[res] = allocate_devices(
                         view.devices[res], view.free[res], count, affinity, closeness=closeness, resource=res,
                         allow_outside=not strict,
@@ -160,7 +191,43 @@ class PciDevices(DeviceKind):
     name = "pci"
 
     def involved(self, request: ContainerRequest) -> bool:
-        return bool(request.fixed_gpus or request.fixed_pci or request.fixed_cdi) or super().involved(request)
+        return bool(request.fixed_gpus or request.fixed_pci or request.fixed_cdi or request.fixed_nodes) \
+            or super().involved(request)
+
+    def view(self, need: Need) -> DeviceView | None:
+        view = super().view(need)
+        if view is None or not need.request.fixed_nodes:
+            return view
+        from numa_pin.devices.devnode import functions_of
+        from numa_pin.devices.model import DeviceInfo
+
+        devices = dict(view.devices)
+        fixed = {r: list(ids) for r, ids in view.fixed.items()}
+        unplaced: list[str] = []
+        for node in need.request.fixed_nodes:
+            addresses, why = functions_of(node, need.topology)
+            if why:
+                unplaced.append(f"{node.label}: {why}")
+            for addr in addresses:
+                res = next((r for r, infos in devices.items() if any(i.id == addr for i in infos)), ASSIGNED)
+                if res == ASSIGNED and not any(i.id == addr for i in devices.get(ASSIGNED, ())):
+                    dev = need.topology.device(addr)
+                    numa = () if dev is None or dev.numa_node is None else (dev.numa_node,)
+                    devices[ASSIGNED] = (*devices.get(ASSIGNED, ()), DeviceInfo(addr, numa, True))
+                fixed.setdefault(res, []).append(addr)
+        unplaced = list(dict.fromkeys(unplaced))
+        if unplaced and need.request.strict_devices:
+            raise RequestError(f"cannot place {unplaced[0]}" + (f" (and {len(unplaced) - 1} more)" if len(unplaced) > 1
+                                                                  else ""), annotation="inference.strict_devices")
+        free = dict(view.free)
+        if ASSIGNED in devices:
+            free[ASSIGNED] = frozenset(d.id for d in devices[ASSIGNED])
+        return DeviceView(need, devices, free, {r: tuple(dict.fromkeys(a)) for r, a in fixed.items()},
+                          tuple(unplaced))
+
+    def notes(self, view: DeviceView | None) -> list[str]:
+        """Why a device the container carries is not aligned to."""
+        return [f"not aligned: {u}" for u in view.unplaced] if view is not None else []
 
     def inventory(self, need: Need) -> Mapping[str, tuple[DeviceInfo, ...]]:
         from numa_pin.devices.inventory import inventory

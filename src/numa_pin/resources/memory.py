@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from numa_pin.admission.request import Amounts
-from numa_pin.errors import TopologyAffinityError
+from numa_pin.errors import RequestError, TopologyAffinityError
 from numa_pin.ledger.model import Grant
 from numa_pin.policy.hint import ProviderHints
 from numa_pin.quantity import format_bytes
@@ -45,6 +45,18 @@ class MemoryResource(Resource):
 
     def allocate(self, view: Need, amounts: Amounts, affinity: frozenset[int] | None,
                  strict: bool) -> Mapping[str, Any]:
+        fields = dict(self._allocate(view, amounts, affinity, strict))
+        tier = view.request.memory_tier_nodes
+        if tier:  # a declared tier (CPU-less CXL/HBM nodes) joins the memory nodes
+            missing = sorted(tier - frozenset(view.topology.node_ids))
+            if missing:
+                raise RequestError(f"memory tier {view.request.memory_tier} names NUMA node(s) {missing} "
+                                   "this machine does not have", annotation="numa-pin.io/memory-tier")
+            fields["mems"] = frozenset(fields.get("mems", frozenset())) | tier
+        return fields
+
+    def _allocate(self, view: Need, amounts: Amounts, affinity: frozenset[int] | None,
+                  strict: bool) -> Mapping[str, Any]:
         topology = view.topology
         all_nodes = frozenset(topology.node_ids)
         mem_nodes = frozenset(n for n, node in topology.nodes.items() if node.memory_total_kb > 0) or all_nodes
@@ -57,7 +69,9 @@ class MemoryResource(Resource):
         inside = affinity if strict else None
         if inside is not None and any(sum(mem_state.free(n, r) for n in inside) < want for r, want in req.items()):
             raise TopologyAffinityError("the memory requested does not fit there")
-        grant = allocate_memory(mem_state, req, affinity)
+        huge = frozenset(r for r in req if r.startswith("hugepages-"))
+        spread = huge if view.request.hugepages_spread else frozenset()
+        grant = allocate_memory(mem_state, req, affinity, spread=spread)
         if inside is not None and not grant.nodes <= inside:
             raise TopologyAffinityError("the memory allocator would leave these nodes")
         if grant.nodes:

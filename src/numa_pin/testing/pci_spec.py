@@ -24,6 +24,12 @@ CLASS_PCI_BRIDGE = "0x060400"
 
 _HEX16_RE = re.compile(r"^0x[0-9a-f]{4}$")
 _CLASS_RE = re.compile(r"^0x[0-9a-f]{6}$")
+_DEV_NODE_RE = re.compile(r"^[a-z_]+/[A-Za-z0-9_-]+=\d+:\d+$")
+#: the virtual character devices the kernel has without any PCI function (``/dev/vfio/vfio``,
+#: ``/dev/infiniband/rdma_cm``), written beside any function's ``dev_nodes``
+VIRTUAL_DEV_NODES = ("misc/vfio=10:196", "misc/rdma_cm=10:58")
+#: the (dynamic) major the kit gives VFIO group devices, ``/dev/vfio/<group>`` = this:<group>
+VFIO_GROUP_MAJOR = 509
 
 
 @record
@@ -53,7 +59,10 @@ class PciSpec:
     ``parent`` is the address of the upstream bridge (another :class:`PciSpec` of class
     ``0x0604xx``) or ``None`` for a function on a root bus (``/sys/devices/pciDDDD:BB``).
     ``sriov_numvfs`` defaults to ``len(vfs)``. ``gpu_uuid``/``gpu_minor`` write
-    ``/proc/driver/nvidia/gpus/<address>/information``.
+    ``/proc/driver/nvidia/gpus/<address>/information``. ``dev_nodes`` are the character devices
+    of the function's drivers, ``"<class>/<name>=<major>:<minor>"`` (``"drm/renderD128=226:128"``,
+    ``"infiniband_verbs/uverbs0=231:192"``): each gets its directory with a ``dev`` file below
+    the function and its ``/sys/dev/char/<major>:<minor>`` link, as the kernel lays them out.
     """
 
     address: str
@@ -78,9 +87,13 @@ class PciSpec:
     revision: str = "0x01"
     link_speed: str = "16.0 GT/s PCIe"
     link_width: int = 16
+    dev_nodes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_address(self.address, "PCI function")
+        for node in self.dev_nodes:
+            if not _DEV_NODE_RE.match(node):
+                raise TopologyError(f"{self.address}: device node {node!r} is not like 'drm/renderD128=226:128'")
         for label, value in (("vendor", self.vendor), ("device", self.device)):
             if not _HEX16_RE.match(value):
                 raise TopologyError(f"{self.address}: {label} {value!r} is not like '0x10de'")
@@ -135,6 +148,13 @@ def addr_parts(address: str) -> tuple[int, int, int, int]:
     if parsed is None:
         raise TopologyError(f"PCI address {address!r} is not like '0000:3b:00.0'")
     return (parsed.domain, parsed.bus, parsed.device, parsed.function)
+
+
+def dev_node_parts(node: str) -> tuple[str, str, str]:
+    """``("drm", "renderD128", "226:128")`` from ``"drm/renderD128=226:128"``."""
+    where, _, numbers = node.partition("=")
+    cls, _, name = where.partition("/")
+    return cls, name, numbers
 
 
 def check_address(address: str, what: str) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from numa_pin.testing.files import TreeFiles
 from numa_pin.testing.kernel_text import kernel_mask, list_line, nvidia_information
-from numa_pin.testing.pci_spec import PciSpec, VfSpec, addr_parts
+from numa_pin.testing.pci_spec import VFIO_GROUP_MAJOR, VIRTUAL_DEV_NODES, PciSpec, VfSpec, addr_parts, dev_node_parts
 from numa_pin.testing.spec import MachineSpec
 
 
@@ -64,6 +64,34 @@ class PciWriter:
         for dev in spec.pci:
             if dev.gpu_uuid is not None:
                 self._write_nvidia(dev)
+        vfio = sorted({self.groups[a] for a, driver in self._drivers() if driver == "vfio-pci" and a in self.groups})
+        if vfio or any(dev.dev_nodes for dev in spec.pci):
+            for node in VIRTUAL_DEV_NODES:
+                self._dev_node(self.devices_dir / "virtual", node)
+            for dev in spec.pci:
+                for node in dev.dev_nodes:
+                    self._dev_node(self.pci_dirs[dev.address], node)
+            for group in vfio:  # the VFIO group's character device (/dev/vfio/<group>)
+                self._dev_node(self.devices_dir / "virtual", f"vfio/{group}={VFIO_GROUP_MAJOR}:{group}")
+
+    def _drivers(self) -> list[tuple[str, str | None]]:
+        """``(address, driver)`` of every function, VFs included."""
+        out = []
+        for dev in self.spec.pci:
+            out.append((dev.address, dev.driver))
+            out.extend((vf.address, vf.driver) for vf in dev.vfs)
+        return out
+
+    def _dev_node(self, parent: Path, node: str) -> None:
+        """``<parent>/<class>/<name>/dev``, its ``/sys/dev/char/<major>:<minor>`` link and its
+        ``/sys/class/<class>/<name>`` link."""
+        cls, name, numbers = dev_node_parts(node)
+        d = parent / cls / name
+        self.files.write(d / "dev", numbers + "\n")
+        major, minor = numbers.split(":")
+        self.files.write(d / "uevent", f"MAJOR={major}\nMINOR={minor}\nDEVNAME={name}\n")
+        self.files.link(self.sys / "dev" / "char" / numbers, d)
+        self.files.link(self.sys / "class" / cls / name, d)
 
     def _depth(self, dev: PciSpec, by_addr: Mapping[str, PciSpec]) -> int:
         depth = 0

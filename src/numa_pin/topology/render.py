@@ -27,7 +27,7 @@ def to_json_dict(topology: Topology) -> dict[str, Any]:
     return {
         "numa_nodes": {str(n): _node_json(topology.nodes[n], ids) for n in ids},
         "cpus": {str(c): _cpu_json(topology.cpus[c]) for c in sorted(topology.cpus)},
-        "pci_devices": [_device_json(d) for d in topology.pci_devices],
+        "pci_devices": [_device_json(d, topology) for d in topology.pci_devices],
     }
 
 
@@ -68,8 +68,10 @@ def _cpu_json(cpu: Cpu) -> dict[str, Any]:
     return _object_json(cpu, _CPU_KEYS)
 
 
-def _device_json(dev: PciDevice) -> dict[str, Any]:
-    return _object_json(dev, _DEVICE_KEYS)
+def _device_json(dev: PciDevice, topology: Topology) -> dict[str, Any]:
+    from numa_pin.devices.pcie import dra_attributes
+
+    return {**_object_json(dev, _DEVICE_KEYS), "dra": dra_attributes(topology, dev.address)}
 
 
 def _checked_row(node: NumaNode, ids: tuple[int, ...]) -> tuple[int, ...]:

@@ -1,5 +1,12 @@
-"""GPUs granted to a running container: a device kind's I/O half (no decision of its own; the
-PCI device kind decides which GPUs a container gets).
+"""GPUs (and the other PCI functions that need device nodes) granted to a running container: a
+device kind's I/O half (no decision of its own; the PCI device kind decides which devices a
+container gets).
+
+Besides GPUs, a granted function bound to ``vfio-pci`` or with RDMA verbs gets its nodes
+(:func:`numa_pin.enforcer.devnodes.function_nodes`) and their device rules the same way, and
+the container a ``/run/numa-pin/devices.env`` of ``PCIDEVICE_<RESOURCE>=<addresses>`` lines (what
+precreate writes into the spec's environment; a VF with a netdev needs no node and gets its
+interface moved instead).
 
 * enforce: at the container's first start with a pid, open its device cgroup to the granted
   GPUs (``devices.allow`` on cgroup v1, the device programs on v2) and create their nodes (and
@@ -15,6 +22,10 @@ from numa_pin.ledger.model import GpuAccess, Grant
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
 from numa_pin.topology.model import KIND_GPU
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from numa_pin.enforcer.devnodes import DeviceNode
+
 
 class GpuNode(NodeResource):
     name = "gpu"
@@ -27,14 +38,22 @@ class GpuNode(NodeResource):
         topology = node.topology
         gpus = [dev for ids in grant.devices.values() for address in ids
                 if (dev := topology.device(address)) is not None and dev.kind == KIND_GPU]
-        if not gpus:
+        others, env = _other_functions(node, grant)
+        if not gpus and not others:
             return admission
-        from numa_pin.enforcer.devnodes import expose_gpus
-        from numa_pin.enforcer.gpu import grant_gpus
+        from numa_pin.enforcer.devnodes import create_device_nodes, expose_gpus
+        from numa_pin.enforcer.gpu import allow_device_rules, gpu_minors, grant_gpus, nvidia_rules, read_uvm_major
 
         cfg, undo = node.config, admission.undo
-        allowed = grant_gpus(gpus, pid, cfg.proc_root, cfg.cgroup_root, node.layout(), undo)
-        nodes = expose_gpus(gpus, pid, cfg.proc_root, admission.rootfs, undo)
+        if not others:
+            allowed = grant_gpus(gpus, pid, cfg.proc_root, cfg.cgroup_root, node.layout(), undo)
+        else:  # one set of rules, so a v2 device program is swapped once
+            rules_needed = nvidia_rules(gpu_minors(gpus), read_uvm_major(cfg.proc_root)) if gpus else ()
+            rules_needed = tuple(dict.fromkeys((*rules_needed, *(n.rule for n in others))))
+            allowed = allow_device_rules(rules_needed, pid, cfg.proc_root, cfg.cgroup_root, node.layout(), undo)
+        nodes = list(expose_gpus(gpus, pid, cfg.proc_root, admission.rootfs, undo)) if gpus else []
+        if others:
+            nodes += create_device_nodes(pid, others, cfg.proc_root, admission.rootfs, undo, env_text=env or None)
         rules = [str(r) for r in allowed.added] if allowed is not None else []
         if not nodes and not rules:
             return admission
@@ -49,6 +68,23 @@ class GpuNode(NodeResource):
         for grant in release.gone:
             problems += _revoke(node, grant)
         return problems
+
+
+def _other_functions(node: Node, grant: Grant) -> tuple[list[DeviceNode], str]:
+    """The nodes of the granted functions that are not GPUs, and their ``PCIDEVICE_*`` lines."""
+    from numa_pin.enforcer.devnodes import function_nodes, pcidevice_env
+    from numa_pin.resources.devices import ASSIGNED
+
+    nodes: dict[str, DeviceNode] = {}
+    lines: list[str] = []
+    for res, ids in sorted(grant.devices.items()):
+        devs = [d for a in ids if (d := node.topology.device(a)) is not None]
+        if res == ASSIGNED or not devs or any(d.kind == KIND_GPU for d in devs):
+            continue
+        lines.append(f"{pcidevice_env(res)}={','.join(ids)}\n")
+        for dev in devs:
+            nodes.update((n.path, n) for n in function_nodes(dev, node.config.sysfs_root))
+    return list(nodes.values()), "".join(lines)
 
 
 def _revoke(node: Node, grant: Grant) -> list[str]:

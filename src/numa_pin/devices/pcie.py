@@ -1,0 +1,129 @@
+"""Where PCI functions sit relative to each other (pure): their PCIe root, the DRA attributes
+that describe them, and the link between two of them in ``nvidia-smi topo -m``'s words.
+
+* :func:`pcie_root`: the root complex of a function, ``pci<domain>:<bus>`` (the directory under
+  ``/sys/devices`` it hangs from, the form of Kubernetes' standard DRA attribute
+  ``resource.kubernetes.io/pcieRoot``): the bus of its topmost upstream bridge (a VF: its PF's);
+* :func:`dra_attributes`: ``resource.kubernetes.io/pciBusID``, ``resource.kubernetes.io/pcieRoot``
+  and ``numaNode`` of a function, so a DRA-aware operator can match what numa-pin grants with
+  a ``matchAttribute`` constraint;
+* :func:`link`: ``X`` (itself), ``PIX`` (their lowest common bridge is inside a switch, or one
+  is the other's upstream bridge), ``PXB`` (only their root port in common: several bridges, no
+  host bridge), ``PHB`` (through their common host bridge: one root),
+  ``NODE`` (different roots of one NUMA node), ``SYS`` (across NUMA nodes), ``?`` (a function
+  without a node, or not on this machine);
+* :func:`group_key`: the value devices must share under a co-location constraint
+  (``pcie-root``, ``numa-node``, ``socket``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from numa_pin.topology.model import PciDevice, Topology
+
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+NUMA_NODE = "numaNode"
+#: what a co-location constraint may name (``numa-pin.io/colocate``)
+SCOPES = ("pcie-root", "numa-node", "socket")
+LINKS = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+def _by_address(topology: Topology) -> Mapping[str, PciDevice]:
+    return {d.address: d for d in topology.pci_devices}
+
+
+def upstream(topology: Topology, address: str) -> list[str]:
+    """``address`` then its upstream bridges, nearest first (a VF goes up through its PF)."""
+    by = _by_address(topology)
+    chain = [address]
+    dev = by.get(address)
+    if dev is not None and dev.physfn is not None:
+        chain.append(dev.physfn)
+        dev = by.get(dev.physfn)
+    while dev is not None and dev.parent is not None and dev.parent not in chain:
+        chain.append(dev.parent)
+        dev = by.get(dev.parent)
+    return chain
+
+
+def pcie_root(topology: Topology, address: str) -> str:
+    """``pci<domain>:<bus>`` of the root bus ``address`` hangs from."""
+    top = upstream(topology, address)[-1]
+    domain, bus = top.split(":")[:2]
+    return f"pci{domain}:{bus}"
+
+
+def dra_attributes(topology: Topology, address: str) -> dict[str, str | int]:
+    """The DRA attributes of one function (``numaNode`` left out when it has none)."""
+    out: dict[str, str | int] = {PCI_BUS_ID: address, PCIE_ROOT: pcie_root(topology, address)}
+    dev = topology.device(address)
+    if dev is not None and dev.numa_node is not None:
+        out[NUMA_NODE] = dev.numa_node
+    return out
+
+
+def link(topology: Topology, a: str, b: str) -> str:
+    """How ``a`` reaches ``b`` (see the module doc)."""
+    if a == b:
+        return "X"
+    da, db = topology.device(a), topology.device(b)
+    if da is None or db is None:
+        return "?"
+    up_a, up_b = upstream(topology, a), upstream(topology, b)
+    common = next((x for x in up_a if x in up_b), None)
+    if common is not None:
+        # below one switch (the lowest common bridge has a bridge above it), or one below the
+        # other: PIX; only their root port in common: PXB
+        inside = common in (a, b) or up_a[-1] != common
+        return "PIX" if inside else "PXB"
+    if pcie_root(topology, a) == pcie_root(topology, b):
+        return "PHB"
+    if da.numa_node is None or db.numa_node is None:
+        return "?"
+    return "NODE" if da.numa_node == db.numa_node else "SYS"
+
+
+def matrix_text(topology: Topology) -> str:
+    """``nvidia-smi topo -m`` for the machine's GPUs and NICs (physical functions): the link
+    between every two, each one's NUMA node, then the legend."""
+    from numa_pin.topology.model import KIND_GPU, KIND_NIC
+
+    devs: list[tuple[str, str]] = []
+    for kind, label in ((KIND_GPU, "GPU"), (KIND_NIC, "NIC")):
+        picked = sorted(d.address for d in topology.pci_devices if d.kind == kind and not d.is_vf)
+        devs += [(f"{label}{i}", a) for i, a in enumerate(picked)]
+    if not devs:
+        return "no GPU or NIC\n"
+    width = max(5, *(len(n) + 1 for n, _ in devs))
+    lines = [" " * width + "".join(f"{n:<{width}}" for n, _ in devs) + "NUMA"]
+    for name, a in devs:
+        dev = topology.device(a)
+        node = "N/A" if dev is None or dev.numa_node is None else str(dev.numa_node)
+        lines.append(f"{name:<{width}}" + "".join(f"{link(topology, a, b):<{width}}" for _, b in devs) + node)
+    lines.append("")
+    lines += [f"{name}: {a} ({pcie_root(topology, a)})" for name, a in devs]
+    lines += ["", "Legend: X itself; PIX below one PCIe switch; PXB below one root port; PHB through one "
+              "root complex (host bridge); NODE across root complexes of one NUMA node; SYS across NUMA nodes"]
+    return "\n".join(lines) + "\n"
+
+
+def group_key(topology: Topology, address: str, scope: str) -> str | int | None:
+    """What devices must share under ``scope``; None: the device cannot say (no node)."""
+    if scope == "pcie-root":
+        return pcie_root(topology, address)
+    dev = topology.device(address)
+    if dev is None or dev.numa_node is None:
+        return None
+    if scope == "numa-node":
+        return dev.numa_node
+    node = topology.nodes.get(dev.numa_node)
+    sockets = {topology.cpus[c].socket for c in node.cpus if c in topology.cpus} if node is not None else set()
+    return sockets.pop() if len(sockets) == 1 else None
+
+
+__all__ = [
+    "LINKS", "NUMA_NODE", "PCIE_ROOT", "PCI_BUS_ID", "SCOPES", "dra_attributes", "group_key", "link", "matrix_text",
+    "pcie_root", "upstream",
+]

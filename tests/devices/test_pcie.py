@@ -1,0 +1,98 @@
+"""PCIe placement of devices: the DRA attributes numa-pin describes its devices with, and the
+link between two devices as ``nvidia-smi topo -m`` names it (issue 26, sections 1 and 3).
+
+Oracles: the kernel-shaped sysfs tree itself (the ``pci<domain>:<bus>`` directory under
+``/sys/devices`` a function's resolved path starts from is its root complex, which is what
+Kubernetes' ``resource.kubernetes.io/pcieRoot`` names), and the kit's declaration of where each
+function sits (GPUs 2 and 3 and :data:`devtree.SWITCH_NIC` below one switch,
+:data:`devtree.ROOT_NIC` below another root port of the same root bus).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from numa_pin.admission.decide import NodeSettings
+from numa_pin.devices import pcie
+from numa_pin.devices.model import DeviceInfo
+from numa_pin.ledger.model import LedgerState
+from numa_pin.nrt import build_nrt
+from numa_pin.testing import devtree, machine
+from numa_pin.topology.discover import discover
+
+SPEC = devtree.gpudirect()
+GPUS = sorted(p.address for p in SPEC.pci if p.gpu_minor is not None)
+NIC0 = "0000:32:00.0"  # E810 PF, node 0
+CX6 = devtree.CX6_PF  # node 3
+CX6_VF = "0000:c9:00.3"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    return machine.build_once(SPEC, tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="module")
+def topo(built):
+    return discover(built.sysfs_root, built.proc_root)
+
+
+def test_every_pcie_root_is_the_sysfs_directory_the_function_hangs_from(built, topo):
+    devices = os.path.realpath(built.sysfs_root / "devices")
+    for dev in topo.pci_devices:
+        real = os.path.realpath(built.sysfs_root / "bus" / "pci" / "devices" / dev.address)
+        assert pcie.pcie_root(topo, dev.address) == os.path.relpath(real, devices).split(os.sep)[0], dev.address
+
+
+@pytest.mark.parametrize(
+    "a, b, want",
+    [(GPUS[2], GPUS[2], "X"), (GPUS[2], GPUS[3], "PIX"), (GPUS[2], devtree.SWITCH_NIC, "PIX"),
+     (GPUS[3], devtree.ROOT_NIC, "PHB"), (GPUS[0], NIC0, "NODE"), (GPUS[0], GPUS[2], "SYS"),
+     (CX6, CX6_VF, "PIX"), (GPUS[6], CX6_VF, "NODE"), (GPUS[0], "0000:ff:00.0", "?")],
+    ids=["itself", "one-switch", "gpudirect-switch", "one-root-complex", "one-node", "across-nodes", "vf-of-pf",
+         "vf-same-node", "unknown"],
+)
+def test_link_between_two_devices(topo, a, b, want):
+    assert pcie.link(topo, a, b) == want
+    assert pcie.link(topo, b, a) == want
+
+
+def test_topology_json_carries_the_dra_attributes(built, topo):
+    out = subprocess.run([sys.executable, "-m", "numa_pin.cli.main", "topology", "--json", "--sysfs-root",
+                          str(built.sysfs_root), "--proc-root", str(built.proc_root)],
+                         capture_output=True, text=True, check=True).stdout
+    by = {d["address"]: d["dra"] for d in json.loads(out)["pci_devices"]}
+    gpu = topo.device(GPUS[2])
+    assert by[GPUS[2]] == {"resource.kubernetes.io/pciBusID": GPUS[2],
+                           "resource.kubernetes.io/pcieRoot": pcie.pcie_root(topo, GPUS[2]),
+                           "numaNode": gpu.numa_node}
+    assert by[CX6_VF]["resource.kubernetes.io/pcieRoot"] == by[CX6]["resource.kubernetes.io/pcieRoot"]
+
+
+def test_topology_pcie_prints_the_matrix(built, topo):
+    out = subprocess.run([sys.executable, "-m", "numa_pin.cli.main", "topology", "--pcie", "--sysfs-root",
+                          str(built.sysfs_root), "--proc-root", str(built.proc_root)],
+                         capture_output=True, text=True, check=True).stdout
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:] if line[:3] in ("GPU", "NIC")
+            and ":" not in line}
+    names = out.splitlines()[0].split()[:-1]
+    where = {line.split(":", 1)[0]: line.split()[1] for line in out.splitlines() if ": 0000:" in line}
+    for a in names:
+        for b, cell in zip(names, rows[a], strict=False):
+            assert cell == pcie.link(topo, where[a], where[b])
+        assert rows[a][-1] == str(topo.device(where[a]).numa_node)
+
+
+def test_nrt_zones_describe_their_devices_with_dra_attributes(topo):
+    gpus = tuple(DeviceInfo(a, (topo.device(a).numa_node,)) for a in GPUS)
+    obj = build_nrt(topo, NodeSettings(), LedgerState(), {"nvidia.com/gpu": gpus}, "n1")
+    zone = next(z for z in obj["zones"] if z["name"] == "node-1")
+    attrs = {a["name"]: a["value"] for a in zone["attributes"]}
+    here = sorted(a for a in GPUS if topo.device(a).numa_node == 1)
+    assert attrs == {"numaNode": "1", "resource.kubernetes.io/pcieRoot": pcie.pcie_root(topo, here[0]),
+                     "resource.kubernetes.io/pciBusID/nvidia.com/gpu": ",".join(here)}
