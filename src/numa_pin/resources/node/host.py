@@ -1,0 +1,198 @@
+"""Host services off exclusive CPUs (``numa-pin.io/host-services: disable``, ``isolation.host``).
+
+While a live grant asks it, the cgroups of the host that are not containers (systemd's
+``system.slice``, ``user.slice``, ``init.scope``, or their cgroup v1 cpusets) hold every online
+CPU except the exclusive CPUs of the grants that ask it (:func:`host_cpus`); when the last such
+grant goes they get their own cpusets back. A top-level cgroup that holds any grant's container
+(docker's containers sit in ``system.slice``) is not narrowed itself: its children are, down to
+the containers, which stay the CPU resource's (:func:`host_dirs`). Cgroups of container managers
+(``kubepods*``, ``machine.slice``, ...) are left to the CPU resource.
+
+Where systemd owns the cgroup (a slice or a scope) the unit's ``AllowedCPUs`` is set as a
+runtime property first (:func:`numa_pin.enforcer.cpuset.apply_cpuset` through the systemd
+seam), so a ``daemon-reload`` keeps it. The originals (the cpuset file and the unit's
+property) go into the saved settings (:mod:`numa_pin.enforcer.saved`) before the first change;
+a release, a rollback and a reconcile after a crash put them back from there.
+"""
+
+from __future__ import annotations
+
+import os
+
+from numa_pin.admission.isolation import of_grant
+from numa_pin.cpuset import format_list
+from numa_pin.enforcer import cgroups as cg
+from numa_pin.enforcer.undo import UndoLog
+from numa_pin.errors import EnforcementError
+from numa_pin.ledger.model import Grant, LedgerState
+from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
+
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from numa_pin.enforcer.saved import Saved
+
+KNOB = "host"
+#: top-level cgroups of container managers: their containers' cpusets are the CPU resource's
+MANAGERS = ("kubepods", "machine.slice", "machine", "docker", "podman", "libpod_parent", "crio", "containerd")
+#: how deep a cgroup holding a protected container is split into its children
+MAX_DEPTH = 4
+#: at most this many host cgroups are narrowed (a runaway tree is refused, not walked)
+MAX_DIRS = 512
+
+
+def asking(state: LedgerState) -> list[Grant]:
+    """The grants with exclusive CPUs that keep host services off them."""
+    return [g for _, g in sorted(state.grants.items()) if g.cpus and of_grant(g).host]
+
+
+def host_cpus(node: Node, state: LedgerState) -> frozenset[int] | None:
+    """The CPUs host services may use: online minus the CPUs of :func:`asking` (None: none asks)."""
+    grants = asking(state)
+    if not grants:
+        return None
+    taken: set[int] = set()
+    for g in grants:
+        taken |= g.cpus
+    return node.topology.cpu_ids - taken
+
+
+def host_dirs(node: Node, state: LedgerState) -> list[str]:
+    """The hierarchy paths of the host cgroups to narrow (see the module's docstring)."""
+    where = node.layout().hierarchy_subdir("cpuset")
+    if where is None:
+        return []
+    root = cg.hierarchy_dir("/", node.config.cgroup_root, where[1])
+    # every grant's cgroup is the CPU resource's, and a cgroup holding one is split, never narrowed
+    protected = ["/" + "/".join(p for p in g.cgroup.split("/") if p) for g in state.grants.values() if g.cgroup]
+    out: list[str] = []
+
+    def walk(rel: str, depth: int) -> None:
+        for child in cg.child_dirs(os.path.join(root, rel.lstrip("/")) if rel != "/" else root):
+            name = os.path.basename(child)
+            path = rel.rstrip("/") + "/" + name
+            if depth == 0 and name.startswith(MANAGERS):
+                continue
+            holds = [p for p in protected if p == path or p.startswith(path + "/")]
+            if not holds:
+                out.append(path)
+            elif path not in protected and depth < MAX_DEPTH:
+                walk(path, depth + 1)
+            if len(out) > MAX_DIRS:
+                raise EnforcementError(f"more than {MAX_DIRS} host cgroups to keep off exclusive CPUs", path=root)
+
+    walk("/", 0)
+    return out
+
+
+def _saved(node: Node) -> Saved:
+    from numa_pin.enforcer.saved import Saved
+
+    return Saved(node.config.state_dir)
+
+
+def _narrow(node: Node, rel: str, cpus: frozenset[int], saved: Saved, undo: UndoLog) -> bool:
+    """Confine host cgroup ``rel`` to ``cpus``, its original saved first; True when it changed."""
+    from numa_pin.enforcer.cpuset import CPUSET_CPUS, apply_cpuset
+    from numa_pin.enforcer.systemd import unit_of
+
+    ref = cg.ref_from_path(rel, node.config.cgroup_root, node.layout())
+    path = os.path.join(ref.cpuset_dir, CPUSET_CPUS)
+    if saved.get(path) is None:
+        systemd, unit = node.systemd(), unit_of(ref)
+        shown = systemd.show(unit) if systemd is not None and unit is not None else None
+        saved.save(path, {"knob": KNOB, "value": cg.read_cgroup_file(path), "rel": rel,
+                          "unit": unit if shown is not None and shown.loaded else None,
+                          "allowed": shown.cpus if shown is not None else ""}, undo)
+    before = len(undo)
+    apply_cpuset(ref, cpus, None, node.config.cgroup_root, undo, systemd=node.systemd())
+    return len(undo) != before
+
+
+def _restore(node: Node, path: str, entry: dict[str, Any], saved: Saved, undo: UndoLog) -> None:
+    """Put back one host cgroup's own cpuset and its unit's ``AllowedCPUs``, then forget them."""
+    unit, systemd = entry.get("unit"), node.systemd()
+    if isinstance(unit, str) and systemd is not None and systemd.show(unit).loaded:
+        shown = systemd.show(unit)
+        systemd.set_properties(unit, str(entry.get("allowed", "")), None)
+        undo.record(f"{unit}: AllowedCPUs={entry.get('allowed')!r} (was {shown.cpus!r})",
+                    lambda: systemd.set_properties(unit, shown.cpus, None))
+    if os.path.isfile(path):
+        current, original = cg.read_cgroup_file(path), str(entry.get("value", ""))
+        if current != original:
+            cg.write_cgroup_file(path, original)
+            undo.record(f"{path}: {original!r} (was {current!r})", lambda: cg.write_cgroup_file(path, current))
+    saved.forget(path, undo)
+
+
+class HostNode(NodeResource):
+    """Host services off the CPUs of the grants that ask it."""
+
+    name = "isolation.host"
+
+    def _apply(self, node: Node, state: LedgerState, undo: UndoLog, strict: bool) -> tuple[bool, list[str]]:
+        """Every host cgroup to :func:`host_cpus` (or back, when none asks); (changed, problems)."""
+        saved = _saved(node)
+        cpus = host_cpus(node, state)
+        problems: list[str] = []
+        changed = False
+        narrowed = set()
+        if cpus is not None:
+            dirs = host_dirs(node, state)
+            if not dirs and strict:
+                raise EnforcementError("no host cgroup to keep off exclusive CPUs (host services share the "
+                                       "root cgroup here); numa-pin.io/host-services cannot be honoured")
+            for rel in dirs:
+                try:
+                    changed |= _narrow(node, rel, cpus, saved, undo)
+                    narrowed.add(rel)
+                except EnforcementError as exc:
+                    if strict:
+                        raise
+                    problems.append(f"host services: {exc}")
+        for path, entry in sorted(saved.of_knob(KNOB).items()):
+            if entry.get("rel") in narrowed:
+                continue
+            try:  # no longer narrowed (no grant asks, or the cgroup now holds one): its own cpuset back
+                _restore(node, path, entry, saved, undo)
+                changed = True
+            except EnforcementError as exc:
+                problems.append(f"host services not given back: {exc}")
+        return changed, problems
+
+    def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
+        if admission.grant.cpus and of_grant(admission.grant).host:
+            self._apply(node, admission.state, admission.undo, strict=True)
+        return admission
+
+    def release(self, node: Node, release: Release) -> list[str]:
+        if not any(g.cpus and of_grant(g).host for g in release.gone):
+            return []
+        return self._apply(node, release.after, release.undo, strict=False)[1]
+
+    def collect(self, node: Node, before: LedgerState, after: LedgerState, gone: tuple[Grant, ...]) -> list[str]:
+        """Grants found dead: host services get their CPUs back (again harmlessly after a crash)."""
+        if not any(g.cpus and of_grant(g).host for g in gone):
+            return []
+        return self._apply(node, after, UndoLog(), strict=False)[1]
+
+    def repair(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
+        if not asking(state) and not _saved(node).of_knob(KNOB):
+            return []
+        changed, problems = self._apply(node, state, undo, strict=False)
+        for problem in problems:
+            from numa_pin import report
+
+            report.log_syslog(f"numa-pin: {problem}")
+        return [g.container_id for g in asking(state)] if changed else []
+
+    def describe(self, grant: Grant) -> list[str]:
+        return ["host-services=disable"] if grant.cpus and of_grant(grant).host else []
+
+    def status(self, node: Node, state: LedgerState) -> dict[str, Any]:
+        cpus = host_cpus(node, state)
+        return {"host_services_cpus": "all" if cpus is None else format_list(cpus)}
+
+
+__all__ = ["HostNode", "asking", "host_cpus", "host_dirs"]
