@@ -254,3 +254,48 @@ def test_every_cpu_isolated_leaves_no_shared_pool(tmp_path):
     node.add_container("s", 100)
     with pytest.raises((AllocationError, NumaPinError)):
         service.admit(request_from_oci("s", {}), 100)
+
+
+@pytest.mark.parametrize(
+    "cgroup, quota_dirs",
+    [("/system.slice/libpod-a.scope", ["system.slice/libpod-a.scope"]),
+     ("/kubepods.slice/kubepods-pod1.slice/cri-containerd-a.scope",
+      ["kubepods.slice/kubepods-pod1.slice", "kubepods.slice/kubepods-pod1.slice/cri-containerd-a.scope"])],
+    ids=["container", "kubernetes-pod-too"],
+)
+def test_quota_off_on_v2_and_back(tmp_path, cgroup, quota_dirs):
+    """cgroup v2: ``cpu.max`` becomes ``max <period>`` (the period kept), for a Kubernetes pod's
+    cgroup too; the originals come back when the grant goes, and a second grant of the pod keeps them."""
+    from numa_pin.enforcer.cgroups import ref_from_path
+    from numa_pin.ledger.model import Grant, LedgerState
+    from numa_pin.resources.node.base import Admission, Node, Release
+    from numa_pin.resources.node.isolation import QuotaNode
+    from numa_pin.resources.node.registry import settings_from_config
+
+    root = tmp_path / "cg"
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    (tmp_path / "proc" / "self" / "mountinfo").write_text(f"30 25 0:26 / {root} rw - cgroup2 cgroup2 rw\n")
+    for rel in quota_dirs:
+        (root / rel).mkdir(parents=True)
+        (root / rel / "cpu.max").write_text("150000 50000\n")
+    node = Node(config_from_dict({"cgroup_root": str(root), "proc_root": str(tmp_path / "proc"),
+                                  "state_dir": str(tmp_path / "state"), "syslog": False}), None,
+                make_settings=settings_from_config)
+    grant = Grant("a", "p", "a", "exclusive", cgroup=cgroup, cpus=frozenset({1}), isolation={"quota": "disable"})
+    state = LedgerState({"a": grant})
+    ref = ref_from_path(cgroup, str(root), node.layout())
+    QuotaNode().enforce(node, Admission(grant, state, UndoLog(), ref, 1, None, (), True), grant)
+    assert [(root / d / "cpu.max").read_text().strip() for d in quota_dirs] == ["max 50000"] * len(quota_dirs)
+    if len(quota_dirs) == 2:  # a second container of the pod: the pod's cgroup is shared by both
+        sib = Grant("b", "p", "b", "exclusive", cgroup=cgroup.replace("-a.scope", "-b.scope"), cpus=frozenset({2}),
+                    isolation={"quota": "disable"})
+        (root / quota_dirs[0] / "cri-containerd-b.scope").mkdir()
+        (root / quota_dirs[0] / "cri-containerd-b.scope" / "cpu.max").write_text("max 50000\n")
+        QuotaNode().release(node, Release(state.with_grant(sib), LedgerState({"b": sib}), grant, (grant,),
+                                          UndoLog()))
+        assert (root / quota_dirs[0] / "cpu.max").read_text().strip() == "max 50000", "b still wants it"
+        assert (root / quota_dirs[1] / "cpu.max").read_text().strip() == "150000 50000"
+        state = LedgerState({"b": sib})
+        grant = sib
+    QuotaNode().release(node, Release(state, LedgerState(), grant, (grant,), UndoLog()))
+    assert [(root / d / "cpu.max").read_text().strip() for d in quota_dirs] == ["150000 50000"] * len(quota_dirs)

@@ -33,6 +33,7 @@ def grant_dict(g) -> dict:
         "devices": {k: list(v) for k, v in g.devices.items()},
         "affinity": None if g.affinity is None else sorted(g.affinity),
         "policy": g.policy, "scope": g.scope, "created": g.created,
+        **({"isolation": dict(g.isolation)} if g.isolation else {}),
     }
 
 

@@ -187,6 +187,20 @@ class HostNode(NodeResource):
             report.log_syslog(f"numa-pin: {problem}")
         return [g.container_id for g in asking(state)] if changed else []
 
+    def preview(self, node: Node, state: LedgerState, grant: Grant, applied: bool) -> str | None:
+        """What host isolation does (would do) for ``grant``: the host cgroups and their CPUs."""
+        if not (grant.cpus and of_grant(grant).host):
+            return None
+        state = state.with_grant(grant)
+        cpus = host_cpus(node, state)
+        try:
+            dirs = host_dirs(node, state)
+        except EnforcementError as exc:
+            return f"cannot: {exc}"
+        if not dirs:
+            return "cannot: no host cgroup to keep off exclusive CPUs (host services share the root cgroup)"
+        return f"{'host cgroups' if applied else 'would confine'} {', '.join(dirs)} to cpus {format_list(cpus or ())}"
+
     def describe(self, grant: Grant) -> list[str]:
         return ["host-services=disable"] if grant.cpus and of_grant(grant).host else []
 

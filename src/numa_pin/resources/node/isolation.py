@@ -168,6 +168,34 @@ class SettingKnob(NodeResource):
                 repaired.append(cid)
         return repaired
 
+    def preview(self, node: Node, state: LedgerState, grant: Grant, applied: bool) -> str | None:
+        """One line for ``plan`` (``applied`` False: what it would do) and ``explain`` (what holds
+        now); None when the grant does not ask this knob."""
+        if not self.asks(grant):
+            return None
+        if self.needs_cgroup and not grant.cgroup:
+            return "at the container's start (its cgroup)"
+        try:
+            targets = self.targets(node, grant)
+        except EnforcementError as exc:
+            return f"cannot: {exc}"
+        others = self.wanted(node, state, skip=grant.container_id)
+        clash = [f"{p} held at {others[p][0]!r} by {others[p][1]}" for p, v in sorted(targets.items())
+                 if p in others and not self.same(others[p][0], v)]
+        if clash:
+            return "cannot: " + "; ".join(clash)
+        if not applied:
+            return f"sets {', '.join(f'{p}={v}' for p, v in sorted(targets.items()))}"
+        drifted = []
+        for path, value in sorted(targets.items()):
+            try:
+                current = read_setting(path)
+            except EnforcementError:
+                current = "(unreadable)"
+            if not self.same(current, value):
+                drifted.append(f"{path}={current} (wants {value})")
+        return "drifted (reconcile repairs it): " + "; ".join(drifted) if drifted else f"held ({len(targets)} settings)"
+
     def describe(self, grant: Grant) -> list[str]:
         value = getattr(of_grant(grant), self.knob) if grant.cpus else None
         return [] if value is None else [f"{self.knob.replace('_', '-')}={value}"]
@@ -285,6 +313,19 @@ class QuotaNode(SettingKnob):
         return out
 
 
+def preview(node: Node, state: LedgerState, grant: Grant, applied: bool) -> dict[str, str]:
+    """``{knob word: line}`` of every resource that can say what it isolates for ``grant``
+    (a ``preview`` method: these knobs, the host services, and any other isolation resource)."""
+    out: dict[str, str] = {}
+    for resource in node.resources:
+        say = getattr(resource, "preview", None)
+        if say is not None:
+            line = say(node, state, grant, applied)
+            if line is not None:
+                out[resource.name.removeprefix("isolation.")] = line
+    return out
+
+
 class IsolationStatus(NodeResource):
     """What ``status`` shows of isolation: the kernel's isolated CPUs and the saved originals."""
 
@@ -307,4 +348,4 @@ class IsolationStatus(NodeResource):
 
 
 __all__ = ["CStatesNode", "GovernorNode", "IsolationStatus", "QuotaNode", "SettingKnob", "cpufreq_policies",
-           "read_setting"]
+           "preview", "read_setting"]
