@@ -94,6 +94,37 @@ if [ "$NP_BOOT" = 1 ]; then
     # item 5: numa-pin run lives in a transient scope of its own
     rec run numa-pin run --cpus 1 -- sh -c "$SHOW"
     rec run-no-root-cgroup test ! -e /sys/fs/cgroup/numa-pin
+    # issue 24, knob 1: host services off an exclusive CPU. Four busy loops started as host
+    # services (one per guest CPU), their last CPU (/proc/<pid>/stat field 39) sampled while a
+    # grant asking numa-pin.io/host-services: disable lives, after a daemon-reload, and after release
+    for n in 1 2 3 4; do systemd-run --unit "np-hostloop$n" sh -c 'while :; do :; done' > /dev/null 2>&1; done
+    loops() { for n in 1 2 3 4; do systemctl show -P MainPID "np-hostloop$n"; done; }
+    sample_loops() {  # one line per sample: the CPU of each loop; then each loop's allowed CPUs
+        pids=$(loops)
+        sleep 1
+        for i in $(seq 60); do
+            for p in $pids; do cut -d' ' -f39 "/proc/$p/stat"; done | tr '\n' ' '; echo
+            sleep 0.05
+        done
+        for p in $pids; do grep Cpus_allowed_list "/proc/$p/status"; done
+    }
+    bundle hostiso 1 sleep 100000
+    python3 -c 'import json, sys; p = sys.argv[1]; s = json.load(open(p)); s["annotations"]["numa-pin.io/host-services"] = "disable"; s["linux"]["cgroupsPath"] = "machine.slice:runc:hostiso"; json.dump(s, open(p, "w"))' /run/bundles/hostiso/config.json
+    rec hostiso-start start_detached hostiso np-hostiso
+    rec hostiso-status numa-pin status --json
+    rec hostiso-explain numa-pin explain np-hostiso --json
+    rec hostiso-loop unit_state np-hostloop1.service
+    rec hostiso-user unit_state user.slice
+    rec hostiso-during sample_loops
+    systemctl daemon-reload
+    rec hostiso-loop-reload unit_state np-hostloop1.service
+    rec hostiso-reload sample_loops
+    rec hostiso-release runc --systemd-cgroup delete -f np-hostiso
+    rec hostiso-status-after numa-pin status --json
+    rec hostiso-loop-after unit_state np-hostloop1.service
+    rec hostiso-after sample_loops
+    for n in 1 2 3 4; do systemctl stop "np-hostloop$n" > /dev/null 2>&1; done
+
     # item 1 with containerd: the README's `ctr run --config` recipe, as written
     mkdir -p /run/ctr-readme
     rec ctr-readme sh -c "cd /run/ctr-readme && bash /usr/local/share/np-readme-ctr.sh"

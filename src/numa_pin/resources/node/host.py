@@ -3,9 +3,10 @@
 While a live grant asks it, the cgroups of the host that are not containers (systemd's
 ``system.slice``, ``user.slice``, ``init.scope``, or their cgroup v1 cpusets) hold every online
 CPU except the exclusive CPUs of the grants that ask it (:func:`host_cpus`); when the last such
-grant goes they get their own cpusets back. A top-level cgroup that holds any grant's container
-(docker's containers sit in ``system.slice``) is not narrowed itself: its children are, down to
-the containers, which stay the CPU resource's (:func:`host_dirs`). Cgroups of container managers
+grant goes they get their own cpusets back. A top-level cgroup that holds the container of such a
+grant (docker's and runc's containers may sit in ``system.slice``) is not narrowed itself: its
+other children are (:func:`host_dirs`), and a service started there later is narrowed at the next
+``reconcile``; containers in a slice of their own avoid that. Cgroups of container managers
 (``kubepods*``, ``machine.slice``, ...) are left to the CPU resource.
 
 Where systemd owns the cgroup (a slice or a scope) the unit's ``AllowedCPUs`` is set as a
@@ -59,31 +60,38 @@ def host_cpus(node: Node, state: LedgerState) -> frozenset[int] | None:
 
 
 def host_dirs(node: Node, state: LedgerState) -> list[str]:
-    """The hierarchy paths of the host cgroups to narrow (see the module's docstring)."""
+    """The hierarchy paths of the host cgroups to narrow: the top-level cgroups but those of
+    container managers; one that holds the container of a grant asking host isolation is split
+    into its children instead (its CPUs must stay in every ancestor), and a grant's own cgroup
+    is never one (the CPU resource's). Narrowing an ancestor of any other grant is safe: its
+    CPUs (exclusive, or the shared pool) are all host CPUs."""
     where = node.layout().hierarchy_subdir("cpuset")
     if where is None:
         return []
     root = cg.hierarchy_dir("/", node.config.cgroup_root, where[1])
-    # every grant's cgroup is the CPU resource's, and a cgroup holding one is split, never narrowed
-    protected = ["/" + "/".join(p for p in g.cgroup.split("/") if p) for g in state.grants.values() if g.cgroup]
+    mine = {_norm(g.cgroup) for g in asking(state) if g.cgroup}
+    grants = {_norm(g.cgroup) for g in state.grants.values() if g.cgroup}
     out: list[str] = []
 
     def walk(rel: str, depth: int) -> None:
         for child in cg.child_dirs(os.path.join(root, rel.lstrip("/")) if rel != "/" else root):
             name = os.path.basename(child)
             path = rel.rstrip("/") + "/" + name
-            if depth == 0 and name.startswith(MANAGERS):
+            if (depth == 0 and name.startswith(MANAGERS)) or path in grants:
                 continue
-            holds = [p for p in protected if p == path or p.startswith(path + "/")]
-            if not holds:
+            if not any(p.startswith(path + "/") for p in mine):
                 out.append(path)
-            elif path not in protected and depth < MAX_DEPTH:
+            elif depth < MAX_DEPTH:
                 walk(path, depth + 1)
             if len(out) > MAX_DIRS:
                 raise EnforcementError(f"more than {MAX_DIRS} host cgroups to keep off exclusive CPUs", path=root)
 
     walk("/", 0)
     return out
+
+
+def _norm(rel: str) -> str:
+    return "/" + "/".join(p for p in rel.split("/") if p)
 
 
 def _saved(node: Node) -> Saved:
