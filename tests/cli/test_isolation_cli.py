@@ -74,3 +74,20 @@ def test_status_and_topology_show_isolated_cpus(node, capsys):
     assert topo["isolated_cpus"] == "6-7" and topo["nohz_full"] == ""
     assert main(["topology", "--sysfs-root", str(node.sysfs_root)]) == 0
     assert "isolated cpus: 6-7" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "flags, rc, expect",
+    [(["--cpus", "1", "--isolate", "cpu-c-states=disable"], 0, "isolation"),
+     (["--cpus", "1", "--isolate", "cpu-c-states=deep"], 2, "--isolate cpu-c-states: unknown value"),
+     (["--isolate", "cpu-quota=disable"], 2, "--isolate cpu-quota: 'disable' applies to exclusive CPUs only"),
+     (["--cpus", "1", "--isolate", "nice=1"], 2, "--isolate: expected KNOB=VALUE")],
+    ids=["asks", "bad-value", "shared", "unknown-knob"],
+)
+def test_numa_pin_run_and_plan_take_isolate_flags(node, capsys, flags, rc, expect):
+    code = main(["plan", "--config", str(node.config_path), "--json", *flags])
+    out, err = capsys.readouterr()
+    if rc == 0:
+        assert code == 0 and json.loads(out)["isolation"]["c-states"].startswith("sets ")
+    else:
+        assert code != 0 and expect in err and err.count("\n") == 1

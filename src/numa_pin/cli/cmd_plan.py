@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         state = OciState(id=os.path.basename(bundle), status="creating", pid=None, bundle=bundle)
         request = request_from_spec(state, spec, config)
     else:
-        request = request_from_args(args, "plan")
+        request = request_from_args(args, "plan", config.isolation)
     service = NodeService(config)
     decision = service.plan(request)
     print_decision(decision, args.json, request, _isolation(service, request, decision))

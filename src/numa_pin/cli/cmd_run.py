@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         raise RequestError("no command given (numa-pin run [flags] -- COMMAND ...)", annotation="COMMAND")
     config = load(args)
     name = args.name or f"run-{os.getpid()}-{int(time.time())}"
-    request = request_from_args(args, name)
+    request = request_from_args(args, name, config.isolation)
     service = NodeService(config)
     live = service.live_grant(name)
     if live is not None:  # checked again inside the admission's transaction
