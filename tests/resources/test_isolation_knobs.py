@@ -299,3 +299,14 @@ def test_quota_off_on_v2_and_back(tmp_path, cgroup, quota_dirs):
         grant = sib
     QuotaNode().release(node, Release(state, LedgerState(), grant, (grant,), UndoLog()))
     assert [(root / d / "cpu.max").read_text().strip() for d in quota_dirs] == ["150000 50000"] * len(quota_dirs)
+
+
+def test_release_to_shared_gives_the_settings_back(node):
+    """``numa-pin release --force``: the container runs on as a shared one, without its isolation."""
+    service = NodeService(node.config)
+    grant = admit(service, node, "a", 100, {"cpu-c-states.crio.io": "disable", "cpu-quota.crio.io": "disable"},
+                  cpuset="4")
+    assert node.latency(4) == "n/a" and node.quota("a") == "-1"
+    shared = service.release_to_shared("a")
+    assert shared is not None and not shared.isolation and grant.isolation
+    assert node.latency(4) == "0" and node.quota("a") == "50000" and node.saved() == {}

@@ -172,6 +172,9 @@ class HostNode(NodeResource):
     def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
         if admission.grant.cpus and of_grant(admission.grant).host:
             self._apply(node, admission.state, admission.undo, strict=True)
+        elif any(g.cpus and of_grant(g).host for g in admission.dropped):  # release --force
+            for problem in self._apply(node, admission.state, admission.undo, strict=False)[1]:
+                raise EnforcementError(problem)
         return admission
 
     def release(self, node: Node, release: Release) -> list[str]:

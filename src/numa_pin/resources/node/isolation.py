@@ -105,6 +105,9 @@ class SettingKnob(NodeResource):
 
     def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
         grant = admission.grant
+        if any(self.asks(g) for g in admission.dropped):  # release --force: the old grant's settings go back
+            for problem in self._clean(node, admission.state, admission.undo):
+                raise EnforcementError(problem)
         if not self.asks(grant) or (admission.ref is None and self.needs_cgroup):
             return admission
         mine = self.targets(node, grant)
