@@ -89,3 +89,28 @@ def test_node_default_asks_for_every_exclusive_grant(tmp_path):
     node.add_container("a", 101)
     a = service.admit(request_from_oci("a", {"numa-pin.io/cpus": "1"}, isolation=node.config.isolation), 101).grant
     assert node.cpus_of("system.slice") == set(range(8)) - a.cpus
+
+
+def test_an_inherited_cpuset_comes_back_as_the_parents_cpus_where_v2_refuses_empty(tmp_path, monkeypatch):
+    """cgroup v2 refuses an empty ``cpuset.cpus`` on a populated cgroup (ENOSPC): a host cgroup
+    that inherited its CPUs gets its parent's effective CPUs back instead, and is forgotten."""
+    from numa_pin.enforcer import cgroups
+    from numa_pin.errors import EnforcementError
+
+    node = HostNode(tmp_path / "n")
+    (node.cgroup_root / "cpuset" / "user.slice" / "cpuset.cpus").write_text("\n")  # inherits
+    (node.cgroup_root / "cpuset" / "cpuset.cpus.effective").write_text("0-7\n")
+    service = NodeService(node.config)
+    a = admit(service, node, "a", 101, {"numa-pin.io/host-services": "disable"})
+    assert node.cpus_of("user.slice") == set(range(8)) - a.cpus
+    real = cgroups.write_cgroup_file
+
+    def kernel(path, text):
+        if path.endswith("user.slice/cpuset.cpus") and not text.strip():
+            raise EnforcementError("writing '' failed: No space left on device", path=path)
+        real(path, text)
+
+    monkeypatch.setattr(cgroups, "write_cgroup_file", kernel)
+    service.release("a")
+    assert node.cpus_of("user.slice") == set(range(8))
+    assert json.loads((node.state_dir / SAVED).read_text()) == {}

@@ -129,7 +129,15 @@ def _restore(node: Node, path: str, entry: dict[str, Any], saved: Saved, undo: U
     if os.path.isfile(path):
         current, original = cg.read_cgroup_file(path), str(entry.get("value", ""))
         if current != original:
-            cg.write_cgroup_file(path, original)
+            try:
+                cg.write_cgroup_file(path, original)
+            except EnforcementError:
+                if original.strip():
+                    raise
+                # cgroup v2 refuses an empty cpuset.cpus (inherit) on a populated cgroup (ENOSPC):
+                # what it inherited, the parent's effective CPUs, is the same CPUs
+                parent = os.path.join(os.path.dirname(os.path.dirname(path)), "cpuset.cpus.effective")
+                cg.write_cgroup_file(path, cg.read_cgroup_file(parent))
             undo.record(f"{path}: {original!r} (was {current!r})", lambda: cg.write_cgroup_file(path, current))
     saved.forget(path, undo)
 
