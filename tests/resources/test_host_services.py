@@ -114,3 +114,30 @@ def test_an_inherited_cpuset_comes_back_as_the_parents_cpus_where_v2_refuses_emp
     service.release("a")
     assert node.cpus_of("user.slice") == set(range(8))
     assert json.loads((node.state_dir / SAVED).read_text()) == {}
+
+
+def test_a_rollback_gives_an_inherited_cpuset_back_where_v2_refuses_empty(tmp_path, monkeypatch):
+    from numa_pin.enforcer import cgroups
+    from numa_pin.errors import EnforcementError
+    from numa_pin.resources.node.isolation import IsolationStatus
+
+    node = HostNode(tmp_path / "n")
+    (node.cgroup_root / "cpuset" / "user.slice" / "cpuset.cpus").write_text("\n")
+    (node.cgroup_root / "cpuset" / "cpuset.cpus.effective").write_text("0-7\n")
+    real = cgroups.write_cgroup_file
+
+    def kernel(path, text):
+        if path.endswith("user.slice/cpuset.cpus") and not text.strip():
+            raise EnforcementError("writing '' failed: No space left on device", path=path)
+        real(path, text)
+
+    def later(self, node_, admission, decided):
+        raise EnforcementError("a later resource failed")
+
+    monkeypatch.setattr(cgroups, "write_cgroup_file", kernel)
+    monkeypatch.setattr(IsolationStatus, "enforce", later)
+    with pytest.raises(EnforcementError) as err:
+        admit(NodeService(node.config), node, "a", 101, {"numa-pin.io/host-services": "disable"})
+    assert "rollback" not in str(err.value) and "undo" not in str(err.value), str(err.value)
+    assert node.cpus_of("user.slice") == set(range(8)) and node.cpus_of("system.slice") == set(range(8))
+    assert not (node.state_dir / SAVED).exists() or json.loads((node.state_dir / SAVED).read_text()) == {}

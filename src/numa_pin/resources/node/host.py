@@ -113,9 +113,31 @@ def _narrow(node: Node, rel: str, cpus: frozenset[int], saved: Saved, undo: Undo
         saved.save(path, {"knob": KNOB, "value": cg.read_cgroup_file(path), "rel": rel,
                           "unit": unit if shown is not None and shown.loaded else None,
                           "allowed": shown.cpus if shown is not None else ""}, undo)
-    before = len(undo)
-    apply_cpuset(ref, cpus, None, node.config.cgroup_root, undo, systemd=node.systemd())
-    return len(undo) != before
+    local = UndoLog()
+    apply_cpuset(ref, cpus, None, node.config.cgroup_root, local, systemd=node.systemd())
+    if not len(local):
+        return False
+
+    def undo_narrow() -> None:
+        from numa_pin.enforcer.undo import describe_failures
+
+        failures = local.rollback()
+        mine = tuple(f for f in failures if f.description.startswith(path + ":"))
+        if mine:  # cgroup v2 refuses the empty (inherited) cpuset back on a populated cgroup
+            _inherit(path)
+        rest = tuple(f for f in failures if f not in mine)
+        if rest:
+            raise EnforcementError(describe_failures(rest), path=path)
+
+    undo.record(f"{rel}: host services on cpus {format_list(cpus)}", undo_narrow)
+    return True
+
+
+def _inherit(path: str) -> None:
+    """Write the parent's effective CPUs to ``path`` (a ``cpuset.cpus``): what an empty one
+    inherits, where the kernel refuses an empty one (ENOSPC on a populated v2 cgroup)."""
+    parent = os.path.join(os.path.dirname(os.path.dirname(path)), "cpuset.cpus.effective")
+    cg.write_cgroup_file(path, cg.read_cgroup_file(parent))
 
 
 def _restore(node: Node, path: str, entry: dict[str, Any], saved: Saved, undo: UndoLog) -> None:
@@ -134,10 +156,7 @@ def _restore(node: Node, path: str, entry: dict[str, Any], saved: Saved, undo: U
             except EnforcementError:
                 if original.strip():
                     raise
-                # cgroup v2 refuses an empty cpuset.cpus (inherit) on a populated cgroup (ENOSPC):
-                # what it inherited, the parent's effective CPUs, is the same CPUs
-                parent = os.path.join(os.path.dirname(os.path.dirname(path)), "cpuset.cpus.effective")
-                cg.write_cgroup_file(path, cg.read_cgroup_file(parent))
+                _inherit(path)  # the same CPUs as the empty (inherited) cpuset the kernel refuses
             undo.record(f"{path}: {original!r} (was {current!r})", lambda: cg.write_cgroup_file(path, current))
     saved.forget(path, undo)
 
