@@ -310,3 +310,21 @@ def test_release_to_shared_gives_the_settings_back(node):
     shared = service.release_to_shared("a")
     assert shared is not None and not shared.isolation and grant.isolation
     assert node.latency(4) == "0" and node.quota("a") == "50000" and node.saved() == {}
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [{"cpu-freq-governor.crio.io": "schedutil"}, {"numa-pin.io/host-services": "disable"}],
+    ids=["governor-unavailable", "no-host-cgroup"],
+)
+def test_a_container_the_node_cannot_isolate_is_refused_before_the_first_write(node, monkeypatch, annotations):
+    """The checks run first: the container's cpuset is never written (on cgroup v2 a populated
+    cgroup's inherited cpuset cannot always be written back)."""
+    from numa_pin.resources.node.cpu import CpuNode
+
+    def written(self, node_, admission, decided):
+        raise AssertionError("the CPU resource wrote before the isolation checks")
+
+    monkeypatch.setattr(CpuNode, "enforce", written)
+    with pytest.raises(EnforcementError, match="cannot be honoured|not available"):
+        admit(NodeService(node.config), node, "a", 100, annotations)

@@ -161,6 +161,14 @@ def _restore(node: Node, path: str, entry: dict[str, Any], saved: Saved, undo: U
     saved.forget(path, undo)
 
 
+def preflight(node: Node, admission: Admission) -> None:
+    """Refuse (one line) a grant asking host isolation on a node with no host cgroup to narrow."""
+    grant = admission.grant
+    if grant.cpus and of_grant(grant).host and not host_dirs(node, admission.state):
+        raise EnforcementError("no host cgroup to keep off exclusive CPUs (host services share the "
+                               "root cgroup here); numa-pin.io/host-services cannot be honoured")
+
+
 class HostNode(NodeResource):
     """Host services off the CPUs of the grants that ask it."""
 
@@ -247,4 +255,4 @@ class HostNode(NodeResource):
         return {"host_services_cpus": "all" if cpus is None else format_list(cpus)}
 
 
-__all__ = ["HostNode", "asking", "host_cpus", "host_dirs"]
+__all__ = ["HostNode", "asking", "host_cpus", "host_dirs", "preflight"]

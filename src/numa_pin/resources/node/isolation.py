@@ -103,13 +103,12 @@ class SettingKnob(NodeResource):
         undo.record(f"{path}: {value} (was {current})", lambda: cg.write_cgroup_file(path, current))
         return True
 
-    def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
+    def check(self, node: Node, admission: Admission) -> dict[str, str]:
+        """The grant's targets, refused (EnforcementError, one line) when the node lacks the knob
+        or another live grant holds a shared one at another value; writes nothing."""
         grant = admission.grant
-        if any(self.asks(g) for g in admission.dropped):  # release --force: the old grant's settings go back
-            for problem in self._clean(node, admission.state, admission.undo):
-                raise EnforcementError(problem)
         if not self.asks(grant) or (admission.ref is None and self.needs_cgroup):
-            return admission
+            return {}
         mine = self.targets(node, grant)
         others = self.wanted(node, admission.state, skip=grant.container_id)
         for path, value in sorted(mine.items()):
@@ -117,6 +116,15 @@ class SettingKnob(NodeResource):
             if theirs is not None and not self.same(theirs[0], value):
                 raise EnforcementError(f"{grant.container_id} asks {self.knob.replace('_', '-')} {value!r} but "
                                        f"{theirs[1]} holds it at {theirs[0]!r} (a setting they share)", path=path)
+        return mine
+
+    def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
+        if any(self.asks(g) for g in admission.dropped):  # release --force: the old grant's settings go back
+            for problem in self._clean(node, admission.state, admission.undo):
+                raise EnforcementError(problem)
+        mine = self.check(node, admission)
+        if not mine:
+            return admission
         saved = saved_settings(node)
         for path, value in sorted(mine.items()):
             self._apply(saved, path, value, admission.undo)
@@ -329,6 +337,29 @@ def preview(node: Node, state: LedgerState, grant: Grant, applied: bool) -> dict
     return out
 
 
+def preflight(node: Node, admission: Admission) -> None:
+    """Every setting knob's :meth:`SettingKnob.check` and the host services' check, before any
+    resource writes (a container the node cannot isolate is refused before its cpuset is
+    touched: on cgroup v2 a populated cgroup's cpuset cannot always be emptied again)."""
+    from numa_pin.resources.node import host
+
+    for resource in node.resources:
+        if isinstance(resource, SettingKnob):
+            resource.check(node, admission)
+    host.preflight(node, admission)
+
+
+class SettingsPreflight(NodeResource):
+    """The first registered resource: :func:`preflight`; writes nothing."""
+
+    name = "isolation-settings-preflight"
+
+    def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
+        if admission.grant.isolation and admission.grant.cpus:
+            preflight(node, admission)
+        return admission
+
+
 class IsolationStatus(NodeResource):
     """What ``status`` shows of isolation: the kernel's isolated CPUs and the saved originals."""
 
@@ -350,5 +381,5 @@ class IsolationStatus(NodeResource):
                 "isolated_cpus_mode": node.config.isolation.isolated_cpus, "isolation_saved": by_knob}
 
 
-__all__ = ["CStatesNode", "GovernorNode", "IsolationStatus", "QuotaNode", "SettingKnob", "cpufreq_policies",
-           "preview", "read_setting"]
+__all__ = ["CStatesNode", "GovernorNode", "IsolationStatus", "QuotaNode", "SettingKnob", "SettingsPreflight",
+           "cpufreq_policies", "preflight", "preview", "read_setting"]

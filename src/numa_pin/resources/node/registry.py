@@ -17,7 +17,7 @@ from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.cpu import CpuNode
 from numa_pin.resources.node.gpu import GpuNode
 from numa_pin.resources.node.host import HostNode
-from numa_pin.resources.node.isolation import CStatesNode, GovernorNode, IsolationStatus, QuotaNode
+from numa_pin.resources.node.isolation import CStatesNode, GovernorNode, IsolationStatus, QuotaNode, SettingsPreflight
 from numa_pin.resources.node.vf import VfNode
 
 
@@ -30,6 +30,7 @@ class PciNode(PciDevices, NodeResource):
 
 
 _DEFAULT: tuple[NodeResource, ...] = (
+    SettingsPreflight(),  # a container the node cannot isolate is refused before the first write
     CpuNode(), MemoryNode(), PciNode(), VfNode(), GpuNode(),
     # isolation of exclusive CPUs (issue 24): each knob on its own, after the CPUs are placed
     QuotaNode(), CStatesNode(), GovernorNode(), HostNode(), IsolationStatus(),
