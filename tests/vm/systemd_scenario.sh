@@ -100,13 +100,18 @@ if [ "$NP_BOOT" = 1 ]; then
     # (/proc/<pid>/stat field 39) sampled while the grant lives, after a daemon-reload, and after release
     loops() { for n in 1 2 3 4; do systemctl show -P MainPID "np-hostloop$n"; done; }
     sample_loops() {  # one line per sample: the CPU of each loop; then each loop's allowed CPUs
-        pids=$(loops)
-        sleep 1
-        for i in $(seq 60); do
-            for p in $pids; do cut -d' ' -f39 "/proc/$p/stat"; done | tr '\n' ' '; echo
-            sleep 0.05
-        done
-        for p in $pids; do grep Cpus_allowed_list "/proc/$p/status"; done
+        # one python process for all samples: a fork per sample takes seconds under TCG with the loops busy
+        python3 - $(loops) <<'PY'
+import sys, time
+pids = sys.argv[1:]
+time.sleep(1)
+for _ in range(60):
+    # /proc/<pid>/stat field 39 (processor); the fields after the ")" of comm start at field 3
+    print(" ".join(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[36] for p in pids))
+    time.sleep(0.05)
+for p in pids:
+    print(next(line.strip() for line in open(f"/proc/{p}/status") if line.startswith("Cpus_allowed_list")))
+PY
     }
     bundle hostiso 1 sleep 100000
     python3 -c 'import json, sys; p = sys.argv[1]; s = json.load(open(p)); s["annotations"]["numa-pin.io/host-services"] = "disable"; s["linux"]["cgroupsPath"] = "machine.slice:runc:hostiso"; json.dump(s, open(p, "w"))' /run/bundles/hostiso/config.json
