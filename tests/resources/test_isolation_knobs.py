@@ -328,3 +328,19 @@ def test_a_container_the_node_cannot_isolate_is_refused_before_the_first_write(n
     monkeypatch.setattr(CpuNode, "enforce", written)
     with pytest.raises(EnforcementError, match="cannot be honoured|not available"):
         admit(NodeService(node.config), node, "a", 100, annotations)
+
+
+def test_originals_of_an_earlier_boot_are_forgotten_not_written_back(node):
+    """After a reboot the settings are the new boot's own: the saved originals of the last boot
+    are dropped with its grants, never written over them."""
+    boot = node.proc_root / "sys" / "kernel" / "random" / "boot_id"
+    boot.parent.mkdir(parents=True)
+    boot.write_text("boot-1\n")
+    admit(NodeService(node.config), node, "a", 100, {"cpu-c-states.crio.io": "disable"}, cpuset="4")
+    assert node.latency(4) == "n/a" and node.saved()
+    boot.write_text("boot-2\n")
+    (node.sysfs_root / "devices/system/cpu/cpu4/power/pm_qos_resume_latency_us").write_text("50\n")  # the new boot's
+    service = NodeService(node.config)
+    service.drop_earlier_boots()
+    service.reconcile()
+    assert node.latency(4) == "50" and node.saved() == {}

@@ -10,7 +10,9 @@ setting (computed, never stored), the file holds what to put back when it reache
 
 Every call happens under the ledger's lock (an admission, a release or a reconcile), so the
 file has one writer at a time. It lives in the state directory beside the ledger; entries are
-``{path: {"knob": name, "value": original, ...}}``, bounded in number and size.
+``{path: {"knob": name, "value": original, "boot": boot id, ...}}``, bounded in number and size.
+An entry of an earlier boot (:func:`of_earlier_boot`) is forgotten, never written back: that
+boot's settings went with it, and the new boot's own may differ.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ FILE = "isolation.json"
 #: at most this many saved settings (a 4096-CPU node with every knob stays far below it)
 MAX_ENTRIES = 65536
 MAX_BYTES = 16 << 20
+
+
+def of_earlier_boot(entry: dict[str, Any], boot_id: str | None) -> bool:
+    """Whether ``entry`` was saved in another boot than ``boot_id`` (both known)."""
+    saved = entry.get("boot")
+    return isinstance(saved, str) and boot_id is not None and saved != boot_id
 
 
 class Saved:
@@ -95,4 +103,4 @@ class Saved:
             self._store(entries)
 
 
-__all__ = ["FILE", "Saved"]
+__all__ = ["FILE", "Saved", "of_earlier_boot"]

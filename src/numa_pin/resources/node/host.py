@@ -110,7 +110,7 @@ def _narrow(node: Node, rel: str, cpus: frozenset[int], saved: Saved, undo: Undo
     if saved.get(path) is None:
         systemd, unit = node.systemd(), unit_of(ref)
         shown = systemd.show(unit) if systemd is not None and unit is not None else None
-        saved.save(path, {"knob": KNOB, "value": cg.read_cgroup_file(path), "rel": rel,
+        saved.save(path, {"knob": KNOB, "value": cg.read_cgroup_file(path), "rel": rel, "boot": node.boot_id,
                           "unit": unit if shown is not None and shown.loaded else None,
                           "allowed": shown.cpus if shown is not None else ""}, undo)
     local = UndoLog()
@@ -142,6 +142,11 @@ def _inherit(path: str) -> None:
 
 def _restore(node: Node, path: str, entry: dict[str, Any], saved: Saved, undo: UndoLog) -> None:
     """Put back one host cgroup's own cpuset and its unit's ``AllowedCPUs``, then forget them."""
+    from numa_pin.enforcer.saved import of_earlier_boot
+
+    if of_earlier_boot(entry, node.boot_id):  # that boot's cgroups went with it: not written back
+        saved.forget(path, undo)
+        return
     unit, systemd = entry.get("unit"), node.systemd()
     if isinstance(unit, str) and systemd is not None and systemd.show(unit).loaded:
         shown = systemd.show(unit)

@@ -92,13 +92,13 @@ class SettingKnob(NodeResource):
                 out.setdefault(path, (value, cid))
         return out
 
-    def _apply(self, saved: Saved, path: str, value: str, undo: UndoLog) -> bool:
+    def _apply(self, saved: Saved, path: str, value: str, undo: UndoLog, boot_id: str | None = None) -> bool:
         """Make ``path`` hold ``value``, the original saved first; True when something was written."""
         current = read_setting(path)
         if self.same(current, value):
             return False
         if saved.get(path) is None:
-            saved.save(path, {"knob": self.knob, "value": current}, undo)
+            saved.save(path, {"knob": self.knob, "value": current, "boot": boot_id}, undo)
         cg.write_cgroup_file(path, value)
         undo.record(f"{path}: {value} (was {current})", lambda: cg.write_cgroup_file(path, current))
         return True
@@ -127,7 +127,7 @@ class SettingKnob(NodeResource):
             return admission
         saved = saved_settings(node)
         for path, value in sorted(mine.items()):
-            self._apply(saved, path, value, admission.undo)
+            self._apply(saved, path, value, admission.undo, node.boot_id)
         return admission
 
     #: targets live in the container's cgroup (nothing to do before it has a pid)
@@ -139,10 +139,15 @@ class SettingKnob(NodeResource):
         entries = saved.of_knob(self.knob)
         if not entries:
             return []
+        from numa_pin.enforcer.saved import of_earlier_boot
+
         wanted = self.wanted(node, state)
         problems: list[str] = []
         for path, entry in sorted(entries.items()):
             if path in wanted:
+                continue
+            if of_earlier_boot(entry, node.boot_id):  # that boot's settings went with it: not written back
+                saved.forget(path, undo)
                 continue
             try:
                 if os.path.exists(path):  # gone with its container (a cgroup) or a CPU: nothing to restore
@@ -175,7 +180,7 @@ class SettingKnob(NodeResource):
         saved = saved_settings(node)
         repaired: list[str] = []
         for path, (value, cid) in sorted(self.wanted(node, state).items()):
-            if self._apply(saved, path, value, undo) and cid not in repaired:
+            if self._apply(saved, path, value, undo, node.boot_id) and cid not in repaired:
                 repaired.append(cid)
         return repaired
 
