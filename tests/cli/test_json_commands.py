@@ -116,7 +116,7 @@ def test_plan_and_topology_json(node, capsys):
     plan = _json(capsys, "plan", "--config", str(node.config), "--cpus", "2", "--json")
     assert plan["admit"] is True and len(plan["cpus"].replace("-", ",").split(",")) >= 1
     topo = _json(capsys, "topology", "--sysfs-root", str(node.sysfs_root), "--json")
-    assert set(topo) == {"numa_nodes", "cpus", "pci_devices"}
+    assert set(topo) == {"numa_nodes", "cpus", "pci_devices", "isolated_cpus", "nohz_full"}
 
 
 def test_nrt_json(node, capsys):

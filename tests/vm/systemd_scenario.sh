@@ -94,6 +94,43 @@ if [ "$NP_BOOT" = 1 ]; then
     # item 5: numa-pin run lives in a transient scope of its own
     rec run numa-pin run --cpus 1 -- sh -c "$SHOW"
     rec run-no-root-cgroup test ! -e /sys/fs/cgroup/numa-pin
+    # issue 24, knob 1: host services off an exclusive CPU. A grant asking
+    # numa-pin.io/host-services: disable (its scope in machine.slice), then four busy loops started
+    # as host services (one per guest CPU, niced so the guest's own work goes first), their last CPU
+    # (/proc/<pid>/stat field 39) sampled while the grant lives, after a daemon-reload, and after release
+    loops() { for n in 1 2 3 4; do systemctl show -P MainPID "np-hostloop$n"; done; }
+    sample_loops() {  # one line per sample: the CPU of each loop; then each loop's allowed CPUs
+        # one python process for all samples: a fork per sample takes seconds under TCG with the loops busy
+        python3 - $(loops) <<'PY'
+import sys, time
+pids = sys.argv[1:]
+time.sleep(1)
+for _ in range(60):
+    # /proc/<pid>/stat field 39 (processor); the fields after the ")" of comm start at field 3
+    print(" ".join(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[36] for p in pids))
+    time.sleep(0.05)
+for p in pids:
+    print(next(line.strip() for line in open(f"/proc/{p}/status") if line.startswith("Cpus_allowed_list")))
+PY
+    }
+    bundle hostiso 1 sleep 100000
+    python3 -c 'import json, sys; p = sys.argv[1]; s = json.load(open(p)); s["annotations"]["numa-pin.io/host-services"] = "disable"; s["linux"]["cgroupsPath"] = "machine.slice:runc:hostiso"; json.dump(s, open(p, "w"))' /run/bundles/hostiso/config.json
+    rec hostiso-start start_detached hostiso np-hostiso
+    for n in 1 2 3 4; do systemd-run --unit "np-hostloop$n" -p Nice=19 sh -c 'while :; do :; done' > /dev/null 2>&1; done
+    rec hostiso-status numa-pin status --json
+    rec hostiso-explain numa-pin explain np-hostiso --json
+    rec hostiso-slice unit_state system.slice
+    rec hostiso-loop unit_state np-hostloop1.service
+    rec hostiso-during sample_loops
+    systemctl daemon-reload
+    rec hostiso-slice-reload unit_state system.slice
+    rec hostiso-reload sample_loops
+    rec hostiso-release runc --systemd-cgroup delete -f np-hostiso
+    rec hostiso-status-after numa-pin status --json
+    rec hostiso-slice-after unit_state system.slice
+    rec hostiso-after sample_loops
+    for n in 1 2 3 4; do systemctl stop "np-hostloop$n" > /dev/null 2>&1; done
+
     # item 1 with containerd: the README's `ctr run --config` recipe, as written
     mkdir -p /run/ctr-readme
     rec ctr-readme sh -c "cd /run/ctr-readme && bash /usr/local/share/np-readme-ctr.sh"

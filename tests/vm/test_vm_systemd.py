@@ -189,3 +189,40 @@ def test_purge_leaves_no_unit_behind_and_containers_still_start(guest: Guest) ->
             if line.startswith("numa-pin") and not line.startswith(sysimage.SCENARIO_UNIT)]
     assert left == [], "units of the purged package are still listed (not-found)"
     assert guest.rc(2, "podman-after-purge") == 0, guest.out(2, "podman-after-purge")
+
+
+def _loop_samples(text: str) -> tuple[list[int], list[frozenset[int]]]:
+    """``sample_loops`` output: every sampled CPU (``/proc/<pid>/stat`` field 39) of the busy
+    loops, and each loop's ``Cpus_allowed_list``."""
+    cpus = [int(word) for line in text.splitlines() if not line.startswith("Cpus_allowed_list")
+            for word in line.split()]
+    allowed = [parse_list(line.split(":", 1)[1].strip()) for line in text.splitlines()
+               if line.startswith("Cpus_allowed_list")]
+    return cpus, allowed
+
+
+def test_host_services_stay_off_an_exclusive_cpu_while_the_grant_lives(guest: Guest) -> None:
+    """Issue 24, knob 1: busy loops started as host services (systemd-run) while a grant asking
+    ``numa-pin.io/host-services: disable`` lives never run on its CPU, across a daemon-reload
+    (``system.slice``'s AllowedCPUs say so), and run there again once it is released."""
+    assert guest.rc(1, "hostiso-start") == 0, guest.out(1, "hostiso-start")
+    grants = {g["container_id"]: g for g in guest.status(1, "hostiso-status")["grants"]}
+    granted = parse_list(grants["np-hostiso"]["cpus"])
+    assert len(granted) == 1
+    explained = json.loads(guest.out(1, "hostiso-explain"))
+    assert explained["grant"]["isolation"] == {"host": True}
+    assert not explained["isolated"]["host"].startswith("cannot"), explained["isolated"]
+    for step in ("hostiso-during", "hostiso-reload"):
+        cpus, allowed = _loop_samples(guest.out(1, step))
+        assert len(cpus) == 4 * 60 and not set(cpus) & granted, (step, sorted(set(cpus)))
+        assert allowed == [ALL_CPUS - granted] * 4, (step, allowed)
+    for step in ("hostiso-slice", "hostiso-slice-reload"):  # through systemd: daemon-reload keeps it
+        props = guest.props(1, step)
+        assert props["AllowedCPUs"] == ALL_CPUS - granted and props["effective"] == ALL_CPUS - granted, (step, props)
+    assert guest.props(1, "hostiso-loop")["effective"] == ALL_CPUS - granted
+    assert guest.rc(1, "hostiso-release") == 0, guest.out(1, "hostiso-release")
+    assert "np-hostiso" not in {g["container_id"] for g in guest.status(1, "hostiso-status-after")["grants"]}
+    assert guest.props(1, "hostiso-slice-after")["effective"] == ALL_CPUS
+    cpus, allowed = _loop_samples(guest.out(1, "hostiso-after"))
+    assert allowed == [ALL_CPUS] * 4
+    assert set(cpus) & granted, f"no busy loop ran on CPU {sorted(granted)} after the release: {sorted(set(cpus))}"

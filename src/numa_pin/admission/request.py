@@ -21,6 +21,10 @@ Annotations (all optional)::
     numa-pin.io/pod-cpus        pod-scope totals (the pod's effective request)
     numa-pin.io/pod-memory
     numa-pin.io/pod-devices
+    numa-pin.io/cpu-load-balancing, cpu-quota, irq-load-balancing, cpu-c-states,
+    cpu-freq-governor, host-services
+                                isolation of exclusive CPUs (and CRI-O's ``*.crio.io`` names
+                                of the same knobs): :mod:`numa_pin.admission.isolation`
 
 Per-container form (:data:`PER_CONTAINER`): ``numa-pin.io/<key>.<container name>`` (``numa-pin.io/
 cpus.app``) applies to the container of that name only (the CRI name,
@@ -50,6 +54,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from numa_pin import names
+from numa_pin.admission import isolation as iso
 from numa_pin.admission.colocate import parse_colocate
 from numa_pin.admission.kubernetes import (
     GUARANTEED,
@@ -61,7 +66,7 @@ from numa_pin.admission.kubernetes import (
     is_kubernetes,
     pod_name,
 )
-from numa_pin.config.model import InferenceConfig
+from numa_pin.config.model import InferenceConfig, IsolationConfig
 from numa_pin.cpuset import parse_list
 from numa_pin.devices.cdi import CdiDevice, devices_from_annotations, devices_from_env_tokens
 from numa_pin.devices.devnode import DeviceNode
@@ -92,7 +97,8 @@ PER_CONTAINER = ("cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices", 
                  "hugepages-spread", "memory-tier")
 #: the memory policies a request may ask for (``numa-pin.io/memory-policy``)
 MEMORY_POLICIES = ("bind", "interleave", "preferred-many", "weighted-interleave")
-_KNOWN = {*PER_CONTAINER, "policy", "scope", "pod", "pod-cpus", "pod-memory", "pod-devices"}
+_KNOWN = {*PER_CONTAINER, "policy", "scope", "pod", "pod-cpus", "pod-memory", "pod-devices",
+          *iso.NUMA_PIN_KEYS}
 
 
 @record
@@ -169,6 +175,8 @@ class ContainerRequest:
     #: ``numa-pin.io/memory-tier``, and the tier's nodes once resolved (:func:`with_memory_tier`)
     memory_tier: str | None = None
     memory_tier_nodes: frozenset[int] = frozenset()
+    #: what else keeps off its exclusive CPUs (annotations, else the node defaults)
+    isolation: iso.IsolationRequest = iso.NONE
 
     @property
     def exclusive(self) -> bool:
@@ -313,9 +321,10 @@ def request_from_oci(
     limits: ContainerLimits = NO_LIMITS,
     *,
     inference: Inference = DEFAULT_INFERENCE,
+    isolation: IsolationConfig | None = None,
 ) -> ContainerRequest:
     """Build the request of one container. Raises :class:`RequestError` naming the annotation
-    (or the ``config.json`` field)."""
+    (or the ``config.json`` field). ``isolation``: the node defaults of the isolation knobs."""
     env = env or {}
     name = next((annotations[k] for k in NAME_KEYS if annotations.get(k)), container_id)
     annotations = container_annotations(annotations, name)
@@ -371,6 +380,12 @@ def request_from_oci(
 
     pod_id, claimed_pod = pod_identity(container_id, annotations)
     sandbox = any(annotations.get(k) == "sandbox" for k in SANDBOX_TYPE_KEYS)
+    isolated = iso.NONE
+    if not sandbox:  # the pod's annotations reach its sandbox too: it has no CPUs to isolate
+        exclusive = amounts.cpus > 0
+        iso.check_exclusive(annotations, exclusive)
+        if exclusive:
+            isolated = iso.isolation_request(annotations, isolation)
     return ContainerRequest(
         container_id=container_id,
         pod_id=pod_id,
@@ -396,6 +411,7 @@ def request_from_oci(
         memory_tier=annotations.get(PREFIX + "memory-tier"),
         hugepages_spread=_choice(annotations.get(PREFIX + "hugepages-spread", "false"), ("true", "false"),
                                  PREFIX + "hugepages-spread") == "true",
+        isolation=isolated,
     )
 
 

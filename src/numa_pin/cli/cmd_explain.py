@@ -60,6 +60,12 @@ def run(args: argparse.Namespace) -> int:
         qos = qos_from_cgroups_path(grant.cgroup)
         if qos is not None:
             out["qos"] = {"class": qos, "signal": f"cgroup {grant.cgroup}"}
+        if grant.isolation:  # what each isolation knob holds now, or why it cannot
+            from numa_pin.resources.node.isolation import preview
+            from numa_pin.service import NodeService
+
+            service = NodeService(config)
+            out["isolated"] = preview(service, service.ledger.read(), grant, applied=True)
     elif cid is not None:
         out.update(state="rejected", rejection=reasons[cid])
     if args.json:
@@ -71,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"numa-pin: {one_line(problem)}", file=sys.stderr)
         return 1
     if grant is not None:
-        shown = {"granted": out["grant"], **({"qos": out["qos"]} if "qos" in out else {})}
+        shown: dict[str, Any] = {"granted": out["grant"]}
+        shown.update((k, out[k]) for k in ("qos", "isolated") if k in out)
         write_out(json.dumps(shown, indent=2) + "\n")
         return 0
     write_out(one_line(out["rejection"].get("line", "")) + "\n")

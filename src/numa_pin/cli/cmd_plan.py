@@ -37,8 +37,10 @@ def decision_dict(decision) -> dict:
     }
 
 
-def print_decision(decision, as_json: bool, request=None) -> None:
+def print_decision(decision, as_json: bool, request=None, isolation: dict | None = None) -> None:
     d = decision_dict(decision)
+    if isolation:  # what each isolation knob would do, or why it cannot
+        d["isolation"] = isolation
     if request is not None and request.qos is not None:  # CPUs inferred from the spec: say from what
         d["qos"] = {"class": request.qos, "signal": request.qos_signal}
     if as_json:
@@ -54,11 +56,25 @@ def print_decision(decision, as_json: bool, request=None) -> None:
     ]
     if "qos" in d:
         lines.append(f"qos:       pod {d['qos']['class']} (from {d['qos']['signal']})")
+    lines += [f"isolation: {knob}: {line}" for knob, line in d.get("isolation", {}).items()]
     if d["admit"]:
         lines += [f"cpus:      {d['cpus'] or '(shared pool)'}", f"mems:      {d['mems'] or '(unchanged)'}"]
         lines += [f"devices:   {res}: {', '.join(ids)}" for res, ids in d["devices"].items()]
     lines.append(f"reason:    {d['reason']}")
     write_out("\n".join(one_line(line) for line in lines) + "\n")  # ids and reasons come from bundles
+
+
+def _isolation(service, request, decision) -> dict[str, str]:
+    """``{knob: what it would do, or "cannot: why"}`` for an admitted request that asks isolation."""
+    if not decision.admit or request.isolation.empty:
+        return {}
+    from numa_pin.ledger.liveness import collect_garbage
+    from numa_pin.resources.base import grant_from
+    from numa_pin.resources.node.isolation import preview
+
+    grant = grant_from(request, decision, pid=None, start_time=None, cgroup=None, kind=None, created=0.0)
+    state, _ = collect_garbage(service.ledger.read(), service.alive)
+    return preview(service, state.with_grant(grant), grant, applied=False)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
         state = OciState(id=os.path.basename(bundle), status="creating", pid=None, bundle=bundle)
         request = request_from_spec(state, spec, config)
     else:
-        request = request_from_args(args, "plan")
-    decision = NodeService(config).plan(request)
-    print_decision(decision, args.json, request)
+        request = request_from_args(args, "plan", config.isolation)
+    service = NodeService(config)
+    decision = service.plan(request)
+    print_decision(decision, args.json, request, _isolation(service, request, decision))
     return 0 if decision.admit else 1

@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         args.cpus = str(len(explicit))
     from numa_pin.admission.request import with_memory_tier
 
-    request = with_memory_tier(request_from_args(args, name), config.memory_tiers)
+    request = with_memory_tier(request_from_args(args, name, config.isolation), config.memory_tiers)
     if request.memory_policy:
         mempolicy.check_kernel(request.memory_policy, config.sysfs_root)
     if explicit is not None:

@@ -51,13 +51,19 @@ def run(args: argparse.Namespace) -> int:
     proc_root = args.proc_root
     if proc_root is None and os.path.normpath(args.sysfs_root) == DEFAULT_SYSFS_ROOT:
         proc_root = DEFAULT_PROC_ROOT
+    from numa_pin.cpuset import format_list
+    from numa_pin.topology.isolated import isolated_cpus
+
     topology = discover(args.sysfs_root, proc_root)
+    isolated, nohz_full = isolated_cpus(args.sysfs_root)  # the kernel's isolcpus and nohz_full
     if args.json:
-        write_out(json.dumps(to_json_dict(topology), indent=2) + "\n")
+        doc = {**to_json_dict(topology), "isolated_cpus": format_list(isolated), "nohz_full": format_list(nohz_full)}
+        write_out(json.dumps(doc, indent=2) + "\n")
     elif args.pcie:
         from numa_pin.devices.pcie import matrix_text
 
         write_out(matrix_text(topology))
     else:
-        write_out(render_text(topology))
+        write_out(render_text(topology) + f"isolated cpus: {format_list(isolated) or 'none'} "
+                  f"(nohz_full: {format_list(nohz_full) or 'none'})\n")
     return 0

@@ -72,6 +72,7 @@ def grant_dict(g) -> dict:
         "affinity": None if g.affinity is None else sorted(g.affinity),
         "policy": g.policy, "scope": g.scope, "created": g.created,
         **({"notes": list(g.notes)} if g.notes else {}),
+        **({"isolation": dict(g.isolation)} if g.isolation else {}),
     }
 
 
@@ -99,10 +100,16 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
                    help="bind, interleave, preferred-many or weighted-interleave over the granted nodes")
     g.add_argument("--memory-tier", dest="memory_tier", metavar="TIER",
                    help="add the NUMA nodes of this memory_tiers entry (CXL, HBM) to the memory nodes")
+    g.add_argument("--isolate", metavar="KNOB=VALUE", action="append", default=[],
+                   help="isolate the exclusive CPUs, as numa-pin.io/KNOB: VALUE (cpu-quota=disable, "
+                   "cpu-c-states=max_latency:10, cpu-freq-governor=performance, host-services=disable, "
+                   "cpu-load-balancing=disable, irq-load-balancing=housekeeping); repeatable")
 
 
-def request_from_args(args: argparse.Namespace, container_id: str) -> ContainerRequest:
-    """Turn the flags into the annotations they mirror, so both paths validate alike."""
+def request_from_args(args: argparse.Namespace, container_id: str, isolation=None) -> ContainerRequest:
+    """Turn the flags into the annotations they mirror, so both paths validate alike.
+    ``isolation``: the config's node defaults of the isolation knobs."""
+    from numa_pin.admission.isolation import NUMA_PIN_KEYS
     from numa_pin.admission.request import PREFIX, request_from_oci
 
     annotations: dict[str, str] = {}
@@ -114,14 +121,23 @@ def request_from_args(args: argparse.Namespace, container_id: str) -> ContainerR
         value = getattr(args, flag, None)
         if value is not None:
             annotations[PREFIX + key] = str(value)
+    for item in getattr(args, "isolate", None) or ():
+        knob, sep, value = item.partition("=")
+        if not sep or knob not in NUMA_PIN_KEYS:
+            raise RequestError(f"expected KNOB=VALUE with KNOB one of {', '.join(NUMA_PIN_KEYS)}; got {item!r}",
+                               annotation="--isolate")
+        annotations[PREFIX + knob] = value
     try:
-        return request_from_oci(container_id, annotations)
+        return request_from_oci(container_id, annotations, isolation=isolation)
     except RequestError as exc:  # name the flag the user typed, not the annotation it mirrors
         key = exc.annotation or ""
         if not key.startswith(PREFIX):
             raise
         message = str(exc).removeprefix(f"{key}: ")
-        raise RequestError(message, annotation="--" + key[len(PREFIX):]) from exc
+        flag = key[len(PREFIX):]
+        if flag in NUMA_PIN_KEYS:
+            flag = f"isolate {flag}"
+        raise RequestError(message, annotation="--" + flag) from exc
 
 
 def resolve_id(query: str, candidates: Iterable[str]) -> str | None:

@@ -74,6 +74,26 @@ class InferenceConfig:
 
 
 @record
+class IsolationConfig:
+    """Node defaults of the isolation knobs (:mod:`numa_pin.admission.isolation`) for containers
+    with exclusive CPUs, and how exclusive CPUs meet the kernel's isolated CPUs."""
+
+    load_balancing: str | None = _default_field("isolation.load_balancing")
+    quota: str | None = _default_field("isolation.quota")
+    irq: str | None = _default_field("isolation.irq")
+    c_states: str | None = _default_field("isolation.c_states")
+    governor: str | None = _default_field("isolation.governor")
+    host: bool = _default_field("isolation.host")
+    isolated_cpus: str = _default_field("isolation.isolated_cpus")
+    shared_pool_isolated: bool = _default_field("isolation.shared_pool_isolated")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in (
+            "load_balancing", "quota", "irq", "c_states", "governor", "host", "isolated_cpus",
+            "shared_pool_isolated")}
+
+
+@record
 class Config:
     """The whole numa-pin configuration. ``source`` is the file it came from (None: defaults).
 
@@ -90,6 +110,7 @@ class Config:
     memory_tiers: Mapping[str, frozenset[int]] = _default_field("memory_tiers")
     devices: Mapping[str, tuple[Selector, ...]] = _default_field("devices")
     inference: InferenceConfig = field(default_factory=InferenceConfig)
+    isolation: IsolationConfig = field(default_factory=IsolationConfig)
     sysfs_root: str = _default_field("sysfs_root")
     proc_root: str = _default_field("proc_root")
     dev_root: str = _default_field("dev_root")
@@ -127,6 +148,7 @@ class Config:
                 "device_nodes": self.inference.device_nodes,
                 "strict_devices": self.inference.strict_devices,
             },
+            "isolation": self.isolation.to_dict(),
             "sysfs_root": self.sysfs_root,
             "proc_root": self.proc_root,
             "dev_root": self.dev_root,
@@ -148,4 +170,5 @@ __all__ = [
     "CpuManagerOptions",
     "DeviceSelector",
     "InferenceConfig",
+    "IsolationConfig",
 ]

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from numa_pin.config.keys import BY_KEY, CHILDREN, ITEMS, default
-from numa_pin.config.model import Config, CpuManagerConfig, CpuManagerOptions, InferenceConfig
+from numa_pin.config.model import Config, CpuManagerConfig, CpuManagerOptions, InferenceConfig, IsolationConfig
 from numa_pin.config.parse import CPU_MANAGER_OPTIONS, Invalid, mapping, type_name
 from numa_pin.errors import ConfigError
 
@@ -90,6 +90,7 @@ def _build(v: Mapping[str, Any], source: str | None) -> Config:
         **_leaves(v, ""),
         cpu_manager=CpuManagerConfig(options=opts, reserved_cpus=reserved, num_reserved_cpus=num_reserved),
         inference=InferenceConfig(**_leaves(v, "inference")),
+        isolation=IsolationConfig(**_leaves(v, "isolation")),
         source=source,
     )
 

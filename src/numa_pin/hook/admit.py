@@ -11,7 +11,8 @@ from numa_pin.hook.oci import OciSpec, OciState, load_spec
 def request_from_spec(state: OciState, spec: OciSpec, config: Config) -> ContainerRequest:
     """Annotations from the state win over those in config.json (they are normally equal)."""
     annotations = {**spec.annotations, **state.annotations}
-    request = request_from_oci(state.id, annotations, spec.env, spec.limits, inference=config.inference)
+    request = request_from_oci(state.id, annotations, spec.env, spec.limits, inference=config.inference,
+                               isolation=config.isolation)
     from numa_pin.admission.request import with_memory_tier
 
     return with_spec_devices(with_memory_tier(request, config.memory_tiers), spec, config)

@@ -130,6 +130,8 @@ class Grant:
     baseline_cpus: frozenset[int] | None = None
     #: what the admission noted (a device the container carries that is not aligned to, and why)
     notes: tuple[str, ...] = field(default=(), hash=False)
+    #: the isolation knobs the container asked (:mod:`numa_pin.admission.isolation`: field -> value)
+    isolation: Mapping[str, Any] = field(default_factory=_empty, hash=False)
 
     def __post_init__(self) -> None:
         shape.require_str("container_id", self.container_id, nonempty=True)
@@ -169,13 +171,14 @@ class Grant:
             shape.set_field(self, "baseline_cpus", shape.id_set("baseline_cpus", self.baseline_cpus))
             if not self.baseline_cpus <= self.cpus:
                 raise ValueError("baseline_cpus must be a subset of cpus")
+        shape.set_field(self, "isolation", shape.isolation_map(self.isolation))
 
     def as_shared(self) -> Grant:
         """The same container tracked as a shared one (``numa-pin release --force``): nothing
         held for it alone any more (no exclusive CPUs, devices, memory, affinity, or records of
         what was moved or opened for it); its cgroup, pid and memory nodes stay."""
         return replace(self, kind=KIND_SHARED, cpus=frozenset(), devices={}, memory={}, affinity=None,
-                       netdevs=(), gpus=None, baseline_cpus=None)
+                       netdevs=(), gpus=None, baseline_cpus=None, isolation={})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: CPU and node sets as kernel list strings (``"0-3,8"``).
@@ -211,6 +214,8 @@ class Grant:
             out["baseline_cpus"] = format_list(self.baseline_cpus)
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.isolation:
+            out["isolation"] = dict(self.isolation)
         return out
 
     @classmethod
@@ -252,6 +257,7 @@ class Grant:
                 baseline_cpus=(parse_list(shape.json_field(obj, "baseline_cpus", str, where))
                                if "baseline_cpus" in obj else None),
                 notes=tuple(shape.json_field(obj, "notes", list, where)) if "notes" in obj else (),
+                isolation=shape.json_field(obj, "isolation", dict, where) if "isolation" in obj else {},
             )
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
@@ -264,8 +270,8 @@ _GRANT_KEYS = frozenset(
 
 #: optional: ``pending_since`` only while a grant made before its container existed waits for
 #: it; ``boot_id`` where the boot was known; ``baseline_cpus`` once a resize changed its CPUs;
-#: ``notes`` where the admission noted something
-_OPTIONAL_KEYS = frozenset(("pending_since", "boot_id", "baseline_cpus", "notes"))
+#: ``notes`` where the admission noted something; ``isolation`` where the container asked any
+_OPTIONAL_KEYS = frozenset(("pending_since", "boot_id", "baseline_cpus", "notes", "isolation"))
 
 
 @record

@@ -62,6 +62,10 @@ class NodeSettings:
     reserved_memory: Mapping[int, Mapping[str, int]] = field(default_factory=dict)
     device_resources: tuple[DeviceResource, ...] = ()
     resources: tuple[Resource, ...] = ()
+    #: the kernel's isolated CPUs (isolcpus, nohz_full), and whether exclusive grants ``prefer``,
+    #: ``require`` or ``avoid`` them (the config's ``isolation.isolated_cpus``)
+    isolated_cpus: frozenset[int] = frozenset()
+    isolated_mode: str = "prefer"
 
 
 @record
@@ -216,6 +220,7 @@ def grant_from(request: ContainerRequest, decision: Decision, *, pid: int | None
         netdevs=(),
         boot_id=boot_id,
         notes=decision.notes,
+        isolation=request.isolation.to_dict(),
     )
 
 

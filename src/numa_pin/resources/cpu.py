@@ -44,6 +44,8 @@ class CpuResource(Resource):
         free = need.topology.cpu_ids - reserved - need.state.exclusive_cpus()
         if need.request.cpuset is not None:  # the user's own cpuset: allocate inside it or not at all
             free = free & need.request.cpuset
+        if s.isolated_mode != "prefer" and s.isolated_cpus:  # isolcpus/nohz_full: require or avoid them
+            free = free & s.isolated_cpus if s.isolated_mode == "require" else free - s.isolated_cpus
         return CpuView(need, cpu_topo, reserved, frozenset(free))
 
     def wants(self, view: CpuView) -> bool:
@@ -63,9 +65,16 @@ class CpuResource(Resource):
             free = free & view.cpu_topology.cpus_in_numa_nodes(*sorted(affinity))
             if len(free) < amounts.cpus:
                 raise TopologyAffinityError(f"only {len(free)} of the {amounts.cpus} CPUs requested are free there")
-        cpus = allocate_cpus(
-            view.cpu_topology, view.need.settings.cpu_options, free, frozenset(), amounts.cpus, affinity
-        )
+        options, preferred = view.need.settings.cpu_options, free & view.need.settings.isolated_cpus
+        if affinity is not None:  # the kernel's isolated CPUs first (isolation.isolated_cpus: prefer)
+            preferred &= view.cpu_topology.cpus_in_numa_nodes(*sorted(affinity))
+        if len(preferred) >= amounts.cpus:
+            try:
+                return {"cpus": allocate_cpus(view.cpu_topology, options, preferred, frozenset(), amounts.cpus,
+                                              affinity)}
+            except AllocationError:
+                pass  # not in whole cores, say: any free CPUs then
+        cpus = allocate_cpus(view.cpu_topology, options, free, frozenset(), amounts.cpus, affinity)
         return {"cpus": cpus}
 
     def vet(self, view: CpuView, decision: Decision, empty: bool) -> tuple[type[AdmissionError], str] | None:

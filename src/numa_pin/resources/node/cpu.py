@@ -53,7 +53,9 @@ def shared_pool(node: Node, state: LedgerState) -> frozenset[int]:
     ``strict-cpu-reservation``); without it the reserved CPUs keep it from emptying."""
     exclusive = [g.cpus for g in state.grants.values() if g.cpus]
     strict = node.settings.cpu_options.strict_cpu_reservation
-    return pool_of(node.topology.cpu_ids, exclusive, reserved(node), strict=strict)
+    online = node.topology.cpu_ids  # minus the kernel's isolated CPUs unless the config lets them in
+    online = online if node.config.isolation.shared_pool_isolated else online - node.settings.isolated_cpus
+    return pool_of(online, exclusive, reserved(node), strict=strict)
 
 
 def blocked_shared(node: Node, state: LedgerState) -> list[str]:

@@ -2,7 +2,8 @@
 
 The default resources, in the order they enforce (release runs the other way): CPUs and the
 shared pool, memory and hugepages, PCI devices (the decision for every device resource),
-SR-IOV VFs and GPUs (what granting those devices means on the machine). A resource added with
+SR-IOV VFs and GPUs (what granting those devices means on the machine), then the isolation
+knobs of exclusive CPUs (quota, C-states, cpufreq governor, host services; ``docs/isolation.md``). A resource added with
 :func:`register` joins every node service made afterwards (see ``docs/adding-a-resource.md``).
 """
 
@@ -15,6 +16,8 @@ from numa_pin.resources.memory import MemoryResource
 from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.cpu import CpuNode
 from numa_pin.resources.node.gpu import GpuNode
+from numa_pin.resources.node.host import HostNode
+from numa_pin.resources.node.isolation import CStatesNode, GovernorNode, IsolationStatus, QuotaNode, SettingsPreflight
 from numa_pin.resources.node.vf import VfNode
 
 
@@ -26,7 +29,12 @@ class PciNode(PciDevices, NodeResource):
     """PCI devices: decided here; what granting one means is its kind's (VFs, GPUs)."""
 
 
-_DEFAULT: tuple[NodeResource, ...] = (CpuNode(), MemoryNode(), PciNode(), VfNode(), GpuNode())
+_DEFAULT: tuple[NodeResource, ...] = (
+    SettingsPreflight(),  # a container the node cannot isolate is refused before the first write
+    CpuNode(), MemoryNode(), PciNode(), VfNode(), GpuNode(),
+    # isolation of exclusive CPUs (issue 24): each knob on its own, after the CPUs are placed
+    QuotaNode(), CStatesNode(), GovernorNode(), HostNode(), IsolationStatus(),
+)
 _EXTRA: list[NodeResource] = []
 
 
@@ -61,6 +69,9 @@ def settings_from_config(config: Config) -> NodeSettings:
         from numa_pin.devices.inventory import DeviceResource
 
         resources = tuple(DeviceResource(name, tuple(selectors)) for name, selectors in config.devices.items())
+    from numa_pin.topology.isolated import isolated_cpus
+
+    isolated = frozenset().union(*isolated_cpus(config.sysfs_root))  # isolcpus and nohz_full alike
     return NodeSettings(
         policy=config.policy,
         scope=config.scope,
@@ -71,6 +82,8 @@ def settings_from_config(config: Config) -> NodeSettings:
         reserved_memory=config.reserved_memory,
         device_resources=resources,
         resources=node_resources(),
+        isolated_cpus=isolated,
+        isolated_mode=config.isolation.isolated_cpus,
     )
 
 
