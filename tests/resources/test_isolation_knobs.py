@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.admission.request import request_from_oci
+from numa_pin.admission.request import ContainerLimits, request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.enforcer.saved import FILE as SAVED
@@ -88,7 +88,8 @@ def node(tmp_path: Path) -> IsoNode:
 def admit(service: NodeService, node: IsoNode, name: str, pid: int, annotations: dict[str, str],
           cpuset: str | None = None):
     node.add_container(name, pid)
-    return service.admit(request_from_oci(name, {"numa-pin.io/cpus": "1", **annotations}, cpuset=cpuset), pid).grant
+    request = request_from_oci(name, {"numa-pin.io/cpus": "1", **annotations}, limits=ContainerLimits(cpuset=cpuset))
+    return service.admit(request, pid).grant
 
 
 @pytest.mark.parametrize(
