@@ -2,7 +2,8 @@
 
 The default resources, in the order they enforce (release runs the other way): CPUs and the
 shared pool, memory and hugepages, PCI devices (the decision for every device resource),
-SR-IOV VFs and GPUs (what granting those devices means on the machine). A resource added with
+SR-IOV VFs and GPUs (what granting those devices means on the machine), then the isolation
+knobs: no load balancing (isolated partitions) and IRQs off exclusive CPUs. A resource added with
 :func:`register` joins every node service made afterwards (see ``docs/adding-a-resource.md``).
 """
 
@@ -15,6 +16,8 @@ from numa_pin.resources.memory import MemoryResource
 from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.cpu import CpuNode
 from numa_pin.resources.node.gpu import GpuNode
+from numa_pin.resources.node.irq import IrqNode
+from numa_pin.resources.node.partition import PartitionNode
 from numa_pin.resources.node.vf import VfNode
 
 
@@ -26,7 +29,8 @@ class PciNode(PciDevices, NodeResource):
     """PCI devices: decided here; what granting one means is its kind's (VFs, GPUs)."""
 
 
-_DEFAULT: tuple[NodeResource, ...] = (CpuNode(), MemoryNode(), PciNode(), VfNode(), GpuNode())
+_DEFAULT: tuple[NodeResource, ...] = (CpuNode(), MemoryNode(), PciNode(), VfNode(), GpuNode(), PartitionNode(),
+                                      IrqNode())
 _EXTRA: list[NodeResource] = []
 
 
