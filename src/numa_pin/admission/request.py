@@ -14,6 +14,10 @@ Annotations (all optional)::
     numa-pin.io/pod-cpus        pod-scope totals (the pod's effective request)
     numa-pin.io/pod-memory
     numa-pin.io/pod-devices
+    numa-pin.io/cpu-load-balancing, cpu-quota, irq-load-balancing, cpu-c-states,
+    cpu-freq-governor, host-services
+                                isolation of exclusive CPUs (and CRI-O's ``*.crio.io`` names
+                                of the same knobs): :mod:`numa_pin.admission.isolation`
 
 Per-container form (:data:`PER_CONTAINER`): ``numa-pin.io/<key>.<container name>`` (``numa-pin.io/
 cpus.app``) applies to the container of that name only (the CRI name,
@@ -43,6 +47,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from numa_pin import names
+from numa_pin.admission import isolation as iso
 from numa_pin.admission.kubernetes import (
     GUARANTEED,
     NAME_KEYS,
@@ -53,7 +58,7 @@ from numa_pin.admission.kubernetes import (
     is_kubernetes,
     pod_name,
 )
-from numa_pin.config.model import InferenceConfig
+from numa_pin.config.model import InferenceConfig, IsolationConfig
 from numa_pin.cpuset import parse_list
 from numa_pin.devices.cdi import CdiDevice, devices_from_annotations, devices_from_env_tokens
 from numa_pin.errors import RequestError
@@ -80,7 +85,7 @@ USER_POD_PREFIX = "user:"
 
 #: keys that may name one container (``numa-pin.io/cpus.<container>``); the rest are pod-wide
 PER_CONTAINER = ("cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices")
-_KNOWN = {*PER_CONTAINER, "policy", "scope", "pod", "pod-cpus", "pod-memory", "pod-devices"}
+_KNOWN = {*PER_CONTAINER, "policy", "scope", "pod", "pod-cpus", "pod-memory", "pod-devices", *iso.NUMA_PIN_KEYS}
 
 
 @record
@@ -142,6 +147,8 @@ class ContainerRequest:
     qos_signal: str | None = None
     #: ``namespace/name`` of the Kubernetes pod (the CRI sandbox annotations), when known
     pod_name: str | None = None
+    #: what else keeps off its exclusive CPUs (annotations, else the node defaults)
+    isolation: iso.IsolationRequest = iso.NONE
 
     @property
     def exclusive(self) -> bool:
@@ -270,9 +277,10 @@ def request_from_oci(
     cpuset: str | None = None,
     cpu_shares: int | None = None,
     cgroups_path: str | None = None,
+    isolation: IsolationConfig | None = None,
 ) -> ContainerRequest:
     """Build the request of one container. Raises :class:`RequestError` naming the annotation
-    (or the ``config.json`` field)."""
+    (or the ``config.json`` field). ``isolation``: the node defaults of the isolation knobs."""
     env = env or {}
     name = next((annotations[k] for k in NAME_KEYS if annotations.get(k)), container_id)
     annotations = container_annotations(annotations, name)
@@ -327,6 +335,12 @@ def request_from_oci(
 
     pod_id, claimed_pod = pod_identity(container_id, annotations)
     sandbox = any(annotations.get(k) == "sandbox" for k in SANDBOX_TYPE_KEYS)
+    isolated = iso.NONE
+    if not sandbox:  # the pod's annotations reach its sandbox too: it has no CPUs to isolate
+        exclusive = amounts.cpus > 0
+        iso.check_exclusive(annotations, exclusive)
+        if exclusive:
+            isolated = iso.isolation_request(annotations, isolation)
     return ContainerRequest(
         container_id=container_id,
         pod_id=pod_id,
@@ -344,6 +358,7 @@ def request_from_oci(
         qos=qos,
         qos_signal=qos_signal,
         pod_name=pod_name(annotations),
+        isolation=isolated,
     )
 
 

@@ -117,6 +117,37 @@ ITEMS: tuple[ConfigItem, ...] = (
         "Infer device requests from device-plugin environment variables "
         "(NVIDIA_VISIBLE_DEVICES, PCIDEVICE_*).", p.boolean,
     ),
+    *(
+        ConfigItem(f"isolation.{knob}", kind, None, meaning, p.isolation_knob(knob))
+        for knob, kind, meaning in (
+            ("load_balancing", "null or disable", "Node default of cpu-load-balancing.crio.io for containers "
+             "with exclusive CPUs: disable takes their CPUs out of the scheduler's load balancing."),
+            ("quota", "null or disable", "Node default of cpu-quota.crio.io: disable lifts the CFS quota "
+             "of containers with exclusive CPUs (cpu.max max, cpu.cfs_quota_us -1)."),
+            ("irq", "null, disable or housekeeping", "Node default of irq-load-balancing.crio.io: move "
+             "device interrupts off exclusive CPUs (housekeeping: keep them on the first core only)."),
+            ("c_states", "null, enable, disable or max_latency:N", "Node default of cpu-c-states.crio.io: "
+             "the resume latency limit (power/pm_qos_resume_latency_us) of exclusive CPUs."),
+            ("governor", "null or a cpufreq governor name", "Node default of cpu-freq-governor.crio.io: the "
+             "cpufreq governor of exclusive CPUs (performance)."),
+        )
+    ),
+    ConfigItem(
+        "isolation.host", "bool", False,
+        "Keep host services (system.slice, user.slice, init.scope and the other top-level cgroups that "
+        "are not containers) off every exclusive CPU; a container may ask it alone with "
+        "numa-pin.io/host-services: disable.", p.boolean,
+    ),
+    ConfigItem(
+        "isolation.isolated_cpus", "one of " + ", ".join(p.ISOLATED_CPUS), "prefer",
+        "Exclusive CPUs and the kernel's isolated CPUs (isolcpus, nohz_full): prefer them, require "
+        "them (a container that cannot have only isolated CPUs is refused), or avoid them.",
+        p.enum_of(p.ISOLATED_CPUS),
+    ),
+    ConfigItem(
+        "isolation.shared_pool_isolated", "bool", False,
+        "Let the shared pool hold the kernel's isolated CPUs (by default it never does).", p.boolean,
+    ),
     ConfigItem("sysfs_root", "absolute path", "/sys", "Where sysfs is mounted.", p.abs_path),
     ConfigItem("proc_root", "absolute path", "/proc", "Where procfs is mounted.", p.abs_path),
     ConfigItem(

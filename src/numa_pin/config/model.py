@@ -72,6 +72,26 @@ class InferenceConfig:
 
 
 @record
+class IsolationConfig:
+    """Node defaults of the isolation knobs (:mod:`numa_pin.admission.isolation`) for containers
+    with exclusive CPUs, and how exclusive CPUs meet the kernel's isolated CPUs."""
+
+    load_balancing: str | None = _default_field("isolation.load_balancing")
+    quota: str | None = _default_field("isolation.quota")
+    irq: str | None = _default_field("isolation.irq")
+    c_states: str | None = _default_field("isolation.c_states")
+    governor: str | None = _default_field("isolation.governor")
+    host: bool = _default_field("isolation.host")
+    isolated_cpus: str = _default_field("isolation.isolated_cpus")
+    shared_pool_isolated: bool = _default_field("isolation.shared_pool_isolated")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in (
+            "load_balancing", "quota", "irq", "c_states", "governor", "host", "isolated_cpus",
+            "shared_pool_isolated")}
+
+
+@record
 class Config:
     """The whole numa-pin configuration. ``source`` is the file it came from (None: defaults).
 
@@ -87,6 +107,7 @@ class Config:
     reserved_memory: Mapping[int, Mapping[str, int]] = _default_field("reserved_memory")
     devices: Mapping[str, tuple[Selector, ...]] = _default_field("devices")
     inference: InferenceConfig = field(default_factory=InferenceConfig)
+    isolation: IsolationConfig = field(default_factory=IsolationConfig)
     sysfs_root: str = _default_field("sysfs_root")
     proc_root: str = _default_field("proc_root")
     cgroup_root: str = _default_field("cgroup_root")
@@ -117,6 +138,7 @@ class Config:
                 "hugepages": self.inference.hugepages,
                 "device_plugin_env": self.inference.device_plugin_env,
             },
+            "isolation": self.isolation.to_dict(),
             "sysfs_root": self.sysfs_root,
             "proc_root": self.proc_root,
             "cgroup_root": self.cgroup_root,
@@ -134,4 +156,5 @@ __all__ = [
     "CpuManagerOptions",
     "DeviceSelector",
     "InferenceConfig",
+    "IsolationConfig",
 ]

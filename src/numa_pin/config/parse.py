@@ -36,6 +36,16 @@ CPU_MANAGER_OPTIONS = (
     "align-by-socket",
 )
 
+#: isolation vocabulary (CRI-O's annotation values; :mod:`numa_pin.admission.isolation`)
+DISABLE, ENABLE, HOUSEKEEPING = "disable", "enable", "housekeeping"
+MAX_LATENCY = "max_latency:"
+#: the largest resume latency one may name, in microseconds (the kernel's PM QoS values are s32)
+MAX_LATENCY_US = (1 << 31) - 1
+#: a governor name as the kernel spells them (``performance``, ``schedutil``); bounded
+MAX_GOVERNOR_LEN = 15
+#: where exclusive CPUs go relative to the kernel's isolated (isolcpus, nohz_full) CPUs
+ISOLATED_CPUS = ("prefer", "require", "avoid")
+
 # Go strconv.ParseBool
 _GO_TRUE = frozenset(("1", "t", "T", "TRUE", "true", "True"))
 _GO_FALSE = frozenset(("0", "f", "F", "FALSE", "false", "False"))
@@ -211,3 +221,53 @@ def devices(value: Any, key: str) -> Mapping[str, tuple[Selector, ...]]:
         except ConfigError as exc:
             raise Invalid(exc.key or sub, str(exc).removeprefix(f"{exc.key}: ")) from None
     return MappingProxyType(out)
+
+
+def knob_value(knob: str, text: str) -> str | bool | None:
+    """One isolation knob's value (an annotation's text, or the config's), as the request holds
+    it: ``None`` is the knob's default (nothing asked); ``host`` is a bool. Raises ValueError with
+    a one-line message."""
+    value = text.strip()
+    if knob in ("load_balancing", "quota"):
+        return DISABLE if _one_of(value, (DISABLE, ENABLE)) == DISABLE else None
+    if knob == "irq":
+        choice = _one_of(value, (DISABLE, HOUSEKEEPING, ENABLE))
+        return None if choice == ENABLE else choice
+    if knob == "host":
+        return _one_of(value, (DISABLE, ENABLE)) == DISABLE
+    if knob == "c_states":
+        if value.startswith(MAX_LATENCY):
+            number = value[len(MAX_LATENCY):]
+            if not (number.isascii() and number.isdigit()) or len(number) > 10 or int(number) > MAX_LATENCY_US:
+                raise ValueError(f"{value[:40]!r}: max_latency takes microseconds, 0 to {MAX_LATENCY_US}")
+            return MAX_LATENCY + str(int(number))
+        return _one_of(value, (ENABLE, DISABLE), MAX_LATENCY + "N")
+    if knob == "governor":
+        if not value or len(value) > MAX_GOVERNOR_LEN or not all(c.isascii() and (c.isalnum() or c in "_-")
+                                                                 for c in value):
+            raise ValueError(f"{value[:40]!r} is not a cpufreq governor name")
+        return value
+    raise ValueError(f"unknown isolation knob {knob!r}")
+
+
+def _one_of(value: str, allowed: tuple[str, ...], *more: str) -> str:
+    if value not in allowed:
+        raise ValueError(f"unknown value {value[:40]!r} (expected one of {', '.join(allowed + more)})")
+    return value
+
+
+def isolation_knob(knob: str) -> Callable[[Any, str], str | None]:
+    """The config parser of one isolation knob's node default: null, or a value as the annotation takes."""
+    def parse(value: Any, key: str) -> str | None:
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise Invalid(key, f"must be null or a string; got {value!r} ({type_name(value)})")
+        try:
+            out = knob_value(knob, value)
+        except ValueError as exc:
+            raise Invalid(key, str(exc)) from None
+        assert not isinstance(out, bool)
+        return out
+
+    return parse

@@ -23,7 +23,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from numa_pin.config.keys import BY_KEY, CHILDREN, ITEMS, ConfigItem, default
-from numa_pin.config.model import Config, CpuManagerConfig, CpuManagerOptions, DeviceSelector, InferenceConfig
+from numa_pin.config.model import (
+    Config,
+    CpuManagerConfig,
+    CpuManagerOptions,
+    DeviceSelector,
+    InferenceConfig,
+    IsolationConfig,
+)
 from numa_pin.config.parse import (
     CPU_MANAGER_OPTIONS,
     POLICIES,
@@ -100,6 +107,7 @@ def _build(v: Mapping[str, Any], source: str | None) -> Config:
         **_leaves(v, ""),
         cpu_manager=CpuManagerConfig(options=opts, reserved_cpus=reserved, num_reserved_cpus=num_reserved),
         inference=InferenceConfig(**_leaves(v, "inference")),
+        isolation=IsolationConfig(**_leaves(v, "isolation")),
         source=source,
     )
 
@@ -124,6 +132,7 @@ __all__ = [
     "CpuManagerOptions",
     "DeviceSelector",
     "InferenceConfig",
+    "IsolationConfig",
     "config_from_dict",
     "reference_table",
     "sample_yaml",

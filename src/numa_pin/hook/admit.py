@@ -23,6 +23,7 @@ def request_from_spec(state: OciState, spec: OciSpec, config: Config) -> Contain
         cpu_shares=spec.cpu_shares,
         cgroups_path=spec.cgroups_path,
         inference=config.inference,
+        isolation=config.isolation,
     )
 
 

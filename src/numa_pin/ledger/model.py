@@ -125,6 +125,8 @@ class Grant:
     pending_since: float | None = None
     #: the boot the grant was made in (``/proc/sys/kernel/random/boot_id``); None: not recorded
     boot_id: str | None = None
+    #: the isolation knobs the container asked (:mod:`numa_pin.admission.isolation`: field -> value)
+    isolation: Mapping[str, Any] = field(default_factory=_empty, hash=False)
 
     def __post_init__(self) -> None:
         shape.require_str("container_id", self.container_id, nonempty=True)
@@ -158,13 +160,14 @@ class Grant:
             raise ValueError(f"gpus must be a GpuAccess or None, got {type(self.gpus).__name__}")
         if self.pending_since is not None:
             shape.set_field(self, "pending_since", shape.finite("pending_since", self.pending_since))
+        shape.set_field(self, "isolation", shape.isolation_map(self.isolation))
 
     def as_shared(self) -> Grant:
         """The same container tracked as a shared one (``numa-pin release --force``): nothing
         held for it alone any more (no exclusive CPUs, devices, memory, affinity, or records of
         what was moved or opened for it); its cgroup, pid and memory nodes stay."""
         return replace(self, kind=KIND_SHARED, cpus=frozenset(), devices={}, memory={}, affinity=None,
-                       netdevs=(), gpus=None)
+                       netdevs=(), gpus=None, isolation={})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: CPU and node sets as kernel list strings (``"0-3,8"``).
@@ -196,6 +199,8 @@ class Grant:
             out["pending_since"] = self.pending_since
         if self.boot_id is not None:
             out["boot_id"] = self.boot_id
+        if self.isolation:
+            out["isolation"] = dict(self.isolation)
         return out
 
     @classmethod
@@ -234,6 +239,7 @@ class Grant:
                 pending_since=(shape.json_field(obj, "pending_since", (int, float), where)
                                if "pending_since" in obj else None),
                 boot_id=shape.json_field(obj, "boot_id", str, where) if "boot_id" in obj else None,
+                isolation=shape.json_field(obj, "isolation", dict, where) if "isolation" in obj else {},
             )
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
@@ -245,8 +251,8 @@ _GRANT_KEYS = frozenset(
 )
 
 #: optional: ``pending_since`` only while a grant made before its container existed waits for
-#: it; ``boot_id`` where the boot was known
-_OPTIONAL_KEYS = frozenset(("pending_since", "boot_id"))
+#: it; ``boot_id`` where the boot was known; ``isolation`` where the container asked any
+_OPTIONAL_KEYS = frozenset(("pending_since", "boot_id", "isolation"))
 
 
 @record

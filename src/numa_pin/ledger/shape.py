@@ -127,6 +127,22 @@ def plain(value: Any) -> Any:
     return value
 
 
+#: the isolation knobs a grant may record (:mod:`numa_pin.admission.isolation` checks the values)
+ISOLATION_KNOBS = frozenset(("load_balancing", "quota", "irq", "c_states", "governor", "host"))
+
+
+def isolation_map(knobs: object) -> Mapping[str, Any]:
+    """A grant's isolation knobs: knob name -> a short string (``host``: a bool)."""
+    if not isinstance(knobs, Mapping):
+        raise ValueError(f"isolation must be a mapping, got {type(knobs).__name__}")
+    for key, value in knobs.items():
+        if key not in ISOLATION_KNOBS:
+            raise ValueError(f"isolation: unknown knob {key!r}")
+        if not (isinstance(value, bool) if key == "host" else isinstance(value, str) and 0 < len(value) <= 64):
+            raise ValueError(f"isolation.{key} has a bad value {value!r}")
+    return MappingProxyType(dict(knobs))
+
+
 def strings(name: str, values: object) -> tuple[str, ...]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise ValueError(f"{name} must be a list of strings, got {type(values).__name__}")

@@ -210,6 +210,7 @@ def grant_from(request: ContainerRequest, decision: Decision, *, pid: int | None
         created=created,
         netdevs=(),
         boot_id=boot_id,
+        isolation=request.isolation.to_dict(),
     )
 
 
