@@ -34,12 +34,10 @@ MODES = (DISABLE, HOUSEKEEPING)
 
 
 def irq_mode(grant: Grant) -> str | None:
-    """What ``grant`` asked of its IRQs (``disable``, ``housekeeping``), None: nothing.
-
-    TODO(isoa merge): replace with ``numa_pin.admission.isolation.of_grant(grant).irq``; the
-    grant keeps the request in ``Grant.isolation`` (field -> value)."""
-    asked = getattr(grant, "isolation", None) or {}
-    mode = asked.get("irq")
+    """What ``grant`` asked of its IRQs (``disable``, ``housekeeping``), None: nothing. Read
+    straight from ``Grant.isolation`` (:mod:`numa_pin.admission.isolation` checked it when the
+    grant was made): it runs for every grant of the ledger on each recomputation."""
+    mode = grant.isolation.get("irq")
     return mode if mode in MODES and grant.cpus else None
 
 

@@ -57,12 +57,9 @@ ANNOTATIONS = ("cpu-load-balancing.crio.io", "numa-pin.io/cpu-load-balancing")
 
 
 def asks(grant: Grant) -> bool:
-    """Whether ``grant`` asked for no load balancing on its CPUs.
-
-    TODO(isoa merge): replace with ``numa_pin.admission.isolation.of_grant(grant).load_balancing``;
-    the grant keeps the request in ``Grant.isolation`` (field -> value)."""
-    asked = getattr(grant, "isolation", None) or {}
-    return asked.get("load_balancing") == DISABLE and bool(grant.cpus)
+    """Whether ``grant`` asked for no load balancing on its CPUs (``Grant.isolation``, which
+    :mod:`numa_pin.admission.isolation` checked when the grant was made)."""
+    return grant.isolation.get("load_balancing") == DISABLE and bool(grant.cpus)
 
 
 def _read(path: str) -> str:
