@@ -156,9 +156,13 @@ def _plan_v1(ref: cg.CgroupRef, ancestors: list[str]) -> dict[str, Any]:
 
 
 def _undo_v1(entry: dict[str, Any], others: list[dict[str, Any]], undo: UndoLog) -> None:
-    for d in sorted(entry.get("changed", ()), key=len, reverse=True):  # bottom up
-        below = any(o["dir"] == d or o["dir"].startswith(d.rstrip("/") + "/") for o in others)
-        if not below and os.path.exists(os.path.join(d, LOAD_BALANCE)):
+    """Turn back on the flags ``entry`` turned off, bottom up; one that another grant still sits
+    below passes to that grant's record, which turns it back on when it goes."""
+    for d in sorted(entry.get("changed", ()), key=len, reverse=True):
+        below = next((o for o in others if o["dir"] == d or o["dir"].startswith(d.rstrip("/") + "/")), None)
+        if below is not None:
+            below["changed"] = sorted({*below.get("changed", ()), d})
+        elif os.path.exists(os.path.join(d, LOAD_BALANCE)):
             _write(os.path.join(d, LOAD_BALANCE), "1", undo, "sched_load_balance of")
 
 
@@ -176,7 +180,8 @@ def settle(node: Node, state: LedgerState, undo: UndoLog, ensure: tuple[Grant, .
     for cid in stale:
         entry = records.pop(cid)
         if entry.get("version") == 1:
-            _undo_v1(entry, list(records.values()), undo)
+            records = {k: dict(v) for k, v in records.items()}  # a flag may pass to another record
+            _undo_v1(entry, [v for k, v in sorted(records.items()) if k not in stale], undo)
         else:
             _undo_v2(entry, undo)
         done.append(cid)
