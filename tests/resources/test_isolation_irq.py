@@ -16,6 +16,7 @@ import pytest
 from isolation_fakes import FakeIrqbalance, affinities, make_irqs
 
 from numa_pin.admission.request import request_from_oci
+from numa_pin.cli.main import main as cli_main
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.enforcer.undo import UndoLog
@@ -119,7 +120,7 @@ def test_a_shared_container_that_asks_is_refused_with_one_line(node):
     assert "\n" not in str(err.value)
 
 
-def test_irqs_the_kernel_will_not_move_are_listed_not_failures(node, monkeypatch):
+def test_irqs_the_kernel_will_not_move_are_listed_not_failures(node, monkeypatch, capsys):
     write = irq_node._write
 
     def kernel(path, text):
@@ -135,6 +136,10 @@ def test_irqs_the_kernel_will_not_move_are_listed_not_failures(node, monkeypatch
     assert now["0"] == expected(node, grant.cpus)["0"]
     assert sorted(irq_node.unmovable(svc)) == ["4", "9"]
     assert svc.describe(svc.ledger.read())["irq"]["unmovable"] == ["4", "9"]
+    assert cli_main(["explain", "c", "--json", "--config", str(node.write_config())]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["irq"] == "disable"
+    assert shown["irq_unmovable"] == {"4": "refused", "9": "refused"}, "explain lists them, with the kernel's word"
 
 
 class Jam(NodeResource):

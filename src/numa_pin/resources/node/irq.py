@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
+    from numa_pin.config.schema import Config
     from numa_pin.enforcer.undo import UndoLog
     from numa_pin.ledger.model import Grant, LedgerState
 
@@ -220,10 +221,26 @@ class IrqNode(IrqResource, NodeResource):
 
 def unmovable(node: Node) -> dict[str, str]:
     """The IRQs the kernel refused to move at the last write, with its reason."""
+    return _unmovable(node.config.state_dir, node.boot_id)
+
+
+def _unmovable(state_dir: str, boot_id: str | None) -> dict[str, str]:
     from numa_pin.resources.node import journal
 
-    doc = journal.read(node.config.state_dir, node.boot_id)
+    doc = journal.read(state_dir, boot_id)
     return dict((doc.get("irq") or {}).get("unmovable") or {})
 
 
-__all__ = ["AFFINITY", "DEFAULT", "IrqNode", "apply", "list_irqs", "read_affinities", "unmovable"]
+def explain(config: Config, grant: Grant) -> dict[str, Any]:
+    """What ``numa-pin explain`` says of a grant's IRQs: what it asked, the CPUs kept free of
+    IRQs, and the IRQs the kernel would not move off them (with its reason)."""
+    mode = irq_mode(grant)
+    if mode is None:
+        return {}
+    from numa_pin.ledger.liveness import read_boot_id
+
+    stuck = _unmovable(config.state_dir, read_boot_id(config.proc_root))
+    return {"irq": mode, "irq_unmovable": {k: stuck[k] for k in sorted(stuck, key=irq_key)}}
+
+
+__all__ = ["AFFINITY", "DEFAULT", "IrqNode", "apply", "explain", "list_irqs", "read_affinities", "unmovable"]
