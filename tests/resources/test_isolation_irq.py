@@ -19,6 +19,7 @@ from numa_pin.admission.request import request_from_oci
 from numa_pin.cli.main import main as cli_main
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import format_list, parse_list
+from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError, RequestError
 from numa_pin.resources.node import irq as irq_node
@@ -240,14 +241,17 @@ def test_irqbalance_whose_environment_bans_the_cpus_needs_nothing(node, irqbalan
     assert balancer.commands == []
 
 
-def test_irqbalance_that_cannot_be_told_rejects_before_any_write(node, irqbalance_factory):
+def test_irqbalance_that_cannot_be_told_rejects_before_any_write(node, irqbalance_factory, monkeypatch):
     irqbalance_factory(env={"IRQBALANCE_BANNED_CPULIST": "31"}, socket_=False)
     before = affinities(node.proc_root)
     svc = service(node)
     pid = node.add_container("c", 41001)
     cpuset = node.cpuset("c")
+    writes = []
+    monkeypatch.setattr(cg, "write_cgroup_file", lambda path, text: writes.append(path))
     with pytest.raises(EnforcementError, match="irqbalance \\(pid 777\\) runs") as err:
         svc.admit(ask("c"), pid)
+    assert writes == [], "refused before the CPU resource wrote the cpuset"
     assert "\n" not in str(err.value)
     assert affinities(node.proc_root) == before
     assert node.cpuset("c") == cpuset, "the CPU resource's write was rolled back too"

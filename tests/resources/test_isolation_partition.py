@@ -219,11 +219,14 @@ def test_v1_load_balancing_off_where_it_takes_effect_and_back_on_release(v1):
     assert flag(v1, "") == "0", "the root's is the administrator's"
 
 
-def test_v1_root_that_balances_everything_rejects_with_one_line(v1):
+def test_v1_root_that_balances_everything_rejects_with_one_line_before_any_write(v1, monkeypatch):
     (v1.cgroup_root / "cpuset" / "cpuset.sched_load_balance").write_text("1\n")
+    writes = []
+    monkeypatch.setattr(cg, "write_cgroup_file", lambda path, text: writes.append(path))
     with pytest.raises(EnforcementError, match="does not turn it off for the whole node") as err:
         admit(v1, "a", 41001)
     assert "\n" not in str(err.value)
+    assert writes == [], "refused before the CPU resource wrote the cpuset (nothing to roll back)"
     assert flag(v1, "ctr") == "1" and flag(v1, "ctr/a") == "1"
     assert service(v1).ledger.read().grants == {}
 

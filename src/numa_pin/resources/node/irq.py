@@ -190,6 +190,20 @@ def _tell_irqbalance(node: Node, banned: frozenset[int], record: dict[str, Any])
     return {"irqbalance": {"pid": found.pid, "own": format_list(own), "sent": format_list(want)}}
 
 
+def preflight(node: Node, admission: Admission) -> None:
+    """Refuse, before any resource writes, a grant that asks while a running irqbalance can be
+    neither left alone (its environment bans the CPUs) nor told (its socket)."""
+    if irq_mode(admission.grant) is None:
+        return
+    from numa_pin.resources.node import irqbalance
+
+    found = irqbalance.find(node.config.proc_root)
+    banned = banned_cpus(admission.state.grants.values(), node.topology)
+    if found is not None and found.socket is None and not (found.env_banned is not None
+                                                            and banned <= found.env_banned):
+        raise EnforcementError(irqbalance.unreachable_message(found, banned))
+
+
 def _asks(grants: tuple[Grant, ...] | list[Grant]) -> bool:
     return any(irq_mode(g) for g in grants)
 
@@ -243,4 +257,6 @@ def explain(config: Config, grant: Grant) -> dict[str, Any]:
     return {"irq": mode, "irq_unmovable": {k: stuck[k] for k in sorted(stuck, key=irq_key)}}
 
 
-__all__ = ["AFFINITY", "DEFAULT", "IrqNode", "apply", "explain", "list_irqs", "read_affinities", "unmovable"]
+__all__ = [
+    "AFFINITY", "DEFAULT", "IrqNode", "apply", "explain", "list_irqs", "preflight", "read_affinities", "unmovable",
+]

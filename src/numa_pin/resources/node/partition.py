@@ -166,6 +166,18 @@ def _undo_v1(entry: dict[str, Any], others: list[dict[str, Any]], undo: UndoLog)
             _write(os.path.join(d, LOAD_BALANCE), "1", undo, "sched_load_balance of")
 
 
+def preflight(node: Node, admission: Admission) -> None:
+    """Refuse, before any resource writes, a grant that asks on a kernel or a cgroup v1 root
+    that cannot give it (see :func:`_check_v2` and :func:`_check_v1`)."""
+    grant, ref = admission.grant, admission.ref
+    if ref is None or not asks(grant):
+        return
+    if ref.version == 2:
+        _check_v2(grant, ref, _ancestors(ref))
+    else:
+        _check_v1(grant, ref)
+
+
 # ---- the resource --------------------------------------------------------------------
 def settle(node: Node, state: LedgerState, undo: UndoLog, ensure: tuple[Grant, ...]) -> list[str]:
     """Undo the records of grants ``state`` no longer holds (or that no longer ask), then make
@@ -252,4 +264,4 @@ class PartitionNode(PartitionResource, NodeResource):
         return {"load_balancing_off": held} if held else {}
 
 
-__all__ = ["ANNOTATIONS", "PartitionNode", "PartitionResource", "asks", "settle"]
+__all__ = ["ANNOTATIONS", "PartitionNode", "PartitionResource", "asks", "preflight", "settle"]

@@ -1,6 +1,7 @@
 """The registered resources of a node, and the decision settings that carry them.
 
-The default resources, in the order they enforce (release runs the other way): CPUs and the
+The default resources, in the order they enforce (release runs the other way): the isolation
+knobs' checks (a container they cannot isolate is rejected before anything is written), CPUs and the
 shared pool, memory and hugepages, PCI devices (the decision for every device resource),
 SR-IOV VFs and GPUs (what granting those devices means on the machine), then the isolation
 knobs: no load balancing (isolated partitions) and IRQs off exclusive CPUs. A resource added with
@@ -18,6 +19,7 @@ from numa_pin.resources.node.cpu import CpuNode
 from numa_pin.resources.node.gpu import GpuNode
 from numa_pin.resources.node.irq import IrqNode
 from numa_pin.resources.node.partition import PartitionNode
+from numa_pin.resources.node.preflight import IsolationPreflight
 from numa_pin.resources.node.vf import VfNode
 
 
@@ -29,8 +31,8 @@ class PciNode(PciDevices, NodeResource):
     """PCI devices: decided here; what granting one means is its kind's (VFs, GPUs)."""
 
 
-_DEFAULT: tuple[NodeResource, ...] = (CpuNode(), MemoryNode(), PciNode(), VfNode(), GpuNode(), PartitionNode(),
-                                      IrqNode())
+_DEFAULT: tuple[NodeResource, ...] = (IsolationPreflight(), CpuNode(), MemoryNode(), PciNode(), VfNode(), GpuNode(),
+                                      PartitionNode(), IrqNode())
 _EXTRA: list[NodeResource] = []
 
 
