@@ -115,7 +115,7 @@ def test_v2_container_becomes_an_isolated_partition_and_is_undone(v2):
     assert now[f"{POD}/c/cpuset.cpus.exclusive"] == "2-3"
     assert now["kubepods.slice/cpuset.cpus.exclusive"] == "2-3"
     assert now[f"{POD}/cpuset.cpus.exclusive"] == "2-3"
-    assert PartitionNode().describe(grant) == ["cpu-load-balancing=disable"]
+    assert PartitionNode().describe(grant) == ["load-balancing=disable"]
     undo.rollback()
     assert v2.files() == before
 

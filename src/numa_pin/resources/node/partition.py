@@ -238,7 +238,7 @@ class PartitionResource(Resource):
     name = "cpu-load-balancing"
 
     def describe(self, grant: Grant) -> list[str]:
-        return ["cpu-load-balancing=disable"] if asks(grant) else []
+        return ["load-balancing=disable"] if asks(grant) else []  # the word of IsolationRequest.words()
 
 
 class PartitionNode(PartitionResource, NodeResource):
