@@ -24,7 +24,9 @@ from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError, RequestError
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.resources.node import journal
+from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.partition import PartitionNode, settle
+from numa_pin.resources.node.registry import register, unregister
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 
@@ -242,3 +244,27 @@ def test_a_shared_container_that_asks_is_refused_with_one_line(v1):
     assert os.path.exists(v1.cgroup_dir("a"))
     assert flag(v1, "ctr/a") == "1"
 
+
+
+class Jam(NodeResource):
+    """Fails after the load-balancing knob, noting the container's flag when it ran."""
+
+    name = "example.com/jam"
+    seen: str | None = None
+
+    def enforce(self, node, admission, decided):
+        self.seen = (Path(admission.ref.cpuset_dir) / "cpuset.sched_load_balance").read_text()
+        raise EnforcementError("the jam refuses")
+
+
+def test_v1_a_later_failure_turns_the_flags_back_on(v1):
+    jam = Jam()
+    register(jam)
+    try:
+        with pytest.raises(EnforcementError, match="the jam refuses"):
+            admit(v1, "a", 41001)
+    finally:
+        unregister(jam)
+    assert jam.seen is not None and jam.seen.strip() == "0", "it was off when the later step failed"
+    assert flag(v1, "ctr/a") == "1" and flag(v1, "ctr") == "1"
+    assert not (v1.state_dir / journal.FILE).exists()
