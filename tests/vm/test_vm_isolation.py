@@ -43,7 +43,8 @@ config = work / "config.yaml"
 config.write_text(f"policy: single-numa-node\nstate_dir: {work / 'state'}\nsyslog: false\n")
 env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", f"NUMA_PIN_CACHE_DIR={work / 'cache'}",
        "PYTHONDONTWRITEBYTECODE=1"]
-hooks = {stage: [harness.hook_entry(hook, ["numa-pin-hook", "--config", str(config), stage], env=env, timeout=60)]
+# TCG on a busy host: a hook start can take tens of seconds here
+hooks = {stage: [harness.hook_entry(hook, ["numa-pin-hook", "--config", str(config), stage], env=env, timeout=240)]
          for stage in ("createRuntime", "poststop")}
 rootfs = harness.make_rootfs(work / "rootfs")
 rt = harness.runtime("runc", work / "runc")
@@ -125,12 +126,18 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict:
         (shared / "iso_driver.py").write_text(textwrap.dedent(GUEST_DRIVER))
         return shared
 
-    result: GuestResult = run_in_guest_with_retry(make_shared, f"export NP_HOOK={hook}\n" + GUEST_SCRIPT, timeout=600)
+    result: GuestResult = run_in_guest_with_retry(make_shared, f"export NP_HOOK={hook}\n" + GUEST_SCRIPT, timeout=900)
     assert "iso_report.json" in result.files, (
         f"rc={result.rc}\n{result.files.get('driver.out', b'').decode()}\nconsole:{result.console[-2000:]}"
     )
     print(f"guest boot + isolation checks + poweroff: {result.elapsed_s:.1f}s")
-    return json.loads(result.text("iso_report.json"))
+    out = json.loads(result.text("iso_report.json"))
+    if "held" in out:
+        held = out["held"]["irqs"]
+        stuck = json.loads(out["explain"]["stdout"] or "{}").get("irq_unmovable", {})
+        print(f"kernel {out['kernel']}: {len(out['virtio'])} virtio IRQs, "
+              f"{sum(held[i] != out['before'][i] for i in out['virtio'])} moved, unmovable {sorted(stuck)}")
+    return out
 
 
 def _off(text: str) -> bool:
@@ -138,8 +145,8 @@ def _off(text: str) -> bool:
 
 
 def test_the_container_is_an_isolated_partition_while_it_runs(report):
-    held = report["held"]
     assert "error" not in report, report.get("error")
+    held = report["held"]
     assert held["cpus"] == ISOLATED
     assert held["partition"] == "isolated", "the kernel's own word, read back"
 
@@ -179,6 +186,7 @@ def test_a_nested_cgroup_without_cpus_exclusive_is_rejected_with_one_line(report
         pytest.skip(f"kernel {report['kernel']} has cpuset.cpus.exclusive")
     nested = report["nested"]
     assert nested["rc"] != 0
-    lines = [line for line in nested["stderr"].splitlines() if line.startswith("numa-pin:")]
-    assert len(lines) == 1 and "Linux 6.7" in lines[0], nested["stderr"]
+    said = nested["stderr"][nested["stderr"].find("numa-pin:"):]  # runc quotes the hook's one line
+    assert said.startswith("numa-pin: error nested: EnforcementError") and "Linux 6.7" in said, nested["stderr"]
+    assert "rollback" not in said, "refused before the first write: nothing to roll back"
     assert all(p in ("member", "") for p in nested["partition"]), "nothing was half-applied"
