@@ -9,7 +9,7 @@ of the grants the ledger holds. So:
   go) recompute and write every IRQ whose affinity differs; each write goes into the undo log
   after it succeeds;
 * the baselines are taken, before the first write, when no grant asked yet, and kept in the
-  node's isolation journal (:mod:`numa_pin.resources.node.journal`); when no live grant asks any
+  node's IRQ and partition journal (:mod:`numa_pin.resources.node.journal`); when no live grant asks any
   more every IRQ gets its baseline back and the journal forgets them;
 * ``reconcile`` does the same against the ledger: it re-asserts an affinity an outside writer
   changed, and after a crash (the journal holds baselines, the ledger no grant that asks) it

@@ -1,9 +1,10 @@
-"""The node's isolation journal: what the IRQ and load-balancing knobs must put back.
+"""The IRQ and partition journal: what the IRQ and load-balancing knobs must put back.
 
 Some of what those knobs change belongs to the whole node, not to one grant: an IRQ's
 affinity before any grant asked to keep IRQs off its CPUs (the *baseline*), irqbalance's banned
 list, the ``cpuset.cpus.exclusive`` numa-pin added to a shared ancestor cgroup. Those records
-live in one small JSON file, ``<state_dir>/isolation.json``, written only under the ledger's
+live in one small JSON file, ``<state_dir>/irq-partitions.json`` (beside, and apart from, the
+saved originals of the other knobs' settings), written only under the ledger's
 lock (every caller runs inside a ledger transaction) and *before* the machine is changed, so
 a crash at any instant leaves a record of what to put back: ``numa-pin reconcile`` compares it
 with the ledger's live grants and undoes what no grant holds any more.
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
     from numa_pin.enforcer.undo import UndoLog
 
-FILE = "isolation.json"
+FILE = "irq-partitions.json"
 #: a journal larger than this is refused (a node's IRQs and partitions fit in far less)
 MAX_BYTES = 4 << 20
 
@@ -44,7 +45,7 @@ def _read_text(state_dir: str) -> bytes | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:  # ValueError: not a regular file, or too large
-        raise EnforcementError(f"cannot read the isolation journal: {getattr(exc, 'strerror', None) or exc}",
+        raise EnforcementError(f"cannot read the IRQ and partition journal: {getattr(exc, 'strerror', None) or exc}",
                                path=path(state_dir)) from exc
 
 
@@ -57,10 +58,10 @@ def read(state_dir: str, boot_id: str | None) -> dict[str, Any]:
     try:
         doc = json_loads_bounded(raw)
     except ValueError as exc:
-        raise EnforcementError(f"the isolation journal is not JSON ({exc}); remove it once nothing "
+        raise EnforcementError(f"the IRQ and partition journal is not JSON ({exc}); remove it once nothing "
                                "is isolated", path=path(state_dir)) from exc
     if not isinstance(doc, dict):
-        raise EnforcementError("the isolation journal is not a JSON object", path=path(state_dir))
+        raise EnforcementError("the IRQ and partition journal is not a JSON object", path=path(state_dir))
     if boot_id is not None and doc.get("boot_id") not in (None, boot_id):
         return {}
     return doc
@@ -72,7 +73,7 @@ def write(state_dir: str, boot_id: str | None, doc: dict[str, Any], undo: UndoLo
     before = _read_text(state_dir)
     body = {k: v for k, v in doc.items() if v and k != "boot_id"}
     target = path(state_dir)
-    undo.record(f"isolation journal {target}", lambda: _put(state_dir, before))
+    undo.record(f"IRQ and partition journal {target}", lambda: _put(state_dir, before))
     try:
         if not body:
             if before is not None:
@@ -81,7 +82,8 @@ def write(state_dir: str, boot_id: str | None, doc: dict[str, Any], undo: UndoLo
         payload = json.dumps({"boot_id": boot_id, **body}, sort_keys=True, indent=1).encode() + b"\n"
         _put(state_dir, payload)
     except OSError as exc:
-        raise EnforcementError(f"cannot write the isolation journal: {exc.strerror or exc}", path=target) from exc
+        raise EnforcementError(f"cannot write the IRQ and partition journal: {exc.strerror or exc}",
+                               path=target) from exc
 
 
 def _put(state_dir: str, payload: bytes | None) -> None:

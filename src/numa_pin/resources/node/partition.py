@@ -21,7 +21,7 @@ host processes on a v1 node) would lose balancing with it. When the root's is 1 
 is rejected with one line saying so; an administrator who shields CPUs (``cset shield``, a
 balanced cpuset for the rest) sets the root's to 0.
 
-Ancestors are shared by many containers: each grant's record (in the node's isolation journal,
+Ancestors are shared by many containers: each grant's record (in the node's IRQ and partition journal,
 written before the first write) says which CPUs it added to which ancestor (v2), or which
 flags it turned off (v1); what a grant added is taken back when it goes, and a v1 flag is
 turned back on only when no remaining grant sits below it. ``reconcile`` re-asserts the
