@@ -4,7 +4,9 @@
 is the most recent rejection. Text: the grant as JSON, or the rejection line. ``--json``: one
 object, ``{"container_id", "state": "granted" | "rejected" | "unknown", "grant", "rejection"}``
 where ``grant`` is what ``status --json`` lists and ``rejection`` the reason file
-(``line``, ``kind``, ``time``); exit 1 when the state is ``unknown``. A Kubernetes container's
+(``line``, ``kind``, ``time``); exit 1 when the state is ``unknown``. A grant that keeps IRQs off
+its CPUs also says how (``"irq"``) and which IRQs the kernel would not move, with its reason
+(``"irq_unmovable"``: per-CPU and kernel-managed interrupts). A Kubernetes container's
 grant also says its pod's QoS class and the signal it was read from, ``"qos": {"class",
 "signal"}``, when its cgroup sits under kubelet's QoS hierarchy (what the admission read from
 ``linux.cgroupsPath``).
@@ -66,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
 
             service = NodeService(config)
             out["isolated"] = preview(service, service.ledger.read(), grant, applied=True)
+        from numa_pin.resources.node.irq import explain as explain_irqs
+
+        out.update(explain_irqs(config, grant))  # the IRQs kept off its CPUs, and those the kernel kept
     elif cid is not None:
         out.update(state="rejected", rejection=reasons[cid])
     if args.json:
@@ -78,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     if grant is not None:
         shown: dict[str, Any] = {"granted": out["grant"]}
-        shown.update((k, out[k]) for k in ("qos", "isolated") if k in out)
+        shown.update((k, out[k]) for k in ("qos", "isolated", "irq", "irq_unmovable") if k in out)
         write_out(json.dumps(shown, indent=2) + "\n")
         return 0
     write_out(one_line(out["rejection"].get("line", "")) + "\n")

@@ -1,9 +1,11 @@
 """The registered resources of a node, and the decision settings that carry them.
 
-The default resources, in the order they enforce (release runs the other way): CPUs and the
+The default resources, in the order they enforce (release runs the other way): the isolation
+knobs' checks (a container they cannot isolate is rejected before anything is written), CPUs and the
 shared pool, memory and hugepages, PCI devices (the decision for every device resource),
 SR-IOV VFs and GPUs (what granting those devices means on the machine), then the isolation
-knobs of exclusive CPUs (quota, C-states, cpufreq governor, host services; ``docs/isolation.md``). A resource added with
+knobs of exclusive CPUs (quota, C-states, cpufreq governor, host services, no load balancing
+through isolated partitions, IRQs off exclusive CPUs; ``docs/isolation.md``). A resource added with
 :func:`register` joins every node service made afterwards (see ``docs/adding-a-resource.md``).
 """
 
@@ -18,6 +20,9 @@ from numa_pin.resources.node.cpu import CpuNode
 from numa_pin.resources.node.gpu import GpuNode
 from numa_pin.resources.node.host import HostNode
 from numa_pin.resources.node.isolation import CStatesNode, GovernorNode, IsolationStatus, QuotaNode, SettingsPreflight
+from numa_pin.resources.node.irq import IrqNode
+from numa_pin.resources.node.partition import PartitionNode
+from numa_pin.resources.node.preflight import IsolationPreflight
 from numa_pin.resources.node.vf import VfNode
 
 
@@ -30,10 +35,11 @@ class PciNode(PciDevices, NodeResource):
 
 
 _DEFAULT: tuple[NodeResource, ...] = (
-    SettingsPreflight(),  # a container the node cannot isolate is refused before the first write
+    # a container the node cannot isolate is refused before the first write
+    SettingsPreflight(), IsolationPreflight(),
     CpuNode(), MemoryNode(), PciNode(), VfNode(), GpuNode(),
-    # isolation of exclusive CPUs (issue 24): each knob on its own, after the CPUs are placed
-    QuotaNode(), CStatesNode(), GovernorNode(), HostNode(), IsolationStatus(),
+    # isolation of exclusive CPUs: each knob on its own, after the CPUs are placed
+    QuotaNode(), CStatesNode(), GovernorNode(), HostNode(), PartitionNode(), IrqNode(), IsolationStatus(),
 )
 _EXTRA: list[NodeResource] = []
 
