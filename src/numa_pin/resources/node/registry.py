@@ -19,8 +19,8 @@ from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.cpu import CpuNode
 from numa_pin.resources.node.gpu import GpuNode
 from numa_pin.resources.node.host import HostNode
-from numa_pin.resources.node.isolation import CStatesNode, GovernorNode, IsolationStatus, QuotaNode, SettingsPreflight
 from numa_pin.resources.node.irq import IrqNode
+from numa_pin.resources.node.isolation import CStatesNode, GovernorNode, IsolationStatus, QuotaNode, SettingsPreflight
 from numa_pin.resources.node.partition import PartitionNode
 from numa_pin.resources.node.preflight import IsolationPreflight
 from numa_pin.resources.node.vf import VfNode
