@@ -31,7 +31,7 @@ from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import AdmissionTimeout, EnforcementError, LedgerCorrupt, NumaPinError, RequestError
-from numa_pin.ledger.liveness import boot_clock, collect_garbage, of_earlier_boot, process_start_time
+from numa_pin.ledger.liveness import boot_clock, collect_garbage, lazy, of_earlier_boot, process_start_time
 from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, Grant, LedgerState, PodRecord
 from numa_pin.ledger.store import Ledger
 from numa_pin.record import record, replace
@@ -127,7 +127,8 @@ class NodeService(Node):
             check_container_cgroup(ref, owner, pid, os.path.join(cfg.proc_root, str(pid), "cgroup"))
         for _attempt in range(MAX_ATTEMPTS):
             with deadline.interruptible():
-                snapshot, _ = collect_garbage(self.ledger.read(), self._alive)
+                read = self.ledger.read()
+                snapshot, _ = collect_garbage(read, self._needed_alive(read))
                 decision: Decision | None = None
                 if request.container_id not in snapshot.grants:
                     decision = decide(self.topology, snapshot, request, self.settings)
@@ -201,6 +202,12 @@ class NodeService(Node):
             return seen is grant or seen == grant or self._alive(grant)
 
         return alive
+
+    def _needed_alive(self, state: LedgerState) -> Callable[[Grant], bool]:
+        """:meth:`_alive` for what an admission or release needs (:func:`~numa_pin.ledger.liveness.lazy`):
+        every grant that holds something, a few of those that hold nothing (the boot check for the
+        rest); ``reconcile`` and ``plan`` check them all."""
+        return lazy(state, self._alive, lambda g: not of_earlier_boot(g, self.boot_id))
 
     def _revalidate(self, decision: Decision | None, request: ContainerRequest, snapshot: LedgerState,
                     state: LedgerState) -> Decision | None:
@@ -286,7 +293,7 @@ class NodeService(Node):
         with self.ledger.transaction() as txn:
             grant = txn.state.grants.get(container_id)
             state = txn.state.without(container_id) if grant is not None else txn.state
-            state, dropped = collect_garbage(state, self._alive)
+            state, dropped = collect_garbage(state, self._needed_alive(state))
             self._log_dropped(dropped)
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)
