@@ -16,8 +16,11 @@ import pytest
 from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
+from numa_pin.enforcer import cgroups
+from numa_pin.errors import CgroupEscapeError
 from numa_pin.ledger import liveness
 from numa_pin.ledger.liveness import SHARED_CHECKS
+from numa_pin.record import replace
 from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
@@ -92,3 +95,38 @@ def test_dead_shared_grants_cost_nothing_and_reconcile_drops_them_all(busy) -> N
     assert {cpus_of(node.cgroup_dir(c)) for c in live} == {parse_list(node.cpus) - x}
     svc.reconcile()
     assert set(svc.ledger.read().grants) == {*live, "x"}
+
+
+def test_after_the_spare_warmed_up_only_new_shared_cgroups_are_checked(busy, monkeypatch: pytest.MonkeyPatch) -> None:
+    node, svc = busy
+    monkeypatch.setattr(cpu_node, "_REFS", None)  # restored after the test: other tests check every path
+    checked: list[str] = []
+    real = cgroups.refs_from_paths
+
+    def counting(paths, *args, **kwargs):
+        checked.extend(paths)
+        return real(paths, *args, **kwargs)
+
+    monkeypatch.setattr(cgroups, "refs_from_paths", counting)
+    exclusive(svc, node, "x", 60_000)
+    assert len(checked) == SHARED  # not warmed up (a hook, the CLI): every path, every time
+    cpu_node.warm(svc, svc.ledger.read())
+    svc.admit(request_from_oci("late", {}), node.add_container("late", 60_001))
+    checked.clear()
+    exclusive(svc, node, "y", 60_002)
+    assert checked == ["/ctr/late"]
+    # a path that now leaves the cgroup root is refused as before (it was not checked yet)
+    outside = node.root / "outside"
+    outside.mkdir()
+    evil = node.cgroup_dir("late2")
+    evil.parent.mkdir(parents=True, exist_ok=True)
+    evil.symlink_to(outside)
+    (node.proc_root / "60003").mkdir(parents=True)
+    (node.proc_root / "60003" / "cgroup").write_text("4:cpuset:/ctr/late2\n")
+    svc.ledger.read()
+    with svc.ledger.transaction() as txn:
+        txn.put(replace(txn.state.grants["late"], container_id="late2", container_name="late2", cgroup="/ctr/late2",
+                        pid=60_003))
+    with pytest.raises(CgroupEscapeError):
+        exclusive(svc, node, "z", 60_004)
+    assert set(shared_cpusets(node).values()) == {parse_list(node.cpus) - svc.ledger.read().exclusive_cpus()}
