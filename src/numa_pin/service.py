@@ -49,6 +49,28 @@ if TYPE_CHECKING:
 #: decision holds, or changed its pod); each such conflict is another admission committed
 MAX_ATTEMPTS = 8
 
+#: releases' work that may wait until the hook has its answer (:func:`defer_settling`); None:
+#: a release does all of it before it returns
+_SETTLE: list[Callable[[], None]] | None = None
+
+
+def defer_settling() -> None:
+    """From now on, a release in this process leaves what can wait (the shared containers growing
+    back onto the CPUs it freed) to :func:`settle_deferred`. The agent's child calls it before it
+    runs a request, and :func:`settle_deferred` once it has replied: a poststop hook does not wait
+    for thousands of cpuset writes that nobody is waiting for."""
+    global _SETTLE
+    _SETTLE = []
+
+
+def settle_deferred() -> None:
+    """Run what releases left (each under the ledger lock, on the ledger as it is then, so a
+    CPU granted meanwhile is never handed to a shared container); problems go to syslog."""
+    global _SETTLE
+    pending, _SETTLE = _SETTLE or [], None
+    for settle in pending:
+        settle()
+
 
 @record
 class Admitted:
@@ -298,7 +320,8 @@ class NodeService(Node):
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)
             gone = ((grant,) if grant is not None else ()) + dropped
-            going = Release(txn.state, state, grant, gone, UndoLog())
+            later = _SETTLE is not None and bool(gone)
+            going = Release(txn.state, state, grant, gone, UndoLog(), later)
             try:
                 for resource in reversed(self.resources):
                     self._log_problems(resource.release(self, going))
@@ -310,9 +333,26 @@ class NodeService(Node):
             txn.on_commit_failure(self._undoer(going.undo, container_id))
             txn.after_commit(lambda: self._give_back(going))
             txn.state = state
+        if later and _SETTLE is not None:
+            _SETTLE.append(self.settle)
         if grant is not None and self.config.syslog:
             report.log_decision(grant, "released")
         return grant
+
+    def settle(self) -> None:
+        """What releases left for later (:func:`defer_settling`), done now for the ledger as it is:
+        every resource's :meth:`~numa_pin.resources.node.base.NodeResource.settle`, under the lock.
+        Never raises: a failure is logged, and what it left undone only waits for the next
+        release, exclusive admission or ``reconcile`` (a shared container on fewer CPUs than the
+        pool has never runs where it must not)."""
+        try:
+            with self.ledger.transaction() as txn:
+                undo = UndoLog()
+                for resource in self.resources:
+                    self._log_problems(resource.settle(self, txn.state, undo))
+                undo.commit()
+        except NumaPinError as exc:
+            report.log_syslog(f"numa-pin: growing the shared containers back failed: {exc}")
 
     def release_to_shared(self, container_id: str) -> Grant | None:
         """Take back what a live container holds for itself alone and keep tracking it as a shared
@@ -363,4 +403,7 @@ def _start_time(pid: int | None, proc_root: str) -> float | None:
     return process_start_time(pid, proc_root) if pid else None
 
 
-__all__ = ["PENDING_GRACE_S", "Admitted", "NodeService", "live_name_message", "settings_from_config"]
+__all__ = [
+    "PENDING_GRACE_S", "Admitted", "NodeService", "defer_settling", "live_name_message", "settings_from_config",
+    "settle_deferred",
+]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin import service as node_service
 from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
@@ -130,3 +131,22 @@ def test_after_the_spare_warmed_up_only_new_shared_cgroups_are_checked(busy, mon
     with pytest.raises(CgroupEscapeError):
         exclusive(svc, node, "z", 60_004)
     assert set(shared_cpusets(node).values()) == {parse_list(node.cpus) - svc.ledger.read().exclusive_cpus()}
+
+
+def test_the_agent_grows_the_shared_containers_back_after_its_reply_never_onto_a_granted_cpu(
+        busy, monkeypatch: pytest.MonkeyPatch) -> None:
+    node, svc = busy
+    everything = parse_list(node.cpus)
+    monkeypatch.setattr(node_service, "_SETTLE", None)
+    x = exclusive(svc, node, "x", 60_000, cpus=4)
+    node_service.defer_settling()  # what the agent's child does before it runs a request
+    svc.release("x")
+    assert "x" not in svc.ledger.read().grants
+    assert set(shared_cpusets(node).values()) == {everything - x}  # not yet: the hook has its answer first
+    # an admission before the growth takes some of x's CPUs: the growth never hands them out
+    y = exclusive(svc, node, "y", 60_001, cpus=2)
+    node_service.settle_deferred()  # after the reply
+    assert set(shared_cpusets(node).values()) == {everything - y}
+    assert node_service._SETTLE is None  # one request's worth; the next release grows at once again
+    svc.release("y")
+    assert set(shared_cpusets(node).values()) == {everything}

@@ -143,11 +143,15 @@ class CpuNode(CpuResource, NodeResource):
         return admission
 
     def release(self, node: Node, release: Release) -> list[str]:
-        if any(g.cpus for g in release.gone):
+        if any(g.cpus for g in release.gone) and not release.later:
             state = release.after
             resized = _resize(node, state, shared_pool(node, state), release.undo)
             return [str(b) for b in resized.blocked]
         return []
+
+    def settle(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
+        """The shared containers grow to the pool as it is now (a release left it for later)."""
+        return [str(b) for b in _resize(node, state, shared_pool(node, state), undo).blocked]
 
     def repair(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
         repaired: list[str] = []
