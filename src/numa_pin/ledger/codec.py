@@ -36,7 +36,8 @@ def check_new_grants(before: LedgerState, after: LedgerState, path: str) -> None
     :data:`MAX_NAME_CHARS` (pure): a few such grants would grow the ledger past what its
     reader takes. Grants already recorded are left alone."""
     for cid, grant in after.grants.items():
-        if before.grants.get(cid) == grant:
+        known = before.grants.get(cid)
+        if known is grant or known == grant:  # the same object first: thousands of grants unchanged
             continue
         for what, value in (("container name", grant.container_name), ("pod id", grant.pod_id),
                             ("container id", grant.container_id)):
@@ -71,7 +72,7 @@ def encode(state: LedgerState) -> bytes:
             d = grant.to_dict()
             known = (grant, _indented(d, "\n" + _GRANT_INDENT), _canonical(d))
         encoded[id(grant)] = known
-        key = json.dumps(cid)
+        key = _quote(cid)  # json.dumps of a str
         pretty.append(f"{_GRANT_INDENT}{key}: {known[1]}")
         canonical.append(f"{key}:{known[2]}")
     _ENCODED.clear()
