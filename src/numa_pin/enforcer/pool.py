@@ -158,6 +158,7 @@ def resize_shared(
     limits: Mapping[CgroupRef, frozenset[int]] | None = None,
     systemd: Systemd | None = None,
     real_dirs: dict[str, str] | None = None,
+    checked: bool = False,
 ) -> ResizeResult:
     """Set ``cpuset.cpus`` of every shared container cgroup in ``refs`` to ``pool`` (inside the
     container's own cpuset where ``limits`` gives one).
@@ -174,18 +175,20 @@ def resize_shared(
     it was and reported in :attr:`ResizeResult.blocked`; the others are resized. Every change
     is recorded in ``undo``. With ``systemd``, a cgroup a unit owns gets the unit's
     ``AllowedCPUs`` set to its target first (see :mod:`numa_pin.enforcer.systemd`).
-    Raises CgroupEscapeError for a ref outside ``cgroup_root`` and
+    Raises CgroupEscapeError for a ref outside ``cgroup_root`` (``checked``: every ref was just
+    made by :func:`cgroups.refs_from_paths`, which checked it, so it is not checked again) and
     AllocationError for an empty pool, or a container whose own cpuset holds no pool CPU.
 
     Cost per container: one path check against parents resolved once (``real_dirs``, a memo
-    the caller may share with the making of ``refs``, see :func:`cgroups.realpath`), one read
-    (equal texts parsed once), and a write only where the cpuset changes.
+    the caller may share with the making of ``refs``, see :func:`cgroups.realpath`; none with
+    ``checked``), one read (equal texts parsed once; its text is the undo's), one ``stat`` for
+    nested cgroups, and a write only where the cpuset changes.
     """
     target = frozenset(pool)
     if not target:
         raise AllocationError("refusing to resize shared containers to an empty CPU pool")
     ref_list = list(refs)
-    for ref in ref_list:
+    for ref in () if checked else ref_list:
         cgroups.check_under(cgroup_root, ref.cpuset_dir, real_dirs)
 
     updated: list[CgroupRef] = []

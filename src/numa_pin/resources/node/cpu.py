@@ -120,7 +120,8 @@ def _resize(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
     """Every shared container (``exclude`` left out) to ``pool``, one memo of real paths for all."""
     real_dirs: dict[str, str] = {}
     return resize_shared(_shared_ids(node, state, exclude, real_dirs), pool, node.config.cgroup_root, undo,
-                         _limits(node, state, real_dirs), systemd=node.systemd(), real_dirs=real_dirs)
+                         _limits(node, state, real_dirs), systemd=node.systemd(), real_dirs=real_dirs,
+                         checked=True)  # _shared_ids checked each path (now, or as the spare rehearsed)
 
 
 class CpuNode(CpuResource, NodeResource):
