@@ -181,8 +181,7 @@ def resize_shared(
 
     Cost per container: one path check against parents resolved once (``real_dirs``, a memo
     the caller may share with the making of ``refs``, see :func:`cgroups.realpath`; none with
-    ``checked``), one read (equal texts parsed once; its text is the undo's), one ``stat`` for
-    nested cgroups, and a write only where the cpuset changes.
+    ``checked``), one read (its text is the undo's), one ``stat``, a write where it changes.
     """
     target = frozenset(pool)
     if not target:
@@ -263,7 +262,7 @@ def check_shared(
     for ref in refs:
         want = target & limits[ref] if limits and ref in limits else target
         try:
-            held = _read_cpus(ref)
+            held = _read_list(os.path.join(ref.cpuset_dir, CPUSET_CPUS))
         except EnforcementError:
             continue  # gone (an exited container) or unreadable: nothing to report from here
         if held - want:
@@ -363,10 +362,8 @@ def _subtree(top: str) -> tuple[list[str], dict[str, str]]:
 
 
 def _no_subdirs(directory: str) -> bool:
-    """True when ``directory`` certainly has no sub-directory: its link count is 2 (itself and
-    its entry in its parent; each sub-directory adds one). cgroupfs (kernfs) and tmpfs keep that
-    count, so one ``stat`` replaces listing the twenty-odd files of a cgroup; a file system that
-    reports 1 for directories, or a failed ``stat``, falls back to the listing."""
+    """True when ``directory`` has no sub-directory: a link count of 2, as cgroupfs and tmpfs keep it
+    (one ``stat``, not a listing of a cgroup's files; 1 on btrfs or overlayfs: False)."""
     try:
         return os.stat(directory, follow_symlinks=False).st_nlink == 2
     except OSError:
@@ -404,10 +401,6 @@ def _ref(update: SharedUpdate) -> CgroupRef:
     return update.key
 
 
-def _read_cpus(ref: CgroupRef) -> frozenset[int]:
-    return _read_list(os.path.join(ref.cpuset_dir, CPUSET_CPUS))
-
-
 def _read_cpus_text(ref: CgroupRef, parsed: dict[str, frozenset[int]]) -> tuple[frozenset[int], str]:
     """``ref``'s ``cpuset.cpus``, and its text (``parsed``: a memo of texts parsed before)."""
     path = os.path.join(ref.cpuset_dir, CPUSET_CPUS)
@@ -416,7 +409,6 @@ def _read_cpus_text(ref: CgroupRef, parsed: dict[str, frozenset[int]]) -> tuple[
 
 
 def _read_list(path: str) -> frozenset[int]:
-    """The list in ``path``."""
     return _parse(cgroups.read_cgroup_file(path), path, None)
 
 
@@ -434,8 +426,7 @@ def _parse(text: str, path: str, parsed: dict[str, frozenset[int]] | None) -> fr
 
 def _write_list(directory: str, cpus: frozenset[int], undo: UndoLog, why: str, before: str | None = None,
                 text: str | None = None) -> None:
-    """Write ``cpus`` (``text``, when already formatted) to ``directory``'s ``cpuset.cpus``, recording
-    in ``undo`` how to put back what it held (``before``, when the caller has just read it)."""
+    """Write ``cpus`` (formatted: ``text``) to ``directory``'s ``cpuset.cpus``; ``undo`` puts back ``before``."""
     path = os.path.join(directory, CPUSET_CPUS)
     if before is None:
         before = cgroups.read_cgroup_file(path)
