@@ -29,7 +29,6 @@ from pathlib import Path
 
 SHAPE = "amd-nps4-8node"
 MAX_EXCLUSIVE = 48
-BTIME = 1_700_000_000
 
 
 def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]]:
@@ -37,8 +36,6 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
     from numa_pin import service as node_service
     from numa_pin.admission.request import request_from_oci
     from numa_pin.config.schema import config_from_dict
-    from numa_pin.cpuset import format_list
-    from numa_pin.ledger.model import Grant, LedgerState
     from numa_pin.ledger.store import encode
     from numa_pin.resources.node import cpu as cpu_node
     from numa_pin.service import NodeService
@@ -47,10 +44,12 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
     deferring = hasattr(node_service, "defer_settling")
     warm = getattr(cpu_node, "warm", None)
 
-    def process(node: FakeNode, pid: int) -> int:
-        fields = ["S", "1"] + ["0"] * 17 + ["100"] + ["0"] * 30  # starttime = 100 ticks
-        (node.proc_root / str(pid) / "stat").write_text(f"{pid} (sleep) {' '.join(fields)}\n")
-        return pid
+    # the same node as bench/population.py, which puts this tree's src first on the path as it
+    # loads: the path is put back, so a baseline's modules stay the ones loaded (lazily too)
+    saved = list(sys.path)
+    from population import populate, write_process
+
+    sys.path[:] = saved
 
     out: dict[int, tuple[float, float, float]] = {}
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
@@ -58,25 +57,7 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
         for size in sizes:
             node = FakeNode(Path(tmp) / f"p{size}", SHAPE, parent="bench")
             cfg = node.config_dict(policy="restricted")
-            (node.proc_root / "stat").write_text(f"cpu 0 0 0 0\nbtime {BTIME}\n")
-            service = NodeService(config_from_dict(cfg))
-            free = sorted(service.topology.cpu_ids - cpu_node.reserved(service))
-            start = BTIME + 100 / os.sysconf("SC_CLK_TCK")
-            grants = {}
-            for i in range(size + min(size // 8, MAX_EXCLUSIVE)):
-                cid = f"pop{i}"
-                pid = process(node, node.add_container(cid, 200_000 + i))
-                cpus = frozenset((free[i - size],)) if i >= size else frozenset()
-                mems = frozenset(n for n, info in service.topology.nodes.items() if info.cpus & cpus)
-                grants[cid] = Grant(cid, f"pod-{cid}", cid, "exclusive" if cpus else "shared", pid=pid,
-                                    start_time=start, cgroup=f"/bench/{cid}", cpus=cpus, mems=mems,
-                                    policy="restricted", created=time.time())
-            state = LedgerState(grants, {})
-            with service.ledger.transaction() as txn:
-                txn.state = state
-            pool = format_list(cpu_node.shared_pool(service, state))
-            for grant in grants.values():
-                (node.cgroup_dir(grant.container_id) / "cpuset.cpus").write_text(format_list(grant.cpus) or pool)
+            populate(node, cfg, size)
             samples: list[tuple[float, float, float]] = []
             for run in range(runs + 1):
                 svc = NodeService(config_from_dict(cfg))  # the spare's rehearsal, then the request
@@ -86,7 +67,8 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
                 if warm is not None:
                     warm(svc, read)
                 cid = f"probe{run}"
-                pid = process(node, node.add_container(cid, 100_000 - run))
+                pid = node.add_container(cid, 100_000 - run)
+                write_process(node, pid)
                 t0 = time.process_time()
                 svc.admit(request_from_oci(cid, {"numa-pin.io/cpus": "1"}), pid)
                 t1 = time.process_time()
