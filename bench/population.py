@@ -15,7 +15,13 @@ the machine weighs on all of them alike.
 Every figure is printed as a ratio to the empty node (P = 0) measured in the same run, next to
 the milliseconds, so runs on different machines compare. The ledger's size is printed too.
 
-Usage: python bench/population.py [--runs N] [--sizes 0,100,400,2000] [--gap SECONDS]
+``--baseline DIR`` measures another numa-pin as well, in the same run and interleaved with this
+one: ``DIR/src`` of an export of an older commit (``git archive 2fcec78 | tar -x -C DIR``), put
+first on the hooks' and the agent's ``PYTHONPATH``; its table follows, then this tree's time
+over the baseline's for each figure. (The nodes are populated by this tree's ledger code: the
+two must read the same ledger format.)
+
+Usage: python bench/population.py [--runs N] [--sizes 0,100,400,2000] [--gap SECONDS] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -91,13 +97,15 @@ def timed(cmd: list[str], stdin: bytes, env: dict[str, str]) -> float:
 class Node:
     """One populated fake node, its config, and a warm agent serving it."""
 
-    def __init__(self, root: Path, population: int) -> None:
+    def __init__(self, root: Path, population: int, src: str | None = None) -> None:
         self.population = population
         self.node = FakeNode(root / "n", SHAPE, parent="bench")
         self.config = self.node.write_config(policy="restricted")
         self.ledger_bytes = populate(self.node, self.node.config_dict(policy="restricted"), population)
         env = {k: v for k, v in os.environ.items() if not k.startswith("NUMA_PIN_")}
         env["NUMA_PIN_CACHE_DIR"] = str(self.node.cache_dir)
+        if src is not None:  # the baseline's modules come first for the hook and the agent
+            env["PYTHONPATH"] = src
         self.inproc_env = dict(env, NUMA_PIN_NO_AGENT="1")
         sock = root / "agent" / "agent.sock"
         self.agent_env = dict(env, NUMA_PIN_AGENT_SOCKET=str(sock))
@@ -138,36 +146,55 @@ class Node:
 KEYS = ("inproc_admit", "inproc_release", "agent_admit", "agent_release")
 
 
+def table(nodes: list[Node]) -> None:
+    base = nodes[0]
+    print(f"{'containers':>10} " + " ".join(f"{k:>22}" for k in KEYS) + f" {'ledger':>10}")
+    for node in nodes:
+        p = node.population
+        cells = " ".join(f"{node.median(k) * 1000:9.1f} ms {node.median(k) / base.median(k):5.2f}x  " for k in KEYS)
+        print(f"{p + min(p // 8, MAX_EXCLUSIVE):>10} {cells} {node.ledger_bytes / 1024:7.1f} KiB")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--sizes", default="0,100,400,2000")
     parser.add_argument("--gap", type=float, default=1.0,
                         help="seconds before each hook (1 s lets the agent's spare be ready; 0: back to back)")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="also measure the numa-pin exported in DIR (its src/), in the same run")
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
     if sizes[0] != 0:
         sizes.insert(0, 0)
+    baseline_src = str(Path(args.baseline, "src").resolve()) if args.baseline else None
+    if baseline_src is not None and not Path(baseline_src, "numa_pin").is_dir():
+        raise SystemExit(f"--baseline {args.baseline}: no src/numa_pin there")
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(prefix="numa-pin-bench-pop-", dir=shm) as tmp:
         nodes = [Node(Path(tmp) / f"p{p}", p) for p in sizes]
+        old = [Node(Path(tmp) / f"b{p}", p, baseline_src) for p in sizes] if baseline_src else []
         try:
             for run in range(args.runs + 1):  # sizes interleaved: a busy moment weighs on all alike
                 for mode in ("inproc", "agent"):
-                    for node in nodes:
+                    for node in nodes + old:
                         node.pair(mode, args.gap, keep=run > 0)
         finally:
-            for node in nodes:
+            for node in nodes + old:
                 node.close()
-    base = nodes[0]
     print(f"population sweep on {SHAPE}: P shared + min(P/8, {MAX_EXCLUSIVE}) exclusive containers, then one "
           f"1-CPU admission and its release (median of {args.runs}, {args.gap:g} s between hooks); "
           "ratio to the empty node in this run")
-    print(f"{'containers':>10} " + " ".join(f"{k:>22}" for k in KEYS) + f" {'ledger':>10}")
-    for node in nodes:
-        p = node.population
-        cells = " ".join(f"{node.median(k) * 1000:9.1f} ms {node.median(k) / base.median(k):5.2f}x  " for k in KEYS)
-        print(f"{p + min(p // 8, MAX_EXCLUSIVE):>10} {cells} {node.ledger_bytes / 1024:7.1f} KiB")
+    table(nodes)
+    if old:
+        print(f"baseline ({args.baseline}), same run:")
+        table(old)
+        print("this tree's time over the baseline's:")
+        print(f"{'containers':>10} " + " ".join(f"{k:>15}" for k in KEYS))
+        for new, was in zip(nodes, old):
+            p = new.population
+            print(f"{p + min(p // 8, MAX_EXCLUSIVE):>10} "
+                  + " ".join(f"{new.median(k) / was.median(k):14.2f}x" for k in KEYS))
     return 0
 
 

@@ -31,7 +31,7 @@ from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import AdmissionTimeout, EnforcementError, LedgerCorrupt, NumaPinError, RequestError
-from numa_pin.ledger.liveness import boot_clock, collect_garbage, of_earlier_boot, process_start_time
+from numa_pin.ledger.liveness import boot_clock, collect_garbage, lazy, of_earlier_boot, process_start_time
 from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, Grant, LedgerState, PodRecord
 from numa_pin.ledger.store import Ledger
 from numa_pin.record import record, replace
@@ -48,6 +48,28 @@ if TYPE_CHECKING:
 #: how often an admission decides again after a real conflict (another writer took what its
 #: decision holds, or changed its pod); each such conflict is another admission committed
 MAX_ATTEMPTS = 8
+
+#: releases' work that may wait until the hook has its answer (:func:`defer_settling`); None:
+#: a release does all of it before it returns
+_SETTLE: list[Callable[[], None]] | None = None
+
+
+def defer_settling() -> None:
+    """From now on, a release in this process leaves what can wait (the shared containers growing
+    back onto the CPUs it freed) to :func:`settle_deferred`. The agent's child calls it before it
+    runs a request, and :func:`settle_deferred` once it has replied: a poststop hook does not wait
+    for thousands of cpuset writes that nobody is waiting for."""
+    global _SETTLE
+    _SETTLE = []
+
+
+def settle_deferred() -> None:
+    """Run what releases left (each under the ledger lock, on the ledger as it is then, so a
+    CPU granted meanwhile is never handed to a shared container); problems go to syslog."""
+    global _SETTLE
+    pending, _SETTLE = _SETTLE or [], None
+    for settle in pending:
+        settle()
 
 
 @record
@@ -142,7 +164,8 @@ class NodeService(Node):
             check_container_cgroup(ref, owner, pid, os.path.join(cfg.proc_root, str(pid), "cgroup"))
         for _attempt in range(MAX_ATTEMPTS):
             with deadline.interruptible():
-                snapshot, _ = collect_garbage(self.ledger.read(), self._alive)
+                read = self.ledger.read()
+                snapshot, _ = collect_garbage(read, self._needed_alive(read))
                 decision: Decision | None = None
                 if request.container_id not in snapshot.grants:
                     decision = decide(self.topology, snapshot, request, self.settings)
@@ -236,6 +259,12 @@ class NodeService(Node):
 
         return alive
 
+    def _needed_alive(self, state: LedgerState) -> Callable[[Grant], bool]:
+        """:meth:`_alive` for what an admission or release needs (:func:`~numa_pin.ledger.liveness.lazy`):
+        every grant that holds something, a few of those that hold nothing (the boot check for the
+        rest); ``reconcile`` and ``plan`` check them all."""
+        return lazy(state, self._alive, lambda g: not of_earlier_boot(g, self.boot_id))
+
     def _revalidate(self, decision: Decision | None, request: ContainerRequest, snapshot: LedgerState,
                     state: LedgerState) -> Decision | None:
         """``decision`` as it may be committed on ``state`` (:func:`~numa_pin.admission.validate.revalidate`),
@@ -320,12 +349,13 @@ class NodeService(Node):
         with self.ledger.transaction() as txn:
             grant = txn.state.grants.get(container_id)
             state = txn.state.without(container_id) if grant is not None else txn.state
-            state, dropped = collect_garbage(state, self._alive)
+            state, dropped = collect_garbage(state, self._needed_alive(state))
             self._log_dropped(dropped)
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)
             gone = ((grant,) if grant is not None else ()) + dropped
-            going = Release(txn.state, state, grant, gone, UndoLog())
+            later = _SETTLE is not None and bool(gone)
+            going = Release(txn.state, state, grant, gone, UndoLog(), later)
             try:
                 for resource in reversed(self.resources):
                     self._log_problems(resource.release(self, going))
@@ -339,9 +369,26 @@ class NodeService(Node):
             txn.state = state
         if grant is not None:
             tally.add(self.config.state_dir, {"releases": 1})
+        if later and _SETTLE is not None:
+            _SETTLE.append(self.settle)
         if grant is not None and self.config.syslog:
             report.log_decision(grant, "released")
         return grant
+
+    def settle(self) -> None:
+        """What releases left for later (:func:`defer_settling`), done now for the ledger as it is:
+        every resource's :meth:`~numa_pin.resources.node.base.NodeResource.settle`, under the lock.
+        Never raises: a failure is logged, and what it left undone only waits for the next
+        release, exclusive admission or ``reconcile`` (a shared container on fewer CPUs than the
+        pool has never runs where it must not)."""
+        try:
+            with self.ledger.transaction() as txn:
+                undo = UndoLog()
+                for resource in self.resources:
+                    self._log_problems(resource.settle(self, txn.state, undo))
+                undo.commit()
+        except NumaPinError as exc:
+            report.log_syslog(f"numa-pin: growing the shared containers back failed: {exc}")
 
     def release_to_shared(self, container_id: str) -> Grant | None:
         """Take back what a live container holds for itself alone and keep tracking it as a shared
@@ -422,4 +469,7 @@ def _start_time(pid: int | None, proc_root: str) -> float | None:
     return process_start_time(pid, proc_root) if pid else None
 
 
-__all__ = ["PENDING_GRACE_S", "Admitted", "NodeService", "live_name_message", "settings_from_config"]
+__all__ = [
+    "PENDING_GRACE_S", "Admitted", "NodeService", "defer_settling", "live_name_message", "settings_from_config",
+    "settle_deferred",
+]

@@ -26,6 +26,7 @@ import traceback
 from collections.abc import Mapping
 
 from numa_pin import __version__, deadline, invoke
+from numa_pin import service as node_service
 from numa_pin.agent import spare
 from numa_pin.agent.client import namespace_mismatch
 from numa_pin.agent.preload import changed_sources
@@ -285,6 +286,7 @@ class RequestHandler:
         served, send_lock = threading.Event(), threading.Lock()
         threading.Thread(target=watch_client, args=(conn, served, int(KEEPALIVE_S * 1000), send_lock),
                          daemon=True).start()
+        node_service.defer_settling()  # a release's shared-pool growth waits for the reply
         try:
             rc, err, out = run_request(request)
         except OSError as exc:
@@ -303,6 +305,7 @@ class RequestHandler:
             conn.sendall(encode_reply(rc, err, out))
         except (OSError, ValueError):
             pass  # the hook gave up and runs in-process; admission is idempotent
+        node_service.settle_deferred()
 
     def refuse(self, conn: socket.socket, record: Mapping[str, object], reason: str) -> None:
         print(f"numa-pin serve: sent pid {record['peer_pid']} (uid {record['peer_uid']}) back in-process: "

@@ -158,6 +158,7 @@ def resize_shared(
     limits: Mapping[CgroupRef, frozenset[int]] | None = None,
     systemd: Systemd | None = None,
     real_dirs: dict[str, str] | None = None,
+    checked: bool = False,
 ) -> ResizeResult:
     """Set ``cpuset.cpus`` of every shared container cgroup in ``refs`` to ``pool`` (inside the
     container's own cpuset where ``limits`` gives one).
@@ -174,18 +175,19 @@ def resize_shared(
     it was and reported in :attr:`ResizeResult.blocked`; the others are resized. Every change
     is recorded in ``undo``. With ``systemd``, a cgroup a unit owns gets the unit's
     ``AllowedCPUs`` set to its target first (see :mod:`numa_pin.enforcer.systemd`).
-    Raises CgroupEscapeError for a ref outside ``cgroup_root`` and
+    Raises CgroupEscapeError for a ref outside ``cgroup_root`` (``checked``: every ref was just
+    made by :func:`cgroups.refs_from_paths`, which checked it, so it is not checked again) and
     AllocationError for an empty pool, or a container whose own cpuset holds no pool CPU.
 
     Cost per container: one path check against parents resolved once (``real_dirs``, a memo
-    the caller may share with the making of ``refs``, see :func:`cgroups.realpath`), one read
-    (equal texts parsed once), and a write only where the cpuset changes.
+    the caller may share with the making of ``refs``, see :func:`cgroups.realpath`; none with
+    ``checked``), one read (its text is the undo's), one ``stat``, a write where it changes.
     """
     target = frozenset(pool)
     if not target:
         raise AllocationError("refusing to resize shared containers to an empty CPU pool")
     ref_list = list(refs)
-    for ref in ref_list:
+    for ref in () if checked else ref_list:
         cgroups.check_under(cgroup_root, ref.cpuset_dir, real_dirs)
 
     updated: list[CgroupRef] = []
@@ -193,14 +195,12 @@ def resize_shared(
     missing: list[CgroupRef] = []
     blocked: list[Blocked] = []
     current: dict[CgroupRef, frozenset[int]] = {}
+    texts: dict[CgroupRef, str] = {}  # what each file held: the undo writes it back
     parsed: dict[str, frozenset[int]] = {}  # shared cpusets mostly read the same text
     for ref in ref_list:
-        if not os.path.isdir(ref.cpuset_dir):
-            missing.append(ref)
-            continue
         try:
-            current[ref] = _read_cpus(ref, parsed)
-        except EnforcementError as exc:
+            current[ref], texts[ref] = _read_cpus_text(ref, parsed)
+        except EnforcementError as exc:  # a cgroup gone (an exited container) cannot be read
             if os.path.isdir(ref.cpuset_dir):
                 blocked.append(Blocked(ref, frozenset(), target, str(exc)))
             else:
@@ -215,6 +215,7 @@ def resize_shared(
     changing = {u.key for u in plan}
     unchanged.extend(r for r in current if r not in changing)
     enabled: set[str] = set()  # parents whose ancestors have cpuset enabled (v2), once per batch
+    formatted: dict[frozenset[int], str] = {}  # every target's text, formatted once per batch
     for update in plan:
         ref = _ref(update)
         own = UndoLog()
@@ -226,10 +227,13 @@ def resize_shared(
                 from numa_pin.enforcer.systemd import assert_unit_cpuset
 
                 assert_unit_cpuset(systemd, ref, update.target, None, own)
+            text = formatted.get(update.target)
+            if text is None:
+                text = formatted[update.target] = cpulist.format_list(update.target)
             if ref.version == 1:
-                _resize_tree_v1(ref, update, own)
+                _resize_tree_v1(ref, update, own, texts[ref], text)
             else:
-                _write_cpus(ref, update, own)
+                _write_list(ref.cpuset_dir, update.target, own, "shared pool", texts[ref], text)
         except EnforcementError as exc:
             failures = own.rollback()
             if not os.path.isdir(ref.cpuset_dir):
@@ -258,7 +262,7 @@ def check_shared(
     for ref in refs:
         want = target & limits[ref] if limits and ref in limits else target
         try:
-            held = _read_cpus(ref)
+            held = _read_list(os.path.join(ref.cpuset_dir, CPUSET_CPUS))
         except EnforcementError:
             continue  # gone (an exited container) or unreadable: nothing to report from here
         if held - want:
@@ -304,13 +308,14 @@ def plan_nested(
     return new
 
 
-def _resize_tree_v1(ref: CgroupRef, update: SharedUpdate, undo: UndoLog) -> None:
+def _resize_tree_v1(ref: CgroupRef, update: SharedUpdate, undo: UndoLog, before: str, text: str) -> None:
     """Resize ``ref`` and the cpuset cgroups below it (v1): every cgroup first grows to what it
     has and will have (parents first), then goes to its target (children first), so at each
-    write a child stays inside its parent, as the kernel demands."""
+    write a child stays inside its parent, as the kernel demands. ``before``: the text
+    ``ref``'s file held; ``text``: its target's."""
     tree, parents = _subtree(ref.cpuset_dir)
     if len(tree) == 1:
-        _write_cpus(ref, update, undo)
+        _write_list(ref.cpuset_dir, update.target, undo, "shared pool", before, text)
         return
     cpus = {path: _read_list(os.path.join(path, CPUSET_CPUS)) for path in tree}
     cpus[ref.cpuset_dir] = update.current
@@ -335,6 +340,8 @@ def _subtree(top: str) -> tuple[list[str], dict[str, str]]:
     cgroups deeper than that (left as they are rather than resized in part)."""
     order = [top]
     parents: dict[str, str] = {}
+    if _no_subdirs(top):
+        return order, parents
     level = [top]
     for depth in range(MAX_NESTED_DEPTH + 1):
         below: list[str] = []
@@ -352,6 +359,15 @@ def _subtree(top: str) -> tuple[list[str], dict[str, str]]:
             break
         level = below
     return order, parents
+
+
+def _no_subdirs(directory: str) -> bool:
+    """True when ``directory`` has no sub-directory: a link count of 2, as cgroupfs and tmpfs keep it
+    (one ``stat``, not a listing of a cgroup's files; 1 on btrfs or overlayfs: False)."""
+    try:
+        return os.stat(directory, follow_symlinks=False).st_nlink == 2
+    except OSError:
+        return False
 
 
 def _partition_holding(ref: CgroupRef, target: frozenset[int]) -> Blocked | None:
@@ -385,13 +401,18 @@ def _ref(update: SharedUpdate) -> CgroupRef:
     return update.key
 
 
-def _read_cpus(ref: CgroupRef, parsed: dict[str, frozenset[int]] | None = None) -> frozenset[int]:
-    return _read_list(os.path.join(ref.cpuset_dir, CPUSET_CPUS), parsed)
-
-
-def _read_list(path: str, parsed: dict[str, frozenset[int]] | None = None) -> frozenset[int]:
-    """The list in ``path`` (``parsed``: a memo of texts parsed before)."""
+def _read_cpus_text(ref: CgroupRef, parsed: dict[str, frozenset[int]]) -> tuple[frozenset[int], str]:
+    """``ref``'s ``cpuset.cpus``, and its text (``parsed``: a memo of texts parsed before)."""
+    path = os.path.join(ref.cpuset_dir, CPUSET_CPUS)
     text = cgroups.read_cgroup_file(path)
+    return _parse(text, path, parsed), text
+
+
+def _read_list(path: str) -> frozenset[int]:
+    return _parse(cgroups.read_cgroup_file(path), path, None)
+
+
+def _parse(text: str, path: str, parsed: dict[str, frozenset[int]] | None) -> frozenset[int]:
     if parsed is not None and text in parsed:
         return parsed[text]
     try:
@@ -403,14 +424,14 @@ def _read_list(path: str, parsed: dict[str, frozenset[int]] | None = None) -> fr
     return cpus
 
 
-def _write_cpus(ref: CgroupRef, update: SharedUpdate, undo: UndoLog) -> None:
-    _write_list(ref.cpuset_dir, update.target, undo, "shared pool")
-
-
-def _write_list(directory: str, cpus: frozenset[int], undo: UndoLog, why: str) -> None:
+def _write_list(directory: str, cpus: frozenset[int], undo: UndoLog, why: str, before: str | None = None,
+                text: str | None = None) -> None:
+    """Write ``cpus`` (formatted: ``text``) to ``directory``'s ``cpuset.cpus``; ``undo`` puts back ``before``."""
     path = os.path.join(directory, CPUSET_CPUS)
-    before = cgroups.read_cgroup_file(path)
-    text = cpulist.format_list(cpus)
+    if before is None:
+        before = cgroups.read_cgroup_file(path)
+    if text is None:
+        text = cpulist.format_list(cpus)
     cgroups.write_cgroup_file(path, text)
 
     def restore() -> None:

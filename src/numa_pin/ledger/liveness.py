@@ -40,7 +40,7 @@ from collections.abc import Callable
 from numa_pin.boundedio import UnsafeInput, read_regular_file
 from numa_pin.enforcer.cgroups import hierarchy_dir
 from numa_pin.errors import SysfsError
-from numa_pin.ledger.model import Grant, LedgerState
+from numa_pin.ledger.model import KIND_SHARED, Grant, LedgerState
 
 #: how far a process start time may differ from the recorded one and still match
 START_TIME_TOLERANCE_S = 1.0
@@ -163,6 +163,46 @@ def collect_garbage(
     if not removed and len(pods) == len(state.pods):
         return state, ()
     return LedgerState(alive, pods), tuple(removed)
+
+
+#: how many of the grants that hold nothing for themselves (shared containers outside any pod
+#: record) one admission or release checks; the others are taken as alive until their turn
+SHARED_CHECKS = 32
+
+
+def lazy(state: LedgerState, alive_fn: Callable[[Grant], bool], cheap_fn: Callable[[Grant], bool],
+         start: int | None = None) -> Callable[[Grant], bool]:
+    """``alive_fn`` for the grants an admission's decision needs, for :func:`collect_garbage`: a
+    grant that holds something (exclusive CPUs, devices, memory, an affinity, moved netdevs) or
+    belongs to a pod with a record is checked every time, because what it holds is free again
+    only once it is dropped. Of the grants that hold nothing (the shared containers, hundreds on
+    a busy node) only :data:`SHARED_CHECKS` consecutive ones by container id are checked,
+    starting at ``start`` (default: a random place), so every one gets its turn within a few
+    dozen admissions; the rest answer ``cheap_fn`` (the boot check, no ``/proc`` read). A dead
+    shared container costs nothing meanwhile: its cgroup is gone, so the shared-pool resize
+    skips it."""
+    idle = sorted(cid for cid, g in state.grants.items() if holds_nothing(g) and g.pod_id not in state.pods)
+    if len(idle) <= SHARED_CHECKS:
+        return alive_fn
+    if start is None:
+        start = int.from_bytes(os.urandom(4), "little")
+    first = start % len(idle)
+    checked = set(idle[first:first + SHARED_CHECKS])
+    checked.update(idle[:max(0, first + SHARED_CHECKS - len(idle))])
+    trusted = frozenset(idle) - checked
+
+    def alive(grant: Grant) -> bool:
+        if grant.container_id in trusted and state.grants.get(grant.container_id) is grant:
+            return cheap_fn(grant)
+        return alive_fn(grant)
+
+    return alive
+
+
+def holds_nothing(grant: Grant) -> bool:
+    """True for a shared container's grant: nothing on the node is held for it alone."""
+    return (grant.kind == KIND_SHARED and not grant.cpus and not grant.devices and not grant.memory
+            and grant.affinity is None and not grant.netdevs and grant.gpus is None)
 
 
 def cgroup_dir(cgroup: str, cgroup_root: str, version: int | None = None) -> str:

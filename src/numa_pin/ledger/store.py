@@ -1,4 +1,5 @@
-"""The node ledger on disk: one checksummed JSON file, replaced atomically (stdlib only).
+"""The node ledger on disk: one checksummed JSON file, replaced atomically (stdlib only; its
+bytes are :mod:`numa_pin.ledger.codec`'s).
 
 Layout under ``state_dir``::
 
@@ -38,46 +39,26 @@ from __future__ import annotations
 import _thread  # get_ident only: threading costs every hook start ~0.7 ms
 import errno
 import fcntl
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from json.encoder import encode_basestring_ascii as _quote
 
-from numa_pin.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
-from numa_pin.digest import sha256_hex
+from numa_pin.boundedio import UnsafeInput, read_regular_file
 from numa_pin.errors import LedgerCorrupt, LedgerError, LedgerLockTimeout
-from numa_pin.ledger.model import (
-    LEDGER_VERSION,
-    Grant,
-    LedgerState,
-    PodRecord,
-    newer_version_message,
-)
+from numa_pin.ledger.codec import MAX_NAME_CHARS, REMEDY, check_new_grants, checksum, corrupt, decode, encode
+from numa_pin.ledger.model import Grant, LedgerState, PodRecord
 from numa_pin.safefs import NotDurable, check_dir, ensure_dir, open_private, replace_private
-
-TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
-if TYPE_CHECKING:
-    from typing import Any
 
 LEDGER_FILE = "ledger.json"
 LOCK_FILE = "ledger.lock"
 _TMP_PREFIX = ".ledger.json."
 _TMP_SUFFIX = ".tmp"
 
-#: what an operator should do about a corrupt ledger (appended to every LedgerCorrupt)
-REMEDY = ("run `numa-pin recover`: it keeps the file aside and rebuilds the grants from what runs "
-          "(numa-pin never resets it silently; until then only containers that ask for nothing start)")
-
 #: a wait for the lock longer than this is reported (``on_wait``)
 WAIT_NOTICE_S = 1.0
 #: largest ledger read (a grant takes about 1 KiB; a node holds hundreds, not tens of thousands)
 MAX_LEDGER_BYTES = 64 << 20
-#: deepest nesting read (a ledger nests 5 levels)
-MAX_DEPTH = 32
-#: longest container name or pod id a new grant may record (Kubernetes allows 253 characters)
-MAX_NAME_CHARS = 1024
 
 _POLL_MIN_S = 0.001
 _POLL_MAX_S = 0.05
@@ -196,28 +177,17 @@ class Ledger:
             LedgerError: the state directory, lock or file could not be used; or this
                 thread already holds a transaction on this ledger (it would deadlock).
         """
-        thread = _thread.get_ident()
-        if thread in self._in_transaction:
-            raise LedgerError("nested ledger transaction in one thread", path=self.path)
-        self._in_transaction.add(thread)
-        try:
-            fd = self._lock(self.lock_timeout if timeout is None else timeout, on_wait)
-            try:
-                self._remove_stale_temp_files()
-                txn = Transaction(self._load())
-                yield txn
-                if txn.changed:
-                    try:
-                        check_new_grants(txn._initial, txn.state, self.path)
-                        self._write(txn.state, txn._initial)
-                    except LedgerError as exc:
-                        txn._failed(exc)
-                        raise
-                txn._committed()
-            finally:
-                _unlock(fd)
-        finally:
-            self._in_transaction.discard(thread)
+        with self._locked(timeout, on_wait):
+            txn = Transaction(self._load())
+            yield txn
+            if txn.changed:
+                try:
+                    check_new_grants(txn._initial, txn.state, self.path)
+                    self._write(txn.state, txn._initial)
+                except LedgerError as exc:
+                    txn._failed(exc)
+                    raise
+            txn._committed()
 
     def rebuild(self, build: Callable[[bytes | None], LedgerState],
                 timeout: float | None = None) -> tuple[LedgerState, str | None, bool]:
@@ -233,33 +203,22 @@ class Ledger:
         Raises:
             LedgerError: the lock, the link or the write failed (nothing changed).
         """
-        thread = _thread.get_ident()
-        if thread in self._in_transaction:
-            raise LedgerError("nested ledger transaction in one thread", path=self.path)
-        self._in_transaction.add(thread)
-        try:
-            fd = self._lock(self.lock_timeout if timeout is None else timeout, None)
-            try:
-                self._remove_stale_temp_files()
-                raw: bytes | None = None
-                aside = None
-                if os.path.lexists(self.path):
-                    try:
-                        return self._load(), None, False
-                    except LedgerCorrupt:
-                        pass
-                    try:
-                        raw = read_regular_file(self.path, MAX_LEDGER_BYTES, follow=False)
-                    except (OSError, UnsafeInput):
-                        raw = None
-                    aside = self._keep_aside()
-                state = build(raw)
-                self._write(state)
-                return state, aside, True
-            finally:
-                _unlock(fd)
-        finally:
-            self._in_transaction.discard(thread)
+        with self._locked(timeout, None):
+            raw: bytes | None = None
+            aside = None
+            if os.path.lexists(self.path):
+                try:
+                    return self._load(), None, False
+                except LedgerCorrupt:
+                    pass
+                try:
+                    raw = read_regular_file(self.path, MAX_LEDGER_BYTES, follow=False)
+                except (OSError, UnsafeInput):
+                    raw = None
+                aside = self._keep_aside()
+            state = build(raw)
+            self._write(state)
+            return state, aside, True
 
     def _keep_aside(self) -> str:
         """A hard link ``ledger.json.corrupt-<unix time>[.<n>]`` to the damaged file."""
@@ -276,6 +235,24 @@ class Ledger:
         raise LedgerError("cannot keep the damaged ledger aside: 100 copies already", path=self.path)
 
     # ---- locking -------------------------------------------------------------------
+
+    @contextmanager
+    def _locked(self, timeout: float | None, on_wait: Callable[[int | None], None] | None) -> Iterator[None]:
+        """Hold the lock (waiting at most ``timeout``, default ``lock_timeout``), with the temp files
+        of a writer that died removed; refuses a second hold by the same thread (a deadlock)."""
+        thread = _thread.get_ident()
+        if thread in self._in_transaction:
+            raise LedgerError("nested ledger transaction in one thread", path=self.path)
+        self._in_transaction.add(thread)
+        try:
+            fd = self._lock(self.lock_timeout if timeout is None else timeout, on_wait)
+            try:
+                self._remove_stale_temp_files()
+                yield
+            finally:
+                _unlock(fd)
+        finally:
+            self._in_transaction.discard(thread)
 
     def _lock(self, timeout: float, on_wait: Callable[[int | None], None] | None) -> int:
         try:
@@ -348,7 +325,7 @@ class Ledger:
         except FileNotFoundError:
             return LedgerState()
         except UnsafeInput as exc:
-            raise _corrupt(str(exc), self.path) from exc
+            raise corrupt(str(exc), self.path) from exc
         except OSError as exc:
             raise LedgerError(f"cannot read the ledger: {_reason(exc)}", path=self.path) from exc
         known = _PARSED.get(self.path)
@@ -398,145 +375,6 @@ class Ledger:
         for name in names:
             if name.startswith(_TMP_PREFIX) and name.endswith(_TMP_SUFFIX):
                 _unlink_quietly(os.path.join(self.state_dir, name))
-
-
-def check_new_grants(before: LedgerState, after: LedgerState, path: str) -> None:
-    """Refuse a grant ``after`` adds or changes whose container name or pod id is longer than
-    :data:`MAX_NAME_CHARS` (pure): a few such grants would grow the ledger past what its
-    reader takes. Grants already recorded are left alone."""
-    for cid, grant in after.grants.items():
-        if before.grants.get(cid) == grant:
-            continue
-        for what, value in (("container name", grant.container_name), ("pod id", grant.pod_id),
-                            ("container id", grant.container_id)):
-            if len(value) > MAX_NAME_CHARS:
-                raise LedgerError(f"refusing to record container {cid[:64]!r}: its {what} has {len(value)} "
-                                  f"characters, more than {MAX_NAME_CHARS}", path=path)
-
-
-#: each grant's JSON as last encoded: ``{id(grant): (grant, indented text, canonical text)}``
-#: (the grant is kept so its id stays its own). A commit changes one grant of hundreds, and the
-#: unchanged ones are the very objects the last read or write returned (issue 21)
-_ENCODED: dict[int, tuple[Grant, str, str]] = {}
-#: stands for the grants in the rest of the document while it is encoded (a string JSON escapes
-#: to one that no grant, pod or version text can hold)
-_GRANTS_SLOT = "\x00grants\x00"
-#: how deep a grant sits in the file: {"data": {"grants": {"<id>": {...}}}}
-_GRANT_INDENT = "   "
-
-
-def encode(state: LedgerState) -> bytes:
-    """The file bytes for ``state``: data, its version and its checksum (pure: the bytes of
-    ``json.dumps`` of the document, indent 1 and sorted keys; each grant's part is encoded once
-    and reused while the grant is unchanged)."""
-    rest = LedgerState({}, state.pods).to_dict()
-    rest["grants"] = _GRANTS_SLOT
-    pretty: list[str] = []
-    canonical: list[str] = []
-    encoded: dict[int, tuple[Grant, str, str]] = {}
-    for cid, grant in sorted(state.grants.items()):
-        known = _ENCODED.get(id(grant))
-        if known is None or known[0] is not grant:
-            d = grant.to_dict()
-            known = (grant, _indented(d, "\n" + _GRANT_INDENT), _canonical(d))
-        encoded[id(grant)] = known
-        key = json.dumps(cid)
-        pretty.append(f"{_GRANT_INDENT}{key}: {known[1]}")
-        canonical.append(f"{key}:{known[2]}")
-    _ENCODED.clear()
-    _ENCODED.update(encoded)
-    slot = json.dumps(_GRANTS_SLOT)
-    data_text = _canonical(rest).replace(slot, "{" + ",".join(canonical) + "}", 1)
-    doc = {"version": LEDGER_VERSION, "checksum": "sha256:" + sha256_hex(data_text.encode("ascii")), "data": rest}
-    grants_text = "{\n" + ",\n".join(pretty) + "\n  }" if pretty else "{}"
-    text = json.dumps(doc, indent=1, sort_keys=True, allow_nan=False).replace(slot, grants_text, 1)
-    return (text + "\n").encode("ascii")
-
-
-def decode(raw: bytes, path: str) -> LedgerState:
-    """Parse and verify the file bytes ``raw`` read from ``path`` (pure).
-
-    Raises:
-        LedgerCorrupt: bad UTF-8/JSON, wrong shape, newer version, bad checksum.
-    """
-    try:
-        doc = json_loads_bounded(raw.decode("utf-8"), MAX_DEPTH, parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _corrupt(f"not valid JSON ({exc})", path) from exc
-    if not isinstance(doc, dict):
-        raise _corrupt(f"expected a JSON object, found {type(doc).__name__}", path)
-    if set(doc) != {"version", "checksum", "data"}:
-        raise _corrupt(f"expected keys checksum, data, version; found {', '.join(sorted(doc))}", path)
-    version, data, stated = doc["version"], doc["data"], doc["checksum"]
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise _corrupt(f"version must be an integer, found {version!r}", path)
-    if version > LEDGER_VERSION:
-        written_by = data.get("written_by") if isinstance(data, dict) else None
-        raise LedgerCorrupt(f"{newer_version_message(version, written_by)}; or `numa-pin recover` to rebuild it "
-                            "from what runs (what only that release records is lost)", path=path)
-    if not isinstance(data, dict):
-        raise _corrupt("data must be a JSON object", path)
-    actual = checksum(data)
-    if stated != actual:
-        raise _corrupt(f"checksum mismatch: file says {stated!r}, content hashes to {actual!r}", path)
-    if data.get("version") != version:
-        raise _corrupt(f"version {version} does not match data version {data.get('version')!r}", path)
-    try:
-        return LedgerState.from_dict(data)
-    except LedgerCorrupt as exc:
-        raise _corrupt(str(exc), path) from exc
-
-
-def _indented(value: Any, newline: str) -> str:
-    """``json.dumps(value, indent=1, sort_keys=True, allow_nan=False)`` with every line after
-    the first starting with ``newline``'s indent: the same text, without the generic encoder's
-    per-item overhead (a grant is a flat record with a few small containers)."""
-    kind = type(value)
-    if kind is str:
-        return _quote(value)
-    if kind is int:
-        return int.__repr__(value)
-    if kind is float and value - value == 0:  # finite (json refuses NaN and infinities below)
-        return float.__repr__(value)
-    if value is None:
-        return "null"
-    if kind is dict:
-        if not value:
-            return "{}"
-        inner = newline + " "
-        items = [f"{inner}{_quote(_key(k))}: {_indented(v, inner)}" for k, v in sorted(value.items())]
-        return "{" + ",".join(items) + newline + "}"
-    if kind is list or kind is tuple:
-        if not value:
-            return "[]"
-        inner = newline + " "
-        return "[" + ",".join(inner + _indented(v, inner) for v in value) + newline + "]"
-    return json.dumps(value, allow_nan=False)  # floats, true, false, and what json makes of the rest
-
-
-def _key(key: object) -> str:
-    """A dict key as JSON writes it (keys sort as they are: node ids as numbers, as json does)."""
-    return key if isinstance(key, str) else json.dumps(key, allow_nan=False)
-
-
-def checksum(data: dict[str, Any]) -> str:
-    """``"sha256:<hex>"`` of the canonical JSON of ``data``."""
-    return "sha256:" + sha256_hex(_canonical(data).encode("ascii"))
-
-
-def _canonical(data: object) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-
-
-# ---- helpers -----------------------------------------------------------------------
-
-
-def _corrupt(what: str, path: str) -> LedgerCorrupt:
-    return LedgerCorrupt(f"corrupt ledger: {what}; {REMEDY}", path=path)
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed")
 
 
 def _unlink_quietly(path: str) -> None:

@@ -176,6 +176,8 @@ class Release:
     grant: Grant | None
     gone: tuple[Grant, ...]
     undo: UndoLog
+    #: what can wait is left for :meth:`NodeResource.settle`, after the hook has its answer
+    later: bool = False
 
 
 class NodeResource(Resource):
@@ -192,6 +194,10 @@ class NodeResource(Resource):
         return []
 
     def give_back(self, node: Node, release: Release) -> list[str]:
+        return []
+
+    def settle(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
+        """Do what a release with ``later`` left (under the lock, ``state`` as it is now)."""
         return []
 
     def repair(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:

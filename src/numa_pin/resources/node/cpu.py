@@ -66,15 +66,39 @@ def blocked_shared(node: Node, state: LedgerState) -> list[str]:
     return [f"{ids[b.ref]}: {b}" for b in check_shared(ids, shared_pool(node, state), _limits(node, state))]
 
 
+#: the shared containers' cgroups as checked in this process, by cgroup root and recorded path,
+#: once :func:`warm` has run (the agent's spare, as it rehearses): the admission the spare then
+#: runs checks only the containers that came since (a busy node has thousands). None: every
+#: call checks every path (a hook, the CLI).
+_REFS: dict[tuple[str, str], cg.CgroupRef] | None = None
+
+
+def warm(node: Node, state: LedgerState) -> None:
+    """Check every shared container's cgroup path now and keep the results for this process
+    (:data:`_REFS`), forgetting earlier checks. The agent's spare calls it at each rehearsal,
+    so a check is at most :data:`~numa_pin.agent.spare.REHEARSE_EVERY_S` old when used."""
+    global _REFS
+    _REFS = {}
+    _shared_ids(node, state)
+
+
 def _shared_ids(node: Node, state: LedgerState, exclude: str | None = None,
                 real_dirs: dict[str, str] | None = None) -> dict[cg.CgroupRef, str]:
     """The cgroups of the shared containers (``exclude`` left out), with their container ids.
     ``real_dirs``: a memo of parents' real paths (one ``lstat`` per path check, hundreds of
-    shared containers on a busy node; see :func:`numa_pin.enforcer.cgroups.realpath`)."""
+    shared containers on a busy node; see :func:`numa_pin.enforcer.cgroups.realpath`); paths
+    in :data:`_REFS` are not checked again."""
     grants = [g for g in state.shared_grants() if g.container_id != exclude and g.cgroup]
-    refs = cg.refs_from_paths([g.cgroup for g in grants if g.cgroup], node.config.cgroup_root, node.layout(),
-                              real_dirs)
-    return {ref: g.container_id for ref, g in zip(refs, grants)}
+    paths = [g.cgroup for g in grants if g.cgroup]
+    root = os.fspath(node.config.cgroup_root)
+    if _REFS is None:
+        refs = cg.refs_from_paths(paths, root, node.layout(), real_dirs)
+        return {ref: g.container_id for ref, g in zip(refs, grants)}
+    known = _REFS
+    new = [p for p in paths if (root, p) not in known]
+    for path, ref in zip(new, cg.refs_from_paths(new, root, node.layout(), real_dirs)):
+        known[(root, path)] = ref
+    return {known[(root, p)]: g.container_id for p, g in zip(paths, grants)}
 
 
 def _log_blocked(resized: ResizeResult) -> ResizeResult:
@@ -98,7 +122,8 @@ def _resize(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
     """Every shared container (``exclude`` left out) to ``pool``, one memo of real paths for all."""
     real_dirs: dict[str, str] = {}
     return resize_shared(_shared_ids(node, state, exclude, real_dirs), pool, node.config.cgroup_root, undo,
-                         _limits(node, state, real_dirs), systemd=node.systemd(), real_dirs=real_dirs)
+                         _limits(node, state, real_dirs), systemd=node.systemd(), real_dirs=real_dirs,
+                         checked=True)  # _shared_ids checked each path (now, or as the spare rehearsed)
 
 
 class CpuNode(CpuResource, NodeResource):
@@ -121,11 +146,15 @@ class CpuNode(CpuResource, NodeResource):
         return admission
 
     def release(self, node: Node, release: Release) -> list[str]:
-        if any(g.cpus for g in release.gone):
+        if any(g.cpus for g in release.gone) and not release.later:
             state = release.after
             resized = _resize(node, state, shared_pool(node, state), release.undo)
             return [str(b) for b in resized.blocked]
         return []
+
+    def settle(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
+        """The shared containers grow to the pool as it is now (a release left it for later)."""
+        return [str(b) for b in _resize(node, state, shared_pool(node, state), undo).blocked]
 
     def repair(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
         repaired: list[str] = []
@@ -168,4 +197,4 @@ class CpuNode(CpuResource, NodeResource):
         }
 
 
-__all__ = ["CpuNode", "blocked_shared", "reserved", "shared_pool"]
+__all__ = ["CpuNode", "blocked_shared", "reserved", "shared_pool", "warm"]

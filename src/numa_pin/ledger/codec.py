@@ -1,0 +1,171 @@
+"""The ledger file's bytes: encoding, decoding and checking them (pure, stdlib only).
+
+The file is ``{"version": N, "checksum": "sha256:<hex>", "data": {...}}`` written by ``json.dumps``
+with indent 1 and sorted keys; ``checksum`` is the SHA-256 of the *canonical* JSON of ``data``
+(sorted keys, no whitespace, ASCII). :func:`encode` makes those bytes, reusing each unchanged
+grant's text; :func:`decode` parses and verifies them and raises
+:class:`~numa_pin.errors.LedgerCorrupt` (with :data:`REMEDY`) for anything else. Where the bytes
+live, and how they are locked and replaced, is :mod:`numa_pin.ledger.store`.
+"""
+
+from __future__ import annotations
+
+import json
+from json.encoder import encode_basestring_ascii as _quote
+
+from numa_pin.boundedio import json_loads_bounded
+from numa_pin.digest import sha256_hex
+from numa_pin.errors import LedgerCorrupt, LedgerError
+from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, newer_version_message
+
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+if TYPE_CHECKING:
+    from typing import Any
+
+#: what an operator should do about a corrupt ledger (appended to every LedgerCorrupt)
+REMEDY = ("run `numa-pin recover`: it keeps the file aside and rebuilds the grants from what runs "
+          "(numa-pin never resets it silently; until then only containers that ask for nothing start)")
+#: deepest nesting read (a ledger nests 5 levels)
+MAX_DEPTH = 32
+#: longest container name or pod id a new grant may record (Kubernetes allows 253 characters)
+MAX_NAME_CHARS = 1024
+
+
+def check_new_grants(before: LedgerState, after: LedgerState, path: str) -> None:
+    """Refuse a grant ``after`` adds or changes whose container name or pod id is longer than
+    :data:`MAX_NAME_CHARS` (pure): a few such grants would grow the ledger past what its
+    reader takes. Grants already recorded are left alone."""
+    for cid, grant in after.grants.items():
+        known = before.grants.get(cid)
+        if known is grant or known == grant:  # the same object first: thousands of grants unchanged
+            continue
+        for what, value in (("container name", grant.container_name), ("pod id", grant.pod_id),
+                            ("container id", grant.container_id)):
+            if len(value) > MAX_NAME_CHARS:
+                raise LedgerError(f"refusing to record container {cid[:64]!r}: its {what} has {len(value)} "
+                                  f"characters, more than {MAX_NAME_CHARS}", path=path)
+
+
+#: each grant's JSON as last encoded: ``{id(grant): (grant, indented text, canonical text)}``
+#: (the grant is kept so its id stays its own). A commit changes one grant of hundreds, and the
+#: unchanged ones are the very objects the last read or write returned (issue 21)
+_ENCODED: dict[int, tuple[Grant, str, str]] = {}
+#: stands for the grants in the rest of the document while it is encoded (a string JSON escapes
+#: to one that no grant, pod or version text can hold)
+_GRANTS_SLOT = "\x00grants\x00"
+#: how deep a grant sits in the file: {"data": {"grants": {"<id>": {...}}}}
+_GRANT_INDENT = "   "
+
+
+def encode(state: LedgerState) -> bytes:
+    """The file bytes for ``state``: data, its version and its checksum (pure: the bytes of
+    ``json.dumps`` of the document, indent 1 and sorted keys; each grant's part is encoded once
+    and reused while the grant is unchanged)."""
+    rest = LedgerState({}, state.pods).to_dict()
+    rest["grants"] = _GRANTS_SLOT
+    pretty: list[str] = []
+    canonical: list[str] = []
+    encoded: dict[int, tuple[Grant, str, str]] = {}
+    for cid, grant in sorted(state.grants.items()):
+        known = _ENCODED.get(id(grant))
+        if known is None or known[0] is not grant:
+            d = grant.to_dict()
+            known = (grant, _indented(d, "\n" + _GRANT_INDENT), _canonical(d))
+        encoded[id(grant)] = known
+        key = _quote(cid)  # json.dumps of a str
+        pretty.append(f"{_GRANT_INDENT}{key}: {known[1]}")
+        canonical.append(f"{key}:{known[2]}")
+    _ENCODED.clear()
+    _ENCODED.update(encoded)
+    slot = json.dumps(_GRANTS_SLOT)
+    data_text = _canonical(rest).replace(slot, "{" + ",".join(canonical) + "}", 1)
+    doc = {"version": LEDGER_VERSION, "checksum": "sha256:" + sha256_hex(data_text.encode("ascii")), "data": rest}
+    grants_text = "{\n" + ",\n".join(pretty) + "\n  }" if pretty else "{}"
+    text = json.dumps(doc, indent=1, sort_keys=True, allow_nan=False).replace(slot, grants_text, 1)
+    return (text + "\n").encode("ascii")
+
+
+def decode(raw: bytes, path: str) -> LedgerState:
+    """Parse and verify the file bytes ``raw`` read from ``path`` (pure).
+
+    Raises:
+        LedgerCorrupt: bad UTF-8/JSON, wrong shape, newer version, bad checksum.
+    """
+    try:
+        doc = json_loads_bounded(raw.decode("utf-8"), MAX_DEPTH, parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise corrupt(f"not valid JSON ({exc})", path) from exc
+    if not isinstance(doc, dict):
+        raise corrupt(f"expected a JSON object, found {type(doc).__name__}", path)
+    if set(doc) != {"version", "checksum", "data"}:
+        raise corrupt(f"expected keys checksum, data, version; found {', '.join(sorted(doc))}", path)
+    version, data, stated = doc["version"], doc["data"], doc["checksum"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise corrupt(f"version must be an integer, found {version!r}", path)
+    if version > LEDGER_VERSION:
+        written_by = data.get("written_by") if isinstance(data, dict) else None
+        raise LedgerCorrupt(f"{newer_version_message(version, written_by)}; or `numa-pin recover` to rebuild it "
+                            "from what runs (what only that release records is lost)", path=path)
+    if not isinstance(data, dict):
+        raise corrupt("data must be a JSON object", path)
+    actual = checksum(data)
+    if stated != actual:
+        raise corrupt(f"checksum mismatch: file says {stated!r}, content hashes to {actual!r}", path)
+    if data.get("version") != version:
+        raise corrupt(f"version {version} does not match data version {data.get('version')!r}", path)
+    try:
+        return LedgerState.from_dict(data)
+    except LedgerCorrupt as exc:
+        raise corrupt(str(exc), path) from exc
+
+
+def _indented(value: Any, newline: str) -> str:
+    """``json.dumps(value, indent=1, sort_keys=True, allow_nan=False)`` with every line after
+    the first starting with ``newline``'s indent: the same text, without the generic encoder's
+    per-item overhead (a grant is a flat record with a few small containers)."""
+    kind = type(value)
+    if kind is str:
+        return _quote(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and value - value == 0:  # finite (json refuses NaN and infinities below)
+        return float.__repr__(value)
+    if value is None:
+        return "null"
+    if kind is dict:
+        if not value:
+            return "{}"
+        inner = newline + " "
+        items = [f"{inner}{_quote(_key(k))}: {_indented(v, inner)}" for k, v in sorted(value.items())]
+        return "{" + ",".join(items) + newline + "}"
+    if kind is list or kind is tuple:
+        if not value:
+            return "[]"
+        inner = newline + " "
+        return "[" + ",".join(inner + _indented(v, inner) for v in value) + newline + "]"
+    return json.dumps(value, allow_nan=False)  # floats, true, false, and what json makes of the rest
+
+
+def _key(key: object) -> str:
+    """A dict key as JSON writes it (keys sort as they are: node ids as numbers, as json does)."""
+    return key if isinstance(key, str) else json.dumps(key, allow_nan=False)
+
+
+def checksum(data: dict[str, Any]) -> str:
+    """``"sha256:<hex>"`` of the canonical JSON of ``data``."""
+    return "sha256:" + sha256_hex(_canonical(data).encode("ascii"))
+
+
+def _canonical(data: object) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def corrupt(what: str, path: str) -> LedgerCorrupt:
+    return LedgerCorrupt(f"corrupt ledger: {what}; {REMEDY}", path=path)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed")
+
+
+__all__ = ["MAX_DEPTH", "MAX_NAME_CHARS", "REMEDY", "check_new_grants", "checksum", "corrupt", "decode", "encode"]

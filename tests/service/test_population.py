@@ -1,0 +1,152 @@
+"""A node carrying many shared containers (issue 21 part 2): exclusive still means exclusive.
+
+With more shared containers than one admission checks for liveness
+(:data:`~numa_pin.ledger.liveness.SHARED_CHECKS`), an exclusive admission still takes its CPUs
+out of every shared container's cpuset (nested cgroups too) before it returns, a dead exclusive
+grant is still dropped by the next admission (its CPUs go back to the shared containers), and a
+release gives the CPUs back to every shared container.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from numa_pin import service as node_service
+from numa_pin.admission.request import request_from_oci
+from numa_pin.config.schema import config_from_dict
+from numa_pin.cpuset import parse_list
+from numa_pin.enforcer import cgroups
+from numa_pin.errors import CgroupEscapeError
+from numa_pin.ledger import liveness
+from numa_pin.ledger.liveness import SHARED_CHECKS
+from numa_pin.record import replace
+from numa_pin.resources.node import cpu as cpu_node
+from numa_pin.service import NodeService
+from numa_pin.testing.node import FakeNode
+
+SHARED = SHARED_CHECKS + 4
+
+
+@pytest.fixture
+def busy(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[FakeNode, NodeService]:
+    node = FakeNode(tmp_path / "n", "intel-2s-ht", machines=tmp_path_factory.getbasetemp() / "machines")
+    svc = NodeService(config_from_dict(node.config_dict(policy="restricted")))
+    for i in range(SHARED):
+        svc.admit(request_from_oci(f"s{i}", {}), node.add_container(f"s{i}", 50_000 + i))
+    nested = node.cgroup_dir("s1") / "docker"
+    nested.mkdir()
+    for name in ("cpuset.cpus", "cpuset.mems"):
+        (nested / name).write_text((node.cgroup_dir("s1") / name).read_text())
+    return node, svc
+
+
+def cpus_of(d: Path) -> frozenset[int]:
+    return parse_list((d / "cpuset.cpus").read_text())
+
+
+def shared_cpusets(node: FakeNode) -> dict[str, frozenset[int]]:
+    out = {f"s{i}": cpus_of(node.cgroup_dir(f"s{i}")) for i in range(SHARED)}
+    out["s1/docker"] = cpus_of(node.cgroup_dir("s1") / "docker")
+    return out
+
+
+def exclusive(svc: NodeService, node: FakeNode, cid: str, pid: int, cpus: int = 2) -> frozenset[int]:
+    return svc.admit(request_from_oci(cid, {"numa-pin.io/cpus": str(cpus)}), node.add_container(cid, pid)).grant.cpus
+
+
+def test_every_shared_container_leaves_a_new_grant_and_gets_a_released_one_back(busy) -> None:
+    node, svc = busy
+    everything = parse_list(node.cpus)
+    assert set(shared_cpusets(node).values()) == {everything}
+    x = exclusive(svc, node, "x", 60_000)
+    pool = cpu_node.shared_pool(svc, svc.ledger.read())
+    assert pool == everything - x
+    assert shared_cpusets(node) == dict.fromkeys(shared_cpusets(node), pool)  # all of them, before admit returns
+    y = exclusive(svc, node, "y", 60_001)
+    assert not x & y
+    assert set(shared_cpusets(node).values()) == {everything - x - y}
+    svc.release("x")
+    assert set(shared_cpusets(node).values()) == {everything - y}  # x's CPUs are back in every one
+    assert cpus_of(node.cgroup_dir("y")) == y
+
+
+def test_a_dead_exclusive_grant_is_dropped_by_the_next_admission_whatever_the_shared_population(
+        busy, monkeypatch: pytest.MonkeyPatch) -> None:
+    node, svc = busy
+    # the shared grants checked this time are the first ones by id ("s..."), so "x" would be left out
+    monkeypatch.setattr(liveness.os, "urandom", lambda n: bytes(n))
+    everything = parse_list(node.cpus)
+    x = exclusive(svc, node, "x", 60_000)
+    node.stop_container("x", 60_000)  # killed without a poststop
+    z = exclusive(svc, node, "z", 60_002)
+    grants = svc.ledger.read().grants
+    assert "x" not in grants and "z" in grants
+    assert set(shared_cpusets(node).values()) == {everything - z}  # x's CPUs went back to the shared ones
+    assert x - z <= cpu_node.shared_pool(svc, svc.ledger.read())
+
+
+def test_dead_shared_grants_cost_nothing_and_reconcile_drops_them_all(busy) -> None:
+    node, svc = busy
+    for i in range(0, SHARED, 3):
+        node.stop_container(f"s{i}", 50_000 + i)
+    x = exclusive(svc, node, "x", 60_000)  # their missing cgroups do not get in the way
+    live = [f"s{i}" for i in range(SHARED) if i % 3]
+    assert {cpus_of(node.cgroup_dir(c)) for c in live} == {parse_list(node.cpus) - x}
+    svc.reconcile()
+    assert set(svc.ledger.read().grants) == {*live, "x"}
+
+
+def test_after_the_spare_warmed_up_only_new_shared_cgroups_are_checked(busy, monkeypatch: pytest.MonkeyPatch) -> None:
+    node, svc = busy
+    monkeypatch.setattr(cpu_node, "_REFS", None)  # restored after the test: other tests check every path
+    checked: list[str] = []
+    real = cgroups.refs_from_paths
+
+    def counting(paths, *args, **kwargs):
+        checked.extend(paths)
+        return real(paths, *args, **kwargs)
+
+    monkeypatch.setattr(cgroups, "refs_from_paths", counting)
+    exclusive(svc, node, "x", 60_000)
+    assert len(checked) == SHARED  # not warmed up (a hook, the CLI): every path, every time
+    cpu_node.warm(svc, svc.ledger.read())
+    svc.admit(request_from_oci("late", {}), node.add_container("late", 60_001))
+    checked.clear()
+    exclusive(svc, node, "y", 60_002)
+    assert checked == ["/ctr/late"]
+    # a path that now leaves the cgroup root is refused as before (it was not checked yet)
+    outside = node.root / "outside"
+    outside.mkdir()
+    evil = node.cgroup_dir("late2")
+    evil.parent.mkdir(parents=True, exist_ok=True)
+    evil.symlink_to(outside)
+    (node.proc_root / "60003").mkdir(parents=True)
+    (node.proc_root / "60003" / "cgroup").write_text("4:cpuset:/ctr/late2\n")
+    svc.ledger.read()
+    with svc.ledger.transaction() as txn:
+        txn.put(replace(txn.state.grants["late"], container_id="late2", container_name="late2", cgroup="/ctr/late2",
+                        pid=60_003))
+    with pytest.raises(CgroupEscapeError):
+        exclusive(svc, node, "z", 60_004)
+    assert set(shared_cpusets(node).values()) == {parse_list(node.cpus) - svc.ledger.read().exclusive_cpus()}
+
+
+def test_the_agent_grows_the_shared_containers_back_after_its_reply_never_onto_a_granted_cpu(
+        busy, monkeypatch: pytest.MonkeyPatch) -> None:
+    node, svc = busy
+    everything = parse_list(node.cpus)
+    monkeypatch.setattr(node_service, "_SETTLE", None)
+    x = exclusive(svc, node, "x", 60_000, cpus=4)
+    node_service.defer_settling()  # what the agent's child does before it runs a request
+    svc.release("x")
+    assert "x" not in svc.ledger.read().grants
+    assert set(shared_cpusets(node).values()) == {everything - x}  # not yet: the hook has its answer first
+    # an admission before the growth takes some of x's CPUs: the growth never hands them out
+    y = exclusive(svc, node, "y", 60_001, cpus=2)
+    node_service.settle_deferred()  # after the reply
+    assert set(shared_cpusets(node).values()) == {everything - y}
+    assert node_service._SETTLE is None  # one request's worth; the next release grows at once again
+    svc.release("y")
+    assert set(shared_cpusets(node).values()) == {everything}
