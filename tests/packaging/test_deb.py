@@ -34,10 +34,10 @@ REPO = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 SYSTEM_PYTHON = "/usr/bin/python3"
 #: the issue's dependency list: Debian's interpreter and modules, nothing vendored
-WANT_DEPENDS = {"python3 (>= 3.11)", "python3-psutil", "python3-pyroute2", "python3-prctl", "python3-yaml", "libbpf1"}
+WANT_DEPENDS = {"python3 (>= 3.11)", "python3-psutil", "python3-pyroute2", "python3-prctl", "python3-yaml", "python3-protobuf", "libbpf1"}
 HOOKS_D = "usr/share/containers/oci/hooks.d"
 UNITS = ("numa-pin-agent.socket", "numa-pin-agent.service", "numa-pin-reconcile.timer", "numa-pin-reconcile.service",
-         "numa-pin-nrt.service")
+         "numa-pin-nrt.service", "numa-pin-nri.service")
 WANT_FILES = {
     "usr/bin/numa-pin", "usr/bin/numa-pin-hook",
     f"{HOOKS_D}/numa-pin.json", f"{HOOKS_D}/numa-pin-release.json", f"{HOOKS_D}/numa-pin-precreate.json",
@@ -145,6 +145,7 @@ def test_shipped_files_point_at_installed_paths(extracted):
     assert "ExecStart=/usr/bin/numa-pin serve\n" in units["numa-pin-agent.service"]
     assert "ExecStart=/usr/bin/numa-pin reconcile\n" in units["numa-pin-reconcile.service"]
     assert "ExecStart=/usr/bin/numa-pin nrt --watch " in units["numa-pin-nrt.service"]
+    assert "ExecStart=/usr/bin/numa-pin serve --nri\n" in units["numa-pin-nri.service"]
     assert "/usr/local" not in "".join(units.values())
 
 
