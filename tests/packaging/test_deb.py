@@ -42,6 +42,7 @@ WANT_FILES = {
     "usr/bin/numa-pin", "usr/bin/numa-pin-hook",
     f"{HOOKS_D}/numa-pin.json", f"{HOOKS_D}/numa-pin-release.json", f"{HOOKS_D}/numa-pin-precreate.json",
     "etc/numa-pin/config.yaml",
+    "usr/lib/python3/dist-packages/numa_pin/nri/descriptors.binpb",
     "usr/share/numa-pin/runc/hooks-snippet.json",
     "usr/share/numa-pin/containerd/config.toml", "usr/share/numa-pin/containerd/hooks.json",
     "usr/share/numa-pin/containerd/numa-pin-containerd-spec",
