@@ -17,14 +17,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from numa_pin.admission.kubernetes import POD_ID_KEYS, POD_NAME_KEYS
+from numa_pin.admission.kubernetes import NAME_KEYS, POD_ID_KEYS, POD_NAME_KEYS, SANDBOX_TYPE_KEYS
 from numa_pin.cpuset import format_list
 from numa_pin.hook.oci import OciSpec
 from numa_pin.ledger.model import Grant
 
-#: containerd's keys for the pod's id, namespace and name (set when the runtime left them out)
+#: containerd's keys for the pod's id, namespace and name, the container's name and type (set
+#: when the runtime left them out of the container's annotations)
 _SANDBOX_ID = POD_ID_KEYS[1]
 _SANDBOX_NS, _SANDBOX_NAME = POD_NAME_KEYS[0]
+_NAME, _TYPE = NAME_KEYS[1], SANDBOX_TYPE_KEYS[1]
 
 
 def _optional(parent: Any, name: str) -> int | None:
@@ -40,6 +42,9 @@ def annotations_of(pod: Any, container: Any) -> dict[str, str]:
     if pod.name:
         out.setdefault(_SANDBOX_NS, pod.namespace)
         out.setdefault(_SANDBOX_NAME, pod.name)
+    if container.name and not any(out.get(k) for k in NAME_KEYS):
+        out[_NAME] = container.name
+    out.setdefault(_TYPE, "container")  # NRI asks about containers only, never a pod's sandbox
     return out
 
 
