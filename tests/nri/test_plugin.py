@@ -179,3 +179,17 @@ def test_a_pods_annotation_reaches_its_containers_without_passthrough(plugin, m)
     assert code == 0, text
     grant = plugin.session.handler.service.ledger.read().grants["c-ann"]
     assert len(grant.cpus) == 2 and _cpus(reply.adjust.linux.resources) == grant.cpus
+
+
+def test_an_unexpected_failure_is_one_line_and_the_plugin_keeps_serving(plugin, m, monkeypatch) -> None:
+    handler = plugin.session.handler
+
+    def broken(pod, container, pid):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(handler, "_admit", broken)
+    p = pod(m, "x", "x", "")
+    code, text, _ = plugin.runtime.create(p, container(m, p, "c-x"))
+    assert code != 0 and text == "numa-pin: internal error c-x: KeyError: 'boom'"
+    monkeypatch.undo()
+    assert plugin.runtime.create(p, container(m, p, "c-y"))[0] == 0

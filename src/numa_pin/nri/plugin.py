@@ -88,9 +88,13 @@ class Handler:
             return 0, "", entry[1](request).SerializeToString()
         except NumaPinError as exc:
             return UNKNOWN, self._refusal(method, request, exc), b""
+        except Exception as exc:  # the boundary: the runtime gets one line, the plugin keeps serving
+            line = cut(one_line(f"numa-pin: internal error {_cid(request)}: {type(exc).__name__}: {exc}"))
+            self.log(f"{method}: {line}")
+            return UNKNOWN, line, b""
 
     def _refusal(self, method: str, request: Any, exc: NumaPinError) -> str:
-        cid = getattr(getattr(request, "container", None), "id", "") or "?"
+        cid = _cid(request)
         verb = "rejected" if isinstance(exc, AdmissionError) else "error"  # the hook's words
         line = cut(one_line(f"numa-pin: {verb} {cid}: {exc.kind}: {exc}"))
         self.log(f"{method}: {line}")
@@ -236,6 +240,10 @@ class Handler:
                 report.write_reason(self.service.config.state_dir, container.id, line, {"kind": exc.kind})
         updates = [self._update(cid) for cid in running]
         return [u for u in updates if u is not None]
+
+
+def _cid(request: Any) -> str:
+    return getattr(getattr(request, "container", None), "id", "") or "?"
 
 
 class Session:
