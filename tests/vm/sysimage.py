@@ -61,7 +61,9 @@ class Flavour(NamedTuple):
 
 
 BOOKWORM = Flavour(SUITE, PACKAGES, CONTAINERD_TOML, "NUMA_PIN_VM_CACHE", "vm-systemd")
-TRIXIE = Flavour("trixie", PACKAGES, CONTAINERD_TOML + NRI_TOML, "NUMA_PIN_VM_CACHE_TRIXIE", "vm-trixie")
+#: the NRI guest drives containerd's CRI with tests/e2e/cri.py, so it needs grpc and its compiler
+TRIXIE = Flavour("trixie", (*PACKAGES, "python3-grpcio", "python3-grpc-tools"), CONTAINERD_TOML + NRI_TOML,
+                 "NUMA_PIN_VM_CACHE_TRIXIE", "vm-trixie")
 #: the host tools the tier needs, with the Debian package that has each
 HOST_TOOLS = {"debootstrap": "debootstrap", "qemu-system-x86_64": "qemu-system-x86", "mkfs.ext4": "e2fsprogs",
               "chroot": "coreutils"}
@@ -213,7 +215,7 @@ def base_tree(log: Path, flavour: Flavour = BOOKWORM) -> Path:
     debs = cache / "debs"
     debs.mkdir(exist_ok=True)
     try:
-        _run(["debootstrap", "--variant=minbase", f"--cache-dir={debs}", "--include=" + ",".join(PACKAGES),
+        _run(["debootstrap", "--variant=minbase", f"--cache-dir={debs}", "--include=" + ",".join(flavour.packages),
               flavour.suite, str(work / "root"), mirror], log, timeout=1800)
         _configure(work / "root", pair[0], flavour)
         (work / "root" / "var" / "cache" / "apt" / "archives").mkdir(parents=True, exist_ok=True)

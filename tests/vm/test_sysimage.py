@@ -77,3 +77,26 @@ def test_each_flavour_has_its_own_recipe_and_cache(monkeypatch: pytest.MonkeyPat
     assert sysimage.cache_dir(sysimage.TRIXIE) == Path("/somewhere")
     # the deb depends on python3-protobuf: dpkg -i in either guest needs it there
     assert "python3-protobuf" in bookworm["packages"] and "python3-protobuf" in trixie["packages"]
+
+
+@pytest.mark.parametrize("flavour", [sysimage.BOOKWORM, sysimage.TRIXIE], ids=["bookworm", "trixie"])
+def test_debootstrap_gets_the_flavours_suite_and_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          flavour: sysimage.Flavour) -> None:
+    calls: list[list[str]] = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_run(argv: list[str], log: Path, timeout: float, **kw: object) -> None:
+        calls.append(argv)
+        raise Stop
+
+    monkeypatch.setattr(sysimage, "_run", fake_run)
+    monkeypatch.setattr(sysimage, "kernel_pair", lambda: (Path("/boot/vmlinuz-6.1.0-9-amd64"), Path("/i")))
+    monkeypatch.setattr(sysimage, "archive_mirror", lambda: "http://mirror.example/debian")
+    monkeypatch.setenv(flavour.cache_env, str(tmp_path / "cache"))
+    with pytest.raises(Stop):
+        sysimage.base_tree(tmp_path / "log", flavour)
+    (argv,) = calls
+    include = next(a for a in argv if a.startswith("--include=")).removeprefix("--include=").split(",")
+    assert sorted(include) == sorted(flavour.packages) and flavour.suite in argv
