@@ -193,3 +193,26 @@ def test_an_unexpected_failure_is_one_line_and_the_plugin_keeps_serving(plugin, 
     assert code != 0 and text == "numa-pin: internal error c-x: KeyError: 'boom'"
     monkeypatch.undo()
     assert plugin.runtime.create(p, container(m, p, "c-y"))[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("announced_ms", "assumed_s", "admission_s", "bound_s"),
+    [(0, 2.0, 20, 1.5), (0, 30.0, 20, 20), (4000, 30.0, 20, 3.0), (4000, 2.0, 1, 1)],
+    ids=["nri-default", "assumed-longer", "announced", "config-shorter"],
+)
+def test_an_admission_gets_three_quarters_of_the_runtimes_timeout(node: FakeNode, m, monkeypatch, announced_ms,
+                                                                  assumed_s, admission_s, bound_s) -> None:
+    """A plugin that answers past the runtime's timeout is disconnected and the container starts
+    unpinned: the admission must give up (a refusal) before that."""
+    from numa_pin.nri.plugin import Handler
+
+    svc = NodeService(config_from_dict(node.config_dict(policy="restricted", admission_timeout_s=admission_s)))
+    seen = []
+    real = svc.admit
+    monkeypatch.setattr(svc, "admit", lambda *a, **kw: seen.append(kw["deadline"].seconds) or real(*a, **kw))
+    handler = Handler(svc, m, lambda line: None, request_timeout_s=assumed_s)
+    handler.configure(m.api("ConfigureRequest")(runtime_name="containerd", request_timeout=announced_ms))
+    p = pod(m, "t", "t", "")
+    handler.create_container(m.api("CreateContainerRequest")(pod=p, container=container(m, p, "c-t", cpu_milli=1000,
+                                                                                        limit_milli=1000, memory=GI)))
+    assert seen == [pytest.approx(bound_s)]

@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nri-socket", metavar="PATH",
                         help="the runtime's NRI socket (default: /var/run/nri/nri.sock)")
     parser.add_argument("--nri-index", metavar="NN", help="the plugin's two-digit invocation index (default: 50)")
+    parser.add_argument("--nri-request-timeout", metavar="SECONDS", type=float, default=2.0,
+                        help="the runtime's NRI request timeout when it does not announce one (containerd's "
+                        "plugin_request_timeout; default: NRI's 2); an admission gets three quarters of it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,7 +66,12 @@ def _serve_nri(args: argparse.Namespace) -> int:
         config, cache_dir = hook_config(None, os.environ)
         return NodeService(config, cache_dir=cache_dir)
 
-    return serve(args.nri_socket or DEFAULT_SOCKET, make_service, load(), index=args.nri_index)
+    if not args.nri_request_timeout > 0:
+        from numa_pin.errors import RequestError
+
+        raise RequestError(f"--nri-request-timeout: {args.nri_request_timeout:g} is not a positive number of seconds")
+    return serve(args.nri_socket or DEFAULT_SOCKET, make_service, load(), index=args.nri_index,
+                 request_timeout_s=args.nri_request_timeout)
 
 
 def _drop_earlier_boots() -> None:

@@ -4,8 +4,9 @@
 the same service and ledger as the hook:
 
 * ``Configure``: subscribes to ``CreateContainer``, ``UpdateContainer``, ``StopContainer`` and
-  ``RemoveContainer``, and takes the runtime's request timeout as the admission deadline's bound
-  (a plugin that answers late is disconnected, and the container starts without it).
+  ``RemoveContainer``, and takes the runtime's request timeout (announced, else NRI's default or
+  ``--nri-request-timeout``) as the admission deadline's bound: a plugin that answers late is
+  disconnected, and the container starts without it, so a late decision is a refusal instead.
 * ``Synchronize`` (after every connect: the plugin's or the runtime's restart): drops the grants
   whose container is gone and repairs drift (``numa-pin reconcile``), releases stopped
   containers, adopts running ones that have no grant (they started while the plugin was away) and
@@ -49,19 +50,23 @@ SOCKET_ENV, NAME_ENV, INDEX_ENV = "NRI_PLUGIN_SOCKET", "NRI_PLUGIN_NAME", "NRI_P
 EVENTS = ("CREATE_CONTAINER", "UPDATE_CONTAINER", "STOP_CONTAINER", "REMOVE_CONTAINER")
 #: gRPC status codes ttrpc carries
 UNKNOWN, INVALID_ARGUMENT, UNIMPLEMENTED = 2, 3, 12
-#: the share of the runtime's request timeout an admission may use
+#: the share of the runtime's request timeout an admission may use, and NRI's default timeout
+#: (what numa-pin assumes of a runtime that does not announce its own: containerd 1.7 does not)
 DEADLINE_SHARE = 0.75
+NRI_REQUEST_TIMEOUT_S = 2.0
 CONTAINER_STOPPED = 4
 
 
 class Handler:
     """NRI's plugin service, answered through ``service`` (a NodeService)."""
 
-    def __init__(self, service: Any, messages: Messages, log: Callable[[str], None]) -> None:
+    def __init__(self, service: Any, messages: Messages, log: Callable[[str], None],
+                 request_timeout_s: float = NRI_REQUEST_TIMEOUT_S) -> None:
         self.service = service
         self.m = messages
         self.log = log
-        self.request_timeout_s: float | None = None
+        #: the runtime's request timeout: announced at Configure, else ``request_timeout_s``
+        self.request_timeout_s = request_timeout_s
         self._sync_pods: list[Any] = []
         self._sync_containers: list[Any] = []
         self._methods: dict[str, tuple[str, Callable[[Any], Any]]] = {
@@ -107,8 +112,10 @@ class Handler:
 
     # ---- the plugin service -----------------------------------------------------------------
     def configure(self, req: Any) -> Any:
-        self.log(f"configured by {req.runtime_name} {req.runtime_version} (request timeout {req.request_timeout} ms)")
-        self.request_timeout_s = req.request_timeout / 1000 if req.request_timeout > 0 else None
+        if req.request_timeout > 0:
+            self.request_timeout_s = req.request_timeout / 1000
+        self.log(f"configured by {req.runtime_name} {req.runtime_version} "
+                 f"(request timeout {self.request_timeout_s:g}s{'' if req.request_timeout > 0 else ', assumed'})")
         self.service.topology  # noqa: B018  (read it now: the first admission must answer in time)
         return self.m.api("ConfigureResponse")(events=event_mask(self.m, EVENTS))
 
@@ -173,9 +180,7 @@ class Handler:
             raise NriError("the runtime sent a container without an id")
         request = self.request_of(pod, container)
         cfg = self.service.config
-        bound = cfg.admission_timeout_s
-        if self.request_timeout_s:
-            bound = min(bound, self.request_timeout_s * DEADLINE_SHARE)
+        bound = min(cfg.admission_timeout_s, self.request_timeout_s * DEADLINE_SHARE)
         admitted = self.service.admit(request, pid, deadline=Deadline(bound, f"admission of {container.id}"),
                                       expected_cgroup=expected_cgroup(container.linux.cgroups_path or None))
         report.forget_reason(cfg.state_dir, container.id)
@@ -322,10 +327,12 @@ def connect(path: str, env: Mapping[str, str]) -> socket.socket:
 
 def serve(path: str, make_service: Callable[[], Any], messages: Messages, *, env: Mapping[str, str] | None = None,
           name: str | None = None, index: str | None = None, retry_s: float = 1.0,
-          log: Callable[[str], None] | None = None, once: bool = False) -> int:
+          log: Callable[[str], None] | None = None, once: bool = False,
+          request_timeout_s: float = NRI_REQUEST_TIMEOUT_S) -> int:
     """Run the plugin: connect, register, answer; connect again (every ``retry_s``) when the
     runtime goes away, unless the runtime started the plugin itself (``NRI_PLUGIN_SOCKET``) or
-    ``once``. ``make_service`` gives a fresh NodeService per connection (the config is read again)."""
+    ``once``. ``make_service`` gives a fresh NodeService per connection (the config is read again);
+    ``request_timeout_s`` is the runtime's request timeout when it does not announce one."""
     env = os.environ if env is None else env
     say = log or _stderr
     name = name or env.get(NAME_ENV) or DEFAULT_NAME
@@ -346,7 +353,7 @@ def serve(path: str, make_service: Callable[[], Any], messages: Messages, *, env
         complained = False
         channel = wire.Channel(sock, path)
         try:
-            Session(channel, Handler(make_service(), messages, say), name, index).run()
+            Session(channel, Handler(make_service(), messages, say, request_timeout_s), name, index).run()
             say("numa-pin: the runtime closed the NRI connection")
         except NriError as exc:
             say(f"numa-pin: {exc}")
