@@ -58,12 +58,14 @@ class Flavour(NamedTuple):
     #: the variable that names its cache, and the default under ``<repo>/.cache``
     cache_env: str
     cache_name: str
+    #: installed by apt in the tree after debootstrap (whose resolver is too simple for them)
+    apt_packages: tuple[str, ...] = ()
 
 
 BOOKWORM = Flavour(SUITE, PACKAGES, CONTAINERD_TOML, "NUMA_PIN_VM_CACHE", "vm-systemd")
 #: the NRI guest drives containerd's CRI with tests/e2e/cri.py, so it needs grpc and its compiler
-TRIXIE = Flavour("trixie", (*PACKAGES, "python3-grpcio", "python3-grpc-tools"), CONTAINERD_TOML + NRI_TOML,
-                 "NUMA_PIN_VM_CACHE_TRIXIE", "vm-trixie")
+TRIXIE = Flavour("trixie", PACKAGES, CONTAINERD_TOML + NRI_TOML, "NUMA_PIN_VM_CACHE_TRIXIE", "vm-trixie",
+                 ("python3-grpcio", "python3-grpc-tools"))
 #: the host tools the tier needs, with the Debian package that has each
 HOST_TOOLS = {"debootstrap": "debootstrap", "qemu-system-x86_64": "qemu-system-x86", "mkfs.ext4": "e2fsprogs",
               "chroot": "coreutils"}
@@ -138,7 +140,7 @@ def recipe(mirror: str, kernel: Path, flavour: Flavour = BOOKWORM) -> dict[str, 
     """Everything the base tree depends on (its hash names the cache entry)."""
     return {"version": RECIPE_VERSION, "suite": flavour.suite, "mirror": mirror,
             "packages": sorted(flavour.packages), "kernel": kernel.name, "boot_text": BOOT_TEXT,
-            "unit": UNIT_TEXT, "containerd": flavour.containerd_toml}
+            "unit": UNIT_TEXT, "containerd": flavour.containerd_toml, "apt": sorted(flavour.apt_packages)}
 
 
 def recipe_hash(rec: dict[str, object]) -> str:
@@ -217,6 +219,11 @@ def base_tree(log: Path, flavour: Flavour = BOOKWORM) -> Path:
     try:
         _run(["debootstrap", "--variant=minbase", f"--cache-dir={debs}", "--include=" + ",".join(flavour.packages),
               flavour.suite, str(work / "root"), mirror], log, timeout=1800)
+        if flavour.apt_packages:
+            env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive"}
+            _run(["chroot", str(work / "root"), "apt-get", "install", "-y", "--no-install-recommends",
+                  *flavour.apt_packages], log, timeout=1800, env=env)
+            _run(["chroot", str(work / "root"), "apt-get", "clean"], log, timeout=600, env=env)
         _configure(work / "root", pair[0], flavour)
         (work / "root" / "var" / "cache" / "apt" / "archives").mkdir(parents=True, exist_ok=True)
         (work / "recipe.json").write_text(json.dumps(rec, indent=1, sort_keys=True))
