@@ -216,3 +216,19 @@ def test_an_admission_gets_three_quarters_of_the_runtimes_timeout(node: FakeNode
     handler.create_container(m.api("CreateContainerRequest")(pod=p, container=container(m, p, "c-t", cpu_milli=1000,
                                                                                         limit_milli=1000, memory=GI)))
     assert seen == [pytest.approx(bound_s)]
+
+
+def test_one_synchronisation_is_one_budget_for_every_adoption(node: FakeNode, m, monkeypatch) -> None:
+    """The runtime waits for one answer to Synchronize: every adoption in it shares one deadline."""
+    from numa_pin.nri.plugin import Handler
+
+    svc = service(node)
+    seen = []
+    real = svc.admit
+    monkeypatch.setattr(svc, "admit", lambda *a, **kw: seen.append(kw["deadline"]) or real(*a, **kw))
+    handler = Handler(svc, m, lambda line: None)
+    pods = {x: pod(m, x, x, "") for x in "xy"}
+    ctrs = [container(m, pods[x], f"c-{x}", cpu_milli=1000, limit_milli=1000, memory=GI, state=1) for x in "xy"]
+    updates = handler.adopt({p.id: p for p in pods.values()}, ctrs)
+    assert len(seen) == 2 and seen[0] is seen[1]
+    assert [u.container_id for u in updates] == ["c-x", "c-y"]

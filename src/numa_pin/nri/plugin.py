@@ -173,15 +173,19 @@ class Handler:
         state = OciState(id=container.id, status="creating", pid=None, bundle="/")
         return request_from_spec(state, spec_of(pod, container), self.service.config)
 
-    def _admit(self, pod: Any, container: Any, pid: int | None) -> Grant:
+    def deadline(self, what: str) -> Deadline:
+        """The budget of one request: three quarters of the runtime's timeout, at most the config's."""
+        bound = min(self.service.config.admission_timeout_s, self.request_timeout_s * DEADLINE_SHARE)
+        return Deadline(bound, what)
+
+    def _admit(self, pod: Any, container: Any, pid: int | None, deadline: Deadline | None = None) -> Grant:
         from numa_pin.hook.precreate import expected_cgroup
 
         if not container.id:
             raise NriError("the runtime sent a container without an id")
         request = self.request_of(pod, container)
         cfg = self.service.config
-        bound = min(cfg.admission_timeout_s, self.request_timeout_s * DEADLINE_SHARE)
-        admitted = self.service.admit(request, pid, deadline=Deadline(bound, f"admission of {container.id}"),
+        admitted = self.service.admit(request, pid, deadline=deadline or self.deadline(f"admission of {container.id}"),
                                       expected_cgroup=expected_cgroup(container.linux.cgroups_path or None))
         report.forget_reason(cfg.state_dir, container.id)
         self.log(report.decision_line(admitted.grant, "admitted" if admitted.decision else "re-applied"))
@@ -228,6 +232,7 @@ class Handler:
             self.log(f"synchronized: {len(removed)} grant(s) of gone containers dropped, "
                      f"{len(repaired)} container(s) repaired")
         known = self.service.ledger.read().grants
+        budget = self.deadline("synchronisation")  # one answer for all: one budget for all
         running = []
         for container in containers:
             if container.state == CONTAINER_STOPPED:
@@ -238,7 +243,7 @@ class Handler:
                 continue
             pod = pods.get(container.pod_sandbox_id) or self.m.api("PodSandbox")()
             try:
-                self._admit(pod, container, container.pid or None)
+                self._admit(pod, container, container.pid or None, budget)
             except NumaPinError as exc:  # it runs already: say so, and leave it as it is
                 line = cut(one_line(f"numa-pin: cannot adopt {container.id}: {exc.kind}: {exc}"))
                 self.log(line)
