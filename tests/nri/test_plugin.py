@@ -232,3 +232,13 @@ def test_one_synchronisation_is_one_budget_for_every_adoption(node: FakeNode, m,
     updates = handler.adopt({p.id: p for p in pods.values()}, ctrs)
     assert len(seen) == 2 and seen[0] is seen[1]
     assert [u.container_id for u in updates] == ["c-x", "c-y"]
+
+
+def test_running_shared_containers_leave_the_cpus_an_exclusive_one_gets(plugin, node: FakeNode, m) -> None:
+    be = pod(m, "be", "be", "besteffort")
+    assert plugin.runtime.create(be, container(m, be, "c-be"))[0] == 0
+    node.add_container("kubepods/besteffort/podbe/c-be", 7000)  # the runtime made and started it
+    g = pod(m, "g", "g", "")
+    code, text, reply = plugin.runtime.create(g, container(m, g, "c-g", cpu_milli=2000, limit_milli=2000, memory=GI))
+    assert code == 0, text
+    assert parse_list(node.cpuset("kubepods/besteffort/podbe/c-be")[0]) == ALL - _cpus(reply.adjust.linux.resources)
