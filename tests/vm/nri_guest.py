@@ -32,6 +32,8 @@ MI = 1 << 20
 CONTAINERD_TOML = f"""version = 2
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{IMAGE}"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
   SystemdCgroup = true
 [plugins."io.containerd.nri.v1.nri"]
@@ -89,6 +91,16 @@ def wait_registered(before: int, timeout: float = 240) -> bool:
     return False
 
 
+def restart_containerd() -> None:
+    """Restart containerd and wait until it answers (under TCG on a busy host it takes a while)."""
+    sh("systemctl", "restart", "containerd")
+    deadline = time.monotonic() + 300
+    while subprocess.run(["ctr", "--timeout", "10s", "version"], capture_output=True, timeout=60).returncode:
+        if time.monotonic() > deadline:
+            raise RuntimeError("containerd does not answer after its restart")
+        time.sleep(2)
+
+
 def rootfs(root: Path) -> Path:
     (root / "bin").mkdir(parents=True, exist_ok=True)
     for d in ("proc", "sys", "dev", "tmp", "etc"):
@@ -130,7 +142,7 @@ def step(name: str, fn) -> None:
     try:
         facts[name] = fn()
     except Exception:
-        facts[name] = {"error": traceback.format_exc()[-2000:]}
+        facts[name] = {"traceback": traceback.format_exc()[-2000:]}
         log(traceback.format_exc())
     (OUT / "facts.json").write_text(json.dumps(facts, indent=1, default=str))
 
@@ -141,9 +153,9 @@ def main() -> None:
     Path("/etc/containerd/config.toml").write_text(CONTAINERD_TOML)
     facts["containerd"] = sh("containerd", "--version").strip()
     facts["nodes"] = [Path(p).read_text().strip() for p in sorted(Path("/sys/devices/system/node").glob("node*/cpulist"))]
-    sh("systemctl", "restart", "containerd")
+    restart_containerd()
     tar = cri.image_archive(rootfs(Path("/var/tmp/rootfs")), Path("/var/tmp/image.tar"), IMAGE, ["sleep", "100000"])
-    sh("ctr", "-n", "k8s.io", "images", "import", str(tar))
+    sh("ctr", "--timeout", "120s", "-n", "k8s.io", "images", "import", str(tar))
     # containerd 1.7 does not announce its request timeout: tell the plugin the one set above
     dropin = Path("/etc/systemd/system/numa-pin-nri.service.d")
     dropin.mkdir(parents=True, exist_ok=True)
@@ -181,7 +193,7 @@ def main() -> None:
 
     def containerd_restart() -> dict[str, object]:
         before = registrations()
-        sh("systemctl", "restart", "containerd")
+        restart_containerd()
         node.connect()
         back = wait_registered(before)
         return {"reregistered": back, "seen": {n: node.seen(n) for n in ("g", "bu", "be")}, "grants": grants()}

@@ -79,7 +79,7 @@ def facts() -> Iterator[dict]:
 
 def _step(facts: dict, name: str) -> dict:
     step = facts.get(name)
-    assert isinstance(step, dict) and "error" not in step, f"step {name} failed in the guest: {step}"
+    assert isinstance(step, dict) and "traceback" not in step, f"step {name} failed in the guest: {step}"
     return step
 
 
