@@ -34,6 +34,9 @@ CASES = [
     ("frac", "", 1500, 1500, GI, {}),  # Guaranteed with a fractional CPU: shared
     ("bad", "burstable", 100, 0, 0, {"numa-pin.io/nonsense": "1"}),
     ("g1", "", 1000, 1000, GI, {}),
+    # a container with equal request and limit in a Burstable pod (another container of the pod has
+    # none): only the cgroup parent shows kubelet's class, and it is not Guaranteed
+    ("bu-eq", "burstable", 2000, 2000, GI, {}),
 ]
 
 
