@@ -72,7 +72,7 @@ def grants() -> dict[str, dict[str, object]]:
     from numa_pin.ledger.store import Ledger
 
     state = Ledger(load_config(None, {}).state_dir).read()
-    return {cid: {"kind": g.kind, "cpus": sorted(g.cpus), "mems": sorted(g.mems), "pod": g.pod_id}
+    return {cid: {"kind": g.kind, "cpus": sorted(g.cpus), "mems": sorted(g.mems), "pod": g.pod_id, "scope": g.scope}
             for cid, g in state.grants.items()}
 
 
@@ -231,6 +231,17 @@ def main() -> None:
         return {"seen": {n: node.seen(n) for n in ("bu", "be", "late")}, "grants": grants()}
 
     step("release", release)
+
+    def pod_scope() -> dict[str, object]:
+        """The pod's annotations reach numa-pin with no pod_annotations passthrough in containerd."""
+        pod = cri.Pod("scoped", [cri.Container("app"), cri.Container("sidecar")],
+                      annotations={"numa-pin.io/scope": "pod", "numa-pin.io/cpus.app": "1"})
+        sandbox, (app, sidecar) = node.kubelet.run_all(pod)
+        pids = {n: int(node.kubelet.status(c)[1]["pid"]) for n, c in (("app", app), ("sidecar", sidecar))}
+        return {"sandbox": sandbox, "ids": {"app": app, "sidecar": sidecar},
+                "seen": {n: cpus_of(pid) for n, pid in pids.items()}, "grants": grants()}
+
+    step("pod_scope", pod_scope)
     (OUT / "plugin.log").write_text(sh("journalctl", "-u", "numa-pin-nri.service", "-o", "cat", "--no-pager",
                                        check=False))
     (OUT / "containerd.log").write_text(sh("journalctl", "-u", "containerd.service", "-o", "cat", "--no-pager",

@@ -4,7 +4,7 @@ with NRI switched on, systemd as init, cgroup v2, the deb installed, ``numa-pin-
 One qemu run (tests/vm/sysimage.py builds and caches the trixie tree; tests/vm/nri_guest.py runs
 inside): kubelet's CRI calls (tests/e2e/cri.py, systemd cgroup driver) make Guaranteed, Burstable
 and BestEffort pods, a pod numa-pin refuses, a containerd restart, a plugin restart while pods
-run, a pod started while the plugin is down, and a release. Oracles: the kernel's view of every
+run, a pod started while the plugin is down, a release, and a pod-scope pod annotated on the pod. Oracles: the kernel's view of every
 container (``Cpus_allowed_list`` of its pid), the guest's NUMA layout (sysimage.NUMA), kubelet's
 QoS classes, the raw ledger, and the error containerd's CRI returned (what the pod's event shows).
 
@@ -140,3 +140,13 @@ def test_a_removed_pod_gives_its_cpus_back(facts: dict) -> None:
     assert pods["ids"]["g"] not in step["grants"]
     late = _step(facts, "plugin_down")["grants"][_step(facts, "plugin_down")["id"]]["cpus"]
     assert step["seen"]["bu"] == [c for c in ALL if c not in late]
+
+
+def test_pod_scope_from_the_pods_annotations(facts: dict) -> None:
+    """containerd's NRI hands the pod's annotations over: no ``pod_annotations`` passthrough."""
+    step = _step(facts, "pod_scope")
+    ids, grants, seen = step["ids"], step["grants"], step["seen"]
+    app, sidecar = grants[ids["app"]], grants[ids["sidecar"]]
+    assert app["kind"] == "exclusive" and len(app["cpus"]) == 1 and seen["app"] == app["cpus"]
+    assert sidecar["kind"] == "shared" and not set(seen["sidecar"]) & set(app["cpus"])
+    assert {app["pod"], sidecar["pod"]} == {step["sandbox"]} and {app["scope"], sidecar["scope"]} == {"pod"}
