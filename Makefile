@@ -14,10 +14,10 @@ APT_PKGS   := python3 python3-venv python3-dev gcc make libcap-dev hwloc runc cr
               busybox-static iproute2 util-linux procps kmod qemu-system-x86 linux-image-amd64 \
               debootstrap e2fsprogs \
               containerd libbpf1 $(DEB_PKGS) python3-psutil python3-pyroute2 python3-prctl python3-yaml \
-              python3-prometheus-client chromium
+              python3-prometheus-client python3-protobuf chromium
 PYTEST_ARGS ?=
 
-.PHONY: all deps venv demo lint test test-fast stress bench deb clean
+.PHONY: all deps venv demo lint test test-fast stress bench deb clean nri-descriptors
 
 all: test
 
@@ -74,6 +74,11 @@ bench: $(STAMP)
 	$(VPY) bench/population.py
 
 # numa-pin_<version>_all.deb in this directory, from Debian's python3 (no venv needed)
+# NRI's protobuf descriptors, from the vendored .proto files (tests/nri/test_messages.py checks them)
+nri-descriptors: $(STAMP)
+	$(VENV)/bin/python -m grpc_tools.protoc --include_imports --descriptor_set_out=src/numa_pin/nri/descriptors.binpb \
+		-Isrc/numa_pin/nri api.proto ttrpc.proto
+
 deb:
 	@bash packaging/scripts/install-deps.sh $(DEB_PKGS)
 	@bash packaging/scripts/build-deb.sh

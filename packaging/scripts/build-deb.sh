@@ -72,7 +72,7 @@ install_file 755 "$pk/containerd/numa-pin-containerd-spec" "$share/containerd/nu
 ln -s ../share/numa-pin/containerd/numa-pin-containerd-spec "$root/usr/bin/numa-pin-containerd-spec"
 install_file 644 "$pk/config.yaml" /etc/numa-pin/config.yaml
 for unit in numa-pin-agent.socket numa-pin-agent.service numa-pin-reconcile.service numa-pin-reconcile.timer \
-    numa-pin-nrt.service; do
+    numa-pin-nrt.service numa-pin-nri.service; do
     install_file 644 "$pk/systemd/$unit" "/lib/systemd/system/$unit"
 done
 install -D -m 644 "$pk/deb/copyright" "$root/usr/share/doc/numa-pin/copyright"

@@ -25,6 +25,7 @@ is allowed to escape as a traceback.
     │   └── CgroupEscapeError          a path would leave the cgroup root
     ├── HookInputError                 the OCI state on stdin or config.json is unusable
     ├── AgentError(path)               the warm agent cannot serve its socket
+    ├── NriError(path)                 the NRI runtime's socket or what it sent is unusable
     └── UnsafePathError(path)          a state, cache or socket path others could redirect
 
 Each class documents when it is raised. Errors carry the file, container or
@@ -190,6 +191,11 @@ class AgentError(_OsFailure):
     """``numa-pin serve`` cannot create or hold its socket. ``path`` is the socket."""
 
 
+class NriError(_OsFailure):
+    """The NRI plugin cannot reach the runtime's socket, or the runtime sent frames or messages
+    it cannot read. ``path`` is the socket."""
+
+
 class UnsafePathError(NumaPinError):
     """A state, cache or socket directory or file that someone other than root and this user
     could replace: writable by group or others without the sticky bit, owned by another
@@ -238,6 +244,7 @@ __all__ = [
     "AdmissionError",
     "AdmissionTimeout",
     "AgentError",
+    "NriError",
     "AllocationError",
     "CgroupEscapeError",
     "ConfigError",

@@ -205,6 +205,7 @@ def test_hook_start_up_imports_no_pyroute2_and_no_cli(fake, tmp_path):
     assert not {m for m in loaded if m.startswith("pyroute2")}
     assert not {m for m in loaded if m.startswith("prometheus_client")}, "metrics are counted, never exported, here"
     assert "argparse" not in loaded and not {m for m in loaded if m.startswith("numa_pin.cli")}
+    assert not {m for m in loaded if m.startswith(("google", "numa_pin.nri"))}, "protobuf is the NRI plugin's alone"
     assert "yaml" not in loaded, "the parsed config comes from the cache"
     assert not loaded & {"ctypes", "numa_pin.enforcer.bpfdev", "numa_pin.devices.devfilter"}, \
         "libbpf (cgroup v2 device programs) is loaded only when a GPU is granted"

@@ -35,14 +35,15 @@ VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["versi
 SYSTEM_PYTHON = "/usr/bin/python3"
 #: the issue's dependency list: Debian's interpreter and modules, nothing vendored
 WANT_DEPENDS = {"python3 (>= 3.11)", "python3-psutil", "python3-pyroute2", "python3-prctl", "python3-yaml",
-                 "python3-prometheus-client", "libbpf1"}
+                 "python3-prometheus-client", "python3-protobuf", "libbpf1"}
 HOOKS_D = "usr/share/containers/oci/hooks.d"
 UNITS = ("numa-pin-agent.socket", "numa-pin-agent.service", "numa-pin-reconcile.timer", "numa-pin-reconcile.service",
-         "numa-pin-nrt.service")
+         "numa-pin-nrt.service", "numa-pin-nri.service")
 WANT_FILES = {
     "usr/bin/numa-pin", "usr/bin/numa-pin-hook",
     f"{HOOKS_D}/numa-pin.json", f"{HOOKS_D}/numa-pin-release.json", f"{HOOKS_D}/numa-pin-precreate.json",
     "etc/numa-pin/config.yaml",
+    "usr/lib/python3/dist-packages/numa_pin/nri/descriptors.binpb",
     "usr/share/numa-pin/runc/hooks-snippet.json",
     "usr/share/numa-pin/containerd/config.toml", "usr/share/numa-pin/containerd/hooks.json",
     "usr/share/numa-pin/containerd/numa-pin-containerd-spec",
@@ -146,6 +147,7 @@ def test_shipped_files_point_at_installed_paths(extracted):
     assert "ExecStart=/usr/bin/numa-pin serve\n" in units["numa-pin-agent.service"]
     assert "ExecStart=/usr/bin/numa-pin reconcile\n" in units["numa-pin-reconcile.service"]
     assert "ExecStart=/usr/bin/numa-pin nrt --watch " in units["numa-pin-nrt.service"]
+    assert "ExecStart=/usr/bin/numa-pin serve --nri\n" in units["numa-pin-nri.service"]
     assert "/usr/local" not in "".join(units.values())
 
 

@@ -1,6 +1,8 @@
-"""A Debian 12 guest as users run one: systemd as init, cgroup v2, the deb installed.
+"""A Debian guest as users run one: systemd as init, cgroup v2, the deb installed.
 
-:func:`base_tree` debootstraps a bookworm root filesystem (systemd, podman, crun, runc,
+A :class:`Flavour` names the suite, its packages, containerd's configuration and its cache:
+:data:`BOOKWORM` (Debian 12, the systemd guest) and :data:`TRIXIE` (Debian 13, containerd 1.7 with
+NRI switched on, the NRI guest). :func:`base_tree` debootstraps the flavour's root filesystem (systemd, podman, crun, runc,
 containerd, python3 and numa-pin's Debian dependencies) from the archive this machine's apt
 uses, with the host kernel's modules, and caches it under :func:`cache_dir` by a hash of its
 :data:`RECIPE` (a changed recipe builds a new one; the first build takes a few minutes).
@@ -27,6 +29,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from .guest import REPO, find_kernel
 
@@ -36,8 +39,33 @@ SUITE = "bookworm"
 PACKAGES = (
     "systemd", "systemd-sysv", "dbus", "udev", "kmod", "iproute2", "procps", "util-linux",
     "podman", "netavark", "crun", "runc", "containerd", "busybox-static",
-    "python3", "python3-psutil", "python3-pyroute2", "python3-prctl", "python3-yaml", "libbpf1",
+    "python3", "python3-psutil", "python3-pyroute2", "python3-prctl", "python3-yaml", "python3-protobuf",
+    "libbpf1",
 )
+#: containerd with the systemd cgroup driver (CRI's runc runtime)
+CONTAINERD_TOML = ('version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+                   "  SystemdCgroup = true\n")
+#: the one switch that turns containerd 1.7's NRI on (plugins connect to /var/run/nri/nri.sock)
+NRI_TOML = '[plugins."io.containerd.nri.v1.nri"]\n  disable = false\n'
+
+
+class Flavour(NamedTuple):
+    """One kind of guest: its Debian suite, packages, containerd config and cache."""
+
+    suite: str
+    packages: tuple[str, ...]
+    containerd_toml: str
+    #: the variable that names its cache, and the default under ``<repo>/.cache``
+    cache_env: str
+    cache_name: str
+    #: installed by apt in the tree after debootstrap (whose resolver is too simple for them)
+    apt_packages: tuple[str, ...] = ()
+
+
+BOOKWORM = Flavour(SUITE, PACKAGES, CONTAINERD_TOML, "NUMA_PIN_VM_CACHE", "vm-systemd")
+#: the NRI guest drives containerd's CRI with tests/e2e/cri.py, so it needs grpc and its compiler
+TRIXIE = Flavour("trixie", PACKAGES, CONTAINERD_TOML + NRI_TOML, "NUMA_PIN_VM_CACHE_TRIXIE", "vm-trixie",
+                 ("python3-grpcio", "python3-grpc-tools"))
 #: the host tools the tier needs, with the Debian package that has each
 HOST_TOOLS = {"debootstrap": "debootstrap", "qemu-system-x86_64": "qemu-system-x86", "mkfs.ext4": "e2fsprogs",
               "chroot": "coreutils"}
@@ -108,19 +136,21 @@ def kernel_pair() -> tuple[Path, Path] | None:
     return (kernel, initrd) if initrd.is_file() and os.access(initrd, os.R_OK) else None
 
 
-def recipe(mirror: str, kernel: Path) -> dict[str, object]:
+def recipe(mirror: str, kernel: Path, flavour: Flavour = BOOKWORM) -> dict[str, object]:
     """Everything the base tree depends on (its hash names the cache entry)."""
-    return {"version": RECIPE_VERSION, "suite": SUITE, "mirror": mirror, "packages": sorted(PACKAGES),
-            "kernel": kernel.name, "boot_text": BOOT_TEXT, "unit": UNIT_TEXT}
+    return {"version": RECIPE_VERSION, "suite": flavour.suite, "mirror": mirror,
+            "packages": sorted(flavour.packages), "kernel": kernel.name, "boot_text": BOOT_TEXT,
+            "unit": UNIT_TEXT, "containerd": flavour.containerd_toml, "apt": sorted(flavour.apt_packages)}
 
 
 def recipe_hash(rec: dict[str, object]) -> str:
     return hashlib.sha256(json.dumps(rec, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def cache_dir() -> Path:
-    """Where built trees live: ``$NUMA_PIN_VM_CACHE``, else ``<repo>/.cache/vm-systemd`` (ignored by git)."""
-    return Path(os.environ.get(CACHE_ENV) or REPO / ".cache" / "vm-systemd")
+def cache_dir(flavour: Flavour = BOOKWORM) -> Path:
+    """Where built trees live: ``$NUMA_PIN_VM_CACHE`` (``$NUMA_PIN_VM_CACHE_TRIXIE``), else
+    ``<repo>/.cache/vm-systemd`` (``vm-trixie``; ignored by git)."""
+    return Path(os.environ.get(flavour.cache_env) or REPO / ".cache" / flavour.cache_name)
 
 
 def unavailable_reason() -> str | None:
@@ -145,7 +175,7 @@ def _run(argv: list[str], log: Path, timeout: float, **kw: object) -> None:
         raise RuntimeError(f"{argv[0]} failed (exit {done.returncode}); log {log}:\n{tail}")
 
 
-def _configure(root: Path, kernel: Path) -> None:
+def _configure(root: Path, kernel: Path, flavour: Flavour) -> None:
     """Make the debootstrapped tree boot by itself: fstab, hostname, the host kernel's modules,
     the scenario unit, containerd with the systemd cgroup driver."""
     (root / "etc" / "fstab").write_text("/dev/vda / ext4 rw,errors=remount-ro 0 1\n")
@@ -168,29 +198,33 @@ def _configure(root: Path, kernel: Path) -> None:
             (units / masked).symlink_to("/dev/null")
     containerd = root / "etc" / "containerd"
     containerd.mkdir(parents=True, exist_ok=True)
-    (containerd / "config.toml").write_text(
-        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
-        "  SystemdCgroup = true\n")
+    (containerd / "config.toml").write_text(flavour.containerd_toml)
 
 
-def base_tree(log: Path) -> Path:
-    """The cached base tree for the current recipe, built when missing."""
+def base_tree(log: Path, flavour: Flavour = BOOKWORM) -> Path:
+    """The cached base tree of ``flavour`` for the current recipe, built when missing."""
     pair = kernel_pair()
     if pair is None:
         raise RuntimeError("no host kernel with an initrd")
     mirror = archive_mirror()
-    rec = recipe(mirror, pair[0])
-    base = cache_dir() / f"base-{recipe_hash(rec)}"
+    rec = recipe(mirror, pair[0], flavour)
+    cache = cache_dir(flavour)
+    base = cache / f"base-{recipe_hash(rec)}"
     if (base / ".complete").is_file():
         return base
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="base-", dir=cache_dir()))
-    debs = cache_dir() / "debs"
+    cache.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="base-", dir=cache))
+    debs = cache / "debs"
     debs.mkdir(exist_ok=True)
     try:
-        _run(["debootstrap", "--variant=minbase", f"--cache-dir={debs}", "--include=" + ",".join(PACKAGES),
-              SUITE, str(work / "root"), mirror], log, timeout=1800)
-        _configure(work / "root", pair[0])
+        _run(["debootstrap", "--variant=minbase", f"--cache-dir={debs}", "--include=" + ",".join(flavour.packages),
+              flavour.suite, str(work / "root"), mirror], log, timeout=1800)
+        if flavour.apt_packages:
+            env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive"}
+            _run(["chroot", str(work / "root"), "apt-get", "install", "-y", "--no-install-recommends",
+                  *flavour.apt_packages], log, timeout=1800, env=env)
+            _run(["chroot", str(work / "root"), "apt-get", "clean"], log, timeout=600, env=env)
+        _configure(work / "root", pair[0], flavour)
         (work / "root" / "var" / "cache" / "apt" / "archives").mkdir(parents=True, exist_ok=True)
         (work / "recipe.json").write_text(json.dumps(rec, indent=1, sort_keys=True))
         (work / ".complete").write_text("")
@@ -198,7 +232,7 @@ def base_tree(log: Path) -> Path:
         work.rename(base)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    for old in cache_dir().glob("base-*"):
+    for old in cache.glob("base-*"):
         if old != base and (old / ".complete").is_file():
             shutil.rmtree(old, ignore_errors=True)
     return base

@@ -60,3 +60,43 @@ def test_the_readme_ctr_recipe_is_found_and_unindented() -> None:
     assert lines[0].startswith("ctr oci spec > spec.json")
     assert lines[-1].startswith("ctr run --rm --config spec-with-hooks.json")
     assert "EOF" in lines, "the heredoc's end marker is at the start of its line"
+
+
+def test_each_flavour_has_its_own_recipe_and_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    kernel = Path("/boot/vmlinuz-6.1.0-9-amd64")
+    for flavour in (sysimage.BOOKWORM, sysimage.TRIXIE):
+        monkeypatch.delenv(flavour.cache_env, raising=False)
+    bookworm = sysimage.recipe("http://deb.debian.org/debian", kernel)
+    trixie = sysimage.recipe("http://deb.debian.org/debian", kernel, sysimage.TRIXIE)
+    assert (bookworm["suite"], trixie["suite"]) == ("bookworm", "trixie")
+    assert sysimage.recipe_hash(bookworm) != sysimage.recipe_hash(trixie)
+    assert '[plugins."io.containerd.nri.v1.nri"]\n  disable = false' in str(trixie["containerd"])
+    assert "nri" not in str(bookworm["containerd"])
+    assert sysimage.cache_dir() != sysimage.cache_dir(sysimage.TRIXIE)
+    monkeypatch.setenv(sysimage.TRIXIE.cache_env, "/somewhere")
+    assert sysimage.cache_dir(sysimage.TRIXIE) == Path("/somewhere")
+    # the deb depends on python3-protobuf: dpkg -i in either guest needs it there
+    assert "python3-protobuf" in bookworm["packages"] and "python3-protobuf" in trixie["packages"]
+
+
+@pytest.mark.parametrize("flavour", [sysimage.BOOKWORM, sysimage.TRIXIE], ids=["bookworm", "trixie"])
+def test_debootstrap_gets_the_flavours_suite_and_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          flavour: sysimage.Flavour) -> None:
+    calls: list[list[str]] = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_run(argv: list[str], log: Path, timeout: float, **kw: object) -> None:
+        calls.append(argv)
+        raise Stop
+
+    monkeypatch.setattr(sysimage, "_run", fake_run)
+    monkeypatch.setattr(sysimage, "kernel_pair", lambda: (Path("/boot/vmlinuz-6.1.0-9-amd64"), Path("/i")))
+    monkeypatch.setattr(sysimage, "archive_mirror", lambda: "http://mirror.example/debian")
+    monkeypatch.setenv(flavour.cache_env, str(tmp_path / "cache"))
+    with pytest.raises(Stop):
+        sysimage.base_tree(tmp_path / "log", flavour)
+    (argv,) = calls
+    include = next(a for a in argv if a.startswith("--include=")).removeprefix("--include=").split(",")
+    assert sorted(include) == sorted(flavour.packages) and flavour.suite in argv

@@ -1,8 +1,10 @@
-"""``numa-pin serve [--socket PATH] [--log PATH]``: the optional warm agent for the OCI hook.
+"""``numa-pin serve [--socket PATH] [--log PATH]``: the optional warm agent for the OCI hook;
+``numa-pin serve --nri [--nri-socket PATH]``: numa-pin as an NRI plugin of containerd or CRI-O.
 
 ``numa-pin-hook`` hands its admission to this server when the socket answers and runs
 in-process otherwise; see :mod:`numa_pin.agent.server` and ``docs/agent.md``. A hook that finds
-no agent starts ``numa-pin serve --idle-exit 600`` itself.
+no agent starts ``numa-pin serve --idle-exit 600`` itself. With ``--nri`` the runtime asks
+instead of a hook (:mod:`numa_pin.nri.plugin`, ``docs/nri.md``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import argparse
 import os
 
 NAME = "serve"
-HELP = "serve hook admissions from a warm process on a Unix socket (the hook falls back without it)"
+HELP = ("serve hook admissions from a warm process on a Unix socket (the hook falls back without it), "
+        "or run as the runtime's NRI plugin (--nri)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,6 +31,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop after SECONDS without a hook, or when numa-pin's files change on disk "
         "(how numa-pin-hook starts an agent on demand)",
     )
+    parser.add_argument("--nri", action="store_true",
+                        help="run as an NRI plugin: the runtime (containerd 1.7+, CRI-O) asks numa-pin at every "
+                        "container creation and applies the answer itself")
+    parser.add_argument("--nri-socket", metavar="PATH",
+                        help="the runtime's NRI socket (default: /var/run/nri/nri.sock)")
+    parser.add_argument("--nri-index", metavar="NN", help="the plugin's two-digit invocation index (default: 50)")
+    parser.add_argument("--nri-request-timeout", metavar="SECONDS", type=float, default=2.0,
+                        help="the runtime's NRI request timeout when it does not announce one (containerd's "
+                        "plugin_request_timeout; default: NRI's 2); an admission gets three quarters of it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
 
         raise RequestError(f"--idle-exit: {args.idle_exit:g} is not a positive number of seconds")
     _drop_earlier_boots()
+    if args.nri:
+        return _serve_nri(args)
     return serve(socket_path(os.environ, args.socket), log_path=args.log, idle_exit_s=args.idle_exit,
                  metrics_address=_metrics_address())
 
@@ -53,6 +67,24 @@ def _metrics_address() -> str | None:
         return load_config(None, os.environ).metrics_address
     except (NumaPinError, OSError):
         return None
+
+
+def _serve_nri(args: argparse.Namespace) -> int:
+    from numa_pin.invoke import hook_config
+    from numa_pin.nri.messages import load
+    from numa_pin.nri.plugin import DEFAULT_SOCKET, serve
+    from numa_pin.service import NodeService
+
+    def make_service() -> NodeService:
+        config, cache_dir = hook_config(None, os.environ)
+        return NodeService(config, cache_dir=cache_dir)
+
+    if not args.nri_request_timeout > 0:
+        from numa_pin.errors import RequestError
+
+        raise RequestError(f"--nri-request-timeout: {args.nri_request_timeout:g} is not a positive number of seconds")
+    return serve(args.nri_socket or DEFAULT_SOCKET, make_service, load(), index=args.nri_index,
+                 request_timeout_s=args.nri_request_timeout)
 
 
 def _drop_earlier_boots() -> None:

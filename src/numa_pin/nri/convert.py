@@ -1,0 +1,109 @@
+"""Between NRI's messages and numa-pin's requests and grants.
+
+:func:`spec_of` turns NRI's pod and container into the :class:`~numa_pin.hook.oci.OciSpec` the
+hook reads from ``config.json``, so the request is built by the hook's own
+:func:`~numa_pin.hook.admit.request_from_spec`: the same annotations, device-plugin environment,
+``linux.resources`` and cgroup parent (kubelet's QoS class) give the same request. The pod's
+annotations count too, under the container's: NRI hands them over, so a pod annotated
+``numa-pin.io/...`` needs no ``pod_annotations`` passthrough in containerd's config.
+
+:func:`fill_resources` writes a grant into an NRI ``LinuxResources`` (the adjustment at
+``CreateContainer``, an update at ``Synchronize`` and ``UpdateContainer``), and
+:func:`fill_devices` a grant's GPUs into a ``ContainerAdjustment``. Message objects come in from
+:mod:`numa_pin.nri.messages`; nothing here imports protobuf.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from numa_pin.admission.kubernetes import NAME_KEYS, POD_ID_KEYS, POD_NAME_KEYS, SANDBOX_TYPE_KEYS
+from numa_pin.cpuset import format_list
+from numa_pin.hook.oci import OciSpec
+from numa_pin.ledger.model import Grant
+
+#: containerd's keys for the pod's id, namespace and name, the container's name and type (set
+#: when the runtime left them out of the container's annotations)
+_SANDBOX_ID = POD_ID_KEYS[1]
+_SANDBOX_NS, _SANDBOX_NAME = POD_NAME_KEYS[0]
+_NAME, _TYPE = NAME_KEYS[1], SANDBOX_TYPE_KEYS[1]
+
+
+def _optional(parent: Any, name: str) -> int | None:
+    """The value of an NRI ``Optional*`` field, or None when it is not set."""
+    return int(getattr(parent, name).value) if parent.HasField(name) else None
+
+
+def annotations_of(pod: Any, container: Any) -> dict[str, str]:
+    """The pod's annotations under the container's, with the pod's identity filled in."""
+    out = {**dict(pod.annotations), **dict(container.annotations)}
+    if container.pod_sandbox_id:
+        out.setdefault(_SANDBOX_ID, container.pod_sandbox_id)
+    if pod.name:
+        out.setdefault(_SANDBOX_NS, pod.namespace)
+        out.setdefault(_SANDBOX_NAME, pod.name)
+    if container.name and not any(out.get(k) for k in NAME_KEYS):
+        out[_NAME] = container.name
+    out.setdefault(_TYPE, "container")  # NRI asks about containers only, never a pod's sandbox
+    return out
+
+
+def spec_of(pod: Any, container: Any) -> OciSpec:
+    """What the hook would read from the container's ``config.json``, from NRI's view of it."""
+    linux = container.linux
+    res = linux.resources
+    cpu, memory = res.cpu, res.memory
+    env: dict[str, str] = {}
+    for item in container.env:
+        key, sep, value = item.partition("=")
+        if sep:
+            env[key] = value
+    return OciSpec(
+        annotations=annotations_of(pod, container),
+        env=env,
+        root_path=None,
+        cgroups_path=linux.cgroups_path or None,
+        cpu_quota=_optional(cpu, "quota"),
+        cpu_period=_optional(cpu, "period"),
+        cpu_shares=_optional(cpu, "shares"),
+        cpuset_cpus=cpu.cpus or None,
+        memory_limit=_optional(memory, "limit"),
+        hugepage_limits={h.page_size: int(h.limit) for h in res.hugepage_limits},
+        netns_path=None,
+    )
+
+
+def fill_resources(resources: Any, grant: Grant, shared_pool: frozenset[int]) -> bool:
+    """Write the CPUs and memory nodes of ``grant`` into an NRI ``LinuxResources``: an
+    exclusive grant's own, a shared container's the shared pool (within its own cpuset limit).
+    False when there is nothing to write."""
+    if grant.cpus:
+        resources.cpu.cpus = format_list(grant.cpus)
+        if grant.mems:
+            resources.cpu.mems = format_list(grant.mems)
+        return True
+    pool = shared_pool & grant.cpuset_limit if grant.cpuset_limit else shared_pool
+    if not pool:
+        return False
+    resources.cpu.cpus = format_list(pool)
+    return True
+
+
+def fill_devices(adjust: Any, nodes: tuple[Any, ...], visible: str) -> None:
+    """Device nodes (:class:`~numa_pin.enforcer.devnodes.DeviceNode`), their allow rules and
+    ``NVIDIA_VISIBLE_DEVICES`` into an NRI ``ContainerAdjustment``."""
+    for node in nodes:
+        dev = adjust.linux.devices.add()
+        dev.path, dev.type, dev.major, dev.minor = node.path, node.type, node.major, node.minor
+        dev.file_mode.value = node.mode
+        dev.uid.value = 0
+        dev.gid.value = 0
+        rule = adjust.linux.resources.devices.add()
+        rule.allow, rule.type, rule.access = True, node.type, "rwm"
+        rule.major.value, rule.minor.value = node.major, node.minor
+    if visible:
+        kv = adjust.env.add()
+        kv.key, kv.value = "NVIDIA_VISIBLE_DEVICES", visible
+
+
+__all__ = ["annotations_of", "fill_devices", "fill_resources", "spec_of"]

@@ -1,0 +1,244 @@
+"""The NRI plugin against a fake runtime speaking real ttrpc and mux frames over a socketpair.
+
+Oracles: the ledger (what the answer carries must be the recorded grant), the machine's own
+description (a Guaranteed container's CPUs sit on one NUMA node; the shared pool is every CPU
+no exclusive grant holds), the reason file the hook would write, and NRI's own rules (event bits,
+split synchronisation, stream ids) as the fake runtime enforces them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from numa_pin.config.schema import config_from_dict
+from numa_pin.cpuset import parse_list
+from numa_pin.nri import messages as nri_messages
+from numa_pin.report import read_reason
+from numa_pin.service import NodeService
+from numa_pin.testing import machine, shapes
+from numa_pin.testing.node import FakeNode
+
+from .fake_runtime import Connected, container, pod
+
+GI = 1 << 30
+SHAPE = "intel-2s-ht"
+TOPOLOGY = machine.expected_topology(shapes.SHAPES[SHAPE]())
+ALL = frozenset(TOPOLOGY.cpu_ids)
+NODE_CPUS = {n: frozenset(c for c in TOPOLOGY.cpu_ids if TOPOLOGY.cpus[c].numa == n) for n in TOPOLOGY.node_ids}
+
+
+@pytest.fixture
+def m() -> nri_messages.Messages:
+    return nri_messages.load()
+
+
+@pytest.fixture
+def node(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> FakeNode:
+    return FakeNode(tmp_path / "n", SHAPE, machines=tmp_path_factory.getbasetemp() / "machines", parent="")
+
+
+def service(node: FakeNode) -> NodeService:
+    return NodeService(config_from_dict(node.config_dict(policy="restricted")))
+
+
+@pytest.fixture
+def plugin(node: FakeNode, m: nri_messages.Messages):
+    conn = Connected(service(node), m)
+    conn.runtime.configure()
+    conn.runtime.synchronize([], [])
+    yield conn
+    conn.close()
+
+
+def _cpus(resources) -> frozenset[int]:
+    return parse_list(resources.cpu.cpus)
+
+
+def _node_of(cpus: frozenset[int]) -> set[int]:
+    return {n for n, on in NODE_CPUS.items() if cpus & on}
+
+
+def test_it_registers_and_subscribes_to_what_it_handles(node: FakeNode, m: nri_messages.Messages) -> None:
+    conn = Connected(service(node), m)
+    try:
+        assert (conn.runtime.registered.plugin_name, conn.runtime.registered.plugin_idx) == ("numa-pin", "50")
+        mask = conn.runtime.configure().events
+        subscribed = {name for name, value in m.pool.FindEnumTypeByName(f"{nri_messages.API_PACKAGE}.Event")
+                      .values_by_name.items() if value.number and mask & (1 << (value.number - 1))}
+        assert subscribed == {"CREATE_CONTAINER", "UPDATE_CONTAINER", "STOP_CONTAINER", "REMOVE_CONTAINER"}
+    finally:
+        conn.close()
+
+
+QOS = {"guaranteed": ("", 2000, 2000, GI), "burstable": ("burstable", 500, 1000, GI),
+       "besteffort": ("besteffort", 0, 0, 0)}
+
+
+@pytest.mark.parametrize(
+    "order",
+    [("guaranteed", "burstable", "besteffort"), ("besteffort", "guaranteed", "burstable")],
+    ids=["guaranteed-first", "shared-first"],
+)
+def test_create_answers_the_recorded_grant(plugin, node: FakeNode, m, order) -> None:
+    answers = {}
+    for i, qos in enumerate(order):
+        qos_dir, req, lim, mem = QOS[qos]
+        p = pod(m, f"u{i}", qos, qos_dir)
+        c = container(m, p, f"c-{qos}", cpu_milli=req, limit_milli=lim, memory=mem)
+        code, text, reply = plugin.runtime.create(p, c)
+        assert code == 0, text
+        answers[qos] = reply.adjust.linux.resources
+    grants = plugin.session.handler.service.ledger.read().grants
+    exclusive = grants["c-guaranteed"].cpus
+    assert len(exclusive) == 2 and len(_node_of(exclusive)) == 1, "two CPUs of one NUMA node"
+    assert _cpus(answers["guaranteed"]) == exclusive
+    assert parse_list(answers["guaranteed"].cpu.mems) == grants["c-guaranteed"].mems == _node_of(exclusive)
+    for shared in ("burstable", "besteffort"):
+        assert grants[f"c-{shared}"].kind == "shared" and not grants[f"c-{shared}"].cpus
+        # a shared container created before the exclusive one got the pool of its time
+        before = order.index(shared) < order.index("guaranteed")
+        assert _cpus(answers[shared]) == (ALL if before else ALL - exclusive)
+        assert not answers[shared].cpu.mems
+
+
+def test_a_refusal_is_the_hooks_one_line_and_keeps_nothing(plugin, node: FakeNode, m) -> None:
+    p = pod(m, "big", "big", "")
+    c = container(m, p, "c-big", cpu_milli=20000, limit_milli=20000, memory=GI)  # more than one node has
+    code, text, _ = plugin.runtime.create(p, c)
+    assert code != 0
+    assert text.startswith("numa-pin: rejected c-big: TopologyAffinityError: ")
+    assert "\n" not in text
+    assert read_reason(str(node.state_dir), "c-big")["line"] == text
+    assert "c-big" not in plugin.session.handler.service.ledger.read().grants
+
+
+def test_stop_and_remove_release_and_an_update_keeps_the_pinning(plugin, node: FakeNode, m) -> None:
+    p = pod(m, "g", "g", "")
+    c = container(m, p, "c-g", cpu_milli=4000, limit_milli=4000, memory=GI)
+    code, text, reply = plugin.runtime.create(p, c)
+    assert code == 0, text
+    pinned = _cpus(reply.adjust.linux.resources)
+    node.add_container("kubepods/podg/c-g", 4100)  # the runtime made its cgroup and started it
+    code, text, updated = plugin.runtime.update(p, c)
+    assert code == 0, text
+    assert [(u.container_id, _cpus(u.linux.resources)) for u in updated.update] == [("c-g", pinned)]
+    assert plugin.runtime.stop(p, c)[0] == 0
+    assert "c-g" not in plugin.session.handler.service.ledger.read().grants
+    assert plugin.runtime.remove(p, c)[0] == 0  # idempotent
+    be = pod(m, "b", "b", "besteffort")
+    code, _, reply = plugin.runtime.create(be, container(m, be, "c-be"))
+    assert code == 0 and _cpus(reply.adjust.linux.resources) == ALL, "the CPUs went back to the pool"
+
+
+@pytest.mark.parametrize("chunk", [None, 1], ids=["one-message", "split"])
+def test_a_restarted_plugin_synchronises(node: FakeNode, m, chunk) -> None:
+    """Session 1 admits A; the plugin goes away; B starts without it (Guaranteed, no grant) and
+    C stops. Session 2 (a fresh process: a fresh service) keeps A, adopts B, releases C."""
+    first = Connected(service(node), m)
+    first.runtime.configure()
+    first.runtime.synchronize([], [])
+    pods = {x: pod(m, x, x, "") for x in "abc"}
+    ctrs = {x: container(m, pods[x], f"c-{x}", cpu_milli=2000, limit_milli=2000, memory=GI) for x in "abc"}
+    for x in "ac":
+        assert first.runtime.create(pods[x], ctrs[x])[0] == 0
+    first.close()
+    a_cpus = service(node).ledger.read().grants["c-a"].cpus
+    for x, pid in (("a", 4201), ("b", 4202)):
+        node.add_container(f"kubepods/pod{x}/c-{x}", pid)
+        ctrs[x].state, ctrs[x].pid = 3, pid  # CONTAINER_RUNNING
+    ctrs["c"].state = 4  # CONTAINER_STOPPED
+
+    second = Connected(service(node), m)
+    try:
+        second.runtime.configure()
+        reply = second.runtime.synchronize(list(pods.values()), list(ctrs.values()), chunk=chunk)
+        grants = second.session.handler.service.ledger.read().grants
+        assert set(grants) == {"c-a", "c-b"}
+        assert grants["c-a"].cpus == a_cpus and grants["c-b"].pid == 4202
+        assert len(grants["c-b"].cpus) == 2 and not grants["c-b"].cpus & a_cpus
+        updates = {u.container_id: _cpus(u.linux.resources) for u in reply.update}
+        assert updates == {"c-a": a_cpus, "c-b": grants["c-b"].cpus}
+        assert parse_list(node.cpuset("kubepods/podb/c-b")[0]) == grants["c-b"].cpus, "adoption pins it now"
+    finally:
+        second.close()
+
+
+def test_a_method_it_does_not_serve_is_unimplemented(plugin, m) -> None:
+    code, text, _ = plugin.runtime.call("PostStartContainer", m.api("PostStartContainerRequest")(),
+                                        "PostStartContainerResponse")
+    assert code == 12 and "PostStartContainer" in text
+
+
+def test_a_pods_annotation_reaches_its_containers_without_passthrough(plugin, m) -> None:
+    """containerd copies pod annotations into a container's spec only with ``pod_annotations``
+    configured; NRI hands the pod's over, and the plugin reads them under the container's."""
+    p = pod(m, "ann", "ann", "besteffort", annotations={"numa-pin.io/cpus": "2"})
+    code, text, reply = plugin.runtime.create(p, container(m, p, "c-ann"))
+    assert code == 0, text
+    grant = plugin.session.handler.service.ledger.read().grants["c-ann"]
+    assert len(grant.cpus) == 2 and _cpus(reply.adjust.linux.resources) == grant.cpus
+
+
+def test_an_unexpected_failure_is_one_line_and_the_plugin_keeps_serving(plugin, m, monkeypatch) -> None:
+    handler = plugin.session.handler
+
+    def broken(pod, container, pid):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(handler, "_admit", broken)
+    p = pod(m, "x", "x", "")
+    code, text, _ = plugin.runtime.create(p, container(m, p, "c-x"))
+    assert code != 0 and text == "numa-pin: internal error c-x: KeyError: 'boom'"
+    monkeypatch.undo()
+    assert plugin.runtime.create(p, container(m, p, "c-y"))[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("announced_ms", "assumed_s", "admission_s", "bound_s"),
+    [(0, 2.0, 20, 1.5), (0, 30.0, 20, 20), (4000, 30.0, 20, 3.0), (4000, 2.0, 1, 1)],
+    ids=["nri-default", "assumed-longer", "announced", "config-shorter"],
+)
+def test_an_admission_gets_three_quarters_of_the_runtimes_timeout(node: FakeNode, m, monkeypatch, announced_ms,
+                                                                  assumed_s, admission_s, bound_s) -> None:
+    """A plugin that answers past the runtime's timeout is disconnected and the container starts
+    unpinned: the admission must give up (a refusal) before that."""
+    from numa_pin.nri.plugin import Handler
+
+    svc = NodeService(config_from_dict(node.config_dict(policy="restricted", admission_timeout_s=admission_s)))
+    seen = []
+    real = svc.admit
+    monkeypatch.setattr(svc, "admit", lambda *a, **kw: seen.append(kw["deadline"].seconds) or real(*a, **kw))
+    handler = Handler(svc, m, lambda line: None, request_timeout_s=assumed_s)
+    handler.configure(m.api("ConfigureRequest")(runtime_name="containerd", request_timeout=announced_ms))
+    p = pod(m, "t", "t", "")
+    handler.create_container(m.api("CreateContainerRequest")(pod=p, container=container(m, p, "c-t", cpu_milli=1000,
+                                                                                        limit_milli=1000, memory=GI)))
+    assert seen == [pytest.approx(bound_s)]
+
+
+def test_one_synchronisation_is_one_budget_for_every_adoption(node: FakeNode, m, monkeypatch) -> None:
+    """The runtime waits for one answer to Synchronize: every adoption in it shares one deadline."""
+    from numa_pin.nri.plugin import Handler
+
+    svc = service(node)
+    seen = []
+    real = svc.admit
+    monkeypatch.setattr(svc, "admit", lambda *a, **kw: seen.append(kw["deadline"]) or real(*a, **kw))
+    handler = Handler(svc, m, lambda line: None)
+    pods = {x: pod(m, x, x, "") for x in "xy"}
+    ctrs = [container(m, pods[x], f"c-{x}", cpu_milli=1000, limit_milli=1000, memory=GI, state=1) for x in "xy"]
+    updates = handler.adopt({p.id: p for p in pods.values()}, ctrs)
+    assert len(seen) == 2 and seen[0] is seen[1]
+    assert [u.container_id for u in updates] == ["c-x", "c-y"]
+
+
+def test_running_shared_containers_leave_the_cpus_an_exclusive_one_gets(plugin, node: FakeNode, m) -> None:
+    be = pod(m, "be", "be", "besteffort")
+    assert plugin.runtime.create(be, container(m, be, "c-be"))[0] == 0
+    node.add_container("kubepods/besteffort/podbe/c-be", 7000)  # the runtime made and started it
+    g = pod(m, "g", "g", "")
+    code, text, reply = plugin.runtime.create(g, container(m, g, "c-g", cpu_milli=2000, limit_milli=2000, memory=GI))
+    assert code == 0, text
+    assert parse_list(node.cpuset("kubepods/besteffort/podbe/c-be")[0]) == ALL - _cpus(reply.adjust.linux.resources)

@@ -1,0 +1,255 @@
+"""What runs inside the NRI guest (Debian 13, containerd 1.7 with NRI on): kubelet's CRI calls
+against the node's own containerd, with numa-pin as its NRI plugin (``numa-pin-nri.service``).
+
+Run by the scenario unit with ``/usr/bin/python3`` (Debian's python3-grpcio and protobuf);
+``tests/e2e/cri.py`` and cri-api's ``api.proto`` sit beside it. It asserts nothing: it writes
+what it saw to ``$NP_OUT/facts.json`` (each step's CPUs from ``/proc/<pid>/status``, the ledger's
+grants, the errors the CRI returned, the plugin's registrations) and the journals of the plugin
+and containerd; tests/vm/test_vm_nri.py judges them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import cri  # noqa: E402  (beside this file in the guest)
+
+OUT = Path(os.environ.get("NP_OUT", "/tmp/np-out"))
+SOCK = "/run/containerd/containerd.sock"
+IMAGE = "numa-pin.test/busybox:1"
+MI = 1 << 20
+#: containerd with NRI on (the one switch), the sandbox image from this guest, and a longer NRI
+#: request timeout: under TCG everything runs 20-50 times slower than on hardware
+CONTAINERD_TOML = f"""version = 2
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{IMAGE}"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = true
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  plugin_request_timeout = "30s"
+"""
+facts: dict[str, object] = {}
+
+
+def log(text: str) -> None:
+    with open(OUT / "driver.log", "a") as out:
+        out.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+
+
+def sh(*argv: str, check: bool = True, timeout: float = 300) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    log(f"$ {' '.join(argv)} -> {done.returncode}\n{done.stdout}{done.stderr}")
+    if check and done.returncode:
+        raise RuntimeError(f"{argv} failed: {done.stderr}")
+    return done.stdout
+
+
+def cpus_of(pid: int) -> list[int]:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            out: list[int] = []
+            for part in line.split(":", 1)[1].strip().split(","):
+                lo, _, hi = part.partition("-")
+                out += range(int(lo), int(hi or lo) + 1)
+            return out
+    return []
+
+
+def grants() -> dict[str, dict[str, object]]:
+    from numa_pin.config.load import load_config
+    from numa_pin.ledger.store import Ledger
+
+    state = Ledger(load_config(None, {}).state_dir).read()
+    return {cid: {"kind": g.kind, "cpus": sorted(g.cpus), "mems": sorted(g.mems), "pod": g.pod_id, "scope": g.scope}
+            for cid, g in state.grants.items()}
+
+
+def registrations() -> int:
+    text = sh("journalctl", "-u", "numa-pin-nri.service", "-o", "cat", "--no-pager", check=False)
+    return text.count("registered as 50-numa-pin")
+
+
+def wait_registered(before: int, timeout: float = 240) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if registrations() > before:
+            time.sleep(3)  # Configure and Synchronize follow the registration
+            return True
+        time.sleep(1)
+    return False
+
+
+def restart_containerd() -> None:
+    """Restart containerd and wait until it answers (under TCG on a busy host it takes a while)."""
+    sh("systemctl", "restart", "containerd")
+    deadline = time.monotonic() + 300
+    while subprocess.run(["ctr", "--timeout", "10s", "version"], capture_output=True, timeout=60).returncode:
+        if time.monotonic() > deadline:
+            raise RuntimeError("containerd does not answer after its restart")
+        time.sleep(2)
+
+
+def rootfs(root: Path) -> Path:
+    (root / "bin").mkdir(parents=True, exist_ok=True)
+    for d in ("proc", "sys", "dev", "tmp", "etc"):
+        (root / d).mkdir(exist_ok=True)
+    sh("cp", "/bin/busybox", str(root / "bin" / "busybox"))
+    for applet in ("sh", "sleep", "cat", "grep"):
+        (root / "bin" / applet).symlink_to("busybox")
+    return root
+
+
+class Node:
+    def __init__(self) -> None:
+        self.kubelet = self.connect()
+        self.pids: dict[str, int] = {}
+
+    def connect(self) -> cri.Kubelet:
+        kubelet = cri.Kubelet(SOCK, Path("/var/tmp/cri-build"), Path("/var/tmp/cri-logs"), driver="systemd")
+        kubelet.image = IMAGE
+        kubelet.wait_ready(timeout=180)
+        self.kubelet = kubelet
+        return kubelet
+
+    def run(self, pod: cri.Pod) -> tuple[str, str]:
+        sandbox, (cid,) = self.kubelet.run_all(pod)
+        self.pids[pod.name] = int(self.kubelet.status(cid)[1]["pid"])
+        return sandbox, cid
+
+    def seen(self, name: str) -> list[int]:
+        return cpus_of(self.pids[name])
+
+
+def guaranteed(name: str, cpus: int) -> cri.Pod:
+    return cri.Pod(name, [cri.Container("c", {"cpu": cpus * 1000, "memory": 64 * MI},
+                                        {"cpu": cpus * 1000, "memory": 64 * MI})])
+
+
+def step(name: str, fn) -> None:
+    log(f"== {name}")
+    try:
+        facts[name] = fn()
+    except Exception:
+        facts[name] = {"traceback": traceback.format_exc()[-2000:]}
+        log(traceback.format_exc())
+    (OUT / "facts.json").write_text(json.dumps(facts, indent=1, default=str))
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    Path("/etc/numa-pin/config.yaml").write_text("policy: restricted\nscope: container\nsyslog: true\n")
+    Path("/etc/containerd/config.toml").write_text(CONTAINERD_TOML)
+    facts["containerd"] = sh("containerd", "--version").strip()
+    facts["nodes"] = [Path(p).read_text().strip() for p in sorted(Path("/sys/devices/system/node").glob("node*/cpulist"))]
+    restart_containerd()
+    tar = cri.image_archive(rootfs(Path("/var/tmp/rootfs")), Path("/var/tmp/image.tar"), IMAGE, ["sleep", "100000"])
+    sh("ctr", "--timeout", "120s", "-n", "k8s.io", "images", "import", str(tar))
+    # containerd 1.7 does not announce its request timeout: tell the plugin the one set above
+    dropin = Path("/etc/systemd/system/numa-pin-nri.service.d")
+    dropin.mkdir(parents=True, exist_ok=True)
+    (dropin / "timeout.conf").write_text("[Service]\nExecStart=\n"
+                                         "ExecStart=/usr/bin/numa-pin serve --nri --nri-request-timeout 30\n")
+    sh("systemctl", "daemon-reload")
+    sh("systemctl", "start", "numa-pin-nri.service")
+    facts["registered_at_start"] = wait_registered(0)
+    node = Node()
+    pods: dict[str, tuple[str, str]] = {}
+
+    def first_pods() -> dict[str, object]:
+        pods["g"] = node.run(guaranteed("g", 1))
+        pods["bu"] = node.run(cri.Pod("bu", [cri.Container("c", {"cpu": 100}, {"cpu": 500})]))
+        pods["be"] = node.run(cri.Pod("be", [cri.Container("c")]))
+        return {"seen": {n: node.seen(n) for n in ("g", "bu", "be")}, "ids": {n: pods[n][1] for n in pods},
+                "grants": grants()}
+
+    step("pods", first_pods)
+
+    def refusal() -> dict[str, object]:
+        pod = guaranteed("big", 3)  # more CPUs than a NUMA node of this guest has
+        sandbox = node.kubelet.run_pod(pod)
+        try:
+            node.kubelet.create(sandbox, pod, pod.containers[0])
+            return {"created": True}
+        except Exception as exc:  # grpc.RpcError: what kubelet puts in the pod's event
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            return {"created": False, "error": details, "grants": grants()}
+        finally:
+            node.kubelet.stop_pod(sandbox)
+            node.kubelet.remove_pod(sandbox)
+
+    step("refusal", refusal)
+
+    def containerd_restart() -> dict[str, object]:
+        before = registrations()
+        restart_containerd()
+        node.connect()
+        back = wait_registered(before)
+        return {"reregistered": back, "seen": {n: node.seen(n) for n in ("g", "bu", "be")}, "grants": grants()}
+
+    step("containerd_restart", containerd_restart)
+
+    def plugin_restart() -> dict[str, object]:
+        before = registrations()
+        sh("systemctl", "restart", "numa-pin-nri.service")
+        back = wait_registered(before)
+        return {"reregistered": back, "seen": {n: node.seen(n) for n in ("g", "bu", "be")}, "grants": grants()}
+
+    step("plugin_restart", plugin_restart)
+
+    def plugin_down() -> dict[str, object]:
+        sh("systemctl", "stop", "numa-pin-nri.service")
+        pods["late"] = node.run(guaranteed("late", 1))
+        while_down = {"late": node.seen("late"), "grants": grants()}
+        before = registrations()
+        sh("systemctl", "start", "numa-pin-nri.service")
+        back = wait_registered(before)
+        time.sleep(5)
+        return {"while_down": while_down, "reregistered": back, "id": pods["late"][1],
+                "seen": {n: node.seen(n) for n in ("g", "bu", "be", "late")}, "grants": grants()}
+
+    step("plugin_down", plugin_down)
+
+    def release() -> dict[str, object]:
+        sandbox, cid = pods.pop("g")
+        node.kubelet.stop(cid)
+        node.kubelet.remove(cid)
+        node.kubelet.stop_pod(sandbox)
+        node.kubelet.remove_pod(sandbox)
+        time.sleep(3)
+        return {"seen": {n: node.seen(n) for n in ("bu", "be", "late")}, "grants": grants()}
+
+    step("release", release)
+
+    def pod_scope() -> dict[str, object]:
+        """The pod's annotations reach numa-pin with no pod_annotations passthrough in containerd."""
+        pod = cri.Pod("scoped", [cri.Container("app"), cri.Container("sidecar")],
+                      annotations={"numa-pin.io/scope": "pod", "numa-pin.io/cpus.app": "1"})
+        sandbox, (app, sidecar) = node.kubelet.run_all(pod)
+        pids = {n: int(node.kubelet.status(c)[1]["pid"]) for n, c in (("app", app), ("sidecar", sidecar))}
+        return {"sandbox": sandbox, "ids": {"app": app, "sidecar": sidecar},
+                "seen": {n: cpus_of(pid) for n, pid in pids.items()}, "grants": grants()}
+
+    step("pod_scope", pod_scope)
+    (OUT / "plugin.log").write_text(sh("journalctl", "-u", "numa-pin-nri.service", "-o", "cat", "--no-pager",
+                                       check=False))
+    (OUT / "containerd.log").write_text(sh("journalctl", "-u", "containerd.service", "-o", "cat", "--no-pager",
+                                           check=False)[-200000:])
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        (OUT / "facts.json").write_text(json.dumps(facts, indent=1, default=str))

@@ -1,0 +1,152 @@
+"""numa-pin as containerd's NRI plugin on the node as users run it: Debian 13, containerd 1.7
+with NRI switched on, systemd as init, cgroup v2, the deb installed, ``numa-pin-nri.service``.
+
+One qemu run (tests/vm/sysimage.py builds and caches the trixie tree; tests/vm/nri_guest.py runs
+inside): kubelet's CRI calls (tests/e2e/cri.py, systemd cgroup driver) make Guaranteed, Burstable
+and BestEffort pods, a pod numa-pin refuses, a containerd restart, a plugin restart while pods
+run, a pod started while the plugin is down, a release, and a pod-scope pod annotated on the pod. Oracles: the kernel's view of every
+container (``Cpus_allowed_list`` of its pid), the guest's NUMA layout (sysimage.NUMA), kubelet's
+QoS classes, the raw ledger, and the error containerd's CRI returned (what the pod's event shows).
+
+``NUMA_PIN_VM_CACHE_TRIXIE`` names the cache of the built tree; ``NUMA_PIN_VM_KEEP`` keeps what
+the guest wrote; ``NUMA_PIN_VM_NRI_REUSE`` checks a kept share again without booting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from . import sysimage
+
+pytestmark = pytest.mark.vm
+
+HERE = Path(__file__).resolve().parent
+E2E = HERE.parent / "e2e"
+KEEP_ENV = "NUMA_PIN_VM_KEEP"
+REUSE_ENV = "NUMA_PIN_VM_NRI_REUSE"
+GUEST_LIB = "/usr/local/lib/np"
+ALL = list(range(2 * len(sysimage.NUMA)))
+NODES = [frozenset(range(2 * i, 2 * i + 2)) for i in range(len(sysimage.NUMA))]
+
+
+def guest_cri_proto(text: str) -> bytes:
+    """cri-api's api.proto for the guest's protoc (Debian 13's grpc-tools is protobuf 3.6's, which
+    does not know the ``debug_redact`` field option; it changes nothing on the wire)."""
+    return re.sub(r"\s*\[debug_redact\s*=\s*true\]", "", text).encode()
+
+
+@pytest.fixture(scope="module")
+def facts() -> Iterator[dict]:
+    if os.environ.get(REUSE_ENV):
+        yield json.loads((Path(os.environ[REUSE_ENV]) / "facts.json").read_text())
+        return
+    reason = sysimage.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    work = Path(tempfile.mkdtemp(prefix="np-nri-guest-"))
+    log = work / "build.log"
+    try:
+        base = sysimage.base_tree(log, sysimage.TRIXIE)
+        deb = sysimage.build_deb(work, log)
+        files = {f"{GUEST_LIB}/nri_guest.py": (HERE / "nri_guest.py").read_bytes(),
+                 f"{GUEST_LIB}/cri.py": (E2E / "cri.py").read_bytes(),
+                 f"{GUEST_LIB}/cri_api/api.proto": guest_cri_proto((E2E / "cri_api" / "api.proto").read_text())}
+        image = sysimage.make_image(base, deb, f"python3 {GUEST_LIB}/nri_guest.py\n", work, log, files=files)
+        share = work / "share"
+        share.mkdir()
+        sysimage.boot(image, share, timeout=1800, console_log=work / "console.log")
+        image.unlink()
+        if not (share / "facts.json").exists():
+            console = (work / "console.log").read_text(errors="replace")[-4000:]
+            boot = (share / "boot1.log").read_text(errors="replace")[-3000:] if (share / "boot1.log").exists() else ""
+            pytest.fail(f"the guest wrote no facts; scenario log:\n{boot}\nconsole:\n{console}")
+        yield json.loads((share / "facts.json").read_text())
+    finally:
+        keep = os.environ.get(KEEP_ENV)
+        if keep:
+            shutil.rmtree(keep, ignore_errors=True)
+            shutil.copytree(work, keep, ignore=shutil.ignore_patterns("*.ext4", "*.deb"))
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _step(facts: dict, name: str) -> dict:
+    step = facts.get(name)
+    assert isinstance(step, dict) and "traceback" not in step, f"step {name} failed in the guest: {step}"
+    return step
+
+
+def _one_node(cpus: list[int]) -> bool:
+    return any(set(cpus) <= node for node in NODES)
+
+
+def test_containerd_1_7_with_nri_took_the_plugin(facts: dict) -> None:
+    assert " 1.7." in facts["containerd"] or "v1.7." in facts["containerd"], facts["containerd"]
+    assert facts["nodes"] == [cpus for _, cpus in sysimage.NUMA]
+    assert facts["registered_at_start"] is True
+
+
+def test_each_qos_class_runs_where_its_grant_says(facts: dict) -> None:
+    step = _step(facts, "pods")
+    ids, seen, grants = step["ids"], step["seen"], step["grants"]
+    g = grants[ids["g"]]
+    assert g["kind"] == "exclusive" and len(g["cpus"]) == 1 and _one_node(g["cpus"])
+    assert seen["g"] == g["cpus"]
+    pool = [c for c in ALL if c not in g["cpus"]]
+    for shared in ("bu", "be"):
+        assert grants[ids[shared]]["kind"] == "shared"
+        assert seen[shared] == pool, f"{shared} runs on the shared pool"
+
+
+def test_a_refusal_is_the_pods_event(facts: dict) -> None:
+    step = _step(facts, "refusal")
+    assert step["created"] is False
+    assert "numa-pin: rejected " in step["error"] and "TopologyAffinityError" in step["error"], step["error"]
+    assert not [g for g in step["grants"].values() if len(g["cpus"]) == 3]
+
+
+@pytest.mark.parametrize("name", ["containerd_restart", "plugin_restart"])
+def test_restarts_keep_every_container_where_it_was(facts: dict, name: str) -> None:
+    before, after = _step(facts, "pods"), _step(facts, name)
+    assert after["reregistered"] is True, "the plugin connected again and synchronised"
+    assert after["seen"] == before["seen"]
+    assert after["grants"] == before["grants"]
+
+
+def test_a_pod_started_while_the_plugin_was_down_is_adopted(facts: dict) -> None:
+    step = _step(facts, "plugin_down")
+    g = _step(facts, "pods")["grants"][_step(facts, "pods")["ids"]["g"]]["cpus"]
+    # what containerd does without the plugin: it creates and starts the container unadjusted
+    assert step["while_down"]["late"] == [c for c in ALL if c not in g] or step["while_down"]["late"] == ALL
+    assert step["id"] not in step["while_down"]["grants"]
+    # the plugin came back, synchronised, and gave it exclusive CPUs of one node
+    assert step["reregistered"] is True
+    late = step["grants"][step["id"]]
+    assert late["kind"] == "exclusive" and len(late["cpus"]) == 1 and not set(late["cpus"]) & set(g)
+    assert step["seen"]["late"] == late["cpus"]
+    pool = [c for c in ALL if c not in g and c not in late["cpus"]]
+    assert step["seen"]["bu"] == pool and step["seen"]["be"] == pool
+
+
+def test_a_removed_pod_gives_its_cpus_back(facts: dict) -> None:
+    step, pods = _step(facts, "release"), _step(facts, "pods")
+    assert pods["ids"]["g"] not in step["grants"]
+    late = _step(facts, "plugin_down")["grants"][_step(facts, "plugin_down")["id"]]["cpus"]
+    assert step["seen"]["bu"] == [c for c in ALL if c not in late]
+
+
+def test_pod_scope_from_the_pods_annotations(facts: dict) -> None:
+    """containerd's NRI hands the pod's annotations over: no ``pod_annotations`` passthrough."""
+    step = _step(facts, "pod_scope")
+    ids, grants, seen = step["ids"], step["grants"], step["seen"]
+    app, sidecar = grants[ids["app"]], grants[ids["sidecar"]]
+    assert app["kind"] == "exclusive" and len(app["cpus"]) == 1 and seen["app"] == app["cpus"]
+    assert sidecar["kind"] == "shared" and not set(seen["sidecar"]) & set(app["cpus"])
+    assert {app["pod"], sidecar["pod"]} == {step["sandbox"]} and {app["scope"], sidecar["scope"]} == {"pod"}
