@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from numa_pin.admission.kubernetes import NAME_KEYS, POD_ID_KEYS, POD_NAME_KEYS, SANDBOX_TYPE_KEYS
+from numa_pin.admission.request import ContainerLimits
 from numa_pin.cpuset import format_list
 from numa_pin.hook.oci import OciSpec
 from numa_pin.ledger.model import Grant
@@ -62,13 +63,15 @@ def spec_of(pod: Any, container: Any) -> OciSpec:
         annotations=annotations_of(pod, container),
         env=env,
         root_path=None,
-        cgroups_path=linux.cgroups_path or None,
-        cpu_quota=_optional(cpu, "quota"),
-        cpu_period=_optional(cpu, "period"),
-        cpu_shares=_optional(cpu, "shares"),
-        cpuset_cpus=cpu.cpus or None,
-        memory_limit=_optional(memory, "limit"),
-        hugepage_limits={h.page_size: int(h.limit) for h in res.hugepage_limits},
+        limits=ContainerLimits(
+            cgroups_path=linux.cgroups_path or None,
+            cpu_quota=_optional(cpu, "quota"),
+            cpu_period=_optional(cpu, "period"),
+            cpu_shares=_optional(cpu, "shares"),
+            cpuset=cpu.cpus or None,
+            memory_limit=_optional(memory, "limit"),
+            hugepage_limits={h.page_size: int(h.limit) for h in res.hugepage_limits},
+        ),
         netns_path=None,
     )
 
