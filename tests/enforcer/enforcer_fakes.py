@@ -14,6 +14,7 @@ Every write is recorded in order, and writes to chosen files can be made to fail
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -152,6 +153,8 @@ class FakeKernel:
     tree: FakeCgroupTree
     writes: list[tuple[str, str]] = field(default_factory=list)
     fail: dict[str, str] = field(default_factory=dict)  # path -> strerror
+    #: cgroup directories with tasks: on v2 the kernel refuses them an empty cpuset (ENOSPC)
+    populated: set[str] = field(default_factory=set)
 
     def __call__(self, path: str, text: str) -> None:
         self.writes.append((path, text))
@@ -195,6 +198,9 @@ class FakeKernel:
             p.write_text(cpulist.format_list(want) + "\n")
             (d / f"cpuset.effective_{kind}").write_text(cpulist.format_list(want) + "\n")
             return
+        if not want and str(d) in self.populated:
+            raise EnforcementError("writing '' failed: No space left on device", path=str(p)) from OSError(
+                errno.ENOSPC, os.strerror(errno.ENOSPC))
         parent_eff = cpulist.parse_list((d.parent / f"cpuset.{kind}.effective").read_text())
         eff = (want & parent_eff) if want else parent_eff
         p.write_text(cpulist.format_list(want) + "\n")

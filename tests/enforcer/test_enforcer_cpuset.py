@@ -246,6 +246,25 @@ def test_undo_failure_reported_by_rollback(v1_tree: FakeCgroupTree, cgroup_root:
     assert (v1_tree.hierarchy / "a" / "cpuset.mems").read_text().strip() == "0-1"
 
 
+def test_undo_of_an_inherited_v2_cpuset_on_a_populated_cgroup(v2_tree: FakeCgroupTree, cgroup_root: Path,
+                                                              kernel_factory) -> None:
+    """A v2 cgroup with no cpuset of its own inherits its parent's; once it has tasks the kernel
+    refuses the empty value back (ENOSPC, seen on Linux 6.1 and 6.18), so the undo writes what
+    it inherited instead, and the effective CPUs and nodes are what they were."""
+    write(cgroup_root / "cgroup.subtree_control", "cpuset\n")
+    v2_tree.mkcg("/numa-pin", subtree="cpuset")
+    job = v2_tree.mkcg("/numa-pin/job")
+    kernel = kernel_factory(v2_tree)
+    kernel.populated.add(str(job))
+    effective = {n: (job / n).read_text() for n in ("cpuset.cpus.effective", "cpuset.mems.effective")}
+    undo = UndoLog()
+    apply_cpuset(ref_for(v2_tree, "/numa-pin/job"), {1, 2}, {0}, cgroup_root, undo)
+    assert (job / "cpuset.cpus.effective").read_text().strip() == "1-2"
+    assert undo.rollback() == ()
+    assert {n: (job / n).read_text() for n in effective} == effective
+    assert (job / "cpuset.cpus").read_text() == effective["cpuset.cpus.effective"]
+
+
 # ---- refusals ------------------------------------------------------------------------
 def test_refuses_ref_outside_cgroup_root(tmp_path: Path, cgroup_root: Path) -> None:
     elsewhere = tmp_path / "elsewhere"

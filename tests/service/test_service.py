@@ -181,6 +181,24 @@ def test_v2_gpu_grant_is_recorded_and_a_live_release_takes_the_program_rules_bac
     assert removed == [["/dev/nvidia0"]]
 
 
+def test_a_plain_process_gets_its_gpu_without_device_rules(node, monkeypatch):
+    """``numa-pin run`` asks a GPU for a plain process: it is aligned and recorded, but no device
+    program or rule is touched (the process keeps the host's device access; on a node without
+    libbpf, asking for one failed the whole run)."""
+    def no_rules(*a, **k):
+        raise AssertionError("a plain process needs no device rules")
+
+    monkeypatch.setattr("numa_pin.enforcer.gpu.grant_gpus", no_rules)
+    monkeypatch.setattr("numa_pin.enforcer.gpu.allow_device_rules", no_rules)
+    agent = NodeService(node.config)
+    grant = agent.admit(request_from_oci("job", {"numa-pin.io/cpus": "2", "numa-pin.io/devices": "nvidia.com/gpu=1"}),
+                        node.container(1), kind="process").grant
+    (gpu,) = grant.devices["nvidia.com/gpu"]
+    assert {d.address: d.numa_node for d in agent.topology.pci_devices}[gpu] in grant.mems
+    assert grant.gpus is None
+    agent.release("job")
+
+
 def test_plan_changes_nothing(node):
     agent = NodeService(node.config)
     decision = agent.plan(request_from_oci("p", {"numa-pin.io/cpus": "4"}))

@@ -21,6 +21,7 @@ lacks.
 
 from __future__ import annotations
 
+import errno
 import os
 from collections.abc import Iterable
 
@@ -112,7 +113,16 @@ def ensure_cpuset_controller(ref: CgroupRef, undo: UndoLog) -> tuple[str, ...]:
 
 def _writer(path: str, text: str) -> UndoFn:
     def undo() -> None:
-        cgroups.write_cgroup_file(path, text)
+        try:
+            cgroups.write_cgroup_file(path, text)
+        except EnforcementError as exc:
+            if text.strip() or getattr(exc.__cause__, "errno", None) != errno.ENOSPC:
+                raise
+            # cgroup v2 refuses an empty cpuset (one that inherits) back on a populated cgroup:
+            # give it what it would inherit, its parent's effective list
+            parent = os.path.dirname(os.path.dirname(path))
+            inherited = cgroups.read_cgroup_file(os.path.join(parent, os.path.basename(path) + ".effective"))
+            cgroups.write_cgroup_file(path, inherited)
 
     return undo
 

@@ -18,7 +18,7 @@ interface moved instead).
 from __future__ import annotations
 
 from numa_pin.errors import NumaPinError
-from numa_pin.ledger.model import GpuAccess, Grant
+from numa_pin.ledger.model import KIND_PROCESS, GpuAccess, Grant
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
 from numa_pin.topology.model import KIND_GPU
 
@@ -35,6 +35,8 @@ class GpuNode(NodeResource):
             return admission
         grant, pid = admission.grant, admission.pid
         assert pid is not None
+        if grant.kind == KIND_PROCESS:  # `numa-pin run`: a plain process keeps the host's device
+            return admission            # access; there is no container to open devices in
         topology = node.topology
         gpus = [dev for ids in grant.devices.values() for address in ids
                 if (dev := topology.device(address)) is not None and dev.kind == KIND_GPU]
