@@ -45,6 +45,7 @@ class FakeNet:
         self.moves: list[tuple[str, int, str]] = []  # (address, pid, name)
         self.double_moves: list[str] = []
         self.restored: list[tuple[str, int | None]] = []
+        self.settings: dict[str, Any] = {}  # address -> the vf_settings its move was given
 
     def at(self, address: str) -> str:
         return self.where.get(address, HOME)
@@ -53,13 +54,16 @@ class FakeNet:
         return netns_id(pid, self.proc_root)
 
     def move(self, address: str, pid: int, name: str, sysfs_root: Any, proc_root: Any, *,
-             bring_up: bool = False, undo: UndoLog | None = None) -> NetdevRecord:
+             bring_up: bool = False, undo: UndoLog | None = None,
+             vf_settings: Any = None) -> NetdevRecord:
         if self.at(address) != HOME:
             self.double_moves.append(address)
             raise EnforcementError(f"PCI device {address} has no network interface in this netns (already moved)")
         ns = self.ns_of(pid)
         self.where[address] = ns
         self.moves.append((address, pid, name))
+        if vf_settings:
+            self.settings[address] = dict(vf_settings)
         rec = NetdevRecord(host_name="vf" + address[-3:], container_name=name,
                            netns=os.path.join(str(proc_root), str(pid), "ns", "net"), bdf=address)
         if undo is not None:
