@@ -373,3 +373,36 @@ def test_random_interleavings_never_lose_strand_or_double_move_a_vf(ops, monkeyp
         svc.reconcile()
         _check(svc, net, lambda c: False, collected=True)
         assert all(net.at(a) == HOME for a in net.where), "every VF is home once every container ended"
+
+
+# ---- VF settings (numa-pin.io/vf-config) reach the move through the grant ---------------------
+@pytest.mark.parametrize("scope", ["container", "pod"])
+def test_vf_settings_reach_the_move_of_every_vf(node, net, scope: str) -> None:
+    svc = NodeService(node.config)
+    req = request_from_oci("a1", {"io.kubernetes.cri.sandbox-id": "pod-a", "numa-pin.io/scope": scope,
+                                  "numa-pin.io/devices": f"{VF_RES}=2",
+                                  "numa-pin.io/vf-config": "vlan=100,trust=on,max_tx_rate=1000"})
+    grant = svc.admit(req, node.start("a1", "pod-a")).grant
+    want = {"vlan": 100, "trust": True, "max_tx_rate": 1000}
+    assert net.settings == {vf: want for vf in grant.devices[VF_RES]} and len(net.settings) == 2
+    assert dict(svc.ledger.read().grants["a1"].vf_config) == want
+
+
+@pytest.mark.parametrize(
+    "annotations, match",
+    [
+        ({"numa-pin.io/cpus": "1", "numa-pin.io/vf-config": "vlan=100"}, "is granted no SR-IOV VF"),
+        ({"numa-pin.io/devices": "nvidia.com/gpu=1", "numa-pin.io/vf-config": "vlan=100"}, "is granted no SR-IOV VF"),
+        ({"numa-pin.io/devices": f"{VF_RES}=2", "numa-pin.io/vf-config": "mac=02:00:5e:00:00:07"},
+         "one mac for 2 VFs"),
+    ],
+    ids=["no-device", "only-a-gpu", "one-mac-two-vfs"],
+)
+def test_vf_settings_no_vf_would_get_are_refused(node, net, annotations: dict, match: str) -> None:
+    svc = NodeService(node.config)
+    req = request_from_oci("a1", {"io.kubernetes.cri.sandbox-id": "pod-a", "numa-pin.io/scope": "container",
+                                  **annotations})
+    with pytest.raises(NumaPinError, match=match) as info:
+        svc.admit(req, node.start("a1", "pod-a"))
+    assert "numa-pin.io/vf-config" in str(info.value) and "\n" not in str(info.value)
+    assert net.moves == [] and "a1" not in svc.ledger.read().grants
