@@ -156,3 +156,28 @@ def test_records_of_moves_without_settings_keep_their_old_shape(world: World, sy
     assert "vf_settings" not in out
     assert set(out["vf_config"]) == {"mac", "vlan", "qos", "spoofchk", "trust", "link_state"}
     assert NetdevRecord.from_dict(out).to_dict() == out
+
+
+@pytest.mark.parametrize(
+    "drift, fields",
+    [
+        ({"vlan": 1}, ["vlan"]),
+        ({"qos": 0}, ["qos"]),
+        ({"trust": 0, "rate": (0, 0)}, ["trust", "max_tx_rate"]),
+        ({"link_state": 0}, ["link_state"]),
+        ({"mac": "02:00:00:00:00:01"}, ["mac"]),
+        ({}, []),
+    ],
+    ids=["vlan", "qos", "trust-and-rate", "link-state", "mac", "none"],
+)
+def test_reconcile_sets_drifted_settings_again(world: World, sysfs: Path, drift: dict, fields: list) -> None:
+    from numa_pin.enforcer.netdev import reassert_vf_settings
+
+    settings = {"vlan": 100, "vlanQoS": 3, "mac": MAC, "trust": True, "max_tx_rate": 1000, "link_state": "enable"}
+    rec = move(world, sysfs, settings)
+    wanted = dict(world.vfs[0])
+    world.vfs[0].update(drift)  # a PF reset, a hand-made `ip link set`
+    calls = len(world.calls)
+    assert sorted(reassert_vf_settings(rec, settings)) == sorted(fields)
+    assert world.vfs[0] == wanted
+    assert len(world.calls) == calls + (1 if fields else 0), "nothing is written when nothing drifted"

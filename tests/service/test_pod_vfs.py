@@ -406,3 +406,22 @@ def test_vf_settings_no_vf_would_get_are_refused(node, net, annotations: dict, m
         svc.admit(req, node.start("a1", "pod-a"))
     assert "numa-pin.io/vf-config" in str(info.value) and "\n" not in str(info.value)
     assert net.moves == [] and "a1" not in svc.ledger.read().grants
+
+
+@pytest.mark.parametrize("scope", ["container", "pod"])
+def test_reconcile_sets_drifted_vf_settings_again(node, net, monkeypatch, scope: str) -> None:
+    calls: list[tuple[str, dict]] = []
+
+    def reassert(record: NetdevRecord, settings: Any) -> list[str]:
+        calls.append((record.bdf or "", dict(settings)))
+        return ["vlan"]
+
+    monkeypatch.setattr("numa_pin.enforcer.netdev.reassert_vf_settings", reassert)
+    svc = NodeService(node.config)
+    base = {"io.kubernetes.cri.sandbox-id": "pod-a", "numa-pin.io/scope": scope}
+    a1 = svc.admit(request_from_oci("a1", {**base, "numa-pin.io/devices": f"{VF_RES}=1",
+                                           "numa-pin.io/vf-config": "vlan=100"}), node.start("a1", "pod-a")).grant
+    svc.admit(request_from_oci("a2", {**base, "numa-pin.io/devices": f"{VF_RES}=1"}), node.start("a2", "pod-a"))
+    _, repaired = svc.reconcile()
+    assert calls == [(a1.devices[VF_RES][0], {"vlan": 100})], "only the VF moved with settings"
+    assert "a1" in repaired and "a2" not in repaired

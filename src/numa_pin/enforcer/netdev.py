@@ -293,6 +293,23 @@ def _recover_failed_move(record: NetdevRecord, ipr: Any, proc_root: str | os.Pat
     return "it was moved back to the host netns"
 
 
+def reassert_vf_settings(record: NetdevRecord, settings: Mapping[str, Any]) -> list[str]:
+    """Set ``settings`` on the PF again when the VF of ``record`` no longer has them (reconcile);
+    returns the fields that had drifted. Raises EnforcementError when the PF refuses."""
+    if not record.vf_settings or not record.pf_name or record.vf_index is None:
+        return []
+    with _iproute() as ipr:
+        try:
+            drift = rec.drifted(settings, _read_vf_config(ipr, record.pf_name, record.vf_index))
+            pf_index = _lookup(ipr, record.pf_name)
+            if drift and pf_index is not None:
+                ipr.link("set", index=pf_index, vf=rec.settings_request(settings, record.vf_config, record.vf_index))
+        except _netlink_error() as exc:
+            raise EnforcementError(f"setting {rec.describe_settings(settings)} on VF {record.vf_index} of "
+                                   f"{record.pf_name} again failed: {_reason(exc)}") from exc
+    return drift
+
+
 # ---- restore -------------------------------------------------------------------------
 def restore_netdev(
     record: NetdevRecord,
@@ -429,5 +446,6 @@ __all__ = [
     "NetdevRecord",
     "VfConfig",
     "move_netdev_to_netns",
+    "reassert_vf_settings",
     "restore_netdev",
 ]

@@ -155,6 +155,27 @@ class NetdevRecord:
             raise EnforcementError(f"malformed netdev record: {exc}") from exc
 
 
+def drifted(settings: Mapping[str, Any], current: VfConfig | None) -> list[str]:
+    """The :class:`VfConfig` fields whose value ``current`` (the PF's report now) no longer
+    matches what ``settings`` set; a field the PF does not report never counts."""
+    from numa_pin.admission.vfconfig import LINK_STATES
+
+    want: dict[str, Any] = {k: settings[k] for k in ("mac", "spoofchk", "trust", "min_tx_rate", "max_tx_rate")
+                            if k in settings}
+    if "vlan" in settings:
+        want.update(vlan=settings["vlan"], qos=settings.get("vlanQoS", 0))
+    if "link_state" in settings:
+        want["link_state"] = LINK_STATES[settings["link_state"]]
+    if current is None:
+        return []
+    out = []
+    for key, value in want.items():
+        now = getattr(current, key)
+        if now is not None and (now.lower() if isinstance(now, str) else now) != value:
+            out.append(key)
+    return out
+
+
 def is_bdf(text: str) -> bool:
     """True for a PCI address in sysfs form (``0000:3b:02.1``)."""
     return pciaddr.is_address(text)
@@ -274,5 +295,6 @@ def vf_config_from_dicts(entries: list[dict[str, Any]], vf_index: int) -> VfConf
     return None
 
 
-__all__ = ["IFNAMSIZ", "NetdevRecord", "VfConfig", "is_bdf", "netdevs_of", "resolve_netdev", "sriov_identity",
-           "VF_SETTING_KEYS", "describe_settings", "settings_request", "validate_ifname", "vf_config_from_dicts"]
+__all__ = ["IFNAMSIZ", "VF_SETTING_KEYS", "NetdevRecord", "VfConfig", "describe_settings", "drifted", "is_bdf",
+           "netdevs_of", "resolve_netdev", "settings_request", "sriov_identity", "validate_ifname",
+           "vf_config_from_dicts"]

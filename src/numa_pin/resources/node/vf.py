@@ -12,6 +12,10 @@ release, or the garbage collection of dead grants in an admission or a reconcile
 
 VFs the runtime moves itself (``linux.netDevices``, noted at precreate by
 :func:`note_runtime_netdevs`) are never moved again; the kernel gives them back.
+
+VF settings (``numa-pin.io/vf-config``, kept on the grant) go with every move numa-pin makes:
+:func:`~numa_pin.enforcer.netdev.move_netdev_to_netns` sets them on the PF and the restore puts
+the saved state back; :meth:`VfNode.repair` sets them again where they drifted.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from numa_pin.topology.model import KIND_GPU
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
     from numa_pin.enforcer.undo import UndoLog
@@ -70,6 +75,23 @@ class VfNode(NodeResource):
 
     def collect(self, node: Node, before: LedgerState, after: LedgerState, gone: tuple[Grant, ...]) -> list[str]:
         return _restore_pods(node, _pods_dropped(before, after), gone)
+
+    def repair(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
+        """Set the VF settings again on the PF of every moved VF that lost them (a PF reset, a
+        hand-made ``ip link set``); the containers whose VFs had drifted."""
+        repaired: list[str] = []
+        for grant, data in _settings_records(state):
+            from numa_pin import report
+            from numa_pin.enforcer.netdev import NetdevRecord, reassert_vf_settings
+
+            try:
+                drift = reassert_vf_settings(NetdevRecord.from_dict(data), grant.vf_config)
+            except (NumaPinError, KeyError, ValueError) as exc:
+                report.log_syslog(f"numa-pin: {grant.container_id}: VF settings not set again: {exc}")
+                continue
+            if drift and grant.container_id not in repaired:
+                repaired.append(grant.container_id)
+        return repaired
 
     def give_back(self, node: Node, release: Release) -> list[str]:
         problems: list[str] = []
@@ -178,6 +200,21 @@ def _granted_vfs(node: Node, grant: Grant) -> list[tuple[str, str]]:
             dev = node.topology.device(address)
             if dev is not None and dev.kind != KIND_GPU and dev.is_vf and dev.netdevs:
                 out.append((resource, address))
+    return out
+
+
+def _settings_records(state: LedgerState) -> list[tuple[Grant, Mapping[str, Any]]]:
+    """``(grant, record)`` of every VF moved with settings: the grant's own, and a pod's VFs with
+    the grant of the container that moved them while it lives."""
+    out: list[tuple[Grant, Mapping[str, Any]]] = []
+    for grant in state.grants.values():
+        if grant.vf_config:
+            out += [(grant, entry["record"]) for entry in grant.netdevs if "record" in entry]
+    for pod in state.pods.values():
+        for vf in pod.netdevs:
+            mover = state.grants.get(vf.moved_by)
+            if mover is not None and mover.vf_config:
+                out.append((mover, vf.record))
     return out
 
 
