@@ -45,6 +45,7 @@ class FakeNet:
         self.moves: list[tuple[str, int, str]] = []  # (address, pid, name)
         self.double_moves: list[str] = []
         self.restored: list[tuple[str, int | None]] = []
+        self.settings: dict[str, Any] = {}  # address -> the vf_settings its move was given
 
     def at(self, address: str) -> str:
         return self.where.get(address, HOME)
@@ -53,13 +54,16 @@ class FakeNet:
         return netns_id(pid, self.proc_root)
 
     def move(self, address: str, pid: int, name: str, sysfs_root: Any, proc_root: Any, *,
-             bring_up: bool = False, undo: UndoLog | None = None) -> NetdevRecord:
+             bring_up: bool = False, undo: UndoLog | None = None,
+             vf_settings: Any = None) -> NetdevRecord:
         if self.at(address) != HOME:
             self.double_moves.append(address)
             raise EnforcementError(f"PCI device {address} has no network interface in this netns (already moved)")
         ns = self.ns_of(pid)
         self.where[address] = ns
         self.moves.append((address, pid, name))
+        if vf_settings:
+            self.settings[address] = dict(vf_settings)
         rec = NetdevRecord(host_name="vf" + address[-3:], container_name=name,
                            netns=os.path.join(str(proc_root), str(pid), "ns", "net"), bdf=address)
         if undo is not None:
@@ -369,3 +373,55 @@ def test_random_interleavings_never_lose_strand_or_double_move_a_vf(ops, monkeyp
         svc.reconcile()
         _check(svc, net, lambda c: False, collected=True)
         assert all(net.at(a) == HOME for a in net.where), "every VF is home once every container ended"
+
+
+# ---- VF settings (numa-pin.io/vf-config) reach the move through the grant ---------------------
+@pytest.mark.parametrize("scope", ["container", "pod"])
+def test_vf_settings_reach_the_move_of_every_vf(node, net, scope: str) -> None:
+    svc = NodeService(node.config)
+    req = request_from_oci("a1", {"io.kubernetes.cri.sandbox-id": "pod-a", "numa-pin.io/scope": scope,
+                                  "numa-pin.io/devices": f"{VF_RES}=2",
+                                  "numa-pin.io/vf-config": "vlan=100,trust=on,max_tx_rate=1000"})
+    grant = svc.admit(req, node.start("a1", "pod-a")).grant
+    want = {"vlan": 100, "trust": True, "max_tx_rate": 1000}
+    assert net.settings == {vf: want for vf in grant.devices[VF_RES]} and len(net.settings) == 2
+    assert dict(svc.ledger.read().grants["a1"].vf_config) == want
+
+
+@pytest.mark.parametrize(
+    "annotations, match",
+    [
+        ({"numa-pin.io/cpus": "1", "numa-pin.io/vf-config": "vlan=100"}, "is granted no SR-IOV VF"),
+        ({"numa-pin.io/devices": "nvidia.com/gpu=1", "numa-pin.io/vf-config": "vlan=100"}, "is granted no SR-IOV VF"),
+        ({"numa-pin.io/devices": f"{VF_RES}=2", "numa-pin.io/vf-config": "mac=02:00:5e:00:00:07"},
+         "one mac for 2 VFs"),
+    ],
+    ids=["no-device", "only-a-gpu", "one-mac-two-vfs"],
+)
+def test_vf_settings_no_vf_would_get_are_refused(node, net, annotations: dict, match: str) -> None:
+    svc = NodeService(node.config)
+    req = request_from_oci("a1", {"io.kubernetes.cri.sandbox-id": "pod-a", "numa-pin.io/scope": "container",
+                                  **annotations})
+    with pytest.raises(NumaPinError, match=match) as info:
+        svc.admit(req, node.start("a1", "pod-a"))
+    assert "numa-pin.io/vf-config" in str(info.value) and "\n" not in str(info.value)
+    assert net.moves == [] and "a1" not in svc.ledger.read().grants
+
+
+@pytest.mark.parametrize("scope", ["container", "pod"])
+def test_reconcile_sets_drifted_vf_settings_again(node, net, monkeypatch, scope: str) -> None:
+    calls: list[tuple[str, dict]] = []
+
+    def reassert(record: NetdevRecord, settings: Any) -> list[str]:
+        calls.append((record.bdf or "", dict(settings)))
+        return ["vlan"]
+
+    monkeypatch.setattr("numa_pin.enforcer.netdev.reassert_vf_settings", reassert)
+    svc = NodeService(node.config)
+    base = {"io.kubernetes.cri.sandbox-id": "pod-a", "numa-pin.io/scope": scope}
+    a1 = svc.admit(request_from_oci("a1", {**base, "numa-pin.io/devices": f"{VF_RES}=1",
+                                           "numa-pin.io/vf-config": "vlan=100"}), node.start("a1", "pod-a")).grant
+    svc.admit(request_from_oci("a2", {**base, "numa-pin.io/devices": f"{VF_RES}=1"}), node.start("a2", "pod-a"))
+    _, repaired = svc.reconcile()
+    assert calls == [(a1.devices[VF_RES][0], {"vlan": 100})], "only the VF moved with settings"
+    assert "a1" in repaired and "a2" not in repaired

@@ -14,6 +14,8 @@ Annotations (all optional)::
     numa-pin.io/hugepages-spread "true": hugepages taken evenly over the granted nodes
     numa-pin.io/memory-tier     a tier of the config's ``memory_tiers`` (CPU-less CXL or HBM
                                 nodes) whose nodes join the granted memory nodes
+    numa-pin.io/vf-config       PF-side settings of the granted SR-IOV VFs ("vlan=100,trust=on";
+                                sriov-cni's names: :mod:`numa_pin.admission.vfconfig`)
     numa-pin.io/policy          per-container/pod override of the node policy
     numa-pin.io/scope           per-container/pod override of the node scope
     numa-pin.io/pod             pod identity when no runtime sandbox id is present (recorded as
@@ -66,6 +68,7 @@ from numa_pin.admission.kubernetes import (
     is_kubernetes,
     pod_name,
 )
+from numa_pin.admission.vfconfig import parse_vf_config
 from numa_pin.config.model import InferenceConfig, IsolationConfig
 from numa_pin.cpuset import parse_list
 from numa_pin.devices.cdi import CdiDevice, devices_from_annotations, devices_from_env_tokens
@@ -74,6 +77,10 @@ from numa_pin.errors import RequestError
 from numa_pin.quantity import ASCII_BLANKS, parse_bytes, parse_count
 from numa_pin.record import field, record
 from numa_pin.text import quote
+
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 PREFIX = "numa-pin.io/"
 POLICIES = names.POLICIES
@@ -94,7 +101,7 @@ USER_POD_PREFIX = "user:"
 
 #: keys that may name one container (``numa-pin.io/cpus.<container>``); the rest are pod-wide
 PER_CONTAINER = ("cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices", "colocate", "memory-policy",
-                 "hugepages-spread", "memory-tier")
+                 "hugepages-spread", "memory-tier", "vf-config")
 #: the memory policies a request may ask for (``numa-pin.io/memory-policy``)
 MEMORY_POLICIES = ("bind", "interleave", "preferred-many", "weighted-interleave")
 _KNOWN = {*PER_CONTAINER, "policy", "scope", "pod", "pod-cpus", "pod-memory", "pod-devices",
@@ -177,6 +184,8 @@ class ContainerRequest:
     memory_tier_nodes: frozenset[int] = frozenset()
     #: what else keeps off its exclusive CPUs (annotations, else the node defaults)
     isolation: iso.IsolationRequest = iso.NONE
+    #: PF-side settings of its VFs (``numa-pin.io/vf-config``: sriov-cni's names -> values), or empty
+    vf_config: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def exclusive(self) -> bool:
@@ -412,6 +421,8 @@ def request_from_oci(
         hugepages_spread=_choice(annotations.get(PREFIX + "hugepages-spread", "false"), ("true", "false"),
                                  PREFIX + "hugepages-spread") == "true",
         isolation=isolated,
+        vf_config={} if sandbox or PREFIX + "vf-config" not in annotations
+        else parse_vf_config(annotations[PREFIX + "vf-config"], PREFIX + "vf-config"),
     )
 
 

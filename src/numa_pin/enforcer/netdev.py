@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from numa_pin.enforcer import netdev_record as rec
@@ -108,7 +108,7 @@ def _read_vf_config(ipr: Any, pf_name: str, vf_index: int) -> VfConfig | None:
         flat: dict[str, Any] = {}
         for nla, key in (("IFLA_VF_MAC", "mac"), ("IFLA_VF_VLAN", "vlan"),
                          ("IFLA_VF_SPOOFCHK", "spoofchk"), ("IFLA_VF_TRUST", "trust"),
-                         ("IFLA_VF_LINK_STATE", "link_state")):
+                         ("IFLA_VF_LINK_STATE", "link_state"), ("IFLA_VF_RATE", "max_tx_rate")):
             attr = info.get_attr(nla)
             if attr is None:
                 continue
@@ -116,6 +116,8 @@ def _read_vf_config(ipr: Any, pf_name: str, vf_index: int) -> VfConfig | None:
             flat[key] = attr[key]
             if key == "vlan":
                 flat["qos"] = attr["qos"]
+            if key == "max_tx_rate":
+                flat["min_tx_rate"] = attr["min_tx_rate"]
         entries.append(flat)
     return rec.vf_config_from_dicts(entries, vf_index)
 
@@ -130,16 +132,23 @@ def move_netdev_to_netns(
     *,
     bring_up: bool = False,
     undo: UndoLog | None = None,
+    vf_settings: Mapping[str, Any] | None = None,
 ) -> NetdevRecord:
     """Move a host netdev (by name or VF BDF) into the netns of ``pid`` as ``new_name``.
+
+    ``vf_settings`` (``numa-pin.io/vf-config``, :mod:`numa_pin.admission.vfconfig`) are set on
+    the VF's PF first, once its PF-side state is saved, as sriov-cni does (a ``mac`` on the VF's
+    netdev too); every failure after that puts the saved state back before it is raised.
 
     Returns the record :func:`restore_netdev` needs; when ``undo`` is given, the restore
     is recorded there. With ``bring_up`` the device is set up inside the netns (if that
     fails it is moved back before the error is raised).
 
     Raises EnforcementError naming the device and netns when the device does not exist,
-    the netns cannot be opened (the process is gone), or the kernel refuses the move
-    (``new_name`` taken in the container, a device that cannot change netns).
+    the netns cannot be opened (the process is gone), the kernel refuses the move
+    (``new_name`` taken in the container, a device that cannot change netns), or
+    ``vf_settings`` cannot be set (not a VF, the PF does not report what they change, the driver
+    refuses one).
     """
     rec.validate_ifname(new_name)
     host_name, bdf = rec.resolve_netdev(ifname_or_bdf, sysfs_root)
@@ -175,15 +184,21 @@ def move_netdev_to_netns(
             was_up=bool(link["flags"] & _IFF_UP),
             ifindex=index,
             vf_config=vf_config,
+            vf_settings=tuple(k for k in rec.VF_SETTING_KEYS if k in (vf_settings or {})),
         )
-        fd = _open_netns(ns_path)
+        if vf_settings:
+            _apply_vf_settings(ipr, record, index, vf_settings)
+        try:
+            fd = _open_netns(ns_path)
+        except EnforcementError as exc:
+            raise EnforcementError(f"{exc}; {_undo_vf_settings(ipr, record)}", path=ns_path) from exc
         try:
             ipr.link("set", index=index, net_ns_fd=fd, ifname=new_name)
         except nl_error as exc:
             reason = _reason(exc)
             if getattr(exc, "code", None) == errno.EEXIST:
                 reason += f" (is {new_name} already taken in the container netns?)"
-            outcome = _recover_failed_move(record, ipr, proc_root)
+            outcome = _recover_failed_move(record, ipr, proc_root) + _undo_vf_settings(ipr, record, "; ")
             raise EnforcementError(
                 f"moving {host_name} into the netns of pid {pid} as {new_name} failed: "
                 f"{reason}; {outcome}", path=ns_path) from exc
@@ -214,6 +229,44 @@ def move_netdev_to_netns(
     return record
 
 
+def _apply_vf_settings(ipr: Any, record: NetdevRecord, index: int, settings: Mapping[str, Any]) -> None:
+    """Set ``settings`` on the PF of ``record``'s VF (and a ``mac`` on the VF's netdev, which
+    some drivers do not take from the PF); on failure, put the saved state back and raise."""
+    what = f"VF {record.vf_index} of {record.pf_name}"
+    if record.pf_name is None or record.vf_index is None:
+        raise EnforcementError(f"{record.host_name} is not an SR-IOV VF with a PF here; its VF settings "
+                               "(numa-pin.io/vf-config) cannot be set")
+    request = rec.settings_request(settings, record.vf_config, record.vf_index)
+    pf_index = _lookup(ipr, record.pf_name)
+    try:
+        if pf_index is None:
+            raise EnforcementError(f"PF {record.pf_name} of {record.host_name} not found")
+        ipr.link("set", index=pf_index, vf=request)
+        if "mac" in settings:
+            ipr.link("set", index=index, address=settings["mac"])
+    except (_netlink_error(), EnforcementError) as exc:
+        raise EnforcementError(f"setting {rec.describe_settings(settings)} on {what} ({record.host_name}) "
+                               f"failed: {_reason(exc)}{_undo_vf_settings(ipr, record, '; ')}") from exc
+
+
+def _undo_vf_settings(ipr: Any, record: NetdevRecord, sep: str = "") -> str:
+    """Give the VF its saved PF-side state (and its netdev its MAC) back after a failed move;
+    a phrase for the error message ('' when there was nothing to undo)."""
+    request = record.restore_request
+    if not record.vf_settings or request is None or record.pf_name is None:
+        return ""
+    try:
+        pf_index = _lookup(ipr, record.pf_name)
+        if pf_index is None:
+            return f"{sep}PF {record.pf_name} not found; VF settings not restored"
+        ipr.link("set", index=pf_index, vf=request)
+        if "mac" in record.vf_settings and record.mac and record.ifindex is not None:
+            ipr.link("set", index=record.ifindex, address=record.mac)
+    except (_netlink_error(), EnforcementError) as exc:
+        return f"{sep}restoring the VF settings failed too: {_reason(exc)}"
+    return f"{sep}VF settings restored"
+
+
 def _recover_failed_move(record: NetdevRecord, ipr: Any, proc_root: str | os.PathLike[str]) -> str:
     """After a refused move: bring the device home if the kernel moved it anyway.
 
@@ -240,6 +293,23 @@ def _recover_failed_move(record: NetdevRecord, ipr: Any, proc_root: str | os.Pat
     return "it was moved back to the host netns"
 
 
+def reassert_vf_settings(record: NetdevRecord, settings: Mapping[str, Any]) -> list[str]:
+    """Set ``settings`` on the PF again when the VF of ``record`` no longer has them (reconcile);
+    returns the fields that had drifted. Raises EnforcementError when the PF refuses."""
+    if not record.vf_settings or not record.pf_name or record.vf_index is None:
+        return []
+    with _iproute() as ipr:
+        try:
+            drift = rec.drifted(settings, _read_vf_config(ipr, record.pf_name, record.vf_index))
+            pf_index = _lookup(ipr, record.pf_name)
+            if drift and pf_index is not None:
+                ipr.link("set", index=pf_index, vf=rec.settings_request(settings, record.vf_config, record.vf_index))
+        except _netlink_error() as exc:
+            raise EnforcementError(f"setting {rec.describe_settings(settings)} on VF {record.vf_index} of "
+                                   f"{record.pf_name} again failed: {_reason(exc)}") from exc
+    return drift
+
+
 # ---- restore -------------------------------------------------------------------------
 def restore_netdev(
     record: NetdevRecord,
@@ -263,13 +333,14 @@ def restore_netdev(
     errors: list[str] = []
     host_ns = host_netns or os.path.join(os.fspath(proc_root), "self", "ns", "net")
     with _iproute() as ipr:
-        if record.vf_config is not None and record.pf_name and record.vf_index is not None:
+        request = record.restore_request
+        if request is not None and record.pf_name:
             try:
                 pf_index = _lookup(ipr, record.pf_name)
                 if pf_index is None:
                     errors.append(f"PF {record.pf_name} not found; VF config not restored")
                 else:
-                    ipr.link("set", index=pf_index, vf=record.vf_config.request(record.vf_index))
+                    ipr.link("set", index=pf_index, vf=request)
             except nl_error as exc:
                 errors.append(f"restoring VF {record.vf_index} config on {record.pf_name}: "
                               f"{_reason(exc)}")
@@ -375,5 +446,6 @@ __all__ = [
     "NetdevRecord",
     "VfConfig",
     "move_netdev_to_netns",
+    "reassert_vf_settings",
     "restore_netdev",
 ]

@@ -33,9 +33,12 @@ class VfConfig:
     spoofchk: bool | None = None
     trust: bool | None = None
     link_state: int | None = None
+    min_tx_rate: int | None = None  # Mbit/s (``IFLA_VF_RATE``); 0: none
+    max_tx_rate: int | None = None
 
-    def request(self, vf_index: int) -> dict[str, Any]:
-        """The ``vf=`` argument of pyroute2 ``link('set', ...)`` that restores this state."""
+    def request(self, vf_index: int, *, rates: bool = False) -> dict[str, Any]:
+        """The ``vf=`` argument of pyroute2 ``link('set', ...)`` that restores this state (the
+        transmit rates only with ``rates``: many drivers refuse any rate, even the zero they report)."""
         req: dict[str, Any] = {"vf": vf_index}
         if self.mac is not None:
             req["mac"] = self.mac
@@ -47,7 +50,57 @@ class VfConfig:
             req["trust"] = int(self.trust)
         if self.link_state is not None:
             req["link_state"] = self.link_state
+        if rates and self.min_tx_rate is not None and self.max_tx_rate is not None:
+            req["rate"] = {"min_tx_rate": self.min_tx_rate, "max_tx_rate": self.max_tx_rate}
         return req
+
+
+#: VF settings (:mod:`numa_pin.admission.vfconfig` names) -> the :class:`VfConfig` field that
+#: saves what each one changes
+_SAVED_AS = {"vlan": "vlan", "vlanQoS": "qos", "mac": "mac", "spoofchk": "spoofchk", "trust": "trust",
+             "link_state": "link_state", "min_tx_rate": "min_tx_rate", "max_tx_rate": "max_tx_rate"}
+
+
+#: the settings in the order they are listed
+VF_SETTING_KEYS = tuple(_SAVED_AS)
+
+
+def describe_settings(settings: Mapping[str, Any]) -> str:
+    """``vlan=100,trust=on``: the settings as the annotation writes them."""
+    from numa_pin.admission.vfconfig import describe
+
+    return describe(settings)
+
+
+def settings_request(settings: Mapping[str, Any], saved: VfConfig | None, vf_index: int) -> dict[str, Any]:
+    """The ``vf=`` argument of pyroute2 ``link('set', ...)`` that gives VF ``vf_index`` the
+    requested ``settings`` (``Grant.vf_config``), ``saved`` being its PF-side state before.
+
+    Raises EnforcementError when ``saved`` lacks what a setting changes (the driver does not
+    report it, or the state could not be read): what cannot be restored is not changed.
+    """
+    from numa_pin.admission.vfconfig import LINK_STATES
+
+    unknown = sorted(k for k in settings if saved is None or getattr(saved, _SAVED_AS[k]) is None)
+    if unknown:
+        raise EnforcementError(
+            f"VF {vf_index}: the PF does not report its {', '.join(unknown)}, so numa-pin could not "
+            f"restore it; not changed (numa-pin.io/vf-config)")
+    assert saved is not None
+    req: dict[str, Any] = {"vf": vf_index}
+    if "mac" in settings:
+        req["mac"] = settings["mac"]
+    if "vlan" in settings:
+        req["vlan"] = {"vlan": settings["vlan"], "qos": settings.get("vlanQoS", 0)}
+    for key in ("spoofchk", "trust"):
+        if key in settings:
+            req[key] = int(settings[key])
+    if "link_state" in settings:
+        req["link_state"] = LINK_STATES[settings["link_state"]]
+    if "min_tx_rate" in settings or "max_tx_rate" in settings:
+        req["rate"] = {"min_tx_rate": settings.get("min_tx_rate", saved.min_tx_rate),
+                       "max_tx_rate": settings.get("max_tx_rate", saved.max_tx_rate)}
+    return req
 
 
 @record
@@ -66,10 +119,29 @@ class NetdevRecord:
     was_up: bool = False
     ifindex: int | None = None
     vf_config: VfConfig | None = None  # PF-side config of the VF before the move
+    #: the ``numa-pin.io/vf-config`` settings applied on the PF after ``vf_config`` was saved
+    vf_settings: tuple[str, ...] = ()
+
+    @property
+    def restore_request(self) -> dict[str, Any] | None:
+        """The ``vf=`` argument that gives the VF its saved PF-side state back, or None."""
+        if self.vf_config is None or self.vf_index is None:
+            return None
+        rates = "min_tx_rate" in self.vf_settings or "max_tx_rate" in self.vf_settings
+        return self.vf_config.request(self.vf_index, rates=rates)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-able dict (for the ledger)."""
-        return asdict(self)
+        """A JSON-able dict (for the ledger). What older versions never wrote (the saved rates,
+        the settings applied) appears only when there is some, so they still read the record."""
+        out = asdict(self)
+        if not self.vf_settings:
+            del out["vf_settings"]
+        saved = out.get("vf_config")
+        if saved is not None:
+            for key in ("min_tx_rate", "max_tx_rate"):
+                if saved[key] is None:
+                    del saved[key]
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> NetdevRecord:
@@ -77,9 +149,31 @@ class NetdevRecord:
         try:
             fields = dict(data)
             vf = fields.pop("vf_config", None)
-            return cls(**fields, vf_config=VfConfig(**vf) if vf is not None else None)
+            applied = tuple(fields.pop("vf_settings", ()))
+            return cls(**fields, vf_config=VfConfig(**vf) if vf is not None else None, vf_settings=applied)
         except TypeError as exc:
             raise EnforcementError(f"malformed netdev record: {exc}") from exc
+
+
+def drifted(settings: Mapping[str, Any], current: VfConfig | None) -> list[str]:
+    """The :class:`VfConfig` fields whose value ``current`` (the PF's report now) no longer
+    matches what ``settings`` set; a field the PF does not report never counts."""
+    from numa_pin.admission.vfconfig import LINK_STATES
+
+    want: dict[str, Any] = {k: settings[k] for k in ("mac", "spoofchk", "trust", "min_tx_rate", "max_tx_rate")
+                            if k in settings}
+    if "vlan" in settings:
+        want.update(vlan=settings["vlan"], qos=settings.get("vlanQoS", 0))
+    if "link_state" in settings:
+        want["link_state"] = LINK_STATES[settings["link_state"]]
+    if current is None:
+        return []
+    out = []
+    for key, value in want.items():
+        now = getattr(current, key)
+        if now is not None and (now.lower() if isinstance(now, str) else now) != value:
+            out.append(key)
+    return out
 
 
 def is_bdf(text: str) -> bool:
@@ -177,7 +271,7 @@ def vf_config_from_dicts(entries: list[dict[str, Any]], vf_index: int) -> VfConf
     """The :class:`VfConfig` of ``vf_index`` from flattened VF info entries (pure).
 
     Each entry is a dict with ``vf`` and any of ``mac``, ``vlan``, ``qos``, ``spoofchk``,
-    ``trust``, ``link_state``; values of ``0xffffffff`` mean "not supported".
+    ``trust``, ``link_state``, ``min_tx_rate``, ``max_tx_rate``; values of ``0xffffffff`` mean "not supported".
     """
     for entry in entries:
         if entry.get("vf") != vf_index:
@@ -195,9 +289,12 @@ def vf_config_from_dicts(entries: list[dict[str, Any]], vf_index: int) -> VfConf
             spoofchk=None if spoof is None else bool(spoof),
             trust=None if trust is None else bool(trust),
             link_state=value("link_state"),
+            min_tx_rate=value("min_tx_rate"),
+            max_tx_rate=value("max_tx_rate"),
         )
     return None
 
 
-__all__ = ["IFNAMSIZ", "NetdevRecord", "VfConfig", "is_bdf", "netdevs_of", "resolve_netdev", "sriov_identity",
-           "validate_ifname", "vf_config_from_dicts"]
+__all__ = ["IFNAMSIZ", "VF_SETTING_KEYS", "NetdevRecord", "VfConfig", "describe_settings", "drifted", "is_bdf",
+           "netdevs_of", "resolve_netdev", "settings_request", "sriov_identity", "validate_ifname",
+           "vf_config_from_dicts"]

@@ -132,6 +132,8 @@ class Grant:
     notes: tuple[str, ...] = field(default=(), hash=False)
     #: the isolation knobs the container asked (:mod:`numa_pin.admission.isolation`: field -> value)
     isolation: Mapping[str, Any] = field(default_factory=_empty, hash=False)
+    #: the PF-side settings its VFs get (``numa-pin.io/vf-config``: :mod:`numa_pin.admission.vfconfig`)
+    vf_config: Mapping[str, Any] = field(default_factory=_empty, hash=False)
 
     def __post_init__(self) -> None:
         shape.require_str("container_id", self.container_id, nonempty=True)
@@ -172,13 +174,14 @@ class Grant:
             if not self.baseline_cpus <= self.cpus:
                 raise ValueError("baseline_cpus must be a subset of cpus")
         shape.set_field(self, "isolation", shape.isolation_map(self.isolation))
+        shape.set_field(self, "vf_config", shape.vf_config_map(self.vf_config))
 
     def as_shared(self) -> Grant:
         """The same container tracked as a shared one (``numa-pin release --force``): nothing
         held for it alone any more (no exclusive CPUs, devices, memory, affinity, or records of
         what was moved or opened for it); its cgroup, pid and memory nodes stay."""
         return replace(self, kind=KIND_SHARED, cpus=frozenset(), devices={}, memory={}, affinity=None,
-                       netdevs=(), gpus=None, baseline_cpus=None, isolation={})
+                       netdevs=(), gpus=None, baseline_cpus=None, isolation={}, vf_config={})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form: CPU and node sets as kernel list strings (``"0-3,8"``).
@@ -216,6 +219,8 @@ class Grant:
             out["notes"] = list(self.notes)
         if self.isolation:
             out["isolation"] = dict(self.isolation)
+        if self.vf_config:
+            out["vf_config"] = dict(self.vf_config)
         return out
 
     @classmethod
@@ -258,6 +263,7 @@ class Grant:
                                if "baseline_cpus" in obj else None),
                 notes=tuple(shape.json_field(obj, "notes", list, where)) if "notes" in obj else (),
                 isolation=shape.json_field(obj, "isolation", dict, where) if "isolation" in obj else {},
+                vf_config=shape.json_field(obj, "vf_config", dict, where) if "vf_config" in obj else {},
             )
         except (ValueError, TypeError) as exc:
             raise LedgerCorrupt(f"{where}: {exc}") from None
@@ -270,8 +276,9 @@ _GRANT_KEYS = frozenset(
 
 #: optional: ``pending_since`` only while a grant made before its container existed waits for
 #: it; ``boot_id`` where the boot was known; ``baseline_cpus`` once a resize changed its CPUs;
-#: ``notes`` where the admission noted something; ``isolation`` where the container asked any
-_OPTIONAL_KEYS = frozenset(("pending_since", "boot_id", "baseline_cpus", "notes", "isolation"))
+#: ``notes`` where the admission noted something; ``isolation`` where the container asked any;
+#: ``vf_config`` where it asked settings for its VFs
+_OPTIONAL_KEYS = frozenset(("pending_since", "boot_id", "baseline_cpus", "notes", "isolation", "vf_config"))
 
 
 @record

@@ -143,6 +143,28 @@ def isolation_map(knobs: object) -> Mapping[str, Any]:
     return MappingProxyType(dict(knobs))
 
 
+#: the VF settings a grant may record, and their JSON types (:mod:`numa_pin.admission.vfconfig`
+#: checks the values)
+VF_SETTINGS: Mapping[str, type] = MappingProxyType({
+    "vlan": int, "vlanQoS": int, "mac": str, "spoofchk": bool, "trust": bool, "min_tx_rate": int,
+    "max_tx_rate": int, "link_state": str,
+})
+
+
+def vf_config_map(settings: object) -> Mapping[str, Any]:
+    """A grant's VF settings: sriov-cni's name -> an int, bool or short string."""
+    if not isinstance(settings, Mapping):
+        raise ValueError(f"vf_config must be a mapping, got {type(settings).__name__}")
+    for key, value in settings.items():
+        kind = VF_SETTINGS.get(key)
+        if kind is None:
+            raise ValueError(f"vf_config: unknown setting {key!r}")
+        ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+        if not ok or (kind is int and not 0 <= value < 1 << 32) or (kind is str and not 0 < len(value) <= 64):
+            raise ValueError(f"vf_config.{key} has a bad value {value!r}")
+    return MappingProxyType(dict(settings))
+
+
 def strings(name: str, values: object) -> tuple[str, ...]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise ValueError(f"{name} must be a list of strings, got {type(values).__name__}")

@@ -221,6 +221,7 @@ def grant_from(request: ContainerRequest, decision: Decision, *, pid: int | None
         boot_id=boot_id,
         notes=decision.notes,
         isolation=request.isolation.to_dict(),
+        vf_config=dict(request.vf_config),
     )
 
 

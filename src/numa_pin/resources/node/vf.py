@@ -12,12 +12,16 @@ release, or the garbage collection of dead grants in an admission or a reconcile
 
 VFs the runtime moves itself (``linux.netDevices``, noted at precreate by
 :func:`note_runtime_netdevs`) are never moved again; the kernel gives them back.
+
+VF settings (``numa-pin.io/vf-config``, kept on the grant) go with every move numa-pin makes:
+:func:`~numa_pin.enforcer.netdev.move_netdev_to_netns` sets them on the PF and the restore puts
+the saved state back; :meth:`VfNode.repair` sets them again where they drifted.
 """
 
 from __future__ import annotations
 
 from numa_pin import names
-from numa_pin.errors import EnforcementError, NumaPinError
+from numa_pin.errors import EnforcementError, NumaPinError, RequestError
 from numa_pin.ledger.model import Grant, LedgerState, PodNetdev, PodRecord
 from numa_pin.record import replace
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
@@ -26,6 +30,7 @@ from numa_pin.topology.model import KIND_GPU
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
     from numa_pin.enforcer.undo import UndoLog
@@ -36,6 +41,8 @@ class VfNode(NodeResource):
     name = "sriov-vf"
 
     def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
+        if admission.grant.vf_config:
+            _check_vf_settings(node, admission.grant, decided)
         if not admission.devices_pending(decided):
             return admission
         grant, state, pid = admission.grant, admission.state, admission.pid
@@ -44,24 +51,20 @@ class VfNode(NodeResource):
         pod_vfs: list[PodNetdev] = []
         pod = state.pods.get(grant.pod_id) if grant.scope == names.POD_SCOPE else None
         cfg = node.config
-        for resource, ids in grant.devices.items():
-            for address in ids:
-                dev = node.topology.device(address)
-                if dev is None or dev.kind == KIND_GPU or not (dev.is_vf and dev.netdevs):
-                    continue
-                _check_not_parked(state, address, grant, pod)
-                if pod is not None:
-                    moved = _move_pod_vf(node, grant, pod, resource, address, pid, tuple(pod_vfs), admission.undo)
-                    if moved is not None:
-                        pod_vfs.append(moved)
-                    continue
-                from numa_pin.enforcer.netdev import move_netdev_to_netns
+        for resource, address in _granted_vfs(node, grant):
+            _check_not_parked(state, address, grant, pod)
+            if pod is not None:
+                moved = _move_pod_vf(node, grant, pod, resource, address, pid, tuple(pod_vfs), admission.undo)
+                if moved is not None:
+                    pod_vfs.append(moved)
+                continue
+            from numa_pin.enforcer.netdev import move_netdev_to_netns
 
-                rec = move_netdev_to_netns(
-                    address, pid, f"net{len(records) + 1}", cfg.sysfs_root, cfg.proc_root,
-                    bring_up=True, undo=admission.undo,
-                )
-                records.append({"record": rec.to_dict()})
+            rec = move_netdev_to_netns(
+                address, pid, f"net{len(records) + 1}", cfg.sysfs_root, cfg.proc_root,
+                bring_up=True, undo=admission.undo, vf_settings=grant.vf_config or None,
+            )
+            records.append({"record": rec.to_dict()})
         if records:
             admission = admission.updated(netdevs=tuple(records))
         if pod_vfs:
@@ -72,6 +75,23 @@ class VfNode(NodeResource):
 
     def collect(self, node: Node, before: LedgerState, after: LedgerState, gone: tuple[Grant, ...]) -> list[str]:
         return _restore_pods(node, _pods_dropped(before, after), gone)
+
+    def repair(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
+        """Set the VF settings again on the PF of every moved VF that lost them (a PF reset, a
+        hand-made ``ip link set``); the containers whose VFs had drifted."""
+        repaired: list[str] = []
+        for grant, data in _settings_records(state):
+            from numa_pin import report
+            from numa_pin.enforcer.netdev import NetdevRecord, reassert_vf_settings
+
+            try:
+                drift = reassert_vf_settings(NetdevRecord.from_dict(data), grant.vf_config)
+            except (NumaPinError, KeyError, ValueError) as exc:
+                report.log_syslog(f"numa-pin: {grant.container_id}: VF settings not set again: {exc}")
+                continue
+            if drift and grant.container_id not in repaired:
+                repaired.append(grant.container_id)
+        return repaired
 
     def give_back(self, node: Node, release: Release) -> list[str]:
         problems: list[str] = []
@@ -116,7 +136,8 @@ def _move_pod_vf(
         return None
     taken = {n.ifname for n in (*pod.netdevs, *moving) if n.netns == ns}
     name = next(f"net{i}" for i in range(1, len(taken) + 2) if f"net{i}" not in taken)
-    rec = move_netdev_to_netns(address, pid, name, cfg.sysfs_root, cfg.proc_root, bring_up=True, undo=undo)
+    rec = move_netdev_to_netns(address, pid, name, cfg.sysfs_root, cfg.proc_root, bring_up=True, undo=undo,
+                               vf_settings=grant.vf_config or None)
     return PodNetdev(address, resource, name, ns, grant.container_id, rec.to_dict())
 
 
@@ -169,6 +190,49 @@ def _restore_netdevs(node: Node, grant: Grant) -> list[str]:
 def _pods_dropped(before: LedgerState, after: LedgerState) -> tuple[PodRecord, ...]:
     """Pod records of ``before`` that ``after`` no longer has (their pod's last grant went)."""
     return tuple(pod for pod_id, pod in sorted(before.pods.items()) if pod_id not in after.pods)
+
+
+def _granted_vfs(node: Node, grant: Grant) -> list[tuple[str, str]]:
+    """``(resource, address)`` of every VF with a network interface ``grant`` holds."""
+    out: list[tuple[str, str]] = []
+    for resource, ids in grant.devices.items():
+        for address in ids:
+            dev = node.topology.device(address)
+            if dev is not None and dev.kind != KIND_GPU and dev.is_vf and dev.netdevs:
+                out.append((resource, address))
+    return out
+
+
+def _settings_records(state: LedgerState) -> list[tuple[Grant, Mapping[str, Any]]]:
+    """``(grant, record)`` of every VF moved with settings: the grant's own, and a pod's VFs with
+    the grant of the container that moved them while it lives."""
+    out: list[tuple[Grant, Mapping[str, Any]]] = []
+    for grant in state.grants.values():
+        if grant.vf_config:
+            out += [(grant, entry["record"]) for entry in grant.netdevs if "record" in entry]
+    for pod in state.pods.values():
+        for vf in pod.netdevs:
+            mover = state.grants.get(vf.moved_by)
+            if mover is not None and mover.vf_config:
+                out.append((mover, vf.record))
+    return out
+
+
+def _check_vf_settings(node: Node, grant: Grant, decided: Grant) -> None:
+    """Refuse (one line naming the annotation) VF settings that no VF numa-pin moves would get,
+    or a MAC address asked for several VFs."""
+    from numa_pin.admission.vfconfig import ANNOTATION
+
+    vfs = _granted_vfs(node, grant)
+    if not vfs:
+        raise RequestError(f"container {grant.container_id} asks VF settings but is granted no SR-IOV VF "
+                           "with a network interface", annotation=ANNOTATION)
+    if any("runtime" in entry for entry in decided.netdevs):
+        raise RequestError(f"the runtime moves the VFs of container {grant.container_id} (linux.netDevices); "
+                           "numa-pin sets VF settings only on the VFs it moves itself", annotation=ANNOTATION)
+    if "mac" in grant.vf_config and len(vfs) > 1:
+        raise RequestError(f"one mac for {len(vfs)} VFs ({', '.join(a for _, a in vfs)}); a MAC address "
+                           "names one VF", annotation=ANNOTATION)
 
 
 def _check_not_parked(state: LedgerState, address: str, grant: Grant, pod: PodRecord | None) -> None:
