@@ -31,6 +31,7 @@ from prometheus_client.core import (
     UnknownMetricFamily,
 )
 from prometheus_client.exposition import MetricsHandler
+from prometheus_client.registry import Collector
 
 from numa_pin import tally
 from numa_pin.config.load import load_config
@@ -72,7 +73,7 @@ _COUNTERS = (
 )
 
 
-class NodeCollector:
+class NodeCollector(Collector):
     """A prometheus_client collector of one node, read afresh at every collection."""
     def __init__(self, config: Config, cache_dir: str | None = None) -> None:
         self.config = config
@@ -176,7 +177,7 @@ def node_families(config: Config, cache_dir: str | None = None) -> Iterator[Metr
 def registry(config: Config, cache_dir: str | None = None) -> CollectorRegistry:
     """A registry of one :class:`NodeCollector` (not prometheus_client's global one)."""
     out = CollectorRegistry(auto_describe=False)
-    out.register(NodeCollector(config, cache_dir))  # type: ignore[arg-type]
+    out.register(NodeCollector(config, cache_dir))
     return out
 
 
