@@ -71,8 +71,9 @@ class SettingKnob(NodeResource):
         return bool(grant.cpus) and getattr(of_grant(grant), self.knob) is not None
 
     def targets(self, node: Node, grant: Grant) -> dict[str, str]:
-        """``{file: value}`` the grant wants. Raises EnforcementError when the node lacks the knob."""
-        raise NotImplementedError
+        """``{file: value}`` the grant wants (each knob names its files; none here). Raises
+        EnforcementError when the node lacks the knob."""
+        return {}
 
     def same(self, current: str, value: str) -> bool:
         return current == value
