@@ -1,0 +1,191 @@
+"""Device nodes a container carries, and the vfio / RDMA nodes numa-pin grants, with real runc,
+real ``numa-pin-hook`` (prestart, createRuntime, poststop) and real cgroups on this machine.
+
+The node's PCI functions come from a kit sysfs tree (config ``sysfs_root``): two NUMA nodes of one
+CPU each, an accelerator whose ``/sys/dev/char/240:0`` resolves to a function on one of them, an
+RDMA NIC (verbs node ``241:192``) and an E810 VF bound to ``vfio-pci`` (``/dev/vfio/<group>``).
+The majors are from the local/experimental range (and the kit's VFIO group major), none of which
+this machine has a driver for, so a number seen in the container can only have come from the
+kit tree. This machine's kernel has one memory node (0), so the device's node is node id 0 in
+the tree and the tree's order of nodes decides which real CPU that is: the same container lands
+on CPU 0 or CPU 1 only because sysfs says where its device is.
+
+Oracles: the container cgroup's real ``cpuset.cpus``/``cpuset.mems`` and ``devices.list``, what
+the kernel shows in the container (``stat`` of the nodes, the grant file), and the tree's own
+``node<N>/cpulist`` and ``dev`` files read here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from numa_pin.enforcer import cgroups
+from numa_pin.ledger.store import Ledger
+from numa_pin.testing import machine
+from numa_pin.testing.devtree import make_dev_nodes
+from numa_pin.testing.pci_spec import CLASS_ETHERNET, PciSpec, VfSpec
+from numa_pin.testing.spec import MachineSpec
+
+from . import harness
+
+pytestmark = pytest.mark.e2e
+
+ACCEL, ACCEL_NODE = "0000:41:00.0", ("/dev/accel0", 240, 0)
+RDMA_NIC, E810_PF, VFIO_VF = "0000:3f:00.0", "0000:32:00.0", "0000:32:01.1"
+ONE_CPU = {"numa-pin.io/cpus": "1"}
+DEVICE_NODE = 0
+#: a character device in busybox ``ls -ln``: ``crw-------    1 0   0   240,   0 Jan  1 00:00 /dev/accel0``
+_LS = re.compile(r"^c\S*\s+\d+\s+\d+\s+\d+\s+(?P<major>\d+),\s*(?P<minor>\d+)\s.*\s(?P<path>/\S+)$")  # the only memory node this kernel has: the device's node in the tree
+
+
+def _spec() -> MachineSpec:
+    """Two nodes of one CPU each (as this machine's CPUs 0 and 1); every PCI function on node
+    :data:`DEVICE_NODE`."""
+    n = DEVICE_NODE
+    return MachineSpec(
+        name="devnodes-e2e", sockets=2, cores_per_node=1, pci=(
+            PciSpec(ACCEL, "0x1ded", "0x8000", "0x120000", n, driver="accel_stand_in",
+                    dev_nodes=(f"accel/accel0={ACCEL_NODE[1]}:{ACCEL_NODE[2]}",)),
+            PciSpec(RDMA_NIC, "0x15b3", "0x101b", CLASS_ETHERNET, n, driver="mlx5_core", netdevs=("ib0",),
+                    dev_nodes=("infiniband_verbs/uverbs1=241:192",)),
+            PciSpec(E810_PF, "0x8086", "0x1592", CLASS_ETHERNET, n, driver="ice", netdevs=("ens2f0",),
+                    sriov_totalvfs=2, sriov_numvfs=2, vf_device="0x1889",
+                    vfs=(VfSpec("0000:32:01.0", netdev="ens2f0v0"), VfSpec(VFIO_VF, netdev=None, driver="vfio-pci"))),
+        ))
+
+
+def _numbers(dev_file: Path) -> tuple[int, int]:
+    major, minor = dev_file.read_text().strip().split(":")
+    return int(major), int(minor)
+
+
+@pytest.fixture
+def kit_node(state_dir, tmp_path, tmp_path_factory):
+    """``make(reserved)``: a built kit tree, a dev root with the accelerator's real node, and
+    the hook entries of a node config that reads both (and this machine's /proc and cgroups)."""
+    hook = harness.numa_pin_hook_path()
+    if hook is None:
+        pytest.skip("numa-pin-hook is not installed")
+    if not Path("/sys/fs/cgroup/devices").is_dir():
+        pytest.skip("needs a cgroup v1 devices hierarchy")
+
+    def make(reserved: str | None = None):
+        built = machine.build_once(_spec(), tmp_path_factory.getbasetemp())
+        dev_root = tmp_path / "dev"
+        make_dev_nodes(dev_root, [ACCEL_NODE])
+        config, ledger = state_dir / "config.yaml", state_dir / "ledger"
+        cpu_manager = {"reserved_cpus": reserved} if reserved else {"num_reserved_cpus": 0}
+        config.write_text(json.dumps({
+            "policy": "single-numa-node", "state_dir": str(ledger), "syslog": False,
+            "sysfs_root": str(built.sysfs_root), "dev_root": str(dev_root),
+            "cdi_spec_dirs": [str(tmp_path / "cdi")], "cpu_manager": cpu_manager,
+            "devices": {"example.com/rdma": [{"addresses": [RDMA_NIC]}],
+                        "intel.com/e810_vfio": [{"drivers": ["vfio-pci"]}]},
+        }))
+        env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+               f"NUMA_PIN_CACHE_DIR={state_dir / 'cache'}"]
+        hooks = {stage: [harness.hook_entry(hook, ["numa-pin-hook", "--config", str(config), stage], env=env,
+                                            timeout=30)]
+                 for stage in ("prestart", "createRuntime", "poststop")}
+        return built, dev_root, hooks, ledger, config
+
+    return make
+
+
+def _bundle(tmp_path: Path, name: str, rootfs: Path, hooks, annotations, devices=()) -> Path:
+    bundle = harness.make_bundle(tmp_path / name, args=["sleep", "1000"], annotations=annotations, hooks=hooks,
+                                 rootfs=rootfs)
+    doc = json.loads((bundle / "config.json").read_text())
+    doc["linux"]["devices"] = [{"path": p, "type": "c", "major": ma, "minor": mi, "fileMode": 0o600}
+                               for p, ma, mi in devices]
+    (bundle / "config.json").write_text(json.dumps(doc))
+    return bundle
+
+
+def _nodes_seen(rt: harness.OciRuntime, cid: str, paths) -> dict[str, tuple[int, int]]:
+    """``{path: (major, minor)}`` of the character devices ``ls -ln`` shows in the container."""
+    res = rt._exec("exec", cid, "sh", "-c", "ls -ln " + " ".join(paths) + " 2>&1; true", timeout=60)
+    found = (_LS.match(line) for line in res.stdout.splitlines())
+    return {m["path"]: (int(m["major"]), int(m["minor"])) for m in found if m}
+
+
+def _devices_list(pid: int) -> str:
+    found = cgroups.find_v1_controller_dir(pid, "/proc", "/sys/fs/cgroup", cgroups.detect_layout("/proc"), "devices")
+    assert found is not None
+    return Path(found, "devices.list").read_text()
+
+
+def test_a_container_carrying_a_device_node_gets_the_cpus_and_memory_of_its_node(
+        runc_rt, kit_node, busybox_rootfs, tmp_path, cid):
+    built, dev_root, hooks, _, _ = kit_node()
+    want_cpus = (built.sysfs_root / "devices" / "system" / "node" / f"node{DEVICE_NODE}" / "cpulist").read_text()
+    link = (built.sysfs_root / "dev" / "char" / f"{ACCEL_NODE[1]}:{ACCEL_NODE[2]}").resolve()
+    assert ACCEL in link.parts and stat.S_ISCHR((dev_root / "accel0").stat().st_mode)
+    bundle = _bundle(tmp_path, "accel", busybox_rootfs, hooks, ONE_CPU, [ACCEL_NODE])
+    with harness.running_container(runc_rt, bundle, cid) as st:
+        cs = harness.read_cpuset(st["pid"])
+        assert (cs.cpus, cs.mems) == (want_cpus.strip(), str(DEVICE_NODE)), "the CPUs and memory of the device's node"
+        assert _nodes_seen(runc_rt, cid, [ACCEL_NODE[0]]) == {ACCEL_NODE[0]: ACCEL_NODE[1:]}
+
+
+def test_a_device_node_whose_node_has_no_free_cpu_is_refused_where_without_it_the_container_fits(
+        runc_rt, kit_node, busybox_rootfs, tmp_path, cid):
+    """The device's node's only CPU is reserved: single-numa-node cannot align the container, so
+    the runtime refuses it; the same request without the node would get the other node's CPU."""
+    reserved = "0"
+    built, _, hooks, ledger, config = kit_node(reserved)
+    node_cpus = (built.sysfs_root / "devices" / "system" / "node" / f"node{DEVICE_NODE}" / "cpulist").read_text()
+    assert node_cpus.strip() == reserved, "the device's node has no CPU left to give"
+    bundle = _bundle(tmp_path, "accel", busybox_rootfs, hooks, ONE_CPU, [ACCEL_NODE])
+    res = runc_rt.run(bundle, cid)
+    assert res.returncode != 0 and f"numa-pin: rejected {cid}: TopologyAffinityError" in res.stderr, res.stderr
+    assert not Ledger(str(ledger)).read().grants and cid not in runc_rt.list_ids()
+    plain = _bundle(tmp_path, "plain", busybox_rootfs, hooks, ONE_CPU)
+    plan = subprocess.run([str(harness.numa_pin_hook_path().with_name("numa-pin")), "plan", "--json", "--config",
+                           str(config), "--bundle", str(plain)], capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["cpus"] != reserved, plan.stdout
+
+
+def test_granted_vfio_and_rdma_nodes_are_usable_and_gone_with_the_container(
+        runc_rt, kit_node, busybox_rootfs, tmp_path, cid):
+    built, _, hooks, ledger, _ = kit_node()
+    group = int(built.pci_dir(VFIO_VF).joinpath("iommu_group").resolve().name)
+    want = {
+        f"/dev/vfio/{group}": _numbers(built.sysfs_root / "class" / "vfio" / str(group) / "dev"),
+        "/dev/vfio/vfio": _numbers(built.sysfs_root / "class" / "misc" / "vfio" / "dev"),
+        "/dev/infiniband/uverbs1": _numbers(built.pci_dir(RDMA_NIC) / "infiniband_verbs" / "uverbs1" / "dev"),
+        "/dev/infiniband/rdma_cm": _numbers(built.sysfs_root / "class" / "misc" / "rdma_cm" / "dev"),
+    }
+    ann = {"numa-pin.io/devices": "intel.com/e810_vfio=1,example.com/rdma=1"}
+    bundle = _bundle(tmp_path, "vfio", busybox_rootfs, hooks, ann)
+    with harness.running_container(runc_rt, bundle, cid) as st:
+        pid = int(st["pid"])
+        grant = Ledger(str(ledger)).read().grants[cid]
+        assert grant.devices == {"intel.com/e810_vfio": (VFIO_VF,), "example.com/rdma": (RDMA_NIC,)}
+        assert _nodes_seen(runc_rt, cid, want) == want
+        probe = "cat /run/numa-pin/devices.env /dev/numa-pin/devices.env 2>/dev/null; true"
+        res = runc_rt._exec("exec", cid, "sh", "-c", probe, timeout=60)
+        assert f"PCIDEVICE_INTEL_COM_E810_VFIO={VFIO_VF}" in res.stdout.splitlines(), res.stdout
+        assert f"PCIDEVICE_EXAMPLE_COM_RDMA={RDMA_NIC}" in res.stdout.splitlines(), res.stdout
+        rules = {f"c {major}:{minor} rwm" for major, minor in want.values()}
+        listed = set(_devices_list(pid).splitlines())
+        assert rules <= listed, listed
+        opened = runc_rt._exec("exec", cid, "sh", "-c", f"echo > /dev/vfio/{group} && echo OPENED", timeout=60)
+        assert "OPENED" not in opened.stdout and "Operation not permitted" not in opened.stderr, \
+            "the cgroup lets the open through to the kernel (no driver for the kit's major: ENXIO)"
+        cgroup_dir = cgroups.find_v1_controller_dir(pid, "/proc", "/sys/fs/cgroup",
+                                                    cgroups.detect_layout("/proc"), "devices")
+    assert cid not in Ledger(str(ledger)).read().grants, "poststop released the grant"
+    assert cgroup_dir is not None
+    gone = not Path(cgroup_dir).exists() or not rules & set(Path(cgroup_dir, "devices.list").read_text().splitlines())
+    assert gone, "the container's device rules ended with it"
+    with harness.running_container(runc_rt, _bundle(tmp_path, "next", busybox_rootfs, {}, {}),
+                                   harness.new_container_id()) as st:
+        assert not rules & set(_devices_list(int(st["pid"])).splitlines()), "the next container gets none of them"
