@@ -28,7 +28,7 @@ import pytest
 from numa_pin.enforcer import cgroups
 from numa_pin.ledger.store import Ledger
 from numa_pin.testing import machine
-from numa_pin.testing.devtree import make_dev_nodes
+from numa_pin.testing.devtree import make_dev_nodes, write_cdi_spec
 from numa_pin.testing.pci_spec import CLASS_ETHERNET, PciSpec, VfSpec
 from numa_pin.testing.spec import MachineSpec
 
@@ -79,6 +79,8 @@ def kit_node(state_dir, tmp_path, tmp_path_factory):
         built = machine.build_once(_spec(), tmp_path_factory.getbasetemp())
         dev_root = tmp_path / "dev"
         make_dev_nodes(dev_root, [ACCEL_NODE])
+        # a DRA driver's CDI spec: the node without numbers, so numa-pin reads them from dev_root
+        write_cdi_spec(tmp_path / "cdi", "example.com/accel", {"a0": [(ACCEL_NODE[0], None, None)]})
         config, ledger = state_dir / "config.yaml", state_dir / "ledger"
         cpu_manager = {"reserved_cpus": reserved} if reserved else {"num_reserved_cpus": 0}
         config.write_text(json.dumps({
@@ -121,28 +123,37 @@ def _devices_list(pid: int) -> str:
     return Path(found, "devices.list").read_text()
 
 
+#: how a container carries the accelerator: its node in ``linux.devices``, or a CDI name whose spec
+#: file gives the node's path only
+CARRIERS = [pytest.param({}, [ACCEL_NODE], id="linux.devices"),
+            pytest.param({"cdi.k8s.io/claim": "example.com/accel=a0"}, [], id="cdi-name")]
+
+
+@pytest.mark.parametrize("ann, devices", CARRIERS)
 def test_a_container_carrying_a_device_node_gets_the_cpus_and_memory_of_its_node(
-        runc_rt, kit_node, busybox_rootfs, tmp_path, cid):
+        runc_rt, kit_node, busybox_rootfs, tmp_path, cid, ann, devices):
     built, dev_root, hooks, _, _ = kit_node()
     want_cpus = (built.sysfs_root / "devices" / "system" / "node" / f"node{DEVICE_NODE}" / "cpulist").read_text()
     link = (built.sysfs_root / "dev" / "char" / f"{ACCEL_NODE[1]}:{ACCEL_NODE[2]}").resolve()
     assert ACCEL in link.parts and stat.S_ISCHR((dev_root / "accel0").stat().st_mode)
-    bundle = _bundle(tmp_path, "accel", busybox_rootfs, hooks, ONE_CPU, [ACCEL_NODE])
+    bundle = _bundle(tmp_path, "accel", busybox_rootfs, hooks, {**ONE_CPU, **ann}, devices)
     with harness.running_container(runc_rt, bundle, cid) as st:
         cs = harness.read_cpuset(st["pid"])
         assert (cs.cpus, cs.mems) == (want_cpus.strip(), str(DEVICE_NODE)), "the CPUs and memory of the device's node"
-        assert _nodes_seen(runc_rt, cid, [ACCEL_NODE[0]]) == {ACCEL_NODE[0]: ACCEL_NODE[1:]}
+        if devices:  # runc made it from linux.devices (a CDI name is the CDI-aware runtime's to inject)
+            assert _nodes_seen(runc_rt, cid, [ACCEL_NODE[0]]) == {ACCEL_NODE[0]: ACCEL_NODE[1:]}
 
 
+@pytest.mark.parametrize("ann, devices", CARRIERS)
 def test_a_device_node_whose_node_has_no_free_cpu_is_refused_where_without_it_the_container_fits(
-        runc_rt, kit_node, busybox_rootfs, tmp_path, cid):
+        runc_rt, kit_node, busybox_rootfs, tmp_path, cid, ann, devices):
     """The device's node's only CPU is reserved: single-numa-node cannot align the container, so
     the runtime refuses it; the same request without the node would get the other node's CPU."""
     reserved = "0"
     built, _, hooks, ledger, config = kit_node(reserved)
     node_cpus = (built.sysfs_root / "devices" / "system" / "node" / f"node{DEVICE_NODE}" / "cpulist").read_text()
     assert node_cpus.strip() == reserved, "the device's node has no CPU left to give"
-    bundle = _bundle(tmp_path, "accel", busybox_rootfs, hooks, ONE_CPU, [ACCEL_NODE])
+    bundle = _bundle(tmp_path, "accel", busybox_rootfs, hooks, {**ONE_CPU, **ann}, devices)
     res = runc_rt.run(bundle, cid)
     assert res.returncode != 0 and f"numa-pin: rejected {cid}: TopologyAffinityError" in res.stderr, res.stderr
     assert not Ledger(str(ledger)).read().grants and cid not in runc_rt.list_ids()
