@@ -6,13 +6,14 @@ CPU each, an accelerator whose ``/sys/dev/char/240:0`` resolves to a function on
 RDMA NIC (verbs node ``241:192``) and an E810 VF bound to ``vfio-pci`` (``/dev/vfio/<group>``).
 The majors are from the local/experimental range (and the kit's VFIO group major), none of which
 this machine has a driver for, so a number seen in the container can only have come from the
-kit tree. This machine's kernel has one memory node (0), so the device's node is node id 0 in
-the tree and the tree's order of nodes decides which real CPU that is: the same container lands
-on CPU 0 or CPU 1 only because sysfs says where its device is.
+kit tree. This machine's kernel has one memory node (0), so the devices sit on node 0 of the tree
+(CPU 0; node 1 is CPU 1): an aligned container gets CPU 0 and mems 0, and with CPU 0 reserved the
+same container is refused, where without its device node it would fit on node 1 (``plan``). A
+node-1 device whose memory lands in the real cgroup needs a multi-node kernel (the VM tier).
 
 Oracles: the container cgroup's real ``cpuset.cpus``/``cpuset.mems`` and ``devices.list``, what
-the kernel shows in the container (``stat`` of the nodes, the grant file), and the tree's own
-``node<N>/cpulist`` and ``dev`` files read here.
+the kernel shows in the container (``ls -ln`` of the nodes, ENXIO rather than EPERM on open, the
+grant file, the environment), and the tree's own ``node<N>/cpulist`` and ``dev`` files read here.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ ACCEL, ACCEL_NODE = "0000:41:00.0", ("/dev/accel0", 240, 0)
 RDMA_NIC, E810_PF, VFIO_VF = "0000:3f:00.0", "0000:32:00.0", "0000:32:01.1"
 ONE_CPU = {"numa-pin.io/cpus": "1"}
 VFIO_AND_RDMA = {"numa-pin.io/devices": "intel.com/e810_vfio=1,example.com/rdma=1"}
-DEVICE_NODE = 0
+DEVICE_NODE = 0  # the only memory node this kernel has: the devices' node in the tree
 #: a character device in busybox ``ls -ln``: ``crw-------    1 0   0   240,   0 Jan  1 00:00 /dev/accel0``
-_LS = re.compile(r"^c\S*\s+\d+\s+\d+\s+\d+\s+(?P<major>\d+),\s*(?P<minor>\d+)\s.*\s(?P<path>/\S+)$")  # the only memory node this kernel has: the device's node in the tree
+_LS = re.compile(r"^c\S*\s+\d+\s+\d+\s+\d+\s+(?P<major>\d+),\s*(?P<minor>\d+)\s.*\s(?P<path>/\S+)$")
 
 
 def _spec() -> MachineSpec:
@@ -162,7 +163,9 @@ def test_a_device_node_whose_node_has_no_free_cpu_is_refused_where_without_it_th
     plan = subprocess.run([str(harness.numa_pin_hook_path().with_name("numa-pin")), "plan", "--json", "--config",
                            str(config), "--bundle", str(plain)], capture_output=True, text=True, timeout=60)
     assert plan.returncode == 0, plan.stderr
-    assert json.loads(plan.stdout)["cpus"] != reserved, plan.stdout
+    other = (built.sysfs_root / "devices" / "system" / "node" / f"node{1 - DEVICE_NODE}" / "cpulist").read_text()
+    decided = json.loads(plan.stdout)
+    assert (decided["cpus"], decided["mems"]) == (other.strip(), str(1 - DEVICE_NODE)), plan.stdout
 
 
 def test_granted_vfio_and_rdma_nodes_are_usable_and_gone_with_the_container(
