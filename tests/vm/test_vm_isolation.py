@@ -1,4 +1,4 @@
-"""Knobs 2 and 3 of issue 24 on a real kernel: the 2-node qemu guest (cgroup v2), runc inside.
+"""Knobs 2 to 5 of issue 24 on a real kernel: the 2-node qemu guest (cgroup v2), runc inside.
 
 One container asks ``cpu-load-balancing.crio.io: disable`` and ``irq-load-balancing.crio.io:
 disable`` for 2 exclusive CPUs (node 1, CPUs 2-3). Its cgroup sits at the top of the hierarchy,
@@ -7,6 +7,14 @@ nested one asking the same is rejected there with one line. The oracle is the ke
 partition file it reads back, ``/proc/irq/*/smp_affinity_list`` and ``default_smp_affinity``
 (the guest's virtio IRQs among them), before, while the container runs, after outside writers
 changed them and ``numa-pin reconcile`` ran, and after the container ended.
+
+In the same boot, a second container asks ``cpu-c-states.crio.io: disable`` and
+``cpu-quota.crio.io: disable`` (its spec asks a CFS quota, the original to restore): each
+exclusive CPU's ``power/pm_qos_resume_latency_us`` reads ``n/a`` (what CRI-O writes) and its
+``cpu.max`` ``max <period>`` while the grant lives, ``reconcile`` writes both back after outside
+writers changed them, and ``release --force`` (the cgroup still there) restores both originals.
+The guest has no cpufreq: a third asking a governor is refused with one line, and the C-state
+limit it asks beside it is never written.
 """
 
 from __future__ import annotations
@@ -104,6 +112,44 @@ res = rt.run(bundle("nested", {"numa-pin.io/cpus": "1", "cpu-load-balancing.crio
                     "/np-nest/ctr"), "nested", timeout=180)
 report["nested"] = {"rc": res.returncode, "stderr": res.stderr,
                     "partition": [p.read_text().strip() for p in (cgroot / "np-nest").rglob("cpuset.cpus.partition")]}
+
+def pmqos():
+    return {p.parent.parent.name: p.read_text().strip()
+            for p in sorted(Path("/sys/devices/system/cpu").glob("cpu[0-9]*/power/pm_qos_resume_latency_us"))}
+
+# knobs 4 and 5: no C-state, no CFS quota (the spec asks a quota: its original to restore)
+report["pmqos_before"] = pmqos()
+qcg = cgroot / "np-quota"
+qasks = {"numa-pin.io/cpus": "2", "cpu-c-states.crio.io": "disable", "cpu-quota.crio.io": "disable"}
+qbundle = harness.make_bundle(work / "bundles" / "quota", args=["sleep", "1000"], rootfs=rootfs, annotations=qasks,
+                              hooks=hooks, cgroups_path="/np-quota",
+                              resources={"cpu": {"quota": 50000, "period": 100000}})
+qid = harness.new_container_id("quota")
+q = report["quota"] = {}
+try:
+    with harness.running_container(rt, qbundle, qid, timeout=180):
+        q["held"] = {"pmqos": pmqos(), "cpu_max": (qcg / "cpu.max").read_text().strip(),
+                     "cpus": (qcg / "cpuset.cpus.effective").read_text().strip()}
+        # outside writers: one exclusive CPU's limit lifted, the quota put back
+        first = next(c for c, v in q["held"]["pmqos"].items() if v != report["pmqos_before"][c])
+        Path(f"/sys/devices/system/cpu/{first}/power/pm_qos_resume_latency_us").write_text("0\n")
+        (qcg / "cpu.max").write_text("50000 100000\n")
+        q["drift"] = {"pmqos": pmqos(), "cpu_max": (qcg / "cpu.max").read_text().strip()}
+        q["reconcile"] = cli_run("reconcile")
+        q["repaired"] = {"pmqos": pmqos(), "cpu_max": (qcg / "cpu.max").read_text().strip()}
+        # release while the cgroup lives (--force: it stays, shared): both originals back
+        q["release"] = cli_run("release", qid, "--force", "--json")
+        q["released"] = {"pmqos": pmqos(), "cpu_max": (qcg / "cpu.max").read_text().strip()}
+except Exception as exc:
+    q["error"] = repr(exc)
+q["after"] = {"pmqos": pmqos(), "status": cli_run("status", "--json")}
+
+# no cpufreq in the guest: a governor is refused with one line, the C-state limit asked beside it not written
+cpufreq = Path("/sys/devices/system/cpu/cpufreq")
+report["cpufreq"] = sorted(p.name for p in cpufreq.glob("policy*")) if cpufreq.is_dir() else []
+res = rt.run(bundle("gov", {"numa-pin.io/cpus": "1", "cpu-c-states.crio.io": "disable",
+                            "cpu-freq-governor.crio.io": "performance"}, ["true"], "/np-gov"), "gov", timeout=180)
+report["governor"] = {"rc": res.returncode, "stderr": res.stderr, "pmqos": pmqos()}
 (shared / "iso_report.json").write_text(json.dumps(report, indent=2))
 '''
 
@@ -190,3 +236,50 @@ def test_a_nested_cgroup_without_cpus_exclusive_is_rejected_with_one_line(report
     assert said.startswith("numa-pin: error nested: EnforcementError") and "Linux 6.7" in said, nested["stderr"]
     assert "rollback" not in said, "refused before the first write: nothing to roll back"
     assert all(p in ("member", "") for p in nested["partition"]), "nothing was half-applied"
+
+
+QUOTA_ORIGINAL = "50000 100000"  # what the second container's spec asks (runc writes it)
+
+
+def _quota(report: dict) -> dict:
+    q = report["quota"]
+    assert "error" not in q, q.get("error")
+    return q
+
+
+def test_c_states_off_and_no_quota_while_the_grant_lives(report):
+    q, before = _quota(report), report["pmqos_before"]
+    assert q["held"]["cpus"] == ISOLATED
+    mine = {f"cpu{c}" for c in parse_list(q["held"]["cpus"])}
+    assert mine and mine <= set(before), (mine, before)
+    for cpu, value in q["held"]["pmqos"].items():
+        assert value == ("n/a" if cpu in mine else before[cpu]), (cpu, before[cpu], value)
+    assert all(before[c] != "n/a" for c in mine), "the kernel's default is not what the grant asks"
+    assert q["held"]["cpu_max"] == "max " + QUOTA_ORIGINAL.split()[1], "no quota, the spec's period kept"
+
+
+def test_reconcile_rewrites_pm_qos_and_cpu_max_after_outside_writers(report):
+    q = _quota(report)
+    drifted = [c for c, v in q["drift"]["pmqos"].items() if v != q["held"]["pmqos"][c]]
+    assert len(drifted) == 1 and q["drift"]["cpu_max"] == QUOTA_ORIGINAL, q["drift"]
+    assert q["reconcile"]["rc"] == 0, q["reconcile"]
+    assert q["repaired"] == {"pmqos": q["held"]["pmqos"], "cpu_max": q["held"]["cpu_max"]}
+
+
+def test_release_restores_pm_qos_and_cpu_max(report):
+    q = _quota(report)
+    assert q["release"]["rc"] == 0 and json.loads(q["release"]["stdout"])["moved_to_shared"], q["release"]
+    assert q["released"] == {"pmqos": report["pmqos_before"], "cpu_max": QUOTA_ORIGINAL}
+    assert q["after"]["pmqos"] == report["pmqos_before"]
+    assert json.loads(q["after"]["status"]["stdout"])["grants"] == []
+
+
+def test_a_node_without_cpufreq_refuses_a_governor_with_one_line(report):
+    if report["cpufreq"]:
+        pytest.skip(f"kernel {report['kernel']} has cpufreq policies {report['cpufreq']}")
+    gov = report["governor"]
+    assert gov["rc"] != 0
+    said = gov["stderr"][gov["stderr"].find("numa-pin:"):]  # runc quotes the hook's one line
+    assert said.startswith("numa-pin: error gov: EnforcementError") and "no cpufreq policy" in said, gov["stderr"]
+    assert "rollback" not in said, "refused before the first write: nothing to roll back"
+    assert gov["pmqos"] == report["pmqos_before"], "the C-state limit asked beside it was not half-applied"
