@@ -12,7 +12,8 @@ is one ledger transaction:
    so a rejected container leaves nothing allocated.
 
 A release gives back what the grant holds (every resource, in reverse order); a reconcile drops
-dead grants and repairs drift. This module names no resource: the resources are
+dead grants and repairs drift. What these transactions share (the ledger, liveness, rollback,
+logging) is :class:`~numa_pin.servicebase.ServiceBase`. This module names no resource: the resources are
 :mod:`numa_pin.resources` (pure halves) and :mod:`numa_pin.resources.node` (their I/O).
 """
 
@@ -25,20 +26,18 @@ from collections.abc import Callable
 from numa_pin import report, tally
 from numa_pin.admission.decide import Decision, decide, reject
 from numa_pin.admission.request import ContainerRequest
-from numa_pin.config.schema import Config
 from numa_pin.deadline import Deadline
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
-from numa_pin.enforcer.undo import UndoLog, describe_failures
+from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import AdmissionTimeout, EnforcementError, LedgerCorrupt, NumaPinError, RequestError
-from numa_pin.ledger.liveness import boot_clock, collect_garbage, lazy, of_earlier_boot, process_start_time
+from numa_pin.ledger.liveness import boot_clock, collect_garbage, process_start_time
 from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, Grant, LedgerState, PodRecord
-from numa_pin.ledger.store import Ledger
 from numa_pin.record import record, replace
 from numa_pin.resources.base import grant_from, live_name_message
-from numa_pin.resources.node.base import PENDING_GRACE_S, Admission, Node, Release
+from numa_pin.resources.node.base import PENDING_GRACE_S, Admission, Release
 from numa_pin.resources.node.registry import settings_from_config
-from numa_pin.topology.cache import DEFAULT_MAX_AGE_S
+from numa_pin.servicebase import ServiceBase
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
@@ -80,23 +79,8 @@ class Admitted:
     decision: Decision | None  # None when an existing grant was re-applied (idempotent)
 
 
-class NodeService(Node):
+class NodeService(ServiceBase):
     """All I/O of one node, rooted at the config's sysfs, proc, cgroup and state roots."""
-
-    def __init__(self, config: Config, cache_dir: str | None = None, *,
-                 topology_max_age: float = DEFAULT_MAX_AGE_S,
-                 on_wait: Callable[[int | None], None] = report.lock_wait_notice) -> None:
-        super().__init__(config, cache_dir, topology_max_age=topology_max_age, make_settings=settings_from_config)
-        #: told the ledger lock holder's pid when an admission starts waiting for it
-        self.on_wait = on_wait
-        self.ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
-        #: admissions of this service that waited for the ledger lock (``numa_pin_lock_waits_total``)
-        self.lock_waits = 0
-
-    def live_grant(self, container_id: str) -> Grant | None:
-        """The grant recorded under ``container_id`` while its process or cgroup lives (read-only)."""
-        grant = self.ledger.read().grants.get(container_id)
-        return grant if grant is not None and self._alive(grant) else None
 
     # ---- decisions -------------------------------------------------------------------------
     def plan(self, request: ContainerRequest) -> Decision:
@@ -232,10 +216,6 @@ class NodeService(Node):
             "try again"
         )
 
-    def _waiting(self, holder: int | None) -> None:
-        self.lock_waits += 1
-        self.on_wait(holder)
-
     def _count_admission(self, request: ContainerRequest, decision: Decision | None, exc: Exception | None,
                          seconds: float, waits: int) -> None:
         """Count one admission in :mod:`numa_pin.tally` (best effort, never raises): a grant
@@ -251,20 +231,6 @@ class NodeService(Node):
                 policy=policy, scope=scope, full_pcpus=cfg.cpu_manager.options.full_pcpus_only, error_kind=kind))
         tally.add(self.config.state_dir, counts)
 
-    def _alive_since(self, snapshot: LedgerState) -> Callable[[Grant], bool]:
-        """:meth:`_alive`, taking the word of ``snapshot`` (dead grants dropped) for its grants."""
-        def alive(grant: Grant) -> bool:
-            seen = snapshot.grants.get(grant.container_id)
-            return seen is grant or seen == grant or self._alive(grant)
-
-        return alive
-
-    def _needed_alive(self, state: LedgerState) -> Callable[[Grant], bool]:
-        """:meth:`_alive` for what an admission or release needs (:func:`~numa_pin.ledger.liveness.lazy`):
-        every grant that holds something, a few of those that hold nothing (the boot check for the
-        rest); ``reconcile`` and ``plan`` check them all."""
-        return lazy(state, self._alive, lambda g: not of_earlier_boot(g, self.boot_id))
-
     def _revalidate(self, decision: Decision | None, request: ContainerRequest, snapshot: LedgerState,
                     state: LedgerState) -> Decision | None:
         """``decision`` as it may be committed on ``state`` (:func:`~numa_pin.admission.validate.revalidate`),
@@ -275,53 +241,6 @@ class NodeService(Node):
 
         return revalidate(decision, request, snapshot, state, topology=self.topology, settings=self.settings,
                           memo=self.memo)
-
-    def _roll_back(self, undo: UndoLog, exc: BaseException, container_id: str) -> None:
-        """Undo every write of a failed admission or release. Undo steps that fail are attached
-        to ``exc`` (they become part of its one line) and always logged to syslog."""
-        failures = undo.rollback()
-        if not failures:
-            return
-        if isinstance(exc, NumaPinError):
-            exc.add_rollback_failures(failures)
-        else:
-            exc.add_note(describe_failures(failures))
-        report.log_syslog(f"numa-pin: {container_id}: {describe_failures(failures)}")
-
-    def _undoer(self, undo: UndoLog, container_id: str):
-        """:meth:`_roll_back` of ``undo`` for :meth:`Transaction.on_commit_failure`."""
-        return lambda exc: self._roll_back(undo, exc, container_id)
-
-    def _collect(self, before: LedgerState, after: LedgerState, gone: tuple[Grant, ...]) -> None:
-        for resource in self.resources:
-            self._log_problems(resource.collect(self, before, after, gone))
-
-    def _give_back(self, going: Release) -> None:
-        for resource in reversed(self.resources):
-            self._log_problems(resource.give_back(self, going))
-
-    def _log_dropped(self, dropped: tuple[Grant, ...]) -> None:
-        """A ``released`` line for each grant garbage collection dropped (and why)."""
-        if self.config.syslog:
-            for g in dropped:
-                why = "of an earlier boot" if of_earlier_boot(g, self.boot_id) else "process and cgroup gone"
-                report.log_syslog(f"{report.decision_line(g, 'released')} [{why}]", error=False)
-
-    def drop_earlier_boots(self) -> tuple[Grant, ...]:
-        """Drop (and log) the grants of earlier boots now; cheap when there are none (one read of the
-        ledger). Commands and the agent call it as they start, so ``status`` never shows them."""
-        if self.boot_id is None or not any(of_earlier_boot(g, self.boot_id)
-                                           for g in self.ledger.read().grants.values()):
-            return ()
-        with self.ledger.transaction() as txn:
-            state, dropped = collect_garbage(txn.state, lambda g: not of_earlier_boot(g, self.boot_id))
-            self._log_dropped(dropped)
-            txn.state = state
-        return dropped
-
-    def _log_problems(self, problems: list[str]) -> None:
-        for problem in problems:
-            report.log_syslog(f"numa-pin: {problem}")
 
     # ---- what the resources say about the node ----------------------------------------------
     def config_conflicts(self, state: LedgerState) -> list[str]:

@@ -14,7 +14,8 @@ from __future__ import annotations
 import pytest
 
 from numa_pin.admission.kubernetes import BEST_EFFORT, BURSTABLE, GUARANTEED, infer_qos, qos_from_cgroups_path
-from numa_pin.admission.request import ContainerLimits, container_annotations, request_from_oci
+from numa_pin.admission.limits import ContainerLimits
+from numa_pin.admission.request import container_annotations, request_from_oci
 from numa_pin.errors import RequestError
 
 MI = 1 << 20

@@ -2,7 +2,8 @@
 
 import pytest
 
-from numa_pin.admission.request import ContainerLimits, Inference, parse_devices, request_from_oci
+from numa_pin.admission.limits import ContainerLimits
+from numa_pin.admission.request import Inference, parse_devices, request_from_oci
 from numa_pin.errors import RequestError
 
 GI = 1 << 30

@@ -102,7 +102,8 @@ def test_release_of_a_live_container_takes_gpu_access_back(runc_rt, busybox_root
     """``numa-pin release ID`` while the container runs: the ledger's GPU record is undone."""
     from numa_pin.config.model import Config
     from numa_pin.ledger.liveness import process_start_time
-    from numa_pin.ledger.model import GpuAccess, Grant
+    from numa_pin.ledger.model import Grant
+    from numa_pin.ledger.records import GpuAccess
     from numa_pin.service import NodeService
 
     bundle = harness.make_bundle(tmp_path / "live", args=["sleep", "1000"], rootfs=busybox_rootfs)

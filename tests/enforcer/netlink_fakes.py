@@ -118,17 +118,18 @@ class World:
         raise KeyError(bdf)
 
     def install(self, monkeypatch: Any) -> None:
-        from numa_pin.enforcer import netdev
+        from numa_pin.enforcer import netlink
+        from numa_pin.errors import EnforcementError
 
         @contextmanager
         def iproute(netns: str | None = None) -> Iterator[FakeIPRoute]:
             key = HOST if netns is None else netns
             if key not in self.ns:
-                raise netdev.EnforcementError("cannot open a netlink socket: No such file", path=netns)
+                raise EnforcementError("cannot open a netlink socket: No such file", path=netns)
             yield FakeIPRoute(self, key)
 
-        monkeypatch.setattr(netdev, "_iproute", iproute)
-        monkeypatch.setattr(netdev, "_open_netns", self.open_netns)
+        monkeypatch.setattr(netlink, "iproute", iproute)
+        monkeypatch.setattr(netlink, "open_netns", self.open_netns)
 
 
 def _refused(code: int) -> NetlinkError:

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 from enforcer_fakes import requires_ip, requires_root, run
 
-from numa_pin.enforcer.netdev import NetdevRecord, VfConfig, move_netdev_to_netns, restore_netdev
+from numa_pin.enforcer.netdev import NetdevRecord, move_netdev_to_netns, restore_netdev
 from numa_pin.enforcer.netdev_record import (
+    VfConfig,
     is_bdf,
     resolve_netdev,
     sriov_identity,
@@ -159,7 +160,7 @@ def test_vf_config_round_trips_through_pyroute2_messages(config: VfConfig) -> No
     from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
     from pyroute2.requests.link import LinkIPRouteFilter
 
-    from numa_pin.enforcer import netdev
+    from numa_pin.enforcer import vfsettings
 
     vflist = LinkIPRouteFilter("set").get_vf(config.request(3))
     msg = ifinfmsg()
@@ -177,9 +178,9 @@ def test_vf_config_round_trips_through_pyroute2_messages(config: VfConfig) -> No
 
     expected = config if config.vlan is None or config.qos is not None else VfConfig(
         config.mac, config.vlan, 0, config.spoofchk, config.trust, config.link_state)
-    assert netdev._read_vf_config(OnePf(), "pf0", 3) == expected
-    assert netdev._read_vf_config(OnePf(), "pf0", 4) is None
-    assert netdev._read_vf_config(OnePf(), "absent", 3) is None
+    assert vfsettings.read_vf_config(OnePf(), "pf0", 3) == expected
+    assert vfsettings.read_vf_config(OnePf(), "pf0", 4) is None
+    assert vfsettings.read_vf_config(OnePf(), "absent", 3) is None
 
 
 def test_record_round_trips_through_json() -> None:

@@ -171,7 +171,7 @@ def test_records_of_moves_without_settings_keep_their_old_shape(world: World, sy
     ids=["vlan", "qos", "trust-and-rate", "link-state", "mac", "none"],
 )
 def test_reconcile_sets_drifted_settings_again(world: World, sysfs: Path, drift: dict, fields: list) -> None:
-    from numa_pin.enforcer.netdev import reassert_vf_settings
+    from numa_pin.enforcer.vfsettings import reassert_vf_settings
 
     settings = {"vlan": 100, "vlanQoS": 3, "mac": MAC, "trust": True, "max_tx_rate": 1000, "link_state": "enable"}
     rec = move(world, sysfs, settings)

@@ -6,7 +6,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from numa_pin.ledger.model import GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
+from numa_pin.ledger.model import Grant, LedgerState, PodNetdev, PodRecord
+from numa_pin.ledger.records import GpuAccess
 
 
 def grant(cid: str = "c1", **kw: Any) -> Grant:

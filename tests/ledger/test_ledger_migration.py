@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from numa_pin.errors import LedgerCorrupt
-from numa_pin.ledger.model import LEDGER_VERSION, GpuAccess, Grant, LedgerState, PodNetdev, PodRecord
+from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, PodNetdev, PodRecord
+from numa_pin.ledger.records import GpuAccess
 from numa_pin.ledger.store import Ledger, checksum, decode
 
 _VF_OBJECT = {"host_name": "ens2f0v1", "container_name": "net1", "netns": "/proc/4242/ns/net", "bdf": "0000:32:01.1"}

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.admission.request import ContainerLimits, request_from_oci
+from numa_pin.admission.limits import ContainerLimits
+from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.enforcer.saved import FILE as SAVED

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.admission.request import ContainerLimits, request_from_oci
+from numa_pin.admission.limits import ContainerLimits
+from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import EnforcementError, RequestError, TopologyAffinityError

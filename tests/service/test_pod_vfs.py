@@ -416,7 +416,7 @@ def test_reconcile_sets_drifted_vf_settings_again(node, net, monkeypatch, scope:
         calls.append((record.bdf or "", dict(settings)))
         return ["vlan"]
 
-    monkeypatch.setattr("numa_pin.enforcer.netdev.reassert_vf_settings", reassert)
+    monkeypatch.setattr("numa_pin.enforcer.vfsettings.reassert_vf_settings", reassert)
     svc = NodeService(node.config)
     base = {"io.kubernetes.cri.sandbox-id": "pod-a", "numa-pin.io/scope": scope}
     a1 = svc.admit(request_from_oci("a1", {**base, "numa-pin.io/devices": f"{VF_RES}=1",

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.admission.request import ContainerLimits, request_from_oci
+from numa_pin.admission.limits import ContainerLimits
+from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.enforcer.owner import ContainerCgroup
@@ -350,7 +351,7 @@ def test_a_shared_containers_own_cpuset_shrinks_and_grows_but_never_widens(node)
 def test_gpu_access_is_kept_in_its_own_field_and_taken_back_from_a_live_container(node, monkeypatch):
     """The GPU undo record is ``grant.gpus`` (ledger format 3), never a ``netdevs`` entry; a release
     by hand of a container that still runs removes the nodes it recorded."""
-    from numa_pin.ledger.model import GpuAccess
+    from numa_pin.ledger.records import GpuAccess
 
     removed: list[tuple[int, list[str]]] = []
     monkeypatch.setattr("numa_pin.enforcer.gpu.grant_gpus", lambda *a, **k: None)

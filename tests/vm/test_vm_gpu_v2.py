@@ -130,7 +130,8 @@ def live_release():
     """numa-pin release of a running container: the ledger's v2 record is undone"""
     from numa_pin.config.model import Config
     from numa_pin.ledger.liveness import process_start_time
-    from numa_pin.ledger.model import GpuAccess, Grant
+    from numa_pin.ledger.model import Grant
+    from numa_pin.ledger.records import GpuAccess
     from numa_pin.service import NodeService
 
     out = {}

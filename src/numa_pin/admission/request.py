@@ -34,21 +34,11 @@ cpus.app``) applies to the container of that name only (the CRI name,
 Kubernetes the runtime copies the *pod's* annotations into every container, so a plain key asks
 the same for each container of the pod; ``policy``, ``scope``, ``pod`` and ``pod-*`` are pod-wide.
 
-Kubernetes-compatible inference (each switchable in the config):
-
-* ``linux.resources.cpu`` quota/period that divide evenly, together with a memory limit, mean
-  that many exclusive CPUs when the *pod* is Guaranteed (kubelet's rule: requests equal limits
-  in every container), for Kubernetes containers only (a CRI annotation from
-  :data:`~numa_pin.admission.kubernetes.KUBERNETES_KEYS` is set, and the container is not podman's), unless
-  ``guaranteed_cpus_outside_kubernetes`` is on: ``podman run --cpus 1 --memory 100m`` stays a
-  shared container. The pod's QoS class comes from
-  :func:`~numa_pin.admission.kubernetes.infer_qos`: the QoS level of
-  ``linux.cgroupsPath`` (both cgroup drivers), else ``cpu.shares`` against the quota;
-* ``linux.resources.hugepageLimits`` mean hugepages to align;
-* ``NVIDIA_VISIBLE_DEVICES`` and ``PCIDEVICE_*`` in ``process.env`` are devices a device plugin
-  already chose: they become fixed devices, and CPUs and memory align to them. So are devices
-  chosen through CDI: the names in ``cdi.k8s.io/*`` annotations (always read) and CDI names in
-  ``NVIDIA_VISIBLE_DEVICES`` (:mod:`numa_pin.devices.cdi`).
+When the annotations ask no CPUs, memory or hugepages, Kubernetes-compatible inference reads
+the rest of ``config.json`` (:mod:`numa_pin.admission.limits`: a Guaranteed pod's CPU quota, the
+hugepage limits, the devices a device plugin chose in ``process.env``, the container's own
+cpuset). Devices chosen through CDI are read too: the names in ``cdi.k8s.io/*`` annotations
+(always) and CDI names in ``NVIDIA_VISIBLE_DEVICES`` (:mod:`numa_pin.devices.cdi`).
 """
 
 from __future__ import annotations
@@ -58,20 +48,20 @@ from collections.abc import Mapping
 from numa_pin import names
 from numa_pin.admission import isolation as iso
 from numa_pin.admission.colocate import parse_colocate
-from numa_pin.admission.kubernetes import (
-    GUARANTEED,
-    NAME_KEYS,
-    POD_ID_KEYS,
-    SANDBOX_TYPE_KEYS,
-    infer_guaranteed_cpus,
-    infer_qos,
-    is_kubernetes,
-    pod_name,
+from numa_pin.admission.kubernetes import NAME_KEYS, POD_ID_KEYS, SANDBOX_TYPE_KEYS, pod_name
+from numa_pin.admission.limits import (
+    HUGEPAGE_RESOURCES,
+    NO_LIMITS,
+    ContainerLimits,
+    cpuset_constraint,
+    device_plugin_env,
+    guaranteed_cpus,
+    limit_hugepages,
+    whole_pages,
 )
 from numa_pin.admission.vfconfig import parse_vf_config
 from numa_pin.config.model import InferenceConfig, IsolationConfig
-from numa_pin.cpuset import parse_list
-from numa_pin.devices.cdi import CdiDevice, devices_from_annotations, devices_from_env_tokens
+from numa_pin.devices.cdi import CdiDevice, devices_from_annotations
 from numa_pin.devices.devnode import DeviceNode
 from numa_pin.errors import RequestError
 from numa_pin.quantity import ASCII_BLANKS, parse_bytes, parse_count
@@ -85,17 +75,9 @@ if TYPE_CHECKING:
 PREFIX = "numa-pin.io/"
 POLICIES = names.POLICIES
 SCOPES = names.SCOPES
-HUGEPAGE_RESOURCES = {"hugepages-2Mi": 2048, "hugepages-1Gi": 1048576}
-#: hugepageLimits pageSize spellings (runtime-spec uses "2MB"/"1GB") -> resource name
-_PAGE_SIZES = {
-    "2MB": "hugepages-2Mi", "2Mi": "hugepages-2Mi", "2048kB": "hugepages-2Mi",
-    "1GB": "hugepages-1Gi", "1Gi": "hugepages-1Gi", "1048576kB": "hugepages-1Gi",
-}
 #: a sane ceiling: no machine has more exclusive CPUs or devices than this
 MAX_COUNT = 1 << 16
 
-#: where a container's own cpuset comes from
-CPUSET_FIELD = "linux.resources.cpu.cpus"
 #: prefix of a pod id taken from ``numa-pin.io/pod``: user pods and runtime sandboxes never share ids
 USER_POD_PREFIX = "user:"
 
@@ -268,17 +250,6 @@ def _annotation_amounts(ann: Mapping[str, str], pod: bool) -> Amounts | None:
     return Amounts(cpus=cpus, memory=memory, hugepages=huge, devices=devices)
 
 
-def whole_pages(resource: str, size: int, text: str, what: str) -> int:
-    """``size`` bytes of ``resource`` (``hugepages-2Mi``), refused unless a whole number of pages."""
-    page = HUGEPAGE_RESOURCES[resource] * 1024
-    if size % page:
-        raise RequestError(
-            f"{quote(text)} is not a whole number of {resource[len('hugepages-'):]} pages "
-            f"({size} bytes is {size / page:g} pages); hugepages come in whole pages", annotation=what,
-        )
-    return size
-
-
 def container_annotations(annotations: Mapping[str, str], name: str) -> dict[str, str]:
     """The annotations as container ``name`` sees them: its ``numa-pin.io/<key>.<name>`` keys
     replace every plain per-container key; keys of other containers are dropped.
@@ -304,23 +275,6 @@ def container_annotations(annotations: Mapping[str, str], name: str) -> dict[str
         out = {k: v for k, v in out.items() if not (k.startswith(PREFIX) and k[len(PREFIX):] in PER_CONTAINER)}
         out.update(own)
     return out
-
-
-@record
-class ContainerLimits:
-    """What ``config.json`` says of a container's cgroup and limits (``linux.cgroupsPath`` and
-    ``linux.resources``), as a request reads them; ``None`` (empty) where it says nothing."""
-
-    cgroups_path: str | None = None
-    cpu_quota: int | None = None
-    cpu_period: int | None = None
-    cpu_shares: int | None = None
-    cpuset: str | None = None  # linux.resources.cpu.cpus as written (a kernel CPU list)
-    memory_limit: int | None = None
-    hugepage_limits: Mapping[str, int] = field(default_factory=dict)  # pageSize ("2MB") -> bytes
-
-
-NO_LIMITS = ContainerLimits()
 
 
 def request_from_oci(
@@ -353,39 +307,11 @@ def request_from_oci(
     qos = qos_signal = None
     if amounts is None:
         # a container of a Guaranteed pod: its memory limit is aligned together with its CPUs
-        infer = inference.guaranteed_cpus and (
-            inference.guaranteed_cpus_outside_kubernetes or is_kubernetes(annotations)
-        )
-        cpus = 0
-        if infer:
-            qos, qos_signal = infer_qos(limits.cgroups_path, limits.cpu_shares, limits.cpu_quota, limits.cpu_period,
-                                         limits.memory_limit)
-            if qos == GUARANTEED:
-                cpus = infer_guaranteed_cpus(limits.cpu_quota, limits.cpu_period, limits.memory_limit)
+        cpus, qos, qos_signal = guaranteed_cpus(limits, annotations, inference)
         amounts = Amounts(cpus=cpus, memory=(limits.memory_limit or 0) if cpus else 0)
     if inference.hugepages and limits.hugepage_limits and not amounts.hugepages:
-        huge: dict[str, int] = {}
-        for size, limit in limits.hugepage_limits.items():
-            res = _PAGE_SIZES.get(size)
-            if res is None:
-                raise RequestError(f"unsupported hugepage size {quote(size)}",
-                                   annotation="linux.resources.hugepageLimits")
-            if limit > 0:
-                huge[res] = whole_pages(res, limit, str(limit), "linux.resources.hugepageLimits")
-        amounts = Amounts(amounts.cpus, amounts.memory, huge, amounts.devices)
-
-    fixed_gpus: tuple[str, ...] = ()
-    fixed_pci: dict[str, tuple[str, ...]] = {}
-    fixed_cdi: tuple[CdiDevice, ...] = ()
-    if inference.device_plugin_env:
-        gpus = env.get("NVIDIA_VISIBLE_DEVICES", "").strip()
-        if gpus and gpus not in ("none", "void", "all"):
-            tokens = tuple(t.strip() for t in gpus.split(",") if t.strip())
-            fixed_cdi = devices_from_env_tokens(tokens, "NVIDIA_VISIBLE_DEVICES")
-            fixed_gpus = tuple(t for t in tokens if not any(t == str(d) for d in fixed_cdi))
-        for key, value in env.items():
-            if key.startswith("PCIDEVICE_") and not key.endswith("_INFO") and value.strip():
-                fixed_pci[key[len("PCIDEVICE_"):]] = tuple(v.strip() for v in value.split(",") if v.strip())
+        amounts = Amounts(amounts.cpus, amounts.memory, limit_hugepages(limits), amounts.devices)
+    fixed_gpus, fixed_pci, fixed_cdi = device_plugin_env(env) if inference.device_plugin_env else ((), {}, ())
 
     pod_id, claimed_pod = pod_identity(container_id, annotations)
     sandbox = any(annotations.get(k) == "sandbox" for k in SANDBOX_TYPE_KEYS)
@@ -407,7 +333,7 @@ def request_from_oci(
         fixed_gpus=fixed_gpus,
         fixed_pci=fixed_pci,
         claimed_pod=claimed_pod,
-        cpuset=_cpuset(limits.cpuset),
+        cpuset=cpuset_constraint(limits.cpuset),
         fixed_cdi=_unique_cdi(fixed_cdi + devices_from_annotations(annotations)),
         qos=qos,
         qos_signal=qos_signal,
@@ -449,16 +375,6 @@ def _unique_cdi(devices: tuple[CdiDevice, ...]) -> tuple[CdiDevice, ...]:
     for dev in devices:
         seen.setdefault(str(dev), dev)
     return tuple(seen.values())
-
-
-def _cpuset(text: str | None) -> frozenset[int] | None:
-    """``linux.resources.cpu.cpus``; unset or empty means no constraint."""
-    if text is None or not text.strip():
-        return None
-    try:
-        return parse_list(text)
-    except ValueError as exc:
-        raise RequestError(f"{quote(text)} is not a CPU list ({exc})", annotation=CPUSET_FIELD) from exc
 
 
 def pod_identity(container_id: str, annotations: Mapping[str, str]) -> tuple[str, str | None]:

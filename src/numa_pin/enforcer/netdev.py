@@ -12,7 +12,9 @@ moves it straight back and says so in the error.
 Before anything changes, :func:`move_netdev_to_netns` records what restoring needs in a
 :class:`NetdevRecord` (:mod:`numa_pin.enforcer.netdev_record`; a JSON object in the ledger):
 the BDF, the PF and VF index, the host name, MAC, MTU, up state, and the PF-side VF config
-(admin MAC, VLAN, spoofchk, trust, link state) read from the PF's ``IFLA_VFINFO_LIST``.
+(admin MAC, VLAN, spoofchk, trust, link state) read from the PF's ``IFLA_VFINFO_LIST``
+(:mod:`numa_pin.enforcer.vfsettings`, which also sets and restores it; the pyroute2 plumbing is
+:mod:`numa_pin.enforcer.netlink`).
 
 :func:`restore_netdev` works like sriov-cni's DEL: PF-side VF config first (some
 drivers refuse netdev changes while trust is off), then the device is found (in the
@@ -29,11 +31,12 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 
 from numa_pin.enforcer import netdev_record as rec
-from numa_pin.enforcer.netdev_record import NetdevRecord, VfConfig
+from numa_pin.enforcer import netlink as nl
+from numa_pin.enforcer import vfsettings as vfs
+from numa_pin.enforcer.netdev_record import NetdevRecord
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
 
@@ -42,84 +45,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 _IFF_UP = 0x1
-
-
-# ---- pyroute2 plumbing ---------------------------------------------------------------
-def _netlink_error() -> type[Exception]:
-    from pyroute2.netlink.exceptions import NetlinkError
-
-    return NetlinkError
-
-
-def _reason(exc: BaseException) -> str:
-    code = getattr(exc, "code", None)
-    if isinstance(code, int) and code > 0:
-        return os.strerror(code)
-    return str(exc) or type(exc).__name__
-
-
-@contextmanager
-def _iproute(netns: str | None = None) -> Iterator[Any]:
-    """An IPRoute in the current netns, or in the netns file ``netns`` (never created)."""
-    from pyroute2 import IPRoute
-
-    nl_error = _netlink_error()
-    try:
-        ipr = IPRoute() if netns is None else IPRoute(netns=netns, flags=0)
-    except (nl_error, OSError) as exc:
-        raise EnforcementError(f"cannot open a netlink socket: {_reason(exc)}",
-                               path=netns) from exc
-    try:
-        yield ipr
-    finally:
-        ipr.close()
-
-
-def _open_netns(path: str) -> int:
-    try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise EnforcementError(f"cannot open the network namespace: {exc.strerror or exc}",
-                               path=path) from exc
-
-
-def _lookup(ipr: Any, name: str) -> int | None:
-    try:
-        found = ipr.link_lookup(ifname=name)
-    except _netlink_error() as exc:
-        raise EnforcementError(f"listing network interfaces failed: {_reason(exc)}") from exc
-    return found[0] if found else None
-
-
-def _link(ipr: Any, index: int) -> Any:
-    return ipr.link("get", index=index)[0]
-
-
-def _read_vf_config(ipr: Any, pf_name: str, vf_index: int) -> VfConfig | None:
-    pf_index = _lookup(ipr, pf_name)
-    if pf_index is None:
-        return None
-    msg = ipr.link("get", index=pf_index, ext_mask=1)[0]
-    vflist = msg.get_attr("IFLA_VFINFO_LIST")
-    if vflist is None:
-        return None
-    entries: list[dict[str, Any]] = []
-    for info in vflist.get_attrs("IFLA_VF_INFO"):
-        flat: dict[str, Any] = {}
-        for nla, key in (("IFLA_VF_MAC", "mac"), ("IFLA_VF_VLAN", "vlan"),
-                         ("IFLA_VF_SPOOFCHK", "spoofchk"), ("IFLA_VF_TRUST", "trust"),
-                         ("IFLA_VF_LINK_STATE", "link_state"), ("IFLA_VF_RATE", "max_tx_rate")):
-            attr = info.get_attr(nla)
-            if attr is None:
-                continue
-            flat["vf"] = attr["vf"]
-            flat[key] = attr[key]
-            if key == "vlan":
-                flat["qos"] = attr["qos"]
-            if key == "max_tx_rate":
-                flat["min_tx_rate"] = attr["min_tx_rate"]
-        entries.append(flat)
-    return rec.vf_config_from_dicts(entries, vf_index)
 
 
 # ---- move ----------------------------------------------------------------------------
@@ -154,19 +79,19 @@ def move_netdev_to_netns(
     host_name, bdf = rec.resolve_netdev(ifname_or_bdf, sysfs_root)
     pf, pf_name, vf_index = rec.sriov_identity(bdf, sysfs_root) if bdf else (None, None, None)
     ns_path = os.path.join(os.fspath(proc_root), str(pid), "ns", "net")
-    nl_error = _netlink_error()
-    with _iproute() as ipr:
-        index = _lookup(ipr, host_name)
+    nl_error = nl.netlink_error()
+    with nl.iproute() as ipr:
+        index = nl.lookup(ipr, host_name)
         if index is None:
             raise EnforcementError(f"no network interface {host_name!r} in this netns")
         try:
-            link = _link(ipr, index)
+            link = nl.link(ipr, index)
         except nl_error as exc:
-            raise EnforcementError(f"cannot read {host_name}: {_reason(exc)}") from exc
-        vf_config: VfConfig | None = None
+            raise EnforcementError(f"cannot read {host_name}: {nl.reason(exc)}") from exc
+        vf_config: rec.VfConfig | None = None
         if pf_name is not None and vf_index is not None:
             try:
-                vf_config = _read_vf_config(ipr, pf_name, vf_index)
+                vf_config = vfs.read_vf_config(ipr, pf_name, vf_index)
             except (nl_error, KeyError, AttributeError, TypeError, ValueError):
                 # numa-pin itself never changes the PF side; without the snapshot a
                 # restore only skips the PF-side step
@@ -187,18 +112,18 @@ def move_netdev_to_netns(
             vf_settings=tuple(k for k in rec.VF_SETTING_KEYS if k in (vf_settings or {})),
         )
         if vf_settings:
-            _apply_vf_settings(ipr, record, index, vf_settings)
+            vfs.apply_vf_settings(ipr, record, index, vf_settings)
         try:
-            fd = _open_netns(ns_path)
+            fd = nl.open_netns(ns_path)
         except EnforcementError as exc:
-            raise EnforcementError(f"{exc}; {_undo_vf_settings(ipr, record)}", path=ns_path) from exc
+            raise EnforcementError(f"{exc}; {vfs.undo_vf_settings(ipr, record)}", path=ns_path) from exc
         try:
             ipr.link("set", index=index, net_ns_fd=fd, ifname=new_name)
         except nl_error as exc:
-            reason = _reason(exc)
+            reason = nl.reason(exc)
             if getattr(exc, "code", None) == errno.EEXIST:
                 reason += f" (is {new_name} already taken in the container netns?)"
-            outcome = _recover_failed_move(record, ipr, proc_root) + _undo_vf_settings(ipr, record, "; ")
+            outcome = _recover_failed_move(record, ipr, proc_root) + vfs.undo_vf_settings(ipr, record, "; ")
             raise EnforcementError(
                 f"moving {host_name} into the netns of pid {pid} as {new_name} failed: "
                 f"{reason}; {outcome}", path=ns_path) from exc
@@ -206,8 +131,8 @@ def move_netdev_to_netns(
             os.close(fd)
     if bring_up:
         try:
-            with _iproute(ns_path) as ns:
-                moved = _lookup(ns, new_name)
+            with nl.iproute(ns_path) as ns:
+                moved = nl.lookup(ns, new_name)
                 if moved is None:
                     raise EnforcementError(f"{new_name} vanished from the container netns",
                                            path=ns_path)
@@ -219,7 +144,7 @@ def move_netdev_to_netns(
             except EnforcementError as undo_exc:
                 outcome = f"moving it back failed too: {undo_exc}"
             raise EnforcementError(f"bringing {new_name} up in the netns of pid {pid} "
-                                   f"failed: {_reason(exc)}; {outcome}",
+                                   f"failed: {nl.reason(exc)}; {outcome}",
                                    path=ns_path) from exc
     if undo is not None:
         def back() -> None:
@@ -229,44 +154,6 @@ def move_netdev_to_netns(
     return record
 
 
-def _apply_vf_settings(ipr: Any, record: NetdevRecord, index: int, settings: Mapping[str, Any]) -> None:
-    """Set ``settings`` on the PF of ``record``'s VF (and a ``mac`` on the VF's netdev, which
-    some drivers do not take from the PF); on failure, put the saved state back and raise."""
-    what = f"VF {record.vf_index} of {record.pf_name}"
-    if record.pf_name is None or record.vf_index is None:
-        raise EnforcementError(f"{record.host_name} is not an SR-IOV VF with a PF here; its VF settings "
-                               "(numa-pin.io/vf-config) cannot be set")
-    request = rec.settings_request(settings, record.vf_config, record.vf_index)
-    pf_index = _lookup(ipr, record.pf_name)
-    try:
-        if pf_index is None:
-            raise EnforcementError(f"PF {record.pf_name} of {record.host_name} not found")
-        ipr.link("set", index=pf_index, vf=request)
-        if "mac" in settings:
-            ipr.link("set", index=index, address=settings["mac"])
-    except (_netlink_error(), EnforcementError) as exc:
-        raise EnforcementError(f"setting {rec.describe_settings(settings)} on {what} ({record.host_name}) "
-                               f"failed: {_reason(exc)}{_undo_vf_settings(ipr, record, '; ')}") from exc
-
-
-def _undo_vf_settings(ipr: Any, record: NetdevRecord, sep: str = "") -> str:
-    """Give the VF its saved PF-side state (and its netdev its MAC) back after a failed move;
-    a phrase for the error message ('' when there was nothing to undo)."""
-    request = record.restore_request
-    if not record.vf_settings or request is None or record.pf_name is None:
-        return ""
-    try:
-        pf_index = _lookup(ipr, record.pf_name)
-        if pf_index is None:
-            return f"{sep}PF {record.pf_name} not found; VF settings not restored"
-        ipr.link("set", index=pf_index, vf=request)
-        if "mac" in record.vf_settings and record.mac and record.ifindex is not None:
-            ipr.link("set", index=record.ifindex, address=record.mac)
-    except (_netlink_error(), EnforcementError) as exc:
-        return f"{sep}restoring the VF settings failed too: {_reason(exc)}"
-    return f"{sep}VF settings restored"
-
-
 def _recover_failed_move(record: NetdevRecord, ipr: Any, proc_root: str | os.PathLike[str]) -> str:
     """After a refused move: bring the device home if the kernel moved it anyway.
 
@@ -274,40 +161,23 @@ def _recover_failed_move(record: NetdevRecord, ipr: Any, proc_root: str | os.Pat
     taken in the container, the move has happened under the host name and only the
     rename failed. Returns a phrase for the error message.
     """
-    if _lookup(ipr, record.host_name) is not None:
+    if nl.lookup(ipr, record.host_name) is not None:
         return "the device stayed in the host netns"
-    nl_error = _netlink_error()
+    nl_error = nl.netlink_error()
     host_ns = os.path.join(os.fspath(proc_root), "self", "ns", "net")
     try:
-        with _iproute(record.netns) as ns:
-            index = _lookup(ns, record.host_name)
+        with nl.iproute(record.netns) as ns:
+            index = nl.lookup(ns, record.host_name)
             if index is None:
                 return f"{record.host_name} is in neither netns"
-            fd = _open_netns(host_ns)
+            fd = nl.open_netns(host_ns)
             try:
                 ns.link("set", index=index, net_ns_fd=fd)
             finally:
                 os.close(fd)
     except (EnforcementError, nl_error) as exc:
-        return f"moving it back to the host failed too: {_reason(exc)}"
+        return f"moving it back to the host failed too: {nl.reason(exc)}"
     return "it was moved back to the host netns"
-
-
-def reassert_vf_settings(record: NetdevRecord, settings: Mapping[str, Any]) -> list[str]:
-    """Set ``settings`` on the PF again when the VF of ``record`` no longer has them (reconcile);
-    returns the fields that had drifted. Raises EnforcementError when the PF refuses."""
-    if not record.vf_settings or not record.pf_name or record.vf_index is None:
-        return []
-    with _iproute() as ipr:
-        try:
-            drift = rec.drifted(settings, _read_vf_config(ipr, record.pf_name, record.vf_index))
-            pf_index = _lookup(ipr, record.pf_name)
-            if drift and pf_index is not None:
-                ipr.link("set", index=pf_index, vf=rec.settings_request(settings, record.vf_config, record.vf_index))
-        except _netlink_error() as exc:
-            raise EnforcementError(f"setting {rec.describe_settings(settings)} on VF {record.vf_index} of "
-                                   f"{record.pf_name} again failed: {_reason(exc)}") from exc
-    return drift
 
 
 # ---- restore -------------------------------------------------------------------------
@@ -329,21 +199,21 @@ def restore_netdev(
     Raises EnforcementError when the device is found nowhere, or listing what failed
     (PF-side VF config, rename, MAC, MTU) after trying every step.
     """
-    nl_error = _netlink_error()
+    nl_error = nl.netlink_error()
     errors: list[str] = []
     host_ns = host_netns or os.path.join(os.fspath(proc_root), "self", "ns", "net")
-    with _iproute() as ipr:
+    with nl.iproute() as ipr:
         request = record.restore_request
         if request is not None and record.pf_name:
             try:
-                pf_index = _lookup(ipr, record.pf_name)
+                pf_index = nl.lookup(ipr, record.pf_name)
                 if pf_index is None:
                     errors.append(f"PF {record.pf_name} not found; VF config not restored")
                 else:
                     ipr.link("set", index=pf_index, vf=request)
             except nl_error as exc:
                 errors.append(f"restoring VF {record.vf_index} config on {record.pf_name}: "
-                              f"{_reason(exc)}")
+                              f"{nl.reason(exc)}")
         index: int | None = None
         if pid is not None:
             index = _pull_from_container(record, pid, proc_root, host_ns, ipr, errors)
@@ -366,23 +236,23 @@ def _pull_from_container(record: NetdevRecord, pid: int | str, proc_root: str | 
     when the netns or the device is not there."""
     ns_path = os.path.join(os.fspath(proc_root), str(pid), "ns", "net")
     try:
-        os.close(_open_netns(ns_path))
+        os.close(nl.open_netns(ns_path))
     except EnforcementError:
         return None  # the netns is gone; a physical device is already home
-    nl_error = _netlink_error()
-    with _iproute(ns_path) as ns:
-        index = _lookup(ns, record.container_name)
+    nl_error = nl.netlink_error()
+    with nl.iproute(ns_path) as ns:
+        index = nl.lookup(ns, record.container_name)
         if index is None:
             return None
         try:
-            link = _link(ns, index)
+            link = nl.link(ns, index)
             parent = link.get_attr("IFLA_PARENT_DEV_NAME")
             if record.bdf and parent and parent.lower() != record.bdf:
                 errors.append(f"{record.container_name} in {ns_path} belongs to PCI {parent}, "
                               f"not {record.bdf}; left alone")
                 return None
             ns.link("set", index=index, state="down")
-            fd = _open_netns(host_ns)
+            fd = nl.open_netns(host_ns)
             try:
                 ns.link("set", index=index, net_ns_fd=fd, ifname=record.host_name)
             finally:
@@ -390,13 +260,13 @@ def _pull_from_container(record: NetdevRecord, pid: int | str, proc_root: str | 
         except nl_error as exc:
             # the kernel moves first and renames second: a taken host name leaves the
             # device home under its container name, which the host side renames again
-            arrived = _lookup(ipr, record.container_name)
+            arrived = nl.lookup(ipr, record.container_name)
             if arrived is not None:
                 return arrived
             raise EnforcementError(
                 f"moving {record.container_name} back to the host as {record.host_name} "
-                f"failed: {_reason(exc)}", path=ns_path) from exc
-    return _lookup(ipr, record.host_name)
+                f"failed: {nl.reason(exc)}", path=ns_path) from exc
+    return nl.lookup(ipr, record.host_name)
 
 
 def _find_at_home(record: NetdevRecord, sysfs_root: str | os.PathLike[str], ipr: Any) -> int | None:
@@ -406,12 +276,12 @@ def _find_at_home(record: NetdevRecord, sysfs_root: str | os.PathLike[str], ipr:
         names.extend(rec.netdevs_of(record.bdf, sysfs_root))
     names.extend([record.container_name, record.host_name])
     for name in names:
-        index = _lookup(ipr, name)
+        index = nl.lookup(ipr, name)
         if index is not None:
             if record.bdf is None and name == record.container_name and name != record.host_name:
                 # a virtual device with the container name in the host: only trust it when
                 # the host name is free, the state a dead netns leaves behind
-                if _lookup(ipr, record.host_name) is not None:
+                if nl.lookup(ipr, record.host_name) is not None:
                     continue
             return index
     return None
@@ -420,9 +290,9 @@ def _find_at_home(record: NetdevRecord, sysfs_root: str | os.PathLike[str], ipr:
 def _restore_host_side(record: NetdevRecord, index: int, ipr: Any, errors: list[str],
                        nl_error: type[Exception]) -> None:
     try:
-        link = _link(ipr, index)
+        link = nl.link(ipr, index)
     except nl_error as exc:
-        errors.append(f"reading interface {index}: {_reason(exc)}")
+        errors.append(f"reading interface {index}: {nl.reason(exc)}")
         return
     steps: list[tuple[str, dict[str, Any]]] = []
     if link.get_attr("IFLA_IFNAME") != record.host_name:
@@ -439,13 +309,11 @@ def _restore_host_side(record: NetdevRecord, index: int, ipr: Any, errors: list[
         try:
             ipr.link("set", index=index, **args)
         except nl_error as exc:
-            errors.append(f"{what}: {_reason(exc)}")
+            errors.append(f"{what}: {nl.reason(exc)}")
 
 
 __all__ = [
     "NetdevRecord",
-    "VfConfig",
     "move_netdev_to_netns",
-    "reassert_vf_settings",
     "restore_netdev",
 ]

@@ -2,6 +2,7 @@
 
 * :mod:`~numa_pin.ledger.model` — frozen :class:`Grant`, :class:`PodRecord` and
   :class:`LedgerState` with pure queries and updates (no I/O);
+* :mod:`~numa_pin.ledger.records` — the small records a grant carries (:class:`GpuAccess`);
 * :mod:`~numa_pin.ledger.store` — :class:`Ledger`: checksummed JSON file, lock-free
   reads, ``flock``-serialised transactions with atomic, fsynced replacement;
 * :mod:`~numa_pin.ledger.liveness` — :func:`is_alive` (pid + start time, or cgroup) and
@@ -16,12 +17,12 @@ from numa_pin.ledger.model import (
     KIND_PROCESS,
     KIND_SHARED,
     LEDGER_VERSION,
-    GpuAccess,
     Grant,
     LedgerState,
     PodNetdev,
     PodRecord,
 )
+from numa_pin.ledger.records import GpuAccess
 from numa_pin.ledger.store import Ledger, Transaction
 
 __all__ = [

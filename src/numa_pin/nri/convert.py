@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from numa_pin.admission.kubernetes import NAME_KEYS, POD_ID_KEYS, POD_NAME_KEYS, SANDBOX_TYPE_KEYS
-from numa_pin.admission.request import ContainerLimits
+from numa_pin.admission.limits import ContainerLimits
 from numa_pin.cpuset import format_list
 from numa_pin.hook.oci import OciSpec
 from numa_pin.ledger.model import Grant

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from numa_pin.admission.request import CPUSET_FIELD, Amounts
+from numa_pin.admission.limits import CPUSET_FIELD
+from numa_pin.admission.request import Amounts
 from numa_pin.allocators.cpu import allocate_cpus, reserved_cpus
 from numa_pin.cpuset import format_list
 from numa_pin.errors import AdmissionError, AllocationError, TopologyAffinityError

@@ -18,7 +18,8 @@ interface moved instead).
 from __future__ import annotations
 
 from numa_pin.errors import NumaPinError
-from numa_pin.ledger.model import KIND_PROCESS, GpuAccess, Grant
+from numa_pin.ledger.model import KIND_PROCESS, Grant
+from numa_pin.ledger.records import GpuAccess
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
 from numa_pin.topology.model import KIND_GPU
 

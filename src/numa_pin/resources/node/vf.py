@@ -82,7 +82,8 @@ class VfNode(NodeResource):
         repaired: list[str] = []
         for grant, data in _settings_records(state):
             from numa_pin import report
-            from numa_pin.enforcer.netdev import NetdevRecord, reassert_vf_settings
+            from numa_pin.enforcer.netdev_record import NetdevRecord
+            from numa_pin.enforcer.vfsettings import reassert_vf_settings
 
             try:
                 drift = reassert_vf_settings(NetdevRecord.from_dict(data), grant.vf_config)
