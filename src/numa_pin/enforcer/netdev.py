@@ -93,8 +93,8 @@ def move_netdev_to_netns(
             try:
                 vf_config = vfs.read_vf_config(ipr, pf_name, vf_index)
             except (nl_error, KeyError, AttributeError, TypeError, ValueError):
-                # numa-pin itself never changes the PF side; without the snapshot a
-                # restore only skips the PF-side step
+                # no snapshot: a restore skips the PF-side step (and VF settings, which
+                # need one to be put back, are refused before anything is written)
                 vf_config = None
         record = NetdevRecord(
             host_name=host_name,
