@@ -44,6 +44,8 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 if TYPE_CHECKING:
     from typing import Any
 
+    from numa_pin.ledger.store import Transaction
+
 #: how often an admission decides again after a real conflict (another writer took what its
 #: decision holds, or changed its pod); each such conflict is another admission committed
 MAX_ATTEMPTS = 8
@@ -322,21 +324,28 @@ class NodeService(ServiceBase):
             if old is None:
                 return None
             grant = old.as_shared()
-            undo = UndoLog()
-            enforcing = Admission(grant, txn.state.with_grant(grant), undo, self.live_cgroup_ref(old), old.pid,
-                                  None, (old,), False)
-            try:
-                for resource in self.resources:
-                    enforcing = resource.enforce(self, enforcing, grant)
-            except BaseException as exc:
-                self._roll_back(undo, exc, container_id)
-                raise
-            txn.on_commit_failure(self._undoer(undo, container_id))
+            enforcing = self._enforce_changed(txn, old, grant, (old,))
+            undo = enforcing.undo
             txn.after_commit(lambda: self._give_back(Release(before, enforcing.state, old, (old,), undo)))
             txn.state = enforcing.state
         if self.config.syslog:
             report.log_decision(grant, "released to the shared pool")
         return grant
+
+    def _enforce_changed(self, txn: Transaction, old: Grant, grant: Grant, gone: tuple[Grant, ...]) -> Admission:
+        """Enforce ``grant``, the new form of the live grant ``old``, through every resource inside
+        ``txn``; a failure rolls back what was written, and a failed commit runs the undo."""
+        undo = UndoLog()
+        enforcing = Admission(grant, txn.state.with_grant(grant), undo, self.live_cgroup_ref(old), old.pid,
+                              None, gone, False)
+        try:
+            for resource in self.resources:
+                enforcing = resource.enforce(self, enforcing, grant)
+        except BaseException as exc:
+            self._roll_back(undo, exc, old.container_id)
+            raise
+        txn.on_commit_failure(self._undoer(undo, old.container_id))
+        return enforcing
 
     # ---- resize ----------------------------------------------------------------------------
     def update_grant(self, container_id: str, change: Callable[[Grant, LedgerState], Grant]) -> tuple[Grant, Grant]:
@@ -351,16 +360,7 @@ class NodeService(ServiceBase):
                 raise RequestError(f"no running container or process holds a grant {container_id!r}",
                                    annotation="ID")
             grant = change(old, txn.state)
-            undo = UndoLog()
-            enforcing = Admission(grant, txn.state.with_grant(grant), undo, self.live_cgroup_ref(old), old.pid,
-                                  None, (), False)
-            try:
-                for resource in self.resources:
-                    enforcing = resource.enforce(self, enforcing, grant)
-            except BaseException as exc:
-                self._roll_back(undo, exc, container_id)
-                raise
-            txn.on_commit_failure(self._undoer(undo, container_id))
+            enforcing = self._enforce_changed(txn, old, grant, ())
             txn.state = enforcing.state
         if self.config.syslog:
             report.log_decision(enforcing.grant, "resized")
