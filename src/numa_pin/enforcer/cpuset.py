@@ -21,7 +21,6 @@ lacks.
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Iterable
 
@@ -111,18 +110,24 @@ def ensure_cpuset_controller(ref: CgroupRef, undo: UndoLog) -> tuple[str, ...]:
     return tuple(enabled)
 
 
+def restore_list(path: str, text: str) -> None:
+    """Write ``text`` back to the cpuset list file ``path``. An empty value (a v2 cgroup that
+    inherits its parent's) that the kernel refuses (ENOSPC on a populated v2 cgroup, seen on
+    Linux 6.1 and 6.18) is given what it inherits instead: its parent's effective list. Raises
+    EnforcementError naming ``path``."""
+    try:
+        cgroups.write_cgroup_file(path, text)
+    except EnforcementError:
+        if text.strip():
+            raise
+        parent = os.path.dirname(os.path.dirname(path))
+        inherited = cgroups.read_cgroup_file(os.path.join(parent, os.path.basename(path) + ".effective"))
+        cgroups.write_cgroup_file(path, inherited)
+
+
 def _writer(path: str, text: str) -> UndoFn:
     def undo() -> None:
-        try:
-            cgroups.write_cgroup_file(path, text)
-        except EnforcementError as exc:
-            if text.strip() or getattr(exc.__cause__, "errno", None) != errno.ENOSPC:
-                raise
-            # cgroup v2 refuses an empty cpuset (one that inherits) back on a populated cgroup:
-            # give it what it would inherit, its parent's effective list
-            parent = os.path.dirname(os.path.dirname(path))
-            inherited = cgroups.read_cgroup_file(os.path.join(parent, os.path.basename(path) + ".effective"))
-            cgroups.write_cgroup_file(path, inherited)
+        restore_list(path, text)
 
     return undo
 
@@ -282,5 +287,6 @@ __all__ = [
     "apply_cpuset",
     "ensure_cpuset_controller",
     "read_cpuset",
+    "restore_list",
     "write_list_if_changed",
 ]

@@ -23,6 +23,7 @@ import os
 from numa_pin.admission.isolation import of_grant
 from numa_pin.cpuset import format_list
 from numa_pin.enforcer import cgroups as cg
+from numa_pin.enforcer.cpuset import restore_list
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
 from numa_pin.ledger.model import Grant, LedgerState
@@ -118,26 +119,15 @@ def _narrow(node: Node, rel: str, cpus: frozenset[int], saved: Saved, undo: Undo
     if not len(local):
         return False
 
-    def undo_narrow() -> None:
+    def undo_narrow() -> None:  # an inherited (empty) cpuset comes back as what it inherits
         from numa_pin.enforcer.undo import describe_failures
 
         failures = local.rollback()
-        mine = tuple(f for f in failures if f.description.startswith(path + ":"))
-        if mine:  # cgroup v2 refuses the empty (inherited) cpuset back on a populated cgroup
-            _inherit(path)
-        rest = tuple(f for f in failures if f not in mine)
-        if rest:
-            raise EnforcementError(describe_failures(rest), path=path)
+        if failures:
+            raise EnforcementError(describe_failures(failures), path=path)
 
     undo.record(f"{rel}: host services on cpus {format_list(cpus)}", undo_narrow)
     return True
-
-
-def _inherit(path: str) -> None:
-    """Write the parent's effective CPUs to ``path`` (a ``cpuset.cpus``): what an empty one
-    inherits, where the kernel refuses an empty one (ENOSPC on a populated v2 cgroup)."""
-    parent = os.path.join(os.path.dirname(os.path.dirname(path)), "cpuset.cpus.effective")
-    cg.write_cgroup_file(path, cg.read_cgroup_file(parent))
 
 
 def _restore(node: Node, path: str, entry: dict[str, Any], saved: Saved, undo: UndoLog) -> None:
@@ -156,12 +146,7 @@ def _restore(node: Node, path: str, entry: dict[str, Any], saved: Saved, undo: U
     if os.path.isfile(path):
         current, original = cg.read_cgroup_file(path), str(entry.get("value", ""))
         if current != original:
-            try:
-                cg.write_cgroup_file(path, original)
-            except EnforcementError:
-                if original.strip():
-                    raise
-                _inherit(path)  # the same CPUs as the empty (inherited) cpuset the kernel refuses
+            restore_list(path, original)  # an inherited one as what it inherits, where v2 refuses empty
             undo.record(f"{path}: {original!r} (was {current!r})", lambda: cg.write_cgroup_file(path, current))
     saved.forget(path, undo)
 
