@@ -108,6 +108,17 @@ def _lead(command: list[str], env: dict[str, str], ranks: list[dict[str, Any]]) 
             _exec(command, {**env, **rank["env"]})
         pids.append(pid)
 
+    _forward_signals(pids)
+    worst = 0
+    for pid in pids:
+        _, status = os.waitpid(pid, 0)
+        worst = max(worst, _wait_status_to_code(status))
+    os._exit(worst)
+
+
+def _forward_signals(pids: list[int]) -> None:
+    """Pass SIGINT, SIGTERM and SIGHUP on to ``pids`` (one gone already is skipped)."""
+
     def forward(signum, _frame):
         for pid in pids:
             try:
@@ -117,11 +128,6 @@ def _lead(command: list[str], env: dict[str, str], ranks: list[dict[str, Any]]) 
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
-    worst = 0
-    for pid in pids:
-        _, status = os.waitpid(pid, 0)
-        worst = max(worst, _wait_status_to_code(status))
-    os._exit(worst)
 
 
 def _payload(service: Any, grant: Any, ranks: int) -> tuple[dict[str, Any], str | None, list[str]]:
@@ -251,14 +257,7 @@ def run(args: argparse.Namespace) -> int:
     if warning:
         print(warning, file=sys.stderr)
 
-    def forward(signum, _frame):
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
-
-    for sig in FORWARDED:
-        signal.signal(sig, forward)
+    _forward_signals([pid])
     code = 0
     try:
         while True:  # reap the command and every orphan it leaves (we are a subreaper)
