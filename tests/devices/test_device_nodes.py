@@ -26,24 +26,13 @@ from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.resources.base import grant_from
 from numa_pin.resources.devices import ASSIGNED
 from numa_pin.resources.node.devnodes import cdi_devices
-from numa_pin.testing import devtree, machine
-from numa_pin.topology.discover import discover
+from numa_pin.testing import devtree
 
 SNN = NodeSettings(policy="single-numa-node")
 CLAIM = "k8s.gpu.nvidia.com/claim"
 UID = "6f1c3c1e-7b2a-4d1e-9b1e-0c7f9d2a4e11"
 SPEC = devtree.gpu8_devnodes()
 KIT_GPUS = sorted((p for p in SPEC.pci if p.gpu_minor is not None), key=lambda p: p.gpu_minor)
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return machine.build_once(SPEC, tmp_path_factory.getbasetemp())
-
-
-@pytest.fixture(scope="module")
-def topo(built):
-    return discover(built.sysfs_root, built.proc_root)
 
 
 def node_of(topo, address):

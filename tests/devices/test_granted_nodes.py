@@ -14,20 +14,9 @@ import pytest
 from numa_pin.enforcer.devnodes import function_nodes, pcidevice_env
 from numa_pin.hook.precreate import RuntimeFeatures, edit_spec
 from numa_pin.ledger.model import Grant
-from numa_pin.testing import devtree, machine
-from numa_pin.topology.discover import discover
+from numa_pin.testing import devtree
 
 SPEC = devtree.gpudirect()
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return machine.build_once(SPEC, tmp_path_factory.getbasetemp())
-
-
-@pytest.fixture(scope="module")
-def topo(built):
-    return discover(built.sysfs_root, built.proc_root)
 
 
 def numbers(path):

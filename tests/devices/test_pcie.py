@@ -22,24 +22,13 @@ from numa_pin.devices import pcie
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.ledger.model import LedgerState
 from numa_pin.nrt import build_nrt
-from numa_pin.testing import devtree, machine
-from numa_pin.topology.discover import discover
+from numa_pin.testing import devtree
 
 SPEC = devtree.gpudirect()
 GPUS = sorted(p.address for p in SPEC.pci if p.gpu_minor is not None)
 NIC0 = "0000:32:00.0"  # E810 PF, node 0
 CX6 = devtree.CX6_PF  # node 3
 CX6_VF = "0000:c9:00.3"
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    return machine.build_once(SPEC, tmp_path_factory.getbasetemp())
-
-
-@pytest.fixture(scope="module")
-def topo(built):
-    return discover(built.sysfs_root, built.proc_root)
 
 
 def test_every_pcie_root_is_the_sysfs_directory_the_function_hangs_from(built, topo):
