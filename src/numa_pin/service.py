@@ -200,7 +200,7 @@ class NodeService(ServiceBase):
                         )
                         new_state = new_state.with_pod(pod)
                     enforcing = Admission(grant, new_state, undo, ref, pid, rootfs, dropped,
-                                          (existing is None or bind) and bool(pid))
+                                          (existing is None or bind) and bool(pid), txn.state)
                     for resource in self.resources:
                         enforcing = resource.enforce(self, enforcing, grant)
                     grant, new_state = enforcing.grant, enforcing.state
@@ -337,7 +337,7 @@ class NodeService(ServiceBase):
         ``txn``; a failure rolls back what was written, and a failed commit runs the undo."""
         undo = UndoLog()
         enforcing = Admission(grant, txn.state.with_grant(grant), undo, self.live_cgroup_ref(old), old.pid,
-                              None, gone, False)
+                              None, gone, False, txn.state)
         try:
             for resource in self.resources:
                 enforcing = resource.enforce(self, enforcing, grant)

@@ -290,3 +290,59 @@ def test_resize_shared_refuses_escape_and_empty_pool(v1_tree: FakeCgroupTree,
         resize_shared([outside], {0}, cgroup_root, UndoLog())
     with pytest.raises(AllocationError):
         resize_shared([], set(), cgroup_root, UndoLog())
+
+
+# ---- resize_shared with the previous pool known (an admission, a release) ---------------
+@pytest.mark.parametrize("version", [1, 2], ids=["v1", "v2"])
+def test_resize_shared_from_a_known_pool_writes_without_reading(
+        cgroup_root: Path, kernel_factory, monkeypatch: pytest.MonkeyPatch, version: int) -> None:
+    """Moving the pool from what the ledger had (``previous``) reads no shared container's
+    file: each is written its target, a drifted one put right with the rest, one whose own
+    cpuset leaves its part unchanged is not touched, and the undo writes back each one's part of
+    ``previous`` (the ledger the rollback returns to), not what drifted."""
+    tree = FakeCgroupTree(cgroup_root, version)
+    if version == 2:
+        write(cgroup_root / "cgroup.subtree_control", "cpuset\n")
+    tree.mkcg("/runc", "0-7", "0-1", subtree="cpuset")
+    tree.mkcg("/runc/plain", "0-7", "0-1")
+    tree.mkcg("/runc/drifted", "0-2,6", "0-1")
+    tree.mkcg("/runc/limited", "0-3", "0-1")
+    tree.mkcg("/runc/shrinks-in-limit", "4-7", "0-1")
+    kernel = kernel_factory(tree)
+    refs = {n: ref_for(tree, f"/runc/{n}") for n in ("plain", "drifted", "limited", "shrinks-in-limit", "died")}
+    limits = {refs["limited"]: frozenset({0, 1, 2, 3}), refs["shrinks-in-limit"]: frozenset({4, 5, 6, 7})}
+    reads: list[str] = []
+    real_read = cgroups.read_cgroup_file
+
+    def counting_read(path: str) -> str:
+        reads.append(path)
+        return real_read(path)
+
+    monkeypatch.setattr(cgroups, "read_cgroup_file", counting_read)
+    undo = UndoLog()
+    result = resize_shared(refs.values(), {0, 1, 2, 3, 4, 5}, cgroup_root, undo, limits, previous=range(8))
+    assert not [p for p in reads if p.endswith("cpuset.cpus")]
+    assert [r.rel_path for r in result.updated] == ["/runc/plain", "/runc/drifted", "/runc/shrinks-in-limit"]
+    assert [r.rel_path for r in result.unchanged] == ["/runc/limited"]
+    assert [r.rel_path for r in result.missing] == ["/runc/died"]
+    assert {n: cpus(tree, f"/runc/{n}") for n in ("plain", "drifted", "limited", "shrinks-in-limit")} == {
+        "plain": "0-5", "drifted": "0-5", "limited": "0-3", "shrinks-in-limit": "4-5"}
+    assert str(tree.hierarchy / "runc" / "limited" / "cpuset.cpus") not in {p for p, _ in kernel.writes}
+    assert undo.rollback() == ()
+    assert {n: cpus(tree, f"/runc/{n}") for n in ("plain", "drifted", "limited", "shrinks-in-limit")} == {
+        "plain": "0-7", "drifted": "0-7", "limited": "0-3", "shrinks-in-limit": "4-7"}
+
+
+def test_resize_shared_from_a_known_pool_still_resizes_nested_cgroups(
+        v1_tree: FakeCgroupTree, cgroup_root: Path, kernel_factory) -> None:
+    """A shared container with cpuset cgroups below it is read and resized with them (v1 refuses
+    a parent below its children), though the pool it comes from is known."""
+    v1_tree.mkcg("/s", "0-7", "0-1")
+    v1_tree.mkcg("/s/docker", "0-7", "0-1")
+    kernel_factory(v1_tree)
+    undo = UndoLog()
+    result = resize_shared([ref_for(v1_tree, "/s")], {0, 1, 2, 3}, cgroup_root, undo, previous=range(8))
+    assert [r.rel_path for r in result.updated] == ["/s"] and not result.blocked
+    assert (cpus(v1_tree, "/s"), cpus(v1_tree, "/s/docker")) == ("0-3", "0-3")
+    assert undo.rollback() == ()
+    assert (cpus(v1_tree, "/s"), cpus(v1_tree, "/s/docker")) == ("0-7", "0-7")

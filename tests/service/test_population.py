@@ -18,7 +18,7 @@ from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.enforcer import cgroups
-from numa_pin.errors import CgroupEscapeError
+from numa_pin.errors import CgroupEscapeError, EnforcementError
 from numa_pin.ledger import liveness
 from numa_pin.ledger.liveness import SHARED_CHECKS
 from numa_pin.record import replace
@@ -150,3 +150,33 @@ def test_the_agent_grows_the_shared_containers_back_after_its_reply_never_onto_a
     assert node_service._SETTLE is None  # one request's worth; the next release grows at once again
     svc.release("y")
     assert set(shared_cpusets(node).values()) == {everything}
+
+
+def test_an_admission_moves_the_shared_containers_from_the_ledgers_pool_without_reading_them(
+        busy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool the shared containers leave is the ledger's, so their files are written, not read
+    first (a busy node has thousands); a failure later in the admission puts every one back on
+    that pool, one that had drifted too, and the next admission takes its CPUs out of all."""
+    node, svc = busy
+    everything = parse_list(node.cpus)
+    (node.cgroup_dir("s3") / "cpuset.cpus").write_text("0\n")  # drifted behind numa-pin's back
+    reads: list[str] = []
+    real_read = cgroups.read_cgroup_file
+    monkeypatch.setattr(cgroups, "read_cgroup_file", lambda path: reads.append(path) or real_read(path))
+    later = next(r for r in svc.resources if type(r).__name__ == "MemoryNode")
+
+    def fail(*_args, **_kwargs):
+        raise EnforcementError("injected after the CPUs were enforced", path="memory")
+
+    monkeypatch.setattr(type(later), "enforce", fail)
+    with pytest.raises(EnforcementError, match="injected"):
+        exclusive(svc, node, "x", 60_000)
+    assert "x" not in svc.ledger.read().grants
+    assert shared_cpusets(node) == dict.fromkeys(shared_cpusets(node), everything)
+    monkeypatch.undo()
+    monkeypatch.setattr(cgroups, "read_cgroup_file", lambda path: reads.append(path) or real_read(path))
+    reads.clear()
+    x = exclusive(svc, node, "x", 60_001)
+    shared_files = {str(node.cgroup_dir(f"s{i}") / "cpuset.cpus") for i in range(SHARED) if i != 1}
+    assert not shared_files & set(reads)  # s1 has a nested cgroup: that one is read, with it
+    assert shared_cpusets(node) == dict.fromkeys(shared_cpusets(node), everything - x)

@@ -15,7 +15,7 @@ starts as every CPU minus the reserved ones), and a grant that would empty it is
 from __future__ import annotations
 
 import os
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 
 from numa_pin import cpuset as cpulist
 from numa_pin.enforcer import cgroups
@@ -159,6 +159,7 @@ def resize_shared(
     systemd: Systemd | None = None,
     real_dirs: dict[str, str] | None = None,
     checked: bool = False,
+    previous: Iterable[int] | None = None,
 ) -> ResizeResult:
     """Set ``cpuset.cpus`` of every shared container cgroup in ``refs`` to ``pool`` (inside the
     container's own cpuset where ``limits`` gives one).
@@ -179,9 +180,16 @@ def resize_shared(
     made by :func:`cgroups.refs_from_paths`, which checked it, so it is not checked again) and
     AllocationError for an empty pool, or a container whose own cpuset holds no pool CPU.
 
+    ``previous``: the pool the ledger had the shared containers on before this change (an
+    admission or a release knows it). Their files are then not read: each is written its target
+    where that differs from its part of ``previous``, and its undo writes that part back, so a
+    rollback leaves every shared container as the ledger it goes back to says (one that drifted
+    meanwhile is put right by the write). Without it (``settle``, ``reconcile``) each file is read,
+    written only where it differs from its target, and its undo writes back what it held.
+
     Cost per container: one path check against parents resolved once (``real_dirs``, a memo
     the caller may share with the making of ``refs``, see :func:`cgroups.realpath`; none with
-    ``checked``), one read (its text is the undo's), one ``stat``, a write where it changes.
+    ``checked``), one read unless ``previous`` is given, one ``stat``, a write where it changes.
     """
     target = frozenset(pool)
     if not target:
@@ -194,60 +202,96 @@ def resize_shared(
     unchanged: list[CgroupRef] = []
     missing: list[CgroupRef] = []
     blocked: list[Blocked] = []
-    current: dict[CgroupRef, frozenset[int]] = {}
-    texts: dict[CgroupRef, str] = {}  # what each file held: the undo writes it back
+    # (ref, current CPUs, target, what its file held: the undo writes it back); plain tuples and
+    # lists, not records keyed by cgroup: a busy node passes thousands of shared containers
+    plan: list[tuple[CgroupRef, frozenset[int], frozenset[int], str]] = []
     parsed: dict[str, frozenset[int]] = {}  # shared cpusets mostly read the same text
+    formatted: dict[frozenset[int], str] = {}  # every target's text, formatted once per batch
+    read = cgroups.read_cgroup_file
+    was = None if previous is None else frozenset(previous)
     for ref in ref_list:
+        if was is not None:
+            limit = limits.get(ref) if limits else None
+            want, current = (target, was) if limit is None else (target & limit, was & limit)
+            if current == want:
+                unchanged.append(ref)
+                continue
+            text = formatted.get(current)
+            if text is None:
+                text = formatted[current] = cpulist.format_list(current)
+            plan.append((ref, current, want, text))
+            continue
+        path = _cpus_file(ref.cpuset_dir)
         try:
-            current[ref], texts[ref] = _read_cpus_text(ref, parsed)
+            text = read(path)
+            current = _parse(text, path, parsed)
         except EnforcementError as exc:  # a cgroup gone (an exited container) cannot be read
             if os.path.isdir(ref.cpuset_dir):
                 blocked.append(Blocked(ref, frozenset(), target, str(exc)))
             else:
                 missing.append(ref)
-    plan = plan_shared_updates(current, target, limits)
-    empty = [_ref(u).rel_path for u in plan if not u.target]
+            continue
+        want = target & limits[ref] if limits and ref in limits else target
+        if current == want:
+            unchanged.append(ref)
+        else:
+            plan.append((ref, current, want, text))
+    empty = [ref.rel_path for ref, _, want, _ in plan if not want]
     if empty:
         raise AllocationError(
             f"shared containers {', '.join(empty)} would have no CPU: their own cpusets hold none of "
             f"the shared pool {cpulist.format_list(target)}"
         )
-    changing = {u.key for u in plan}
-    unchanged.extend(r for r in current if r not in changing)
     enabled: set[str] = set()  # parents whose ancestors have cpuset enabled (v2), once per batch
-    formatted: dict[frozenset[int], str] = {}  # every target's text, formatted once per batch
-    for update in plan:
-        ref = _ref(update)
+    write = cgroups.write_cgroup_file
+    for ref, current, want, before in plan:
+        directory = ref.cpuset_dir
+        text = formatted.get(want)
+        if text is None:
+            text = formatted[want] = cpulist.format_list(want)
+        parent = os.path.dirname(directory) if ref.version == 2 else ""  # v1 has no subtree_control
+        if systemd is None and parent in enabled and _no_subdirs(directory):
+            # the common case, a container of one cgroup whose parent is ready: one write (and
+            # on v2 no partition can sit below it)
+            path = _cpus_file(directory)
+            try:
+                write(path, text)
+            except EnforcementError as exc:
+                if os.path.isdir(directory):
+                    blocked.append(Blocked(ref, current, want, str(exc)))
+                else:
+                    missing.append(ref)
+                continue
+            undo.record(f"{path}: {text!r} (was {before!r}, shared pool)", _restorer(path, before))
+            updated.append(ref)
+            continue
         own = UndoLog()
-        parent = os.path.dirname(ref.cpuset_dir)
         try:
             if parent not in enabled:
                 ensure_cpuset_controller(ref, own)
             if systemd is not None:
                 from numa_pin.enforcer.systemd import assert_unit_cpuset
 
-                assert_unit_cpuset(systemd, ref, update.target, None, own)
-            text = formatted.get(update.target)
-            if text is None:
-                text = formatted[update.target] = cpulist.format_list(update.target)
+                assert_unit_cpuset(systemd, ref, want, None, own)
             if ref.version == 1:
-                _resize_tree_v1(ref, update, own, texts[ref], text)
+                _resize_tree_v1(ref, want, own, before, text)
             else:
-                _write_list(ref.cpuset_dir, update.target, own, "shared pool", texts[ref], text)
+                _write_list(ref.cpuset_dir, want, own, "shared pool", before, text)
         except EnforcementError as exc:
             failures = own.rollback()
             if not os.path.isdir(ref.cpuset_dir):
                 missing.append(ref)
                 continue
             why = str(exc) if not failures else f"{exc}; {describe_failures(failures)}"
-            blocked.append(Blocked(ref, update.current, update.target, why))
+            blocked.append(Blocked(ref, current, want, why))
             continue
         undo.absorb(own)
         enabled.add(parent)
         updated.append(ref)
-        stuck = _partition_holding(ref, update.target)
-        if stuck is not None:
-            blocked.append(stuck)
+        if ref.version == 2:
+            stuck = _partition_holding(ref, want)
+            if stuck is not None:
+                blocked.append(stuck)
     return ResizeResult(tuple(updated), tuple(unchanged), tuple(missing), tuple(blocked))
 
 
@@ -308,18 +352,18 @@ def plan_nested(
     return new
 
 
-def _resize_tree_v1(ref: CgroupRef, update: SharedUpdate, undo: UndoLog, before: str, text: str) -> None:
-    """Resize ``ref`` and the cpuset cgroups below it (v1): every cgroup first grows to what it
-    has and will have (parents first), then goes to its target (children first), so at each
-    write a child stays inside its parent, as the kernel demands. ``before``: the text
-    ``ref``'s file held; ``text``: its target's."""
+def _resize_tree_v1(ref: CgroupRef, target: frozenset[int], undo: UndoLog, before: str, text: str) -> None:
+    """Resize ``ref`` to ``target`` with the cpuset cgroups below it (v1): every cgroup first
+    grows to what it has and will have (parents first), then goes to its target (children
+    first), so at each write a child stays inside its parent, as the kernel demands. Alone,
+    ``ref`` is written ``text`` and its undo writes back ``before``; with cgroups below, every
+    file is read first and its undo writes back what it held."""
     tree, parents = _subtree(ref.cpuset_dir)
     if len(tree) == 1:
-        _write_list(ref.cpuset_dir, update.target, undo, "shared pool", before, text)
+        _write_list(ref.cpuset_dir, target, undo, "shared pool", before, text)
         return
-    cpus = {path: _read_list(os.path.join(path, CPUSET_CPUS)) for path in tree}
-    cpus[ref.cpuset_dir] = update.current
-    new = plan_nested(cpus, parents, ref.cpuset_dir, update.target)
+    cpus = {path: _read_list(os.path.join(path, CPUSET_CPUS)) for path in tree}  # the top's as it is
+    new = plan_nested(cpus, parents, ref.cpuset_dir, target)
     now = dict(cpus)
     for path in tree:  # parents before children
         grown = now[path] | new[path]
@@ -394,18 +438,9 @@ def _partition_holding(ref: CgroupRef, target: frozenset[int]) -> Blocked | None
     return None
 
 
-def _ref(update: SharedUpdate) -> CgroupRef:
-    """The cgroup an update of :func:`resize_shared`'s plan is for (its keys are all cgroups)."""
-    if not isinstance(update.key, CgroupRef):
-        raise TypeError(f"a shared-pool update keyed by {update.key!r}, not by a cgroup")
-    return update.key
-
-
-def _read_cpus_text(ref: CgroupRef, parsed: dict[str, frozenset[int]]) -> tuple[frozenset[int], str]:
-    """``ref``'s ``cpuset.cpus``, and its text (``parsed``: a memo of texts parsed before)."""
-    path = os.path.join(ref.cpuset_dir, CPUSET_CPUS)
-    text = cgroups.read_cgroup_file(path)
-    return _parse(text, path, parsed), text
+def _cpus_file(directory: str) -> str:
+    """``directory``'s ``cpuset.cpus`` (``os.path.join``'s result, at a busy node's pace)."""
+    return f"{directory}{CPUSET_CPUS}" if directory.endswith("/") else f"{directory}/{CPUSET_CPUS}"
 
 
 def _read_list(path: str) -> frozenset[int]:
@@ -427,17 +462,22 @@ def _parse(text: str, path: str, parsed: dict[str, frozenset[int]] | None) -> fr
 def _write_list(directory: str, cpus: frozenset[int], undo: UndoLog, why: str, before: str | None = None,
                 text: str | None = None) -> None:
     """Write ``cpus`` (formatted: ``text``) to ``directory``'s ``cpuset.cpus``; ``undo`` puts back ``before``."""
-    path = os.path.join(directory, CPUSET_CPUS)
+    path = _cpus_file(directory)
     if before is None:
         before = cgroups.read_cgroup_file(path)
     if text is None:
         text = cpulist.format_list(cpus)
     cgroups.write_cgroup_file(path, text)
+    undo.record(f"{path}: {text!r} (was {before!r}, {why})", _restorer(path, before))
+
+
+def _restorer(path: str, before: str) -> Callable[[], None]:
+    """The undo of a write to ``path``: ``before`` written back."""
 
     def restore() -> None:
         cgroups.write_cgroup_file(path, before)
 
-    undo.record(f"{path}: {text!r} (was {before!r}, {why})", restore)
+    return restore
 
 
 __all__ = [

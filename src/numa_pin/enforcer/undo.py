@@ -45,7 +45,8 @@ class UndoLog:
     """Reversible actions in the order they were applied."""
 
     def __init__(self) -> None:
-        self._actions: list[UndoAction] = []
+        # (description, undo) pairs: a resize of a busy node's shared pool records thousands
+        self._actions: list[tuple[str, UndoFn]] = []
 
     def __repr__(self) -> str:
         return f"UndoLog({len(self._actions)} actions)"
@@ -54,20 +55,20 @@ class UndoLog:
         return len(self._actions)
 
     def __iter__(self) -> Iterator[UndoAction]:
-        return iter(tuple(self._actions))
+        return iter(self.actions)
 
     @property
     def actions(self) -> tuple[UndoAction, ...]:
         """The recorded actions, oldest first."""
-        return tuple(self._actions)
+        return tuple(UndoAction(description, undo) for description, undo in self._actions)
 
     def descriptions(self) -> list[str]:
         """The description of every recorded action, oldest first."""
-        return [a.description for a in self._actions]
+        return [description for description, _ in self._actions]
 
     def record(self, description: str, undo: UndoFn) -> None:
         """Append an action that has just been applied; ``undo`` reverses it."""
-        self._actions.append(UndoAction(description, undo))
+        self._actions.append((description, undo))
 
     def absorb(self, other: UndoLog) -> None:
         """Move every action of ``other`` to the end of this log (``other`` is emptied).
@@ -91,11 +92,11 @@ class UndoLog:
         """
         failures: list[UndoFailure] = []
         while self._actions:
-            action = self._actions.pop()
+            description, undo = self._actions.pop()
             try:
-                action.undo()
+                undo()
             except (NumaPinError, OSError) as exc:
-                failures.append(UndoFailure(action.description, str(exc)))
+                failures.append(UndoFailure(description, str(exc)))
         return tuple(failures)
 
     def rollback_or_raise(self, context: str, *, path: str | None = None) -> None:

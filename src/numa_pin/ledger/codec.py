@@ -46,7 +46,7 @@ def check_new_grants(before: LedgerState, after: LedgerState, path: str) -> None
                                   f"characters, more than {MAX_NAME_CHARS}", path=path)
 
 
-#: each grant's JSON as last encoded: ``{id(grant): (grant, indented text, canonical text)}``
+#: each grant's JSON as last encoded, its key included: ``{id(grant): (grant, indented member, canonical member)}``
 #: (the grant is kept so its id stays its own). A commit changes one grant of hundreds, and the
 #: unchanged ones are the very objects the last read or write returned (issue 21)
 _ENCODED: dict[int, tuple[Grant, str, str]] = {}
@@ -66,15 +66,17 @@ def encode(state: LedgerState) -> bytes:
     pretty: list[str] = []
     canonical: list[str] = []
     encoded: dict[int, tuple[Grant, str, str]] = {}
+    known_texts = _ENCODED.get
     for cid, grant in sorted(state.grants.items()):
-        known = _ENCODED.get(id(grant))
+        known = known_texts(id(grant))
         if known is None or known[0] is not grant:
             d = grant.to_dict()
-            known = (grant, _indented(d, "\n" + _GRANT_INDENT), _canonical(d))
+            key = _quote(cid)  # json.dumps of a str
+            known = (grant, f"{_GRANT_INDENT}{key}: {_indented(d, chr(10) + _GRANT_INDENT)}",
+                     f"{key}:{_canonical(d)}")
         encoded[id(grant)] = known
-        key = _quote(cid)  # json.dumps of a str
-        pretty.append(f"{_GRANT_INDENT}{key}: {known[1]}")
-        canonical.append(f"{key}:{known[2]}")
+        pretty.append(known[1])
+        canonical.append(known[2])
     _ENCODED.clear()
     _ENCODED.update(encoded)
     slot = json.dumps(_GRANTS_SLOT)

@@ -151,18 +151,20 @@ def collect_garbage(
     Returns the new state and the removed grants ordered by container id (so the caller
     can undo their enforcement: restore netdevs, release devices).
     """
-    alive: dict[str, Grant] = {}
-    removed: list[Grant] = []
-    for cid, grant in sorted(state.grants.items()):
-        if alive_fn(grant):
-            alive[cid] = grant
-        else:
-            removed.append(grant)
+    removed = sorted((g for g in state.grants.values() if not alive_fn(g)), key=_container_id)
+    if not removed and not state.pods:
+        return state, ()
+    gone = {g.container_id for g in removed}
+    alive = {cid: g for cid, g in state.grants.items() if cid not in gone} if gone else state.grants
     pods_in_use = {g.pod_id for g in alive.values()}
     pods = {pid: rec for pid, rec in state.pods.items() if pid in pods_in_use}
     if not removed and len(pods) == len(state.pods):
         return state, ()
     return LedgerState(alive, pods), tuple(removed)
+
+
+def _container_id(grant: Grant) -> str:
+    return grant.container_id
 
 
 #: how many of the grants that hold nothing for themselves (shared containers outside any pod
@@ -181,7 +183,7 @@ def lazy(state: LedgerState, alive_fn: Callable[[Grant], bool], cheap_fn: Callab
     dozen admissions; the rest answer ``cheap_fn`` (the boot check, no ``/proc`` read). A dead
     shared container costs nothing meanwhile: its cgroup is gone, so the shared-pool resize
     skips it."""
-    idle = sorted(cid for cid, g in state.grants.items() if holds_nothing(g) and g.pod_id not in state.pods)
+    idle = idle_grants(state)
     if len(idle) <= SHARED_CHECKS:
         return alive_fn
     if start is None:
@@ -197,6 +199,16 @@ def lazy(state: LedgerState, alive_fn: Callable[[Grant], bool], cheap_fn: Callab
         return alive_fn(grant)
 
     return alive
+
+
+def idle_grants(state: LedgerState) -> list[str]:
+    """The ids of ``state``'s grants that hold nothing and belong to no pod with a record, sorted
+    (worked out once per state: the snapshot an admission decides on is the state it locks)."""
+    known: list[str] | None = getattr(state, "_idle", None)
+    if known is None:
+        known = sorted(cid for cid, g in state.grants.items() if holds_nothing(g) and g.pod_id not in state.pods)
+        object.__setattr__(state, "_idle", known)
+    return known
 
 
 def holds_nothing(grant: Grant) -> bool:
@@ -307,6 +319,7 @@ __all__ = [
     "START_TIME_TOLERANCE_S",
     "cgroup_dir",
     "collect_garbage",
+    "idle_grants",
     "detect_cgroup_version",
     "is_alive",
     "boot_clock",

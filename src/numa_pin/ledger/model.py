@@ -309,8 +309,13 @@ class LedgerState:
         return tuple(g for _, g in sorted(self.grants.items()) if g.pod_id == pod_id)
 
     def shared_grants(self) -> tuple[Grant, ...]:
-        """Grants of ``kind="shared"`` (their cpuset follows the shared pool), by container id."""
-        return tuple(g for _, g in sorted(self.grants.items()) if g.kind == KIND_SHARED)
+        """Grants of ``kind="shared"`` (their cpuset follows the shared pool), by container id
+        (worked out once per state: an admission asks several times, on a node of thousands)."""
+        known: tuple[Grant, ...] | None = getattr(self, "_shared", None)
+        if known is None:
+            known = tuple(g for _, g in sorted(self.grants.items()) if g.kind == KIND_SHARED)
+            shape.set_field(self, "_shared", known)
+        return known
 
     def overlaps(self, grant: Grant) -> tuple[str, ...]:
         """Ids of *other* containers holding any of ``grant``'s exclusive CPUs or devices."""

@@ -153,6 +153,7 @@ class Admission:
     rootfs: str | None  # the spec's ``root.path``: where device nodes go before pivot_root
     dropped: tuple[Grant, ...]  # grants this transaction found dead (their resources are free again)
     started: bool  # the container's process runs for the first time under this grant
+    before: LedgerState | None = None  # the ledger as the transaction read it (None: not known)
 
     def devices_pending(self, decided: Grant) -> bool:
         """Whether the devices of ``decided`` (the grant before any resource enforced it) still

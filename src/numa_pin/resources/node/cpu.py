@@ -118,12 +118,15 @@ def _limits(node: Node, state: LedgerState,
 
 
 def _resize(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
-            exclude: str | None = None) -> ResizeResult:
-    """Every shared container (``exclude`` left out) to ``pool``, one memo of real paths for all."""
+            exclude: str | None = None, before: LedgerState | None = None) -> ResizeResult:
+    """Every shared container (``exclude`` left out) to ``pool``, one memo of real paths for all.
+    ``before``: the ledger the change started from (an admission's, a release's): the shared
+    containers are taken to be on its pool, not read (see :func:`resize_shared`)."""
     real_dirs: dict[str, str] = {}
     return resize_shared(_shared_ids(node, state, exclude, real_dirs), pool, node.config.cgroup_root, undo,
                          _limits(node, state, real_dirs), systemd=node.systemd(), real_dirs=real_dirs,
-                         checked=True)  # _shared_ids checked each path (now, or as the spare rehearsed)
+                         checked=True,  # _shared_ids checked each path (now, or as the spare rehearsed)
+                         previous=None if before is None else shared_pool(node, before))
 
 
 class CpuNode(CpuResource, NodeResource):
@@ -142,13 +145,13 @@ class CpuNode(CpuResource, NodeResource):
                 # its cpuset.mems is usually empty, inheriting the parent's)
                 apply_cpuset(ref, own, None, root, undo, systemd=node.systemd())
         if grant.cpus or any(g.cpus for g in admission.dropped):
-            _log_blocked(_resize(node, state, pool, undo, exclude=grant.container_id))
+            _log_blocked(_resize(node, state, pool, undo, grant.container_id, admission.before))
         return admission
 
     def release(self, node: Node, release: Release) -> list[str]:
         if any(g.cpus for g in release.gone) and not release.later:
             state = release.after
-            resized = _resize(node, state, shared_pool(node, state), release.undo)
+            resized = _resize(node, state, shared_pool(node, state), release.undo, before=release.before)
             return [str(b) for b in resized.blocked]
         return []
 
