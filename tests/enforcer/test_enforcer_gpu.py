@@ -19,7 +19,6 @@ from enforcer_fakes import (
 
 from numa_pin.devices.devfilter import DeviceRule, Insn, carried_rules, encode
 from numa_pin.enforcer import cgroups
-from numa_pin.enforcer.cgroups import detect_layout
 from numa_pin.enforcer.gpu import (
     allow_device_rules,
     expose_gpu_env_file,
@@ -30,6 +29,7 @@ from numa_pin.enforcer.gpu import (
     parse_char_majors,
     revoke_device_rules,
 )
+from numa_pin.enforcer.mounts import detect_layout
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
 from numa_pin.topology.model import KIND_GPU, PciDevice

@@ -17,9 +17,10 @@ import pytest
 from enforcer_fakes import requires_root
 
 from numa_pin import cpuset as cpulist
-from numa_pin.enforcer.cgroups import CgroupRef, detect_layout, find_cgroup
+from numa_pin.enforcer.cgroups import CgroupRef, find_cgroup
 from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
 from numa_pin.enforcer.gpu import allow_device_rules, gpu_rules
+from numa_pin.enforcer.mounts import detect_layout
 from numa_pin.enforcer.pool import resize_shared
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError

@@ -55,7 +55,7 @@ from typing import Any
 
 from numa_pin.devices.devfilter import DeviceRule
 from numa_pin.enforcer import cgroups
-from numa_pin.enforcer.cgroups import CgroupLayout
+from numa_pin.enforcer.mounts import CgroupLayout
 from numa_pin.enforcer.undo import UndoFn, UndoLog, describe_failures
 from numa_pin.errors import EnforcementError
 from numa_pin.record import record, replace
