@@ -161,8 +161,8 @@ syslog: false
     assert c.source == "x.yaml"
     assert (c.policy, c.scope) == ("single-numa-node", "pod")
     assert dict(c.policy_options) == {"prefer-closest-numa-nodes": "true", "max-allowable-numa-nodes": 16}
-    assert c.cpu_manager.options.enabled() == {
-        "full-pcpus-only", "distribute-cpus-across-numa", "strict-cpu-reservation"}
+    assert c.cpu_manager.options.enabled() == (
+        "full-pcpus-only", "distribute-cpus-across-numa", "strict-cpu-reservation")
     assert c.cpu_manager.reserved_cpus == frozenset({0, 8, 9})
     assert c.cpu_manager.num_reserved_cpus == 3, "the list's size; the file's 0 is ignored"
     assert c.reserved_memory == {0: {"memory": 1 << 30, "hugepages-2Mi": 4 << 20}, 1: {"hugepages-1Gi": 1 << 30}}

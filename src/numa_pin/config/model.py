@@ -4,15 +4,17 @@
 validated one with :func:`numa_pin.config.schema.config_from_dict` or ``load_config``;
 direct construction trusts its arguments. Device selectors are
 :class:`numa_pin.devices.selector.Selector`, the type the inventory uses
-(``DeviceSelector`` is the same class under the name the config has always exported).
+(``DeviceSelector`` is the same class under the name the config has always exported), and the
+CPU manager's options :class:`numa_pin.config.cpu_options.CpuOptions` (``CpuManagerOptions``),
+the record the CPU provider and allocators take.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from numa_pin.config.cpu_options import CpuOptions
 from numa_pin.config.keys import default
-from numa_pin.config.parse import CPU_MANAGER_OPTIONS
 from numa_pin.cpuset import format_list
 from numa_pin.devices.selector import Selector
 from numa_pin.record import field, record
@@ -29,26 +31,8 @@ def _default_field(key: str) -> Any:
     return field(default_factory=lambda: default(key), hash=False)
 
 
-@record
-class CpuManagerOptions:
-    """CPU manager static-policy options; unset is false, as in kubelet."""
-
-    full_pcpus_only: bool = _default_field("cpu_manager.options.full-pcpus-only")
-    distribute_cpus_across_numa: bool = _default_field("cpu_manager.options.distribute-cpus-across-numa")
-    distribute_cpus_across_cores: bool = _default_field("cpu_manager.options.distribute-cpus-across-cores")
-    prefer_align_cpus_by_uncorecache: bool = _default_field(
-        "cpu_manager.options.prefer-align-cpus-by-uncorecache"
-    )
-    strict_cpu_reservation: bool = _default_field("cpu_manager.options.strict-cpu-reservation")
-    align_by_socket: bool = _default_field("cpu_manager.options.align-by-socket")
-
-    def as_kubelet(self) -> dict[str, bool]:
-        """Option name (kubelet spelling) -> value, for every option."""
-        return {name: getattr(self, name.replace("-", "_")) for name in CPU_MANAGER_OPTIONS}
-
-    def enabled(self) -> frozenset[str]:
-        """Kubelet names of the options that are on."""
-        return frozenset(name for name, on in self.as_kubelet().items() if on)
+#: the CPU manager's static-policy options: the record the CPU provider and allocators read
+CpuManagerOptions = CpuOptions
 
 
 @record
