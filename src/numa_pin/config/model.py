@@ -17,7 +17,7 @@ from numa_pin.config.cpu_options import CpuOptions
 from numa_pin.config.keys import default
 from numa_pin.cpuset import format_list
 from numa_pin.devices.selector import Selector
-from numa_pin.record import field, record
+from numa_pin.record import field, fields, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
@@ -71,11 +71,6 @@ class IsolationConfig:
     isolated_cpus: str = _default_field("isolation.isolated_cpus")
     shared_pool_isolated: bool = _default_field("isolation.shared_pool_isolated")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in (
-            "load_balancing", "quota", "irq", "c_states", "governor", "host", "isolated_cpus",
-            "shared_pool_isolated")}
-
 
 @record
 class Config:
@@ -124,15 +119,8 @@ class Config:
             "reserved_memory": {node: dict(res) for node, res in sorted(self.reserved_memory.items())},
             "memory_tiers": {name: format_list(nodes) for name, nodes in sorted(self.memory_tiers.items())},
             "devices": {name: [s.to_dict() for s in sels] for name, sels in sorted(self.devices.items())},
-            "inference": {
-                "guaranteed_cpus": self.inference.guaranteed_cpus,
-                "guaranteed_cpus_outside_kubernetes": self.inference.guaranteed_cpus_outside_kubernetes,
-                "hugepages": self.inference.hugepages,
-                "device_plugin_env": self.inference.device_plugin_env,
-                "device_nodes": self.inference.device_nodes,
-                "strict_devices": self.inference.strict_devices,
-            },
-            "isolation": self.isolation.to_dict(),
+            "inference": _plain(self.inference),
+            "isolation": _plain(self.isolation),
             "sysfs_root": self.sysfs_root,
             "proc_root": self.proc_root,
             "dev_root": self.dev_root,
@@ -146,6 +134,11 @@ class Config:
             "metrics_address": self.metrics_address,
             "resize_follow": self.resize_follow,
         }
+
+
+def _plain(section: InferenceConfig | IsolationConfig) -> dict[str, Any]:
+    """A section of plain values in its YAML/JSON form: every field by name."""
+    return {f.name: getattr(section, f.name) for f in fields(section)}
 
 
 __all__ = [
