@@ -202,6 +202,12 @@ def test_reserved_cpus_int_is_one_cpu() -> None:
 # ---- one table of defaults --------------------------------------------------------
 
 
+@pytest.mark.parametrize("section", ["inference", "isolation"])
+def test_the_yaml_form_of_a_section_has_every_key_of_the_table(section: str) -> None:
+    keys = sorted(item.key[len(section) + 1:] for item in ITEMS if item.key.startswith(section + "."))
+    assert keys and sorted(Config().to_dict()[section]) == keys
+
+
 def test_defaults_come_from_the_table() -> None:
     flat = {item.key: item.default for item in ITEMS}
     c = Config()
