@@ -77,7 +77,7 @@ bench: $(STAMP)
 # NRI's protobuf descriptors, from the vendored .proto files (tests/nri/test_messages.py checks them)
 nri-descriptors: $(STAMP)
 	$(VENV)/bin/python -m grpc_tools.protoc --include_imports --descriptor_set_out=src/numa_pin/nri/descriptors.binpb \
-		-Isrc/numa_pin/nri api.proto ttrpc.proto
+		-Ithird_party/nri api.proto ttrpc.proto
 
 deb:
 	@bash packaging/scripts/install-deps.sh $(DEB_PKGS)

@@ -161,8 +161,8 @@ syslog: false
     assert c.source == "x.yaml"
     assert (c.policy, c.scope) == ("single-numa-node", "pod")
     assert dict(c.policy_options) == {"prefer-closest-numa-nodes": "true", "max-allowable-numa-nodes": 16}
-    assert c.cpu_manager.options.enabled() == {
-        "full-pcpus-only", "distribute-cpus-across-numa", "strict-cpu-reservation"}
+    assert c.cpu_manager.options.enabled() == (
+        "full-pcpus-only", "distribute-cpus-across-numa", "strict-cpu-reservation")
     assert c.cpu_manager.reserved_cpus == frozenset({0, 8, 9})
     assert c.cpu_manager.num_reserved_cpus == 3, "the list's size; the file's 0 is ignored"
     assert c.reserved_memory == {0: {"memory": 1 << 30, "hugepages-2Mi": 4 << 20}, 1: {"hugepages-1Gi": 1 << 30}}
@@ -200,6 +200,12 @@ def test_reserved_cpus_int_is_one_cpu() -> None:
 
 
 # ---- one table of defaults --------------------------------------------------------
+
+
+@pytest.mark.parametrize("section", ["inference", "isolation"])
+def test_the_yaml_form_of_a_section_has_every_key_of_the_table(section: str) -> None:
+    keys = sorted(item.key[len(section) + 1:] for item in ITEMS if item.key.startswith(section + "."))
+    assert keys and sorted(Config().to_dict()[section]) == keys
 
 
 def test_defaults_come_from_the_table() -> None:

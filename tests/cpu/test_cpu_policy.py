@@ -28,8 +28,9 @@ from numa_pin.allocators.cpu import (
     reserved_physical_cpus,
     update_reusable,
 )
+from numa_pin.config.cpu_options import CpuOptions
 from numa_pin.errors import AllocationError, PolicyError, RequestError, SMTAlignmentError
-from numa_pin.providers.cpu import CpuOptions, guaranteed_cpus, pod_cpu_request
+from numa_pin.providers.cpu import guaranteed_cpus, pod_cpu_request
 
 # ---- options --------------------------------------------------------------------------------
 PAIRS = [

@@ -11,8 +11,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from numa_pin.allocators.cpu import allocate_cpus, take_cpus
+from numa_pin.config.cpu_options import CpuOptions
 from numa_pin.errors import AllocationError
-from numa_pin.providers.cpu import CpuOptions
 from numa_pin.topology.cpus import CpuInfo, CpuTopology
 
 

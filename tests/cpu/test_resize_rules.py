@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from numa_pin.allocators.resize import check_adoptable, resized_cpus, resized_memory
+from numa_pin.config.cpu_options import CpuOptions
 from numa_pin.errors import AllocationError, RequestError
 from numa_pin.ledger.model import Grant, LedgerState
-from numa_pin.providers.cpu import CpuOptions
 from numa_pin.testing.machine import expected_topology
 from numa_pin.testing.shapes import shape
 

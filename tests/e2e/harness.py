@@ -946,9 +946,9 @@ GPU_PROBE = ("ls -l /dev/nvidia0; cat /run/numa-pin/gpus /dev/numa-pin/gpus 2>/d
 
 _GPU_STAND_IN_HOOK = r'''#!{python}
 import json, os, sys
-from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.devnodes import DeviceNode, create_device_nodes
 from numa_pin.enforcer.gpu import DeviceRule, allow_device_rules
+from numa_pin.enforcer.mounts import detect_layout
 from numa_pin.enforcer.undo import UndoLog
 
 mode = sys.argv[1]
@@ -959,7 +959,7 @@ rootfs = os.path.join(state["bundle"], root)
 undo = UndoLog()
 if mode == "full":
     allow_device_rules((DeviceRule("c", 1, 11),), state["pid"], "/proc", "/sys/fs/cgroup",
-                       cgroups.detect_layout("/proc"), undo)
+                       detect_layout("/proc"), undo)
 create_device_nodes(state["pid"], [DeviceNode("/dev/nvidia0", 1, 11)], "/proc", rootfs, undo,
                     gpu_text="GPU-stand-in 0\n")
 '''

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from numa_pin.enforcer import cgroups
+from numa_pin.enforcer.mounts import detect_layout
 from numa_pin.ledger.store import Ledger
 from numa_pin.testing import machine
 from numa_pin.testing.devtree import make_dev_nodes, write_cdi_spec
@@ -120,7 +121,7 @@ def _nodes_seen(rt: harness.OciRuntime, cid: str, paths) -> dict[str, tuple[int,
 
 
 def _devices_list(pid: int) -> str:
-    found = cgroups.find_v1_controller_dir(pid, "/proc", "/sys/fs/cgroup", cgroups.detect_layout("/proc"), "devices")
+    found = cgroups.find_v1_controller_dir(pid, "/proc", "/sys/fs/cgroup", detect_layout("/proc"), "devices")
     assert found is not None
     return Path(found, "devices.list").read_text()
 
@@ -190,7 +191,7 @@ def test_granted_vfio_and_rdma_nodes_are_usable_and_gone_with_the_container(
         assert "No such device or address" in opened.stderr and "OPENED" not in opened.stdout, \
             "the cgroup lets the open through to the kernel (no driver for the kit's major: ENXIO, not EPERM)"
         cgroup_dir = cgroups.find_v1_controller_dir(pid, "/proc", "/sys/fs/cgroup",
-                                                    cgroups.detect_layout("/proc"), "devices")
+                                                    detect_layout("/proc"), "devices")
     assert cid not in Ledger(str(ledger)).read().grants, "poststop released the grant"
     assert cgroup_dir is not None
     gone = not Path(cgroup_dir).exists() or not rules & set(Path(cgroup_dir, "devices.list").read_text().splitlines())

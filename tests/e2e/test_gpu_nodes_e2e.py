@@ -20,6 +20,7 @@ import pytest
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.devnodes import DeviceNode, create_device_nodes
 from numa_pin.enforcer.gpu import DeviceRule, allow_device_rules
+from numa_pin.enforcer.mounts import detect_layout
 from numa_pin.enforcer.undo import UndoLog
 
 from . import harness
@@ -81,7 +82,7 @@ def test_undo_removes_the_nodes_and_the_cgroup_rule(runc_rt, busybox_rootfs, tmp
 
     with harness.running_container(runc_rt, bundle, cid) as state:
         pid = int(state["pid"])
-        layout = cgroups.detect_layout("/proc")
+        layout = detect_layout("/proc")
         devices_dir = cgroups.find_v1_controller_dir(pid, "/proc", "/sys/fs/cgroup", layout, "devices")
         assert devices_dir is not None
         rule = "c 1:11 rwm"
@@ -109,7 +110,7 @@ def test_release_of_a_live_container_takes_gpu_access_back(runc_rt, busybox_root
     bundle = harness.make_bundle(tmp_path / "live", args=["sleep", "1000"], rootfs=busybox_rootfs)
     with harness.running_container(runc_rt, bundle, cid) as state:
         pid = int(state["pid"])
-        layout = cgroups.detect_layout("/proc")
+        layout = detect_layout("/proc")
         undo = UndoLog()
         allowed = allow_device_rules((DeviceRule("c", 1, 11),), pid, "/proc", "/sys/fs/cgroup", layout, undo)
         nodes = create_device_nodes(pid, [STAND_IN], "/proc", None, undo, gpu_text="GPU-x 0\n")

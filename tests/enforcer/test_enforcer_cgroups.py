@@ -9,15 +9,8 @@ import pytest
 from enforcer_fakes import MOUNTINFO_HYBRID, MOUNTINFO_V1, MOUNTINFO_V2, FakeProc, write
 
 from numa_pin.enforcer import cgroups
-from numa_pin.enforcer.cgroups import (
-    CgroupRef,
-    detect_layout,
-    enforcement_path,
-    find_cgroup,
-    layout_from_mounts,
-    parse_mountinfo,
-    safe_join,
-)
+from numa_pin.enforcer.cgroups import CgroupRef, enforcement_path, find_cgroup, safe_join
+from numa_pin.enforcer.mounts import detect_layout, layout_from_mounts, parse_mountinfo
 from numa_pin.errors import CgroupEscapeError, EnforcementError
 
 HYBRID_CPUSET_ON_UNIFIED = (

@@ -19,16 +19,17 @@ from enforcer_fakes import (
 
 from numa_pin.devices.devfilter import DeviceRule, Insn, carried_rules, encode
 from numa_pin.enforcer import cgroups
-from numa_pin.enforcer.cgroups import detect_layout
 from numa_pin.enforcer.gpu import (
+    allow_device_rules,
     expose_gpu_env_file,
-    grant_gpus,
+    gpu_rules,
     nvidia_rules,
     oci_allows,
     oci_rules_from_config,
     parse_char_majors,
     revoke_device_rules,
 )
+from numa_pin.enforcer.mounts import detect_layout
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
 from numa_pin.topology.model import KIND_GPU, PciDevice
@@ -162,7 +163,7 @@ def test_grant_v1_appends_rules_and_undo_denies(fake_proc: FakeProc, cgroup_root
     kernel = kernel_factory(tree)
     before = snapshot(cgroup_root)
     undo = UndoLog()
-    grant = grant_gpus([GPU0, GPU3], 77, fake_proc.root, cgroup_root,
+    grant = allow_device_rules(gpu_rules([GPU0, GPU3], fake_proc.root), 77, fake_proc.root, cgroup_root,
                        detect_layout(fake_proc.root, 77), undo)
     assert grant.version == 1 and grant.verified
     assert grant.cgroup_dir == str(devdir)
@@ -184,7 +185,7 @@ def test_grant_v1_skips_rules_already_covered(fake_proc: FakeProc, cgroup_root: 
     _, tree = setup_v1(fake_proc, cgroup_root, "c 195:* rwm")
     kernel = kernel_factory(tree)
     undo = UndoLog()
-    grant = grant_gpus([GPU0], 77, fake_proc.root, cgroup_root,
+    grant = allow_device_rules(gpu_rules([GPU0], fake_proc.root), 77, fake_proc.root, cgroup_root,
                        detect_layout(fake_proc.root, 77), undo)
     assert [t for _, t in kernel.writes] == ["c 236:0 rwm", "c 236:1 rwm"]
     assert [str(r) for r in grant.added] == ["c 236:0 rwm", "c 236:1 rwm"]
@@ -195,7 +196,7 @@ def test_grant_v1_allow_all_cgroup_writes_nothing(fake_proc: FakeProc, cgroup_ro
                                                   kernel_factory) -> None:
     _, tree = setup_v1(fake_proc, cgroup_root, "a *:* rwm")
     kernel = kernel_factory(tree)
-    grant = grant_gpus([GPU0], 77, fake_proc.root, cgroup_root,
+    grant = allow_device_rules(gpu_rules([GPU0], fake_proc.root), 77, fake_proc.root, cgroup_root,
                        detect_layout(fake_proc.root, 77), UndoLog())
     assert kernel.writes == [] and grant.added == ()
 
@@ -215,7 +216,7 @@ def test_grant_v1_refused_rolls_back(fake_proc: FakeProc, cgroup_root: Path,
     monkeypatch.setattr(cgroups, "write_cgroup_file", refuse_uvm)
     undo = UndoLog()
     with pytest.raises(EnforcementError, match="Operation not permitted") as err:
-        grant_gpus([GPU0], 77, fake_proc.root, cgroup_root,
+        allow_device_rules(gpu_rules([GPU0], fake_proc.root), 77, fake_proc.root, cgroup_root,
                    detect_layout(fake_proc.root, 77), undo)
     assert err.value.path == str(devdir)
     assert "rollback complete" in str(err.value)
@@ -226,14 +227,14 @@ def test_grant_v1_refused_rolls_back(fake_proc: FakeProc, cgroup_root: Path,
 def test_grant_without_minor(fake_proc: FakeProc, cgroup_root: Path) -> None:
     setup_v1(fake_proc, cgroup_root, "")
     with pytest.raises(EnforcementError, match="0000:af:00.0 has no device minor"):
-        grant_gpus([gpu("0000:af:00.0", None)], 77, fake_proc.root, cgroup_root,
+        allow_device_rules(gpu_rules([gpu("0000:af:00.0", None)], fake_proc.root), 77, fake_proc.root, cgroup_root,
                    detect_layout(fake_proc.root, 77), UndoLog())
 
 
 def test_grant_missing_proc_devices_names_it(fake_proc: FakeProc, cgroup_root: Path) -> None:
     fake_proc.add_pid(77, "0::/x\n", MOUNTINFO_V2)
     with pytest.raises(EnforcementError) as err:
-        grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, detect_layout(fake_proc.root, 77),
+        allow_device_rules(gpu_rules([GPU0], fake_proc.root), 77, fake_proc.root, cgroup_root, detect_layout(fake_proc.root, 77),
                    UndoLog())
     assert err.value.path == str(fake_proc.root / "devices")
 
@@ -269,7 +270,7 @@ def test_grant_v2_extends_every_device_program_and_undo_restores_them(
         fake_proc: FakeProc, cgroup_root: Path, v2_container) -> None:
     lib, scope, layout = v2_container
     undo = UndoLog()
-    grant = grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, layout, undo)
+    grant = allow_device_rules(gpu_rules([GPU0], fake_proc.root), 77, fake_proc.root, cgroup_root, layout, undo)
     wanted = (DeviceRule("c", 195, 0), DeviceRule("c", 195, 255), DeviceRule("c", 236, 0), DeviceRule("c", 236, 1))
     assert grant.version == 2 and grant.verified and grant.cgroup_dir == str(scope)
     assert grant.bpf_dirs == (str(scope / "container"), str(scope))
@@ -282,7 +283,7 @@ def test_grant_v2_extends_every_device_program_and_undo_restores_them(
 
 def test_revoke_takes_the_recorded_rules_out(fake_proc: FakeProc, cgroup_root: Path, v2_container) -> None:
     lib, scope, layout = v2_container
-    grant = grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, layout, UndoLog())
+    grant = allow_device_rules(gpu_rules([GPU0], fake_proc.root), 77, fake_proc.root, cgroup_root, layout, UndoLog())
     revoke_device_rules([str(r) for r in grant.added], grant.bpf_dirs)
     assert lib.on(scope) == [RUNTIME_PROG] and lib.on(scope / "container") == [RUNTIME_PROG]
     revoke_device_rules([str(r) for r in grant.added], grant.bpf_dirs)  # idempotent
@@ -294,7 +295,7 @@ def test_grant_v2_failure_on_the_second_cgroup_rolls_back_the_first(
     lib.fail["load"], lib.fail_after["load"] = errno.EPERM, 1
     undo = UndoLog()
     with pytest.raises(EnforcementError) as err:
-        grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, layout, undo)
+        allow_device_rules(gpu_rules([GPU0], fake_proc.root), 77, fake_proc.root, cgroup_root, layout, undo)
     assert err.value.errno == errno.EPERM and err.value.path == str(scope)
     assert "granting GPUs failed" in str(err.value) and "rollback complete" in str(err.value)
     assert lib.on(scope) == [RUNTIME_PROG] and lib.on(scope / "container") == [RUNTIME_PROG]
@@ -308,7 +309,7 @@ def test_grant_v2_leaves_programs_alone_when_the_runtime_grants_already(
     lib, scope, layout = v2_container
     kernel = kernel_factory(FakeCgroupTree(cgroup_root, 2))
     rules = oci_rules_from_config(config) if config is not None else None
-    grant = grant_gpus([GPU0], 77, fake_proc.root, cgroup_root, layout, UndoLog(), oci_rules=rules)
+    grant = allow_device_rules(gpu_rules([GPU0], fake_proc.root), 77, fake_proc.root, cgroup_root, layout, UndoLog(), oci_rules=rules)
     assert grant.version == 2 and grant.verified
     assert (lib.on(scope) != [RUNTIME_PROG]) is changed and bool(grant.added) is changed
     assert kernel.writes == [], "no cgroup file is written on v2"

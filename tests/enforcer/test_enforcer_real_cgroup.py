@@ -17,9 +17,10 @@ import pytest
 from enforcer_fakes import requires_root
 
 from numa_pin import cpuset as cpulist
-from numa_pin.enforcer.cgroups import CgroupRef, detect_layout, find_cgroup
+from numa_pin.enforcer.cgroups import CgroupRef, find_cgroup
 from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
-from numa_pin.enforcer.gpu import grant_gpus
+from numa_pin.enforcer.gpu import allow_device_rules, gpu_rules
+from numa_pin.enforcer.mounts import detect_layout
 from numa_pin.enforcer.pool import resize_shared
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
@@ -142,7 +143,7 @@ def test_gpu_grant_in_real_devices_cgroup() -> None:
         gpu = PciDevice(address="0000:3b:00.0", vendor="0x10de", device="0x2330",
                         pci_class="0x030200", numa_node=0, kind=KIND_GPU, gpu_minor=0)
         undo = UndoLog()
-        grant = grant_gpus([gpu], proc.pid, "/proc", CGROUP_ROOT, detect_layout("/proc"), undo)
+        grant = allow_device_rules(gpu_rules([gpu], "/proc"), proc.pid, "/proc", CGROUP_ROOT, detect_layout("/proc"), undo)
         listing = read(d / "devices.list").splitlines()
         assert "c 195:0 rwm" in listing and "c 195:255 rwm" in listing
         assert grant.cgroup_dir == str(d)

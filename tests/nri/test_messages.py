@@ -1,5 +1,5 @@
-"""NRI's messages: the checked-in descriptors are the vendored .proto files compiled, and they
-load on Debian 12's python3-protobuf (3.21) as on the venv's protobuf."""
+"""NRI's messages: the checked-in descriptors are the vendored .proto files (``third_party/nri``)
+compiled, and they load on Debian 12's python3-protobuf (3.21) as on the venv's protobuf."""
 
 from __future__ import annotations
 
@@ -13,15 +13,16 @@ from google.protobuf import descriptor_pb2
 
 from numa_pin.nri import messages
 
-NRI_DIR = Path(messages.DESCRIPTORS).parent
-REPO = NRI_DIR.parents[2]
+REPO = Path(messages.DESCRIPTORS).parents[3]
+#: the .proto sources: outside the package, only ``make nri-descriptors`` reads them
+PROTO_DIR = REPO / "third_party" / "nri"
 
 
 def test_the_descriptors_are_the_vendored_protos_compiled(tmp_path: Path) -> None:
     pytest.importorskip("grpc_tools")
     out = tmp_path / "d.binpb"
     done = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "--include_imports",
-                           f"--descriptor_set_out={out}", f"-I{NRI_DIR}", "api.proto", "ttrpc.proto"],
+                           f"--descriptor_set_out={out}", f"-I{PROTO_DIR}", "api.proto", "ttrpc.proto"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     fresh = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
@@ -29,8 +30,14 @@ def test_the_descriptors_are_the_vendored_protos_compiled(tmp_path: Path) -> Non
     assert fresh == kept, "run `make nri-descriptors` after changing api.proto or ttrpc.proto"
 
 
+def test_the_package_holds_the_descriptors_and_not_their_sources() -> None:
+    package = Path(messages.DESCRIPTORS).parent
+    assert sorted(p.name for p in package.glob("*.proto")) == []
+    assert sorted(p.name for p in PROTO_DIR.glob("*.proto")) == ["api.proto", "ttrpc.proto"]
+
+
 def test_the_vendored_api_keeps_its_licence_and_names_its_source() -> None:
-    head = (NRI_DIR / "api.proto").read_text()[:1200]
+    head = (PROTO_DIR / "api.proto").read_text()[:1200]
     assert "Licensed under the Apache License, Version 2.0" in head
     assert "github.com/containerd/nri v0.12.2" in head
 

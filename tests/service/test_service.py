@@ -128,7 +128,8 @@ def test_gpu_and_vf_alignment_moves_the_vf(node, monkeypatch):
     monkeypatch.setattr("numa_pin.enforcer.netdev.move_netdev_to_netns", fake_move)
     monkeypatch.setattr("numa_pin.enforcer.netdev.NetdevRecord.from_dict", classmethod(lambda cls, d: d))
     monkeypatch.setattr("numa_pin.enforcer.netdev.restore_netdev", fake_restore)
-    monkeypatch.setattr("numa_pin.enforcer.gpu.grant_gpus", lambda *a, **k: None)
+    monkeypatch.setattr("numa_pin.enforcer.gpu.gpu_rules", lambda *a, **k: ())
+    monkeypatch.setattr("numa_pin.enforcer.gpu.allow_device_rules", lambda *a, **k: None)
     monkeypatch.setattr("numa_pin.enforcer.devnodes.expose_gpus", lambda *a, **k: ())
     agent = NodeService(node.config)
     req = request_from_oci("g", {"numa-pin.io/cpus": "2", "numa-pin.io/devices": "nvidia.com/gpu=1,example.com/vf=1"})
@@ -158,7 +159,8 @@ def test_v2_gpu_grant_is_recorded_and_a_live_release_takes_the_program_rules_bac
     rules = (DeviceRule("c", 195, 0), DeviceRule("c", 195, 255))
     dirs = ("/sys/fs/cgroup/x.scope/container", "/sys/fs/cgroup/x.scope")
     revoked, removed = [], []
-    monkeypatch.setattr("numa_pin.enforcer.gpu.grant_gpus",
+    monkeypatch.setattr("numa_pin.enforcer.gpu.gpu_rules", lambda *a, **k: rules)
+    monkeypatch.setattr("numa_pin.enforcer.gpu.allow_device_rules",
                         lambda *a, **k: GpuGrant(2, dirs[1], rules, rules, True, dirs))
     monkeypatch.setattr("numa_pin.enforcer.devnodes.expose_gpus", lambda *a, **k: ("/dev/nvidia0",))
     monkeypatch.setattr("numa_pin.enforcer.devnodes.remove_device_nodes", lambda *a, **k: removed.append(a[1]))
@@ -189,7 +191,7 @@ def test_a_plain_process_gets_its_gpu_without_device_rules(node, monkeypatch):
     def no_rules(*a, **k):
         raise AssertionError("a plain process needs no device rules")
 
-    monkeypatch.setattr("numa_pin.enforcer.gpu.grant_gpus", no_rules)
+    monkeypatch.setattr("numa_pin.enforcer.gpu.gpu_rules", no_rules)
     monkeypatch.setattr("numa_pin.enforcer.gpu.allow_device_rules", no_rules)
     agent = NodeService(node.config)
     grant = agent.admit(request_from_oci("job", {"numa-pin.io/cpus": "2", "numa-pin.io/devices": "nvidia.com/gpu=1"}),
@@ -354,7 +356,8 @@ def test_gpu_access_is_kept_in_its_own_field_and_taken_back_from_a_live_containe
     from numa_pin.ledger.records import GpuAccess
 
     removed: list[tuple[int, list[str]]] = []
-    monkeypatch.setattr("numa_pin.enforcer.gpu.grant_gpus", lambda *a, **k: None)
+    monkeypatch.setattr("numa_pin.enforcer.gpu.gpu_rules", lambda *a, **k: ())
+    monkeypatch.setattr("numa_pin.enforcer.gpu.allow_device_rules", lambda *a, **k: None)
     monkeypatch.setattr("numa_pin.enforcer.devnodes.expose_gpus", lambda *a, **k: ("/dev/nvidia3", "/dev/nvidiactl"))
     monkeypatch.setattr("numa_pin.enforcer.devnodes.remove_device_nodes",
                         lambda pid, paths, proc_root, rootfs: removed.append((pid, paths)))

@@ -39,6 +39,7 @@ from pathlib import Path
 import harness
 from numa_pin.devices.devfilter import carried_rules
 from numa_pin.enforcer import bpfdev, cgroups
+from numa_pin.enforcer.mounts import detect_layout
 from numa_pin.enforcer.devnodes import DeviceNode, create_device_nodes
 from numa_pin.enforcer.gpu import DeviceRule, allow_device_rules
 from numa_pin.enforcer.undo import UndoLog
@@ -81,7 +82,7 @@ def running(name):
     """A ``sleep`` container of this name: (id, pid, cgroup layout, its cgroup)."""
     cid = harness.new_container_id(name)
     with harness.running_container(rt, bundle(name, ["sleep", "1000"]), cid, timeout=180) as st:
-        layout = cgroups.detect_layout("/proc")
+        layout = detect_layout("/proc")
         yield cid, st["pid"], layout, cgroups.find_cgroup(st["pid"], "/proc", "/sys/fs/cgroup", layout)
 
 

@@ -4,6 +4,7 @@ socket (pure parsing; :mod:`numa_pin.allocators.colocate` honours it).
 
 from __future__ import annotations
 
+from numa_pin.admission.pairs import split_pairs
 from numa_pin.errors import RequestError
 from numa_pin.quantity import ASCII_BLANKS
 from numa_pin.text import quote
@@ -17,14 +18,7 @@ def parse_colocate(text: str, annotation: str) -> tuple[tuple[str, tuple[str, ..
     separated by ``;``, a group names at least two resources and a resource is in one group."""
     out: list[tuple[str, tuple[str, ...]]] = []
     seen: set[str] = set()
-    for part in text.split(";"):
-        part = part.strip(ASCII_BLANKS)
-        if not part:
-            continue
-        scope, sep, rest = part.partition(":")
-        scope = scope.strip(ASCII_BLANKS)
-        if not sep:
-            raise RequestError(f"expected <scope>:resource,resource, got {quote(part)}", annotation=annotation)
+    for part, scope, rest in split_pairs(text, ";", ":", "<scope>:resource,resource", annotation):
         if scope not in COLOCATE_SCOPES:
             raise RequestError(f"unknown value {quote(scope)} (expected one of {', '.join(COLOCATE_SCOPES)})",
                                annotation=annotation)

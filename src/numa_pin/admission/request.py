@@ -59,12 +59,13 @@ from numa_pin.admission.limits import (
     limit_hugepages,
     whole_pages,
 )
+from numa_pin.admission.pairs import split_pairs
 from numa_pin.admission.vfconfig import parse_vf_config
 from numa_pin.config.model import InferenceConfig, IsolationConfig
 from numa_pin.devices.cdi import CdiDevice, devices_from_annotations
 from numa_pin.devices.devnode import DeviceNode
 from numa_pin.errors import RequestError
-from numa_pin.quantity import ASCII_BLANKS, parse_bytes, parse_count
+from numa_pin.quantity import parse_bytes, parse_count
 from numa_pin.record import field, record
 from numa_pin.text import quote
 
@@ -201,21 +202,14 @@ DEFAULT_INFERENCE = Inference()
 def parse_devices(text: str, annotation: str) -> dict[str, int]:
     """``"nvidia.com/gpu=2,intel.com/sriov=1"`` -> ``{"nvidia.com/gpu": 2, ...}``."""
     out: dict[str, int] = {}
-    for part in text.split(","):
-        part = part.strip(ASCII_BLANKS)
-        if not part:
-            continue
-        name, sep, count = part.partition("=")
-        name = name.strip(ASCII_BLANKS)
-        if not sep or not name:
-            raise RequestError(f"expected resource=count, got {quote(part)}", annotation=annotation)
+    for _, name, count in split_pairs(text, ",", "=", "resource=count", annotation):
         if any(not c.isascii() or c.isspace() or not c.isprintable() for c in name):
             raise RequestError(f"resource {quote(name)} holds a blank or non-ASCII character", annotation=annotation)
         if "/" not in name or name.startswith("/") or name.endswith("/"):
             raise RequestError(f"resource {quote(name)} is not of the form domain/name", annotation=annotation)
         if name in out:
             raise RequestError(f"resource {quote(name)} given twice", annotation=annotation)
-        out[name] = _bounded_count(count.strip(ASCII_BLANKS), annotation)
+        out[name] = _bounded_count(count, annotation)
     return out
 
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from numa_pin.admission.pairs import split_pairs
 from numa_pin.errors import RequestError
-from numa_pin.quantity import ASCII_BLANKS
 from numa_pin.text import quote
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -52,14 +52,7 @@ def parse_vf_config(text: str, annotation: str = ANNOTATION) -> dict[str, Any]:
     if len(text) > _MAX_TEXT:
         raise RequestError(f"longer than {_MAX_TEXT} characters", annotation=annotation)
     out: dict[str, Any] = {}
-    for part in text.split(","):
-        part = part.strip(ASCII_BLANKS)
-        if not part:
-            continue
-        key, sep, value = part.partition("=")
-        key, value = key.strip(ASCII_BLANKS), value.strip(ASCII_BLANKS)
-        if not sep or not key:
-            raise RequestError(f"expected key=value, got {quote(part)}", annotation=annotation)
+    for _, key, value in split_pairs(text, ",", "=", "key=value", annotation):
         if key not in KEYS:
             raise RequestError(f"unknown VF setting {quote(key)} (known: {', '.join(KEYS)})", annotation=annotation)
         if key in out:

@@ -1,10 +1,12 @@
 """Devices of several resources that must share a PCIe root, a NUMA node or a socket (pure).
 
 Device plugins allocate each resource alone; GPUDirect RDMA needs the GPU and the NIC below one
-PCIe root (DRA says so with ``matchAttribute``). :func:`allocate_colocated` tries each group (a
-PCIe root, a node, a socket: :func:`numa_pin.devices.pcie.group_key`) in turn, groups inside the
-affinity first, and takes every resource's devices inside the first group that holds them all.
-Devices already assigned (fixed) pin the group to theirs.
+PCIe root (DRA says so with ``matchAttribute``). One constraint is a :class:`Colocation`.
+:func:`allocate_colocated` tries each group (a PCIe root, a node, a socket:
+:func:`numa_pin.devices.pcie.group_key`) in turn, groups inside the affinity first, and takes
+every resource's devices inside the first group that holds them all; :func:`in_viable_groups`
+narrows the free devices hints are built from to the groups that could. Devices already
+assigned (fixed) pin the group to theirs.
 """
 
 from __future__ import annotations
@@ -15,29 +17,46 @@ from numa_pin.allocators.devices import allocate_devices
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.devices.pcie import group_key
 from numa_pin.errors import AllocationError
+from numa_pin.record import record
 from numa_pin.topology.model import Topology
 
 
+@record
+class Colocation:
+    """One colocate constraint: the resources of ``wanted`` (count still to allocate) and of
+    ``fixed`` (devices already assigned) must end in one ``scope`` group; ``devices`` and
+    ``free`` are every resource's inventory and free ids."""
+
+    topology: Topology
+    scope: str
+    wanted: Mapping[str, int]
+    fixed: Mapping[str, tuple[str, ...]]
+    devices: Mapping[str, tuple[DeviceInfo, ...]]
+    free: Mapping[str, frozenset[str]]
+
+    def group_keys(self) -> tuple[dict[str, dict[str, str | int | None]], set[str | int | None]]:
+        """Per resource of the constraint, each device's group; and the groups of the fixed devices."""
+        keys = {res: {d.id: group_key(self.topology, d.id, self.scope) for d in self.devices.get(res, ())}
+                for res in {*self.wanted, *self.fixed}}
+        return keys, {keys[res].get(i) for res, ids in self.fixed.items() for i in ids}
+
+
 def allocate_colocated(
-    topology: Topology,
-    scope: str,
-    wanted: Mapping[str, int],
-    fixed: Mapping[str, tuple[str, ...]],
-    devices: Mapping[str, tuple[DeviceInfo, ...]],
-    free: Mapping[str, frozenset[str]],
+    constraint: Colocation,
     affinity: frozenset[int] | None,
     strict: bool,
     closeness: Mapping[str, Hashable] | None = None,
 ) -> dict[str, tuple[str, ...]]:
-    """``{resource: ids}`` for every resource of ``wanted``, all in one ``scope`` group.
+    """``{resource: ids}`` for every resource of ``constraint.wanted``, all in one group.
 
     Raises:
         AllocationError: no group holds them all (the message names the scope, the resources
             and what each group has free).
     """
+    scope, wanted, fixed, devices, free = (constraint.scope, constraint.wanted, constraint.fixed,
+                                           constraint.devices, constraint.free)
     names = sorted({*wanted, *fixed})
-    keys = {res: {d.id: group_key(topology, d.id, scope) for d in devices.get(res, ())} for res in names}
-    pinned = {keys[res].get(i) for res, ids in fixed.items() for i in ids}
+    keys, pinned = constraint.group_keys()
     if len(pinned) > 1 or None in pinned:
         where = ", ".join(f"{i} ({keys[r].get(i)})" for r, ids in sorted(fixed.items()) for i in ids)
         raise AllocationError(f"colocate {scope}: the devices already assigned do not share one {scope}: {where}")
@@ -64,19 +83,12 @@ def allocate_colocated(
                           + (f" with {', '.join(sorted(fixed))}" if fixed else "") + f" (free per {scope}: {per})")
 
 
-def in_viable_groups(
-    topology: Topology,
-    scope: str,
-    wanted: Mapping[str, int],
-    fixed: Mapping[str, tuple[str, ...]],
-    devices: Mapping[str, tuple[DeviceInfo, ...]],
-    free: Mapping[str, frozenset[str]],
-) -> dict[str, frozenset[str]]:
-    """Per resource of ``wanted``, its free devices that sit in a group holding enough free
+def in_viable_groups(constraint: Colocation) -> dict[str, frozenset[str]]:
+    """Per resource of ``constraint.wanted``, its free devices that sit in a group holding enough free
     devices of every resource of ``wanted`` (and the fixed devices' group, if any): what the
     resource's hints should be built from, so the merged affinity lands where a group fits."""
-    keys = {res: {d.id: group_key(topology, d.id, scope) for d in devices.get(res, ())} for res in {*wanted, *fixed}}
-    pinned = {keys[res].get(i) for res, ids in fixed.items() for i in ids}
+    wanted, free = constraint.wanted, constraint.free
+    keys, pinned = constraint.group_keys()
     groups = {k for res in wanted for k in keys[res].values() if k is not None}
     if pinned:
         groups &= pinned
@@ -110,4 +122,4 @@ def _try(key: Hashable, wanted: Mapping[str, int], keys: Mapping[str, Mapping[st
     return out
 
 
-__all__ = ["allocate_colocated", "in_viable_groups"]
+__all__ = ["Colocation", "allocate_colocated", "in_viable_groups"]

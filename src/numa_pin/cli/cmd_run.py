@@ -161,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
     import prctl
 
     from numa_pin.cli.run_grant import explicit_cpuset
-    from numa_pin.enforcer import cgroups, mempolicy, procgroup
+    from numa_pin.enforcer import mempolicy, procgroup
+    from numa_pin.enforcer.mounts import detect_layout
     from numa_pin.enforcer.systemd import detect
     from numa_pin.errors import RequestError
     from numa_pin.record import replace
@@ -193,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     systemd = detect(config.proc_root)
     group = None
     if systemd is None:
-        layout = cgroups.detect_layout(config.proc_root)
+        layout = detect_layout(config.proc_root)
         group = procgroup.create(config.cgroup_root, name, layout.cpuset_version)
 
     prctl.set_child_subreaper(True)

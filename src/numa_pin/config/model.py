@@ -4,18 +4,20 @@
 validated one with :func:`numa_pin.config.schema.config_from_dict` or ``load_config``;
 direct construction trusts its arguments. Device selectors are
 :class:`numa_pin.devices.selector.Selector`, the type the inventory uses
-(``DeviceSelector`` is the same class under the name the config has always exported).
+(``DeviceSelector`` is the same class under the name the config has always exported), and the
+CPU manager's options :class:`numa_pin.config.cpu_options.CpuOptions` (``CpuManagerOptions``),
+the record the CPU provider and allocators take.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from numa_pin.config.cpu_options import CpuOptions
 from numa_pin.config.keys import default
-from numa_pin.config.parse import CPU_MANAGER_OPTIONS
 from numa_pin.cpuset import format_list
 from numa_pin.devices.selector import Selector
-from numa_pin.record import field, record
+from numa_pin.record import field, fields, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
@@ -29,26 +31,8 @@ def _default_field(key: str) -> Any:
     return field(default_factory=lambda: default(key), hash=False)
 
 
-@record
-class CpuManagerOptions:
-    """CPU manager static-policy options; unset is false, as in kubelet."""
-
-    full_pcpus_only: bool = _default_field("cpu_manager.options.full-pcpus-only")
-    distribute_cpus_across_numa: bool = _default_field("cpu_manager.options.distribute-cpus-across-numa")
-    distribute_cpus_across_cores: bool = _default_field("cpu_manager.options.distribute-cpus-across-cores")
-    prefer_align_cpus_by_uncorecache: bool = _default_field(
-        "cpu_manager.options.prefer-align-cpus-by-uncorecache"
-    )
-    strict_cpu_reservation: bool = _default_field("cpu_manager.options.strict-cpu-reservation")
-    align_by_socket: bool = _default_field("cpu_manager.options.align-by-socket")
-
-    def as_kubelet(self) -> dict[str, bool]:
-        """Option name (kubelet spelling) -> value, for every option."""
-        return {name: getattr(self, name.replace("-", "_")) for name in CPU_MANAGER_OPTIONS}
-
-    def enabled(self) -> frozenset[str]:
-        """Kubelet names of the options that are on."""
-        return frozenset(name for name, on in self.as_kubelet().items() if on)
+#: the CPU manager's static-policy options: the record the CPU provider and allocators read
+CpuManagerOptions = CpuOptions
 
 
 @record
@@ -86,11 +70,6 @@ class IsolationConfig:
     host: bool = _default_field("isolation.host")
     isolated_cpus: str = _default_field("isolation.isolated_cpus")
     shared_pool_isolated: bool = _default_field("isolation.shared_pool_isolated")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in (
-            "load_balancing", "quota", "irq", "c_states", "governor", "host", "isolated_cpus",
-            "shared_pool_isolated")}
 
 
 @record
@@ -140,15 +119,8 @@ class Config:
             "reserved_memory": {node: dict(res) for node, res in sorted(self.reserved_memory.items())},
             "memory_tiers": {name: format_list(nodes) for name, nodes in sorted(self.memory_tiers.items())},
             "devices": {name: [s.to_dict() for s in sels] for name, sels in sorted(self.devices.items())},
-            "inference": {
-                "guaranteed_cpus": self.inference.guaranteed_cpus,
-                "guaranteed_cpus_outside_kubernetes": self.inference.guaranteed_cpus_outside_kubernetes,
-                "hugepages": self.inference.hugepages,
-                "device_plugin_env": self.inference.device_plugin_env,
-                "device_nodes": self.inference.device_nodes,
-                "strict_devices": self.inference.strict_devices,
-            },
-            "isolation": self.isolation.to_dict(),
+            "inference": _plain(self.inference),
+            "isolation": _plain(self.isolation),
             "sysfs_root": self.sysfs_root,
             "proc_root": self.proc_root,
             "dev_root": self.dev_root,
@@ -162,6 +134,11 @@ class Config:
             "metrics_address": self.metrics_address,
             "resize_follow": self.resize_follow,
         }
+
+
+def _plain(section: InferenceConfig | IsolationConfig) -> dict[str, Any]:
+    """A section of plain values in its YAML/JSON form: every field by name."""
+    return {f.name: getattr(section, f.name) for f in fields(section)}
 
 
 __all__ = [

@@ -2,8 +2,8 @@
 
 Two inputs decide where a container's cpuset lives:
 
-* ``<proc_root>/<pid>/mountinfo`` says how cgroups are mounted (:func:`detect_layout`, in
-  :mod:`numa_pin.enforcer.mounts`, re-exported here):
+* ``<proc_root>/<pid>/mountinfo`` says how cgroups are mounted
+  (:func:`numa_pin.enforcer.mounts.detect_layout`):
   ``"v2"`` (one cgroup2 hierarchy at the cgroup root), ``"v1"`` (one cgroup mount per
   controller group) or ``"hybrid"`` (v1 controllers plus an empty-ish cgroup2 at
   ``.../unified``, systemd's old default).
@@ -23,16 +23,7 @@ from __future__ import annotations
 import os
 import stat
 
-from numa_pin.enforcer.mounts import (
-    MODE_HYBRID,
-    MODE_V1,
-    MODE_V2,
-    CgroupLayout,
-    CgroupMount,
-    detect_layout,
-    layout_from_mounts,
-    parse_mountinfo,
-)
+from numa_pin.enforcer.mounts import CgroupLayout
 from numa_pin.enforcer.proccgroup import path_parts, process_cgroup
 from numa_pin.errors import CgroupEscapeError, EnforcementError
 from numa_pin.record import record
@@ -356,23 +347,15 @@ def find_v1_controller_dir(
 __all__ = [
     "DRIVER_CGROUPFS",
     "DRIVER_SYSTEMD",
-    "MODE_HYBRID",
-    "MODE_V1",
-    "MODE_V2",
     "RUNTIME_SUBGROUPS",
-    "CgroupLayout",
-    "CgroupMount",
     "CgroupRef",
     "check_under",
-    "detect_layout",
     "enforcement_path",
     "find_cgroup",
     "find_v1_controller_dir",
     "hierarchy_dir",
     "join_under",
-    "layout_from_mounts",
     "leaf_container_id",
-    "parse_mountinfo",
     "read_cgroup_file",
     "ref_from_path",
     "safe_join",

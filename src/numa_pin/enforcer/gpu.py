@@ -55,7 +55,7 @@ from typing import Any
 
 from numa_pin.devices.devfilter import DeviceRule
 from numa_pin.enforcer import cgroups
-from numa_pin.enforcer.cgroups import CgroupLayout
+from numa_pin.enforcer.mounts import CgroupLayout
 from numa_pin.enforcer.undo import UndoFn, UndoLog, describe_failures
 from numa_pin.errors import EnforcementError
 from numa_pin.record import record, replace
@@ -87,7 +87,7 @@ class OciDeviceRule:
 
 @record
 class GpuGrant:
-    """The result of :func:`grant_gpus`.
+    """The result of :func:`allow_device_rules`.
 
     ``rules`` is what the GPUs need; ``added`` what was written to ``devices.allow`` (v1)
     or into the device programs of the cgroups in ``bpf_dirs`` (v2). ``verified``: the
@@ -219,32 +219,13 @@ def _covered(rule: DeviceRule, have: Iterable[DeviceRule]) -> bool:
     return any(h.covers(rule) for h in have)
 
 
-def grant_gpus(
-    gpus: Sequence[PciDevice],
-    pid: int | str,
-    proc_root: str | os.PathLike[str],
-    cgroup_root: str | os.PathLike[str],
-    layout: CgroupLayout,
-    undo: UndoLog,
-    *,
-    oci_rules: Sequence[OciDeviceRule] | None = None,
-) -> GpuGrant:
-    """Make ``gpus`` usable by the container whose init is ``pid``.
+def gpu_rules(gpus: Iterable[PciDevice], proc_root: str | os.PathLike[str]) -> tuple[DeviceRule, ...]:
+    """The device rules that make ``gpus`` usable: :func:`nvidia_rules` of their minors and of
+    this node's ``nvidia-uvm`` major.
 
-    v1 (a v1 ``devices`` hierarchy is mounted): rules missing from ``devices.list`` are
-    written to ``devices.allow`` (each recorded in ``undo``), then ``devices.list`` is
-    checked. v2: the device programs of the container's cgroup are replaced by copies that
-    also allow the rules (see the module doc; one undo step per cgroup), and read back;
-    nothing changes when ``oci_rules`` (see :func:`oci_rules_from_config`) already allow them.
-
-    Raises EnforcementError for a GPU without a device minor, an unreadable
-    ``/proc/devices`` or cgroup file, a rule the kernel refused, and on v2 a device program
-    that cannot be read, loaded or swapped (the kernel's errno, the cgroup as ``path``); the
-    changes of this call are rolled back first. CgroupEscapeError for a cgroup path outside
-    ``cgroup_root``.
+    Raises EnforcementError for a GPU without a device minor or an unreadable ``/proc/devices``.
     """
-    rules = nvidia_rules(gpu_minors(gpus), read_uvm_major(proc_root))
-    return allow_device_rules(rules, pid, proc_root, cgroup_root, layout, undo, oci_rules=oci_rules)
+    return nvidia_rules(gpu_minors(gpus), read_uvm_major(proc_root))
 
 
 def allow_device_rules(
@@ -257,10 +238,23 @@ def allow_device_rules(
     *,
     oci_rules: Sequence[OciDeviceRule] | None = None,
 ) -> GpuGrant:
-    """:func:`grant_gpus` for any device ``rules`` (same writes, checks and errors)."""
+    """Make the devices of ``rules`` (for GPUs: :func:`gpu_rules`) usable by the container whose
+    init is ``pid``.
+
+    v1 (a v1 ``devices`` hierarchy is mounted): rules missing from ``devices.list`` are
+    written to ``devices.allow`` (each recorded in ``undo``), then ``devices.list`` is
+    checked. v2: the device programs of the container's cgroup are replaced by copies that
+    also allow the rules (see the module doc; one undo step per cgroup), and read back;
+    nothing changes when ``oci_rules`` (see :func:`oci_rules_from_config`) already allow them.
+
+    Raises EnforcementError for an unreadable cgroup file, a rule the kernel refused, and on
+    v2 a device program that cannot be read, loaded or swapped (the kernel's errno, the cgroup
+    as ``path``); the changes of this call are rolled back first. CgroupEscapeError for a
+    cgroup path outside ``cgroup_root``.
+    """
     devices_dir = cgroups.find_v1_controller_dir(pid, proc_root, cgroup_root, layout, "devices")
     if devices_dir is None:
-        return _grant_v2(rules, pid, proc_root, cgroup_root, layout, undo, oci_rules)
+        return _grant_v2(rules, cgroups.find_cgroup(pid, proc_root, cgroup_root, layout), undo, oci_rules)
 
     have = _read_devices_list(devices_dir)
     allow = os.path.join(devices_dir, DEVICES_ALLOW)
@@ -310,16 +304,9 @@ def bpf_cgroup_dirs(ref: cgroups.CgroupRef) -> tuple[str, ...]:
     return tuple(dict.fromkeys((own, ref.cpuset_dir)))
 
 
-def _grant_v2(
-    rules: tuple[DeviceRule, ...],
-    pid: int | str,
-    proc_root: str | os.PathLike[str],
-    cgroup_root: str | os.PathLike[str],
-    layout: CgroupLayout,
-    undo: UndoLog,
-    oci_rules: Sequence[OciDeviceRule] | None,
-) -> GpuGrant:
-    ref = cgroups.find_cgroup(pid, proc_root, cgroup_root, layout)
+def _grant_v2(rules: tuple[DeviceRule, ...], ref: cgroups.CgroupRef, undo: UndoLog,
+              oci_rules: Sequence[OciDeviceRule] | None) -> GpuGrant:
+    """:func:`allow_device_rules` on cgroup v2, for the container's located cgroup ``ref``."""
     if oci_rules is not None and all(oci_allows(oci_rules, r) for r in rules):
         return GpuGrant(2, ref.cpuset_dir, rules, (), True)
     from numa_pin.enforcer import bpfdev  # libbpf and ctypes only when a GPU is granted on v2
@@ -438,7 +425,7 @@ __all__ = [
     "bpf_cgroup_dirs",
     "expose_gpu_env_file",
     "gpu_minors",
-    "grant_gpus",
+    "gpu_rules",
     "nvidia_rules",
     "oci_allows",
     "oci_rules_from_config",

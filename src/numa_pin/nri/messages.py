@@ -1,7 +1,7 @@
 """NRI's protobuf messages, made at run time from the checked-in descriptors.
 
-``descriptors.binpb`` is the ``FileDescriptorSet`` of the vendored ``api.proto`` (NRI's plugin
-API) and ``ttrpc.proto`` (the RPC envelope), compiled by ``make nri-descriptors``;
+``descriptors.binpb`` is the ``FileDescriptorSet`` of ``third_party/nri``'s ``api.proto`` (NRI's
+plugin API, vendored) and ``ttrpc.proto`` (the RPC envelope), compiled by ``make nri-descriptors``;
 ``tests/nri/test_messages.py`` compiles the .proto files again and compares. Message classes are
 built from it through ``descriptor_pool`` and ``message_factory``, which Debian 12's
 ``python3-protobuf`` 3.21 and today's protobuf both have, so no generated ``_pb2`` code has to

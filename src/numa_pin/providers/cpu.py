@@ -3,7 +3,6 @@
 Follows kubelet's static CPU manager (``cpu-memory-device.md`` §5-6); the allocation half
 (reserved CPUs, ``takeByTopology``, ``Allocate``) is :mod:`numa_pin.allocators.cpu`.
 
-* :class:`CpuOptions`: the six static-policy options and their incompatible pairs;
 * :func:`cpu_hints` / :func:`cpu_hint_family`: ``generateCPUTopologyHints``, enumerated or as a
   :class:`~numa_pin.policy.hint.CapacityFamily` that never enumerates ``2**N`` masks;
 * :func:`container_cpu_hints` / :func:`pod_cpu_hints`: the container- and pod-scope wrappers;
@@ -12,115 +11,16 @@ Follows kubelet's static CPU manager (``cpu-memory-device.md`` §5-6); the alloc
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from itertools import combinations
 
-from numa_pin import names
-from numa_pin.errors import PolicyError, RequestError
+from numa_pin.errors import RequestError
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import CapacityFamily, ResourceHints, TopologyHint
-from numa_pin.record import fields, record
 from numa_pin.topology.cpus import CpuTopology
 
 #: the resource name CPU hints are reported under
 RESOURCE_CPU = "cpu"
-
-#: kubelet's option names, keyed by :class:`CpuOptions` field
-OPTION_NAMES = {
-    "full_pcpus_only": "full-pcpus-only",
-    "distribute_cpus_across_numa": "distribute-cpus-across-numa",
-    "distribute_cpus_across_cores": "distribute-cpus-across-cores",
-    "prefer_align_cpus_by_uncorecache": "prefer-align-cpus-by-uncorecache",
-    "strict_cpu_reservation": "strict-cpu-reservation",
-    "align_by_socket": "align-by-socket",
-}
-
-# pairs kubelet refuses together (NewStaticPolicyOptions), in its checking order
-_INCOMPATIBLE = (
-    ("full_pcpus_only", "distribute_cpus_across_cores"),
-    ("distribute_cpus_across_numa", "distribute_cpus_across_cores"),
-    ("prefer_align_cpus_by_uncorecache", "distribute_cpus_across_cores"),
-    ("prefer_align_cpus_by_uncorecache", "distribute_cpus_across_numa"),
-)
-
-_TRUE = {"1", "t", "T", "TRUE", "true", "True"}
-_FALSE = {"0", "f", "F", "FALSE", "false", "False"}
-
-
-
-@record
-class CpuOptions:
-    """kubelet's ``StaticPolicyOptions``. Construct freely; :meth:`validate` before use."""
-
-    full_pcpus_only: bool = False
-    distribute_cpus_across_numa: bool = False
-    distribute_cpus_across_cores: bool = False
-    prefer_align_cpus_by_uncorecache: bool = False
-    strict_cpu_reservation: bool = False
-    align_by_socket: bool = False
-
-    @classmethod
-    def from_strings(cls, options: Mapping[str, str]) -> CpuOptions:
-        """Parse kubelet-style ``{"full-pcpus-only": "true"}`` (Go ``ParseBool`` spellings).
-
-        Raises :class:`~numa_pin.errors.PolicyError` for an unknown option, a value that is not
-        a boolean, or an incompatible pair.
-        """
-        by_name = {v: k for k, v in OPTION_NAMES.items()}
-        values: dict[str, bool] = {}
-        for name, raw in options.items():
-            if name not in by_name:
-                known = ", ".join(sorted(by_name))
-                raise PolicyError(f"unknown CPU manager policy option {name!r} (known: {known})")
-            if raw in _TRUE:
-                values[by_name[name]] = True
-            elif raw in _FALSE:
-                values[by_name[name]] = False
-            else:
-                raise PolicyError(f"CPU manager policy option {name}: {raw!r} is not a boolean")
-        opts = cls(**values)
-        opts.check_pairs()
-        return opts
-
-    def check_pairs(self) -> None:
-        """Raise :class:`~numa_pin.errors.PolicyError` naming both options of a refused pair."""
-        for a, b in _INCOMPATIBLE:
-            if getattr(self, a) and getattr(self, b):
-                raise PolicyError(
-                    f"static policy options {OPTION_NAMES[a]} and {OPTION_NAMES[b]} "
-                    "can not be used at the same time"
-                )
-
-    def validate(self, topology: CpuTopology, topology_policy_name: str) -> None:
-        """All load-time checks of kubelet (pairs, then ``align-by-socket`` constraints).
-
-        Raises :class:`~numa_pin.errors.PolicyError`.
-        """
-        self.check_pairs()
-        if not self.align_by_socket:
-            return
-        if topology_policy_name == names.SINGLE_NUMA_NODE:
-            raise PolicyError(
-                f"topology manager policy {names.SINGLE_NUMA_NODE} is incompatible with "
-                "CPU manager policy option align-by-socket"
-            )
-        if topology.num_sockets > topology.num_numa_nodes:
-            raise PolicyError(
-                "CPU manager policy option align-by-socket is not compatible with hardware "
-                f"where sockets ({topology.num_sockets}) outnumber NUMA nodes "
-                f"({topology.num_numa_nodes})"
-            )
-
-    def enabled(self) -> tuple[str, ...]:
-        """kubelet names of the options that are on (for messages and reports)."""
-        return tuple(OPTION_NAMES[f.name] for f in fields(self) if getattr(self, f.name))
-
-
-# ---- takeByTopology, reserved CPUs ----------------------------------------------------------
-
-
-# ---- Allocate ---------------------------------------------------------------------------
-
 
 # ---- guaranteed CPU counts --------------------------------------------------------------------
 def guaranteed_cpus(qos_guaranteed: bool, cpu_millis: int) -> int:
@@ -324,9 +224,7 @@ def pod_cpu_hints(
 
 
 __all__ = [
-    "OPTION_NAMES",
     "RESOURCE_CPU",
-    "CpuOptions",
     "container_cpu_hints",
     "cpu_hint_family",
     "cpu_hints",

@@ -34,8 +34,10 @@ ASSIGNED = "numa-pin.io/assigned"
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
+    from numa_pin.allocators.colocate import Colocation
     from numa_pin.devices.model import DeviceInfo
 
 
@@ -108,14 +110,10 @@ class DeviceKind(Resource):
         """The free devices hints come from: under ``numa-pin.io/colocate``, only those in a
         group (PCIe root, node, socket) that can hold every resource of the constraint."""
         free = dict(view.free)
-        for scope, names in view.need.request.colocate:
-            here = {r: amounts.devices[r] for r in names
-                    if amounts.devices.get(r) and r in view.devices and r not in view.fixed}
-            pinned = {r: view.fixed[r] for r in names if r in view.fixed}
-            if here and len(here) + len(pinned) >= 2:
-                from numa_pin.allocators.colocate import in_viable_groups
+        for constraint in _colocations(view, amounts):
+            from numa_pin.allocators.colocate import in_viable_groups
 
-                free.update(in_viable_groups(view.need.topology, scope, here, pinned, view.devices, view.free))
+            free.update(in_viable_groups(constraint))
         return free
 
     def check_inside(self, view: DeviceView | None, inside: frozenset[int]) -> None:
@@ -136,16 +134,12 @@ class DeviceKind(Resource):
         if view is None:
             return {}
         devices: dict[str, tuple[str, ...]] = dict(view.fixed)
-        wanted = {res: count for res, count in amounts.devices.items() if res in view.devices}
+        wanted = _wanted(view, amounts)
         closeness = self.closeness(view.need) if any(wanted.values()) else None
-        for scope, names in view.need.request.colocate:
-            here = {r: wanted[r] for r in names if wanted.get(r) and r not in view.fixed}
-            pinned = {r: view.fixed[r] for r in names if r in view.fixed}
-            if here and len(here) + len(pinned) >= 2:
-                from numa_pin.allocators.colocate import allocate_colocated
+        for constraint in _colocations(view, amounts):
+            from numa_pin.allocators.colocate import allocate_colocated
 
-                devices.update(allocate_colocated(view.need.topology, scope, here, pinned, view.devices, view.free,
-                                                  affinity, strict, closeness))
+            devices.update(allocate_colocated(constraint, affinity, strict, closeness))
         if any(c for r, c in wanted.items() if r not in devices):
             from numa_pin.allocators.devices import allocate_devices
 
@@ -183,6 +177,24 @@ class DeviceKind(Resource):
         """``<resource>=<id>,<id>`` for this kind's own resource name."""
         ids = grant.devices.get(self.name)
         return [f"{self.name}={','.join(ids)}"] if ids else []
+
+
+def _wanted(view: DeviceView, amounts: Amounts) -> dict[str, int]:
+    """The counts of ``amounts`` for the resources this kind has devices of."""
+    return {res: count for res, count in amounts.devices.items() if res in view.devices}
+
+
+def _colocations(view: DeviceView, amounts: Amounts) -> Iterator[Colocation]:
+    """The request's ``numa-pin.io/colocate`` constraints that bind anything: at least two
+    resources, one of them still to allocate (the others may be already assigned)."""
+    wanted = _wanted(view, amounts)
+    for scope, names in view.need.request.colocate:
+        here = {r: wanted[r] for r in names if wanted.get(r) and r not in view.fixed}
+        pinned = {r: view.fixed[r] for r in names if r in view.fixed}
+        if here and len(here) + len(pinned) >= 2:
+            from numa_pin.allocators.colocate import Colocation
+
+            yield Colocation(view.need.topology, scope, here, pinned, view.devices, view.free)
 
 
 class PciDevices(DeviceKind):

@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 from numa_pin.config.schema import Config
 from numa_pin.enforcer import cgroups as cg
+from numa_pin.enforcer.mounts import CgroupLayout, detect_layout
 from numa_pin.enforcer.systemd import Systemd
 from numa_pin.enforcer.systemd import detect as detect_systemd
 from numa_pin.enforcer.undo import UndoLog
@@ -66,7 +67,7 @@ class Node:
         self.topology_max_age = topology_max_age
         self._topology: Topology | None = None
         self._settings: NodeSettings | None = None
-        self._cgroup_layout: cg.CgroupLayout | None = None
+        self._cgroup_layout: CgroupLayout | None = None
         #: what a resource computes once per node (``memo``)
         self._memo: dict[str, Any] = {}
         self._systemd: tuple[Systemd | None] | None = None  # None: not looked for yet
@@ -112,13 +113,13 @@ class Node:
     def alive(self, grant: Grant) -> bool:
         return self._alive(grant)
 
-    def _layout(self) -> cg.CgroupLayout:
+    def _layout(self) -> CgroupLayout:
         """How cgroups are mounted (read once per node from mountinfo)."""
         if self._cgroup_layout is None:
-            self._cgroup_layout = cg.detect_layout(self.config.proc_root)
+            self._cgroup_layout = detect_layout(self.config.proc_root)
         return self._cgroup_layout
 
-    def layout(self) -> cg.CgroupLayout:
+    def layout(self) -> CgroupLayout:
         return self._layout()
 
     def systemd(self) -> Systemd | None:

@@ -45,15 +45,13 @@ class GpuNode(NodeResource):
         if not gpus and not others:
             return admission
         from numa_pin.enforcer.devnodes import create_device_nodes, expose_gpus
-        from numa_pin.enforcer.gpu import allow_device_rules, gpu_minors, grant_gpus, nvidia_rules, read_uvm_major
+        from numa_pin.enforcer.gpu import allow_device_rules, gpu_rules
 
         cfg, undo = node.config, admission.undo
-        if not others:
-            allowed = grant_gpus(gpus, pid, cfg.proc_root, cfg.cgroup_root, node.layout(), undo)
-        else:  # one set of rules, so a v2 device program is swapped once
-            rules_needed = nvidia_rules(gpu_minors(gpus), read_uvm_major(cfg.proc_root)) if gpus else ()
-            rules_needed = tuple(dict.fromkeys((*rules_needed, *(n.rule for n in others))))
-            allowed = allow_device_rules(rules_needed, pid, cfg.proc_root, cfg.cgroup_root, node.layout(), undo)
+        # one set of rules for GPUs and other functions, so a v2 device program is swapped once
+        rules_needed = gpu_rules(gpus, cfg.proc_root) if gpus else ()
+        rules_needed = tuple(dict.fromkeys((*rules_needed, *(n.rule for n in others))))
+        allowed = allow_device_rules(rules_needed, pid, cfg.proc_root, cfg.cgroup_root, node.layout(), undo)
         nodes = list(expose_gpus(gpus, pid, cfg.proc_root, admission.rootfs, undo)) if gpus else []
         if others:
             nodes += create_device_nodes(pid, others, cfg.proc_root, admission.rootfs, undo, env_text=env or None)

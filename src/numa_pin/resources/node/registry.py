@@ -66,10 +66,7 @@ def unregister(resource: NodeResource) -> None:
 def settings_from_config(config: Config) -> NodeSettings:
     """The decision-relevant part of the config, in the types the decision takes, with every
     registered resource."""
-    from numa_pin.providers.cpu import CpuOptions
-
     cm = config.cpu_manager
-    opts = CpuOptions(**{name.replace("-", "_"): on for name, on in cm.options.as_kubelet().items()})
     resources: tuple = ()
     if config.devices:
         from numa_pin.devices.inventory import DeviceResource
@@ -82,7 +79,7 @@ def settings_from_config(config: Config) -> NodeSettings:
         policy=config.policy,
         scope=config.scope,
         policy_options=dict(config.policy_options),
-        cpu_options=opts,
+        cpu_options=cm.options,
         reserved_cpus=cm.reserved_cpus,
         num_reserved_cpus=cm.num_reserved_cpus,
         reserved_memory=config.reserved_memory,
