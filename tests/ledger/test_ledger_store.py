@@ -251,6 +251,21 @@ def test_encode_is_the_plain_json_of_the_document_before_and_after_a_change(stat
         assert decode(encode(changed), "/x/ledger.json") == changed
 
 
+@given(states(), st.lists(st.tuples(st.booleans(), grants()), max_size=40), st.integers(0, 3))
+def test_encode_after_many_changes_is_the_plain_json_of_each_state(state: LedgerState, changes, every) -> None:
+    """The encoder mends the member lists of the grants it encoded last (a grant added, replaced
+    or removed, many at a time or one) or makes them anew: each state's bytes stay those of
+    encoding the whole document, whatever came before."""
+    assert encode(state) == _plain_encode(state)
+    for i, (remove, extra) in enumerate(changes):
+        state = state.without(extra.container_id) if remove else state.with_grant(extra)
+        if every and i % every:
+            continue  # several changes between two encodings
+        assert encode(state) == _plain_encode(state)
+    assert encode(state) == _plain_encode(state)
+    assert encode(LedgerState()) == _plain_encode(LedgerState())
+
+
 def _with_grant_field(raw: bytes, cid: str, key: str, value: Any) -> bytes:
     doc = json.loads(raw)
     doc["data"]["grants"][cid][key] = value

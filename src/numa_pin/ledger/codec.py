@@ -11,6 +11,7 @@ live, and how they are locked and replaced, is :mod:`numa_pin.ledger.store`.
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from json.encoder import encode_basestring_ascii as _quote
 
 from numa_pin.boundedio import json_loads_bounded
@@ -20,6 +21,7 @@ from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, newer_vers
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 #: what an operator should do about a corrupt ledger (appended to every LedgerCorrupt)
@@ -46,10 +48,11 @@ def check_new_grants(before: LedgerState, after: LedgerState, path: str) -> None
                                   f"characters, more than {MAX_NAME_CHARS}", path=path)
 
 
-#: each grant's JSON as last encoded, its key included: ``{id(grant): (grant, indented member, canonical member)}``
-#: (the grant is kept so its id stays its own). A commit changes one grant of hundreds, and the
-#: unchanged ones are the very objects the last read or write returned (issue 21)
-_ENCODED: dict[int, tuple[Grant, str, str]] = {}
+#: the grants last encoded and their members, in container id order: ``(grants, ids, indented
+#: members, canonical members)``. A commit changes one grant of hundreds, and the unchanged ones are
+#: the very objects the last read or write returned: the next encoding copies these lists and
+#: mends them where a grant changed, came or went (issue 21)
+_LAST: tuple[Mapping[str, Grant], list[str], list[str], list[str]] | None = None
 #: stands for the grants in the rest of the document while it is encoded (a string JSON escapes
 #: to one that no grant, pod or version text can hold)
 _GRANTS_SLOT = "\x00grants\x00"
@@ -61,30 +64,55 @@ def encode(state: LedgerState) -> bytes:
     """The file bytes for ``state``: data, its version and its checksum (pure: the bytes of
     ``json.dumps`` of the document, indent 1 and sorted keys; each grant's part is encoded once
     and reused while the grant is unchanged)."""
+    global _LAST
     rest = LedgerState({}, state.pods).to_dict()
     rest["grants"] = _GRANTS_SLOT
-    pretty: list[str] = []
-    canonical: list[str] = []
-    encoded: dict[int, tuple[Grant, str, str]] = {}
-    known_texts = _ENCODED.get
-    for cid, grant in sorted(state.grants.items()):
-        known = known_texts(id(grant))
-        if known is None or known[0] is not grant:
-            d = grant.to_dict()
-            key = _quote(cid)  # json.dumps of a str
-            known = (grant, f"{_GRANT_INDENT}{key}: {_indented(d, chr(10) + _GRANT_INDENT)}",
-                     f"{key}:{_canonical(d)}")
-        encoded[id(grant)] = known
-        pretty.append(known[1])
-        canonical.append(known[2])
-    _ENCODED.clear()
-    _ENCODED.update(encoded)
+    _LAST = _members(state.grants, _LAST)
+    _, _, pretty, canonical = _LAST
     slot = json.dumps(_GRANTS_SLOT)
     data_text = _canonical(rest).replace(slot, "{" + ",".join(canonical) + "}", 1)
     doc = {"version": LEDGER_VERSION, "checksum": "sha256:" + sha256_hex(data_text.encode("ascii")), "data": rest}
     grants_text = "{\n" + ",\n".join(pretty) + "\n  }" if pretty else "{}"
     text = json.dumps(doc, indent=1, sort_keys=True, allow_nan=False).replace(slot, grants_text, 1)
     return (text + "\n").encode("ascii")
+
+
+def _members(grants: Mapping[str, Grant], last: tuple[Mapping[str, Grant], list[str], list[str], list[str]] | None
+             ) -> tuple[Mapping[str, Grant], list[str], list[str], list[str]]:
+    """``(grants, ids, indented members, canonical members)`` for ``grants``, in id order: the
+    lists of ``last`` mended where few grants differ from it, else made anew."""
+    if last is not None:
+        before, ids, pretty, canonical = last
+        if before is grants:
+            return last
+        known = before.get
+        changed = [cid for cid, grant in grants.items() if known(cid) is not grant]
+        gone = before.keys() - grants.keys()
+        if len(changed) + len(gone) <= max(8, len(grants) // 8):
+            ids, pretty, canonical = list(ids), list(pretty), list(canonical)
+            for cid in gone:
+                at = bisect_left(ids, cid)
+                del ids[at], pretty[at], canonical[at]
+            for cid in changed:
+                member, flat = _member(cid, grants[cid])
+                at = bisect_left(ids, cid)
+                if at < len(ids) and ids[at] == cid:
+                    pretty[at], canonical[at] = member, flat
+                else:
+                    ids.insert(at, cid)
+                    pretty.insert(at, member)
+                    canonical.insert(at, flat)
+            return grants, ids, pretty, canonical
+    ids = sorted(grants)
+    members = [_member(cid, grants[cid]) for cid in ids]
+    return grants, ids, [m[0] for m in members], [m[1] for m in members]
+
+
+def _member(cid: str, grant: Grant) -> tuple[str, str]:
+    """``"<id>": {...}`` of one grant, as the file indents it and in canonical form."""
+    d = grant.to_dict()
+    key = _quote(cid)  # json.dumps of a str
+    return f"{_GRANT_INDENT}{key}: {_indented(d, chr(10) + _GRANT_INDENT)}", f"{key}:{_canonical(d)}"
 
 
 def decode(raw: bytes, path: str) -> LedgerState:
