@@ -151,7 +151,7 @@ class NodeService(ServiceBase):
         for _attempt in range(MAX_ATTEMPTS):
             with deadline.interruptible():
                 read = self.ledger.read()
-                snapshot, _ = collect_garbage(read, self._needed_alive(read))
+                snapshot, dead = collect_garbage(read, self._needed_alive(read))
                 decision: Decision | None = None
                 if request.container_id not in snapshot.grants:
                     decision = decide(self.topology, snapshot, request, self.settings)
@@ -161,8 +161,12 @@ class NodeService(ServiceBase):
             with self.ledger.transaction(timeout=timeout, on_wait=self._waiting) as txn:
                 # one liveness pass per admission: a grant the snapshot found alive counts as alive
                 # (at worst a grant that died since stays one more transaction); only grants new
-                # since the snapshot, or found dead there, are checked again
-                state, dropped = collect_garbage(txn.state, self._alive_since(snapshot))
+                # since the snapshot, or found dead there, are checked again (when the ledger is
+                # still the one the snapshot was taken of, the dead are dropped as found there)
+                if txn.state is read:
+                    state, dropped = snapshot, dead
+                else:
+                    state, dropped = collect_garbage(txn.state, self._alive_since(snapshot))
                 # the decision is checked against the ledger as it is now, not an unchanged
                 # snapshot; it is made again only on a real conflict (docs/admission-concurrency.md)
                 if request.container_id not in state.grants:

@@ -75,6 +75,7 @@ PRELOAD: tuple[str, ...] = (
     "traceback",
     "difflib",
     "subprocess",  # systemctl, where systemd owns the containers' cgroups
+    "hashlib",  # OpenSSL's SHA-256, for a busy node's ledger (numa_pin.digest)
 )
 
 

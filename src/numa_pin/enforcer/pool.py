@@ -242,56 +242,62 @@ def resize_shared(
             f"shared containers {', '.join(empty)} would have no CPU: their own cpusets hold none of "
             f"the shared pool {cpulist.format_list(target)}"
         )
-    enabled: set[str] = set()  # parents whose ancestors have cpuset enabled (v2), once per batch
+    enabled = {""}  # parents whose ancestors have cpuset enabled (v2; v1 has no such step), once per batch
     write = cgroups.write_cgroup_file
-    for ref, current, want, before in plan:
-        directory = ref.cpuset_dir
-        text = formatted.get(want)
-        if text is None:
-            text = formatted[want] = cpulist.format_list(want)
-        parent = os.path.dirname(directory) if ref.version == 2 else ""  # v1 has no subtree_control
-        if systemd is None and parent in enabled and _no_subdirs(directory):
-            # the common case, a container of one cgroup whose parent is ready: one write (and
-            # on v2 no partition can sit below it)
-            path = _cpus_file(directory)
+    written: list[tuple[str, str]] = []  # one-write containers: (file, what it held), one undo for all
+    try:
+        for ref, current, want, before in plan:
+            directory = ref.cpuset_dir
+            text = formatted.get(want)
+            if text is None:
+                text = formatted[want] = cpulist.format_list(want)
+            parent = os.path.dirname(directory) if ref.version == 2 else ""  # v1 has no subtree_control
+            if systemd is None and parent in enabled and _no_subdirs(directory):
+                # the common case, a container of one cgroup whose parent is ready: one write (and
+                # on v2 no partition can sit below it)
+                path = f"{directory}/{CPUSET_CPUS}" if directory[-1:] != "/" else directory + CPUSET_CPUS
+                try:
+                    write(path, text)
+                except EnforcementError as exc:
+                    if os.path.isdir(directory):
+                        blocked.append(Blocked(ref, current, want, str(exc)))
+                    else:
+                        missing.append(ref)
+                    continue
+                written.append((path, before))
+                updated.append(ref)
+                continue
+            own = UndoLog()
             try:
-                write(path, text)
-            except EnforcementError as exc:
-                if os.path.isdir(directory):
-                    blocked.append(Blocked(ref, current, want, str(exc)))
-                else:
-                    missing.append(ref)
-                continue
-            undo.record(f"{path}: {text!r} (was {before!r}, shared pool)", _restorer(path, before))
-            updated.append(ref)
-            continue
-        own = UndoLog()
-        try:
-            if parent not in enabled:
-                ensure_cpuset_controller(ref, own)
-            if systemd is not None:
-                from numa_pin.enforcer.systemd import assert_unit_cpuset
+                if parent not in enabled:
+                    ensure_cpuset_controller(ref, own)
+                if systemd is not None:
+                    from numa_pin.enforcer.systemd import assert_unit_cpuset
 
-                assert_unit_cpuset(systemd, ref, want, None, own)
-            if ref.version == 1:
-                _resize_tree_v1(ref, want, own, before, text)
-            else:
-                _write_list(ref.cpuset_dir, want, own, "shared pool", before, text)
-        except EnforcementError as exc:
-            failures = own.rollback()
-            if not os.path.isdir(ref.cpuset_dir):
-                missing.append(ref)
+                    assert_unit_cpuset(systemd, ref, want, None, own)
+                if ref.version == 1:
+                    _resize_tree_v1(ref, want, own, before, text)
+                else:
+                    _write_list(ref.cpuset_dir, want, own, "shared pool", before, text)
+            except EnforcementError as exc:
+                failures = own.rollback()
+                if not os.path.isdir(ref.cpuset_dir):
+                    missing.append(ref)
+                    continue
+                why = str(exc) if not failures else f"{exc}; {describe_failures(failures)}"
+                blocked.append(Blocked(ref, current, want, why))
                 continue
-            why = str(exc) if not failures else f"{exc}; {describe_failures(failures)}"
-            blocked.append(Blocked(ref, current, want, why))
-            continue
-        undo.absorb(own)
-        enabled.add(parent)
-        updated.append(ref)
-        if ref.version == 2:
-            stuck = _partition_holding(ref, want)
-            if stuck is not None:
-                blocked.append(stuck)
+            undo.absorb(own)
+            enabled.add(parent)
+            updated.append(ref)
+            if ref.version == 2:
+                stuck = _partition_holding(ref, want)
+                if stuck is not None:
+                    blocked.append(stuck)
+    finally:
+        if written:  # restored first on a rollback: before any parent's cpuset controller goes
+            undo.record(f"shared pool: {len(written)} cpuset.cpus files back to what they held",
+                        _restorer_of_all(written))
     return ResizeResult(tuple(updated), tuple(unchanged), tuple(missing), tuple(blocked))
 
 
@@ -469,6 +475,26 @@ def _write_list(directory: str, cpus: frozenset[int], undo: UndoLog, why: str, b
         text = cpulist.format_list(cpus)
     cgroups.write_cgroup_file(path, text)
     undo.record(f"{path}: {text!r} (was {before!r}, {why})", _restorer(path, before))
+
+
+def _restorer_of_all(written: list[tuple[str, str]]) -> Callable[[], None]:
+    """The undo of many one-file writes: each file's text written back, newest first; every one
+    is tried, and the failures are raised together (the first few named, all counted)."""
+
+    def restore() -> None:
+        failed: list[EnforcementError] = []
+        for path, before in reversed(written):
+            try:
+                cgroups.write_cgroup_file(path, before)
+            except EnforcementError as exc:
+                failed.append(exc)
+        if failed:
+            shown = "; ".join(str(e) for e in failed[:3])
+            more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
+            raise EnforcementError(f"{len(failed)} of {len(written)} could not be put back: {shown}{more}",
+                                   path=failed[0].path)
+
+    return restore
 
 
 def _restorer(path: str, before: str) -> Callable[[], None]:

@@ -270,21 +270,33 @@ class LedgerState:
         return self.grants.get(container_id)
 
     def exclusive_cpus(self) -> frozenset[int]:
-        """Every CPU some grant holds exclusively (the shared pool is the rest)."""
-        out: set[int] = set()
-        for grant in self.grants.values():
-            out |= grant.cpus
-        return frozenset(out)
+        """Every CPU some grant holds exclusively (the shared pool is the rest); worked out once
+        per state, like :meth:`shared_grants`."""
+        known: frozenset[int] | None = getattr(self, "_exclusive", None)
+        if known is None:
+            out: set[int] = set()
+            for grant in self.grants.values():
+                out |= grant.cpus
+            known = frozenset(out)
+            shape.set_field(self, "_exclusive", known)
+        return known
 
     def devices_in_use(self, resource: str) -> frozenset[str]:
         """Device ids of ``resource`` held by any grant, or sitting in a pod's network namespace
         (a VF stays there while the pod has a grant, after the container it was granted to ended)."""
-        out: set[str] = set()
-        for grant in self.grants.values():
-            out.update(grant.devices.get(resource, ()))
-        for pod in self.pods.values():
-            out.update(n.address for n in pod.netdevs if n.resource == resource)
-        return frozenset(out)
+        memo: dict[str, frozenset[str]] | None = getattr(self, "_in_use", None)
+        if memo is None:
+            memo = {}
+            shape.set_field(self, "_in_use", memo)
+        known = memo.get(resource)
+        if known is None:
+            out: set[str] = set()
+            for grant in self.grants.values():
+                out.update(grant.devices.get(resource, ()))
+            for pod in self.pods.values():
+                out.update(n.address for n in pod.netdevs if n.resource == resource)
+            known = memo[resource] = frozenset(out)
+        return known
 
     def pod_netdev(self, address: str) -> tuple[str, PodNetdev] | None:
         """``(pod_id, record)`` of the pod whose network namespace holds VF ``address``, or None."""
