@@ -66,11 +66,11 @@ def blocked_shared(node: Node, state: LedgerState) -> list[str]:
     return [f"{ids[b.ref]}: {b}" for b in check_shared(ids, shared_pool(node, state), _limits(node, state))]
 
 
-#: the shared containers' cgroups as checked in this process, by cgroup root and recorded path,
+#: the shared containers' cgroups as checked in this process, by cgroup root, then recorded path,
 #: once :func:`warm` has run (the agent's spare, as it rehearses): the admission the spare then
 #: runs checks only the containers that came since (a busy node has thousands). None: every
 #: call checks every path (a hook, the CLI).
-_REFS: dict[tuple[str, str], cg.CgroupRef] | None = None
+_REFS: dict[str, dict[str, cg.CgroupRef]] | None = None
 
 
 def warm(node: Node, state: LedgerState) -> None:
@@ -79,26 +79,34 @@ def warm(node: Node, state: LedgerState) -> None:
     so a check is at most :data:`~numa_pin.agent.spare.REHEARSE_EVERY_S` old when used."""
     global _REFS
     _REFS = {}
-    _shared_ids(node, state)
+    _shared_refs(node, state)
 
 
 def _shared_ids(node: Node, state: LedgerState, exclude: str | None = None,
                 real_dirs: dict[str, str] | None = None) -> dict[cg.CgroupRef, str]:
-    """The cgroups of the shared containers (``exclude`` left out), with their container ids.
+    """The cgroups of the shared containers (``exclude`` left out), with their container ids
+    (:func:`_shared_refs`)."""
+    grants = [g for g in state.shared_grants() if g.container_id != exclude and g.cgroup]
+    return dict(zip(_shared_refs(node, state, exclude, real_dirs), (g.container_id for g in grants)))
+
+
+def _shared_refs(node: Node, state: LedgerState, exclude: str | None = None,
+                 real_dirs: dict[str, str] | None = None) -> list[cg.CgroupRef]:
+    """The cgroups of the shared containers (``exclude`` left out), in container id order.
     ``real_dirs``: a memo of parents' real paths (one ``lstat`` per path check, hundreds of
     shared containers on a busy node; see :func:`numa_pin.enforcer.cgroups.realpath`); paths
     in :data:`_REFS` are not checked again."""
-    grants = [g for g in state.shared_grants() if g.container_id != exclude and g.cgroup]
-    paths = [g.cgroup for g in grants if g.cgroup]
+    paths = [g.cgroup for g in state.shared_grants() if g.container_id != exclude and g.cgroup]
     root = os.fspath(node.config.cgroup_root)
     if _REFS is None:
-        refs = cg.refs_from_paths(paths, root, node.layout(), real_dirs)
-        return {ref: g.container_id for ref, g in zip(refs, grants)}
-    known = _REFS
-    new = [p for p in paths if (root, p) not in known]
+        return cg.refs_from_paths(paths, root, node.layout(), real_dirs)
+    known = _REFS.get(root)
+    if known is None:
+        known = _REFS[root] = {}
+    new = [p for p in paths if p not in known]
     for path, ref in zip(new, cg.refs_from_paths(new, root, node.layout(), real_dirs)):
-        known[(root, path)] = ref
-    return {known[(root, p)]: g.container_id for p, g in zip(paths, grants)}
+        known[path] = ref
+    return [known[p] for p in paths]
 
 
 def _log_blocked(resized: ResizeResult) -> ResizeResult:
@@ -123,9 +131,9 @@ def _resize(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
     ``before``: the ledger the change started from (an admission's, a release's): the shared
     containers are taken to be on its pool, not read (see :func:`resize_shared`)."""
     real_dirs: dict[str, str] = {}
-    return resize_shared(_shared_ids(node, state, exclude, real_dirs), pool, node.config.cgroup_root, undo,
+    return resize_shared(_shared_refs(node, state, exclude, real_dirs), pool, node.config.cgroup_root, undo,
                          _limits(node, state, real_dirs), systemd=node.systemd(), real_dirs=real_dirs,
-                         checked=True,  # _shared_ids checked each path (now, or as the spare rehearsed)
+                         checked=True,  # _shared_refs checked each path (now, or as the spare rehearsed)
                          previous=None if before is None else shared_pool(node, before))
 
 
