@@ -78,7 +78,7 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
                 t2 = time.process_time()
                 if deferring:
                     node_service.settle_deferred()
-                    cpu_node._REFS = None  # the next spare starts cold
+                    cpu_node._REFS = cpu_node._LEAVES = None  # the next spare starts cold
                 t3 = time.process_time()
                 if run:
                     samples.append((t1 - t0, t2 - t1, t3 - t2))

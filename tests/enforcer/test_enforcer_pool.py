@@ -11,8 +11,16 @@ from hypothesis import strategies as st
 
 from numa_pin import cpuset as cpulist
 from numa_pin.enforcer import cgroups
+from numa_pin.enforcer import pool as pool_module
 from numa_pin.enforcer.cgroups import CgroupRef
-from numa_pin.enforcer.pool import MAX_NESTED_DEPTH, plan_shared_updates, reserved_conflicts, resize_shared, shared_pool
+from numa_pin.enforcer.pool import (
+    MAX_NESTED_DEPTH,
+    leaf_dirs,
+    plan_shared_updates,
+    reserved_conflicts,
+    resize_shared,
+    shared_pool,
+)
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import AllocationError, CgroupEscapeError
 
@@ -367,3 +375,31 @@ def test_resize_shared_rollback_tries_every_container_and_names_the_ones_it_coul
     assert "2 of 6 could not be put back" in failure.error and stuck[1] in failure.error
     assert {n: cpus(v1_tree, n) for n in names} == {
         n: "0-3" if n in ("/c2", "/c4") else "0-7" for n in names}
+
+
+def test_resize_shared_trusts_recent_leaves_only_to_shrink_and_takes_the_nested_path_when_v1_refuses(
+        v1_tree: FakeCgroupTree, cgroup_root: Path, kernel_factory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``leaves`` (what the agent's spare saw as it rehearsed) spares a shrinking container its
+    ``stat``; a cgroup made below one since makes v1 refuse the write (the fake kernel keeps a
+    parent above its children), and that container is resized with it; growing, each is looked at."""
+    for name in ("a", "b", "c"):
+        v1_tree.mkcg(f"/{name}", "0-7", "0")
+    refs = [ref_for(v1_tree, f"/{n}") for n in ("a", "b", "c")]
+    leaves = leaf_dirs(refs)
+    assert leaves == {r.cpuset_dir for r in refs}
+    v1_tree.mkcg("/b/docker", "0-7", "0")  # a nested runtime started since
+    kernel_factory(v1_tree)
+    looked: list[str] = []
+    real_stat = pool_module.os.stat
+    monkeypatch.setattr(pool_module.os, "stat", lambda p, **kw: looked.append(str(p)) or real_stat(p, **kw))
+    undo = UndoLog()
+    result = resize_shared(refs, {0, 1, 2, 3}, cgroup_root, undo, previous=range(8), leaves=leaves)
+    assert [r.rel_path for r in result.updated] == ["/a", "/b", "/c"] and not result.blocked
+    assert {n: cpus(v1_tree, n) for n in ("/a", "/b", "/b/docker", "/c")} == dict.fromkeys(
+        ("/a", "/b", "/b/docker", "/c"), "0-3")
+    assert refs[0].cpuset_dir not in looked and refs[2].cpuset_dir not in looked
+    looked.clear()
+    resize_shared(refs, range(8), cgroup_root, undo, previous={0, 1, 2, 3}, leaves=leaves)  # growing
+    assert {r.cpuset_dir for r in refs} <= set(looked)
+    assert {n: cpus(v1_tree, n) for n in ("/a", "/b", "/b/docker", "/c")} == dict.fromkeys(
+        ("/a", "/b", "/b/docker", "/c"), "0-7")

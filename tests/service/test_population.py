@@ -101,6 +101,7 @@ def test_dead_shared_grants_cost_nothing_and_reconcile_drops_them_all(busy) -> N
 def test_after_the_spare_warmed_up_only_new_shared_cgroups_are_checked(busy, monkeypatch: pytest.MonkeyPatch) -> None:
     node, svc = busy
     monkeypatch.setattr(cpu_node, "_REFS", None)  # restored after the test: other tests check every path
+    monkeypatch.setattr(cpu_node, "_LEAVES", None)
     checked: list[str] = []
     real = cgroups.refs_from_paths
 

@@ -15,7 +15,7 @@ starts as every CPU minus the reserved ones), and a grant that would empty it is
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 
 from numa_pin import cpuset as cpulist
 from numa_pin.enforcer import cgroups
@@ -160,6 +160,7 @@ def resize_shared(
     real_dirs: dict[str, str] | None = None,
     checked: bool = False,
     previous: Iterable[int] | None = None,
+    leaves: Collection[str] | None = None,
 ) -> ResizeResult:
     """Set ``cpuset.cpus`` of every shared container cgroup in ``refs`` to ``pool`` (inside the
     container's own cpuset where ``limits`` gives one).
@@ -186,6 +187,12 @@ def resize_shared(
     rollback leaves every shared container as the ledger it goes back to says (one that drifted
     meanwhile is put right by the write). Without it (``settle``, ``reconcile``) each file is read,
     written only where it differs from its target, and its undo writes back what it held.
+
+    ``leaves``: cgroup directories seen lately with no cgroup below them (:func:`leaf_dirs`; the
+    agent's spare looks as it rehearses). One of them that only shrinks is written without the
+    ``stat``: cgroup v1 refuses (EBUSY) to take a parent below the CPUs of a cgroup made in it
+    since, and that refusal sends it down the nested path; on v2 nothing below it can keep CPUs
+    it loses but a partition, which ``status`` and ``reconcile`` report (:func:`check_shared`).
 
     Cost per container: one path check against parents resolved once (``real_dirs``, a memo
     the caller may share with the making of ``refs``, see :func:`cgroups.realpath`; none with
@@ -244,6 +251,7 @@ def resize_shared(
         )
     enabled = {""}  # parents whose ancestors have cpuset enabled (v2; v1 has no such step), once per batch
     write = cgroups.write_cgroup_file
+    shrinks = was is not None and target <= was  # the pool only shrinks (for every container without a cpuset)
     written: list[tuple[str, str]] = []  # one-write containers: (file, what it held), one undo for all
     try:
         for ref, current, want, before in plan:
@@ -252,21 +260,25 @@ def resize_shared(
             if text is None:
                 text = formatted[want] = cpulist.format_list(want)
             parent = os.path.dirname(directory) if ref.version == 2 else ""  # v1 has no subtree_control
-            if systemd is None and parent in enabled and _no_subdirs(directory):
+            trusted = leaves is not None and directory in leaves and (
+                shrinks if want is target and current is was else want <= current)
+            if systemd is None and parent in enabled and (trusted or _no_subdirs(directory)):
                 # the common case, a container of one cgroup whose parent is ready: one write (and
                 # on v2 no partition can sit below it)
                 path = f"{directory}/{CPUSET_CPUS}" if directory[-1:] != "/" else directory + CPUSET_CPUS
                 try:
                     write(path, text)
-                except EnforcementError as exc:
-                    if os.path.isdir(directory):
-                        blocked.append(Blocked(ref, current, want, str(exc)))
-                    else:
-                        missing.append(ref)
+                    written.append((path, before))
+                    updated.append(ref)
                     continue
-                written.append((path, before))
-                updated.append(ref)
-                continue
+                except EnforcementError as exc:
+                    if not trusted:
+                        if os.path.isdir(directory):
+                            blocked.append(Blocked(ref, current, want, str(exc)))
+                        else:
+                            missing.append(ref)
+                        continue
+                    # a cgroup made below it since it was seen as a leaf: the nested path below
             own = UndoLog()
             try:
                 if parent not in enabled:
@@ -411,6 +423,12 @@ def _subtree(top: str) -> tuple[list[str], dict[str, str]]:
     return order, parents
 
 
+def leaf_dirs(refs: Iterable[CgroupRef]) -> frozenset[str]:
+    """The ``cpuset_dir`` of each of ``refs`` that has no cgroup below it now (one ``stat`` each):
+    :func:`resize_shared`'s ``leaves``."""
+    return frozenset(ref.cpuset_dir for ref in refs if _no_subdirs(ref.cpuset_dir))
+
+
 def _no_subdirs(directory: str) -> bool:
     """True when ``directory`` has no sub-directory: a link count of 2, as cgroupfs and tmpfs keep it
     (one ``stat``, not a listing of a cgroup's files; 1 on btrfs or overlayfs: False)."""
@@ -507,6 +525,7 @@ def _restorer(path: str, before: str) -> Callable[[], None]:
 
 
 __all__ = [
-    "MAX_NESTED_CGROUPS", "MAX_NESTED_DEPTH", "Blocked", "ResizeResult", "SharedUpdate", "check_shared", "plan_nested",
+    "MAX_NESTED_CGROUPS", "MAX_NESTED_DEPTH", "Blocked", "ResizeResult", "SharedUpdate", "check_shared", "leaf_dirs",
+    "plan_nested",
     "plan_shared_updates", "resize_shared", "shared_pool",
 ]

@@ -19,7 +19,7 @@ from numa_pin import report
 from numa_pin.cpuset import format_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import apply_cpuset
-from numa_pin.enforcer.pool import ResizeResult, check_shared, reserved_conflicts, resize_shared
+from numa_pin.enforcer.pool import ResizeResult, check_shared, leaf_dirs, reserved_conflicts, resize_shared
 from numa_pin.enforcer.pool import shared_pool as pool_of
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.ledger.model import KIND_SHARED, Grant, LedgerState
@@ -71,15 +71,19 @@ def blocked_shared(node: Node, state: LedgerState) -> list[str]:
 #: runs checks only the containers that came since (a busy node has thousands). None: every
 #: call checks every path (a hook, the CLI).
 _REFS: dict[str, dict[str, cg.CgroupRef]] | None = None
+#: the shared containers' cgroups that had no cgroup below them when :func:`warm` looked (see
+#: :func:`~numa_pin.enforcer.pool.resize_shared`'s ``leaves``); None without :func:`warm`
+_LEAVES: frozenset[str] | None = None
 
 
 def warm(node: Node, state: LedgerState) -> None:
-    """Check every shared container's cgroup path now and keep the results for this process
-    (:data:`_REFS`), forgetting earlier checks. The agent's spare calls it at each rehearsal,
-    so a check is at most :data:`~numa_pin.agent.spare.REHEARSE_EVERY_S` old when used."""
-    global _REFS
-    _REFS = {}
-    _shared_refs(node, state)
+    """Check every shared container's cgroup path now, see which have no cgroup below them, and
+    keep both for this process (:data:`_REFS`, :data:`_LEAVES`), forgetting earlier ones. The
+    agent's spare calls it at each rehearsal, so what it saw is at most
+    :data:`~numa_pin.agent.spare.REHEARSE_EVERY_S` old when used."""
+    global _REFS, _LEAVES
+    _REFS, _LEAVES = {}, None
+    _LEAVES = leaf_dirs(_shared_refs(node, state))
 
 
 def _shared_ids(node: Node, state: LedgerState, exclude: str | None = None,
@@ -134,7 +138,7 @@ def _resize(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
     return resize_shared(_shared_refs(node, state, exclude, real_dirs), pool, node.config.cgroup_root, undo,
                          _limits(node, state, real_dirs), systemd=node.systemd(), real_dirs=real_dirs,
                          checked=True,  # _shared_refs checked each path (now, or as the spare rehearsed)
-                         previous=None if before is None else shared_pool(node, before))
+                         previous=None if before is None else shared_pool(node, before), leaves=_LEAVES)
 
 
 class CpuNode(CpuResource, NodeResource):
