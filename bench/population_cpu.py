@@ -36,6 +36,7 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
     from numa_pin import service as node_service
     from numa_pin.admission.request import request_from_oci
     from numa_pin.config.schema import config_from_dict
+    from numa_pin.ledger import liveness
     from numa_pin.ledger.store import encode
     from numa_pin.resources.node import cpu as cpu_node
     from numa_pin.service import NodeService
@@ -43,6 +44,7 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
 
     deferring = hasattr(node_service, "defer_settling")
     warm = getattr(cpu_node, "warm", None)
+    idle = getattr(liveness, "idle_grants", None)
 
     # the same node as bench/population.py, which puts this tree's src first on the path as it
     # loads: the path is put back, so a baseline's modules stay the ones loaded (lazily too)
@@ -64,6 +66,8 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
                 svc.plan(request_from_oci("rehearsal", {"numa-pin.io/cpus": "1"}))
                 read = svc.ledger.read()
                 encode(read)
+                if idle is not None:
+                    idle(read)
                 if warm is not None:
                     warm(svc, read)
                 cid = f"probe{run}"

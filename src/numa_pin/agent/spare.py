@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from numa_pin.admission.request import request_from_oci
 from numa_pin.agent.protocol import PASSED_ENV
 from numa_pin.invoke import hook_config, parse_argv
+from numa_pin.ledger.liveness import idle_grants
 from numa_pin.ledger.store import encode
 from numa_pin.resources.node.cpu import warm
 from numa_pin.service import NodeService
@@ -110,7 +111,8 @@ def parse_request_note(line: bytes) -> Mapping[str, object] | None:
 def rehearse(request: Mapping[str, object]) -> None:
     """Load the config and topology ``request`` (a parsed ``Q`` note) would load and plan a
     one-CPU container, as a hook's admission would, encode the ledger it read (its parsed
-    and encoded grants are kept, :mod:`numa_pin.ledger.store`) and check its shared containers'
+    and encoded grants are kept, :mod:`numa_pin.ledger.store`, and what the decision asked of it,
+    :class:`~numa_pin.ledger.model.LedgerState`) and check its shared containers'
     cgroup paths (kept too, :func:`numa_pin.resources.node.cpu.warm`), changing nothing (no lock, no write but the
     caches a hook writes too, the topology's when it is older than
     :data:`REHEARSAL_TOPOLOGY_MAX_AGE_S`). Best effort: a rehearsal that fails only leaves
@@ -126,6 +128,7 @@ def rehearse(request: Mapping[str, object]) -> None:
         service.plan(request_from_oci("numa-pin-rehearsal", {"numa-pin.io/cpus": "1"}))
         state = service.ledger.read()
         encode(state)  # a busy node's ledger: the commit then encodes only its change
+        idle_grants(state)  # the shared grants the admission's liveness pass samples, sorted
         warm(service, state)  # and its shared containers' cgroups: the commit then checks only new ones
     except (Exception, SystemExit):  # the hook itself will meet and report whatever this is
         pass
