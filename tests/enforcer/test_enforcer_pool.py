@@ -11,16 +11,10 @@ from hypothesis import strategies as st
 
 from numa_pin import cpuset as cpulist
 from numa_pin.enforcer import cgroups
-from numa_pin.enforcer import pool as pool_module
+from numa_pin.enforcer import nested as nested_module
 from numa_pin.enforcer.cgroups import CgroupRef
-from numa_pin.enforcer.pool import (
-    MAX_NESTED_DEPTH,
-    leaf_dirs,
-    plan_shared_updates,
-    reserved_conflicts,
-    resize_shared,
-    shared_pool,
-)
+from numa_pin.enforcer.nested import MAX_NESTED_DEPTH, leaf_dirs
+from numa_pin.enforcer.pool import plan_shared_updates, reserved_conflicts, resize_shared, shared_pool
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import AllocationError, CgroupEscapeError
 
@@ -390,8 +384,8 @@ def test_resize_shared_trusts_recent_leaves_only_to_shrink_and_takes_the_nested_
     v1_tree.mkcg("/b/docker", "0-7", "0")  # a nested runtime started since
     kernel_factory(v1_tree)
     looked: list[str] = []
-    real_stat = pool_module.os.stat
-    monkeypatch.setattr(pool_module.os, "stat", lambda p, **kw: looked.append(str(p)) or real_stat(p, **kw))
+    real_stat = nested_module.os.stat
+    monkeypatch.setattr(nested_module.os, "stat", lambda p, **kw: looked.append(str(p)) or real_stat(p, **kw))
     undo = UndoLog()
     result = resize_shared(refs, {0, 1, 2, 3}, cgroup_root, undo, previous=range(8), leaves=leaves)
     assert [r.rel_path for r in result.updated] == ["/a", "/b", "/c"] and not result.blocked

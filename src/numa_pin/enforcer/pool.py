@@ -15,12 +15,24 @@ starts as every CPU minus the reserved ones), and a grant that would empty it is
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 
 from numa_pin import cpuset as cpulist
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.cgroups import CgroupRef
 from numa_pin.enforcer.cpuset import CPUSET_CPUS, ensure_cpuset_controller
+from numa_pin.enforcer.nested import (
+    Blocked,
+    cpus_file,
+    no_subdirs,
+    parse_cpus,
+    partition_holding,
+    read_list,
+    resize_tree_v1,
+    restorer_of_all,
+    subtree,
+    write_list,
+)
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import AllocationError, EnforcementError
 from numa_pin.record import record
@@ -117,29 +129,6 @@ def plan_shared_updates(
     return tuple(out)
 
 
-#: how deep :func:`resize_shared` looks below a shared container for the cpuset cgroups it made
-#: itself (a nested runtime, Docker-in-Docker, systemd in the container)
-MAX_NESTED_DEPTH = 8
-#: how many such nested cgroups one shared container may have before it is left as it is
-MAX_NESTED_CGROUPS = 256
-#: cgroup v2 partition types that keep their CPUs out of their parent's hands
-_PARTITIONS = ("root", "isolated")
-
-
-@record
-class Blocked:
-    """A shared container :func:`resize_shared` had to leave on CPUs outside its target."""
-
-    ref: CgroupRef
-    cpus: frozenset[int]  # what it still holds (its ``cpuset.cpus``, or a v2 partition's CPUs)
-    target: frozenset[int]
-    reason: str
-
-    def __str__(self) -> str:
-        return (f"shared container cgroup {self.ref.rel_path} left on CPUs {cpulist.format_list(self.cpus)} "
-                f"(shared pool {cpulist.format_list(self.target)}): {self.reason}")
-
-
 @record
 class ResizeResult:
     """What :func:`resize_shared` did to each shared container cgroup."""
@@ -171,7 +160,7 @@ def resize_shared(
     One tenant never blocks another: a container's own cgroups are resized on their own. On v1
     the cpuset cgroups a container made below its own (a nested runtime copies its CPUs into
     them, and the kernel then refuses to shrink the parent: EBUSY) are resized with it, grown
-    top-down and shrunk deepest first (see :func:`plan_nested`), so ``undo`` restores them in
+    top-down and shrunk deepest first (see :func:`~numa_pin.enforcer.nested.plan_nested`), so ``undo`` restores them in
     the reverse order. Where the kernel still refuses (or on v2 a partition below the container
     keeps CPUs the pool no longer has), that container's writes are rolled back, it is left as
     it was and reported in :attr:`ResizeResult.blocked`; the others are resized. Every change
@@ -188,11 +177,12 @@ def resize_shared(
     meanwhile is put right by the write). Without it (``settle``, ``reconcile``) each file is read,
     written only where it differs from its target, and its undo writes back what it held.
 
-    ``leaves``: cgroup directories seen lately with no cgroup below them (:func:`leaf_dirs`; the
-    agent's spare looks as it rehearses). One of them that only shrinks is written without the
-    ``stat``: cgroup v1 refuses (EBUSY) to take a parent below the CPUs of a cgroup made in it
-    since, and that refusal sends it down the nested path; on v2 nothing below it can keep CPUs
-    it loses but a partition, which ``status`` and ``reconcile`` report (:func:`check_shared`).
+    ``leaves``: cgroup directories seen lately with no cgroup below them
+    (:func:`~numa_pin.enforcer.nested.leaf_dirs`; the agent's spare looks as it rehearses). One
+    of them that only shrinks is written without the ``stat``: cgroup v1 refuses (EBUSY) to take
+    a parent below the CPUs of a cgroup made in it since, and that refusal sends it down the
+    nested path; on v2 nothing below it can keep CPUs it loses but a partition, which ``status``
+    and ``reconcile`` report (:func:`check_shared`).
 
     Cost per container: one path check against parents resolved once (``real_dirs``, a memo
     the caller may share with the making of ``refs``, see :func:`cgroups.realpath`; none with
@@ -228,10 +218,10 @@ def resize_shared(
                 text = formatted[current] = cpulist.format_list(current)
             plan.append((ref, current, want, text))
             continue
-        path = _cpus_file(ref.cpuset_dir)
+        path = cpus_file(ref.cpuset_dir)
         try:
             text = read(path)
-            current = _parse(text, path, parsed)
+            current = parse_cpus(text, path, parsed)
         except EnforcementError as exc:  # a cgroup gone (an exited container) cannot be read
             if os.path.isdir(ref.cpuset_dir):
                 blocked.append(Blocked(ref, frozenset(), target, str(exc)))
@@ -262,7 +252,7 @@ def resize_shared(
             parent = os.path.dirname(directory) if ref.version == 2 else ""  # v1 has no subtree_control
             trusted = leaves is not None and directory in leaves and (
                 shrinks if want is target and current is was else want <= current)
-            if systemd is None and parent in enabled and (trusted or _no_subdirs(directory)):
+            if systemd is None and parent in enabled and (trusted or no_subdirs(directory)):
                 # the common case, a container of one cgroup whose parent is ready: one write (and
                 # on v2 no partition can sit below it)
                 path = f"{directory}/{CPUSET_CPUS}" if directory[-1:] != "/" else directory + CPUSET_CPUS
@@ -288,9 +278,9 @@ def resize_shared(
 
                     assert_unit_cpuset(systemd, ref, want, None, own)
                 if ref.version == 1:
-                    _resize_tree_v1(ref, want, own, before, text)
+                    resize_tree_v1(ref, want, own, before, text)
                 else:
-                    _write_list(ref.cpuset_dir, want, own, "shared pool", before, text)
+                    write_list(ref.cpuset_dir, want, own, "shared pool", before, text)
             except EnforcementError as exc:
                 failures = own.rollback()
                 if not os.path.isdir(ref.cpuset_dir):
@@ -303,13 +293,13 @@ def resize_shared(
             enabled.add(parent)
             updated.append(ref)
             if ref.version == 2:
-                stuck = _partition_holding(ref, want)
+                stuck = partition_holding(ref, want)
                 if stuck is not None:
                     blocked.append(stuck)
     finally:
         if written:  # restored first on a rollback: before any parent's cpuset controller goes
             undo.record(f"shared pool: {len(written)} cpuset.cpus files back to what they held",
-                        _restorer_of_all(written))
+                        restorer_of_all(written))
     return ResizeResult(tuple(updated), tuple(unchanged), tuple(missing), tuple(blocked))
 
 
@@ -324,12 +314,12 @@ def check_shared(
     for ref in refs:
         want = target & limits[ref] if limits and ref in limits else target
         try:
-            held = _read_list(os.path.join(ref.cpuset_dir, CPUSET_CPUS))
+            held = read_list(os.path.join(ref.cpuset_dir, CPUSET_CPUS))
         except EnforcementError:
             continue  # gone (an exited container) or unreadable: nothing to report from here
         if held - want:
             try:
-                nested = len(_subtree(ref.cpuset_dir)[0]) - 1
+                nested = len(subtree(ref.cpuset_dir)[0]) - 1
             except EnforcementError as exc:
                 nested = -1
                 why = str(exc)
@@ -338,194 +328,13 @@ def check_shared(
                        else "its cpuset.cpus was not shrunk")
             out.append(Blocked(ref, held, want, why))
             continue
-        stuck = _partition_holding(ref, want)
+        stuck = partition_holding(ref, want)
         if stuck is not None:
             out.append(stuck)
     return tuple(out)
 
 
-def plan_nested(
-    tree: Mapping[str, frozenset[int]], parents: Mapping[str, str], top: str, target: frozenset[int]
-) -> dict[str, frozenset[int]]:
-    """The CPUs each cgroup of a v1 subtree gets when its top goes to ``target`` (pure).
-
-    ``tree`` maps every cgroup of the subtree (top first, parents before children) to its
-    ``cpuset.cpus``; ``parents`` maps each other one to its parent. A cgroup that had all its
-    parent's CPUs (runc copies them into a cgroup it creates) follows its parent; one pinned to
-    a part of them keeps what of that part its parent keeps, or follows it when nothing would be
-    left; one without CPUs (never set up, so it holds no task) stays without.
-    """
-    new = {top: target}
-    for path, cpus in tree.items():
-        if path == top:
-            continue
-        parent = parents[path]
-        kept = cpus & new[parent]
-        if not cpus:
-            new[path] = cpus
-        elif cpus == tree[parent] or not kept:
-            new[path] = new[parent]
-        else:
-            new[path] = kept
-    return new
-
-
-def _resize_tree_v1(ref: CgroupRef, target: frozenset[int], undo: UndoLog, before: str, text: str) -> None:
-    """Resize ``ref`` to ``target`` with the cpuset cgroups below it (v1): every cgroup first
-    grows to what it has and will have (parents first), then goes to its target (children
-    first), so at each write a child stays inside its parent, as the kernel demands. Alone,
-    ``ref`` is written ``text`` and its undo writes back ``before``; with cgroups below, every
-    file is read first and its undo writes back what it held."""
-    tree, parents = _subtree(ref.cpuset_dir)
-    if len(tree) == 1:
-        _write_list(ref.cpuset_dir, target, undo, "shared pool", before, text)
-        return
-    cpus = {path: _read_list(os.path.join(path, CPUSET_CPUS)) for path in tree}  # the top's as it is
-    new = plan_nested(cpus, parents, ref.cpuset_dir, target)
-    now = dict(cpus)
-    for path in tree:  # parents before children
-        grown = now[path] | new[path]
-        if grown != now[path]:
-            _write_list(path, grown, undo, "nested in a shared container, growing")
-            now[path] = grown
-    for path in reversed(tree):  # children before parents
-        if new[path] != now[path]:
-            why = "shared pool" if path == ref.cpuset_dir else "nested in a shared container"
-            _write_list(path, new[path], undo, why)
-
-
-def _subtree(top: str) -> tuple[list[str], dict[str, str]]:
-    """The cgroup directories of ``top``'s subtree (``top`` first, parents before children) and
-    each one's parent, at most :data:`MAX_NESTED_DEPTH` levels down.
-
-    Raises EnforcementError when there are more than :data:`MAX_NESTED_CGROUPS` of them, or
-    cgroups deeper than that (left as they are rather than resized in part)."""
-    order = [top]
-    parents: dict[str, str] = {}
-    if _no_subdirs(top):
-        return order, parents
-    level = [top]
-    for depth in range(MAX_NESTED_DEPTH + 1):
-        below: list[str] = []
-        for directory in level:
-            # a cgroup gone meanwhile has no children: its write fails as missing
-            for child in cgroups.child_dirs(directory):
-                if depth == MAX_NESTED_DEPTH:
-                    raise EnforcementError(f"nested cpuset cgroups deeper than {MAX_NESTED_DEPTH} levels", path=child)
-                parents[child] = directory
-                below.append(child)
-        order.extend(below)
-        if len(order) > MAX_NESTED_CGROUPS + 1:
-            raise EnforcementError(f"more than {MAX_NESTED_CGROUPS} nested cpuset cgroups", path=top)
-        if not below:
-            break
-        level = below
-    return order, parents
-
-
-def leaf_dirs(refs: Iterable[CgroupRef]) -> frozenset[str]:
-    """The ``cpuset_dir`` of each of ``refs`` that has no cgroup below it now (one ``stat`` each):
-    :func:`resize_shared`'s ``leaves``."""
-    return frozenset(ref.cpuset_dir for ref in refs if _no_subdirs(ref.cpuset_dir))
-
-
-def _no_subdirs(directory: str) -> bool:
-    """True when ``directory`` has no sub-directory: a link count of 2, as cgroupfs and tmpfs keep it
-    (one ``stat``, not a listing of a cgroup's files; 1 on btrfs or overlayfs: False)."""
-    try:
-        return os.stat(directory, follow_symlinks=False).st_nlink == 2
-    except OSError:
-        return False
-
-
-def _partition_holding(ref: CgroupRef, target: frozenset[int]) -> Blocked | None:
-    """cgroup v2: a partition root below ``ref`` whose effective CPUs leave ``target`` (a nested
-    tenant that made its CPUs its own); None when there is none (the kernel keeps every other
-    descendant's ``cpuset.cpus.effective`` inside its parent's)."""
-    if ref.version != 2:
-        return None
-    try:
-        tree, _ = _subtree(ref.cpuset_dir)
-    except EnforcementError as exc:
-        return Blocked(ref, frozenset(), target, str(exc))
-    for path in tree[1:]:
-        try:
-            kind = cgroups.read_cgroup_file(os.path.join(path, "cpuset.cpus.partition")).split()
-            if not kind or kind[0] not in _PARTITIONS or "invalid" in kind:
-                continue  # a member, or a partition the kernel made invalid (it follows its parent)
-            held = _read_list(os.path.join(path, "cpuset.cpus.effective"))
-        except EnforcementError:
-            continue  # no partition file (no cpuset here, or an old kernel), or gone
-        if held - target:
-            return Blocked(ref, held, target, f"its nested cgroup {path} is a cpuset partition ({kind[0]}) on "
-                                              f"CPUs {cpulist.format_list(held)}")
-    return None
-
-
-def _cpus_file(directory: str) -> str:
-    """``directory``'s ``cpuset.cpus`` (``os.path.join``'s result, at a busy node's pace)."""
-    return f"{directory}{CPUSET_CPUS}" if directory.endswith("/") else f"{directory}/{CPUSET_CPUS}"
-
-
-def _read_list(path: str) -> frozenset[int]:
-    return _parse(cgroups.read_cgroup_file(path), path, None)
-
-
-def _parse(text: str, path: str, parsed: dict[str, frozenset[int]] | None) -> frozenset[int]:
-    if parsed is not None and text in parsed:
-        return parsed[text]
-    try:
-        cpus = cpulist.parse_list(text)
-    except ValueError as exc:
-        raise EnforcementError(f"not a CPU list: {exc}", path=path) from exc
-    if parsed is not None:
-        parsed[text] = cpus
-    return cpus
-
-
-def _write_list(directory: str, cpus: frozenset[int], undo: UndoLog, why: str, before: str | None = None,
-                text: str | None = None) -> None:
-    """Write ``cpus`` (formatted: ``text``) to ``directory``'s ``cpuset.cpus``; ``undo`` puts back ``before``."""
-    path = _cpus_file(directory)
-    if before is None:
-        before = cgroups.read_cgroup_file(path)
-    if text is None:
-        text = cpulist.format_list(cpus)
-    cgroups.write_cgroup_file(path, text)
-    undo.record(f"{path}: {text!r} (was {before!r}, {why})", _restorer(path, before))
-
-
-def _restorer_of_all(written: list[tuple[str, str]]) -> Callable[[], None]:
-    """The undo of many one-file writes: each file's text written back, newest first; every one
-    is tried, and the failures are raised together (the first few named, all counted)."""
-
-    def restore() -> None:
-        failed: list[EnforcementError] = []
-        for path, before in reversed(written):
-            try:
-                cgroups.write_cgroup_file(path, before)
-            except EnforcementError as exc:
-                failed.append(exc)
-        if failed:
-            shown = "; ".join(str(e) for e in failed[:3])
-            more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
-            raise EnforcementError(f"{len(failed)} of {len(written)} could not be put back: {shown}{more}",
-                                   path=failed[0].path)
-
-    return restore
-
-
-def _restorer(path: str, before: str) -> Callable[[], None]:
-    """The undo of a write to ``path``: ``before`` written back."""
-
-    def restore() -> None:
-        cgroups.write_cgroup_file(path, before)
-
-    return restore
-
-
 __all__ = [
-    "MAX_NESTED_CGROUPS", "MAX_NESTED_DEPTH", "Blocked", "ResizeResult", "SharedUpdate", "check_shared", "leaf_dirs",
-    "plan_nested",
-    "plan_shared_updates", "resize_shared", "shared_pool",
+    "ResizeResult", "SharedUpdate", "check_shared", "plan_shared_updates", "reserved_conflicts", "resize_shared",
+    "shared_pool",
 ]

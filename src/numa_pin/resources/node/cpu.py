@@ -19,7 +19,8 @@ from numa_pin import report
 from numa_pin.cpuset import format_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import apply_cpuset
-from numa_pin.enforcer.pool import ResizeResult, check_shared, leaf_dirs, reserved_conflicts, resize_shared
+from numa_pin.enforcer.nested import leaf_dirs
+from numa_pin.enforcer.pool import ResizeResult, check_shared, reserved_conflicts, resize_shared
 from numa_pin.enforcer.pool import shared_pool as pool_of
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.ledger.model import KIND_SHARED, Grant, LedgerState
