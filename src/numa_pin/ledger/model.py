@@ -345,14 +345,27 @@ class LedgerState:
 
     def with_grant(self, grant: Grant) -> LedgerState:
         """A new state where ``grant`` replaces any grant of the same container."""
-        return LedgerState({**self.grants, grant.container_id: grant}, self.pods)
+        if not isinstance(grant, Grant):
+            raise ValueError(f"not a Grant: {type(grant).__name__}")
+        grants = dict(self.grants)
+        grants[grant.container_id] = grant
+        return self._checked(grants, self.pods)
 
     def without(self, container_id: str) -> LedgerState:
         """A new state without the grant of ``container_id`` (unchanged if absent)."""
         if container_id not in self.grants:
             return self
-        grants = {k: v for k, v in self.grants.items() if k != container_id}
-        return LedgerState(grants, self.pods)
+        grants = dict(self.grants)
+        del grants[container_id]
+        return self._checked(grants, self.pods)
+
+    def _checked(self, grants: dict[str, Grant], pods: Mapping[str, PodRecord]) -> LedgerState:
+        """A state of ``grants`` and ``pods`` whose every entry but the one changed is this
+        state's, so checked already (a busy node's ledger has thousands)."""
+        state: LedgerState = object.__new__(LedgerState)
+        shape.set_field(state, "grants", MappingProxyType(grants))
+        shape.set_field(state, "pods", pods if isinstance(pods, MappingProxyType) else MappingProxyType(dict(pods)))
+        return state
 
     def with_pod(self, record: PodRecord) -> LedgerState:
         """A new state where ``record`` replaces any record of the same pod."""

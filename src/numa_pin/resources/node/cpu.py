@@ -52,11 +52,10 @@ def reserved(node: Node) -> frozenset[int]:
 def shared_pool(node: Node, state: LedgerState) -> frozenset[int]:
     """All CPUs minus every exclusive grant (and minus the reserved CPUs with
     ``strict-cpu-reservation``); without it the reserved CPUs keep it from emptying."""
-    exclusive = [g.cpus for g in state.grants.values() if g.cpus]
     strict = node.settings.cpu_options.strict_cpu_reservation
     online = node.topology.cpu_ids  # minus the kernel's isolated CPUs unless the config lets them in
     online = online if node.config.isolation.shared_pool_isolated else online - node.settings.isolated_cpus
-    return pool_of(online, exclusive, reserved(node), strict=strict)
+    return pool_of(online, [state.exclusive_cpus()], reserved(node), strict=strict)
 
 
 def blocked_shared(node: Node, state: LedgerState) -> list[str]:
