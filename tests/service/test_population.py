@@ -18,7 +18,8 @@ from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.enforcer import cgroups
-from numa_pin.errors import CgroupEscapeError, EnforcementError
+from numa_pin.enforcer.undo import UndoLog
+from numa_pin.errors import AllocationError, CgroupEscapeError, EnforcementError
 from numa_pin.ledger import liveness
 from numa_pin.ledger.liveness import SHARED_CHECKS
 from numa_pin.record import replace
@@ -181,3 +182,24 @@ def test_an_admission_moves_the_shared_containers_from_the_ledgers_pool_without_
     shared_files = {str(node.cgroup_dir(f"s{i}") / "cpuset.cpus") for i in range(SHARED) if i != 1}
     assert not shared_files & set(reads)  # s1 has a nested cgroup: that one is read, with it
     assert shared_cpusets(node) == dict.fromkeys(shared_cpusets(node), everything - x)
+
+
+def test_a_ledger_whose_pool_the_config_no_longer_allows_is_read_not_trusted(busy) -> None:
+    """The pool the shared containers leave is the one the ledger had under the config as it is
+    now; when that would be empty (the config changed since: strict-cpu-reservation, say), the
+    resize reads each container instead of giving up, and every one still leaves the new grant."""
+    node, svc = busy
+    everything = parse_list(node.cpus)
+    state = svc.ledger.read()
+    squat = replace(state.grants["s0"], container_id="squat", container_name="squat", kind="exclusive",
+                    cpus=everything, cgroup=None)
+    before = state.with_grant(squat)  # a ledger whose exclusive grants leave no pool at all
+    with pytest.raises(AllocationError):
+        cpu_node.shared_pool(svc, before)
+    undo = UndoLog()
+    pool = everything - {min(everything)}
+    result = cpu_node._resize(svc, state, pool, undo, before=before)
+    assert len(result.updated) == SHARED
+    assert set(shared_cpusets(node).values()) == {pool}
+    assert undo.rollback() == ()
+    assert set(shared_cpusets(node).values()) == {everything}

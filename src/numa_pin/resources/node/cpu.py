@@ -23,6 +23,7 @@ from numa_pin.enforcer.nested import leaf_dirs
 from numa_pin.enforcer.pool import ResizeResult, check_shared, reserved_conflicts, resize_shared
 from numa_pin.enforcer.pool import shared_pool as pool_of
 from numa_pin.enforcer.undo import UndoLog
+from numa_pin.errors import AllocationError
 from numa_pin.ledger.model import KIND_SHARED, Grant, LedgerState
 from numa_pin.resources.cpu import CpuResource
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
@@ -135,10 +136,16 @@ def _resize(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
     ``before``: the ledger the change started from (an admission's, a release's): the shared
     containers are taken to be on its pool, not read (see :func:`resize_shared`)."""
     real_dirs: dict[str, str] = {}
+    previous = None
+    if before is not None:
+        try:
+            previous = shared_pool(node, before)
+        except AllocationError:  # no pool under the config as it is now (changed since): read them
+            previous = None
     return resize_shared(_shared_refs(node, state, exclude, real_dirs), pool, node.config.cgroup_root, undo,
                          _limits(node, state, real_dirs), systemd=node.systemd(), real_dirs=real_dirs,
                          checked=True,  # _shared_refs checked each path (now, or as the spare rehearsed)
-                         previous=None if before is None else shared_pool(node, before), leaves=_LEAVES)
+                         previous=previous, leaves=_LEAVES)
 
 
 class CpuNode(CpuResource, NodeResource):
