@@ -14,7 +14,7 @@ from numa_pin.enforcer import cgroups
 from numa_pin.enforcer import nested as nested_module
 from numa_pin.enforcer.cgroups import CgroupRef
 from numa_pin.enforcer.nested import MAX_NESTED_DEPTH, leaf_dirs
-from numa_pin.enforcer.pool import plan_shared_updates, reserved_conflicts, resize_shared, shared_pool
+from numa_pin.enforcer.pool import reserved_conflicts, resize_shared, shared_pool
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import AllocationError, CgroupEscapeError
 
@@ -104,25 +104,6 @@ def test_shared_pool_properties(online, grants, reserved_pick) -> None:
     assert reserved <= pool  # reserved always shared
     assert not (pool & granted)  # never an exclusive CPU
     assert pool | (granted & online) == online  # every online CPU is somewhere
-
-
-@pytest.mark.parametrize(
-    "current, pool, expected_keys",
-    [
-        ({"a": {0, 1}, "b": {0, 1, 2, 3}}, {0, 1}, ["b"]),
-        ({"a": {0, 1}, "b": {0, 1}}, {0, 1}, []),
-        ({"b": {0}, "a": {5}}, {0, 1}, ["b", "a"]),
-        ({}, {0}, []),
-    ],
-    ids=["one-shrinks", "all-current", "keeps-order-and-grows", "no-shared-containers"],
-)
-def test_plan_shared_updates(current, pool, expected_keys) -> None:
-    plan = plan_shared_updates(current, pool)
-    assert [u.key for u in plan] == expected_keys
-    for u in plan:
-        assert u.current == frozenset(current[u.key]) and u.target == frozenset(pool)
-        assert u.grows == bool(u.target - u.current)
-        assert u.shrinks == bool(u.current - u.target)
 
 
 # ---- resize_shared -------------------------------------------------------------------

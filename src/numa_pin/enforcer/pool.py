@@ -3,8 +3,8 @@
 This is kubelet's static CPU manager arithmetic. Containers without exclusive CPUs run
 on the shared pool; when an exclusive grant is made the pool shrinks and every shared
 container's ``cpuset.cpus`` must shrink with it, and when a grant is released they grow
-back. :func:`shared_pool` and :func:`plan_shared_updates` are pure; only
-:func:`resize_shared` touches cgroup files.
+back. :func:`shared_pool` and :func:`reserved_conflicts` are pure; :func:`resize_shared`
+and :func:`check_shared` touch cgroup files.
 
 Reserved CPUs (kubelet ``reservedSystemCPUs``) are never granted exclusively and stay in
 the pool, so the pool is never empty while at least one CPU is reserved; with kubelet's
@@ -15,12 +15,12 @@ starts as every CPU minus the reserved ones), and a grant that would empty it is
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Hashable, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from numa_pin import cpuset as cpulist
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.cgroups import CgroupRef
-from numa_pin.enforcer.cpuset import CPUSET_CPUS, ensure_cpuset_controller
+from numa_pin.enforcer.cpuset import ensure_cpuset_controller
 from numa_pin.enforcer.nested import (
     Blocked,
     cpus_file,
@@ -39,8 +39,6 @@ from numa_pin.record import record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
-    from typing import Any
-
     from numa_pin.enforcer.systemd import Systemd
 
 
@@ -87,46 +85,6 @@ def reserved_conflicts(
     reserved = frozenset(reserved_cpus)
     out = {cid: frozenset(cpus) & reserved for cid, cpus in exclusive.items()}
     return {cid: held for cid, held in sorted(out.items()) if held}
-
-
-@record
-class SharedUpdate:
-    """One shared container whose ``cpuset.cpus`` must change from ``current`` to ``target``."""
-
-    key: Hashable
-    current: frozenset[int]
-    target: frozenset[int]
-
-    @property
-    def grows(self) -> bool:
-        return bool(self.target - self.current)
-
-    @property
-    def shrinks(self) -> bool:
-        return bool(self.current - self.target)
-
-
-def plan_shared_updates(
-    shared_refs_current: Mapping[Any, Iterable[int]],
-    pool: Iterable[int],
-    limits: Mapping[Any, frozenset[int]] | None = None,
-) -> tuple[SharedUpdate, ...]:
-    """The shared containers whose current CPUs differ from their target (pure).
-
-    ``shared_refs_current`` maps a container key (a CgroupRef, an id) to its current
-    ``cpuset.cpus``. The target is ``pool``, or ``pool`` inside the container's own cpuset
-    when ``limits`` has one for the key (never wider). The result keeps the mapping's order;
-    containers already on their target are left out.
-    """
-    pool_set = frozenset(pool)
-    limits = limits or {}
-    out: list[SharedUpdate] = []
-    for key, current in shared_refs_current.items():
-        cur = frozenset(current)
-        target = pool_set & limits[key] if key in limits else pool_set
-        if cur != target:
-            out.append(SharedUpdate(key, cur, target))
-    return tuple(out)
 
 
 @record
@@ -255,7 +213,7 @@ def resize_shared(
             if systemd is None and parent in enabled and (trusted or no_subdirs(directory)):
                 # the common case, a container of one cgroup whose parent is ready: one write (and
                 # on v2 no partition can sit below it)
-                path = f"{directory}/{CPUSET_CPUS}" if directory[-1:] != "/" else directory + CPUSET_CPUS
+                path = cpus_file(directory)
                 try:
                     write(path, text)
                     written.append((path, before))
@@ -314,7 +272,7 @@ def check_shared(
     for ref in refs:
         want = target & limits[ref] if limits and ref in limits else target
         try:
-            held = read_list(os.path.join(ref.cpuset_dir, CPUSET_CPUS))
+            held = read_list(cpus_file(ref.cpuset_dir))
         except EnforcementError:
             continue  # gone (an exited container) or unreadable: nothing to report from here
         if held - want:
@@ -335,6 +293,6 @@ def check_shared(
 
 
 __all__ = [
-    "ResizeResult", "SharedUpdate", "check_shared", "plan_shared_updates", "reserved_conflicts", "resize_shared",
+    "ResizeResult", "check_shared", "reserved_conflicts", "resize_shared",
     "shared_pool",
 ]
