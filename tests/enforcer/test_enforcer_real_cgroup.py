@@ -187,3 +187,46 @@ def test_shared_container_with_a_nested_cpuset_cgroup_is_shrunk_and_restored(tes
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_held_handles_on_the_real_cpuset_hierarchy(confined: tuple[Path, int]) -> None:
+    """The agent's spare holds shared containers' cpuset.cpus open: on cgroupfs the file is a
+    kernel attribute (no tail to cut), a write through it moves the container's task (the
+    kernel's Cpus_allowed_list), a nested cgroup made since sends the resize down the nested
+    path (EBUSY through the handle too), and a removed cgroup refuses the handle (ENODEV)."""
+    from numa_pin.enforcer import cgroups
+
+    d, pid = confined
+    all_cpus = online_cpus()
+    pool = frozenset({min(all_cpus)})
+    path = str(d / "cpuset.cpus")
+    handles = cgroups.open_handles([path])
+    try:
+        assert [plain for _, plain in handles.values()] == [False]
+        ref = CgroupRef(1, f"/{d.name}", str(d))
+        undo = UndoLog()
+        result = resize_shared([ref], pool, CGROUP_ROOT, undo, previous=all_cpus, leaves={str(d)}, handles=handles)
+        assert result.updated == (ref,) and cpus_allowed(pid) == pool
+        assert undo.rollback() == () and cpus_allowed(pid) == all_cpus
+        inner = d / "nested"  # made after the spare saw a leaf
+        inner.mkdir()
+        (inner / "cpuset.mems").write_text(read(d / "cpuset.mems"))
+        (inner / "cpuset.cpus").write_text(cpulist.format_list(all_cpus))
+        result = resize_shared([ref], pool, CGROUP_ROOT, UndoLog(), previous=all_cpus, leaves={str(d)},
+                               handles=handles)
+        assert result.updated == (ref,) and result.blocked == ()
+        assert cpulist.parse_list(read(inner / "cpuset.cpus")) == pool == cpus_allowed(pid)
+        inner.rmdir()
+    finally:
+        cgroups.close_handles(handles)
+    gone = d / "gone"
+    gone.mkdir()
+    (gone / "cpuset.mems").write_text(read(d / "cpuset.mems"))
+    (gone / "cpuset.cpus").write_text(cpulist.format_list(pool))
+    handles = cgroups.open_handles([str(gone / "cpuset.cpus")])
+    try:
+        gone.rmdir()
+        ((fd, plain),) = handles.values()
+        assert not cgroups.write_cgroup_handle(fd, b"0\n", plain)
+    finally:
+        cgroups.close_handles(handles)

@@ -9,6 +9,7 @@ release gives the CPUs back to every shared container.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,92 @@ def test_a_ledger_whose_pool_the_config_no_longer_allows_is_read_not_trusted(bus
     assert set(shared_cpusets(node).values()) == {pool}
     assert undo.rollback() == ()
     assert set(shared_cpusets(node).values()) == {everything}
+
+
+@pytest.fixture
+def warmed(busy, monkeypatch: pytest.MonkeyPatch):
+    """The busy node after the agent's spare rehearsed on it: paths checked, leaves seen, their
+    ``cpuset.cpus`` held open (restored and closed after the test)."""
+    node, svc = busy
+    for name in ("_REFS", "_LEAVES", "_HANDLES"):
+        monkeypatch.setattr(cpu_node, name, None)
+    cpu_node.warm(svc, svc.ledger.read())
+    yield node, svc
+    cgroups.close_handles(cpu_node._HANDLES)
+
+
+def _path_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    written: list[str] = []
+    real = cgroups.write_cgroup_file
+    monkeypatch.setattr(cgroups, "write_cgroup_file", lambda path, text: written.append(path) or real(path, text))
+    return written
+
+
+def test_after_the_spare_warmed_up_shared_containers_are_written_through_held_handles(
+        warmed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy node's admission writes each shared leaf's cpuset.cpus through the descriptor the
+    spare opened, with no path opened; a failure later rolls every one back all the same."""
+    node, svc = warmed
+    everything = parse_list(node.cpus)
+    leaves = {str(node.cgroup_dir(f"s{i}") / "cpuset.cpus") for i in range(SHARED) if i != 1}
+    assert set(cpu_node._HANDLES or {}) == leaves  # s1 has a nested cgroup: not a leaf
+    written = _path_writes(monkeypatch)
+    x = exclusive(svc, node, "x", 60_000)
+    assert not leaves & set(written)
+    assert shared_cpusets(node) == dict.fromkeys(shared_cpusets(node), everything - x)
+    later = next(r for r in svc.resources if type(r).__name__ == "MemoryNode")
+    monkeypatch.setattr(type(later), "enforce", lambda *_a, **_k: (_ for _ in ()).throw(
+        EnforcementError("injected after the CPUs were enforced", path="memory")))
+    with pytest.raises(EnforcementError, match="injected"):
+        exclusive(svc, node, "y", 60_001)
+    assert shared_cpusets(node) == dict.fromkeys(shared_cpusets(node), everything - x)
+
+
+def test_a_shared_cgroup_made_again_since_the_spare_opened_it_is_written_by_path(
+        warmed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container restarted under the same cgroup path: the held descriptor is the old file's
+    (the kernel refuses it with ENODEV, a test tree's plain file is unlinked), so the new one is
+    written by path and leaves the new grant too."""
+    node, svc = warmed
+    everything = parse_list(node.cpus)
+    node.stop_container("s2", 50_002)
+    node.add_container("s2", 50_002)
+    (node.cgroup_dir("s2") / "cpuset.cpus").write_text("0-1,3\n")  # longer or shorter: all replaced
+    written = _path_writes(monkeypatch)
+    x = exclusive(svc, node, "x", 60_000)
+    assert written.count(str(node.cgroup_dir("s2") / "cpuset.cpus")) == 1
+    assert shared_cpusets(node) == dict.fromkeys(shared_cpusets(node), everything - x)
+
+
+def test_held_handles_leave_the_descriptor_limit_room(busy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spare never takes the descriptors an admission needs: handles stop HANDLE_HEADROOM
+    below the soft limit, and the shared containers past that are written by path."""
+    import resource
+
+    node, svc = busy
+    probe = os.open(os.devnull, os.O_RDONLY)
+    os.close(probe)
+    soft = probe + cgroups.HANDLE_HEADROOM + 5  # room for about five handles
+    monkeypatch.setattr(resource, "getrlimit", lambda _which: (soft, soft))
+    monkeypatch.setattr(resource, "setrlimit", lambda *_a: pytest.fail("the hard limit is the limit"))
+    handles = cgroups.open_handles(str(node.cgroup_dir(f"s{i}") / "cpuset.cpus") for i in range(SHARED))
+    try:
+        assert 0 < len(handles) <= 5
+        assert all(fd < soft - cgroups.HANDLE_HEADROOM for fd, _ in handles.values())
+    finally:
+        cgroups.close_handles(handles)
+
+
+def test_a_handle_write_cuts_a_longer_file_and_refuses_an_unlinked_one(tmp_path: Path) -> None:
+    path = tmp_path / "cpuset.cpus"
+    path.write_text("0-7,9,11,13-63\n")
+    handles = cgroups.open_handles([str(path)])
+    ((fd, plain),) = handles.values()
+    try:
+        assert plain  # a test tree's file keeps what is written to it
+        assert cgroups.write_cgroup_handle(fd, b"0-3\n", plain)
+        assert path.read_text() == "0-3\n"
+        path.unlink()
+        assert not cgroups.write_cgroup_handle(fd, b"0-2\n", plain)
+    finally:
+        cgroups.close_handles(handles)

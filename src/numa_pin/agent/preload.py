@@ -76,6 +76,7 @@ PRELOAD: tuple[str, ...] = (
     "difflib",
     "subprocess",  # systemctl, where systemd owns the containers' cgroups
     "hashlib",  # OpenSSL's SHA-256, for a busy node's ledger (numa_pin.digest)
+    "resource",  # the descriptor limit, raised by the spare that holds shared cpusets open (enforcer.cgroups)
 )
 
 

@@ -15,7 +15,9 @@ Two inputs decide where a container's cpuset lives:
 Every directory handed back is built by :func:`safe_join`, which refuses ``..``, and
 symlinks that leave the cgroup root (:class:`~numa_pin.errors.CgroupEscapeError`).
 :func:`read_cgroup_file` and :func:`write_cgroup_file` are the only file access the
-cgroup writers use; tests replace them to observe the order of writes.
+cgroup writers use; tests replace them to observe the order of writes. The one exception is
+:func:`write_cgroup_handle`: the agent's spare holds the shared containers' ``cpuset.cpus``
+open (:func:`open_handles`), and a write through one that fails goes by path after all.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from numa_pin.record import record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
 DRIVER_SYSTEMD = "systemd"
 DRIVER_CGROUPFS = "cgroupfs"
@@ -207,6 +209,77 @@ def write_cgroup_file(path: str, text: str) -> None:
         os.close(fd)
 
 
+#: descriptors :func:`open_handles` leaves free for whatever else the process opens
+HANDLE_HEADROOM = 256
+
+
+def open_handles(paths: Iterable[str], headroom: int = HANDLE_HEADROOM) -> dict[str, tuple[int, bool]]:
+    """Each of ``paths`` (cgroup files, already checked to lie under the cgroup root) held open for
+    writing, by path: ``(descriptor, plain)``, as many as the descriptor limit allows with
+    ``headroom`` left free (the soft limit is first raised towards the hard one). ``plain``: a
+    file that keeps what is written to it (a test tree's), not a kernel attribute (cgroupfs
+    reports a size of 0 for a file that reads back text). A path that cannot be opened is left
+    out; it is then written by path (:func:`write_cgroup_file`). Close them with
+    :func:`close_handles`."""
+    import resource  # only the agent's spare holds handles: no hook start pays for the import
+
+    wanted = list(paths)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = len(wanted) + 2 * headroom
+    if soft != resource.RLIM_INFINITY and soft < need and hard != soft:
+        raised = need if hard == resource.RLIM_INFINITY else min(hard, need)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError):
+            pass  # not allowed: fewer handles
+    highest = None if soft == resource.RLIM_INFINITY else soft - headroom
+    out: dict[str, tuple[int, bool]] = {}
+    for path in wanted:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:
+            continue  # gone, or not writable: its admission writes by path and says why
+        if highest is not None and fd >= highest:
+            os.close(fd)
+            break
+        try:
+            plain = os.fstat(fd).st_size != 0 or not os.pread(fd, 1, 0)
+        except OSError:
+            os.close(fd)
+            continue
+        out[path] = (fd, plain)
+    return out
+
+
+def write_cgroup_handle(fd: int, data: bytes, plain: bool) -> bool:
+    """Write ``data`` (a value and its newline) through a descriptor from :func:`open_handles`, at
+    offset 0. A ``plain`` file then has whatever followed cut off (where it was longer) and must
+    still be linked. False,
+    and nothing raised, when the write fails or the file is gone: the cgroup was removed (perhaps
+    made again since; the kernel refuses the write with ENODEV) or the kernel refused the value.
+    The caller then writes by path, which names what is wrong."""
+    try:
+        os.pwrite(fd, data, 0)
+        if plain:
+            st = os.fstat(fd)
+            if st.st_size > len(data):
+                os.ftruncate(fd, len(data))
+            return st.st_nlink > 0
+    except OSError:
+        return False
+    return True
+
+
+def close_handles(handles: Mapping[str, tuple[int, bool]] | None) -> None:
+    """Close what :func:`open_handles` opened (quietly: a handle is only ever written through)."""
+    for fd, _ in (handles or {}).values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def _driver_of(rel: str) -> str:
     parts = path_parts(rel)
     if any(p.endswith((".slice", ".scope")) for p in parts):
@@ -347,17 +420,21 @@ def find_v1_controller_dir(
 __all__ = [
     "DRIVER_CGROUPFS",
     "DRIVER_SYSTEMD",
+    "HANDLE_HEADROOM",
     "RUNTIME_SUBGROUPS",
     "CgroupRef",
     "check_under",
+    "close_handles",
     "enforcement_path",
     "find_cgroup",
     "find_v1_controller_dir",
     "hierarchy_dir",
     "join_under",
     "leaf_container_id",
+    "open_handles",
     "read_cgroup_file",
     "ref_from_path",
     "safe_join",
     "write_cgroup_file",
+    "write_cgroup_handle",
 ]

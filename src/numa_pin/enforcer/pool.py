@@ -108,6 +108,7 @@ def resize_shared(
     checked: bool = False,
     previous: Iterable[int] | None = None,
     leaves: Collection[str] | None = None,
+    handles: Mapping[str, tuple[int, bool]] | None = None,
 ) -> ResizeResult:
     """Set ``cpuset.cpus`` of every shared container cgroup in ``refs`` to ``pool`` (inside the
     container's own cpuset where ``limits`` gives one).
@@ -141,6 +142,11 @@ def resize_shared(
     a parent below the CPUs of a cgroup made in it since, and that refusal sends it down the
     nested path; on v2 nothing below it can keep CPUs it loses but a partition, which ``status``
     and ``reconcile`` report (:func:`check_shared`).
+
+    ``handles``: ``cpuset.cpus`` files held open for writing, by path (the agent's spare opens
+    its leaves' as it rehearses, :func:`cgroups.open_handles`): one of them on the one-write path
+    is written through its descriptor, no path looked up, opened or closed; where that write
+    fails (its cgroup removed, or made again since) the file is written by path as before.
 
     Cost per container: one path check against parents resolved once (``real_dirs``, a memo
     the caller may share with the making of ``refs``, see :func:`cgroups.realpath`; none with
@@ -201,6 +207,15 @@ def resize_shared(
     write = cgroups.write_cgroup_file
     shrinks = was is not None and target <= was  # the pool only shrinks (for every container without a cpuset)
     written: list[tuple[str, str]] = []  # one-write containers: (file, what it held), one undo for all
+    write_handle = cgroups.write_cgroup_handle
+    encoded: dict[str, bytes] = {}
+
+    def data_of(text: str) -> bytes:
+        data = encoded.get(text)
+        if data is None:
+            data = encoded[text] = (text + "\n").encode("ascii")
+        return data
+
     try:
         for ref, current, want, before in plan:
             directory = ref.cpuset_dir
@@ -214,8 +229,10 @@ def resize_shared(
                 # the common case, a container of one cgroup whose parent is ready: one write (and
                 # on v2 no partition can sit below it)
                 path = cpus_file(directory)
+                handle = handles.get(path) if handles else None
                 try:
-                    write(path, text)
+                    if handle is None or not write_handle(handle[0], data_of(text), handle[1]):
+                        write(path, text)
                     written.append((path, before))
                     updated.append(ref)
                     continue

@@ -19,7 +19,7 @@ from numa_pin import report
 from numa_pin.cpuset import format_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import apply_cpuset
-from numa_pin.enforcer.nested import leaf_dirs
+from numa_pin.enforcer.nested import cpus_file, leaf_dirs
 from numa_pin.enforcer.pool import ResizeResult, check_shared, reserved_conflicts, resize_shared
 from numa_pin.enforcer.pool import shared_pool as pool_of
 from numa_pin.enforcer.undo import UndoLog
@@ -75,16 +75,23 @@ _REFS: dict[str, dict[str, cg.CgroupRef]] | None = None
 #: the shared containers' cgroups that had no cgroup below them when :func:`warm` looked (see
 #: :func:`~numa_pin.enforcer.pool.resize_shared`'s ``leaves``); None without :func:`warm`
 _LEAVES: frozenset[str] | None = None
+#: those leaves' ``cpuset.cpus`` held open for writing, by path, once :func:`warm` has run (see
+#: :func:`~numa_pin.enforcer.pool.resize_shared`'s ``handles``): an admission that shrinks a
+#: thousand shared containers writes each through its descriptor instead of opening it by path
+_HANDLES: dict[str, tuple[int, bool]] | None = None
 
 
 def warm(node: Node, state: LedgerState) -> None:
-    """Check every shared container's cgroup path now, see which have no cgroup below them, and
-    keep both for this process (:data:`_REFS`, :data:`_LEAVES`), forgetting earlier ones. The
-    agent's spare calls it at each rehearsal, so what it saw is at most
+    """Check every shared container's cgroup path now, see which have no cgroup below them, open
+    their ``cpuset.cpus`` for writing, and keep all three for this process (:data:`_REFS`,
+    :data:`_LEAVES`, :data:`_HANDLES`), forgetting (and closing) earlier ones. The agent's spare
+    calls it at each rehearsal, so what it saw is at most
     :data:`~numa_pin.agent.spare.REHEARSE_EVERY_S` old when used."""
-    global _REFS, _LEAVES
-    _REFS, _LEAVES = {}, None
+    global _REFS, _LEAVES, _HANDLES
+    cg.close_handles(_HANDLES)
+    _REFS, _LEAVES, _HANDLES = {}, None, None
     _LEAVES = leaf_dirs(_shared_refs(node, state))
+    _HANDLES = cg.open_handles(cpus_file(d) for d in sorted(_LEAVES))
 
 
 def _shared_ids(node: Node, state: LedgerState, exclude: str | None = None,
@@ -145,7 +152,7 @@ def _resize(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
     return resize_shared(_shared_refs(node, state, exclude, real_dirs), pool, node.config.cgroup_root, undo,
                          _limits(node, state, real_dirs), systemd=node.systemd(), real_dirs=real_dirs,
                          checked=True,  # _shared_refs checked each path (now, or as the spare rehearsed)
-                         previous=previous, leaves=_LEAVES)
+                         previous=previous, leaves=_LEAVES, handles=_HANDLES)
 
 
 class CpuNode(CpuResource, NodeResource):
