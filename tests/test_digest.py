@@ -24,3 +24,10 @@ def test_small_data_never_loads_openssl(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.delitem(sys.modules, "hashlib", raising=False)
     digest.sha256_hex(b"x" * 1024)
     assert "hashlib" not in sys.modules
+
+
+@pytest.mark.parametrize("sizes", [(), (0, 0), (1, 2, 3), (digest.LARGE - 10, 5, 5), (digest.LARGE, 1), (7, 2 * digest.LARGE)],
+                         ids=["none", "empty", "small", "at", "above", "ledger"])
+def test_sha256_hex_parts_is_hashlibs_digest_of_their_concatenation(sizes: tuple[int, ...]) -> None:
+    parts = [os.urandom(n) for n in sizes]
+    assert digest.sha256_hex_parts(*parts) == hashlib.sha256(b"".join(parts)).hexdigest()

@@ -29,4 +29,17 @@ def sha256_hex(data: bytes) -> str:
     return _sha256(data).hexdigest()
 
 
-__all__ = ["LARGE", "sha256_hex"]
+def sha256_hex_parts(*parts: bytes) -> str:
+    """:func:`sha256_hex` of the concatenation of ``parts``, without making it."""
+    if sum(map(len, parts)) >= LARGE:
+        from hashlib import sha256
+
+        h = sha256()
+    else:
+        h = _sha256()
+    for part in parts:
+        h.update(part)
+    return h.hexdigest()
+
+
+__all__ = ["LARGE", "sha256_hex", "sha256_hex_parts"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +298,60 @@ def test_decoding_again_reuses_only_grants_whose_json_is_the_same(case, key, val
     assert again.grants["c2"] is first.grants["c2"]
     assert (again.grants["c1"] is first.grants["c1"]) is same
     assert again.grants["c1"] == Grant.from_dict(json.loads(raw)["data"]["grants"]["c1"])
+
+
+def _reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the ledger reads that fetch the file's bytes."""
+    from numa_pin import boundedio
+    from numa_pin.ledger import store
+
+    calls: list[int] = []
+    real = boundedio.read_fd
+
+    def counting(fd: int, limit: int) -> bytes:
+        calls.append(fd)
+        return real(fd, limit)
+
+    monkeypatch.setattr(boundedio, "read_fd", counting)  # read_regular_file's
+    monkeypatch.setattr(store, "read_fd", counting, raising=False)
+    return calls
+
+
+def test_the_file_last_read_or_written_is_not_read_again_while_it_is_the_same_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21: a busy node's ledger is a megabyte, and an admission reads it twice. The file
+    this process wrote or read last, still the one at the path, is not read again."""
+    ledger = Ledger(tmp_path)
+    with ledger.transaction() as txn:
+        txn.put(grant("c1"))
+    reads = _reads(monkeypatch)
+    assert ledger.read().grant("c1") == grant("c1")
+    with ledger.transaction() as txn:
+        txn.put(grant("c2", cpus={5}))
+    assert set(ledger.read().grants) == {"c1", "c2"}
+    assert reads == []
+
+
+def test_a_ledger_replaced_or_written_in_place_by_anyone_else_is_read_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ledger = Ledger(tmp_path)
+    path = tmp_path / LEDGER_FILE
+    with ledger.transaction() as txn:
+        txn.put(grant("c1"))
+    reads = _reads(monkeypatch)
+    other = tmp_path / "other.json"
+    other.write_bytes(encode(LedgerState({"c9": grant("c9")})))
+    os.replace(other, path)  # replaced whole, as another numa-pin process does
+    assert set(ledger.read().grants) == {"c9"}
+    assert len(reads) == 1
+    # written in place, the same size (a changed digit), a moment later (a kernel without
+    # fine-grained change times stamps writes within one clock tick, 1 to 10 ms, alike): read,
+    # and refused
+    time.sleep(0.02)
+    raw = path.read_bytes()
+    assert b'"pid": 4242' in raw
+    with open(path, "r+b") as f:
+        f.write(raw.replace(b'"pid": 4242', b'"pid": 4243', 1))
+    with pytest.raises(LedgerCorrupt, match="checksum"):
+        ledger.read()
+    assert len(reads) == 2

@@ -5,6 +5,8 @@
 * :mod:`~numa_pin.ledger.records` — the small records a grant carries (:class:`GpuAccess`);
 * :mod:`~numa_pin.ledger.store` — :class:`Ledger`: checksummed JSON file, lock-free
   reads, ``flock``-serialised transactions with atomic, fsynced replacement;
+* :mod:`~numa_pin.ledger.transaction` — :class:`Transaction`, the view a transaction's
+  ``with`` block works on (pure);
 * :mod:`~numa_pin.ledger.liveness` — :func:`is_alive` (pid + start time, or cgroup) and
   the pure :func:`collect_garbage`.
 

@@ -15,7 +15,7 @@ from bisect import bisect_left
 from json.encoder import encode_basestring_ascii as _quote
 
 from numa_pin.boundedio import json_loads_bounded
-from numa_pin.digest import sha256_hex
+from numa_pin.digest import sha256_hex, sha256_hex_parts
 from numa_pin.errors import LedgerCorrupt, LedgerError
 from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, newer_version_message
 
@@ -49,10 +49,10 @@ def check_new_grants(before: LedgerState, after: LedgerState, path: str) -> None
 
 
 #: the grants last encoded and their members, in container id order: ``(grants, ids, indented
-#: members, canonical members)``. A commit changes one grant of hundreds, and the unchanged ones are
-#: the very objects the last read or write returned: the next encoding copies these lists and
-#: mends them where a grant changed, came or went (issue 21)
-_LAST: tuple[Mapping[str, Grant], list[str], list[str], list[str]] | None = None
+#: members, canonical members)``, the members as the file's bytes. A commit changes one grant of
+#: hundreds, and the unchanged ones are the very objects the last read or write returned: the next
+#: encoding copies these lists and mends them where a grant changed, came or went (issue 21)
+_LAST: tuple[Mapping[str, Grant], list[str], list[bytes], list[bytes]] | None = None
 #: stands for the grants in the rest of the document while it is encoded (a string JSON escapes
 #: to one that no grant, pod or version text can hold)
 _GRANTS_SLOT = "\x00grants\x00"
@@ -63,22 +63,25 @@ _GRANT_INDENT = "   "
 def encode(state: LedgerState) -> bytes:
     """The file bytes for ``state``: data, its version and its checksum (pure: the bytes of
     ``json.dumps`` of the document, indent 1 and sorted keys; each grant's part is encoded once
-    and reused while the grant is unchanged)."""
+    and reused while the grant is unchanged, and a busy node's thousand grants are copied once
+    into the checksum's text and once into the file's, never through a ``str``)."""
     global _LAST
     rest = LedgerState({}, state.pods).to_dict()
     rest["grants"] = _GRANTS_SLOT
     _LAST = _members(state.grants, _LAST)
     _, _, pretty, canonical = _LAST
     slot = json.dumps(_GRANTS_SLOT)
-    data_text = _canonical(rest).replace(slot, "{" + ",".join(canonical) + "}", 1)
-    doc = {"version": LEDGER_VERSION, "checksum": "sha256:" + sha256_hex(data_text.encode("ascii")), "data": rest}
-    grants_text = "{\n" + ",\n".join(pretty) + "\n  }" if pretty else "{}"
-    text = json.dumps(doc, indent=1, sort_keys=True, allow_nan=False).replace(slot, grants_text, 1)
-    return (text + "\n").encode("ascii")
+    head, tail = _canonical(rest).split(slot, 1)
+    digest = sha256_hex_parts((head + "{").encode("ascii"), b",".join(canonical), ("}" + tail).encode("ascii"))
+    doc = {"version": LEDGER_VERSION, "checksum": "sha256:" + digest, "data": rest}
+    before, after = json.dumps(doc, indent=1, sort_keys=True, allow_nan=False).split(slot, 1)
+    if not pretty:
+        return f"{before}{{}}{after}\n".encode("ascii")
+    return b"".join((before.encode("ascii"), b"{\n", b",\n".join(pretty), b"\n  }", after.encode("ascii"), b"\n"))
 
 
-def _members(grants: Mapping[str, Grant], last: tuple[Mapping[str, Grant], list[str], list[str], list[str]] | None
-             ) -> tuple[Mapping[str, Grant], list[str], list[str], list[str]]:
+def _members(grants: Mapping[str, Grant], last: tuple[Mapping[str, Grant], list[str], list[bytes], list[bytes]] | None
+             ) -> tuple[Mapping[str, Grant], list[str], list[bytes], list[bytes]]:
     """``(grants, ids, indented members, canonical members)`` for ``grants``, in id order: the
     lists of ``last`` mended where few grants differ from it, else made anew."""
     if last is not None:
@@ -108,11 +111,12 @@ def _members(grants: Mapping[str, Grant], last: tuple[Mapping[str, Grant], list[
     return grants, ids, [m[0] for m in members], [m[1] for m in members]
 
 
-def _member(cid: str, grant: Grant) -> tuple[str, str]:
+def _member(cid: str, grant: Grant) -> tuple[bytes, bytes]:
     """``"<id>": {...}`` of one grant, as the file indents it and in canonical form."""
     d = grant.to_dict()
     key = _quote(cid)  # json.dumps of a str
-    return f"{_GRANT_INDENT}{key}: {_indented(d, chr(10) + _GRANT_INDENT)}", f"{key}:{_canonical(d)}"
+    return (f"{_GRANT_INDENT}{key}: {_indented(d, chr(10) + _GRANT_INDENT)}".encode("ascii"),
+            f"{key}:{_canonical(d)}".encode("ascii"))
 
 
 def decode(raw: bytes, path: str) -> LedgerState:

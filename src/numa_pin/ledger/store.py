@@ -1,10 +1,8 @@
 """The node ledger on disk: one checksummed JSON file, replaced atomically (stdlib only; its
 bytes are :mod:`numa_pin.ledger.codec`'s).
 
-Layout under ``state_dir``::
-
-    ledger.json   {"version": 1, "checksum": "sha256:<hex>", "data": {...}}
-    ledger.lock   flock(2) target; holds the pid of the current writer
+Layout under ``state_dir``: ``ledger.json``, ``{"version": N, "checksum": "sha256:<hex>",
+"data": {...}}``, and ``ledger.lock``, the ``flock(2)`` target, holding the current writer's pid.
 
 ``checksum`` is the SHA-256 of the *canonical* JSON of ``data`` (sorted keys, no
 whitespace, ASCII). Readers never lock: a writer builds the new file under a temporary
@@ -44,10 +42,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from numa_pin.boundedio import UnsafeInput, read_regular_file
+from numa_pin.boundedio import UnsafeInput, open_regular, read_fd, read_regular_file
 from numa_pin.errors import LedgerCorrupt, LedgerError, LedgerLockTimeout
 from numa_pin.ledger.codec import MAX_NAME_CHARS, REMEDY, check_new_grants, checksum, corrupt, decode, encode
-from numa_pin.ledger.model import Grant, LedgerState, PodRecord
+from numa_pin.ledger.model import LedgerState
+from numa_pin.ledger.transaction import Transaction
 from numa_pin.safefs import NotDurable, check_dir, ensure_dir, open_private, replace_private
 
 LEDGER_FILE = "ledger.json"
@@ -63,75 +62,34 @@ MAX_LEDGER_BYTES = 64 << 20
 _POLL_MIN_S = 0.001
 _POLL_MAX_S = 0.05
 
-#: the last ledger each path was read or written as: (the file's bytes, their state). A read
-#: whose bytes are these returns the state without parsing and checking them again (same bytes,
-#: same state): an admission reads the ledger twice (its snapshot, then under the lock), and the
-#: agent's spare has read it before the hook came (issue 21)
+#: the last ledger each path was read or written as: (the file's bytes, their state). A read of
+#: these bytes returns the state without parsing and checking them again: an admission reads the
+#: ledger twice (snapshot, then under the lock), and the agent's spare read it before (issue 21)
 _PARSED: dict[str, tuple[bytes, LedgerState]] = {}
+#: the ledger file this process last read or wrote, kept open: ``(path, descriptor, identity)``
+#: (device, inode, size, modification and change times). While it is open its inode cannot pass
+#: to another file, and numa-pin only replaces the ledger whole: a file at ``path`` with that
+#: identity holds the bytes :data:`_PARSED` keeps and is not read again (issue 21). Anything else
+#: that writes the file changes its change time. :func:`let_go` closes it.
+_HELD: tuple[str, int, tuple[int, ...]] | None = None
 
 
-class Transaction:
-    """The view of the ledger inside :meth:`Ledger.transaction`.
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
-    Read ``txn.state``; assign a new :class:`LedgerState` to ``txn.state`` (or use the
-    helpers) to have it written when the ``with`` block exits normally.
-    """
 
-    def __init__(self, state: LedgerState) -> None:
-        self._initial = state
-        self._state = state
-        self._on_failure: list[Callable[[LedgerError], None]] = []
-        self._after: list[Callable[[], None]] = []
+def _hold(path: str, fd: int | None = None, st: os.stat_result | None = None) -> None:
+    """Keep ``fd``, the file at ``path`` whose bytes :data:`_PARSED` has, as :data:`_HELD` (none:
+    hold nothing), closing the one held before."""
+    global _HELD
+    old, _HELD = _HELD, None if fd is None or st is None else (path, fd, _identity(st))
+    if old is not None:
+        _close_quietly(old[1])
 
-    def on_commit_failure(self, undo: Callable[[LedgerError], None]) -> None:
-        """Have ``undo(error)`` called when writing this transaction's state fails, before the
-        error is raised (newest registration first): the caller's machine changes are
-        undone and the rollback's failures can ride on ``error``."""
-        self._on_failure.append(undo)
 
-    def after_commit(self, action: Callable[[], None]) -> None:
-        """Have ``action()`` called once the state is written (or when nothing changed),
-        still under the lock; not called when the block or the write fails."""
-        self._after.append(action)
-
-    def _failed(self, error: LedgerError) -> None:
-        while self._on_failure:
-            self._on_failure.pop()(error)
-
-    def _committed(self) -> None:
-        for action in self._after:
-            action()
-
-    @property
-    def state(self) -> LedgerState:
-        return self._state
-
-    @state.setter
-    def state(self, value: LedgerState) -> None:
-        if not isinstance(value, LedgerState):
-            raise TypeError(f"txn.state must be a LedgerState, got {type(value).__name__}")
-        self._state = value
-
-    @property
-    def changed(self) -> bool:
-        """True when the state differs from what was read at the start."""
-        return self._state != self._initial
-
-    def put(self, grant: Grant) -> None:
-        """Add ``grant``, replacing any grant of the same container."""
-        self._state = self._state.with_grant(grant)
-
-    def remove(self, container_id: str) -> None:
-        """Drop the grant of ``container_id`` (no-op if absent)."""
-        self._state = self._state.without(container_id)
-
-    def put_pod(self, record: PodRecord) -> None:
-        """Add ``record``, replacing any record of the same pod."""
-        self._state = self._state.with_pod(record)
-
-    def remove_pod(self, pod_id: str) -> None:
-        """Drop the record of ``pod_id`` (no-op if absent)."""
-        self._state = self._state.without_pod(pod_id)
+def let_go() -> None:
+    """Close the ledger file this process holds open (before its file system is unmounted)."""
+    _hold("")
 
 
 class Ledger:
@@ -321,7 +279,7 @@ class Ledger:
     def _load(self) -> LedgerState:
         try:
             check_dir(self.state_dir)
-            raw = read_regular_file(self.path, MAX_LEDGER_BYTES, follow=False)
+            fd, st = open_regular(self.path, follow=False)
         except FileNotFoundError:
             return LedgerState()
         except UnsafeInput as exc:
@@ -329,10 +287,23 @@ class Ledger:
         except OSError as exc:
             raise LedgerError(f"cannot read the ledger: {_reason(exc)}", path=self.path) from exc
         known = _PARSED.get(self.path)
-        if known is not None and known[0] == raw:
+        held = _HELD
+        if known is not None and held is not None and held[0] == self.path and held[2] == _identity(st):
+            os.close(fd)  # the very file read or written last, unchanged
             return known[1]
-        state = decode(raw, self.path)
+        try:
+            try:
+                raw = read_fd(fd, MAX_LEDGER_BYTES)
+            except UnsafeInput as exc:
+                raise corrupt(str(exc), self.path) from exc
+            except OSError as exc:
+                raise LedgerError(f"cannot read the ledger: {_reason(exc)}", path=self.path) from exc
+            state = known[1] if known is not None and known[0] == raw else decode(raw, self.path)
+        except BaseException:
+            os.close(fd)
+            raise
         _PARSED[self.path] = (raw, state)
+        _hold(self.path, fd, st)
         return state
 
     def _write(self, state: LedgerState, previous: LedgerState | None = None) -> None:
@@ -362,6 +333,10 @@ class Ledger:
         except OSError as exc:
             raise LedgerError(f"cannot write the ledger: {_reason(exc)}", path=self.path) from exc
         _PARSED[self.path] = (payload, state)  # the next read of these very bytes needs no decode
+        try:  # under the lock: the file now at the path is the one just written
+            _hold(self.path, *open_regular(self.path, follow=False))
+        except (OSError, UnsafeInput):
+            _hold(self.path)
 
     def _replace(self, payload: bytes) -> None:
         replace_private(self.state_dir, self.path, payload, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, durable=True)
@@ -375,6 +350,13 @@ class Ledger:
         for name in names:
             if name.startswith(_TMP_PREFIX) and name.endswith(_TMP_SUFFIX):
                 _unlink_quietly(os.path.join(self.state_dir, name))
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _unlink_quietly(path: str) -> None:
@@ -410,5 +392,5 @@ def _reason(exc: OSError) -> str:
 
 __all__ = [
     "LEDGER_FILE", "LOCK_FILE", "MAX_NAME_CHARS", "REMEDY", "Ledger", "Transaction", "check_new_grants", "checksum",
-    "decode", "encode",
+    "decode", "encode", "let_go",
 ]
