@@ -32,6 +32,7 @@ from numa_pin.agent import client, preload, protocol, request, server, spare
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import NumaPinError
 from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
+from numa_pin.ledger.model import Grant
 from numa_pin.ledger.store import Ledger
 from numa_pin.record import replace
 from numa_pin.report import reason_path
@@ -1239,6 +1240,61 @@ def test_an_idle_spare_keeps_the_topology_cache_fresh(tmp_path, node):
         assert agent.records("served")[-1]["by"] == "rehearsed"
     finally:
         assert agent.stop() == 0
+
+
+def test_await_connection_rehearses_at_once_when_its_preparation_went_stale(tmp_path):
+    """An idle spare asks every STALE_CHECK_S whether the ledger it rehearsed on was replaced,
+    and rehearses again then, not REHEARSE_EVERY_S later."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "s"))
+    listener.listen(1)
+    listener.setblocking(False)
+    stop_r, stop_w = os.pipe()
+    asked: list[float] = []
+    idle: list[float] = []
+
+    def stale() -> bool:
+        asked.append(time.monotonic())
+        return len(asked) == 3  # replaced between the second look and the third
+
+    def on_idle() -> None:
+        idle.append(time.monotonic())
+        os.close(stop_w)
+
+    try:
+        started = time.monotonic()
+        assert spare.await_connection(listener, stop_r, every_s=600, on_idle=on_idle, stale=stale) is None
+        assert len(asked) == 3 and len(idle) == 1
+        assert idle[0] - started < 60  # not the 600 s of an idle rehearsal
+    finally:
+        listener.close()
+        os.close(stop_r)
+
+
+def test_a_ledger_watch_sees_every_commit_by_anyone_else(tmp_path):
+    ledger = Ledger(tmp_path / "state")
+    watch = spare.LedgerWatch(ledger.path)  # no ledger yet
+    assert not watch.changed()
+    with ledger.transaction() as txn:
+        txn.put(Grant("c1", "pod-1", "c1", "exclusive", pid=1, start_time=1.0, cgroup="/ctr/c1",
+                      cpus=frozenset({1}), mems=frozenset({0}), policy="restricted", created=1.0))
+    assert watch.changed()
+    keeper = server.spare.SpareKeeper()
+    try:
+        assert not keeper.stale()  # nothing rehearsed: nothing to go stale
+        keeper.watch = spare.LedgerWatch(ledger.path)
+        assert not keeper.stale()
+        os.replace(_copy(ledger.path), ledger.path)  # replaced whole, as every writer does
+        assert keeper.stale()
+    finally:
+        os.close(keeper.notes_r)
+        os.close(keeper.notes_w)
+
+
+def _copy(path: str) -> str:
+    copy = path + ".copy"
+    shutil.copyfile(path, copy)
+    return copy
 
 
 def test_await_connection_rehearses_while_idle_and_leaves_on_stop(tmp_path):

@@ -309,12 +309,13 @@ class AgentServer:
         self._become_child()
         by = "spare"
         if self.spares.rehearsal is not None:
-            spare.rehearse(self.spares.rehearsal)
+            self.spares.watch = spare.rehearse(self.spares.rehearsal)
             by = "rehearsed"
         spare.send_note(self.spares.notes_w, spare.READY)
         conn = spare.await_connection(
             self.listener, self._stop_r, every_s=spare.REHEARSE_EVERY_S,
-            on_idle=self.spares.rehearse_again if self.spares.rehearsal is not None else None)
+            on_idle=self.spares.rehearse_again if self.spares.rehearsal is not None else None,
+            stale=self.spares.stale)
         self.listener.close()
         os.close(self._stop_r)
         if conn is None:

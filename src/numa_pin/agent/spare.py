@@ -16,7 +16,10 @@ hears that it was taken and, once it has answered, forks the next spare. Until a
 While no hook comes, the spare rehearses again every :data:`REHEARSE_EVERY_S` seconds and
 rediscovers a cached topology older than :data:`REHEARSAL_TOPOLOGY_MAX_AGE_S` (a hook accepts
 60 s), so on a node where containers start minutes apart a hook still finds fresh caches and
-never pays for a discovery. It stops watching the socket meanwhile and says so.
+never pays for a discovery. It stops watching the socket meanwhile and says so. It also
+rehearses again, within :data:`STALE_CHECK_S`, once the ledger it read was replaced by anyone
+else (an in-process hook, the operator's CLI): a busy node's ledger is then decoded and its
+shared containers' cgroups checked again before the next hook, not while it waits.
 
 Messages from children to the parent go over one pipe, one line each, each written whole
 (under ``PIPE_BUF``): ``R`` (the spare is ready), ``B`` (it is rehearsing again: the parent
@@ -36,6 +39,7 @@ import json
 import os
 import select
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from numa_pin.admission.request import request_from_oci
@@ -108,7 +112,29 @@ def parse_request_note(line: bytes) -> Mapping[str, object] | None:
     return body if ok else None
 
 
-def rehearse(request: Mapping[str, object]) -> None:
+class LedgerWatch:
+    """Whether the ledger a rehearsal read has been replaced since (an in-process hook, the
+    operator's ``numa-pin release``, ``numa-pin run``: anything that is not this agent). One
+    ``stat``: the ledger is only ever replaced whole, so a commit brings a new inode and change
+    time. Only speed rides on it: a change it misses leaves the spare's caches cold, and the
+    admission reads the ledger under the lock as always."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.seen = self._signature()  # taken before the rehearsal reads: a commit after it shows
+
+    def _signature(self) -> tuple[int, ...] | None:
+        try:
+            st = os.stat(self.path, follow_symlinks=False)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def changed(self) -> bool:
+        return self._signature() != self.seen
+
+
+def rehearse(request: Mapping[str, object]) -> LedgerWatch | None:
     """Load the config and topology ``request`` (a parsed ``Q`` note) would load and plan a
     one-CPU container, as a hook's admission would, encode the ledger it read (its parsed
     and encoded grants are kept, :mod:`numa_pin.ledger.store`, and what the decision asked of it,
@@ -116,7 +142,7 @@ def rehearse(request: Mapping[str, object]) -> None:
     cgroup paths (kept too, :func:`numa_pin.resources.node.cpu.warm`), changing nothing (no lock, no write but the
     caches a hook writes too, the topology's when it is older than
     :data:`REHEARSAL_TOPOLOGY_MAX_AGE_S`). Best effort: a rehearsal that fails only leaves
-    pages cold."""
+    pages cold. Returns a watch on the ledger it read (None when it got no that far)."""
     argv = request.get("argv")
     passed = request.get("env")
     env = {k: v for k, v in passed.items() if k in PASSED_ENV} if isinstance(passed, dict) else {}
@@ -125,29 +151,37 @@ def rehearse(request: Mapping[str, object]) -> None:
         config_path, _ = parse_argv([str(a) for a in argv] if isinstance(argv, list) else [])
         config, cache_dir = hook_config(config_path, env, cwd if isinstance(cwd, str) else "/")
         service = NodeService(config, cache_dir=cache_dir, topology_max_age=REHEARSAL_TOPOLOGY_MAX_AGE_S)
+        watch = LedgerWatch(service.ledger.path)
         service.plan(request_from_oci("numa-pin-rehearsal", {"numa-pin.io/cpus": "1"}))
         state = service.ledger.read()
         encode(state)  # a busy node's ledger: the commit then encodes only its change
         idle_grants(state)  # the shared grants the admission's liveness pass samples, sorted
         warm(service, state)  # and its shared containers' cgroups: the commit then checks only new ones
     except (Exception, SystemExit):  # the hook itself will meet and report whatever this is
-        pass
+        return None
+    return watch
 
 
 def await_connection(listener: socket.socket, stop_fd: int, *, every_s: float | None = None,
-                     on_idle: Callable[[], None] | None = None) -> socket.socket | None:
+                     on_idle: Callable[[], None] | None = None,
+                     stale: Callable[[], bool] | None = None) -> socket.socket | None:
     """Accept the next connection on ``listener`` (non-blocking, shared with the parent and
     other children); None as soon as ``stop_fd`` (the read end of a pipe only the parent
     writes to) is closed or readable: the server stops, or died. ``on_idle`` runs after each
-    ``every_s`` seconds without a connection."""
+    ``every_s`` seconds without a connection, and sooner when ``stale`` (asked every
+    :data:`STALE_CHECK_S` seconds) says what it prepared is out of date."""
     poller = select.poll()
     poller.register(listener.fileno(), select.POLLIN)
     poller.register(stop_fd, select.POLLIN)
-    timeout_ms = None if every_s is None or on_idle is None else int(every_s * 1000)
+    idle_s = None if every_s is None or on_idle is None else every_s
+    check_s = idle_s if stale is None or idle_s is None else min(idle_s, STALE_CHECK_S)
+    due = None if idle_s is None else time.monotonic() + idle_s
     while True:
-        events = dict(poller.poll(timeout_ms))
-        if not events and on_idle is not None:
-            on_idle()
+        events = dict(poller.poll(None if check_s is None else int(check_s * 1000)))
+        if not events and on_idle is not None and due is not None:
+            if time.monotonic() >= due or (stale is not None and stale()):
+                on_idle()
+                due = time.monotonic() + idle_s  # type: ignore[operator]
             continue
         if stop_fd in events:
             return None
@@ -158,6 +192,12 @@ def await_connection(listener: socket.socket, stop_fd: int, *, every_s: float | 
                 continue  # the parent or a racing child took it
             conn.setblocking(True)
             return conn
+
+
+#: a waiting spare looks this often whether the ledger it rehearsed on was replaced by someone
+#: else (an in-process hook, the operator), and rehearses again if so: a busy node's admission
+#: then never decodes a ledger of thousands of grants while a hook waits
+STALE_CHECK_S = 0.25
 
 
 #: after a spare child died without taking a connection, the next one is forked this much later
@@ -182,6 +222,8 @@ class SpareKeeper:
         self.serving: int | None = None  # the last spare taken, while it serves
         self.notes_r, self.notes_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._pending = b""
+        #: in a spare child: the ledger its last rehearsal read
+        self.watch: LedgerWatch | None = None
 
     def wait(self, now: float, at_limit: bool) -> float | None:
         """None when a spare should be forked now, else how long the loop may sleep."""
@@ -226,12 +268,16 @@ class SpareKeeper:
         """In an idle spare child: rehearse once more (the parent accepts meanwhile)."""
         if self.rehearsal is not None:
             send_note(self.notes_w, BUSY)
-            rehearse(self.rehearsal)
+            self.watch = rehearse(self.rehearsal)
             send_note(self.notes_w, READY)
+
+    def stale(self) -> bool:
+        """In a spare child: whether the ledger its rehearsal read was replaced since."""
+        return self.watch is not None and self.watch.changed()
 
 
 __all__ = [
     "BUSY", "READY", "REHEARSAL_TOPOLOGY_MAX_AGE_S", "REHEARSE_EVERY_S", "SERVING", "SERVING_WAIT_S", "SPARE_RETRY_S",
-    "TAKEN", "SpareKeeper", "await_connection", "parse_request_note", "read_notes", "rehearse", "request_note",
-    "send_note",
+    "STALE_CHECK_S", "TAKEN", "LedgerWatch", "SpareKeeper", "await_connection", "parse_request_note", "read_notes",
+    "rehearse", "request_note", "send_note",
 ]
