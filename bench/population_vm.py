@@ -8,12 +8,13 @@ in it, admitted as shared containers; then ``--runs`` times a new cgroup with a 
 admitted asking for one exclusive CPU and released, measured two ways:
 
 * ``warm``: ``NodeService.admit`` / ``release`` in one warm process (what the agent's child
-  runs; the agent's release leaves the shared containers' growth until after its reply, so its
-  ``settle`` is timed apart);
+  runs, after the spare's rehearsal has checked the shared cgroups and opened their
+  ``cpuset.cpus``, untimed; the agent's release leaves the shared containers' growth until after
+  its reply, so its ``settle`` is timed apart);
 * ``hook``: the installed ``numa-pin-hook`` prestart / poststop, in-process (a Python start each).
 
-The kernel's part is counted too: every ``cpuset.cpus`` write (how many, and the time spent in
-them). After each admission every shared cgroup's ``cpuset.cpus.effective`` is checked to
+The kernel's part is counted too: every ``cpuset.cpus`` write, by path or through a held
+descriptor (how many, and the time spent in them). After each admission every shared cgroup's ``cpuset.cpus.effective`` is checked to
 exclude the granted CPU, and after each release (and settle) to hold it again: a figure from a
 run that broke exclusivity is not printed (the script fails instead).
 
@@ -43,6 +44,7 @@ from numa_pin.cpuset import parse_list
 from numa_pin.enforcer import cgroups
 from numa_pin.ledger.liveness import process_start_time
 from numa_pin.ledger.model import Grant, LedgerState
+from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.service import NodeService
 
 RUNS, SIZES = int(sys.argv[1]), [int(x) for x in sys.argv[2].split(",")]
@@ -69,6 +71,19 @@ def counting_write(path, text):
 
 
 cgroups.write_cgroup_file = counting_write
+real_handle = cgroups.write_cgroup_handle
+
+
+def counting_handle(fd, data, plain):
+    t0 = time.perf_counter()
+    try:
+        return real_handle(fd, data, plain)
+    finally:
+        writes["n"] += 1
+        writes["s"] += time.perf_counter() - t0
+
+
+cgroups.write_cgroup_handle = counting_handle
 procs = []
 
 
@@ -116,6 +131,7 @@ for size in SIZES:
     for run in range(RUNS + 1):
         # warm: one process, as the agent's child runs it (release settles after the reply)
         pid = container(parent, f"w{run}")
+        cpu_node.warm(svc, svc.ledger.read())  # what the agent's spare does before a hook comes
         writes.update(n=0, s=0.0)
         t0 = time.perf_counter()
         grant = svc.admit(request_from_oci(f"p{size}-w{run}", {"numa-pin.io/cpus": "1"}), pid).grant
