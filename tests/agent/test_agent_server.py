@@ -1273,7 +1273,7 @@ def test_await_connection_rehearses_at_once_when_its_preparation_went_stale(tmp_
 
 def test_a_ledger_watch_sees_every_commit_by_anyone_else(tmp_path):
     ledger = Ledger(tmp_path / "state")
-    watch = spare.LedgerWatch(ledger.path)  # no ledger yet
+    watch = spare.LedgerWatch(ledger)  # no ledger yet
     assert not watch.changed()
     with ledger.transaction() as txn:
         txn.put(Grant("c1", "pod-1", "c1", "exclusive", pid=1, start_time=1.0, cgroup="/ctr/c1",
@@ -1282,7 +1282,7 @@ def test_a_ledger_watch_sees_every_commit_by_anyone_else(tmp_path):
     keeper = server.spare.SpareKeeper()
     try:
         assert not keeper.stale()  # nothing rehearsed: nothing to go stale
-        keeper.watch = spare.LedgerWatch(ledger.path)
+        keeper.watch = spare.LedgerWatch(ledger)
         assert not keeper.stale()
         os.replace(_copy(ledger.path), ledger.path)  # replaced whole, as every writer does
         assert keeper.stale()

@@ -46,7 +46,7 @@ from numa_pin.admission.request import request_from_oci
 from numa_pin.agent.protocol import PASSED_ENV
 from numa_pin.invoke import hook_config, parse_argv
 from numa_pin.ledger.liveness import idle_grants
-from numa_pin.ledger.store import encode
+from numa_pin.ledger.store import Ledger, encode
 from numa_pin.resources.node.cpu import warm
 from numa_pin.service import NodeService
 
@@ -119,19 +119,12 @@ class LedgerWatch:
     time. Only speed rides on it: a change it misses leaves the spare's caches cold, and the
     admission reads the ledger under the lock as always."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.seen = self._signature()  # taken before the rehearsal reads: a commit after it shows
-
-    def _signature(self) -> tuple[int, ...] | None:
-        try:
-            st = os.stat(self.path, follow_symlinks=False)
-        except OSError:
-            return None
-        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.seen = ledger.identity()  # taken before the rehearsal reads: a commit after it shows
 
     def changed(self) -> bool:
-        return self._signature() != self.seen
+        return self.ledger.identity() != self.seen
 
 
 def rehearse(request: Mapping[str, object]) -> LedgerWatch | None:
@@ -142,7 +135,7 @@ def rehearse(request: Mapping[str, object]) -> LedgerWatch | None:
     cgroup paths (kept too, :func:`numa_pin.resources.node.cpu.warm`), changing nothing (no lock, no write but the
     caches a hook writes too, the topology's when it is older than
     :data:`REHEARSAL_TOPOLOGY_MAX_AGE_S`). Best effort: a rehearsal that fails only leaves
-    pages cold. Returns a watch on the ledger it read (None when it got no that far)."""
+    pages cold. Returns a watch on the ledger it read (None when it did not get that far)."""
     argv = request.get("argv")
     passed = request.get("env")
     env = {k: v for k, v in passed.items() if k in PASSED_ENV} if isinstance(passed, dict) else {}
@@ -151,7 +144,7 @@ def rehearse(request: Mapping[str, object]) -> LedgerWatch | None:
         config_path, _ = parse_argv([str(a) for a in argv] if isinstance(argv, list) else [])
         config, cache_dir = hook_config(config_path, env, cwd if isinstance(cwd, str) else "/")
         service = NodeService(config, cache_dir=cache_dir, topology_max_age=REHEARSAL_TOPOLOGY_MAX_AGE_S)
-        watch = LedgerWatch(service.ledger.path)
+        watch = LedgerWatch(service.ledger)
         service.plan(request_from_oci("numa-pin-rehearsal", {"numa-pin.io/cpus": "1"}))
         state = service.ledger.read()
         encode(state)  # a busy node's ledger: the commit then encodes only its change

@@ -255,10 +255,9 @@ def open_handles(paths: Iterable[str], headroom: int = HANDLE_HEADROOM) -> dict[
 def write_cgroup_handle(fd: int, data: bytes, plain: bool) -> bool:
     """Write ``data`` (a value and its newline) through a descriptor from :func:`open_handles`, at
     offset 0. A ``plain`` file then has whatever followed cut off (where it was longer) and must
-    still be linked. False,
-    and nothing raised, when the write fails or the file is gone: the cgroup was removed (perhaps
-    made again since; the kernel refuses the write with ENODEV) or the kernel refused the value.
-    The caller then writes by path, which names what is wrong."""
+    still be linked. False, and nothing raised, when the write fails or the file is gone: the
+    cgroup was removed (perhaps made again since; the kernel refuses the write with ENODEV) or the
+    kernel refused the value. The caller then writes by path, which names what is wrong."""
     try:
         os.pwrite(fd, data, 0)
         if plain:

@@ -110,6 +110,14 @@ class Ledger:
     def __repr__(self) -> str:
         return f"Ledger({self.state_dir!r}, lock_timeout={self.lock_timeout})"
 
+    def identity(self) -> tuple[int, ...] | None:
+        """The file's device, inode, size, modification and change time (one ``lstat``; None
+        when there is none): every commit, by any process, changes it."""
+        try:
+            return _identity(os.stat(self.path, follow_symlinks=False))
+        except OSError:
+            return None
+
     def read(self) -> LedgerState:
         """The current state, without locking (the file is only ever replaced whole).
 
