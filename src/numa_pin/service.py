@@ -151,7 +151,7 @@ class NodeService(ServiceBase):
         for _attempt in range(MAX_ATTEMPTS):
             with deadline.interruptible():
                 read = self.ledger.read()
-                snapshot, dead = collect_garbage(read, self._needed_alive(read))
+                snapshot, dead = self._collect_needed(read)
                 decision: Decision | None = None
                 if request.container_id not in snapshot.grants:
                     decision = decide(self.topology, snapshot, request, self.settings)
@@ -274,7 +274,7 @@ class NodeService(ServiceBase):
         with self.ledger.transaction() as txn:
             grant = txn.state.grants.get(container_id)
             state = txn.state.without(container_id) if grant is not None else txn.state
-            state, dropped = collect_garbage(state, self._needed_alive(state))
+            state, dropped = self._collect_needed(state)
             self._log_dropped(dropped)
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)

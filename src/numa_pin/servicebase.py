@@ -16,7 +16,7 @@ from numa_pin import report
 from numa_pin.config.schema import Config
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import NumaPinError
-from numa_pin.ledger.liveness import collect_garbage, lazy, of_earlier_boot
+from numa_pin.ledger.liveness import collect_garbage, collect_needed, of_earlier_boot
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.ledger.store import Ledger
 from numa_pin.resources.node.base import Node, Release
@@ -51,11 +51,12 @@ class ServiceBase(Node):
 
         return alive
 
-    def _needed_alive(self, state: LedgerState) -> Callable[[Grant], bool]:
-        """:meth:`_alive` for what an admission or release needs (:func:`~numa_pin.ledger.liveness.lazy`):
-        every grant that holds something, a few of those that hold nothing (the boot check for the
-        rest); ``reconcile`` and ``plan`` check them all."""
-        return lazy(state, self._alive, lambda g: not of_earlier_boot(g, self.boot_id))
+    def _collect_needed(self, state: LedgerState) -> tuple[LedgerState, tuple[Grant, ...]]:
+        """The grants of ``state`` found dead dropped, of those an admission or release needs
+        (:func:`~numa_pin.ledger.liveness.collect_needed`): every grant that holds something, a
+        few of those that hold nothing (the boot check for the rest); ``reconcile`` and ``plan``
+        check them all."""
+        return collect_needed(state, self._alive, self.boot_id)
 
     def _waiting(self, holder: int | None) -> None:
         self.lock_waits += 1

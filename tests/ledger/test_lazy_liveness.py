@@ -8,8 +8,9 @@ import math
 import pytest
 from ledger_factories import grant
 
-from numa_pin.ledger.liveness import SHARED_CHECKS, collect_garbage, holds_nothing, lazy
+from numa_pin.ledger.liveness import SHARED_CHECKS, collect_needed, holds_nothing, prepare
 from numa_pin.ledger.model import Grant, LedgerState, PodRecord
+from numa_pin.record import replace
 
 
 def shared(cid: str, pod: str = "pod-s") -> Grant:
@@ -32,13 +33,19 @@ HOLDERS = [
 ]
 
 
+def asking(asked: list[str], dead: str | None = None):
+    """An ``alive_fn`` that notes every grant it is asked about (all alive but ``dead``)."""
+    return lambda g: asked.append(g.container_id) or g.container_id != dead
+
+
 @pytest.mark.parametrize("holder", HOLDERS)
 def test_a_grant_that_holds_something_is_checked_every_time(holder: Grant) -> None:
     s = state(10 * SHARED_CHECKS, holder, pods=("pod-recorded",))
     for start in range(0, 10 * SHARED_CHECKS, 7):
         asked: list[str] = []
-        lazy(s, lambda g: asked.append(g.container_id) or False, lambda g: True, start=start)(holder)
-        assert asked == [holder.container_id]
+        _, dropped = collect_needed(s, asking(asked, holder.container_id), "boot", start=start)
+        assert holder.container_id in asked
+        assert [g.container_id for g in dropped] == [holder.container_id]
 
 
 @pytest.mark.parametrize("n", [SHARED_CHECKS + 1, 3 * SHARED_CHECKS, 2048], ids=lambda n: f"{n}-shared")
@@ -48,30 +55,41 @@ def test_shared_grants_are_checked_a_few_at_a_time_each_in_its_turn(n: int) -> N
     rounds = math.ceil(n / SHARED_CHECKS)
     for r in range(rounds):
         asked: list[str] = []
-        alive = lazy(s, lambda g: asked.append(g.container_id) or True, lambda g: True, start=r * SHARED_CHECKS)
-        assert collect_garbage(s, alive) == (s, ())
+        assert collect_needed(s, asking(asked), "boot", start=r * SHARED_CHECKS) == (s, ())
         assert len(asked) == SHARED_CHECKS
         seen.update(asked)
     assert seen == set(s.grants)  # in ceil(n / SHARED_CHECKS) windows every one had its turn
 
 
-def test_the_rest_answer_the_cheap_check_and_dead_ones_are_dropped_in_their_turn() -> None:
+def test_the_rest_answer_the_boot_check_and_dead_ones_are_dropped_in_their_turn() -> None:
     s = state(4 * SHARED_CHECKS)
     dead = "s0005"
-    # outside its window: the cheap check (earlier boot) decides; it says dead here, so it goes
-    _, dropped = collect_garbage(s, lazy(s, lambda g: True, lambda g: g.container_id != dead, start=100))
-    assert [g.container_id for g in dropped] == [dead]
+    old = LedgerState({**s.grants, dead: replace(s.grants[dead], boot_id="earlier")}, s.pods)
+    # outside its window: the boot check decides (no /proc read); another boot's grant goes
+    asked: list[str] = []
+    _, dropped = collect_needed(old, asking(asked), "now", start=100)
+    assert [g.container_id for g in dropped] == [dead] and dead not in asked
+    prepare(old, "earlier")  # worked out for another boot first: asked again for this one
+    assert collect_needed(old, asking([]), "earlier", start=100) == (old, ())
+    assert [g.container_id for g in collect_needed(old, asking([]), "now", start=100)[1]] == [dead]
     # in its window: the full check decides
-    _, dropped = collect_garbage(s, lazy(s, lambda g: g.container_id != dead, lambda g: True, start=0))
+    _, dropped = collect_needed(s, asking([], dead), "now", start=0)
     assert [g.container_id for g in dropped] == [dead]
-    _, dropped = collect_garbage(s, lazy(s, lambda g: g.container_id != dead, lambda g: True, start=100))
+    _, dropped = collect_needed(s, asking([], dead), "now", start=100)
     assert dropped == ()
+
+
+def test_a_dead_grant_goes_with_its_pod_record() -> None:
+    holder = shared("x-pod", pod="pod-recorded")
+    s = state(4 * SHARED_CHECKS, holder, pods=("pod-recorded",))
+    after, dropped = collect_needed(s, asking([], "x-pod"), None, start=0)
+    assert dropped == (holder,) and "x-pod" not in after.grants and "pod-recorded" not in after.pods
 
 
 def test_few_shared_grants_are_all_checked() -> None:
     s = state(SHARED_CHECKS)
     asked: list[str] = []
-    collect_garbage(s, lazy(s, lambda g: asked.append(g.container_id) or True, lambda g: True))
+    collect_needed(s, asking(asked), "boot")
     assert sorted(asked) == sorted(s.grants)
 
 

@@ -45,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from numa_pin.admission.request import request_from_oci
 from numa_pin.agent.protocol import PASSED_ENV
 from numa_pin.invoke import hook_config, parse_argv
-from numa_pin.ledger.liveness import idle_grants
+from numa_pin.ledger.liveness import prepare
 from numa_pin.ledger.store import Ledger, encode
 from numa_pin.resources.node.cpu import warm
 from numa_pin.service import NodeService
@@ -148,7 +148,7 @@ def rehearse(request: Mapping[str, object]) -> LedgerWatch | None:
         service.plan(request_from_oci("numa-pin-rehearsal", {"numa-pin.io/cpus": "1"}))
         state = service.ledger.read()
         encode(state)  # a busy node's ledger: the commit then encodes only its change
-        idle_grants(state)  # the shared grants the admission's liveness pass samples, sorted
+        prepare(state, service.boot_id)  # the grants the admission's liveness pass asks, and skips
         warm(service, state)  # and its shared containers' cgroups: the commit then checks only new ones
     except (Exception, SystemExit):  # the hook itself will meet and report whatever this is
         return None

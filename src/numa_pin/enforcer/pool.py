@@ -170,10 +170,18 @@ def resize_shared(
     formatted: dict[frozenset[int], str] = {}  # every target's text, formatted once per batch
     read = cgroups.read_cgroup_file
     was = None if previous is None else frozenset(previous)
+    moved = was is not None and was != target
+    was_text = "" if was is None else formatted.setdefault(was, cpulist.format_list(was))
     for ref in ref_list:
         if was is not None:
             limit = limits.get(ref) if limits else None
-            want, current = (target, was) if limit is None else (target & limit, was & limit)
+            if limit is None:  # from the same old pool to the same new one (a busy node's thousands)
+                if moved:
+                    plan.append((ref, was, target, was_text))
+                else:
+                    unchanged.append(ref)
+                continue
+            want, current = target & limit, was & limit
             if current == want:
                 unchanged.append(ref)
                 continue
@@ -216,9 +224,23 @@ def resize_shared(
             data = encoded[text] = (text + "\n").encode("ascii")
         return data
 
+    # a busy node's common case at its own pace: a known leaf going from the old pool to the new
+    # one (on v2 below a parent already made ready), written through its held handle
+    quick = handles if systemd is None and shrinks and handles else None
+    known_leaves = leaves if leaves is not None else ()
+    target_data = data_of(formatted.setdefault(target, cpulist.format_list(target)))
+    dirname = os.path.dirname
     try:
         for ref, current, want, before in plan:
             directory = ref.cpuset_dir
+            if (quick is not None and want is target and current is was and directory in known_leaves
+                    and (ref.version == 1 or dirname(directory) in enabled)):
+                path = cpus_file(directory)
+                handle = quick.get(path)
+                if handle is not None and write_handle(handle[0], target_data, handle[1]):
+                    written.append((path, before))
+                    updated.append(ref)
+                    continue
             text = formatted.get(want)
             if text is None:
                 text = formatted[want] = cpulist.format_list(want)

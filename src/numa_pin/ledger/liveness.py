@@ -151,9 +151,14 @@ def collect_garbage(
     Returns the new state and the removed grants ordered by container id (so the caller
     can undo their enforcement: restore netdevs, release devices).
     """
-    removed = sorted((g for g in state.grants.values() if not alive_fn(g)), key=_container_id)
+    return _dropping(state, [g for g in state.grants.values() if not alive_fn(g)])
+
+
+def _dropping(state: LedgerState, removed: list[Grant]) -> tuple[LedgerState, tuple[Grant, ...]]:
+    """``state`` without the grants ``removed`` and the pod records left without grants."""
     if not removed and not state.pods:
         return state, ()
+    removed.sort(key=_container_id)
     gone = {g.container_id for g in removed}
     alive = {cid: g for cid, g in state.grants.items() if cid not in gone} if gone else state.grants
     pods_in_use = {g.pod_id for g in alive.values()}
@@ -172,47 +177,74 @@ def _container_id(grant: Grant) -> str:
 SHARED_CHECKS = 32
 
 
-def lazy(state: LedgerState, alive_fn: Callable[[Grant], bool], cheap_fn: Callable[[Grant], bool],
-         start: int | None = None) -> Callable[[Grant], bool]:
-    """``alive_fn`` for the grants an admission's decision needs, for :func:`collect_garbage`: a
-    grant that holds something (exclusive CPUs, devices, memory, an affinity, moved netdevs) or
-    belongs to a pod with a record is checked every time, because what it holds is free again
-    only once it is dropped. Of the grants that hold nothing (the shared containers, hundreds on
-    a busy node) only :data:`SHARED_CHECKS` consecutive ones by container id are checked,
-    starting at ``start`` (default: a random place), so every one gets its turn within a few
-    dozen admissions; the rest answer ``cheap_fn`` (the boot check, no ``/proc`` read). A dead
-    shared container costs nothing meanwhile: its cgroup is gone, so the shared-pool resize
-    skips it."""
+def collect_needed(state: LedgerState, alive_fn: Callable[[Grant], bool], boot_id: str | None,
+                   start: int | None = None) -> tuple[LedgerState, tuple[Grant, ...]]:
+    """:func:`collect_garbage` of what an admission's decision needs. A grant that holds
+    something (exclusive CPUs, devices, memory, an affinity, moved netdevs) or belongs to a pod
+    with a record is asked ``alive_fn`` every time, because what it holds is free again only
+    once it is dropped. Of the grants that hold nothing (the shared containers, thousands on a
+    busy node) only :data:`SHARED_CHECKS` consecutive ones by container id are asked, starting
+    at ``start`` (default: a random place), so every one gets its turn within a few dozen
+    admissions; of the rest only those recorded under a boot other than ``boot_id`` are dropped
+    (:func:`of_earlier_boot`, no ``/proc`` read). A dead shared container costs nothing
+    meanwhile: its cgroup is gone, so the shared-pool resize skips it.
+
+    What this needs of ``state`` is worked out once per state (:func:`idle_grants`), so the
+    admission that locks the state the agent's spare rehearsed on looks at a few dozen grants,
+    not at every one."""
     idle = idle_grants(state)
     if len(idle) <= SHARED_CHECKS:
-        return alive_fn
+        return collect_garbage(state, alive_fn)
     if start is None:
         start = int.from_bytes(os.urandom(4), "little")
     first = start % len(idle)
-    checked = set(idle[first:first + SHARED_CHECKS])
-    checked.update(idle[:max(0, first + SHARED_CHECKS - len(idle))])
+    turn = idle[first:first + SHARED_CHECKS] + idle[:max(0, first + SHARED_CHECKS - len(idle))]
     grants = state.grants
-    # the trusted ones that pass the cheap check, worked out in one sweep (thousands on a busy node)
-    trusted = {cid: grants[cid] for cid in idle if cid not in checked}
-    passed = {cid: g for cid, g in trusted.items() if cheap_fn(g)}
-
-    def alive(grant: Grant) -> bool:
-        cid = grant.container_id
-        if cid in trusted and trusted[cid] is grant:
-            return cid in passed
-        return alive_fn(grant)
-
-    return alive
+    removed = [g for g in _split(state)[1] if not alive_fn(g)]
+    removed += [grants[cid] for cid in turn if not alive_fn(grants[cid])]
+    asked = set(turn)
+    removed += [grants[cid] for cid in _of_other_boots(state, boot_id) if cid not in asked]
+    return _dropping(state, removed)
 
 
 def idle_grants(state: LedgerState) -> list[str]:
     """The ids of ``state``'s grants that hold nothing and belong to no pod with a record, sorted
-    (worked out once per state: the snapshot an admission decides on is the state it locks)."""
-    known: list[str] | None = getattr(state, "_idle", None)
+    (worked out once per state, with the others: the snapshot an admission decides on is the
+    state it locks, and the agent's spare worked it out as it rehearsed)."""
+    return _split(state)[0]
+
+
+def _split(state: LedgerState) -> tuple[list[str], tuple[Grant, ...]]:
+    """(:func:`idle_grants`, the other grants: each is asked at every admission), once per state."""
+    known: tuple[list[str], tuple[Grant, ...]] | None = getattr(state, "_idle", None)
     if known is None:
-        known = sorted(cid for cid, g in state.grants.items() if holds_nothing(g) and g.pod_id not in state.pods)
+        idle: list[str] = []
+        busy: list[Grant] = []
+        for cid, g in state.grants.items():
+            if holds_nothing(g) and g.pod_id not in state.pods:
+                idle.append(cid)
+            else:
+                busy.append(g)
+        known = (sorted(idle), tuple(busy))
         object.__setattr__(state, "_idle", known)
     return known
+
+
+def prepare(state: LedgerState, boot_id: str | None) -> None:
+    """Work out now what :func:`collect_needed` needs of ``state`` (the agent's spare, as it
+    rehearses: the admission it then runs locks this state)."""
+    _of_other_boots(state, boot_id)
+
+
+def _of_other_boots(state: LedgerState, boot_id: str | None) -> list[str]:
+    """The idle grants of ``state`` recorded under a boot other than ``boot_id`` (kept per state
+    for the last boot id asked)."""
+    known: tuple[str | None, list[str]] | None = getattr(state, "_other_boots", None)
+    if known is None or known[0] != boot_id:
+        grants = state.grants
+        known = (boot_id, [cid for cid in idle_grants(state) if of_earlier_boot(grants[cid], boot_id)])
+        object.__setattr__(state, "_other_boots", known)
+    return known[1]
 
 
 def holds_nothing(grant: Grant) -> bool:
@@ -323,6 +355,8 @@ __all__ = [
     "START_TIME_TOLERANCE_S",
     "cgroup_dir",
     "collect_garbage",
+    "collect_needed",
+    "prepare",
     "idle_grants",
     "detect_cgroup_version",
     "is_alive",

@@ -20,19 +20,16 @@ from types import MappingProxyType
 from numa_pin import __version__, names
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.errors import LedgerCorrupt
-from numa_pin.ledger import shape
+from numa_pin.ledger import derived, shape
 from numa_pin.ledger.migrate import LEDGER_VERSION, MIGRATIONS, migrate, newer_version_message
 from numa_pin.ledger.pod import PodNetdev, PodRecord
-from numa_pin.ledger.records import GpuAccess
+from numa_pin.ledger.records import KIND_EXCLUSIVE, KIND_PROCESS, KIND_SHARED, GpuAccess
 from numa_pin.record import field, record, replace
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
     from typing import Any
 
-KIND_EXCLUSIVE = "exclusive"  # container with exclusive CPUs
-KIND_SHARED = "shared"  # container in the shared pool (no exclusive CPUs)
-KIND_PROCESS = "process"  # a plain process started by ``numa-pin run``
 KINDS = (KIND_EXCLUSIVE, KIND_SHARED, KIND_PROCESS)
 
 WRITTEN_BY = f"numa-pin {__version__}"
@@ -271,15 +268,8 @@ class LedgerState:
 
     def exclusive_cpus(self) -> frozenset[int]:
         """Every CPU some grant holds exclusively (the shared pool is the rest); worked out once
-        per state, like :meth:`shared_grants`."""
-        known: frozenset[int] | None = getattr(self, "_exclusive", None)
-        if known is None:
-            out: set[int] = set()
-            for grant in self.grants.values():
-                out |= grant.cpus
-            known = frozenset(out)
-            shape.set_field(self, "_exclusive", known)
-        return known
+        per state (:mod:`~numa_pin.ledger.derived`)."""
+        return derived.exclusive_cpus(self)
 
     def devices_in_use(self, resource: str) -> frozenset[str]:
         """Device ids of ``resource`` held by any grant, or sitting in a pod's network namespace
@@ -321,13 +311,9 @@ class LedgerState:
         return tuple(g for _, g in sorted(self.grants.items()) if g.pod_id == pod_id)
 
     def shared_grants(self) -> tuple[Grant, ...]:
-        """Grants of ``kind="shared"`` (their cpuset follows the shared pool), by container id
-        (worked out once per state: an admission asks several times, on a node of thousands)."""
-        known: tuple[Grant, ...] | None = getattr(self, "_shared", None)
-        if known is None:
-            known = tuple(g for _, g in sorted(self.grants.items()) if g.kind == KIND_SHARED)
-            shape.set_field(self, "_shared", known)
-        return known
+        """Grants of ``kind="shared"`` (their cpuset follows the shared pool), by container id;
+        worked out once per state (:mod:`~numa_pin.ledger.derived`)."""
+        return derived.shared_grants(self)
 
     def overlaps(self, grant: Grant) -> tuple[str, ...]:
         """Ids of *other* containers holding any of ``grant``'s exclusive CPUs or devices."""
@@ -349,15 +335,19 @@ class LedgerState:
             raise ValueError(f"not a Grant: {type(grant).__name__}")
         grants = dict(self.grants)
         grants[grant.container_id] = grant
-        return self._checked(grants, self.pods)
+        state = self._checked(grants, self.pods)
+        derived.carry(self, state, self.grants.get(grant.container_id), grant)
+        return state
 
     def without(self, container_id: str) -> LedgerState:
         """A new state without the grant of ``container_id`` (unchanged if absent)."""
         if container_id not in self.grants:
             return self
         grants = dict(self.grants)
-        del grants[container_id]
-        return self._checked(grants, self.pods)
+        gone = grants.pop(container_id)
+        state = self._checked(grants, self.pods)
+        derived.carry(self, state, gone, None)
+        return state
 
     def _checked(self, grants: dict[str, Grant], pods: Mapping[str, PodRecord]) -> LedgerState:
         """A state of ``grants`` and ``pods`` whose every entry but the one changed is this

@@ -18,6 +18,10 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 if TYPE_CHECKING:
     from typing import Any
 
+KIND_EXCLUSIVE = "exclusive"  # container with exclusive CPUs
+KIND_SHARED = "shared"  # container in the shared pool (no exclusive CPUs)
+KIND_PROCESS = "process"  # a plain process started by ``numa-pin run``
+
 
 @record
 class GpuAccess:
@@ -61,4 +65,4 @@ class GpuAccess:
             raise LedgerCorrupt(f"{where}: {exc}") from None
 
 
-__all__ = ["GpuAccess"]
+__all__ = ["KIND_EXCLUSIVE", "KIND_PROCESS", "KIND_SHARED", "GpuAccess"]

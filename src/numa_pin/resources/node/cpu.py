@@ -79,6 +79,9 @@ _LEAVES: frozenset[str] | None = None
 #: :func:`~numa_pin.enforcer.pool.resize_shared`'s ``handles``): an admission that shrinks a
 #: thousand shared containers writes each through its descriptor instead of opening it by path
 _HANDLES: dict[str, tuple[int, bool]] | None = None
+#: the shared grants :func:`_shared_refs` last answered for (held, so compared by identity), its
+#: cgroup root and its answer; only once :func:`warm` has run
+_LAST: tuple[tuple[Grant, ...], str, tuple[cg.CgroupRef, ...]] | None = None
 
 
 def warm(node: Node, state: LedgerState) -> None:
@@ -87,9 +90,9 @@ def warm(node: Node, state: LedgerState) -> None:
     :data:`_LEAVES`, :data:`_HANDLES`), forgetting (and closing) earlier ones. The agent's spare
     calls it at each rehearsal, so what it saw is at most
     :data:`~numa_pin.agent.spare.REHEARSE_EVERY_S` old when used."""
-    global _REFS, _LEAVES, _HANDLES
+    global _REFS, _LEAVES, _HANDLES, _LAST
     cg.close_handles(_HANDLES)
-    _REFS, _LEAVES, _HANDLES = {}, None, None
+    _REFS, _LEAVES, _HANDLES, _LAST = {}, None, None, None
     _LEAVES = leaf_dirs(_shared_refs(node, state))
     _HANDLES = cg.open_handles(cpus_file(d) for d in sorted(_LEAVES))
 
@@ -103,22 +106,34 @@ def _shared_ids(node: Node, state: LedgerState, exclude: str | None = None,
 
 
 def _shared_refs(node: Node, state: LedgerState, exclude: str | None = None,
-                 real_dirs: dict[str, str] | None = None) -> list[cg.CgroupRef]:
+                 real_dirs: dict[str, str] | None = None) -> tuple[cg.CgroupRef, ...]:
     """The cgroups of the shared containers (``exclude`` left out), in container id order.
     ``real_dirs``: a memo of parents' real paths (one ``lstat`` per path check, hundreds of
     shared containers on a busy node; see :func:`numa_pin.enforcer.cgroups.realpath`); paths
-    in :data:`_REFS` are not checked again."""
-    paths = [g.cgroup for g in state.shared_grants() if g.container_id != exclude and g.cgroup]
+    in :data:`_REFS` are not checked again, and the answer for the very shared grants of the
+    last call (a state one exclusive grant later carries them, :mod:`numa_pin.ledger.derived`)
+    is that call's."""
+    global _LAST
+    shared = state.shared_grants()
     root = os.fspath(node.config.cgroup_root)
     if _REFS is None:
-        return cg.refs_from_paths(paths, root, node.layout(), real_dirs)
+        return tuple(cg.refs_from_paths([g.cgroup for g in shared if g.container_id != exclude and g.cgroup], root,
+                                        node.layout(), real_dirs))
+    left_out = state.grants.get(exclude) if exclude is not None else None
+    whole = left_out is None or left_out.kind != KIND_SHARED  # ``exclude`` changes nothing
+    if whole and _LAST is not None and _LAST[0] is shared and _LAST[1] == root:
+        return _LAST[2]
+    paths = [g.cgroup for g in shared if g.container_id != exclude and g.cgroup]
     known = _REFS.get(root)
     if known is None:
         known = _REFS[root] = {}
     new = [p for p in paths if p not in known]
     for path, ref in zip(new, cg.refs_from_paths(new, root, node.layout(), real_dirs)):
         known[path] = ref
-    return [known[p] for p in paths]
+    out = tuple(known[p] for p in paths)
+    if whole:
+        _LAST = (shared, root, out)
+    return out
 
 
 def _log_blocked(resized: ResizeResult) -> ResizeResult:
