@@ -211,7 +211,7 @@ def warmed(busy, monkeypatch: pytest.MonkeyPatch):
     """The busy node after the agent's spare rehearsed on it: paths checked, leaves seen, their
     ``cpuset.cpus`` held open (restored and closed after the test)."""
     node, svc = busy
-    for name in ("_REFS", "_LEAVES", "_HANDLES"):
+    for name in ("_REFS", "_LEAVES", "_HANDLES", "_LAST"):
         monkeypatch.setattr(cpu_node, name, None)
     cpu_node.warm(svc, svc.ledger.read())
     yield node, svc
@@ -243,6 +243,29 @@ def test_after_the_spare_warmed_up_shared_containers_are_written_through_held_ha
     with pytest.raises(EnforcementError, match="injected"):
         exclusive(svc, node, "y", 60_001)
     assert shared_cpusets(node) == dict.fromkeys(shared_cpusets(node), everything - x)
+
+
+def test_exclusive_admissions_after_the_spare_warmed_up_reuse_its_shared_cgroups(
+        warmed, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state an exclusive admission commits carries the shared grants of the state it read,
+    so the shared containers' cgroups the spare found are used as they are: no path is checked,
+    none is listed again, and every shared container still leaves both new grants."""
+    node, svc = warmed
+    everything = parse_list(node.cpus)
+    checked: list[str] = []
+    real = cgroups.refs_from_paths
+    monkeypatch.setattr(cgroups, "refs_from_paths", lambda paths, *a, **k: checked.extend(paths) or real(paths, *a, **k))
+    listed = cpu_node._LAST
+    x = exclusive(svc, node, "x", 60_000)
+    y = exclusive(svc, node, "y", 60_001)
+    assert checked == [] and listed is not None and cpu_node._LAST is listed
+    assert shared_cpusets(node) == dict.fromkeys(shared_cpusets(node), everything - x - y)
+    svc.release("x")  # a release carries them too; a shared admission lists its own
+    svc.admit(request_from_oci("late", {}), node.add_container("late", 60_002))
+    z = exclusive(svc, node, "z", 60_003)
+    assert checked == ["/ctr/late"] and cpu_node._LAST is not listed
+    assert {**shared_cpusets(node), "late": cpus_of(node.cgroup_dir("late"))} == dict.fromkeys(
+        [*shared_cpusets(node), "late"], everything - y - z)
 
 
 def test_a_shared_cgroup_made_again_since_the_spare_opened_it_is_written_by_path(
