@@ -307,6 +307,7 @@ class AgentServer:
 
     def _spare(self) -> None:
         self._become_child()
+        spare.keep_freed_memory()  # the rehearsal's pages stay for the admission
         by = "spare"
         if self.spares.rehearsal is not None:
             self.spares.watch = spare.rehearse(self.spares.rehearsal)
