@@ -93,7 +93,7 @@ def revalidate(
     pool = topology.cpu_ids - held - cpus
     if not cpus and request.cpuset is not None and not pool & request.cpuset:
         return None
-    if cpus and any(g.cpuset_limit and not pool & g.cpuset_limit for g in state.shared_grants()):
+    if cpus and any(g.cpuset_limit and not pool & g.cpuset_limit for g in state.limited_shared()):
         return None
     return decision
 

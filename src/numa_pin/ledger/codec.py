@@ -17,6 +17,7 @@ from json.encoder import encode_basestring_ascii as _quote
 from numa_pin.boundedio import json_loads_bounded
 from numa_pin.digest import sha256_hex, sha256_hex_parts
 from numa_pin.errors import LedgerCorrupt, LedgerError
+from numa_pin.ledger import derived
 from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, newer_version_message
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -37,7 +38,11 @@ def check_new_grants(before: LedgerState, after: LedgerState, path: str) -> None
     """Refuse a grant ``after`` adds or changes whose container name or pod id is longer than
     :data:`MAX_NAME_CHARS` (pure): a few such grants would grow the ledger past what its
     reader takes. Grants already recorded are left alone."""
-    for cid, grant in after.grants.items():
+    changed = derived.changed_from(after, before.grants)
+    for cid in after.grants if changed is None else changed:
+        grant = after.grants.get(cid)
+        if grant is None:
+            continue  # gone
         known = before.grants.get(cid)
         if known is grant or known == grant:  # the same object first: thousands of grants unchanged
             continue
@@ -68,7 +73,7 @@ def encode(state: LedgerState) -> bytes:
     global _LAST
     rest = LedgerState({}, state.pods).to_dict()
     rest["grants"] = _GRANTS_SLOT
-    _LAST = _members(state.grants, _LAST)
+    _LAST = _members(state, _LAST)
     _, _, pretty, canonical = _LAST
     slot = json.dumps(_GRANTS_SLOT)
     head, tail = _canonical(rest).split(slot, 1)
@@ -80,17 +85,25 @@ def encode(state: LedgerState) -> bytes:
     return b"".join((before.encode("ascii"), b"{\n", b",\n".join(pretty), b"\n  }", after.encode("ascii"), b"\n"))
 
 
-def _members(grants: Mapping[str, Grant], last: tuple[Mapping[str, Grant], list[str], list[bytes], list[bytes]] | None
+def _members(state: LedgerState, last: tuple[Mapping[str, Grant], list[str], list[bytes], list[bytes]] | None
              ) -> tuple[Mapping[str, Grant], list[str], list[bytes], list[bytes]]:
-    """``(grants, ids, indented members, canonical members)`` for ``grants``, in id order: the
-    lists of ``last`` mended where few grants differ from it, else made anew."""
+    """``(grants, ids, indented members, canonical members)`` for the grants of ``state``, in id
+    order: the lists of ``last`` mended where few grants differ from it, else made anew (the
+    one that differs is known, :func:`~numa_pin.ledger.derived.changed_from`, where ``state``
+    was made from the grants of ``last`` by one change)."""
+    grants = state.grants
     if last is not None:
         before, ids, pretty, canonical = last
         if before is grants:
             return last
         known = before.get
-        changed = [cid for cid, grant in grants.items() if known(cid) is not grant]
-        gone = before.keys() - grants.keys()
+        one = derived.changed_from(state, before)
+        if one is not None:
+            changed = [cid for cid in one if cid in grants]
+            gone = {cid for cid in one if cid not in grants}
+        else:
+            changed = [cid for cid, grant in grants.items() if known(cid) is not grant]
+            gone = before.keys() - grants.keys()
         if len(changed) + len(gone) <= max(8, len(grants) // 8):
             ids, pretty, canonical = list(ids), list(pretty), list(canonical)
             for cid in gone:

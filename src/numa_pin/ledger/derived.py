@@ -9,7 +9,11 @@ mends it in place of the grant), instead of working it out again over every gran
 
 * :func:`exclusive_cpus`: every CPU a grant holds exclusively (the shared pool is the rest);
 * :func:`shared_grants`: the grants of ``kind="shared"``, by container id (the containers whose
-  cpuset follows the shared pool).
+  cpuset follows the shared pool), and :func:`limited_shared`, those of them with a cpuset of
+  their own (a few, if any: each exclusive admission checks they keep a CPU);
+* :func:`changed_from`: which container's grant differs from a given earlier mapping of grants,
+  where the state is that mapping's one change later (what the ledger's commit checks and
+  encodes: one grant of thousands).
 
 A carried answer is the same object where the change leaves it as it was, so a caller may keep
 what it worked out from it by identity (:mod:`numa_pin.resources.node.cpu` keeps the shared
@@ -35,6 +39,8 @@ if TYPE_CHECKING:  # what of a grant and a state this reads (the model imports t
         def kind(self) -> str: ...
         @property
         def cpus(self) -> frozenset[int]: ...
+        @property
+        def cpuset_limit(self) -> frozenset[int] | None: ...
 
     Grant = TypeVar("Grant", bound=GrantLike, covariant=True)
 
@@ -44,6 +50,9 @@ if TYPE_CHECKING:  # what of a grant and a state this reads (the model imports t
 
 _EXCLUSIVE = "_exclusive"
 _SHARED = "_shared"
+_LIMITED = "_limited"
+#: ``(the grants mapping of the state it was made from, the one container whose grant changed)``
+_CHANGE = "_change"
 
 
 def exclusive_cpus(state: LedgerState[GrantLike]) -> frozenset[int]:
@@ -67,9 +76,32 @@ def shared_grants(state: LedgerState[Grant]) -> tuple[Grant, ...]:
     return known
 
 
+def limited_shared(state: LedgerState[Grant]) -> tuple[Grant, ...]:
+    """The shared grants of ``state`` with a cpuset of their own (``cpuset_limit``), by container id."""
+    known: tuple[Grant, ...] | None = getattr(state, _LIMITED, None)
+    if known is None:
+        known = tuple(g for g in shared_grants(state) if g.cpuset_limit)
+        shape.set_field(state, _LIMITED, known)
+    return known
+
+
+def changed_from(state: LedgerState[Grant], grants: Mapping[str, Grant]) -> list[str] | None:
+    """The ids of the containers whose grant in ``state`` is not the very one in ``grants`` (one
+    came, went or was replaced), when ``state`` was made from a state of ``grants`` by one
+    change; None when that is not known (the caller compares them all)."""
+    change: tuple[Mapping[str, Grant], str] | None = getattr(state, _CHANGE, None)
+    if change is None or change[0] is not grants:
+        return None
+    return [change[1]]
+
+
 def carry(before: LedgerState[Grant], after: LedgerState[Grant], old: Grant | None, new: Grant | None) -> None:
     """Give ``after`` (``before`` with ``old``, its grant of one container or None, replaced by
-    ``new``, or removed where None) what ``before`` worked out and the change leaves valid."""
+    ``new``, or removed where None) what ``before`` worked out and the change leaves valid, and
+    what the change was (:func:`changed_from`; only that one change, never a chain of states)."""
+    one = new if new is not None else old
+    if one is not None:
+        shape.set_field(after, _CHANGE, (before.grants, one.container_id))
     exclusive: frozenset[int] | None = getattr(before, _EXCLUSIVE, None)
     if exclusive is not None and (old is None or not old.cpus):  # a CPU going could still be another's
         shape.set_field(after, _EXCLUSIVE, exclusive | new.cpus if new is not None and new.cpus else exclusive)
@@ -84,10 +116,14 @@ def carry(before: LedgerState[Grant], after: LedgerState[Grant], old: Grant | No
                 return  # not where it should be: left to be worked out again
             shared = shared[:at] + coming + shared[at + (going is not None):]
         shape.set_field(after, _SHARED, shared)
+        limited: tuple[Grant, ...] | None = getattr(before, _LIMITED, None)
+        if limited is not None and not (going is not None and going.cpuset_limit) and not (
+                coming and coming[0].cpuset_limit):
+            shape.set_field(after, _LIMITED, limited)
 
 
 def _container_id(grant: GrantLike) -> str:
     return grant.container_id
 
 
-__all__ = ["carry", "exclusive_cpus", "shared_grants"]
+__all__ = ["carry", "changed_from", "exclusive_cpus", "limited_shared", "shared_grants"]

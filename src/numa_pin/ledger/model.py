@@ -315,6 +315,10 @@ class LedgerState:
         worked out once per state (:mod:`~numa_pin.ledger.derived`)."""
         return derived.shared_grants(self)
 
+    def limited_shared(self) -> tuple[Grant, ...]:
+        """The shared grants with a cpuset of their own (``cpuset_limit``), by container id."""
+        return derived.limited_shared(self)
+
     def overlaps(self, grant: Grant) -> tuple[str, ...]:
         """Ids of *other* containers holding any of ``grant``'s exclusive CPUs or devices."""
         out = []

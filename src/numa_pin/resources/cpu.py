@@ -127,7 +127,7 @@ def _starved_shared(topology: Topology, others: LedgerState, taking: frozenset[i
     if not taking:
         return ""
     pool = pool_after(topology, others, taking)
-    for g in others.shared_grants():
+    for g in others.limited_shared():
         if g.cpuset_limit and not pool & g.cpuset_limit:
             return (
                 f"exclusive cpus {format_list(taking)} would leave shared container {g.container_id} without a CPU "

@@ -146,7 +146,7 @@ def _log_blocked(resized: ResizeResult) -> ResizeResult:
 def _limits(node: Node, state: LedgerState,
             real_dirs: dict[str, str] | None = None) -> dict[cg.CgroupRef, frozenset[int]]:
     """Shared containers' own cpusets (their cpuset is the pool inside it), by cgroup."""
-    grants = [g for g in state.shared_grants() if g.cgroup and g.cpuset_limit]
+    grants = [g for g in state.limited_shared() if g.cgroup]
     refs = cg.refs_from_paths([g.cgroup for g in grants if g.cgroup], node.config.cgroup_root, node.layout(),
                               real_dirs)
     return {ref: g.cpuset_limit for ref, g in zip(refs, grants) if g.cpuset_limit}
