@@ -31,7 +31,7 @@ from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import AdmissionTimeout, EnforcementError, LedgerCorrupt, NumaPinError, RequestError
-from numa_pin.ledger.liveness import boot_clock, collect_garbage, process_start_time
+from numa_pin.ledger.liveness import boot_clock, collect_garbage, process_start_time, sample_idle
 from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, Grant, LedgerState, PodRecord
 from numa_pin.record import record, replace
 from numa_pin.resources.base import grant_from, live_name_message
@@ -62,6 +62,12 @@ def defer_settling() -> None:
     for thousands of cpuset writes that nobody is waiting for."""
     global _SETTLE
     _SETTLE = []
+
+
+def _defer(work: Callable[[], None]) -> None:
+    """Leave ``work`` to :func:`settle_deferred` (once) where this process defers; else nothing."""
+    if _SETTLE is not None and work not in _SETTLE:
+        _SETTLE.append(work)
 
 
 def settle_deferred() -> None:
@@ -151,7 +157,7 @@ class NodeService(ServiceBase):
         for _attempt in range(MAX_ATTEMPTS):
             with deadline.interruptible():
                 read = self.ledger.read()
-                snapshot, dead = self._collect_needed(read)
+                snapshot, dead = self._collect_needed(read, sample=_SETTLE is None)
                 decision: Decision | None = None
                 if request.container_id not in snapshot.grants:
                     decision = decide(self.topology, snapshot, request, self.settings)
@@ -216,6 +222,7 @@ class NodeService(ServiceBase):
                 txn.state = new_state
             if decision is not None and cfg.syslog:
                 report.log_decision(grant, "admitted")
+            _defer(self.sweep)
             return Admitted(grant, decision)
         raise AdmissionTimeout(
             f"admission of {request.container_id}: the ledger changed under {MAX_ATTEMPTS} decisions in a row; "
@@ -274,7 +281,7 @@ class NodeService(ServiceBase):
         with self.ledger.transaction() as txn:
             grant = txn.state.grants.get(container_id)
             state = txn.state.without(container_id) if grant is not None else txn.state
-            state, dropped = self._collect_needed(state)
+            state, dropped = self._collect_needed(state, sample=_SETTLE is None)
             self._log_dropped(dropped)
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)
@@ -294,8 +301,9 @@ class NodeService(ServiceBase):
             txn.state = state
         if grant is not None:
             tally.add(self.config.state_dir, {"releases": 1})
-        if later and _SETTLE is not None:
-            _SETTLE.append(self.settle)
+        if later:
+            _defer(self.settle)
+        _defer(self.sweep)
         if grant is not None and self.config.syslog:
             report.log_decision(grant, "released")
         return grant
@@ -314,6 +322,22 @@ class NodeService(ServiceBase):
                 undo.commit()
         except NumaPinError as exc:
             report.log_syslog(f"numa-pin: growing the shared containers back failed: {exc}")
+
+    def sweep(self) -> None:
+        """The turn at liveness of the grants that hold nothing (shared containers), which an
+        admission or release left for later (:func:`defer_settling`): a few of them are checked
+        under the lock (:func:`~numa_pin.ledger.liveness.sample_idle`), and the dead ones dropped
+        and logged. Never raises: a failure is logged, and a dead shared grant meanwhile holds
+        nothing another container needs."""
+        try:
+            with self.ledger.transaction() as txn:
+                state, dropped = sample_idle(txn.state, self._alive)
+                if dropped:
+                    self._log_dropped(dropped)
+                    self._collect(txn.state, state, dropped)
+                    txn.state = state
+        except NumaPinError as exc:
+            report.log_syslog(f"numa-pin: checking the shared containers' liveness failed: {exc}")
 
     def release_to_shared(self, container_id: str) -> Grant | None:
         """Take back what a live container holds for itself alone and keep tracking it as a shared

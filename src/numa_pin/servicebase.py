@@ -51,12 +51,12 @@ class ServiceBase(Node):
 
         return alive
 
-    def _collect_needed(self, state: LedgerState) -> tuple[LedgerState, tuple[Grant, ...]]:
+    def _collect_needed(self, state: LedgerState, sample: bool = True) -> tuple[LedgerState, tuple[Grant, ...]]:
         """The grants of ``state`` found dead dropped, of those an admission or release needs
         (:func:`~numa_pin.ledger.liveness.collect_needed`): every grant that holds something, a
-        few of those that hold nothing (the boot check for the rest); ``reconcile`` and ``plan``
-        check them all."""
-        return collect_needed(state, self._alive, self.boot_id)
+        few of those that hold nothing unless not ``sample`` (the boot check for the rest);
+        ``reconcile`` and ``plan`` check them all."""
+        return collect_needed(state, self._alive, self.boot_id, sample=sample)
 
     def _waiting(self, holder: int | None) -> None:
         self.lock_waits += 1

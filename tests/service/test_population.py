@@ -155,6 +155,37 @@ def test_the_agent_grows_the_shared_containers_back_after_its_reply_never_onto_a
     assert set(shared_cpusets(node).values()) == {everything}
 
 
+def test_in_the_agent_the_shared_grants_turn_at_liveness_comes_after_the_reply(
+        busy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent's child asks no shared container whether it lives while the hook waits (the
+    exclusive grants are asked, a dead one dropped as always); after its reply it checks
+    SHARED_CHECKS of them and drops the dead ones, as an in-process admission does at once."""
+    node, svc = busy
+    monkeypatch.setattr(node_service, "_SETTLE", None)
+    monkeypatch.setattr(liveness.os, "urandom", lambda n: bytes(n))  # the turn starts at the first id
+    asked: list[str] = []
+    real = type(svc)._alive
+    monkeypatch.setattr(type(svc), "_alive", lambda self, g: asked.append(g.container_id) or real(self, g))
+    x = exclusive(svc, node, "x", 60_000)
+    node.stop_container("x", 60_000)
+    dead = sorted(f"s{i}" for i in range(SHARED))[0]  # first in the turn
+    node.stop_container(dead, 50_000 + int(dead[1:]))
+    asked.clear()
+    node_service.defer_settling()
+    y = exclusive(svc, node, "y", 60_001)
+    assert not [c for c in asked if c.startswith("s")] and "x" in asked
+    grants = svc.ledger.read().grants
+    assert "x" not in grants and dead in grants  # the dead shared grant waits for its turn
+    live = [f"s{i}" for i in range(SHARED) if f"s{i}" != dead]
+    assert {cpus_of(node.cgroup_dir(c)) for c in live} == {parse_list(node.cpus) - y}
+    node_service.settle_deferred()  # after the reply
+    assert len([c for c in asked if c.startswith("s")]) == SHARED_CHECKS
+    assert dead not in svc.ledger.read().grants
+    asked.clear()
+    exclusive(svc, node, "z", 60_002)  # in-process again: the turn is taken at once
+    assert len([c for c in asked if c.startswith("s")]) == SHARED_CHECKS
+
+
 def test_an_admission_moves_the_shared_containers_from_the_ledgers_pool_without_reading_them(
         busy, monkeypatch: pytest.MonkeyPatch) -> None:
     """The pool the shared containers leave is the ledger's, so their files are written, not read

@@ -178,7 +178,7 @@ SHARED_CHECKS = 32
 
 
 def collect_needed(state: LedgerState, alive_fn: Callable[[Grant], bool], boot_id: str | None,
-                   start: int | None = None) -> tuple[LedgerState, tuple[Grant, ...]]:
+                   start: int | None = None, *, sample: bool = True) -> tuple[LedgerState, tuple[Grant, ...]]:
     """:func:`collect_garbage` of what an admission's decision needs. A grant that holds
     something (exclusive CPUs, devices, memory, an affinity, moved netdevs) or belongs to a pod
     with a record is asked ``alive_fn`` every time, because what it holds is free again only
@@ -191,20 +191,39 @@ def collect_needed(state: LedgerState, alive_fn: Callable[[Grant], bool], boot_i
 
     What this needs of ``state`` is worked out once per state (:func:`idle_grants`), so the
     admission that locks the state the agent's spare rehearsed on looks at a few dozen grants,
-    not at every one."""
+    not at every one. Without ``sample`` no grant that holds nothing is asked: the agent's child
+    leaves their turn (:func:`sample_idle`) until after its reply."""
     idle = idle_grants(state)
     if len(idle) <= SHARED_CHECKS:
         return collect_garbage(state, alive_fn)
-    if start is None:
-        start = int.from_bytes(os.urandom(4), "little")
-    first = start % len(idle)
-    turn = idle[first:first + SHARED_CHECKS] + idle[:max(0, first + SHARED_CHECKS - len(idle))]
+    turn = _turn(idle, start) if sample else []
     grants = state.grants
     removed = [g for g in _split(state)[1] if not alive_fn(g)]
     removed += [grants[cid] for cid in turn if not alive_fn(grants[cid])]
     asked = set(turn)
     removed += [grants[cid] for cid in _of_other_boots(state, boot_id) if cid not in asked]
     return _dropping(state, removed)
+
+
+def sample_idle(state: LedgerState, alive_fn: Callable[[Grant], bool],
+                start: int | None = None) -> tuple[LedgerState, tuple[Grant, ...]]:
+    """The turn of :func:`collect_needed` that an admission without ``sample`` left out: of the
+    grants that hold nothing, :data:`SHARED_CHECKS` in a row by container id from ``start``
+    (default: a random place) are asked ``alive_fn``, and the dead ones dropped."""
+    idle = idle_grants(state)
+    if len(idle) <= SHARED_CHECKS:
+        return state, ()  # the admission asked every one
+    grants = state.grants
+    return _dropping(state, [grants[cid] for cid in _turn(idle, start) if not alive_fn(grants[cid])])
+
+
+def _turn(idle: list[str], start: int | None) -> list[str]:
+    """:data:`SHARED_CHECKS` ids of ``idle`` in a row from ``start`` (default: a random place),
+    wrapping around."""
+    if start is None:
+        start = int.from_bytes(os.urandom(4), "little")
+    first = start % len(idle)
+    return idle[first:first + SHARED_CHECKS] + idle[:max(0, first + SHARED_CHECKS - len(idle))]
 
 
 def idle_grants(state: LedgerState) -> list[str]:
@@ -357,6 +376,7 @@ __all__ = [
     "collect_garbage",
     "collect_needed",
     "prepare",
+    "sample_idle",
     "idle_grants",
     "detect_cgroup_version",
     "is_alive",
