@@ -5,9 +5,10 @@ The steadier companion of ``bench/population.py`` (whose wall times move with wh
 machine runs): the same fake ``amd-nps4-8node`` node carrying P shared + min(P/8, 48) exclusive
 containers, then, ``--runs`` times, the agent spare's rehearsal (plan, ledger encoded, shared
 cgroups checked) and ``NodeService.admit`` of a 1-CPU container and its ``release`` in that
-process, timed with ``time.process_time`` (median). Where the tree has it, the release leaves
-the shared containers' growth until after the agent's reply (``service.settle_deferred``),
-printed apart. Every figure also as a ratio to the empty node in the same run.
+process, timed with ``time.process_time`` (median). Where the tree has it, each request runs
+as in the agent's child, leaving what can wait until after its reply (``service.settle_deferred``:
+the release's growth of the shared containers, the shared grants' turn at liveness), printed
+apart. Every figure also as a ratio to the empty node in the same run.
 
 ``--baseline DIR`` runs this script again with ``DIR/src`` (an export of an older commit) first
 on ``PYTHONPATH`` and prints its table too (a tree without the deferral has no settle column).
@@ -45,6 +46,7 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
     deferring = hasattr(node_service, "defer_settling")
     warm = getattr(cpu_node, "warm", None)
     idle = getattr(liveness, "idle_grants", None)
+    prepare = getattr(liveness, "prepare", None)
 
     # the same node as bench/population.py, which puts this tree's src first on the path as it
     # loads: the path is put back, so a baseline's modules stay the ones loaded (lazily too)
@@ -66,33 +68,39 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
                 svc.plan(request_from_oci("rehearsal", {"numa-pin.io/cpus": "1"}))
                 read = svc.ledger.read()
                 encode(read)
-                if idle is not None:
+                if prepare is not None:
+                    prepare(read, svc.boot_id)
+                elif idle is not None:
                     idle(read)
                 if warm is not None:
                     warm(svc, read)
                 cid = f"probe{run}"
                 pid = node.add_container(cid, 100_000 - run)
                 write_process(node, pid)
+                if deferring:  # as the agent's child runs a request
+                    node_service.defer_settling()
                 t0 = time.process_time()
                 svc.admit(request_from_oci(cid, {"numa-pin.io/cpus": "1"}), pid)
                 t1 = time.process_time()
                 if deferring:
+                    node_service.settle_deferred()  # what the admission left until after its reply
                     node_service.defer_settling()
-                svc.release(cid)
                 t2 = time.process_time()
+                svc.release(cid)
+                t3 = time.process_time()
                 if deferring:
                     node_service.settle_deferred()
                     cpu_node._REFS = cpu_node._LEAVES = None  # the next spare starts cold
-                t3 = time.process_time()
+                t4 = time.process_time()
                 if run:
-                    samples.append((t1 - t0, t2 - t1, t3 - t2))
+                    samples.append((t1 - t0, t3 - t2, (t2 - t1) + (t4 - t3)))
             out[size] = tuple(statistics.median(s[k] for s in samples) * 1000 for k in range(3))  # type: ignore[assignment]
     return out
 
 
 def table(figures: dict[int, tuple[float, float, float]]) -> None:
     base = figures[min(figures)]
-    print(f"{'containers':>10} {'admit':>18} {'release':>18} {'settle after reply':>20}")
+    print(f"{'containers':>10} {'admit':>18} {'release':>18} {'after the replies':>20}")
     for size, (admit, release, settle) in sorted(figures.items()):
         print(f"{size + min(size // 8, MAX_EXCLUSIVE):>10} {admit:8.1f} ms {admit / base[0]:6.1f}x "
               f"{release:8.1f} ms {release / base[1]:6.1f}x {settle:12.1f} ms")
