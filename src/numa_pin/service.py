@@ -56,10 +56,11 @@ _SETTLE: list[Callable[[], None]] | None = None
 
 
 def defer_settling() -> None:
-    """From now on, a release in this process leaves what can wait (the shared containers growing
-    back onto the CPUs it freed) to :func:`settle_deferred`. The agent's child calls it before it
-    runs a request, and :func:`settle_deferred` once it has replied: a poststop hook does not wait
-    for thousands of cpuset writes that nobody is waiting for."""
+    """From now on, an admission or release in this process leaves what can wait to
+    :func:`settle_deferred`: the shared containers growing back onto the CPUs a release freed,
+    and the shared grants' turn at liveness (:meth:`NodeService.sweep`). The agent's child calls
+    it before it runs a request, and :func:`settle_deferred` once it has replied: a hook does not
+    wait for thousands of cpuset writes, or dozens of ``/proc`` reads, that nobody is waiting for."""
     global _SETTLE
     _SETTLE = []
 
@@ -71,8 +72,8 @@ def _defer(work: Callable[[], None]) -> None:
 
 
 def settle_deferred() -> None:
-    """Run what releases left (each under the ledger lock, on the ledger as it is then, so a
-    CPU granted meanwhile is never handed to a shared container); problems go to syslog."""
+    """Run what admissions and releases left (each under the ledger lock, on the ledger as it is
+    then, so a CPU granted meanwhile is never handed to a shared container); problems go to syslog."""
     global _SETTLE
     pending, _SETTLE = _SETTLE or [], None
     for settle in pending:
