@@ -166,7 +166,7 @@ def test_in_the_agent_the_shared_grants_turn_at_liveness_comes_after_the_reply(
     asked: list[str] = []
     real = type(svc)._alive
     monkeypatch.setattr(type(svc), "_alive", lambda self, g: asked.append(g.container_id) or real(self, g))
-    x = exclusive(svc, node, "x", 60_000)
+    exclusive(svc, node, "x", 60_000)
     node.stop_container("x", 60_000)
     dead = sorted(f"s{i}" for i in range(SHARED))[0]  # first in the turn
     node.stop_container(dead, 50_000 + int(dead[1:]))
