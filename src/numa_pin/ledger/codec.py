@@ -96,12 +96,12 @@ def _members(state: LedgerState, last: tuple[Mapping[str, Grant], list[str], lis
         before, ids, pretty, canonical = last
         if before is grants:
             return last
-        known = before.get
         one = derived.changed_from(state, before)
         if one is not None:
             changed = [cid for cid in one if cid in grants]
             gone = {cid for cid in one if cid not in grants}
         else:
+            known = before.get
             changed = [cid for cid, grant in grants.items() if known(cid) is not grant]
             gone = before.keys() - grants.keys()
         if len(changed) + len(gone) <= max(8, len(grants) // 8):

@@ -235,7 +235,7 @@ def idle_grants(state: LedgerState) -> list[str]:
 
 def _split(state: LedgerState) -> tuple[list[str], tuple[Grant, ...]]:
     """(:func:`idle_grants`, the other grants: each is asked at every admission), once per state."""
-    known: tuple[list[str], tuple[Grant, ...]] | None = getattr(state, "_idle", None)
+    known: tuple[list[str], tuple[Grant, ...]] | None = getattr(state, "_split", None)
     if known is None:
         idle: list[str] = []
         busy: list[Grant] = []
@@ -245,7 +245,7 @@ def _split(state: LedgerState) -> tuple[list[str], tuple[Grant, ...]]:
             else:
                 busy.append(g)
         known = (sorted(idle), tuple(busy))
-        object.__setattr__(state, "_idle", known)
+        object.__setattr__(state, "_split", known)
     return known
 
 
