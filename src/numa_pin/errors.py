@@ -140,6 +140,12 @@ class RootlessError(AdmissionError):
     pinning them needs the root runtime's cgroups and the node ledger."""
 
 
+class PathLimitError(AdmissionError):
+    """The path the request came in by (a hook stage, NRI, ``numa-pin run``) cannot carry
+    something it asks, such as a memory policy at prestart; the message names the path and
+    one that can. Raised before anything is decided or written."""
+
+
 class AllocationError(AdmissionError):
     """An allocator could not satisfy a request; the message is kubelet's where one exists."""
 
@@ -246,6 +252,7 @@ __all__ = [
     "AgentError",
     "NriError",
     "AllocationError",
+    "PathLimitError",
     "CgroupEscapeError",
     "ConfigError",
     "EnforcementError",

@@ -288,7 +288,9 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
         from numa_pin.errors import HookInputError
 
         raise HookInputError(f"container {ctx.cid}: the runtime passed no pid at {stage}")
-    service.admit(admission, state.pid, owner=owner, rootfs=rootfs)
+    from numa_pin.resources.runtime import PRESTART
+
+    service.admit(admission, state.pid, owner=owner, rootfs=rootfs, target=PRESTART)
     forget_reason(config.state_dir, state.id)  # an earlier rejection no longer explains this container
     ctx.warn_kubelet(config.kubelet_root)
     return EXIT_OK

@@ -34,7 +34,7 @@ from numa_pin.errors import AdmissionTimeout, EnforcementError, LedgerCorrupt, N
 from numa_pin.ledger.liveness import boot_clock, collect_garbage, process_start_time, sample_idle
 from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, Grant, LedgerState, PodRecord
 from numa_pin.record import record, replace
-from numa_pin.resources.base import grant_from, live_name_message
+from numa_pin.resources.base import grant_from, live_name_message, path_refusal
 from numa_pin.resources.node.base import PENDING_GRACE_S, Admission, Release
 from numa_pin.resources.node.registry import settings_from_config
 from numa_pin.servicebase import ServiceBase
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from numa_pin.ledger.store import Transaction
+    from numa_pin.resources.runtime import RuntimeTarget
 
 #: how often an admission decides again after a real conflict (another writer took what its
 #: decision holds, or changed its pod); each such conflict is another admission committed
@@ -100,7 +101,7 @@ class NodeService(ServiceBase):
     def admit(
         self, request: ContainerRequest, pid: int | None, *, kind: str | None = None,
         owner: ContainerCgroup | None = None, deadline: Deadline | None = None,
-        rootfs: str | None = None, expected_cgroup: str | None = None,
+        rootfs: str | None = None, expected_cgroup: str | None = None, target: RuntimeTarget | None = None,
     ) -> Admitted:
         """Decide, enforce and record one container (or process). Raises an
         :class:`~numa_pin.errors.AdmissionError` on rejection, after rolling everything back.
@@ -117,11 +118,13 @@ class NodeService(ServiceBase):
         ``rootfs`` (the spec's ``root.path``) is the container's root before pivot_root, for the resources
         that put files there.
         ``expected_cgroup`` (precreate, no pid yet) is the cgroup the runtime will create; the
-        grant lives by it once :data:`PENDING_GRACE_S` have passed.
+        grant lives by it once :data:`PENDING_GRACE_S` have passed. ``target`` is the path the
+        request came in by: a new container that asks what it cannot carry is refused with
+        :class:`~numa_pin.errors.PathLimitError` before anything is decided (None: no check).
         """
         started, waits = time.monotonic(), self.lock_waits
         try:
-            admitted = self._admit_in_time(request, pid, kind, owner, deadline, rootfs, expected_cgroup)
+            admitted = self._admit_in_time(request, pid, kind, owner, deadline, rootfs, expected_cgroup, target)
         except Exception as exc:
             self._count_admission(request, None, exc, time.monotonic() - started, self.lock_waits - waits)
             raise
@@ -130,12 +133,12 @@ class NodeService(ServiceBase):
 
     def _admit_in_time(
         self, request: ContainerRequest, pid: int | None, kind: str | None, owner: ContainerCgroup | None,
-        deadline: Deadline | None, rootfs: str | None, expected_cgroup: str | None,
+        deadline: Deadline | None, rootfs: str | None, expected_cgroup: str | None, target: RuntimeTarget | None,
     ) -> Admitted:
         budget = deadline or Deadline(self.config.admission_timeout_s, f"admission of {request.container_id}")
         with budget.active():
             try:
-                return self._admit(request, pid, kind, owner, budget, rootfs, expected_cgroup)
+                return self._admit(request, pid, kind, owner, budget, rootfs, expected_cgroup, target)
             except LedgerCorrupt as exc:
                 if not request.asks_nothing:
                     raise
@@ -148,6 +151,7 @@ class NodeService(ServiceBase):
     def _admit(
         self, request: ContainerRequest, pid: int | None, kind: str | None, owner: ContainerCgroup | None,
         deadline: Deadline, rootfs: str | None = None, expected_cgroup: str | None = None,
+        target: RuntimeTarget | None = None,
     ) -> Admitted:
         cfg = self.config
         ref = None
@@ -161,6 +165,8 @@ class NodeService(ServiceBase):
                 snapshot, dead = self._collect_needed(read, sample=_SETTLE is None)
                 decision: Decision | None = None
                 if request.container_id not in snapshot.grants:
+                    if target is not None:
+                        path_refusal(self.resources, request, target)
                     decision = decide(self.topology, snapshot, request, self.settings)
             if decision is not None and not decision.admit:
                 raise reject(decision)

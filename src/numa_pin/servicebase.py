@@ -4,8 +4,9 @@
 one ledger transaction, and each needs the same plumbing, kept here: the ledger and its lock-wait
 count, which grants count as alive (all of them, those a snapshot vouches for, or only those that
 hold something), the rollback of a failed transaction's writes (failures attached to the error and
-logged), what every resource collects or gives back once grants are gone, and the syslog lines of
-dropped grants and resource problems. Like the service, it names no resource.
+logged), what every resource collects or gives back once grants are gone, what every resource
+says the runtime must apply where the runtime applies a grant (precreate, NRI), and the syslog
+lines of dropped grants and resource problems. Like the service, it names no resource.
 """
 
 from __future__ import annotations
@@ -22,6 +23,13 @@ from numa_pin.ledger.store import Ledger
 from numa_pin.resources.node.base import Node, Release
 from numa_pin.resources.node.registry import settings_from_config
 from numa_pin.topology.cache import DEFAULT_MAX_AGE_S
+
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+
+if TYPE_CHECKING:
+    from numa_pin.admission.request import ContainerRequest
+    from numa_pin.resources.node.runtime import RuntimeEdit
+    from numa_pin.resources.runtime import RuntimeTarget
 
 
 class ServiceBase(Node):
@@ -57,6 +65,32 @@ class ServiceBase(Node):
         few of those that hold nothing unless not ``sample`` (the boot check for the rest);
         ``reconcile`` and ``plan`` check them all."""
         return collect_needed(state, self._alive, self.boot_id, sample=sample)
+
+    def runtime_edit(self, grant: Grant, request: ContainerRequest | None, target: RuntimeTarget,
+                     state: LedgerState | None = None) -> RuntimeEdit:
+        """What the runtime on ``target`` must apply for ``grant``: every resource's part, merged
+        (``request``: the one it was admitted for; None for an update, which carries the cpuset)."""
+        from numa_pin.resources.node.runtime import RuntimeAsk, merge_edits
+
+        ask = RuntimeAsk(grant, request, target, self.ledger.read() if state is None else state)
+        return merge_edits([resource.runtime(self, ask) for resource in self.resources])
+
+    def applied(self, grant: Grant, edit: RuntimeEdit) -> Grant:
+        """``grant`` noting what the runtime applies of ``edit`` itself (each resource notes its
+        part), recorded in the ledger when that changes it. Raises LedgerError, or KeyError
+        when the grant is gone."""
+        noted = self._note(grant, edit)
+        if noted == grant:
+            return grant
+        with self.ledger.transaction() as txn:
+            noted = self._note(txn.state.grants[grant.container_id], edit)
+            txn.state = txn.state.with_grant(noted)
+        return noted
+
+    def _note(self, grant: Grant, edit: RuntimeEdit) -> Grant:
+        for resource in self.resources:
+            grant = resource.applied(grant, edit)
+        return grant
 
     def _waiting(self, holder: int | None) -> None:
         self.lock_waits += 1

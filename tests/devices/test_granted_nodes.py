@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import pytest
 
+from numa_pin.admission.request import Amounts, ContainerRequest
 from numa_pin.enforcer.devnodes import function_nodes, pcidevice_env
-from numa_pin.hook.precreate import RuntimeFeatures, edit_spec
-from numa_pin.ledger.model import Grant
+from numa_pin.hook.precreate import edit_spec
+from numa_pin.ledger.model import Grant, LedgerState
+from numa_pin.nri.convert import fill_adjustment
+from numa_pin.nri.messages import load as load_messages
+from numa_pin.resources.node.gpu import GpuNode
+from numa_pin.resources.node.runtime import RuntimeAsk
+from numa_pin.resources.runtime import NRI, precreate_target
 from numa_pin.testing import devtree
 
 SPEC = devtree.gpudirect()
@@ -51,11 +57,22 @@ def test_a_plain_netdev_vf_needs_no_node(built, topo):
     assert function_nodes(topo.device("0000:32:01.0"), str(built.sysfs_root)) == ()
 
 
+def _edit(built, topo, grant, target):
+    """What the GPU resource's runtime half says the runtime must apply for ``grant``."""
+    from types import SimpleNamespace
+
+    node = SimpleNamespace(topology=topo, config=SimpleNamespace(sysfs_root=str(built.sysfs_root),
+                                                                 proc_root=str(built.proc_root)))
+    return GpuNode().runtime(node, RuntimeAsk(grant, ContainerRequest("c", "c", "c", Amounts()), target, LedgerState()))
+
+
+GRANT = Grant("c", "c", "c", "exclusive", cpus=frozenset({2}), mems=frozenset({0}),
+              devices={"intel.com/e810_vf": (devtree.VFIO_VF,), "example.com/rdma": (devtree.SWITCH_NIC,)})
+
+
 def test_precreate_writes_nodes_rules_and_the_variable(built, topo):
-    grant = Grant("c", "c", "c", "exclusive", cpus=frozenset({2}), mems=frozenset({0}),
-                  devices={"intel.com/e810_vf": (devtree.VFIO_VF,), "example.com/rdma": (devtree.SWITCH_NIC,)})
     doc = {"process": {"env": ["PATH=/bin"]}, "linux": {"resources": {}}}
-    out, _ = edit_spec(doc, grant, topo, None, RuntimeFeatures(), None, str(built.sysfs_root))
+    out = edit_spec(doc, _edit(built, topo, GRANT, precreate_target(False, False)))
     env = dict(e.split("=", 1) for e in out["process"]["env"])
     assert env["PCIDEVICE_INTEL_COM_E810_VF"] == devtree.VFIO_VF
     assert env["PCIDEVICE_EXAMPLE_COM_RDMA"] == devtree.SWITCH_NIC
@@ -65,6 +82,19 @@ def test_precreate_writes_nodes_rules_and_the_variable(built, topo):
     rules = out["linux"]["resources"]["devices"]
     assert {(r["major"], r["minor"]) for r in rules} == {(e["major"], e["minor"]) for e in out["linux"]["devices"]}
     assert all(r["allow"] and r["type"] == "c" for r in rules)
+
+
+def test_nri_adjusts_the_same_nodes_rules_and_variables_as_precreate(built, topo):
+    """The two paths where the runtime applies the grant write one edit: the same device nodes
+    (path, type, numbers), the same allow rules and the same variables."""
+    spec = edit_spec({"linux": {}}, _edit(built, topo, GRANT, precreate_target(False, False)))
+    adjust = load_messages().api("ContainerAdjustment")()
+    fill_adjustment(adjust, _edit(built, topo, GRANT, NRI))
+    assert [(d.path, d.type, d.major, d.minor) for d in adjust.linux.devices] == [
+        (e["path"], e["type"], e["major"], e["minor"]) for e in spec["linux"]["devices"]]
+    assert [(r.type, r.major.value, r.minor.value, r.access) for r in adjust.linux.resources.devices] == [
+        (r["type"], r["major"], r["minor"], r["access"]) for r in spec["linux"]["resources"]["devices"]]
+    assert {kv.key: kv.value for kv in adjust.env} == dict(e.split("=", 1) for e in spec["process"]["env"])
 
 
 def test_prestart_takes_the_same_nodes_and_writes_the_variables_file(built, topo):
@@ -84,5 +114,4 @@ def test_prestart_takes_the_same_nodes_and_writes_the_variables_file(built, topo
     group = topo.device(devtree.VFIO_VF).iommu_group
     assert [n.path for n in nodes] == ["/dev/infiniband/uverbs1", "/dev/infiniband/rdma_cm", f"/dev/vfio/{group}",
                                        "/dev/vfio/vfio"]
-    assert env == (f"PCIDEVICE_EXAMPLE_COM_RDMA={devtree.SWITCH_NIC}\n"
-                   f"PCIDEVICE_INTEL_COM_E810_VF={devtree.VFIO_VF}\n")
+    assert env == {"PCIDEVICE_EXAMPLE_COM_RDMA": devtree.SWITCH_NIC, "PCIDEVICE_INTEL_COM_E810_VF": devtree.VFIO_VF}

@@ -35,6 +35,7 @@ import sys
 import time
 
 from numa_pin.cli.common import add_config_argument, add_request_arguments, load, request_from_args
+from numa_pin.resources.runtime import RUN
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -226,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
         else:  # systemd owns the hierarchy: the job gets a unit of its own, removed once it ends
             assert systemd is not None
             systemd.start_scope(f"numa-pin-run-{pid}.scope", pid, f"numa-pin run {name}", config.proc_root)
-        admitted_grant = service.admit(request, pid, kind="process")
+        admitted_grant = service.admit(request, pid, kind="process", target=RUN)
         try:
             payload, grant_file, warnings = _payload(service, admitted_grant.grant, args.ranks)
             payload["mempolicy"] = mempolicy.encode(request.memory_policy, admitted_grant.grant.mems).decode()

@@ -9,12 +9,12 @@ the proposed OCI config on stdin and prints the config to use on stdout. numa-pi
 2. builds the request exactly as prestart does (annotations, ``linux.resources``, device-plugin
    env, CDI names) and admits it without a pid: the grant is recorded in the ledger under the
    container id, the shared pool shrinks, nothing else is touched;
-3. writes the grant into the config: ``linux.resources.cpu.cpus`` / ``.mems``; for GPUs the
-   device nodes (``linux.devices``), their allow rules (``linux.resources.devices``) and
-   ``NVIDIA_VISIBLE_DEVICES``; ``linux.memoryPolicy`` and ``linux.netDevices`` only when the
-   config says its runtime-spec has them (:func:`runtime_features`). A scope-``pod`` grant's VFs
-   never go to ``linux.netDevices``: the runtime would move them into each container; prestart
-   moves them once into the pod's network namespace instead (:mod:`numa_pin.service`).
+3. writes the grant into the config: every registered resource says what the runtime must apply
+   (``NodeResource.runtime``: the cpuset, device nodes with their rules and variables, the
+   memory policy, VF netdevs) and :func:`edit_spec` writes the merged edit; nothing here names a
+   resource. ``linux.memoryPolicy`` and ``linux.netDevices`` count only when the config says its
+   runtime-spec has them (:func:`runtime_features`); a memory policy asked of an older runtime is
+   refused before anything is decided.
 
 The runtime (and systemd) then apply the values themselves, so a ``daemon-reload`` or ``runc
 update`` keeps them, and GPUs work on cgroup v2. The prestart/createRuntime hook, when installed
@@ -30,12 +30,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from numa_pin import names
 from numa_pin.cpuset import format_list
-from numa_pin.errors import HookInputError, NumaPinError, RequestError
+from numa_pin.errors import HookInputError, NumaPinError
 from numa_pin.ledger.model import Grant
 from numa_pin.record import record
-from numa_pin.topology.model import KIND_GPU, PciDevice, Topology
+from numa_pin.resources.node.runtime import RuntimeEdit
+from numa_pin.resources.runtime import precreate_target
+from numa_pin.topology.model import PciDevice, Topology
 
 #: the runtime-spec release that added ``linux.netDevices`` and ``linux.memoryPolicy``
 NATIVE_FIELDS_SINCE = (1, 3, 0)
@@ -151,85 +152,40 @@ def granted_devices(grant: Grant, topology: Topology) -> list[PciDevice]:
     return out
 
 
-def _other_devices(out: dict[str, Any], linux: dict[str, Any], resources: dict[str, Any], grant: Grant,
-                   topology: Topology, sysfs_root: str) -> None:
-    """Granted functions other than GPUs: their nodes (VFIO group, RDMA verbs) and device rules,
-    and ``PCIDEVICE_<RESOURCE>`` as sriov-network-device-plugin sets it."""
-    from numa_pin.enforcer.devnodes import function_nodes, oci_allow_rule, oci_device_entry, pcidevice_env
-    from numa_pin.resources.devices import ASSIGNED
+def edit_spec(doc: Mapping[str, Any], edit: RuntimeEdit) -> dict[str, Any]:
+    """A copy of ``doc`` carrying ``edit`` (pure): the cpuset in ``linux.resources.cpu``, device
+    nodes in ``linux.devices`` with their rules in ``linux.resources.devices``, variables in
+    ``process.env``, ``linux.memoryPolicy`` and ``linux.netDevices``.
 
-    for res, ids in sorted(grant.devices.items()):
-        devs = [d for a in ids if (d := topology.device(a)) is not None]
-        if res == ASSIGNED or not devs or any(d.kind == KIND_GPU for d in devs):
-            continue
-        _set_env(out, pcidevice_env(res), ",".join(ids))
-        entries = _list(linux, "devices", "linux.devices")
-        rules = _list(resources, "devices", "linux.resources.devices")
-        for dev in devs:
-            for node in function_nodes(dev, sysfs_root):
-                if node.path not in {e.get("path") for e in entries if isinstance(e, dict)}:
-                    entries.append(oci_device_entry(node))
-                    rules.append(oci_allow_rule(node))
-
-
-def edit_spec(
-    doc: Mapping[str, Any],
-    grant: Grant,
-    topology: Topology,
-    uvm_major: int | None,
-    features: RuntimeFeatures,
-    memory_policy: str | None = None,
-    sysfs_root: str | None = None,
-) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """A copy of ``doc`` carrying ``grant`` (pure), and the VF netdevs handed to the runtime.
-
-    Raises HookInputError when a field numa-pin writes has the wrong shape, EnforcementError
-    for a granted GPU without a device minor.
+    Raises HookInputError when a field numa-pin writes has the wrong shape.
     """
-    from numa_pin.enforcer.devnodes import gpu_device_nodes, oci_allow_rule, oci_device_entry
+    from numa_pin.enforcer.devnodes import oci_allow_rule, oci_device_entry
 
     out: dict[str, Any] = copy.deepcopy(dict(doc))
     linux = _obj(out, "linux", "linux")
     resources = _obj(linux, "resources", "linux.resources")
-    if grant.cpus:
+    if edit.cpus is not None:
         cpu = _obj(resources, "cpu", "linux.resources.cpu")
-        cpu["cpus"] = format_list(grant.cpus)
-        if grant.mems:
-            cpu["mems"] = format_list(grant.mems)
-        if features.memory_policy and grant.mems and grant.memory and "memoryPolicy" not in linux \
-                and memory_policy is None:
-            linux["memoryPolicy"] = {"mode": "MPOL_BIND", "nodes": format_list(grant.mems)}
-    if memory_policy is not None and grant.mems:
-        from numa_pin.enforcer.mempolicy import oci_policy
-
-        if not features.memory_policy:
-            raise RequestError("this runtime's spec has no linux.memoryPolicy (runtime-spec 1.3 or later)",
-                               annotation="numa-pin.io/memory-policy")
-        linux["memoryPolicy"] = oci_policy(memory_policy, grant.mems)
-    devices = granted_devices(grant, topology)
-    gpus = [d for d in devices if d.kind == KIND_GPU]
-    if gpus:
-        nodes = gpu_device_nodes(gpus, uvm_major)
+        cpu["cpus"] = format_list(edit.cpus)
+        if edit.mems:
+            cpu["mems"] = format_list(edit.mems)
+    if edit.memory_policy is not None and not (edit.policy_default and "memoryPolicy" in linux):
+        linux["memoryPolicy"] = dict(edit.memory_policy)
+    if edit.devices:
         entries = _list(linux, "devices", "linux.devices")
         present = {e.get("path") for e in entries if isinstance(e, dict)}
         rules = _list(resources, "devices", "linux.resources.devices")
-        for node in nodes:
+        for node in edit.devices:
             if node.path not in present:
                 entries.append(oci_device_entry(node))
             rules.append(oci_allow_rule(node))
-        _set_env(out, "NVIDIA_VISIBLE_DEVICES", ",".join(g.gpu_uuid or g.address for g in gpus))
-    if sysfs_root is not None:
-        _other_devices(out, linux, resources, grant, topology, sysfs_root)
-    moved: list[str] = []
-    if features.net_devices and grant.scope != names.POD_SCOPE:
-        vfs = [d for d in devices if d.is_vf and d.netdevs]
-        if vfs:
-            net = _obj(linux, "netDevices", "linux.netDevices")
-            for dev in vfs:
-                host = dev.netdevs[0]
-                net[host] = {"name": f"net{len(moved) + 1}"}
-                moved.append(host)
-    return out, tuple(moved)
+    for key, value in edit.env.items():
+        _set_env(out, key, value)
+    if edit.net_devices:
+        net = _obj(linux, "netDevices", "linux.netDevices")
+        for host, name in edit.net_devices.items():
+            net[host] = {"name": name}
+    return out
 
 
 def read_proposed(data: bytes) -> dict[str, Any]:
@@ -274,24 +230,18 @@ def precreate(data: bytes, service: Any) -> Precreate:
             "proposed config has no linux.cgroupsPath naming the container, so numa-pin cannot "
             "key its grant; run the container with cgroups enabled"
         )
-    admitted = service.admit(request, None, expected_cgroup=expected_cgroup(spec.limits.cgroups_path))
+    features = runtime_features(doc)
+    target = precreate_target(features.memory_policy, features.net_devices)
+    admitted = service.admit(request, None, expected_cgroup=expected_cgroup(spec.limits.cgroups_path),
+                             target=target)
     grant = admitted.grant
     try:
-        uvm = _uvm_major(service.config.proc_root) if grant.devices else None
-        if request.memory_policy is not None:
-            from numa_pin.enforcer.mempolicy import check_kernel
-
-            check_kernel(request.memory_policy, service.config.sysfs_root)
-        spec_out, moved = edit_spec(doc, grant, service.topology, uvm, runtime_features(doc), request.memory_policy,
-                                    service.config.sysfs_root)
+        edit = service.runtime_edit(grant, request, target)
+        spec_out = edit_spec(doc, edit)
     except NumaPinError:
         service.release(cid)
         raise
-    if moved:
-        from numa_pin.resources.node.vf import note_runtime_netdevs
-
-        grant = note_runtime_netdevs(service.ledger, cid, moved)
-    return Precreate(cid, spec_out, grant)
+    return Precreate(cid, spec_out, service.applied(grant, edit))
 
 
 def asks_nothing(request: Any) -> bool:
@@ -302,12 +252,6 @@ def asks_nothing(request: Any) -> bool:
 
 def _fixed(request: Any) -> Sequence[object]:
     return [*request.fixed_gpus, *request.fixed_pci.values(), *request.fixed_cdi, *request.placeable_nodes]
-
-
-def _uvm_major(proc_root: str) -> int | None:
-    from numa_pin.enforcer.gpu import read_uvm_major
-
-    return read_uvm_major(proc_root)
 
 
 __all__ = [

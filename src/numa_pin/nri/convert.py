@@ -7,9 +7,10 @@ hook reads from ``config.json``, so the request is built by the hook's own
 annotations count too, under the container's: NRI hands them over, so a pod annotated
 ``numa-pin.io/...`` needs no ``pod_annotations`` passthrough in containerd's config.
 
-:func:`fill_resources` writes a grant into an NRI ``LinuxResources`` (the adjustment at
-``CreateContainer``, an update at ``Synchronize`` and ``UpdateContainer``), and
-:func:`fill_devices` a grant's GPUs into a ``ContainerAdjustment``. Message objects come in from
+:func:`fill_adjustment` writes what the resources say the runtime must apply
+(:class:`~numa_pin.resources.runtime.RuntimeEdit`) into the adjustment at ``CreateContainer``,
+and :func:`fill_update` its cpuset into an update at ``Synchronize`` and ``UpdateContainer``;
+neither names a resource. Message objects come in from
 :mod:`numa_pin.nri.messages`; nothing here imports protobuf.
 """
 
@@ -21,7 +22,7 @@ from numa_pin.admission.kubernetes import NAME_KEYS, POD_ID_KEYS, POD_NAME_KEYS,
 from numa_pin.admission.limits import ContainerLimits
 from numa_pin.cpuset import format_list
 from numa_pin.hook.oci import OciSpec
-from numa_pin.ledger.model import Grant
+from numa_pin.resources.node.runtime import RuntimeEdit
 
 #: containerd's keys for the pod's id, namespace and name, the container's name and type (set
 #: when the runtime left them out of the container's annotations)
@@ -76,26 +77,23 @@ def spec_of(pod: Any, container: Any) -> OciSpec:
     )
 
 
-def fill_resources(resources: Any, grant: Grant, shared_pool: frozenset[int]) -> bool:
-    """Write the CPUs and memory nodes of ``grant`` into an NRI ``LinuxResources``: an
-    exclusive grant's own, a shared container's the shared pool (within its own cpuset limit).
-    False when there is nothing to write."""
-    if grant.cpus:
-        resources.cpu.cpus = format_list(grant.cpus)
-        if grant.mems:
-            resources.cpu.mems = format_list(grant.mems)
-        return True
-    pool = shared_pool & grant.cpuset_limit if grant.cpuset_limit else shared_pool
-    if not pool:
+def fill_update(resources: Any, edit: RuntimeEdit) -> bool:
+    """Write the cpuset of ``edit`` into an NRI ``LinuxResources`` (an update at
+    ``Synchronize`` and ``UpdateContainer``, or the adjustment's). False when it has none."""
+    if edit.cpus is None:
         return False
-    resources.cpu.cpus = format_list(pool)
+    resources.cpu.cpus = format_list(edit.cpus)
+    if edit.mems:
+        resources.cpu.mems = format_list(edit.mems)
     return True
 
 
-def fill_devices(adjust: Any, nodes: tuple[Any, ...], visible: str) -> None:
-    """Device nodes (:class:`~numa_pin.enforcer.devnodes.DeviceNode`), their allow rules and
-    ``NVIDIA_VISIBLE_DEVICES`` into an NRI ``ContainerAdjustment``."""
-    for node in nodes:
+def fill_adjustment(adjust: Any, edit: RuntimeEdit) -> None:
+    """Write ``edit`` into an NRI ``ContainerAdjustment``: the cpuset, device nodes
+    (:class:`~numa_pin.enforcer.devnodes.DeviceNode`) with their allow rules, variables, the
+    memory policy and netdevs to move in."""
+    fill_update(adjust.linux.resources, edit)
+    for node in edit.devices:
         dev = adjust.linux.devices.add()
         dev.path, dev.type, dev.major, dev.minor = node.path, node.type, node.major, node.minor
         dev.file_mode.value = node.mode
@@ -104,9 +102,16 @@ def fill_devices(adjust: Any, nodes: tuple[Any, ...], visible: str) -> None:
         rule = adjust.linux.resources.devices.add()
         rule.allow, rule.type, rule.access = True, node.type, "rwm"
         rule.major.value, rule.minor.value = node.major, node.minor
-    if visible:
+    for key, value in edit.env.items():
         kv = adjust.env.add()
-        kv.key, kv.value = "NVIDIA_VISIBLE_DEVICES", visible
+        kv.key, kv.value = key, value
+    if edit.memory_policy is not None:
+        policy = adjust.linux.memory_policy
+        policy.mode = type(policy).DESCRIPTOR.fields_by_name["mode"].enum_type.values_by_name[
+            edit.memory_policy["mode"]].number
+        policy.nodes = edit.memory_policy.get("nodes", "")
+    for host, name in edit.net_devices.items():
+        adjust.linux.net_devices[host].name = name
 
 
-__all__ = ["annotations_of", "fill_devices", "fill_resources", "spec_of"]
+__all__ = ["annotations_of", "fill_adjustment", "fill_update", "spec_of"]

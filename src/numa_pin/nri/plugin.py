@@ -13,9 +13,10 @@ the same service and ledger as the hook:
   answers an update for each container that pins it where its grant says.
 * ``CreateContainer``: builds the request as the hook does (:func:`numa_pin.nri.convert.spec_of`
   into :func:`numa_pin.hook.admit.request_from_spec`), admits it without a pid against the
-  cgroup the runtime will create (as ``precreate`` does) and answers the CPUs and memory nodes
-  (an exclusive grant's own, a shared container's the shared pool) and granted GPUs as the
-  container's adjustment. A refusal is an error whose message is numa-pin's one line
+  cgroup the runtime will create (as ``precreate`` does) and answers, as the container's
+  adjustment, what every resource says the runtime must apply (``NodeResource.runtime``: the
+  cpuset, device nodes and their rules, variables); a request NRI cannot carry (a memory
+  policy) is refused before anything is decided. A refusal is an error whose message is numa-pin's one line
   (``numa-pin: rejected <id>: <kind>: <why>``), kept as a reason file and in syslog as the hook
   keeps it; the runtime fails the container's creation with it, so the pod's event carries it.
 * ``UpdateContainer``: answers the grant's CPUs and memory nodes again, so an update never
@@ -35,12 +36,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from numa_pin import report
+from numa_pin.admission.request import ContainerRequest
 from numa_pin.deadline import Deadline
 from numa_pin.errors import AdmissionError, NriError, NumaPinError
 from numa_pin.ledger.model import Grant
 from numa_pin.nri import wire
-from numa_pin.nri.convert import fill_devices, fill_resources, spec_of
+from numa_pin.nri.convert import fill_adjustment, fill_update, spec_of
 from numa_pin.nri.messages import PLUGIN_SERVICE, RUNTIME_SERVICE, Messages, event_mask
+from numa_pin.resources.runtime import NRI
 from numa_pin.text import cut, one_line
 
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"
@@ -136,11 +139,9 @@ class Handler:
         return self.m.api("Empty")()
 
     def create_container(self, req: Any) -> Any:
-        grant = self._admit(req.pod, req.container, None)
+        grant, request = self._admit(req.pod, req.container, None)
         response = self.m.api("CreateContainerResponse")()
-        if grant is not None:
-            self._fill(response.adjust.linux.resources, grant)
-            self._devices(response.adjust, grant)
+        fill_adjustment(response.adjust, self.service.runtime_edit(grant, request, NRI))
         return response
 
     def update_container(self, req: Any) -> Any:
@@ -178,7 +179,9 @@ class Handler:
         bound = min(self.service.config.admission_timeout_s, self.request_timeout_s * DEADLINE_SHARE)
         return Deadline(bound, what)
 
-    def _admit(self, pod: Any, container: Any, pid: int | None, deadline: Deadline | None = None) -> Grant:
+    def _admit(self, pod: Any, container: Any, pid: int | None,
+               deadline: Deadline | None = None) -> tuple[Grant, ContainerRequest]:
+        """The grant of one container, and the request it was admitted for."""
         from numa_pin.hook.precreate import expected_cgroup
 
         if not container.id:
@@ -186,10 +189,11 @@ class Handler:
         request = self.request_of(pod, container)
         cfg = self.service.config
         admitted = self.service.admit(request, pid, deadline=deadline or self.deadline(f"admission of {container.id}"),
-                                      expected_cgroup=expected_cgroup(container.linux.cgroups_path or None))
+                                      expected_cgroup=expected_cgroup(container.linux.cgroups_path or None),
+                                      target=NRI)
         report.forget_reason(cfg.state_dir, container.id)
         self.log(report.decision_line(admitted.grant, "admitted" if admitted.decision else "re-applied"))
-        return admitted.grant
+        return admitted.grant, request
 
     def _release(self, container_id: str) -> None:
         grant = self.service.release(container_id)
@@ -197,33 +201,14 @@ class Handler:
             report.forget_reason(self.service.config.state_dir, container_id)
             self.log(report.decision_line(grant, "released"))
 
-    def _pool(self) -> frozenset[int]:
-        from numa_pin.resources.node.cpu import shared_pool
-
-        return shared_pool(self.service, self.service.ledger.read())
-
-    def _fill(self, resources: Any, grant: Grant) -> bool:
-        return fill_resources(resources, grant, self._pool())
-
-    def _devices(self, adjust: Any, grant: Grant) -> None:
-        if not grant.devices:
-            return
-        from numa_pin.enforcer.devnodes import gpu_device_nodes
-        from numa_pin.enforcer.gpu import read_uvm_major
-        from numa_pin.hook.precreate import granted_devices
-        from numa_pin.topology.model import KIND_GPU
-
-        gpus = [d for d in granted_devices(grant, self.service.topology) if d.kind == KIND_GPU]
-        if gpus:
-            nodes = gpu_device_nodes(gpus, read_uvm_major(self.service.config.proc_root))
-            fill_devices(adjust, nodes, ",".join(g.gpu_uuid or g.address for g in gpus))
-
     def _update(self, container_id: str) -> Any | None:
-        grant = self.service.ledger.read().grants.get(container_id)
+        state = self.service.ledger.read()
+        grant = state.grants.get(container_id)
         if grant is None:
             return None
         update = self.m.api("ContainerUpdate")(container_id=container_id)
-        return update if self._fill(update.linux.resources, grant) else None
+        edit = self.service.runtime_edit(grant, None, NRI, state)
+        return update if fill_update(update.linux.resources, edit) else None
 
     def adopt(self, pods: Mapping[str, Any], containers: list[Any]) -> list[Any]:
         """Bring the ledger in line with the runtime's containers; the updates that pin them."""

@@ -19,6 +19,8 @@ provider ``Allocate`` inside the merged affinity. numa-pin does the same through
 ``bounds``                what the container bounds the resource to (its own cpuset)
 ``describe(grant)``       short ``key=value`` words about a grant, for ``status``
 ``zones(node)``           its entries in each NUMA zone of ``numa-pin nrt``
+``refusal``               why the request's path cannot carry what it asks of this
+                          resource (``""``: it can), said before anything is decided
 ========================  ================================================================
 
 The I/O half (enforce with its undo, release, repair) is
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 
     from numa_pin.devices.inventory import DeviceResource
     from numa_pin.devices.model import DeviceInfo
+    from numa_pin.resources.runtime import RuntimeTarget
 
 
 @record
@@ -175,6 +178,22 @@ class Resource:
         (:func:`zone_entry`), per node id."""
         return {}
 
+    def refusal(self, request: ContainerRequest, target: RuntimeTarget) -> str:
+        """Why ``target`` (the path the request came in by) cannot carry what ``request`` asks
+        of this resource, in one line naming the path and one that can; ``""`` when it can."""
+        return ""
+
+
+def path_refusal(resources: Sequence[Resource], request: ContainerRequest, target: RuntimeTarget) -> None:
+    """Raise :class:`~numa_pin.errors.PathLimitError` for the first resource whose part of
+    ``request`` the path ``target`` cannot carry."""
+    for resource in resources:
+        why = resource.refusal(request, target)
+        if why:
+            from numa_pin.errors import PathLimitError
+
+            raise PathLimitError(why)
+
 
 def check_known(views: Sequence[tuple[Resource, Any]], amounts: Amounts, counted_only: bool = False) -> None:
     """Every device resource ``amounts`` names (``counted_only``: with a count) is some
@@ -238,5 +257,5 @@ def live_name_message(grant: Grant) -> str:
 
 __all__ = [
     "Decision", "Need", "NodeSettings", "NodeView", "Resource", "check_known", "grant_from", "live_name_message",
-    "merge_fields", "nodes_text", "zone_entry",
+    "merge_fields", "nodes_text", "path_refusal", "zone_entry",
 ]

@@ -22,6 +22,8 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 if TYPE_CHECKING:
     from typing import Any
 
+    from numa_pin.admission.request import ContainerRequest
+    from numa_pin.resources.runtime import RuntimeTarget
     from numa_pin.topology.memory import MemoryState
 
 
@@ -35,6 +37,12 @@ class MemoryResource(Resource):
 
     def wants(self, view: Need) -> bool:
         return bool(view.request.amounts.memory_resources)
+
+    def refusal(self, request: ContainerRequest, target: RuntimeTarget) -> str:
+        """A memory policy needs a path that sets it before the container's first process runs."""
+        if request.memory_policy is not None and not target.memory_policy:
+            return target.cannot(f"numa-pin.io/memory-policy {request.memory_policy!r}")
+        return ""
 
     def hints(self, view: Need, amounts: Amounts) -> ProviderHints:
         if not amounts.memory_resources:

@@ -18,6 +18,11 @@ does after the decision, on one node:
                                        containers it repaired
 ``conflicts(node, state)``             grants the current config contradicts (one line each)
 ``status(node, state)``                what ``numa-pin status`` shows of this resource
+``runtime(node, ask)``                 what the runtime must apply for a grant on a path
+                                       where the runtime applies it (podman's precreate, NRI):
+                                       a :class:`~numa_pin.resources.node.runtime.RuntimeEdit`
+``applied(grant, edit)``               the grant, noting what the runtime now applies itself
+                                       (so no later stage does it again)
 =====================================  =====================================================
 
 Problems that must not stop the work (a VF that could not go home) are returned as lines,
@@ -48,6 +53,8 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 
 if TYPE_CHECKING:
     from typing import Any
+
+    from numa_pin.resources.node.runtime import RuntimeAsk, RuntimeEdit
 
 #: how long a grant made before its container exists (podman precreate: no pid yet, the cgroup
 #: named in the config not created yet) counts as alive without its cgroup
@@ -210,6 +217,14 @@ class NodeResource(Resource):
 
     def status(self, node: Node, state: LedgerState) -> dict[str, Any]:
         return {}
+
+    def runtime(self, node: Node, ask: RuntimeAsk) -> RuntimeEdit | None:
+        """What the runtime on ``ask.target`` must apply of ``ask.grant`` (None: nothing)."""
+        return None
+
+    def applied(self, grant: Grant, edit: RuntimeEdit) -> Grant:
+        """``grant`` noting what of ``edit`` the runtime applies itself (the ledger keeps it)."""
+        return grant
 
 
 __all__ = ["PENDING_GRACE_S", "Admission", "Node", "NodeResource", "Release"]

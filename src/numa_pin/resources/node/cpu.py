@@ -33,6 +33,8 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 if TYPE_CHECKING:
     from typing import Any
 
+    from numa_pin.resources.node.runtime import RuntimeAsk, RuntimeEdit
+
 
 def reserved(node: Node) -> frozenset[int]:
     """The CPUs reserved for the system (computed once per node: config and topology only)."""
@@ -226,6 +228,20 @@ class CpuNode(CpuResource, NodeResource):
             f"container until it ends (numa-pin release {cid}), or restore the reservation it was made under"
             for cid, cpus in held.items()
         ]
+
+    def runtime(self, node: Node, ask: RuntimeAsk) -> RuntimeEdit | None:
+        """The cpuset the runtime applies: an exclusive grant's CPUs and memory nodes, a shared
+        container's the shared pool (inside its own cpuset), as :meth:`enforce` writes them."""
+        from numa_pin.resources.node.runtime import RuntimeEdit
+
+        grant = ask.grant
+        if grant.cpus:
+            return RuntimeEdit(cpus=grant.cpus, mems=grant.mems or None)
+        if grant.kind != KIND_SHARED:
+            return None
+        pool = shared_pool(node, ask.state)
+        own = pool & grant.cpuset_limit if grant.cpuset_limit else pool
+        return RuntimeEdit(cpus=own) if own else None
 
     def status(self, node: Node, state: LedgerState) -> dict[str, Any]:
         topo = node.topology

@@ -12,7 +12,8 @@ interface moved instead).
   GPUs (``devices.allow`` on cgroup v1, the device programs on v2) and create their nodes (and
   the GPU list file) in its mount namespace; the grant's ``gpus`` records what was added;
 * give_back (after a release's commit): a container released by hand that still runs loses
-  them again; a dead container took them along with its namespace and cgroup.
+  them again; a dead container took them along with its namespace and cgroup;
+* runtime (precreate, NRI): the same nodes, rules and variables, for the runtime to apply.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from numa_pin.topology.model import KIND_GPU
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from numa_pin.enforcer.devnodes import DeviceNode
+    from numa_pin.resources.node.runtime import RuntimeAsk, RuntimeEdit
+    from numa_pin.topology.model import PciDevice
 
 
 class GpuNode(NodeResource):
@@ -38,10 +41,9 @@ class GpuNode(NodeResource):
         assert pid is not None
         if grant.kind == KIND_PROCESS:  # `numa-pin run`: a plain process keeps the host's device
             return admission            # access; there is no container to open devices in
-        topology = node.topology
-        gpus = [dev for ids in grant.devices.values() for address in ids
-                if (dev := topology.device(address)) is not None and dev.kind == KIND_GPU]
-        others, env = _other_functions(node, grant)
+        gpus = _gpus(node, grant)
+        others, variables = _other_functions(node, grant)
+        env = "".join(f"{key}={value}\n" for key, value in variables.items())
         if not gpus and not others:
             return admission
         from numa_pin.enforcer.devnodes import create_device_nodes, expose_gpus
@@ -70,22 +72,49 @@ class GpuNode(NodeResource):
             problems += _revoke(node, grant)
         return problems
 
+    def runtime(self, node: Node, ask: RuntimeAsk) -> RuntimeEdit | None:
+        """The granted GPUs' nodes and ``NVIDIA_VISIBLE_DEVICES``, the other functions' nodes and
+        ``PCIDEVICE_*``, at the container's creation (an update carries no devices)."""
+        grant = ask.grant
+        if ask.request is None or not grant.devices:
+            return None
+        from numa_pin.resources.node.runtime import RuntimeEdit
 
-def _other_functions(node: Node, grant: Grant) -> tuple[list[DeviceNode], str]:
-    """The nodes of the granted functions that are not GPUs, and their ``PCIDEVICE_*`` lines."""
+        gpus = _gpus(node, grant)
+        others, env = _other_functions(node, grant)
+        nodes: list[DeviceNode] = []
+        if gpus:
+            from numa_pin.enforcer.devnodes import gpu_device_nodes
+            from numa_pin.enforcer.gpu import read_uvm_major
+
+            nodes += gpu_device_nodes(gpus, read_uvm_major(node.config.proc_root))
+            env["NVIDIA_VISIBLE_DEVICES"] = ",".join(g.gpu_uuid or g.address for g in gpus)
+        return RuntimeEdit(devices=tuple(nodes + others), env=env) if nodes or others or env else None
+
+
+def _gpus(node: Node, grant: Grant) -> list[PciDevice]:
+    """The granted GPUs the topology knows, in grant order."""
+    topology = node.topology
+    return [dev for ids in grant.devices.values() for address in ids
+            if (dev := topology.device(address)) is not None and dev.kind == KIND_GPU]
+
+
+def _other_functions(node: Node, grant: Grant) -> tuple[list[DeviceNode], dict[str, str]]:
+    """The nodes of the granted functions that are not GPUs, and their ``PCIDEVICE_*`` variables
+    (as sriov-network-device-plugin sets them)."""
     from numa_pin.enforcer.devnodes import function_nodes, pcidevice_env
     from numa_pin.resources.devices import ASSIGNED
 
     nodes: dict[str, DeviceNode] = {}
-    lines: list[str] = []
+    env: dict[str, str] = {}
     for res, ids in sorted(grant.devices.items()):
         devs = [d for a in ids if (d := node.topology.device(a)) is not None]
         if res == ASSIGNED or not devs or any(d.kind == KIND_GPU for d in devs):
             continue
-        lines.append(f"{pcidevice_env(res)}={','.join(ids)}\n")
+        env[pcidevice_env(res)] = ",".join(ids)
         for dev in devs:
             nodes.update((n.path, n) for n in function_nodes(dev, node.config.sysfs_root))
-    return list(nodes.values()), "".join(lines)
+    return list(nodes.values()), env
 
 
 def _revoke(node: Node, grant: Grant) -> list[str]:

@@ -11,7 +11,7 @@ back to the host when the pod record goes, with the pod's last grant, whichever 
 release, or the garbage collection of dead grants in an admission or a reconcile.
 
 VFs the runtime moves itself (``linux.netDevices``, noted at precreate by
-:func:`note_runtime_netdevs`) are never moved again; the kernel gives them back.
+:meth:`VfNode.applied`) are never moved again; the kernel gives them back.
 
 VF settings (``numa-pin.io/vf-config``, kept on the grant) go with every move numa-pin makes:
 :func:`~numa_pin.enforcer.netdev.move_netdev_to_netns` sets them on the PF and the restore puts
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from numa_pin.enforcer.undo import UndoLog
-    from numa_pin.ledger.store import Ledger
+    from numa_pin.resources.node.runtime import RuntimeAsk, RuntimeEdit
 
 
 class VfNode(NodeResource):
@@ -73,6 +73,27 @@ class VfNode(NodeResource):
             admission = replace(admission, state=admission.state.with_pod(pod))
         return admission
 
+    def runtime(self, node: Node, ask: RuntimeAsk) -> RuntimeEdit | None:
+        """VF netdevs the runtime moves in itself where it can (``linux.netDevices``), named
+        ``net1``, ``net2``, ...; a pod's VFs never: they go once into the pod's namespace."""
+        grant = ask.grant
+        if ask.request is None or not ask.target.net_devices or grant.scope == names.POD_SCOPE:
+            return None
+        topology = node.topology
+        hosts = [dev.netdevs[0] for ids in grant.devices.values() for address in ids
+                 if (dev := topology.device(address)) is not None and dev.is_vf and dev.netdevs]
+        if not hosts:
+            return None
+        from numa_pin.resources.node.runtime import RuntimeEdit
+
+        return RuntimeEdit(net_devices={host: f"net{i}" for i, host in enumerate(hosts, 1)})
+
+    def applied(self, grant: Grant, edit: RuntimeEdit) -> Grant:
+        """The VFs the runtime moves itself (``linux.netDevices``) are never moved again."""
+        if not edit.net_devices:
+            return grant
+        return replace(grant, netdevs=tuple({"runtime": host} for host in edit.net_devices))
+
     def collect(self, node: Node, before: LedgerState, after: LedgerState, gone: tuple[Grant, ...]) -> list[str]:
         return _restore_pods(node, _pods_dropped(before, after), gone)
 
@@ -99,15 +120,6 @@ class VfNode(NodeResource):
         for grant in release.gone:
             problems += _restore_netdevs(node, grant)
         return problems + self.collect(node, release.before, release.after, release.gone)
-
-
-def note_runtime_netdevs(ledger: Ledger, container_id: str, host_names: tuple[str, ...]) -> Grant:
-    """Record that the runtime moves these VF netdevs (``linux.netDevices``), so no later
-    stage moves them again. Raises LedgerError, or KeyError when the grant is gone."""
-    with ledger.transaction() as txn:
-        grant = replace(txn.state.grants[container_id], netdevs=tuple({"runtime": n} for n in host_names))
-        txn.state = txn.state.with_grant(grant)
-    return grant
 
 
 def _move_pod_vf(
@@ -249,4 +261,4 @@ def _check_not_parked(state: LedgerState, address: str, grant: Grant, pod: PodRe
     )
 
 
-__all__ = ["VfNode", "note_runtime_netdevs"]
+__all__ = ["VfNode"]

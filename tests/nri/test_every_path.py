@@ -1,0 +1,182 @@
+"""One request, one result on every path: prestart, podman's precreate and NRI on fake nodes.
+
+Each row of :data:`ROWS` is a request (its annotations) and what a user must see: the CPUs the
+container gets, or the kind of the one-line refusal. Each row runs through three paths, each on
+a fresh node of the same shape:
+
+* ``prestart``: ``numa-pin-hook prestart`` with the bundle and OCI state a runtime pipes (numa-pin
+  writes the container's cgroup; the effect read back is its ``cpuset.cpus``);
+* ``precreate``: ``numa-pin-hook precreate`` with podman 4.3's proposed config (runtime-spec
+  1.0.2) or a runtime-spec 1.3 one (the effect is ``linux.resources.cpu.cpus`` in its output);
+* ``nri``: ``CreateContainer`` through the plugin (the effect is the adjustment's cpuset).
+
+The grant and the effect must match across paths; a request a path cannot carry (a memory
+policy at prestart, through NRI or to a runtime without ``linux.memoryPolicy``) is refused on
+each with the same kind, and nothing stays recorded. A resource added behind the seam reaches
+both paths where the runtime applies the grant without a line changed in either.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from numa_pin.config.schema import config_from_dict
+from numa_pin.cpuset import parse_list
+from numa_pin.hook import main as hook_main
+from numa_pin.ledger.store import Ledger
+from numa_pin.nri import messages as nri_messages
+from numa_pin.resources.node.base import NodeResource
+from numa_pin.resources.node.registry import register, unregister
+from numa_pin.resources.node.runtime import RuntimeEdit
+from numa_pin.service import NodeService
+from numa_pin.testing.node import FakeNode
+
+from .fake_runtime import Connected, container, pod
+
+SHAPE = "laptop"
+CID = "0f2a83a2d618ece3563383e4d2c110bfc35717b71b479661529c6d7a83acaedb"
+MIB = 1 << 20
+
+#: (id, annotations, expected: "exclusive" / "shared" / the refusal's kind, per path where it differs)
+ROWS = [
+    ("two-cpus", {"numa-pin.io/cpus": "2"}, {}),
+    ("memory-only", {"numa-pin.io/memory": "64Mi"}, {}),
+    ("too-many-cpus", {"numa-pin.io/cpus": "64"}, {}),
+    ("memory-policy", {"numa-pin.io/cpus": "1", "numa-pin.io/memory-policy": "interleave"},
+     {"precreate-1.3": "exclusive"}),
+]
+EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "TopologyAffinityError",
+            "memory-policy": "PathLimitError"}
+PATHS = ["prestart", "precreate-1.0", "precreate-1.3", "nri"]
+
+
+def _node(tmp_path, name: str) -> FakeNode:
+    fake = FakeNode(tmp_path / name, SHAPE, machines=tmp_path / "machines", parent="libpod_parent")
+    (fake.proc_root / "devices").write_text("Character devices:\n  1 mem\n\nBlock devices:\n")
+    return fake
+
+
+def _config(fake: FakeNode, monkeypatch, tmp_path):
+    monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(tmp_path / "cache"))
+    return fake.write_config(fake.root / "config.yaml", policy="restricted")
+
+
+def _hook(cfg, stage: str, stdin: bytes) -> tuple[int, bytes]:
+    out = io.BytesIO()
+    return hook_main.run(["--config", str(cfg), stage], io.BytesIO(stdin), out), out.getvalue()
+
+
+def _prestart(fake: FakeNode, cfg, annotations: dict[str, str]) -> frozenset[int] | None:
+    pid = fake.add_container(CID, 4242)
+    rc, _ = _hook(cfg, "prestart", fake.oci_state(CID, pid, annotations))
+    return parse_list(fake.cpuset(CID)[0]) if rc == 0 else None
+
+
+def _precreate(cfg, annotations: dict[str, str], version: str) -> frozenset[int] | None:
+    doc = {"ociVersion": version, "process": {"args": ["sh"], "env": ["PATH=/usr/bin"]},
+           "annotations": {"io.container.manager": "libpod", **annotations},
+           "linux": {"cgroupsPath": f"/libpod_parent/libpod-{CID}", "resources": {}}}
+    rc, out = _hook(cfg, "precreate", json.dumps(doc).encode())
+    if rc != 0:
+        return None
+    cpu = json.loads(out)["linux"]["resources"].get("cpu", {})
+    return parse_list(cpu["cpus"]) if "cpus" in cpu else frozenset()
+
+
+def _nri(fake: FakeNode, annotations: dict[str, str]) -> tuple[frozenset[int] | None, str]:
+    m = nri_messages.load()
+    conn = Connected(NodeService(config_from_dict(fake.config_dict(policy="restricted"))), m)
+    try:
+        conn.runtime.configure()
+        conn.runtime.synchronize([], [])
+        p = pod(m, "u1", "p", "burstable")
+        code, text, reply = conn.runtime.create(p, container(m, p, CID, cpu_milli=100, annotations=annotations))
+    finally:
+        conn.close()
+    return (parse_list(reply.adjust.linux.resources.cpu.cpus) if code == 0 else None), text
+
+
+def _run(path: str, tmp_path, monkeypatch, capsys, annotations: dict[str, str]):
+    """(the grant, the CPUs the container gets, the one line said) of one request on ``path``."""
+    fake = _node(tmp_path, path)
+    cfg = _config(fake, monkeypatch, tmp_path)
+    text = ""
+    if path == "prestart":
+        cpus = _prestart(fake, cfg, annotations)
+    elif path.startswith("precreate"):
+        cpus = _precreate(cfg, annotations, "1.0.2-dev" if path == "precreate-1.0" else "1.3.0")
+    else:
+        cpus, text = _nri(fake, annotations)
+    text = text or capsys.readouterr().err.strip()
+    return Ledger(str(fake.state_dir)).read().grants.get(CID), cpus, text, fake
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("row, annotations, per_path", ROWS, ids=[r[0] for r in ROWS])
+def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, row, annotations, per_path, path):
+    grant, cpus, text, fake = _run(path, tmp_path, monkeypatch, capsys, annotations)
+    want = per_path.get(path, EXPECTED[row])
+    if want in ("exclusive", "shared"):
+        assert grant is not None and grant.kind == want, text
+        if want == "exclusive":
+            assert cpus == grant.cpus and len(grant.cpus) == int(annotations["numa-pin.io/cpus"])
+        else:
+            assert not grant.cpus and cpus == frozenset(parse_list(fake.cpus)), "a shared container gets the pool"
+        return
+    assert grant is None, "a refused container keeps nothing"
+    assert cpus is None
+    assert f": {want}: " in text and "\n" not in text, text
+    if want == "PathLimitError":
+        assert "numa-pin.io/memory-policy" in text and "path" in text
+
+
+@pytest.mark.parametrize("row", ["two-cpus", "memory-only"])
+def test_every_path_grants_the_same_cpus(tmp_path, monkeypatch, capsys, row):
+    annotations = dict(next(r[1] for r in ROWS if r[0] == row))
+    results = {path: _run(path, tmp_path, monkeypatch, capsys, annotations) for path in PATHS}
+    grants = {path: (r[0].kind, r[0].cpus, r[0].mems) for path, r in results.items()}
+    effects = {path: r[1] for path, r in results.items()}
+    assert len(set(grants.values())) == 1, grants
+    assert len(set(effects.values())) == 1, effects
+
+
+class Tag(NodeResource):
+    """A resource added behind the seam: the runtime sets ``EXAMPLE_TAG`` in new containers."""
+
+    name = "example.com/tag"
+
+    def runtime(self, node, ask):
+        return RuntimeEdit(env={"EXAMPLE_TAG": ask.grant.container_id}) if ask.request is not None else None
+
+
+@pytest.fixture
+def tag():
+    resource = Tag()
+    register(resource)
+    yield resource
+    unregister(resource)
+
+
+def test_a_resource_added_behind_the_seam_reaches_precreate_and_nri(tmp_path, monkeypatch, tag):
+    fake = _node(tmp_path, "precreate")
+    doc = {"ociVersion": "1.0.2-dev", "process": {"env": []}, "annotations": {"numa-pin.io/cpus": "1"},
+           "linux": {"cgroupsPath": f"/libpod_parent/libpod-{CID}", "resources": {}}}
+    rc, out = _hook(_config(fake, monkeypatch, tmp_path), "precreate", json.dumps(doc).encode())
+    assert rc == 0
+    assert f"EXAMPLE_TAG={CID}" in json.loads(out)["process"]["env"]
+
+    fake = _node(tmp_path, "nri")
+    m = nri_messages.load()
+    conn = Connected(NodeService(config_from_dict(fake.config_dict(policy="restricted"))), m)
+    try:
+        conn.runtime.configure()
+        p = pod(m, "u1", "p", "")
+        code, text, reply = conn.runtime.create(p, container(m, p, CID, cpu_milli=1000, limit_milli=1000,
+                                                             memory=64 * MIB))
+    finally:
+        conn.close()
+    assert code == 0, text
+    assert {kv.key: kv.value for kv in reply.adjust.env}["EXAMPLE_TAG"] == CID
