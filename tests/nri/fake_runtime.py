@@ -101,6 +101,10 @@ class FakeRuntime:
         return self.call("CreateContainer", self.m.api("CreateContainerRequest")(pod=pod_msg, container=ctr),
                          "CreateContainerResponse")
 
+    def start(self, pod_msg: Any, ctr: Any) -> tuple[int, str, Any]:
+        return self.call("StartContainer", self.m.api("StartContainerRequest")(pod=pod_msg, container=ctr),
+                         "StartContainerResponse")
+
     def stop(self, pod_msg: Any, ctr: Any) -> tuple[int, str, Any]:
         return self.call("StopContainer", self.m.api("StopContainerRequest")(pod=pod_msg, container=ctr),
                          "StopContainerResponse")

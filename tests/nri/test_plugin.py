@@ -67,7 +67,8 @@ def test_it_registers_and_subscribes_to_what_it_handles(node: FakeNode, m: nri_m
         mask = conn.runtime.configure().events
         subscribed = {name for name, value in m.pool.FindEnumTypeByName(f"{nri_messages.API_PACKAGE}.Event")
                       .values_by_name.items() if value.number and mask & (1 << (value.number - 1))}
-        assert subscribed == {"CREATE_CONTAINER", "UPDATE_CONTAINER", "STOP_CONTAINER", "REMOVE_CONTAINER"}
+        assert subscribed == {"CREATE_CONTAINER", "START_CONTAINER", "UPDATE_CONTAINER", "STOP_CONTAINER",
+                              "REMOVE_CONTAINER"}
     finally:
         conn.close()
 
@@ -242,3 +243,31 @@ def test_running_shared_containers_leave_the_cpus_an_exclusive_one_gets(plugin, 
     code, text, reply = plugin.runtime.create(g, container(m, g, "c-g", cpu_milli=2000, limit_milli=2000, memory=GI))
     assert code == 0, text
     assert parse_list(node.cpuset("kubepods/besteffort/podbe/c-be")[0]) == ALL - _cpus(reply.adjust.linux.resources)
+
+
+def test_a_shared_container_created_before_an_exclusive_grant_starts_on_the_pool_of_its_start(
+        plugin, node: FakeNode, m) -> None:
+    """kubelet's pod workers run in parallel: a BestEffort container is created (its adjustment
+    carries the whole pool), a Guaranteed one takes exclusive CPUs before the runtime has made the
+    first one's cgroup, then the runtime makes that cgroup from the old adjustment and starts it.
+    At StartContainer the plugin narrows it to the pool as it is, before it runs."""
+    be = pod(m, "be", "be", "besteffort")
+    code, _, early = plugin.runtime.create(be, container(m, be, "c-be"))
+    assert code == 0 and _cpus(early.adjust.linux.resources) == ALL
+    g = pod(m, "g", "g", "")
+    code, text, reply = plugin.runtime.create(g, container(m, g, "c-g", cpu_milli=2000, limit_milli=2000, memory=GI))
+    assert code == 0, text
+    exclusive = _cpus(reply.adjust.linux.resources)
+    path = "kubepods/besteffort/podbe/c-be"
+    node.add_container(path, 7001, cpus=_format(ALL))  # the runtime creates it from the adjustment it got
+    code, text, _ = plugin.runtime.start(be, container(m, be, "c-be", pid=7001))
+    assert code == 0, text
+    assert parse_list(node.cpuset(path)[0]) == ALL - exclusive, "no shared container runs on an exclusive CPU"
+    grant = plugin.session.handler.service.ledger.read().grants["c-be"]
+    assert grant.pid == 7001 and grant.pending_since is None
+
+
+def _format(cpus: frozenset[int]) -> str:
+    from numa_pin.cpuset import format_list
+
+    return format_list(cpus)

@@ -3,8 +3,8 @@
 :class:`Handler` answers NRI's plugin service through one :class:`~numa_pin.service.NodeService`,
 the same service and ledger as the hook:
 
-* ``Configure``: subscribes to ``CreateContainer``, ``UpdateContainer``, ``StopContainer`` and
-  ``RemoveContainer``, and takes the runtime's request timeout (announced, else NRI's default or
+* ``Configure``: subscribes to ``CreateContainer``, ``StartContainer``, ``UpdateContainer``,
+  ``StopContainer`` and ``RemoveContainer``, and takes the runtime's request timeout (announced, else NRI's default or
   ``--nri-request-timeout``) as the admission deadline's bound: a plugin that answers late is
   disconnected, and the container starts without it, so a late decision is a refusal instead.
 * ``Synchronize`` (after every connect: the plugin's or the runtime's restart): drops the grants
@@ -19,6 +19,9 @@ the same service and ledger as the hook:
   policy) is refused before anything is decided. A refusal is an error whose message is numa-pin's one line
   (``numa-pin: rejected <id>: <kind>: <why>``), kept as a reason file and in syslog as the hook
   keeps it; the runtime fails the container's creation with it, so the pod's event carries it.
+* ``StartContainer``: the container's cgroup exists and it has not run yet: its grant is bound
+  to its pid and enforced there (the cpuset as the pool is now, the isolation knobs), as the
+  prestart hook does after podman's precreate.
 * ``UpdateContainer``: answers the grant's CPUs and memory nodes again, so an update never
   unpins a container. ``StopContainer`` and ``RemoveContainer`` release.
 
@@ -50,7 +53,7 @@ DEFAULT_SOCKET = "/var/run/nri/nri.sock"
 DEFAULT_NAME, DEFAULT_INDEX = "numa-pin", "50"
 #: set by a runtime that starts the plugin itself: the connected socket's fd, name and index
 SOCKET_ENV, NAME_ENV, INDEX_ENV = "NRI_PLUGIN_SOCKET", "NRI_PLUGIN_NAME", "NRI_PLUGIN_IDX"
-EVENTS = ("CREATE_CONTAINER", "UPDATE_CONTAINER", "STOP_CONTAINER", "REMOVE_CONTAINER")
+EVENTS = ("CREATE_CONTAINER", "START_CONTAINER", "UPDATE_CONTAINER", "STOP_CONTAINER", "REMOVE_CONTAINER")
 #: gRPC status codes ttrpc carries
 UNKNOWN, INVALID_ARGUMENT, UNIMPLEMENTED = 2, 3, 12
 #: the share of the runtime's request timeout an admission may use, and NRI's default timeout
@@ -77,6 +80,7 @@ class Handler:
             "Synchronize": ("SynchronizeRequest", self.synchronize),
             "Shutdown": ("Empty", self.shutdown),
             "CreateContainer": ("CreateContainerRequest", self.create_container),
+            "StartContainer": ("StartContainerRequest", self.start_container),
             "UpdateContainer": ("UpdateContainerRequest", self.update_container),
             "StopContainer": ("StopContainerRequest", self.stop_container),
             "RemoveContainer": ("RemoveContainerRequest", self.remove_container),
@@ -143,6 +147,17 @@ class Handler:
         response = self.m.api("CreateContainerResponse")()
         fill_adjustment(response.adjust, self.service.runtime_edit(grant, request, NRI))
         return response
+
+    def start_container(self, req: Any) -> Any:
+        """The container's cgroup and process exist now, and it has not run yet: its grant is
+        bound to the pid and made true there, as prestart does after podman's precreate. So a
+        shared container created before an exclusive grant starts on the shared pool as it is
+        now, not as it was at its creation, and what the runtime does not apply (the isolation
+        knobs, VFs moved into its namespace) is applied before it runs."""
+        container = req.container
+        if container.id and container.pid and container.id in self.service.ledger.read().grants:
+            self._admit(req.pod, container, container.pid)
+        return self.m.api("StartContainerResponse")()
 
     def update_container(self, req: Any) -> Any:
         response = self.m.api("UpdateContainerResponse")()
