@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -180,3 +182,29 @@ def test_a_resource_added_behind_the_seam_reaches_precreate_and_nri(tmp_path, mo
         conn.close()
     assert code == 0, text
     assert {kv.key: kv.value for kv in reply.adjust.env}["EXAMPLE_TAG"] == CID
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "paths.md"
+DOC_PATHS = {"prestart": "prestart", "precreate (runtime-spec 1.0)": "precreate-1.0",
+             "precreate (runtime-spec 1.3)": "precreate-1.3", "nri": "nri"}
+
+
+def _doc_matrix() -> dict[str, dict[str, str]]:
+    """``{request text: {path: cell}}`` from the table between the matrix markers of docs/paths.md."""
+    text = DOC.read_text()
+    table = text[text.index("<!-- matrix"):text.index("<!-- end matrix")].splitlines()[1:]
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in table if line.startswith("|")]
+    header, body = rows[0], rows[2:]
+    return {row[0]: {DOC_PATHS[h]: cell for h, cell in zip(header[1:], row[1:])} for row in body}
+
+
+def _request_text(annotations: dict[str, str]) -> str:
+    return ", ".join(f"`{k}: {v}`" for k, v in annotations.items())
+
+
+def test_the_docs_table_is_the_matrix():
+    documented = _doc_matrix()
+    tested = {_request_text(a): {p: per.get(p, EXPECTED[row]) for p in PATHS} for row, a, per in ROWS}
+    assert documented == tested
+    assert all(re.fullmatch(r"exclusive|shared|[A-Za-z]+Error", c) for cells in documented.values()
+               for c in cells.values())
