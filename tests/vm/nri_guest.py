@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -242,6 +243,38 @@ def main() -> None:
                 "seen": {n: cpus_of(pid) for n, pid in pids.items()}, "grants": grants()}
 
     step("pod_scope", pod_scope)
+
+    def parallel_pods() -> dict[str, object]:
+        """kubelet's pod workers run in parallel: a BestEffort container created before a
+        Guaranteed pod takes its CPU and started after it, then a burst of pods started at
+        once. Every container's allowed CPUs are sampled while they run."""
+        kubelet = node.kubelet
+        listed = kubelet.runtime.ListPodSandbox(kubelet.pb.ListPodSandboxRequest(), timeout=60).items
+        for item in listed:  # room for one more exclusive CPU on this small guest
+            if item.metadata.name in ("scoped", "late"):
+                kubelet.stop_pod(item.id)
+                kubelet.remove_pod(item.id)
+        time.sleep(3)
+        early = cri.Pod("early", [cri.Container("c")])
+        sandbox = node.kubelet.run_pod(early)
+        early_id = node.kubelet.create(sandbox, early, early.containers[0])  # created, not started
+        pods["pg"] = node.run(guaranteed("pg", 1))
+        node.kubelet.start(early_id)
+        node.pids["early"] = int(node.kubelet.status(early_id)[1]["pid"])
+        burst = [cri.Pod(f"burst{i}", [cri.Container("c")]) for i in range(3)]
+        threads = [threading.Thread(target=lambda p=p: pods.__setitem__(p.name, node.run(p))) for p in burst]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+        names = ["early", "bu", "be", *(p.name for p in burst)]
+        samples = []
+        for _ in range(10):
+            samples.append({n: node.seen(n) for n in names})
+            time.sleep(0.5)
+        return {"exclusive": node.seen("pg"), "samples": samples, "grants": grants(), "id": pods["pg"][1]}
+
+    step("parallel_pods", parallel_pods)
     (OUT / "plugin.log").write_text(sh("journalctl", "-u", "numa-pin-nri.service", "-o", "cat", "--no-pager",
                                        check=False))
     (OUT / "containerd.log").write_text(sh("journalctl", "-u", "containerd.service", "-o", "cat", "--no-pager",

@@ -150,3 +150,15 @@ def test_pod_scope_from_the_pods_annotations(facts: dict) -> None:
     assert app["kind"] == "exclusive" and len(app["cpus"]) == 1 and seen["app"] == app["cpus"]
     assert sidecar["kind"] == "shared" and not set(seen["sidecar"]) & set(app["cpus"])
     assert {app["pod"], sidecar["pod"]} == {step["sandbox"]} and {app["scope"], sidecar["scope"]} == {"pod"}
+
+
+def test_pods_started_in_parallel_never_run_on_an_exclusive_cpu(facts: dict) -> None:
+    """A shared container created before an exclusive grant and started after it, and a burst of
+    pods started at once: no sample of any shared container ever includes the exclusive CPU."""
+    step = _step(facts, "parallel_pods")
+    grant = step["grants"][step["id"]]
+    assert grant["kind"] == "exclusive" and step["exclusive"] == grant["cpus"]
+    assert len(step["samples"]) == 10
+    for sample in step["samples"]:
+        for name, cpus in sample.items():
+            assert cpus and not set(cpus) & set(grant["cpus"]), f"{name} ran on exclusive CPU(s): {cpus}"
