@@ -115,3 +115,21 @@ def test_prestart_takes_the_same_nodes_and_writes_the_variables_file(built, topo
     assert [n.path for n in nodes] == ["/dev/infiniband/uverbs1", "/dev/infiniband/rdma_cm", f"/dev/vfio/{group}",
                                        "/dev/vfio/vfio"]
     assert env == {"PCIDEVICE_EXAMPLE_COM_RDMA": devtree.SWITCH_NIC, "PCIDEVICE_INTEL_COM_E810_VF": devtree.VFIO_VF}
+
+
+def test_no_quota_reaches_the_config_and_the_adjustment_alike():
+    """``cpu-quota.crio.io: disable`` on an exclusive grant: the runtime is told no quota (-1) by
+    both paths that leave the grant to it, at creation and in updates; a shared grant, nothing."""
+    from numa_pin.resources.node.isolation import QuotaNode
+
+    asked = Grant("c", "c", "c", "exclusive", cpus=frozenset({2}), isolation={"quota": "disable"})
+    for grant, want in ((asked, -1), (Grant("s", "s", "s", "shared", isolation={"quota": "disable"}), None)):
+        for request in (ContainerRequest("c", "c", "c", Amounts()), None):
+            edit = QuotaNode().runtime(None, RuntimeAsk(grant, request, NRI, LedgerState()))
+            assert (edit.cpu_quota if edit else None) == want
+    edit = QuotaNode().runtime(None, RuntimeAsk(asked, None, NRI, LedgerState()))
+    spec = edit_spec({"linux": {"resources": {"cpu": {"quota": 100000, "period": 100000}}}}, edit)
+    assert spec["linux"]["resources"]["cpu"] == {"quota": -1, "period": 100000}
+    adjust = load_messages().api("ContainerAdjustment")()
+    fill_adjustment(adjust, edit)
+    assert adjust.linux.resources.cpu.quota.value == -1

@@ -153,7 +153,7 @@ def granted_devices(grant: Grant, topology: Topology) -> list[PciDevice]:
 
 
 def edit_spec(doc: Mapping[str, Any], edit: RuntimeEdit) -> dict[str, Any]:
-    """A copy of ``doc`` carrying ``edit`` (pure): the cpuset in ``linux.resources.cpu``, device
+    """A copy of ``doc`` carrying ``edit`` (pure): the cpuset and quota in ``linux.resources.cpu``, device
     nodes in ``linux.devices`` with their rules in ``linux.resources.devices``, variables in
     ``process.env``, ``linux.memoryPolicy`` and ``linux.netDevices``.
 
@@ -169,6 +169,8 @@ def edit_spec(doc: Mapping[str, Any], edit: RuntimeEdit) -> dict[str, Any]:
         cpu["cpus"] = format_list(edit.cpus)
         if edit.mems:
             cpu["mems"] = format_list(edit.mems)
+    if edit.cpu_quota is not None:
+        _obj(resources, "cpu", "linux.resources.cpu")["quota"] = edit.cpu_quota
     if edit.memory_policy is not None and not (edit.policy_default and "memoryPolicy" in linux):
         linux["memoryPolicy"] = dict(edit.memory_policy)
     if edit.devices:

@@ -78,14 +78,15 @@ def spec_of(pod: Any, container: Any) -> OciSpec:
 
 
 def fill_update(resources: Any, edit: RuntimeEdit) -> bool:
-    """Write the cpuset of ``edit`` into an NRI ``LinuxResources`` (an update at
-    ``Synchronize`` and ``UpdateContainer``, or the adjustment's). False when it has none."""
-    if edit.cpus is None:
-        return False
-    resources.cpu.cpus = format_list(edit.cpus)
-    if edit.mems:
-        resources.cpu.mems = format_list(edit.mems)
-    return True
+    """Write the cpuset and quota of ``edit`` into an NRI ``LinuxResources`` (an update at
+    ``Synchronize`` and ``UpdateContainer``, or the adjustment's). False when it has neither."""
+    if edit.cpus is not None:
+        resources.cpu.cpus = format_list(edit.cpus)
+        if edit.mems:
+            resources.cpu.mems = format_list(edit.mems)
+    if edit.cpu_quota is not None:
+        resources.cpu.quota.value = edit.cpu_quota
+    return edit.cpus is not None or edit.cpu_quota is not None
 
 
 def fill_adjustment(adjust: Any, edit: RuntimeEdit) -> None:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from numa_pin.enforcer.saved import Saved
+    from numa_pin.resources.node.runtime import RuntimeAsk, RuntimeEdit
 
 #: bytes read of one setting file
 MAX_VALUE = 4096
@@ -299,6 +300,15 @@ class QuotaNode(SettingKnob):
     name = "isolation.quota"
     knob = "quota"
     needs_cgroup = True
+
+    def runtime(self, node: Node, ask: RuntimeAsk) -> RuntimeEdit | None:
+        """Where the runtime applies the grant, no quota in its config either (-1), at creation
+        and in every update, so the runtime never writes one back."""
+        if not self.asks(ask.grant):
+            return None
+        from numa_pin.resources.node.runtime import RuntimeEdit
+
+        return RuntimeEdit(cpu_quota=-1)
 
     def targets(self, node: Node, grant: Grant) -> dict[str, str]:
         if not grant.cgroup:

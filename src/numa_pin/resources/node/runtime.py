@@ -37,12 +37,14 @@ class RuntimeAsk:
 @record
 class RuntimeEdit:
     """What the runtime must apply for one grant: the cpuset (``cpus``, ``mems``; None: leave
-    it), device nodes with their allow rules, environment variables, the memory policy (an OCI
-    ``linux.memoryPolicy`` object; ``policy_default``: only where the config has none) and
-    netdevs to move in (host name -> name in the container)."""
+    it), the CFS quota (``cpu_quota``: -1 for none; None: leave it), device nodes with their
+    allow rules, environment variables, the memory policy (an OCI ``linux.memoryPolicy``
+    object; ``policy_default``: only where the config has none) and netdevs to move in (host
+    name -> name in the container)."""
 
     cpus: frozenset[int] | None = None
     mems: frozenset[int] | None = None
+    cpu_quota: int | None = None
     devices: tuple[DeviceNode, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     memory_policy: Mapping[str, str] | None = None
@@ -66,6 +68,7 @@ def merge_edits(edits: Sequence[RuntimeEdit | None]) -> RuntimeEdit:
             out,
             cpus=edit.cpus if edit.cpus is not None else out.cpus,
             mems=edit.mems if edit.mems is not None else out.mems,
+            cpu_quota=edit.cpu_quota if edit.cpu_quota is not None else out.cpu_quota,
             devices=out.devices + tuple(d for d in edit.devices if d.path not in paths),
             env={**out.env, **edit.env},
             memory_policy=edit.memory_policy if edit.memory_policy is not None else out.memory_policy,
