@@ -87,6 +87,13 @@ class ServiceBase(Node):
             txn.state = txn.state.with_grant(noted)
         return noted
 
+    def follow_resize(self, grant: Grant, request: ContainerRequest) -> Grant:
+        """``grant`` after the runtime resized its container in place to ``request`` (kubelet's
+        in-place resize through NRI): see :func:`numa_pin.resources.node.resize.follow_resize`."""
+        from numa_pin.resources.node.resize import follow_resize
+
+        return follow_resize(self, grant, request.amounts.cpus)
+
     def _note(self, grant: Grant, edit: RuntimeEdit) -> Grant:
         for resource in self.resources:
             grant = resource.applied(grant, edit)

@@ -119,6 +119,18 @@ class FakeRuntime:
         return self.call("UpdateContainer", request, "UpdateContainerResponse")
 
 
+def resize(m: nri_messages.Messages, pod_msg: Any, ctr: Any, cpu_milli: int, memory: int) -> Any:
+    """kubelet's in-place resize of a Guaranteed container as NRI's UpdateContainer carries it:
+    shares, quota and period for ``cpu_milli`` (request = limit), and the memory limit."""
+    request = m.api("UpdateContainerRequest")(pod=pod_msg, container=ctr)
+    cpu = request.linux_resources.cpu
+    cpu.shares.value = cpu_milli * 1024 // 1000
+    cpu.quota.value = cpu_milli * 100000 // 1000
+    cpu.period.value = 100000
+    request.linux_resources.memory.limit.value = memory
+    return request
+
+
 class Connected:
     """A plugin session on one end of a socketpair (in a thread) and the fake runtime on the other."""
 

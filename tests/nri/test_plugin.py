@@ -20,7 +20,7 @@ from numa_pin.service import NodeService
 from numa_pin.testing import machine, shapes
 from numa_pin.testing.node import FakeNode
 
-from .fake_runtime import Connected, container, pod
+from .fake_runtime import Connected, container, pod, resize
 
 GI = 1 << 30
 SHAPE = "intel-2s-ht"
@@ -271,3 +271,37 @@ def _format(cpus: frozenset[int]) -> str:
     from numa_pin.cpuset import format_list
 
     return format_list(cpus)
+
+
+@pytest.mark.parametrize("follow", ["reassert", "adopt"])
+@pytest.mark.parametrize("to", [4, 1], ids=["grow", "shrink"])
+def test_kubelets_in_place_resize_is_followed_or_refused_never_reverted(node: FakeNode, m, follow, to) -> None:
+    """KEP-1287 resizes a running Guaranteed container from 2 to ``to`` CPUs through NRI's
+    UpdateContainer. ``adopt``: the grant grows (the CPUs it was admitted with stay, on one NUMA
+    node) and the answer carries the new CPUs; below the CPUs it was admitted with it is refused
+    (KEP-5554). ``reassert``: the update is refused in one line naming the setting. A refused
+    resize leaves the grant as it was."""
+    conn = Connected(NodeService(config_from_dict(node.config_dict(policy="restricted", resize_follow=follow))), m)
+    try:
+        conn.runtime.configure()
+        p = pod(m, "g", "g", "")
+        c = container(m, p, "c-g", cpu_milli=2000, limit_milli=2000, memory=GI)
+        code, text, reply = conn.runtime.create(p, c)
+        assert code == 0, text
+        before = _cpus(reply.adjust.linux.resources)
+        node.add_container("kubepods/podg/c-g", 4200, cpus=",".join(map(str, sorted(before))))
+        assert conn.runtime.start(p, container(m, p, "c-g", cpu_milli=2000, limit_milli=2000, memory=GI,
+                                               pid=4200))[0] == 0
+        code, text, updated = conn.runtime.call("UpdateContainer", resize(m, p, c, to * 1000, GI),
+                                                "UpdateContainerResponse")
+        grant = conn.session.handler.service.ledger.read().grants["c-g"]
+    finally:
+        conn.close()
+    if follow == "reassert" or to < 2:
+        assert code != 0 and text.startswith("numa-pin: rejected c-g: AllocationError: ") and "\n" not in text
+        assert ("KEP-5554" if to < 2 else "resize_follow") in text and grant.cpus == before
+        return
+    assert code == 0, text
+    assert len(grant.cpus) == to and len(_node_of(grant.cpus)) == 1 and before <= grant.cpus
+    assert [(u.container_id, _cpus(u.linux.resources)) for u in updated.update] == [("c-g", grant.cpus)]
+    assert parse_list(node.cpuset("kubepods/podg/c-g")[0]) == grant.cpus

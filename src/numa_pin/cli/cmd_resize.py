@@ -20,6 +20,7 @@ from typing import Any
 from numa_pin.cli.common import add_config_argument, load, resolve_id
 from numa_pin.cli.main import write_out
 from numa_pin.errors import RequestError
+from numa_pin.resources.node.resize import adopt_change, resize_change
 from numa_pin.text import one_line
 
 NAME = "resize"
@@ -32,49 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpus", metavar="N", type=int, help="the exclusive CPUs it should hold")
     parser.add_argument("--memory", metavar="QTY", help="the aligned memory it should hold, e.g. 4Gi")
     parser.add_argument("--json", action="store_true", help="print the grant before and after as JSON")
-
-
-def resize_change(service: Any, cpus: int | None, memory: int | None) -> Any:
-    """The function :meth:`~numa_pin.service.NodeService.update_grant` applies under the lock."""
-    from numa_pin.allocators.resize import MEMORY, resized_cpus, resized_memory
-    from numa_pin.record import replace
-    from numa_pin.resources.node.cpu import reserved
-
-    topology, settings = service.topology, service.settings
-
-    def change(grant: Any, state: Any) -> Any:
-        new = grant
-        if cpus is not None:
-            now = resized_cpus(topology, settings.cpu_options, state, grant, cpus, reserved(service))
-            baseline = grant.baseline_cpus if grant.baseline_cpus is not None else grant.cpus
-            nodes = frozenset(topology.cpus[c].numa for c in now) - {None}
-            new = replace(new, cpus=now, baseline_cpus=None if now == baseline else baseline,
-                          mems=grant.mems | nodes)
-        if memory is not None:
-            per_node = resized_memory(grant, memory, memory_free(service, state, grant))
-            new = replace(new, memory={**grant.memory, MEMORY: per_node})
-        return new
-
-    return change
-
-
-def adopt_change(service: Any, seen: frozenset[int]) -> Any:
-    """The change that records ``seen`` (a cpuset a runtime wrote) as the grant's CPUs, when
-    :func:`~numa_pin.allocators.resize.check_adoptable` lets it."""
-    from numa_pin.allocators.resize import check_adoptable
-    from numa_pin.record import replace
-    from numa_pin.resources.node.cpu import reserved
-
-    topology = service.topology
-
-    def change(grant: Any, state: Any) -> Any:
-        check_adoptable(topology, state, grant, seen, reserved(service))
-        baseline = grant.baseline_cpus if grant.baseline_cpus is not None else grant.cpus
-        nodes = frozenset(topology.cpus[c].numa for c in seen) - {None}
-        return replace(grant, cpus=seen, baseline_cpus=None if seen == baseline else baseline,
-                       mems=grant.mems | nodes)
-
-    return change
 
 
 def follow_runtime_resizes(service: Any) -> tuple[list[str], list[str]]:
@@ -106,16 +64,6 @@ def follow_runtime_resizes(service: Any) -> tuple[list[str], list[str]]:
         else:
             adopted.append(grant.container_id)
     return adopted, refused
-
-
-def memory_free(service: Any, state: Any, grant: Any) -> dict[int, int]:
-    """Free ``memory`` per node for ``grant`` (every other grant and the system's reservation counted)."""
-    from numa_pin.topology.memory import MEMORY, build_memory_state
-
-    assignments = [(g.container_id, g.memory, frozenset(n for per in g.memory.values() for n in per))
-                   for g in state.grants.values() if g.memory and g.container_id != grant.container_id]
-    mem = build_memory_state(service.topology, service.settings.reserved_memory, assignments)
-    return {n: mem.free(n, MEMORY) for n in service.topology.node_ids}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,8 +22,11 @@ the same service and ledger as the hook:
 * ``StartContainer``: the container's cgroup exists and it has not run yet: its grant is bound
   to its pid and enforced there (the cpuset as the pool is now, the isolation knobs), as the
   prestart hook does after podman's precreate.
-* ``UpdateContainer``: answers the grant's CPUs and memory nodes again, so an update never
-  unpins a container. ``StopContainer`` and ``RemoveContainer`` release.
+* ``UpdateContainer``: kubelet's in-place resize of an exclusive container's CPU count is
+  followed through the ledger under ``resize_follow: adopt`` (KEP-5554: the CPUs it was
+  admitted with stay, growth on its NUMA affinity) and refused in one line otherwise; the answer
+  is the grant's CPUs and memory nodes, so an update never unpins a container.
+  ``StopContainer`` and ``RemoveContainer`` release.
 
 :class:`Session` speaks the wire (:mod:`numa_pin.nri.wire`) on one connection: registers with
 ``RegisterPlugin`` and serves requests until the runtime hangs up; :func:`serve` connects again
@@ -160,7 +163,16 @@ class Handler:
         return self.m.api("StartContainerResponse")()
 
     def update_container(self, req: Any) -> Any:
+        """kubelet's in-place resize changes the container's exclusive CPU count: the grant follows
+        it under ``resize_follow: adopt`` or the update is refused in one line; any other update
+        gets the grant's cpuset back, so it never unpins the container."""
         response = self.m.api("UpdateContainerResponse")()
+        grant = self.service.ledger.read().grants.get(req.container.id)
+        if grant is not None and grant.cpus and req.HasField("linux_resources"):
+            resized = self.m.api("Container")()
+            resized.CopyFrom(req.container)
+            resized.linux.resources.MergeFrom(req.linux_resources)  # what the update sets, over what was
+            self.service.follow_resize(grant, self.request_of(req.pod, resized))
         update = self._update(req.container.id)
         if update is not None:
             response.update.append(update)
