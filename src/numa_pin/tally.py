@@ -6,7 +6,8 @@ so the counts cannot live in one process's memory. They are kept in ``<state_dir
 one flat JSON object of :data:`KEYS` to non-negative numbers, replaced atomically
 (:func:`numa_pin.safefs.replace_private`) under an exclusive ``flock`` of
 ``<state_dir>/counters.lock``, so concurrent writers never lose each other's counts and a reader
-(who takes no lock) sees the old or the new file, never a part. The file is bounded: only the
+(who takes no lock) sees the old or the new file, never a part; the temporary file of a writer
+killed while it wrote is removed by the next one. The file is bounded: only the
 keys in :data:`KEYS` are kept (a fixed set: reason classes are the error kinds of
 :mod:`numa_pin.errors`, anything else counts as ``other``), and it is never over
 :data:`MAX_BYTES`.
@@ -39,6 +40,8 @@ LOCK = "counters.lock"
 MAX_BYTES = 64 << 10
 #: how long a writer waits for the counters lock before it drops its increments
 LOCK_WAIT_S = 0.25
+#: the temporary file a writer replaces the counters with (only ever made under the lock)
+_TEMP_PREFIX, _TEMP_SUFFIX = ".counters.", ".tmp"
 
 #: kubelet's ``topology_manager_admission_duration_ms`` buckets (ExponentialBuckets(.05, 2, 15)), ms
 DURATION_MS_BUCKETS = tuple(0.05 * 2 ** i for i in range(15))
@@ -169,16 +172,32 @@ def add(state_dir: str | None, increments: dict[str, float], *, wait_s: float = 
                 if time.monotonic() >= deadline:
                     return False
                 time.sleep(0.002)
+        _remove_dead_writers_files(state_dir)
         counts = read(state_dir)
         for key, value in wanted.items():
             counts[key] = counts.get(key, 0) + value
         replace_private(state_dir, os.path.join(state_dir, COUNTERS),
-                        json.dumps(counts, sort_keys=True).encode(), prefix=".counters.")
+                        json.dumps(counts, sort_keys=True).encode(), prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX)
         return True
     except OSError:
         return False
     finally:
         os.close(fd)  # closing drops the lock
+
+
+def _remove_dead_writers_files(state_dir: str) -> None:
+    """Remove the temporary counters files in ``state_dir``: a writer makes one only while it
+    holds the lock, so under the lock any there is a killed writer's (best effort)."""
+    try:
+        names = os.listdir(state_dir)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(_TEMP_PREFIX) and name.endswith(_TEMP_SUFFIX):
+            try:
+                os.unlink(os.path.join(state_dir, name))
+            except OSError:
+                pass  # the next writer tries again
 
 
 def loss_line(lock: str, exc: OSError | UnsafePathError) -> str:
