@@ -399,3 +399,34 @@ def test_a_failed_resize_puts_the_settings_back(node, monkeypatch):
     with pytest.raises(EnforcementError, match="later resource"):
         _resize(service, "a", 2)
     assert node.snapshot() == before and node.saved() == saved
+
+
+@pytest.mark.parametrize("step", ["save", "forget"])
+def test_a_saved_original_whose_directory_sync_fails_is_rolled_back_too(node, monkeypatch, step):
+    """The saved-settings file was renamed into place, then its directory's fsync failed: the
+    admission (or the resize that gives CPUs back) fails, and its rollback leaves the saved
+    originals as they were, not with the half-stored change (found by ``make stress``)."""
+    from numa_pin import safefs
+
+    service = NodeService(node.config)
+    if step == "forget":
+        admit(service, node, "a", 100, {**ISOLATED, "numa-pin.io/cpus": "2"})
+        _resize(service, "a", 4)
+    before, saved = node.snapshot(), node.saved()
+    real = safefs.fsync_dir
+    fail = {"left": 1}
+
+    def fsync_dir(path):
+        if path == str(node.state_dir) and fail["left"]:
+            fail["left"] -= 1
+            raise OSError(5, "Input/output error")
+        return real(path)
+
+    monkeypatch.setattr(safefs, "fsync_dir", fsync_dir)
+    with pytest.raises(EnforcementError):
+        if step == "save":
+            admit(service, node, "b", 101, {"cpu-c-states.crio.io": "disable"})
+        else:
+            _resize(service, "a", 2)
+    assert not fail["left"]
+    assert node.snapshot() == before and node.saved() == saved
