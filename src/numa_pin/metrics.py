@@ -18,6 +18,7 @@ are exposed untyped under kubelet's exact name.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler
@@ -186,13 +187,36 @@ def exposition(config: Config, cache_dir: str | None = None) -> bytes:
     return generate_latest(registry(config, cache_dir))
 
 
-def serve_scrape(conn: socket.socket, environ: Mapping[str, str] | None = None, timeout_s: float = 10.0) -> None:
+#: the longest one scrape is served, all of it (a scraper dripping a byte at a time is cut)
+SCRAPE_DEADLINE_S = 20.0
+
+
+def _past_deadline(_signum: int, _frame: object) -> None:
+    raise TimeoutError("the scrape's deadline passed")
+
+
+def serve_scrape(conn: socket.socket, environ: Mapping[str, str] | None = None, timeout_s: float = 10.0,
+                 deadline_s: float = SCRAPE_DEADLINE_S) -> None:
     """Answer one HTTP request on ``conn`` with prometheus_client's handler (``GET /metrics``,
     content negotiation, gzip), the config read afresh (``NUMA_PIN_CONFIG``, else the default
     file). The agent's scrape child runs it. A config that cannot be loaded is a 500 with its
-    one line; the connection is bounded by ``timeout_s`` per read and write."""
+    one line; the connection is bounded by ``timeout_s`` per read and write, and the whole
+    scrape by ``deadline_s`` (an interval timer, ``SIGALRM``: run it in a process's main
+    thread, as the child does), past which it is cut unanswered and the function returns."""
+    previous = signal.signal(signal.SIGALRM, _past_deadline)
+    try:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, deadline_s)
+            _serve_scrape(conn, environ, timeout_s)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except TimeoutError:
+        pass  # cut at its deadline
+    finally:
+        signal.signal(signal.SIGALRM, previous)
 
 
+def _serve_scrape(conn: socket.socket, environ: Mapping[str, str] | None, timeout_s: float) -> None:
     conn.setblocking(True)
     conn.settimeout(timeout_s)
     try:
@@ -220,4 +244,4 @@ def write_textfile(path: str, data: bytes) -> None:
 
 
 __all__ = ["CONTENT_TYPE", "NodeCollector", "counter_families", "exposition", "node_families", "registry",
-           "serve_scrape", "write_textfile"]
+           "SCRAPE_DEADLINE_S", "serve_scrape", "write_textfile"]

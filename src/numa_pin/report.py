@@ -12,9 +12,9 @@ share a file; :func:`read_reason` also checks the id recorded inside (an id long
 name containers) and bounded in bytes: the line is cut to :data:`~numa_pin.text.MAX_LINE`
 characters and a file is never over :data:`MAX_REASON_BYTES`, which is also what
 :func:`read_reason` accepts. At most :data:`MAX_REASONS` files and :data:`MAX_REASONS_BYTES`
-bytes are kept (the oldest go first), a writer removes temporary files a killed writer left
-(older than :data:`STALE_TEMP_S`), and a container's file is deleted when it is admitted or its
-grant is released (:func:`forget_reason`).
+bytes are kept (the oldest go first), a writer and ``reconcile`` (:func:`prune_reasons`) remove
+temporary files a killed writer left (older than :data:`STALE_TEMP_S`), and a container's file
+is deleted when it is admitted or its grant is released (:func:`forget_reason`).
 """
 
 from __future__ import annotations
@@ -138,6 +138,22 @@ def _prune(directory: str, keep: int, keep_bytes: int | None = None, now: float 
             _unlink_quietly(os.path.join(directory, name))
 
 
+def prune_reasons(state_dir: str | None) -> None:
+    """Prune ``<state_dir>/reasons`` as a writer does (the oldest past the bounds, and the
+    temporary files of killed writers older than :data:`STALE_TEMP_S`): what ``reconcile`` runs,
+    so a killed writer's file goes even when no rejection follows it. Best effort, never raises;
+    nothing is pruned through a symlinked ``reasons/`` or a state directory that fails its checks."""
+    if not state_dir:
+        return
+    directory = os.path.join(state_dir, REASONS)
+    try:
+        check_dir(state_dir)
+        check_dir(directory, follow=False)
+    except (OSError, UnsafePathError):
+        return
+    _prune(directory, MAX_REASONS)
+
+
 def reason_document(container_id: str, line: str, details: Mapping[str, object] | None = None,
                     now: float | None = None) -> bytes:
     """The bytes of a reason file: never over :data:`MAX_REASON_BYTES` (the line is cut, and
@@ -256,5 +272,5 @@ def lock_wait_notice(holder: int | None) -> None:
 
 
 __all__ = ["MAX_REASONS", "MAX_REASONS_BYTES", "MAX_REASON_BYTES", "decision_line", "forget_reason",
-           "lock_wait_line", "lock_wait_notice", "log_decision", "log_syslog", "read_reason", "read_reasons",
-           "reason_document", "reason_path", "reasons_dir", "write_reason"]
+           "lock_wait_line", "lock_wait_notice", "log_decision", "log_syslog", "prune_reasons", "read_reason",
+           "read_reasons", "reason_document", "reason_path", "reasons_dir", "write_reason"]

@@ -402,7 +402,8 @@ class NodeService(ServiceBase):
         return old, enforcing.grant
 
     def reconcile(self) -> tuple[list[Grant], list[str]]:
-        """Drop dead grants, then let every resource repair what drifted."""
+        """Drop dead grants, then let every resource repair what drifted; then prune the reason
+        files (:func:`~numa_pin.report.prune_reasons`)."""
         repaired: list[str] = []
         with self.ledger.transaction() as txn:
             state, removed = collect_garbage(txn.state, self._alive)
@@ -415,6 +416,7 @@ class NodeService(ServiceBase):
             txn.state = state
         tally.add(self.config.state_dir, {"reconcile_runs": 1, "reconcile_repairs": len(repaired),
                                           "reconcile_dropped": len(removed)})
+        report.prune_reasons(self.config.state_dir)  # a killed writer's file, when no rejection came after it
         return list(removed), repaired
 
 

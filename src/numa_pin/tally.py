@@ -6,20 +6,25 @@ so the counts cannot live in one process's memory. They are kept in ``<state_dir
 one flat JSON object of :data:`KEYS` to non-negative numbers, replaced atomically
 (:func:`numa_pin.safefs.replace_private`) under an exclusive ``flock`` of
 ``<state_dir>/counters.lock``, so concurrent writers never lose each other's counts and a reader
-(who takes no lock) sees the old or the new file, never a part. The file is bounded: only the
+(who takes no lock) sees the old or the new file, never a part; the temporary file of a writer
+killed while it wrote is removed by the next one. The file is bounded: only the
 keys in :data:`KEYS` are kept (a fixed set: reason classes are the error kinds of
 :mod:`numa_pin.errors`, anything else counts as ``other``), and it is never over
 :data:`MAX_BYTES`.
 
 Counting never fails or delays an admission by much: a writer that cannot get the lock within
 :data:`LOCK_WAIT_S`, or cannot read or write the file, drops its increments (a scrape shows a
-count a little low, never a wrong admission). A file that is unreadable or damaged counts as
+count a little low, never a wrong admission). The lock is opened as every state file is
+(:func:`numa_pin.safefs.open_private`: never through a symlink, only a private regular file); one
+that cannot be (planted as a symlink, a second hard link) would drop every count until it is
+removed, so each writer it stops says so in one line to the system log. A file that is unreadable or damaged counts as
 empty, and the next writer starts it again (a counter reset, which Prometheus's ``rate()``
 expects).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -27,6 +32,7 @@ import time
 from numa_pin.boundedio import json_loads_bounded, read_regular_file
 from numa_pin.errors import UnsafePathError
 from numa_pin.safefs import ensure_dir, open_private, replace_private
+from numa_pin.text import MAX_LINE, cut, one_line
 
 COUNTERS = "counters.json"
 LOCK = "counters.lock"
@@ -34,6 +40,8 @@ LOCK = "counters.lock"
 MAX_BYTES = 64 << 10
 #: how long a writer waits for the counters lock before it drops its increments
 LOCK_WAIT_S = 0.25
+#: the temporary file a writer replaces the counters with (only ever made under the lock)
+_TEMP_PREFIX, _TEMP_SUFFIX = ".counters.", ".tmp"
 
 #: kubelet's ``topology_manager_admission_duration_ms`` buckets (ExponentialBuckets(.05, 2, 15)), ms
 DURATION_MS_BUCKETS = tuple(0.05 * 2 ** i for i in range(15))
@@ -147,10 +155,12 @@ def add(state_dir: str | None, increments: dict[str, float], *, wait_s: float = 
         return not wanted
     import fcntl
 
+    lock = os.path.join(state_dir, LOCK)
     try:
         ensure_dir(state_dir, 0o700)
-        fd = open_private(os.path.join(state_dir, LOCK), os.O_RDWR | os.O_CREAT)
-    except (OSError, UnsafePathError):
+        fd = open_private(lock, os.O_RDWR | os.O_CREAT)
+    except (OSError, UnsafePathError) as exc:
+        report_loss(lock, exc)
         return False
     try:
         deadline = time.monotonic() + wait_s
@@ -162,11 +172,12 @@ def add(state_dir: str | None, increments: dict[str, float], *, wait_s: float = 
                 if time.monotonic() >= deadline:
                     return False
                 time.sleep(0.002)
+        _remove_dead_writers_files(state_dir)
         counts = read(state_dir)
         for key, value in wanted.items():
             counts[key] = counts.get(key, 0) + value
         replace_private(state_dir, os.path.join(state_dir, COUNTERS),
-                        json.dumps(counts, sort_keys=True).encode(), prefix=".counters.")
+                        json.dumps(counts, sort_keys=True).encode(), prefix=_TEMP_PREFIX, suffix=_TEMP_SUFFIX)
         return True
     except OSError:
         return False
@@ -174,6 +185,40 @@ def add(state_dir: str | None, increments: dict[str, float], *, wait_s: float = 
         os.close(fd)  # closing drops the lock
 
 
+def _remove_dead_writers_files(state_dir: str) -> None:
+    """Remove the temporary counters files in ``state_dir``: a writer makes one only while it
+    holds the lock, so under the lock any there is a killed writer's (best effort)."""
+    try:
+        names = os.listdir(state_dir)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(_TEMP_PREFIX) and name.endswith(_TEMP_SUFFIX):
+            try:
+                os.unlink(os.path.join(state_dir, name))
+            except OSError:
+                pass  # the next writer tries again
+
+
+def loss_line(lock: str, exc: OSError | UnsafePathError) -> str:
+    """The one line that says counts were dropped because ``lock`` could not be opened (pure)."""
+    if isinstance(exc, UnsafePathError):
+        why = str(exc)
+    elif exc.errno == errno.ELOOP:
+        why = f"{lock}: is a symbolic link; refusing to follow it"
+    else:
+        why = f"{exc.filename or lock}: {exc.strerror or exc}"
+    return cut(one_line(f"numa-pin: counts for metrics dropped: {why} (remove it; numa-pin makes a new one)"),
+               MAX_LINE)
+
+
+def report_loss(lock: str, exc: OSError | UnsafePathError) -> None:
+    """Say :func:`loss_line` in the system log (best effort, as all reporting)."""
+    from numa_pin import report
+
+    report.log_syslog(loss_line(lock, exc))
+
+
 __all__ = ["BOUNDARIES", "COUNTERS", "DURATION_MS_BUCKETS", "DURATION_S_BUCKETS", "KEYS", "LOCK", "MAX_BYTES",
            "PLAIN", "REASON_CLASSES", "SCOPES", "add", "admission_increments", "bucket_index", "clean",
-           "duration_increments", "read", "reason_class"]
+           "duration_increments", "loss_line", "read", "reason_class", "report_loss"]

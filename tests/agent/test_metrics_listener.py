@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -128,3 +129,75 @@ def test_an_address_in_use_leaves_admissions_served(node, tmp_path):
             assert _hook(node, config, agent, 0, "2") == 0
         finally:
             assert agent.stop() == 0
+
+
+def _drip(sock: socket.socket, stop: threading.Event, every_s: float) -> None:
+    """A slow scraper: a request line one byte at a time, never finished."""
+    payload = b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 10_000
+    for byte in payload:
+        if stop.wait(every_s):
+            return
+        try:
+            sock.send(bytes([byte]))
+        except OSError:
+            return
+
+
+def test_a_scrape_past_its_total_deadline_is_cut(node):
+    """Issue 36 (4): each byte comes well within the per-read limit, the whole request never does."""
+    from numa_pin.metrics import serve_scrape
+
+    config = node.write_config(policy="single-numa-node")
+    ours, theirs = socket.socketpair()
+    stop = threading.Event()
+    dripper = threading.Thread(target=_drip, args=(theirs, stop, 0.05))
+    dripper.start()
+    try:
+        started = time.monotonic()
+        serve_scrape(ours, {"NUMA_PIN_CONFIG": str(config)}, timeout_s=5.0, deadline_s=0.5)
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        dripper.join()
+        ours.close()
+        theirs.close()
+    assert took < 5.0, f"served a dripping scraper for {took:.1f} s"
+    assert signal.getsignal(signal.SIGALRM) == signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_slow_scrapers_take_no_admission_slot(tmp_path):
+    """Issue 36 (4): more dripping scrapers than an agent has admission slots; a hook connecting
+    then is served by a child, not sent back to run in-process."""
+    from numa_pin.agent import server
+    from numa_pin.agent.listener import listen_tcp
+
+    path = str(tmp_path / "run" / "agent.sock")
+    lock_fd, listener = server.open_socket(path)
+    metrics = listen_tcp(f"127.0.0.1:{_free_port()}")
+    agent = server.AgentServer(path, lock_fd, listener, max_children=2, metrics=metrics)
+    scrapers = [socket.create_connection(metrics.getsockname()[:2]) for _ in range(server.MAX_SCRAPES + 3)]
+    hook = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    forked: set[int] = set()
+    try:
+        for s in scrapers:
+            s.sendall(b"G")
+            agent._scrape()
+        forked |= agent.children | agent.scrapes
+        assert len(agent.scrapes) <= server.MAX_SCRAPES
+        hook.connect(path)
+        agent._accept()
+        forked |= agent.children | agent.scrapes
+        hook.shutdown(socket.SHUT_WR)  # no request: the child it got hangs up
+        hook.settimeout(WAIT_S)
+        reply = b"".join(iter(lambda: hook.recv(4096), b""))
+        assert b"in flight" not in reply, reply
+    finally:
+        for pid in forked:  # only the children this test forked
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        for s in [*scrapers, hook]:
+            s.close()
+        agent.close()

@@ -198,3 +198,26 @@ def test_a_writer_killed_mid_write_leaves_a_temp_file_the_next_writer_removes(tm
     os.utime(left, (old, old))
     assert report.write_reason(str(state), "c1", "numa-pin: rejected c1: x") is not None
     assert not left.exists() and fresh.exists()
+
+
+def test_reconcile_removes_a_killed_writers_reason_file_when_no_rejection_follows(tmp_path):
+    """Issue 36 (6): the temporary reason file of a writer killed mid-write goes with the next
+    ``reconcile`` too, not only with the next rejection (which may never come); a file a writer
+    is still at work on stays."""
+    from numa_pin.config.schema import config_from_dict
+    from numa_pin.safefs import create_private
+    from numa_pin.service import NodeService
+
+    fake = FakeNode(tmp_path / "node", machines=tmp_path / "machines")
+    reasons = Path(report.reasons_dir(str(fake.state_dir)))
+    paths = []
+    for _ in range(2):
+        fd, path = create_private(str(reasons), ".reason.")
+        os.write(fd, b'{"container_id": "half')
+        os.close(fd)
+        paths.append(Path(path))
+    dead, at_work = paths
+    old = dead.stat().st_mtime - 3600
+    os.utime(dead, (old, old))
+    NodeService(config_from_dict(fake.config_dict())).reconcile()
+    assert not dead.exists() and at_work.exists()

@@ -168,6 +168,55 @@ def test_counters_file_symlink_is_not_followed(tmp_path):
     assert tally.read(str(state_dir)) == {}
 
 
+@pytest.mark.parametrize("plant, why", [
+    pytest.param("symlink", "symbolic link", id="symlink"),
+    pytest.param("dangling-symlink", "symbolic link", id="dangling-symlink"),
+    pytest.param("hard-link", "hard links", id="hard-link"),
+])
+def test_an_unsafe_counters_lock_is_not_followed_and_the_loss_is_said(tmp_path, monkeypatch, plant, why):
+    """Issue 36 (5): a planted lock drops the counts (nothing is written through it), and each
+    dropped count says so in one line naming the lock, instead of silently."""
+    from numa_pin import report
+
+    lines: list[str] = []
+    monkeypatch.setattr(report, "log_syslog", lambda line, error=True: lines.append(line))
+    state_dir = tmp_path / "state"
+    state_dir.mkdir(mode=0o700)
+    target = tmp_path / "elsewhere"
+    if plant != "dangling-symlink":
+        target.write_text("precious\n")
+    if plant == "hard-link":
+        os.link(target, state_dir / tally.LOCK)
+    else:
+        (state_dir / tally.LOCK).symlink_to(target)
+    assert not tally.add(str(state_dir), {"releases": 1})
+    assert not tally.add(str(state_dir), {"releases": 1})
+    assert tally.read(str(state_dir)) == {}
+    assert (target.read_text() if target.exists() else None) == (None if plant == "dangling-symlink" else "precious\n")
+    assert len(lines) == 2 and all("\n" not in line and tally.LOCK in line and why in line for line in lines), lines
+
+
+def test_a_writer_killed_mid_write_leaves_a_temp_file_the_next_writer_removes(tmp_path):
+    """Issue 36 (6), for the counters: a writer SIGKILLed while it wrote the new counters leaves
+    its temporary file; the next writer (it holds the lock) removes it."""
+    import signal
+    import subprocess
+    import sys
+
+    state_dir = tmp_path / "state"
+    assert tally.add(str(state_dir), {"releases": 1})
+    killed = subprocess.run(
+        [sys.executable, "-c",
+         "import os, signal, sys\nfrom numa_pin.safefs import create_private\n"
+         "fd, tmp = create_private(sys.argv[1], '.counters.')\nos.write(fd, b'{\"releases\": 9')\n"
+         "os.kill(os.getpid(), signal.SIGKILL)", str(state_dir)], timeout=60)
+    assert killed.returncode == -signal.SIGKILL
+    (left,) = [p for p in state_dir.iterdir() if p.name.startswith(".counters.")]
+    assert tally.add(str(state_dir), {"releases": 1})
+    assert not left.exists() and tally.read(str(state_dir)) == {"releases": 2}
+    assert sorted(p.name for p in state_dir.iterdir()) == [tally.COUNTERS, tally.LOCK]
+
+
 def test_a_writer_that_cannot_get_the_lock_drops_its_increments(tmp_path):
     import fcntl
 

@@ -346,3 +346,87 @@ def test_originals_of_an_earlier_boot_are_forgotten_not_written_back(node):
     service.drop_earlier_boots()
     service.reconcile()
     assert node.latency(4) == "50" and node.saved() == {}
+
+
+def _resize(service: NodeService, name: str, cpus: int):
+    from numa_pin.cli.cmd_resize import resize_change
+
+    return service.update_grant(name, resize_change(service, cpus, None))[1]
+
+
+ISOLATED = {"cpu-c-states.crio.io": "disable", "cpu-freq-governor.crio.io": "performance"}
+
+
+def _policies_of(cpus: frozenset[int]) -> set[str]:
+    return {p for p, listed in POLICIES.items() if parse_list(listed) & cpus}
+
+
+def test_a_resize_moves_the_settings_with_the_cpus(node):
+    """Issue 36 (3): a grant grown 2 -> 6 and shrunk back gives the 4 CPUs back with their
+    originals, in the resize's own transaction (no reconcile, no release in between)."""
+    service = NodeService(node.config)
+    admitted = admit(service, node, "a", 100, {**ISOLATED, "numa-pin.io/cpus": "2"}).cpus
+    grown = _resize(service, "a", 6).cpus
+    assert len(grown) == 6 and admitted < grown
+    assert [node.latency(c) for c in range(8)] == ["n/a" if c in grown else "0" for c in range(8)]
+    assert {p for p in POLICIES if node.governor(p) == "performance"} == _policies_of(grown)
+
+    shrunk = _resize(service, "a", 2).cpus
+    assert shrunk == admitted
+    assert [node.latency(c) for c in range(8)] == ["n/a" if c in admitted else "0" for c in range(8)]
+    assert {p for p in POLICIES if node.governor(p) == "performance"} == _policies_of(admitted)
+    assert len(node.saved()) == len(admitted) + len(_policies_of(admitted))
+    service.release("a")
+    assert node.snapshot() == {**{f"lat{n}": "0" for n in range(8)}, **{p: "powersave" for p in POLICIES}}
+    assert node.saved() == {}
+
+
+def test_a_failed_resize_puts_the_settings_back(node, monkeypatch):
+    """The settings given back by a shrink return when a later step of the resize fails."""
+    from numa_pin.resources.node.isolation import GovernorNode
+
+    service = NodeService(node.config)
+    admit(service, node, "a", 100, {**ISOLATED, "numa-pin.io/cpus": "2"})
+    _resize(service, "a", 6)
+    before, saved = node.snapshot(), node.saved()
+    enforce = GovernorNode.enforce
+
+    def boom(self, node_, admission, decided):
+        enforce(self, node_, admission, decided)
+        raise EnforcementError("a later resource failed")
+
+    monkeypatch.setattr(GovernorNode, "enforce", boom)
+    with pytest.raises(EnforcementError, match="later resource"):
+        _resize(service, "a", 2)
+    assert node.snapshot() == before and node.saved() == saved
+
+
+@pytest.mark.parametrize("step", ["save", "forget"])
+def test_a_saved_original_whose_directory_sync_fails_is_rolled_back_too(node, monkeypatch, step):
+    """The saved-settings file was renamed into place, then its directory's fsync failed: the
+    admission (or the resize that gives CPUs back) fails, and its rollback leaves the saved
+    originals as they were, not with the half-stored change (found by ``make stress``)."""
+    from numa_pin import safefs
+
+    service = NodeService(node.config)
+    if step == "forget":
+        admit(service, node, "a", 100, {**ISOLATED, "numa-pin.io/cpus": "2"})
+        _resize(service, "a", 4)
+    before, saved = node.snapshot(), node.saved()
+    real = safefs.fsync_dir
+    fail = {"left": 1}
+
+    def fsync_dir(path):
+        if path == str(node.state_dir) and fail["left"]:
+            fail["left"] -= 1
+            raise OSError(5, "Input/output error")
+        return real(path)
+
+    monkeypatch.setattr(safefs, "fsync_dir", fsync_dir)
+    with pytest.raises(EnforcementError):
+        if step == "save":
+            admit(service, node, "b", 101, {"cpu-c-states.crio.io": "disable"})
+        else:
+            _resize(service, "a", 2)
+    assert not fail["left"]
+    assert node.snapshot() == before and node.saved() == saved

@@ -50,6 +50,9 @@ from numa_pin.errors import AgentError
 
 #: admissions in flight at most; further connections are sent back to run in-process
 MAX_CHILDREN = 64
+#: metrics scrapes served at once, by children of their own (never an admission's slot); a
+#: further scrape's connection is closed unanswered
+MAX_SCRAPES = 4
 #: how long a stopping server waits for admissions in flight
 DRAIN_S = 35.0
 _BLOCKED = {signal.SIGTERM, signal.SIGINT, signal.SIGCHLD}
@@ -94,6 +97,8 @@ class AgentServer:
         self.stamps = dict(stamps or {})
         self.max_children = MAX_CHILDREN if max_children is None else max_children
         self.children: set[int] = set()
+        #: the scrape children, apart: a slow scraper never takes an admission's slot
+        self.scrapes: set[int] = set()
         self.uid = os.geteuid()
         self.pid = os.getpid()
         self.stopping = False
@@ -158,9 +163,10 @@ class AgentServer:
             self.spares.forked(pid)
         return 5.0
 
-    def _fork(self, child: Callable[[], None]) -> int | None:
-        """Fork a child that runs ``child`` and exits; its pid, or None when fork failed. No
-        handler of the parent runs in the child (the signals are blocked across the fork)."""
+    def _fork(self, child: Callable[[], None], into: set[int] | None = None) -> int | None:
+        """Fork a child that runs ``child`` and exits; its pid (kept in ``into``, by default
+        :attr:`children`), or None when fork failed. No handler of the parent runs in the child
+        (the signals are blocked across the fork)."""
         signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
         try:
             pid = os.fork()
@@ -174,7 +180,7 @@ class AgentServer:
                 status = 0
             finally:
                 os._exit(status)
-        self.children.add(pid)
+        (self.children if into is None else into).add(pid)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _BLOCKED)
         return pid
 
@@ -230,15 +236,16 @@ class AgentServer:
                 self.handler.refuse(conn, record, "cannot fork")
 
     def _scrape(self) -> None:
-        """Fork a child for one metrics scrape; the parent only accepts (never reads files)."""
+        """Fork a child for one metrics scrape, at most :data:`MAX_SCRAPES` at once and never in
+        an admission's slot; the parent only accepts (never reads files)."""
         assert self.metrics is not None
         try:
             conn, _ = self.metrics.accept()
         except (BlockingIOError, InterruptedError, ConnectionAbortedError):
             return
         with conn:
-            if len(self.children) < self.max_children:
-                self._fork(lambda: self._scrape_child(conn))
+            if len(self.scrapes) < MAX_SCRAPES:
+                self._fork(lambda: self._scrape_child(conn), self.scrapes)
 
     def reap(self) -> None:
         """Collect every exited child without blocking."""
@@ -250,6 +257,7 @@ class AgentServer:
             if pid == 0:
                 return
             self.children.discard(pid)
+            self.scrapes.discard(pid)
             self.spares.reaped(pid, time.monotonic())
 
     def close(self) -> None:
@@ -422,6 +430,7 @@ def serve(
 __all__ = [
     "DRAIN_S",
     "MAX_CHILDREN",
+    "MAX_SCRAPES",
     "AgentServer",
     "listen",
     "open_socket",

@@ -85,17 +85,21 @@ class Saved:
             raise EnforcementError(f"cannot save the original node settings: {exc}", path=self.path) from exc
 
     def save(self, path: str, entry: dict[str, Any], undo: UndoLog) -> None:
-        """Record ``entry`` (the original of ``path``) before it is changed; undone by dropping it."""
-        self._store({**self.entries(), path: entry})
+        """Record ``entry`` (the original of ``path``) before it is changed; undone by dropping it.
+        The undo is recorded first: a store that fails after its rename (the directory's fsync)
+        left the entry in the file, and a rollback drops it too."""
+        entries = {**self.entries(), path: entry}
         undo.record(f"saved original of {path}", lambda: self._drop(path))
+        self._store(entries)
 
     def forget(self, path: str, undo: UndoLog) -> None:
-        """Drop the entry of ``path`` (its original is back); undone by saving it again."""
+        """Drop the entry of ``path`` (its original is back); undone by saving it again (recorded
+        first, as in :meth:`save`)."""
         entry = self.entries().get(path)
         if entry is None:
             return
-        self._drop(path)
         undo.record(f"forgot original of {path}", lambda: self._store({**self.entries(), path: entry}))
+        self._drop(path)
 
     def _drop(self, path: str) -> None:
         entries = dict(self.entries())

@@ -11,6 +11,8 @@ the whole truth; nothing else is counted:
   target another live grant wants with a different value (two governors for one cpufreq
   policy) refuses the admission with one line, as does a node without the knob (no cpufreq, no
   PM QoS file, no quota file): nothing is half-applied;
+* resize: the settings follow the CPUs in the same transaction: those of CPUs the grant gives
+  back are restored (as on release), those of CPUs it takes are written, each with its undo;
 * release: every saved setting of the knob that no live grant wants any more gets its original
   back and leaves the saved settings. A setting several grants share (a cpufreq policy over
   several CPUs, a pod's quota) is thus reference-counted by the ledger itself: it goes back
@@ -120,8 +122,17 @@ class SettingKnob(NodeResource):
                                        f"{theirs[1]} holds it at {theirs[0]!r} (a setting they share)", path=path)
         return mine
 
+    def resized(self, admission: Admission) -> bool:
+        """Whether ``admission`` changes the CPUs (or isolation) of a live grant that asks the knob
+        (a resize): what the old form alone wanted goes back in the same transaction."""
+        before = admission.before
+        old = before.grants.get(admission.grant.container_id) if before is not None else None
+        return (old is not None and self.asks(old)
+                and (old.cpus, old.isolation) != (admission.grant.cpus, admission.grant.isolation))
+
     def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
-        if any(self.asks(g) for g in admission.dropped):  # release --force: the old grant's settings go back
+        # release --force or a resize: the settings of CPUs the grant no longer holds go back first
+        if any(self.asks(g) for g in admission.dropped) or self.resized(admission):
             for problem in self._clean(node, admission.state, admission.undo):
                 raise EnforcementError(problem)
         mine = self.check(node, admission)
