@@ -274,13 +274,16 @@ class NodeService(ServiceBase):
         return list(dict.fromkeys(word for resource in self.resources for word in resource.describe(grant)))
 
     # ---- release ---------------------------------------------------------------------------
-    def release(self, container_id: str) -> Grant | None:
+    def release(self, container_id: str, *, pending_only: bool = False) -> Grant | None:
         """Forget a container's grant and give back what it holds. Idempotent.
 
         Called at poststop, when the container's process and cgroup are usually gone already, so
-        the grant is looked up before garbage collection would drop it silently."""
+        the grant is looked up before garbage collection would drop it silently. ``pending_only``:
+        only a grant no process was bound to yet (a refused prestart's precreate grant)."""
         with self.ledger.transaction() as txn:
             grant = txn.state.grants.get(container_id)
+            if pending_only and grant is not None and grant.pid is not None:
+                grant = None
             state = txn.state.without(container_id) if grant is not None else txn.state
             state, dropped = self._collect_needed(state, sample=_SETTLE is None)
             self._log_dropped(dropped)
