@@ -100,7 +100,7 @@ class NodeService(ServiceBase):
     def admit(
         self, request: ContainerRequest, pid: int | None, *, kind: str | None = None,
         owner: ContainerCgroup | None = None, deadline: Deadline | None = None,
-        rootfs: str | None = None, expected_cgroup: str | None = None,
+        rootfs: str | None = None, expected_cgroup: str | None = None, expected_root: str | None = None,
     ) -> Admitted:
         """Decide, enforce and record one container (or process). Raises an
         :class:`~numa_pin.errors.AdmissionError` on rejection, after rolling everything back.
@@ -117,11 +117,13 @@ class NodeService(ServiceBase):
         ``rootfs`` (the spec's ``root.path``) is the container's root before pivot_root, for the resources
         that put files there.
         ``expected_cgroup`` (precreate, no pid yet) is the cgroup the runtime will create; the
-        grant lives by it once :data:`PENDING_GRACE_S` have passed.
+        grant lives by it once :data:`PENDING_GRACE_S` have passed; ``expected_root`` is the root
+        filesystem the runtime was given (gone: the container was removed before it started).
         """
         started, waits = time.monotonic(), self.lock_waits
         try:
-            admitted = self._admit_in_time(request, pid, kind, owner, deadline, rootfs, expected_cgroup)
+            admitted = self._admit_in_time(request, pid, kind, owner, deadline, rootfs,
+                                           (expected_cgroup, expected_root))
         except Exception as exc:
             self._count_admission(request, None, exc, time.monotonic() - started, self.lock_waits - waits)
             raise
@@ -130,12 +132,12 @@ class NodeService(ServiceBase):
 
     def _admit_in_time(
         self, request: ContainerRequest, pid: int | None, kind: str | None, owner: ContainerCgroup | None,
-        deadline: Deadline | None, rootfs: str | None, expected_cgroup: str | None,
+        deadline: Deadline | None, rootfs: str | None, expected: tuple[str | None, str | None],
     ) -> Admitted:
         budget = deadline or Deadline(self.config.admission_timeout_s, f"admission of {request.container_id}")
         with budget.active():
             try:
-                return self._admit(request, pid, kind, owner, budget, rootfs, expected_cgroup)
+                return self._admit(request, pid, kind, owner, budget, rootfs, expected)
             except LedgerCorrupt as exc:
                 if not request.asks_nothing:
                     raise
@@ -147,9 +149,10 @@ class NodeService(ServiceBase):
 
     def _admit(
         self, request: ContainerRequest, pid: int | None, kind: str | None, owner: ContainerCgroup | None,
-        deadline: Deadline, rootfs: str | None = None, expected_cgroup: str | None = None,
+        deadline: Deadline, rootfs: str | None = None, expected: tuple[str | None, str | None] = (None, None),
     ) -> Admitted:
         cfg = self.config
+        expected_cgroup, expected_root = expected
         ref = None
         if pid:
             layout = self._layout()
@@ -195,7 +198,8 @@ class NodeService(ServiceBase):
                     if existing is not None:
                         grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root),
                                         cgroup=ref.rel_path if ref is not None else existing.cgroup,
-                                        pending_since=None if pid else existing.pending_since)
+                                        pending_since=None if pid else existing.pending_since,
+                                        pending_root=None if pid else existing.pending_root)
                         decision = None
                     else:
                         assert decision is not None
@@ -203,7 +207,8 @@ class NodeService(ServiceBase):
                                            cgroup=ref.rel_path if ref is not None else None, kind=kind,
                                            created=time.time(), boot_id=self.boot_id)
                         if ref is None and expected_cgroup:
-                            grant = replace(grant, cgroup=expected_cgroup, pending_since=boot_clock())
+                            grant = replace(grant, cgroup=expected_cgroup, pending_since=boot_clock(),
+                                            pending_root=expected_root)
                     new_state = state.with_grant(grant)
                     if decision is not None and decision.pod_affinity is not None and request.pod_id not in state.pods:
                         pod = PodRecord(

@@ -85,3 +85,56 @@ def test_a_refused_second_admission_keeps_a_grant_bound_to_its_process(tmp_path,
     state = {"id": CID, "pid": 4343, "bundle": str(tmp_path), "status": "creating"}
     assert _hook(cfg, "createRuntime", json.dumps(state).encode()) != 0
     assert Ledger(str(fake.state_dir)).read().grants[CID].pid == 4242
+
+
+def _age(fake, seconds: float) -> None:
+    """Make the pending grant ``seconds`` older (its precreate that long ago)."""
+    from numa_pin.record import replace
+
+    ledger = Ledger(str(fake.state_dir))
+    with ledger.transaction() as txn:
+        grant = txn.state.grants[CID]
+        txn.state = txn.state.with_grant(replace(grant, pending_since=grant.pending_since - seconds))
+
+
+def _reconcile(cfg) -> int:
+    from numa_pin.cli.main import main as cli_main
+
+    return cli_main(["reconcile", "--config", str(cfg)])
+
+
+@pytest.mark.parametrize(
+    ("what_the_runtime_did", "kept"),
+    [
+        pytest.param("rm -f", False, id="root-filesystem-removed"),
+        pytest.param("cgroup made, init gone", False, id="cgroup-emptied"),
+        pytest.param("cgroup made, init gone just now", True, id="cgroup-empty-within-the-settle"),
+        pytest.param("nothing yet", True, id="not-created-yet"),
+        pytest.param("cgroup made, init there", True, id="cgroup-populated"),
+    ],
+)
+def test_reconcile_drops_a_pending_grant_the_runtime_gave_up(tmp_path, monkeypatch, capsys, what_the_runtime_did,
+                                                             kept):
+    """Evidence, not the 120 s grace: the container's storage removed (``podman rm -f``) or its
+    cgroup made and emptied. A container podman has not created yet keeps its grant."""
+    from numa_pin.resources.node.base import PENDING_GRACE_S, PENDING_SETTLE_S
+
+    fake, cfg = _node(tmp_path, monkeypatch)
+    rootfs = tmp_path / "storage" / "overlay" / "l1" / "merged"
+    rootfs.mkdir(parents=True)
+    doc = _proposed({"numa-pin.io/cpus": "2"})
+    doc["root"] = {"path": str(rootfs)}
+    assert _hook(cfg, "precreate", json.dumps(doc).encode()) == 0
+    assert Ledger(str(fake.state_dir)).read().grants[CID].pending_root == str(rootfs)
+    cgroup = fake.cgroup_dir(SCOPE)
+    if what_the_runtime_did == "rm -f":
+        import shutil
+
+        shutil.rmtree(tmp_path / "storage" / "overlay" / "l1")
+    elif what_the_runtime_did.startswith("cgroup made"):
+        fake.add_container(SCOPE, 4242)
+        (cgroup / "cgroup.procs").write_text("" if "gone" in what_the_runtime_did else "4242\n")
+    _age(fake, 1.0 if what_the_runtime_did.endswith("just now") else PENDING_SETTLE_S + 1)
+    assert _reconcile(cfg) == 0, capsys.readouterr().err
+    assert (CID in Ledger(str(fake.state_dir)).read().grants) is kept
+    assert PENDING_SETTLE_S + 1 < PENDING_GRACE_S, "the grace alone would have kept it"
