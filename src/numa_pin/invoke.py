@@ -291,8 +291,11 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
         raise HookInputError(f"container {ctx.cid}: the runtime passed no pid at {stage}")
     try:
         service.admit(admission, state.pid, owner=owner, rootfs=rootfs)
-    except Exception:
-        _abandon_pending(service, state.id)
+    except Exception as exc:
+        from numa_pin.errors import AdmissionTimeout, LedgerError
+
+        if not isinstance(exc, (AdmissionTimeout, LedgerError)):  # the ledger is busy or unreadable: liveness
+            _abandon_pending(service, state.id)  # drops the grant later; the hook's time is spent
         raise
     forget_reason(config.state_dir, state.id)  # an earlier rejection no longer explains this container
     ctx.warn_kubelet(config.kubelet_root)

@@ -138,3 +138,31 @@ def test_reconcile_drops_a_pending_grant_the_runtime_gave_up(tmp_path, monkeypat
     assert _reconcile(cfg) == 0, capsys.readouterr().err
     assert (CID in Ledger(str(fake.state_dir)).read().grants) is kept
     assert PENDING_SETTLE_S + 1 < PENDING_GRACE_S, "the grace alone would have kept it"
+
+
+def test_a_prestart_that_times_out_on_the_ledger_lock_leaves_the_grant_to_liveness(tmp_path, monkeypatch, capsys):
+    """A refusal because the ledger is busy does not wait for the lock a second time to release:
+    the hook's time is spent, and the evidence (or the grace) drops the grant later."""
+    fake = FakeNode(tmp_path, "laptop", parent="libpod_parent")
+    cfg = fake.write_config(tmp_path / "config.yaml", settled=False, lock_timeout_s=0.3)
+    monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(tmp_path / "cache"))
+    out = io.BytesIO()
+    assert _hook(cfg, "precreate", json.dumps(_proposed({"numa-pin.io/cpus": "2"})).encode(), out) == 0
+    (tmp_path / "config.json").write_bytes(out.getvalue())
+    fake.add_container(SCOPE, 4242)
+    state = {"id": CID, "pid": 4242, "bundle": str(tmp_path), "status": "creating"}
+    ledger = Ledger(str(fake.state_dir))
+    with ledger.transaction():  # another writer holds the lock throughout
+        waits: list[float | None] = []
+        real = Ledger.transaction
+
+        def counted(self, timeout=None, on_wait=None):
+            waits.append(timeout)
+            return real(self, timeout, on_wait)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(Ledger, "transaction", counted)
+            assert _hook(cfg, "prestart", json.dumps(state).encode()) != 0
+    assert "lock" in capsys.readouterr().err
+    assert len(waits) == 1, "one wait for the lock, not a second one to release"
+    assert ledger.read().grants[CID].pid is None
