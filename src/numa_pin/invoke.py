@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from numa_pin.config.schema import Config
+    from numa_pin.service import NodeService
 
 ADMIT_STAGES = frozenset({"prestart", "createRuntime", "create-runtime"})
 RELEASE_STAGES = frozenset({"poststop"})
@@ -290,10 +291,34 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
         raise HookInputError(f"container {ctx.cid}: the runtime passed no pid at {stage}")
     from numa_pin.resources.runtime import PRESTART
 
-    service.admit(admission, state.pid, owner=owner, rootfs=rootfs, target=PRESTART)
+    try:
+        service.admit(admission, state.pid, owner=owner, rootfs=rootfs, target=PRESTART)
+    except Exception as exc:
+        from numa_pin.errors import AdmissionTimeout, LedgerError
+
+        if not isinstance(exc, (AdmissionTimeout, LedgerError)):  # the ledger is busy or unreadable: liveness
+            _abandon_pending(service, state.id)  # drops the grant later; the hook's time is spent
+        raise
     forget_reason(config.state_dir, state.id)  # an earlier rejection no longer explains this container
     ctx.warn_kubelet(config.kubelet_root)
     return EXIT_OK
+
+
+def _abandon_pending(service: NodeService, container_id: str) -> None:
+    """A refused prestart or createRuntime: the runtime will not start the container (a failing
+    hook of those stages stops it, runtime-spec), so the grant precreate made for it (no pid yet)
+    goes now, not when its grace ends. A grant bound to a process is left alone. Never raises:
+    what cannot be released is logged, and liveness drops it later."""
+    from numa_pin.errors import NumaPinError
+
+    try:
+        grant = service.ledger.read().grants.get(container_id)
+        if grant is not None and grant.pid is None:
+            service.release(container_id, pending_only=True)
+    except NumaPinError as exc:
+        from numa_pin.report import log_syslog
+
+        log_syslog(f"numa-pin: {container_id}: the grant of a refused container was not released: {exc}")
 
 
 __all__ = ["ADMIT_STAGES", "DEFAULT_CACHE_DIR", "HOOK_ENV", "NOOP_STAGES", "PRECREATE_STAGES", "RELEASE_STAGES",

@@ -101,7 +101,8 @@ class NodeService(ServiceBase):
     def admit(
         self, request: ContainerRequest, pid: int | None, *, kind: str | None = None,
         owner: ContainerCgroup | None = None, deadline: Deadline | None = None,
-        rootfs: str | None = None, expected_cgroup: str | None = None, target: RuntimeTarget | None = None,
+        rootfs: str | None = None, expected_cgroup: str | None = None, expected_root: str | None = None,
+        target: RuntimeTarget | None = None,
     ) -> Admitted:
         """Decide, enforce and record one container (or process). Raises an
         :class:`~numa_pin.errors.AdmissionError` on rejection, after rolling everything back.
@@ -118,13 +119,16 @@ class NodeService(ServiceBase):
         ``rootfs`` (the spec's ``root.path``) is the container's root before pivot_root, for the resources
         that put files there.
         ``expected_cgroup`` (precreate, no pid yet) is the cgroup the runtime will create; the
-        grant lives by it once :data:`PENDING_GRACE_S` have passed. ``target`` is the path the
-        request came in by: a new container that asks what it cannot carry is refused with
-        :class:`~numa_pin.errors.PathLimitError` before anything is decided (None: no check).
+        grant lives by it once :data:`PENDING_GRACE_S` have passed; ``expected_root`` is the root
+        filesystem the runtime was given (gone: the container was removed before it started).
+        ``target`` is the path the request came in by: a new container that asks what it cannot
+        carry is refused with :class:`~numa_pin.errors.PathLimitError` before anything is decided
+        (None: no check).
         """
         started, waits = time.monotonic(), self.lock_waits
         try:
-            admitted = self._admit_in_time(request, pid, kind, owner, deadline, rootfs, expected_cgroup, target)
+            admitted = self._admit_in_time(request, pid, kind, owner, deadline, rootfs,
+                                           (expected_cgroup, expected_root), target)
         except Exception as exc:
             self._count_admission(request, None, exc, time.monotonic() - started, self.lock_waits - waits)
             raise
@@ -133,12 +137,13 @@ class NodeService(ServiceBase):
 
     def _admit_in_time(
         self, request: ContainerRequest, pid: int | None, kind: str | None, owner: ContainerCgroup | None,
-        deadline: Deadline | None, rootfs: str | None, expected_cgroup: str | None, target: RuntimeTarget | None,
+        deadline: Deadline | None, rootfs: str | None, expected: tuple[str | None, str | None],
+        target: RuntimeTarget | None,
     ) -> Admitted:
         budget = deadline or Deadline(self.config.admission_timeout_s, f"admission of {request.container_id}")
         with budget.active():
             try:
-                return self._admit(request, pid, kind, owner, budget, rootfs, expected_cgroup, target)
+                return self._admit(request, pid, kind, owner, budget, rootfs, expected, target)
             except LedgerCorrupt as exc:
                 if not request.asks_nothing:
                     raise
@@ -150,10 +155,11 @@ class NodeService(ServiceBase):
 
     def _admit(
         self, request: ContainerRequest, pid: int | None, kind: str | None, owner: ContainerCgroup | None,
-        deadline: Deadline, rootfs: str | None = None, expected_cgroup: str | None = None,
+        deadline: Deadline, rootfs: str | None = None, expected: tuple[str | None, str | None] = (None, None),
         target: RuntimeTarget | None = None,
     ) -> Admitted:
         cfg = self.config
+        expected_cgroup, expected_root = expected
         ref = None
         if pid:
             layout = self._layout()
@@ -201,7 +207,8 @@ class NodeService(ServiceBase):
                     if existing is not None:
                         grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root),
                                         cgroup=ref.rel_path if ref is not None else existing.cgroup,
-                                        pending_since=None if pid else existing.pending_since)
+                                        pending_since=None if pid else existing.pending_since,
+                                        pending_root=None if pid else existing.pending_root)
                         decision = None
                     else:
                         assert decision is not None
@@ -209,7 +216,8 @@ class NodeService(ServiceBase):
                                            cgroup=ref.rel_path if ref is not None else None, kind=kind,
                                            created=time.time(), boot_id=self.boot_id)
                         if ref is None and expected_cgroup:
-                            grant = replace(grant, cgroup=expected_cgroup, pending_since=boot_clock())
+                            grant = replace(grant, cgroup=expected_cgroup, pending_since=boot_clock(),
+                                            pending_root=expected_root)
                     new_state = state.with_grant(grant)
                     if decision is not None and decision.pod_affinity is not None and request.pod_id not in state.pods:
                         pod = PodRecord(
@@ -280,13 +288,16 @@ class NodeService(ServiceBase):
         return list(dict.fromkeys(word for resource in self.resources for word in resource.describe(grant)))
 
     # ---- release ---------------------------------------------------------------------------
-    def release(self, container_id: str) -> Grant | None:
+    def release(self, container_id: str, *, pending_only: bool = False) -> Grant | None:
         """Forget a container's grant and give back what it holds. Idempotent.
 
         Called at poststop, when the container's process and cgroup are usually gone already, so
-        the grant is looked up before garbage collection would drop it silently."""
+        the grant is looked up before garbage collection would drop it silently. ``pending_only``:
+        only a grant no process was bound to yet (a refused prestart's precreate grant)."""
         with self.ledger.transaction() as txn:
             grant = txn.state.grants.get(container_id)
+            if pending_only and grant is not None and grant.pid is not None:
+                grant = None
             state = txn.state.without(container_id) if grant is not None else txn.state
             state, dropped = self._collect_needed(state, sample=_SETTLE is None)
             self._log_dropped(dropped)

@@ -87,13 +87,6 @@ class ServiceBase(Node):
             txn.state = txn.state.with_grant(noted)
         return noted
 
-    def follow_resize(self, grant: Grant, request: ContainerRequest) -> Grant:
-        """``grant`` after the runtime resized its container in place to ``request`` (kubelet's
-        in-place resize through NRI): see :func:`numa_pin.resources.node.resize.follow_resize`."""
-        from numa_pin.resources.node.resize import follow_resize
-
-        return follow_resize(self, grant, request.amounts.cpus)
-
     def _note(self, grant: Grant, edit: RuntimeEdit) -> Grant:
         for resource in self.resources:
             grant = resource.applied(grant, edit)
@@ -136,13 +129,16 @@ class ServiceBase(Node):
 
     def drop_earlier_boots(self) -> tuple[Grant, ...]:
         """Drop (and log) the grants of earlier boots now; cheap when there are none (one read of the
-        ledger). Commands and the agent call it as they start, so ``status`` never shows them."""
+        ledger). Commands and the agent call it as they start, so ``status`` never shows them.
+        Every resource collects them: what they saved of an earlier boot is forgotten, never
+        written back, so the first grant of this boot saves this boot's own values."""
         if self.boot_id is None or not any(of_earlier_boot(g, self.boot_id)
                                            for g in self.ledger.read().grants.values()):
             return ()
         with self.ledger.transaction() as txn:
             state, dropped = collect_garbage(txn.state, lambda g: not of_earlier_boot(g, self.boot_id))
             self._log_dropped(dropped)
+            self._collect(txn.state, state, dropped)  # their saved originals and journal entries settle too
             txn.state = state
         return dropped
 

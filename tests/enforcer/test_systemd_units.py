@@ -266,3 +266,46 @@ def test_numa_pin_run_gets_a_transient_scope_of_its_own(node: SystemdNode, monke
                         "org.freedesktop.systemd1.Manager", "StartTransientUnit", "ssa(sv)a(sa(sv))",
                         f"numa-pin-run-{pid}.scope"]
     assert call[7:12] == ["fail", "3", "PIDs", "au", "1"] and call[12] == str(pid) and call[-1] == "0"
+
+
+HOST_UNITS = ("system.slice", "user.slice", "init.scope")
+
+
+def test_host_units_get_this_boots_allowed_cpus_back_after_a_crash_and_a_reboot(node: SystemdNode) -> None:
+    """A container asking host services off its CPUs, killed with -9, then a power cut: the
+    runtime properties die with the boot, an administrator's ``AllowedCPUs=0-3`` of
+    ``system.slice`` is this boot's. The first such grant of the new boot saves this boot's
+    values (the saved ones of the last boot count as absent) and its release puts them back."""
+    import shutil
+
+    boot = node.fake.proc_root / "sys" / "kernel" / "random" / "boot_id"
+    boot.parent.mkdir(parents=True)
+    boot.write_text("boot-1\n")
+    shutil.rmtree(node.fake.cgroup_root / "cpuset")  # the kit's v1 cpuset directory: no cgroup here
+    for rel in HOST_UNITS:
+        node.tree.mkcg("/" + rel)
+    ask = {"numa-pin.io/cpus": "2", "numa-pin.io/host-services": "disable"}
+    NodeService(node.config).admit(request_from_oci("x", ask), node.container("x", 4001))
+    assert json.loads(node.state.read_text())["system.slice"]["AllowedCPUs"], "boot 1 narrowed the host units"
+
+    shutil.rmtree(node.tree.hierarchy / SCOPE.format(name="x").lstrip("/"))  # kill -9, power cut, boot
+    shutil.rmtree(node.fake.proc_root / "4001")
+    node.state.write_text(json.dumps({"system.slice": {"AllowedCPUs": "0-3"}}))
+    for rel, cpus in zip(HOST_UNITS, ("0-3", "", ""), strict=True):
+        (node.tree.hierarchy / rel / "cpuset.cpus").write_text(cpus + "\n")
+    boot.write_text("boot-2\n")
+
+    def host() -> dict[str, tuple[frozenset[int], frozenset[int]]]:
+        units = json.loads(node.state.read_text())
+        return {rel: (parse_list(units.get(rel, {}).get("AllowedCPUs", "").replace(" ", ",")),
+                      parse_list((node.tree.hierarchy / rel / "cpuset.cpus").read_text()))
+                for rel in HOST_UNITS}
+
+    service = NodeService(node.config)
+    assert [g.container_id for g in service.drop_earlier_boots()] == ["x"]
+    originals = host()
+    grant = service.admit(request_from_oci("y", ask), node.container("y", 4002)).grant
+    narrowed = host()["system.slice"]
+    assert narrowed[0] and not narrowed[0] & grant.cpus and narrowed != originals["system.slice"]
+    service.release("y")
+    assert host() == originals

@@ -11,8 +11,11 @@ setting (computed, never stored), the file holds what to put back when it reache
 Every call happens under the ledger's lock (an admission, a release or a reconcile), so the
 file has one writer at a time. It lives in the state directory beside the ledger; entries are
 ``{path: {"knob": name, "value": original, "boot": boot id, ...}}``, bounded in number and size.
-An entry of an earlier boot (:func:`of_earlier_boot`) is forgotten, never written back: that
-boot's settings went with it, and the new boot's own may differ.
+An entry of an earlier boot (:func:`of_earlier_boot`) counts as absent: the first change of
+this boot saves this boot's value over it (:meth:`Saved.original`), and one no grant of this
+boot changed is forgotten, never written back: that boot's settings went with it, and the new
+boot's own may differ. So after a crash and a reboot the last release of this boot puts back
+what this boot had, not nothing.
 """
 
 from __future__ import annotations
@@ -71,6 +74,12 @@ class Saved:
 
     def get(self, path: str) -> dict[str, Any] | None:
         return self.entries().get(path)
+
+    def original(self, path: str, boot_id: str | None) -> dict[str, Any] | None:
+        """The entry of ``path`` saved in boot ``boot_id``; None when there is none, or only one of
+        an earlier boot (this boot's value is then to be saved over it before the first change)."""
+        entry = self.get(path)
+        return None if entry is None or of_earlier_boot(entry, boot_id) else entry
 
     def _store(self, entries: dict[str, dict[str, Any]]) -> None:
         if len(entries) > MAX_ENTRIES:

@@ -43,6 +43,15 @@ NATIVE_FIELDS_SINCE = (1, 3, 0)
 _HEX_ID = re.compile(r"[0-9a-f]{12,128}")
 
 
+def expected_root(doc: Mapping[str, Any]) -> str | None:
+    """The container's root filesystem as the proposed config names it (podman: the mounted
+    storage of the container, removed with it), when it is an absolute path that exists now;
+    None otherwise (a relative or missing one is no evidence of anything later)."""
+    root = doc.get("root")
+    path = root.get("path") if isinstance(root, dict) else None
+    return path if isinstance(path, str) and path.startswith("/") and os.path.isdir(path) else None
+
+
 def container_id_from_cgroups_path(path: str | None) -> str | None:
     """The container id in a ``linux.cgroupsPath``, or None when there is none.
 
@@ -235,7 +244,7 @@ def precreate(data: bytes, service: Any) -> Precreate:
     features = runtime_features(doc)
     target = precreate_target(features.memory_policy, features.net_devices)
     admitted = service.admit(request, None, expected_cgroup=expected_cgroup(spec.limits.cgroups_path),
-                             target=target)
+                             expected_root=expected_root(doc), target=target)
     grant = admitted.grant
     try:
         edit = service.runtime_edit(grant, request, target)
@@ -264,6 +273,7 @@ __all__ = [
     "container_id_from_cgroups_path",
     "edit_spec",
     "expected_cgroup",
+    "expected_root",
     "granted_devices",
     "precreate",
     "read_proposed",

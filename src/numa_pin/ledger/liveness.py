@@ -125,6 +125,28 @@ def pending_age(grant: Grant) -> float:
     return age if age >= 0 else float("inf")
 
 
+def pending_abandoned(grant: Grant, cgroup_root: str, settle_s: float) -> bool:
+    """Whether the runtime gave up a pending grant's container (no pid yet) before it started;
+    evidence, not age. Either
+
+    * the root filesystem the runtime was given at precreate (``grant.pending_root``) is gone:
+      ``podman rm`` removes the container's storage with it, so it can never start; or
+    * its expected cgroup exists, holds no process, and ``settle_s`` have passed since precreate:
+      runc and crun place the container's init in its cgroup as they create it (systemd starts
+      the scope with it), so an empty one means that process is gone. ``settle_s`` covers the
+      instant between the cgroupfs driver's ``mkdir`` and the init joining.
+
+    A cgroup that does not exist yet is no evidence (the runtime has not created it, or podman
+    keeps the container to start later); such a grant waits for its grace period.
+    """
+    if grant.pid is not None or grant.cgroup is None:
+        return False
+    if grant.pending_root is not None and not os.path.isdir(grant.pending_root):
+        return True
+    directory = cgroup_dir(grant.cgroup, cgroup_root)
+    return pending_age(grant) >= settle_s and os.path.isdir(directory) and not cgroup_populated(directory)
+
+
 #: where the kernel says which boot this is, under the proc root
 BOOT_ID_FILE = ("sys", "kernel", "random", "boot_id")
 
@@ -381,6 +403,7 @@ __all__ = [
     "detect_cgroup_version",
     "is_alive",
     "boot_clock",
+    "pending_abandoned",
     "pending_age",
     "process_alive",
     "process_start_time",

@@ -79,6 +79,9 @@ class Grant:
     #: CLOCK_BOOTTIME seconds when a grant was made before its container existed (no pid yet);
     #: its grace period is measured on this clock, which no wall-clock step moves
     pending_since: float | None = None
+    #: the root filesystem the runtime was given for a pending grant (podman's ``root.path`` at
+    #: precreate); once it is gone the container was removed before it started
+    pending_root: str | None = None
     #: the boot the grant was made in (``/proc/sys/kernel/random/boot_id``); None: not recorded
     boot_id: str | None = None
     #: the exclusive CPUs it was admitted with, once a resize changed ``cpus`` (KEP-5554's
@@ -167,6 +170,8 @@ class Grant:
         }
         if self.pending_since is not None:
             out["pending_since"] = self.pending_since
+        if self.pending_root is not None:
+            out["pending_root"] = self.pending_root
         if self.boot_id is not None:
             out["boot_id"] = self.boot_id
         if self.baseline_cpus is not None:
@@ -214,6 +219,7 @@ class Grant:
                 gpus=None if obj["gpus"] is None else GpuAccess.from_dict(obj["gpus"], where),
                 pending_since=(shape.json_field(obj, "pending_since", (int, float), where)
                                if "pending_since" in obj else None),
+                pending_root=shape.json_field(obj, "pending_root", str, where) if "pending_root" in obj else None,
                 boot_id=shape.json_field(obj, "boot_id", str, where) if "boot_id" in obj else None,
                 baseline_cpus=(parse_list(shape.json_field(obj, "baseline_cpus", str, where))
                                if "baseline_cpus" in obj else None),
@@ -230,11 +236,12 @@ _GRANT_KEYS = frozenset(
     + ("mems", "devices", "memory", "affinity", "policy", "scope", "created", "netdevs", "cpuset_limit", "gpus")
 )
 
-#: optional: ``pending_since`` only while a grant made before its container existed waits for
-#: it; ``boot_id`` where the boot was known; ``baseline_cpus`` once a resize changed its CPUs;
+#: optional: ``pending_since`` and ``pending_root`` only while a grant made before its container
+#: existed waits for it; ``boot_id`` where the boot was known; ``baseline_cpus`` once a resize changed its CPUs;
 #: ``notes`` where the admission noted something; ``isolation`` where the container asked any;
 #: ``vf_config`` where it asked settings for its VFs
-_OPTIONAL_KEYS = frozenset(("pending_since", "boot_id", "baseline_cpus", "notes", "isolation", "vf_config"))
+_OPTIONAL_KEYS = frozenset(("pending_since", "pending_root", "boot_id", "baseline_cpus", "notes", "isolation",
+                            "vf_config"))
 
 
 @record

@@ -49,6 +49,7 @@ from numa_pin.ledger.model import Grant
 from numa_pin.nri import wire
 from numa_pin.nri.convert import fill_adjustment, fill_update, spec_of
 from numa_pin.nri.messages import PLUGIN_SERVICE, RUNTIME_SERVICE, Messages, event_mask
+from numa_pin.resources.node.resize import follow_resize
 from numa_pin.resources.runtime import NRI
 from numa_pin.text import cut, one_line
 
@@ -172,7 +173,7 @@ class Handler:
             resized = self.m.api("Container")()
             resized.CopyFrom(req.container)
             resized.linux.resources.MergeFrom(req.linux_resources)  # what the update sets, over what was
-            self.service.follow_resize(grant, self.request_of(req.pod, resized))
+            follow_resize(self.service, grant, self.request_of(req.pod, resized).amounts.cpus)
         update = self._update(req.container.id)
         if update is not None:
             response.update.append(update)

@@ -42,7 +42,7 @@ from numa_pin.enforcer.mounts import CgroupLayout, detect_layout
 from numa_pin.enforcer.systemd import Systemd
 from numa_pin.enforcer.systemd import detect as detect_systemd
 from numa_pin.enforcer.undo import UndoLog
-from numa_pin.ledger.liveness import is_alive, of_earlier_boot, pending_age, read_boot_id
+from numa_pin.ledger.liveness import is_alive, of_earlier_boot, pending_abandoned, pending_age, read_boot_id
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.record import record, replace
 from numa_pin.resources.base import NodeSettings, Resource
@@ -59,6 +59,9 @@ if TYPE_CHECKING:
 #: how long a grant made before its container exists (podman precreate: no pid yet, the cgroup
 #: named in the config not created yet) counts as alive without its cgroup
 PENDING_GRACE_S = 120.0
+#: how long after precreate an expected cgroup that exists but holds no process shows the
+#: runtime gave the container up (:func:`~numa_pin.ledger.liveness.pending_abandoned`)
+PENDING_SETTLE_S = 5.0
 
 
 class Node:
@@ -109,13 +112,15 @@ class Node:
     def _alive(self, grant: Grant) -> bool:
         """:func:`is_alive`, plus: a pid-less grant with an expected cgroup (made at precreate) is
         alive for :data:`PENDING_GRACE_S` before the runtime creates that cgroup. So a container
-        the runtime never started (podman then runs no poststop) does not keep its grant. A
-        grant of an earlier boot is dead."""
+        the runtime never started (podman then runs no poststop) does not keep its grant, and
+        one the runtime clearly gave up (:func:`pending_abandoned`: its root filesystem removed,
+        or its cgroup made and emptied) is dead at once. A grant of an earlier boot is dead."""
         if of_earlier_boot(grant, self.boot_id):
             return False
         if is_alive(grant, self.config.proc_root, self.config.cgroup_root):
             return True
-        return grant.pid is None and grant.cgroup is not None and pending_age(grant) < PENDING_GRACE_S
+        return (grant.pid is None and grant.cgroup is not None and pending_age(grant) < PENDING_GRACE_S
+                and not pending_abandoned(grant, self.config.cgroup_root, PENDING_SETTLE_S))
 
     def alive(self, grant: Grant) -> bool:
         return self._alive(grant)
@@ -227,4 +232,4 @@ class NodeResource(Resource):
         return grant
 
 
-__all__ = ["PENDING_GRACE_S", "Admission", "Node", "NodeResource", "Release"]
+__all__ = ["PENDING_GRACE_S", "PENDING_SETTLE_S", "Admission", "Node", "NodeResource", "Release"]

@@ -108,7 +108,7 @@ def _narrow(node: Node, rel: str, cpus: frozenset[int], saved: Saved, undo: Undo
 
     ref = cg.ref_from_path(rel, node.config.cgroup_root, node.layout())
     path = os.path.join(ref.cpuset_dir, CPUSET_CPUS)
-    if saved.get(path) is None:
+    if saved.original(path, node.boot_id) is None:  # none yet, or an earlier boot's: this boot's
         systemd, unit = node.systemd(), unit_of(ref)
         shown = systemd.show(unit) if systemd is not None and unit is not None else None
         saved.save(path, {"knob": KNOB, "value": cg.read_cgroup_file(path), "rel": rel, "boot": node.boot_id,

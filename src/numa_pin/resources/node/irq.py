@@ -221,6 +221,21 @@ class IrqNode(IrqResource, NodeResource):
             apply(node, release.after, release.undo)
         return []
 
+    def collect(self, node: Node, before: LedgerState, after: LedgerState, gone: tuple[Grant, ...]) -> list[str]:
+        """Grants found dead (or of an earlier boot): the IRQs they kept off their CPUs come back
+        now, not at the next write; a journal of an earlier boot is dropped, never restored."""
+        if not _asks(gone):
+            return []
+        from numa_pin.enforcer.undo import UndoLog
+        from numa_pin.resources.node import journal
+
+        try:
+            journal.drop_earlier_boot(node.config.state_dir, node.boot_id)
+            apply(node, after, UndoLog())
+        except EnforcementError as exc:  # the next reconcile tries again
+            return [f"IRQs not given back: {exc}"]
+        return []
+
     def repair(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
         if not apply(node, state, undo):
             return []

@@ -101,7 +101,7 @@ class SettingKnob(NodeResource):
         current = read_setting(path)
         if self.same(current, value):
             return False
-        if saved.get(path) is None:
+        if saved.original(path, boot_id) is None:  # none yet, or an earlier boot's: this boot's value
             saved.save(path, {"knob": self.knob, "value": current, "boot": boot_id}, undo)
         cg.write_cgroup_file(path, value)
         undo.record(f"{path}: {value} (was {current})", lambda: cg.write_cgroup_file(path, current))

@@ -67,6 +67,22 @@ def read(state_dir: str, boot_id: str | None) -> dict[str, Any]:
     return doc
 
 
+def drop_earlier_boot(state_dir: str, boot_id: str | None) -> bool:
+    """Remove a journal recorded under another boot than ``boot_id`` (both known): its IRQs and
+    cgroups went with that boot, so nothing in it is ever put back. True when one was removed."""
+    raw = _read_text(state_dir)
+    if raw is None or boot_id is None:
+        return False
+    try:
+        doc = json_loads_bounded(raw)
+    except ValueError:
+        return False  # a damaged journal is for the operator (read says so), not dropped unseen
+    if not isinstance(doc, dict) or doc.get("boot_id") in (None, boot_id):
+        return False
+    _put(state_dir, None)
+    return True
+
+
 def write(state_dir: str, boot_id: str | None, doc: dict[str, Any], undo: UndoLog) -> None:
     """Replace the journal with ``doc`` (removed when ``doc`` holds nothing), recording in
     ``undo`` how to put the previous one back. Raises EnforcementError naming the file."""
@@ -98,4 +114,4 @@ def _put(state_dir: str, payload: bytes | None) -> None:
     replace_private(state_dir, target, payload, durable=True)
 
 
-__all__ = ["FILE", "MAX_BYTES", "path", "read", "write"]
+__all__ = ["FILE", "MAX_BYTES", "drop_earlier_boot", "path", "read", "write"]

@@ -255,6 +255,21 @@ class PartitionNode(PartitionResource, NodeResource):
             settle(node, release.after, release.undo, ())
         return []
 
+    def collect(self, node: Node, before: LedgerState, after: LedgerState, gone: tuple[Grant, ...]) -> list[str]:
+        """Grants found dead (or of an earlier boot): what their records added is taken back now;
+        a journal of an earlier boot is dropped, never undone."""
+        if not any(asks(g) for g in gone):
+            return []
+        from numa_pin.enforcer.undo import UndoLog
+        from numa_pin.resources.node import journal
+
+        try:
+            journal.drop_earlier_boot(node.config.state_dir, node.boot_id)
+            settle(node, after, UndoLog(), ())
+        except EnforcementError as exc:  # the next reconcile tries again
+            return [f"load balancing not given back: {exc}"]
+        return []
+
     def repair(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
         live = tuple(g for _, g in sorted(state.grants.items()) if asks(g))
         return [cid for cid in settle(node, state, undo, live) if cid in state.grants]

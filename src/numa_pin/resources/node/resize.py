@@ -10,8 +10,12 @@ refused in one line.
 
 from __future__ import annotations
 
+from numa_pin.allocators.resize import MEMORY, check_adoptable, resized_cpus, resized_memory
 from numa_pin.errors import AllocationError
 from numa_pin.ledger.model import Grant
+from numa_pin.record import replace
+from numa_pin.resources.node.cpu import reserved
+from numa_pin.topology.memory import build_memory_state
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
@@ -24,9 +28,6 @@ ADOPT = "adopt"
 
 def resize_change(service: Any, cpus: int | None, memory: int | None) -> Any:
     """The function :meth:`~numa_pin.service.NodeService.update_grant` applies under the lock."""
-    from numa_pin.allocators.resize import MEMORY, resized_cpus, resized_memory
-    from numa_pin.record import replace
-    from numa_pin.resources.node.cpu import reserved
 
     topology, settings = service.topology, service.settings
 
@@ -49,9 +50,6 @@ def resize_change(service: Any, cpus: int | None, memory: int | None) -> Any:
 def adopt_change(service: Any, seen: frozenset[int]) -> Any:
     """The change that records ``seen`` (a cpuset a runtime wrote) as the grant's CPUs, when
     :func:`~numa_pin.allocators.resize.check_adoptable` lets it."""
-    from numa_pin.allocators.resize import check_adoptable
-    from numa_pin.record import replace
-    from numa_pin.resources.node.cpu import reserved
 
     topology = service.topology
 
@@ -67,7 +65,6 @@ def adopt_change(service: Any, seen: frozenset[int]) -> Any:
 
 def memory_free(service: Any, state: Any, grant: Any) -> dict[int, int]:
     """Free ``memory`` per node for ``grant`` (every other grant and the system's reservation counted)."""
-    from numa_pin.topology.memory import MEMORY, build_memory_state
 
     assignments = [(g.container_id, g.memory, frozenset(n for per in g.memory.values() for n in per))
                    for g in state.grants.values() if g.memory and g.container_id != grant.container_id]
