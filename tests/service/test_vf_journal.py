@@ -96,6 +96,7 @@ def test_the_next_tenant_of_a_vf_a_killed_admission_left_gets_the_original(node)
     (vf,) = grant.devices["example.com/vf"]
     index = VFS.index(vf)
     assert node.world.vfs[index] == node.original[0][index], "no VLAN or trust of the killed tenant"
+    assert node.world.link_of(vf).mac == node.original[1][vf][2], "nor its MAC"
     assert node.journaled() == {}
     node.die("d", PID + 1)
     svc.release("d")

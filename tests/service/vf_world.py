@@ -44,8 +44,10 @@ class VfNode(FakeNode):
 
     def __init__(self, root: Path, machines: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         super().__init__(root, "gpu8-sriov", machines=machines, cpus="0-127", mems="0-3")
-        self.config = config_from_dict(self.config_dict(policy="best-effort", devices={
-            VF_RES: [{"is_vf": True, "has_netdev": True}]}))
+        extra: dict[str, Any] = {"policy": "best-effort",
+                                 "devices": {VF_RES: [{"is_vf": True, "has_netdev": True, "pf_names": ["ens2f0"]}]}}
+        self.config = config_from_dict(self.config_dict(**extra))
+        self.config_file = self.write_config(**extra)  # for the commands (numa-pin recover)
         world = fakes.World(self.proc_root)
         world.ns[HOST] = {2: fakes.Link("ens2f0", "0c:42:a1:00:00:01", PF, up=True)}
         for i, bdf in enumerate(VFS):

@@ -100,7 +100,9 @@ def journaler(node: Node, container_id: str, undo: UndoLog) -> Callable[[NetdevR
 
 def _reclaim(node: Node, record: NetdevRecord, left: dict[str, Any]) -> NetdevRecord:
     """``record`` of a VF a crashed move (or a container whose release never ran) left with
-    changed settings: the saved state is put back on the PF first, and becomes the record's."""
+    changed settings: the saved state is put back on the PF first, and the netdev (at home: it is
+    about to move) gets its host name and MAC back; the saved state becomes the record's."""
+    from numa_pin.enforcer.netdev import restore_netdev
     from numa_pin.enforcer.saved import of_earlier_boot
     from numa_pin.enforcer.vfsettings import restore_vf_config
 
@@ -108,7 +110,11 @@ def _reclaim(node: Node, record: NetdevRecord, left: dict[str, Any]) -> NetdevRe
         return record
     former = _record(left)
     restore_vf_config(former)
-    return replace(record, vf_config=former.vf_config, mac=former.mac or record.mac)
+    try:
+        restore_netdev(former, None, node.config.sysfs_root, node.config.proc_root)
+    except NumaPinError:
+        pass  # the name and MAC come back with the new record's release (it carries the saved MAC)
+    return replace(record, vf_config=former.vf_config, mac=former.mac or record.mac, host_name=former.host_name)
 
 
 def _settle(node: Node, record: NetdevRecord) -> None:
