@@ -46,16 +46,17 @@ POINTS = [*(str(n) for n in range(WRITES)), "before-commit"]
 IDS = ["after-the-journal", "after-the-pf-write", "after-the-mac", "after-the-move", "before-commit"]
 
 
+@pytest.mark.parametrize("pod", [None, "pod-a"], ids=["container-scope", "pod-scope"])
 @pytest.mark.parametrize("point", POINTS, ids=IDS)
-def test_reconcile_puts_back_what_a_killed_admission_changed(node, monkeypatch, point):
+def test_reconcile_puts_back_what_a_killed_admission_changed(node, monkeypatch, point, pod):
     svc = NodeService(node.config)
-    node.start("c", PID)
+    node.start("c", PID, pod)
     if point == "before-commit":
         crash_before_commit(monkeypatch, Crash)
     else:
         node.crash_at(int(point))
     with pytest.raises(Crash):
-        svc.admit(vf_request("c"), PID)
+        svc.admit(vf_request("c", pod=pod), PID)
     assert "c" not in svc.ledger.read().grants  # nothing was committed
     if point not in ("0",):
         assert node.snapshot() != node.original  # the PF was changed before the kill
@@ -103,10 +104,13 @@ def test_the_next_tenant_of_a_vf_a_killed_admission_left_gets_the_original(node)
     assert node.snapshot()[0] == node.original[0]
 
 
-def test_a_release_settles_the_journal(node):
+@pytest.mark.parametrize("pod", [None, "pod-a"], ids=["container-scope", "pod-scope"])
+def test_a_release_settles_the_journal(node, pod):
     svc = NodeService(node.config)
-    node.start("c", PID)
-    svc.admit(vf_request("c"), PID)
+    node.start("c", PID, pod)
+    svc.admit(vf_request("c", pod=pod), PID)
+    record = svc.ledger.read().pods.get("pod-a")
+    assert (record is not None and len(record.netdevs) == 1) is (pod is not None), "moved for the pod"
     assert len(node.journaled()) == 1 and node.snapshot() != node.original
     assert NodeService(node.config).reconcile() == ([], [])  # a live grant's VF is left alone
     assert len(node.journaled()) == 1

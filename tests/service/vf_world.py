@@ -105,8 +105,10 @@ class VfNode(FakeNode):
         where = {bdf: (*self.world.where(bdf), self.world.link_of(bdf).mac) for bdf in VFS}
         return {n: dict(vf) for n, vf in self.world.vfs.items()}, where
 
-    def start(self, cid: str, pid: int) -> int:
-        self.add_container(cid, pid)
+    def start(self, cid: str, pid: int, pod: str | None = None) -> int:
+        """Container ``cid``'s init ``pid``, in a network namespace of its own (for the fake
+        netlink) that is also the fake proc's netns ``pod`` when given (a pod's namespace)."""
+        self.add_container(cid, pid, netns=pod)
         self.world.add_netns(pid)
         return pid
 
@@ -125,8 +127,11 @@ class VfNode(FakeNode):
         return Saved(str(self.state_dir)).of_knob("sriov-vf")
 
 
-def vf_request(cid: str, settings: str | None = SETTINGS, count: int = 1):
+def vf_request(cid: str, settings: str | None = SETTINGS, count: int = 1, pod: str | None = None):
+    """A container asking ``count`` VFs with ``settings``; in pod ``pod`` at pod scope when given."""
     annotations = {"numa-pin.io/devices": f"{VF_RES}={count}"}
+    if pod is not None:
+        annotations.update({"io.kubernetes.cri.sandbox-id": pod, "numa-pin.io/scope": "pod"})
     if settings:
         annotations["numa-pin.io/vf-config"] = settings
     return request_from_oci(cid, annotations)
