@@ -55,7 +55,7 @@ class FakeNet:
 
     def move(self, address: str, pid: int, name: str, sysfs_root: Any, proc_root: Any, *,
              bring_up: bool = False, undo: UndoLog | None = None,
-             vf_settings: Any = None) -> NetdevRecord:
+             vf_settings: Any = None, journal: Any = None) -> NetdevRecord:
         if self.at(address) != HOME:
             self.double_moves.append(address)
             raise EnforcementError(f"PCI device {address} has no network interface in this netns (already moved)")

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 
 import pytest
 
+from numa_pin.admission.request import request_from_oci
 from numa_pin.cli.main import main
+from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import EXIT_ERROR
 from numa_pin.hook.main import run as hook_run
 from numa_pin.ledger.model import LEDGER_VERSION
 from numa_pin.ledger.store import Ledger
+from numa_pin.service import PENDING_GRACE_S, NodeService
 from numa_pin.testing.node import FakeNode
 
 
@@ -127,3 +131,42 @@ def test_a_recovery_whose_write_fails_leaves_the_damaged_file_in_place(node, cap
     assert main(["recover", "--config", str(node.config)]) == EXIT_ERROR
     assert "ENOSPC" in capfd.readouterr().err
     assert ledger.read_bytes() == b"\0" * 64  # never no ledger (that reads as empty)
+
+
+def _bad_checksum(raw: bytes) -> bytes:
+    doc = json.loads(raw)
+    doc["checksum"] = "sha256:" + "0" * 64
+    return json.dumps(doc).encode()
+
+
+# (seconds since the precreate, is the pending grant kept)
+PENDING = [(10, True), (PENDING_GRACE_S + 10, False)]
+
+
+@pytest.mark.parametrize("damage", [_bad_checksum, _newer], ids=["bad-checksum", "newer-version"])
+@pytest.mark.parametrize("elapsed, kept", PENDING, ids=["within-grace", "past-grace"])
+def test_recover_keeps_a_pending_grant_within_its_grace(node, capfd, monkeypatch, damage, elapsed, kept):
+    """A grant made at precreate has no pid and no cgroup yet: recover counts it alive as the
+    service does (issue 36, item 1), so its CPUs, already written into the pending container's
+    config, are not granted again; once its grace is over it is dropped."""
+    svc = NodeService(config_from_dict(node.config_dict(policy="restricted")))
+    svc.admit(request_from_oci("p", {"numa-pin.io/cpus": "4"}), None, expected_cgroup="/ctr/p")
+    pending = svc.ledger.read().grants["p"].cpus
+    assert len(pending) == 4
+    ledger = Path(node.state_dir) / "ledger.json"
+    ledger.write_bytes(damage(ledger.read_bytes()))
+    boot, clock = time.clock_gettime(time.CLOCK_BOOTTIME), time.clock_gettime
+    monkeypatch.setattr(time, "clock_gettime",
+                        lambda which: boot + elapsed if which == time.CLOCK_BOOTTIME else clock(which))
+
+    assert main(["recover", "--json", "--config", str(node.config)]) == 0
+    out = json.loads(capfd.readouterr().out)
+    assert out["recovered"]
+    assert (out["salvaged"], out["dropped"]) == ((["p"], []) if kept else ([], ["p"]))
+    state = Ledger(str(node.state_dir)).read()
+    assert ("p" in state.grants) is kept
+
+    rc, err = hook(node, "z", 47005, {"numa-pin.io/cpus": "4"}, capfd)
+    assert rc == 0, err
+    z = cpus(node, "z")
+    assert bool(z & pending) is not kept  # never on the CPUs the pending container was given

@@ -125,8 +125,13 @@ def test_gpu_and_vf_alignment_moves_the_vf(node, monkeypatch):
         restored.append(record)
         return "restored"
 
+    class Loaded(dict):  # the record as the ledger gives it back, with the address the journal keys on
+        @property
+        def bdf(self):
+            return self["bdf"]
+
     monkeypatch.setattr("numa_pin.enforcer.netdev.move_netdev_to_netns", fake_move)
-    monkeypatch.setattr("numa_pin.enforcer.netdev.NetdevRecord.from_dict", classmethod(lambda cls, d: d))
+    monkeypatch.setattr("numa_pin.enforcer.netdev.NetdevRecord.from_dict", classmethod(lambda cls, d: Loaded(d)))
     monkeypatch.setattr("numa_pin.enforcer.netdev.restore_netdev", fake_restore)
     monkeypatch.setattr("numa_pin.enforcer.gpu.gpu_rules", lambda *a, **k: ())
     monkeypatch.setattr("numa_pin.enforcer.gpu.allow_device_rules", lambda *a, **k: None)

@@ -25,7 +25,7 @@ add_arguments = node_arguments("print what was recovered as JSON")
 
 def run(args: argparse.Namespace) -> int:
     from numa_pin.errors import NumaPinError
-    from numa_pin.ledger.liveness import cgroup_dir, is_alive
+    from numa_pin.ledger.liveness import cgroup_dir
     from numa_pin.ledger.recovery import Recovery, rebuild
     from numa_pin.resources.node.cpu import reserved as reserved_of
 
@@ -35,8 +35,10 @@ def run(args: argparse.Namespace) -> int:
     made: list[Recovery] = []
 
     def alive(grant) -> bool:
+        # the service's own notion: a grant made at precreate (no pid, its cgroup not made yet)
+        # lives through its grace period, so its CPUs are not handed out again under it
         try:
-            return is_alive(grant, cfg.proc_root, cfg.cgroup_root)
+            return service.alive(grant)
         except (NumaPinError, OSError):  # a grant whose files cannot be read is not confirmed
             return False
 

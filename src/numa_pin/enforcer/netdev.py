@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from numa_pin.enforcer import netdev_record as rec
 from numa_pin.enforcer import netlink as nl
@@ -58,12 +58,16 @@ def move_netdev_to_netns(
     bring_up: bool = False,
     undo: UndoLog | None = None,
     vf_settings: Mapping[str, Any] | None = None,
+    journal: Callable[[NetdevRecord], NetdevRecord] | None = None,
 ) -> NetdevRecord:
     """Move a host netdev (by name or VF BDF) into the netns of ``pid`` as ``new_name``.
 
     ``vf_settings`` (``numa-pin.io/vf-config``, :mod:`numa_pin.admission.vfconfig`) are set on
     the VF's PF first, once its PF-side state is saved, as sriov-cni does (a ``mac`` on the VF's
     netdev too); every failure after that puts the saved state back before it is raised.
+    ``journal`` is given the record of a VF before anything changes, and returns the record to
+    go on with: it keeps the saved state durably, so a crash at any later instant leaves it to
+    put back (:mod:`numa_pin.resources.node.vfjournal`).
 
     Returns the record :func:`restore_netdev` needs; when ``undo`` is given, the restore
     is recorded there. With ``bring_up`` the device is set up inside the netns (if that
@@ -111,6 +115,8 @@ def move_netdev_to_netns(
             vf_config=vf_config,
             vf_settings=tuple(k for k in rec.VF_SETTING_KEYS if k in (vf_settings or {})),
         )
+        if journal is not None and record.pf_name is not None:
+            record = journal(record)  # durable before the PF changes
         if vf_settings:
             vfs.apply_vf_settings(ipr, record, index, vf_settings)
         try:

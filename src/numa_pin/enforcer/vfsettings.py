@@ -89,6 +89,29 @@ def undo_vf_settings(ipr: Any, record: NetdevRecord, sep: str = "") -> str:
     return f"{sep}VF settings restored"
 
 
+def restore_vf_config(record: NetdevRecord, ipr: Any = None) -> bool:
+    """Give the VF of ``record`` its saved PF-side state back (its ``restore_request`` set on the
+    PF; the netdev itself is not touched): what the journal of moves with settings does after a
+    crash. False when the record saves none. Raises EnforcementError naming the PF when it is gone
+    or refuses."""
+    request = record.restore_request
+    if request is None or not record.pf_name:
+        return False
+    if ipr is None:
+        with nl.iproute() as own:
+            return restore_vf_config(record, own)
+    try:
+        pf_index = nl.lookup(ipr, record.pf_name)
+        if pf_index is None:
+            raise EnforcementError(f"PF {record.pf_name} not found; the saved state of its VF {record.vf_index} "
+                                   "not restored")
+        ipr.link("set", index=pf_index, vf=request)
+    except nl.netlink_error() as exc:
+        raise EnforcementError(f"restoring the saved state of VF {record.vf_index} on {record.pf_name} failed: "
+                               f"{nl.reason(exc)}") from exc
+    return True
+
+
 def reassert_vf_settings(record: NetdevRecord, settings: Mapping[str, Any]) -> list[str]:
     """Set ``settings`` on the PF again when the VF of ``record`` no longer has them (reconcile);
     returns the fields that had drifted. Raises EnforcementError when the PF refuses."""
@@ -106,4 +129,4 @@ def reassert_vf_settings(record: NetdevRecord, settings: Mapping[str, Any]) -> l
     return drift
 
 
-__all__ = ["apply_vf_settings", "read_vf_config", "reassert_vf_settings", "undo_vf_settings"]
+__all__ = ["apply_vf_settings", "read_vf_config", "reassert_vf_settings", "restore_vf_config", "undo_vf_settings"]

@@ -6,9 +6,10 @@ stops (a guess would hand CPUs out twice). Recovery rebuilds the grants before a
 made, from two sources, and never from a guess that could free a CPU a running container holds:
 
 1. **What is left of the damaged file** (:func:`salvage`): every grant and pod record that still
-   parses, checksum or not. One is kept only when the machine confirms it: it is alive (its
-   process or populated cgroup, :func:`numa_pin.ledger.liveness.is_alive`) and, for an
-   exclusive grant whose cgroup exists, that cgroup's ``cpuset.cpus`` are its CPUs. A kept
+   parses, checksum or not. One is kept only when the machine confirms it: it is alive as the
+   service counts it (its process or populated cgroup, or a grant made at precreate within its
+   grace period: ``Node.alive`` in :mod:`numa_pin.resources.node.base`) and, for an exclusive
+   grant whose cgroup exists, that cgroup's ``cpuset.cpus`` are its CPUs. A kept
    grant carries everything the file said (devices, memory, VFs, policy).
 2. **The cpuset cgroups themselves** (:func:`scan`): every populated container cgroup (its
    leaf names a container; systemd units and slices are not containers) whose ``cpuset.cpus``

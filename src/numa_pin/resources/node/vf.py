@@ -15,7 +15,9 @@ VFs the runtime moves itself (``linux.netDevices``, noted at precreate by
 
 VF settings (``numa-pin.io/vf-config``, kept on the grant) go with every move numa-pin makes:
 :func:`~numa_pin.enforcer.netdev.move_netdev_to_netns` sets them on the PF and the restore puts
-the saved state back; :meth:`VfNode.repair` sets them again where they drifted.
+the saved state back; :meth:`VfNode.repair` sets them again where they drifted. The saved state
+is journaled durably before the PF changes (:mod:`numa_pin.resources.node.vfjournal`), so
+:meth:`VfNode.repair` also puts it back after a crash before the commit.
 """
 
 from __future__ import annotations
@@ -59,10 +61,12 @@ class VfNode(NodeResource):
                     pod_vfs.append(moved)
                 continue
             from numa_pin.enforcer.netdev import move_netdev_to_netns
+            from numa_pin.resources.node.vfjournal import journaler
 
             rec = move_netdev_to_netns(
                 address, pid, f"net{len(records) + 1}", cfg.sysfs_root, cfg.proc_root,
                 bring_up=True, undo=admission.undo, vf_settings=grant.vf_config or None,
+                journal=journaler(node, grant.container_id, admission.undo),
             )
             records.append({"record": rec.to_dict()})
         if records:
@@ -99,13 +103,17 @@ class VfNode(NodeResource):
 
     def repair(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
         """Set the VF settings again on the PF of every moved VF that lost them (a PF reset, a
-        hand-made ``ip link set``); the containers whose VFs had drifted."""
-        repaired: list[str] = []
-        for grant, data in _settings_records(state):
-            from numa_pin import report
-            from numa_pin.enforcer.netdev_record import NetdevRecord
-            from numa_pin.enforcer.vfsettings import reassert_vf_settings
+        hand-made ``ip link set``), and put back the saved state of journaled VFs no grant holds
+        (a crash before the commit); the containers whose VFs it repaired."""
+        from numa_pin import report
+        from numa_pin.enforcer.netdev_record import NetdevRecord
+        from numa_pin.enforcer.vfsettings import reassert_vf_settings
+        from numa_pin.resources.node.vfjournal import give_back_orphans
 
+        repaired, problems = give_back_orphans(node, state)
+        for problem in problems:
+            report.log_syslog(f"numa-pin: {problem}")
+        for grant, data in _settings_records(state):
             try:
                 drift = reassert_vf_settings(NetdevRecord.from_dict(data), grant.vf_config)
             except (NumaPinError, KeyError, ValueError) as exc:
@@ -134,6 +142,7 @@ def _move_pod_vf(
     (containers of one pod that do not share one), or when the move fails."""
     from numa_pin.enforcer.netdev import move_netdev_to_netns
     from numa_pin.enforcer.netns import netns_id, netns_path
+    from numa_pin.resources.node.vfjournal import journaler
 
     cfg = node.config
     ns = netns_id(pid, cfg.proc_root)
@@ -150,7 +159,7 @@ def _move_pod_vf(
     taken = {n.ifname for n in (*pod.netdevs, *moving) if n.netns == ns}
     name = next(f"net{i}" for i in range(1, len(taken) + 2) if f"net{i}" not in taken)
     rec = move_netdev_to_netns(address, pid, name, cfg.sysfs_root, cfg.proc_root, bring_up=True, undo=undo,
-                               vf_settings=grant.vf_config or None)
+                               vf_settings=grant.vf_config or None, journal=journaler(node, grant.container_id, undo))
     return PodNetdev(address, resource, name, ns, grant.container_id, rec.to_dict())
 
 
@@ -162,6 +171,7 @@ def _restore_pods(node: Node, pods: tuple[PodRecord, ...], grants: tuple[Grant, 
         return []
     from numa_pin.enforcer.netdev import NetdevRecord, restore_netdev
     from numa_pin.enforcer.netns import find_netns_member
+    from numa_pin.resources.node.vfjournal import forget
 
     cfg = node.config
     problems: list[str] = []
@@ -175,6 +185,7 @@ def _restore_pods(node: Node, pods: tuple[PodRecord, ...], grants: tuple[Grant, 
             try:
                 rec = NetdevRecord.from_dict(vf.record)
                 restore_netdev(rec, member, cfg.sysfs_root, cfg.proc_root)
+                forget(node, rec.bdf)
             except (NumaPinError, KeyError, ValueError) as exc:
                 why = "" if member is not None else (
                     "; no process is left in the pod's network namespace: the kernel gives the VF "
@@ -187,6 +198,7 @@ def _restore_pods(node: Node, pods: tuple[PodRecord, ...], grants: tuple[Grant, 
 def _restore_netdevs(node: Node, grant: Grant) -> list[str]:
     """Give moved VFs back to the host (by PCI address, under their host names)."""
     from numa_pin.enforcer.netdev import NetdevRecord, restore_netdev
+    from numa_pin.resources.node.vfjournal import forget
 
     problems: list[str] = []
     for entry in grant.netdevs:
@@ -195,6 +207,7 @@ def _restore_netdevs(node: Node, grant: Grant) -> list[str]:
         try:
             rec = NetdevRecord.from_dict(entry["record"])
             restore_netdev(rec, None, node.config.sysfs_root, node.config.proc_root)
+            forget(node, rec.bdf)
         except (NumaPinError, KeyError, ValueError) as exc:
             problems.append(f"{grant.container_id}: netdev not restored: {exc}")
     return problems
