@@ -61,10 +61,15 @@ install_file() {  # MODE SOURCE DEST
 pk="$top/packaging"
 hooksd=/usr/share/containers/oci/hooks.d
 share=/usr/share/numa-pin
-for hook in numa-pin-precreate.json numa-pin.json numa-pin-release.json; do
+# the stages CRI-O and podman both accept go where both read (CRI-O refuses to start on a file
+# in its hooks dirs naming any other stage); podman's precreate goes to a directory only podman
+# reads, added to podman's hooks_dir by a containers.conf.d drop-in (CRI-O reads crio.conf)
+for hook in numa-pin.json numa-pin-release.json; do
     install_file 644 "$pk/hooks.d/$hook" "$hooksd/$hook"
     install_file 644 "$pk/hooks.d/$hook" "$share/hooks.d/$hook"
 done
+install_file 644 "$pk/podman/hooks.d/numa-pin-precreate.json" "$share/podman/hooks.d/numa-pin-precreate.json"
+install_file 644 "$pk/podman/containers.conf.d/numa-pin.conf" /etc/containers/containers.conf.d/numa-pin.conf
 install_file 644 "$pk/runc/hooks-snippet.json" "$share/runc/hooks-snippet.json"
 install_file 644 "$pk/containerd/hooks.json" "$share/containerd/hooks.json"
 install_file 644 "$pk/containerd/config.toml" "$share/containerd/config.toml"
@@ -80,7 +85,7 @@ install -D -m 644 "$top/README.md" "$root/usr/share/doc/numa-pin/README.md"
 
 # 5. control files
 for f in postinst prerm postrm; do install -m 755 "$pk/deb/$f" "$root/DEBIAN/$f"; done
-echo /etc/numa-pin/config.yaml >"$root/DEBIAN/conffiles"
+printf '%s\n' /etc/numa-pin/config.yaml /etc/containers/containers.conf.d/numa-pin.conf >"$root/DEBIAN/conffiles"
 size="$(du -sk --exclude=DEBIAN "$root" | cut -f1)"
 sed -e "s/@VERSION@/$version/" -e "s/@INSTALLED_SIZE@/$size/" "$pk/deb/control.in" >"$root/DEBIAN/control"
 (cd "$root" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | sort -z | xargs -0 md5sum) \

@@ -16,6 +16,7 @@ is allowed to escape as a traceback.
     │   ├── TopologyAffinityError      the policy rejected the merged hint
     │   ├── AdmissionTimeout           the deadline passed (or the client left) before a decision
     │   ├── RootlessError              a rootless container asked for resources only root can pin
+    │   ├── IsolationError(path)       an isolation knob this node cannot honour (also an EnforcementError)
     │   └── AllocationError            an allocator could not satisfy a request
     │       └── SMTAlignmentError      full-pcpus-only could not be honoured
     ├── LedgerError(path, errno)       the node ledger
@@ -185,6 +186,17 @@ class EnforcementError(_OsFailure):
     ``path`` is the file or namespace written."""
 
 
+class IsolationError(AdmissionError, EnforcementError):
+    """An isolation knob the grant asks cannot be honoured on this node: a kernel, cgroup or
+    cpufreq feature it lacks (cpuset partitions, ``sched_load_balance`` off at a cgroup v1 root,
+    PM QoS, a cpufreq policy or governor, the cpu controller), an irqbalance that cannot be
+    told, another grant holding a shared setting at another value, or the kernel refusing the
+    isolated partition. The container must not start (exit 1, the ``rejected`` line); found
+    before the knob's writes, or with them rolled back. Still an :class:`EnforcementError` for
+    the code that tolerates one (``explain``'s preview, ``reconcile``'s repairs). ``path`` names
+    the file or directory that lacks it."""
+
+
 class CgroupEscapeError(EnforcementError):
     """A cgroup path would resolve outside the configured cgroup root."""
 
@@ -257,6 +269,7 @@ __all__ = [
     "ConfigError",
     "EnforcementError",
     "HookInputError",
+    "IsolationError",
     "LedgerCorrupt",
     "LedgerError",
     "LedgerLockTimeout",

@@ -180,7 +180,8 @@ def run(request: HookRequest, on_line: Callable[[str], None] | None = None) -> H
     try:
         return out.result(_stage(stage, config_path, request, ctx))
     except AdmissionError as exc:
-        ctx.report(f"numa-pin: rejected {ctx.cid}: {exc.kind}: {exc}", {"kind": exc.kind})
+        named = {"name": ctx.name} if ctx.name and ctx.name != ctx.cid else {}  # `explain NAME` finds it
+        ctx.report(f"numa-pin: rejected {ctx.cid}: {exc.kind}: {exc}", {"kind": exc.kind, **named})
         return out.result(exit_code(exc))
     except NumaPinError as exc:
         ctx.report(f"numa-pin: error {ctx.cid}: {exc.kind}: {exc}", {"kind": exc.kind})
@@ -200,6 +201,8 @@ class _Context:
     def __init__(self, out: _Out) -> None:
         self.out = out
         self.cid = "?"
+        #: the container's name once its request is read (Kubernetes: ``namespace/pod/container``)
+        self.name: str | None = None
         self.state_dir: str | None = None
         self.syslog = False
 
@@ -285,6 +288,7 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
     from numa_pin.hook.admit import admission_for
 
     admission, owner, rootfs = admission_for(state, config)
+    ctx.name = admission.qualified_name
     if not state.pid:
         from numa_pin.errors import HookInputError
 

@@ -735,13 +735,15 @@ def run_podman(
     extra: Sequence[str] = (),
     remove: bool = True,
     timeout: float = PODMAN_TIMEOUT,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``podman run`` of ``args`` on an exploded ``rootfs`` (no image pull); the result is not checked.
 
     Adds ``--network none``, :data:`PODMAN_ULIMITS`, ``--annotation k=v`` per
     annotation, ``--name``, ``extra``, ``--rm`` (unless ``remove`` is false)
     and one ``--hooks-dir`` per directory. ``--rootfs DIR`` goes last because
-    podman stops parsing options at the first positional argument.
+    podman stops parsing options at the first positional argument. ``env`` is podman's whole
+    environment (None: this process's).
 
     Raises :class:`RuntimeTimeout` past ``timeout`` seconds.
     """
@@ -760,7 +762,7 @@ def run_podman(
     for key, value in (annotations or {}).items():
         run_args += ["--annotation", f"{key}={value}"]
     run_args += [*extra, "--rootfs", os.fspath(rootfs), *args]
-    return execute(st.argv(*run_args, hooks_dirs=dirs), timeout=timeout)
+    return execute(st.argv(*run_args, hooks_dirs=dirs), timeout=timeout, env=env)
 
 
 def podman_cleanup(store: PodmanStore, *, timeout: float = PODMAN_TIMEOUT, remove_dirs: bool = True) -> None:

@@ -238,14 +238,14 @@ def test_podman_precreate_puts_the_nodes_rules_and_variables_into_the_config_run
     built, _, _, ledger, config = kit_node()
     want = _granted_nodes(built)
     hooks = tmp_path / "hooks.d"
-    packaged = Path(__file__).resolve().parents[2] / "packaging" / "hooks.d"
+    packaging = Path(__file__).resolve().parents[2] / "packaging"
     hooks.mkdir()
-    for name in ("numa-pin-precreate.json", "numa-pin-release.json"):
-        doc = json.loads((packaged / name).read_text())
+    for name in ("podman/hooks.d/numa-pin-precreate.json", "hooks.d/numa-pin-release.json"):
+        doc = json.loads((packaging / name).read_text())
         doc["hook"]["path"] = str(harness.numa_pin_hook_path())
         doc["hook"]["args"] = ["numa-pin-hook", "--config", str(config), doc["hook"]["args"][-1]]
         doc["hook"]["env"] = [*doc["hook"]["env"], f"NUMA_PIN_CACHE_DIR={ledger.parent / 'cache'}"]
-        (hooks / name).write_text(json.dumps(doc))
+        (hooks / Path(name).name).write_text(json.dumps(doc))
     group = next(p for p in want if p.startswith("/dev/vfio/") and p != "/dev/vfio/vfio")
     probe = "ls -ln " + " ".join(want) + f"; env; echo > {group}; true"
     # podman splits --annotation at commas unless the whole value is one quoted CSV field

@@ -9,6 +9,7 @@ container process's ``Cpus_allowed_list``, plus what the runtime prints.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -258,10 +259,10 @@ def test_runc_exclusive_request_outside_the_users_cpuset_is_rejected(runc_rt, no
 # ---------------------------------------------------------------- podman precreate (issue 13)
 def _hooks_dir(node, folder: Path, files: tuple[str, ...]) -> Path:
     """The packaged hooks.d ``files``, pointed at this checkout's hook and the test config."""
-    packaged = Path(__file__).resolve().parents[2] / "packaging" / "hooks.d"
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     for name in files:
-        doc = json.loads((packaged / name).read_text())
+        (packaged,) = [p for p in (place / name for place in PACKAGED) if p.is_file()]
+        doc = json.loads(packaged.read_text())
         stage = doc["hook"]["args"][-1]
         doc["hook"]["path"] = str(node.path)
         doc["hook"]["args"] = ["numa-pin-hook", "--config", str(node.cfg), stage]
@@ -271,8 +272,11 @@ def _hooks_dir(node, folder: Path, files: tuple[str, ...]) -> Path:
 
 
 PRECREATE_ONLY = ("numa-pin-precreate.json", "numa-pin-release.json")
+#: the hooks directories of the package: the files CRI-O and podman share, and podman's own
+PACKAGED = (Path(__file__).resolve().parents[2] / "packaging" / "hooks.d",
+            Path(__file__).resolve().parents[2] / "packaging" / "podman" / "hooks.d")
 #: every hooks.d file the package ships
-SHIPPED = tuple(sorted(p.name for p in (Path(__file__).resolve().parents[2] / "packaging" / "hooks.d").glob("*.json")))
+SHIPPED = tuple(sorted(p.name for folder in PACKAGED for p in folder.glob("*.json")))
 
 
 def _oci_config(store, name: str) -> dict:
@@ -319,6 +323,29 @@ def test_podman_precreate_rejection_stops_the_container_and_keeps_nothing(podman
     finally:
         harness.execute(podman_runc.argv("rm", "--force", holder), timeout=60)
     assert node.grants() == {}
+
+
+def test_podman_reads_the_precreate_hook_through_the_packaged_drop_in(podman_runc, node, busybox_rootfs, tmp_path):
+    """The deb's containers.conf.d drop-in (here as podman's only containers.conf, its directories
+    under ``tmp_path``) and no ``--hooks-dir``: podman runs precreate from numa-pin's own
+    directory and prestart and poststop from its default one, which the drop-in keeps."""
+    drop_in = PACKAGED[1].parent / "containers.conf.d" / "numa-pin.conf"
+    default = _hooks_dir(node, tmp_path / "usr/share/containers/oci/hooks.d", ("numa-pin.json", "numa-pin-release.json"))
+    own = _hooks_dir(node, tmp_path / "usr/share/numa-pin/podman/hooks.d", ("numa-pin-precreate.json",))
+    conf = tmp_path / "containers.conf"
+    conf.write_text(drop_in.read_text().replace('"/usr/share/', f'"{tmp_path}/usr/share/'))
+    assert f'"{default}"' in conf.read_text() and f'"{own}"' in conf.read_text()
+    name = harness.new_container_id()
+    res = harness.run_podman(busybox_rootfs, args=["sleep", "1000"], store=podman_runc, annotations=ONE_CPU,
+                             name=name, extra=["-d"], env={**os.environ, "CONTAINERS_CONF": str(conf)})
+    assert res.returncode == 0, res.stderr
+    try:
+        assert _oci_config(podman_runc, name)["linux"]["resources"]["cpu"]["cpus"] == "1", "precreate ran"
+        (grant,) = node.grants().values()
+        assert grant.cpus == frozenset({1}) and grant.pid is not None, "prestart ran"
+    finally:
+        harness.execute(podman_runc.argv("rm", "--force", name), timeout=60)
+    assert node.grants() == {}, "poststop ran"
 
 
 def test_podman_all_hooks_precreate_then_prestart_binds_the_pid(podman_runc, node, busybox_rootfs, tmp_path):

@@ -24,6 +24,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from crio_hooks import CRIO_DEFAULT_DIRS, PODMAN_EXTENSION_STAGES, check_dir
 
 from numa_pin.agent.protocol import DEFAULT_SOCKET
 from numa_pin.testing.node import FakeNode
@@ -37,12 +38,15 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 WANT_DEPENDS = {"python3 (>= 3.11)", "python3-psutil", "python3-pyroute2", "python3-prctl", "python3-yaml",
                  "python3-prometheus-client", "python3-protobuf", "libbpf1"}
 HOOKS_D = "usr/share/containers/oci/hooks.d"
+#: podman's own hooks directory and the containers.conf.d drop-in that adds it to podman's hooks_dir
+PODMAN_HOOKS_D = "usr/share/numa-pin/podman/hooks.d"
+PODMAN_DROP_IN = "etc/containers/containers.conf.d/numa-pin.conf"
 UNITS = ("numa-pin-agent.socket", "numa-pin-agent.service", "numa-pin-reconcile.timer", "numa-pin-reconcile.service",
          "numa-pin-nrt.service", "numa-pin-nri.service")
 WANT_FILES = {
     "usr/bin/numa-pin", "usr/bin/numa-pin-hook",
-    f"{HOOKS_D}/numa-pin.json", f"{HOOKS_D}/numa-pin-release.json", f"{HOOKS_D}/numa-pin-precreate.json",
-    "etc/numa-pin/config.yaml",
+    f"{HOOKS_D}/numa-pin.json", f"{HOOKS_D}/numa-pin-release.json", f"{PODMAN_HOOKS_D}/numa-pin-precreate.json",
+    "etc/numa-pin/config.yaml", PODMAN_DROP_IN,
     "usr/lib/python3/dist-packages/numa_pin/nri/descriptors.binpb",
     "usr/share/numa-pin/runc/hooks-snippet.json",
     "usr/share/numa-pin/containerd/config.toml", "usr/share/numa-pin/containerd/hooks.json",
@@ -104,7 +108,7 @@ def test_control_fields(deb):
     assert (parsed["Package"], parsed["Version"], parsed["Architecture"]) == ("numa-pin", VERSION, "all")
     assert _depends(parsed["Depends"]) == WANT_DEPENDS
     info = _run(["dpkg-deb", "-I", str(deb), "conffiles"])
-    assert info.stdout.split() == ["/etc/numa-pin/config.yaml"]
+    assert info.stdout.split() == ["/etc/numa-pin/config.yaml", f"/{PODMAN_DROP_IN}"]
 
 
 def test_files_and_nothing_vendored(members):
@@ -130,6 +134,20 @@ def extracted(deb: Path, tmp_path_factory: pytest.TempPathFactory):
     assert not root.exists()
 
 
+def test_crio_loads_every_hook_the_deb_puts_where_it_reads(extracted):
+    """CRI-O stops at start-up on a hooks file its loader refuses (a podman-only precreate stage)."""
+    read = {folder: check_dir(extracted / folder.lstrip("/"), extracted) for folder in CRIO_DEFAULT_DIRS
+            if (extracted / folder.lstrip("/")).is_dir()}
+    assert read == {"/" + HOOKS_D: ["numa-pin-release.json", "numa-pin.json"]}
+    assert not (extracted / "etc/containers/oci/hooks.d").exists()
+
+
+def test_podman_reads_the_precreate_hook_through_the_drop_in(extracted):
+    engine = tomllib.loads((extracted / PODMAN_DROP_IN).read_text())["engine"]
+    assert engine["hooks_dir"] == ["/" + HOOKS_D, "/" + PODMAN_HOOKS_D]
+    assert check_dir(extracted / PODMAN_HOOKS_D, extracted, PODMAN_EXTENSION_STAGES) == ["numa-pin-precreate.json"]
+
+
 def test_commands_run_on_debian_python(extracted):
     for name, want in (("numa-pin", "#!/usr/bin/python3"), ("numa-pin-hook", "#!/usr/bin/python3 -S")):
         first = (extracted / "usr/bin" / name).read_text().splitlines()[0]
@@ -137,8 +155,9 @@ def test_commands_run_on_debian_python(extracted):
 
 
 def test_shipped_files_point_at_installed_paths(extracted):
-    for path in ("numa-pin-precreate.json", "numa-pin.json", "numa-pin-release.json"):
-        hook = json.loads((extracted / HOOKS_D / path).read_text())
+    for path in (f"{PODMAN_HOOKS_D}/numa-pin-precreate.json", f"{HOOKS_D}/numa-pin.json",
+                 f"{HOOKS_D}/numa-pin-release.json"):
+        hook = json.loads((extracted / path).read_text())
         assert hook["hook"]["path"] == "/usr/bin/numa-pin-hook"
     snippet = json.loads((extracted / "usr/share/numa-pin/runc/hooks-snippet.json").read_text())
     assert {e["path"] for stage in snippet["hooks"].values() for e in stage} == {"/usr/bin/numa-pin-hook"}

@@ -233,7 +233,7 @@ def test_a_nested_cgroup_without_cpus_exclusive_is_rejected_with_one_line(report
     nested = report["nested"]
     assert nested["rc"] != 0
     said = nested["stderr"][nested["stderr"].find("numa-pin:"):]  # runc quotes the hook's one line
-    assert said.startswith("numa-pin: error nested: EnforcementError") and "Linux 6.7" in said, nested["stderr"]
+    assert said.startswith("numa-pin: rejected nested: IsolationError") and "Linux 6.7" in said, nested["stderr"]
     assert "rollback" not in said, "refused before the first write: nothing to roll back"
     assert all(p in ("member", "") for p in nested["partition"]), "nothing was half-applied"
 
@@ -280,6 +280,6 @@ def test_a_node_without_cpufreq_refuses_a_governor_with_one_line(report):
     gov = report["governor"]
     assert gov["rc"] != 0
     said = gov["stderr"][gov["stderr"].find("numa-pin:"):]  # runc quotes the hook's one line
-    assert said.startswith("numa-pin: error gov: EnforcementError") and "no cpufreq policy" in said, gov["stderr"]
+    assert said.startswith("numa-pin: rejected gov: IsolationError") and "no cpufreq policy" in said, gov["stderr"]
     assert "rollback" not in said, "refused before the first write: nothing to roll back"
     assert gov["pmqos"] == report["pmqos_before"], "the C-state limit asked beside it was not half-applied"

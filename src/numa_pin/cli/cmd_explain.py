@@ -1,7 +1,10 @@
 """``numa-pin explain ID|--last``: why a container was rejected, or what it was granted.
 
-``ID`` is a container id or a unique prefix of one (as git and podman take them); ``--last``
-is the most recent rejection. Text: the grant as JSON, or the rejection line. ``--json``: one
+``ID`` is a container id or a unique prefix of one (as git and podman take them), or a name:
+the one a grant or a rejection recorded (a Kubernetes container's ``namespace/pod/container``),
+else a podman container name, which ``podman container inspect`` turns into its id (podman
+puts no name in the OCI config the hooks see); ``--last`` is the most recent rejection.
+Text: the grant as JSON, or the rejection line. ``--json``: one
 object, ``{"container_id", "state": "granted" | "rejected" | "unknown", "grant", "rejection"}``
 where ``grant`` is what ``status --json`` lists and ``rejection`` the reason file
 (``line``, ``kind``, ``time``); exit 1 when the state is ``unknown``. A grant that keeps IRQs off
@@ -32,7 +35,9 @@ HELP = "show why a container was rejected, or what it holds"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_node_arguments(parser, "print one JSON object (see the module doc)")
-    parser.add_argument("container_id", metavar="ID", nargs="?", help="a container id, or a unique prefix of one")
+    parser.add_argument("container_id", metavar="ID", nargs="?",
+                        help="a container id or a unique prefix of one; or a Kubernetes namespace/pod/container "
+                        "or podman container name")
     parser.add_argument("--last", action="store_true", help="the most recent rejection")
 
 
@@ -50,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         cid = max(reasons, key=lambda c: _time(reasons[c])) if reasons else None
         problem = "no recorded rejection"
     else:
-        cid = resolve_id(args.container_id, set(grants) | set(reasons))
+        cid = _resolve(args.container_id, grants, reasons)
         problem = f"no grant and no recorded rejection for {args.container_id}"
     out: dict[str, Any] = {"container_id": cid or args.container_id, "state": "unknown", "grant": None,
                            "rejection": None}
@@ -88,6 +93,52 @@ def run(args: argparse.Namespace) -> int:
         return 0
     write_out(one_line(out["rejection"].get("line", "")) + "\n")
     return 0
+
+
+#: how long ``podman container inspect`` may take to name a container's id
+PODMAN_TIMEOUT_S = 10.0
+#: root podman's run directory (``tmp_dir``): there once podman has run as root since boot. podman
+#: is asked only then, since a first call creates its storage on a node that never used it
+PODMAN_RUN_DIR = "/run/libpod"
+
+
+def _resolve(query: str, grants, reasons: dict[str, dict[str, object]]) -> str | None:
+    """The container id ``query`` names: an id, a name a grant or rejection recorded, a unique
+    id prefix, then a podman container name (None: none of them).
+
+    Raises:
+        RequestError: ``query`` is an ambiguous prefix, or a name several containers recorded.
+    """
+    ids = set(grants) | set(reasons)
+    if query in ids:
+        return query
+    named = {cid for cid, g in grants.items() if g.container_name == query}
+    named |= {cid for cid, r in reasons.items() if r.get("name") == query}
+    if len(named) > 1:
+        raise RequestError(f"{query!r} names {len(named)} containers: {', '.join(sorted(named))}; give an id",
+                           annotation="ID")
+    if named:
+        return named.pop()
+    return resolve_id(query, ids) or _podman_id(query)
+
+
+def _podman_id(name: str) -> str | None:
+    """The id of podman's container ``name`` (None: no podman, podman never ran as root since
+    boot, or it knows no such container)."""
+    import os
+    import shutil
+    import subprocess
+
+    podman = shutil.which("podman")
+    if podman is None or name.startswith("-") or not os.path.isdir(PODMAN_RUN_DIR):
+        return None
+    try:
+        done = subprocess.run([podman, "container", "inspect", "--format", "{{.Id}}", name],
+                              capture_output=True, text=True, timeout=PODMAN_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = done.stdout.split()
+    return found[0] if done.returncode == 0 and len(found) == 1 else None
 
 
 def _time(reason: dict[str, object]) -> float:

@@ -1,6 +1,13 @@
 """``numa-pin status``: grants in the ledger, the shared pool, free CPUs per NUMA node, and
 whether kubelet's CPU manager runs the static policy on this node too (its checkpoint under
-``--kubelet-root``, default the config's ``kubelet_root``)."""
+``--kubelet-root``, default the config's ``kubelet_root``).
+
+Each grant says whether its container runs (``state`` in ``--json``): ``running`` (its process
+or cgroup lives), ``pending`` (made at podman's precreate, the runtime has not created its
+cgroup yet), ``exited`` (nothing of it runs, but no poststop came: CRI-O runs poststop only when
+the container is removed, so a stopped container that CRI-O keeps holds its grant until then;
+an admission that needs its CPUs reclaims them, as does ``reconcile``), or ``unknown`` (its
+record cannot be checked)."""
 
 from __future__ import annotations
 
@@ -40,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     state = service.ledger.read()
     if getattr(args, "map", False) or getattr(args, "map_file", None):
         return _draw(args, service, state)
-    grants = [grant_dict(g) for g in sorted(state.grants.values(), key=lambda g: g.created)]
+    grants = [{**grant_dict(g), "state": _running(service, g)}
+              for g in sorted(state.grants.values(), key=lambda g: g.created)]
     out: dict[str, Any] = {
         "grants": grants,
         **service.describe(state),  # every resource's part: shared pool, reserved, free CPUs per node
@@ -54,6 +62,24 @@ def run(args: argparse.Namespace) -> int:
         kubelet["overlap_with_numa_pin"] = format_list(parse_list(kubelet["exclusive_cpus"]) & state.exclusive_cpus())
     print_result(args, out, () if args.json else _lines(service, state, out))
     return 0
+
+
+#: what the text lines add for a grant in each state (a running one: nothing)
+_STATE_WORDS = {"running": "", "pending": " not-started-yet", "exited": " exited:held-until-removed",
+                "unknown": " state-unknown"}
+
+
+def _running(service, grant) -> str:
+    """``running``, ``pending``, ``exited`` or ``unknown``: see the module doc."""
+    from numa_pin.errors import NumaPinError
+    from numa_pin.ledger.liveness import is_alive
+
+    try:
+        if is_alive(grant, service.config.proc_root, service.config.cgroup_root):
+            return "running"
+        return "pending" if service.alive(grant) else "exited"
+    except (NumaPinError, OSError):
+        return "unknown"
 
 
 def _lines(service, state, out: dict[str, Any]) -> list[str]:
@@ -77,7 +103,7 @@ def _lines(service, state, out: dict[str, Any]) -> list[str]:
         lines.append(
             f"  {one_line(short[g['container_id']]):{width}} {one_line(g['kind']):9} cpus={g['cpus'] or '-':8} "
             f"mems={g['mems'] or '-':6} pod={one_line(g['pod'] or g['pod_id'][:16])} {one_line(g['policy'])}"
-            + "".join(f" {one_line(word)}" for word in held)
+            + "".join(f" {one_line(word)}" for word in held) + _STATE_WORDS[g["state"]]
         )
     return lines
 

@@ -25,7 +25,7 @@ from numa_pin.cpuset import format_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import restore_list
 from numa_pin.enforcer.undo import UndoLog
-from numa_pin.errors import EnforcementError
+from numa_pin.errors import EnforcementError, IsolationError
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
 
@@ -155,8 +155,8 @@ def preflight(node: Node, admission: Admission) -> None:
     """Refuse (one line) a grant asking host isolation on a node with no host cgroup to narrow."""
     grant = admission.grant
     if grant.cpus and of_grant(grant).host and not host_dirs(node, admission.state):
-        raise EnforcementError("no host cgroup to keep off exclusive CPUs (host services share the "
-                               "root cgroup here); numa-pin.io/host-services cannot be honoured")
+        raise IsolationError("no host cgroup to keep off exclusive CPUs (host services share the "
+                             "root cgroup here); numa-pin.io/host-services cannot be honoured")
 
 
 class HostNode(NodeResource):
@@ -174,8 +174,8 @@ class HostNode(NodeResource):
         if cpus is not None:
             dirs = host_dirs(node, state)
             if not dirs and strict:
-                raise EnforcementError("no host cgroup to keep off exclusive CPUs (host services share the "
-                                       "root cgroup here); numa-pin.io/host-services cannot be honoured")
+                raise IsolationError("no host cgroup to keep off exclusive CPUs (host services share the "
+                                     "root cgroup here); numa-pin.io/host-services cannot be honoured")
             for rel in dirs:
                 try:
                     changed |= _narrow(node, rel, cpus, saved, undo)

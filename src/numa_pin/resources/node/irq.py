@@ -26,7 +26,7 @@ import errno
 import os
 
 from numa_pin.cpuset import format_list, parse_list
-from numa_pin.errors import EnforcementError
+from numa_pin.errors import EnforcementError, IsolationError
 from numa_pin.resources.irq import (
     IrqResource,
     banned_cpus,
@@ -167,7 +167,7 @@ def _journal(node: Node, doc: dict[str, Any], old: dict[str, Any], new: dict[str
 
 def _tell_irqbalance(node: Node, banned: frozenset[int], record: dict[str, Any]) -> dict[str, Any]:
     """Tell a running irqbalance to keep IRQs off ``banned`` (nothing: back to its own rules).
-    Returns what the journal keeps of it. Raises EnforcementError when it cannot be told."""
+    Returns what the journal keeps of it. Raises IsolationError when it cannot be told."""
     from numa_pin.resources.node import irqbalance
 
     told = record.get("irqbalance")
@@ -178,7 +178,7 @@ def _tell_irqbalance(node: Node, banned: frozenset[int], record: dict[str, Any])
         return {}
     if found.socket is None:
         if banned:
-            raise EnforcementError(irqbalance.unreachable_message(found, banned))
+            raise IsolationError(irqbalance.unreachable_message(found, banned))
         return {}
     if not banned:
         irqbalance.ban(found.socket, None)
@@ -201,7 +201,7 @@ def preflight(node: Node, admission: Admission) -> None:
     banned = banned_cpus(admission.state.grants.values(), node.topology)
     if found is not None and found.socket is None and not (found.env_banned is not None
                                                             and banned <= found.env_banned):
-        raise EnforcementError(irqbalance.unreachable_message(found, banned))
+        raise IsolationError(irqbalance.unreachable_message(found, banned))
 
 
 def _asks(grants: tuple[Grant, ...] | list[Grant]) -> bool:

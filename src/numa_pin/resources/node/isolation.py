@@ -35,7 +35,7 @@ from numa_pin.admission.isolation import of_grant
 from numa_pin.cpuset import parse_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.undo import UndoLog
-from numa_pin.errors import EnforcementError
+from numa_pin.errors import EnforcementError, IsolationError
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
 
@@ -108,7 +108,7 @@ class SettingKnob(NodeResource):
         return True
 
     def check(self, node: Node, admission: Admission) -> dict[str, str]:
-        """The grant's targets, refused (EnforcementError, one line) when the node lacks the knob
+        """The grant's targets, refused (IsolationError, one line) when the node lacks the knob
         or another live grant holds a shared one at another value; writes nothing."""
         grant = admission.grant
         if not self.asks(grant) or (admission.ref is None and self.needs_cgroup):
@@ -118,8 +118,8 @@ class SettingKnob(NodeResource):
         for path, value in sorted(mine.items()):
             theirs = others.get(path)
             if theirs is not None and not self.same(theirs[0], value):
-                raise EnforcementError(f"{grant.container_id} asks {self.knob.replace('_', '-')} {value!r} but "
-                                       f"{theirs[1]} holds it at {theirs[0]!r} (a setting they share)", path=path)
+                raise IsolationError(f"{grant.container_id} asks {self.knob.replace('_', '-')} {value!r} but "
+                                     f"{theirs[1]} holds it at {theirs[0]!r} (a setting they share)", path=path)
         return mine
 
     def resized(self, admission: Admission) -> bool:
@@ -251,8 +251,8 @@ class CStatesNode(SettingKnob):
         for cpu in sorted(grant.cpus):
             path = os.path.join(_cpu_dir(node, cpu), "power", "pm_qos_resume_latency_us")
             if not os.path.isfile(path):
-                raise EnforcementError(f"this node has no PM QoS resume latency for CPU {cpu} "
-                                       "(cpu-c-states cannot be honoured)", path=path)
+                raise IsolationError(f"this node has no PM QoS resume latency for CPU {cpu} "
+                                     "(cpu-c-states cannot be honoured)", path=path)
             out[path] = value
         return out
 
@@ -293,13 +293,13 @@ class GovernorNode(SettingKnob):
         for cpu in sorted(grant.cpus):
             policy = next((d for d, cpus in sorted(policies.items()) if cpu in cpus), None)
             if policy is None:
-                raise EnforcementError(f"CPU {cpu} has no cpufreq policy (cpu-freq-governor cannot be honoured)",
-                                       path=os.path.join(node.config.sysfs_root, "devices", "system", "cpu",
-                                                         "cpufreq"))
+                raise IsolationError(f"CPU {cpu} has no cpufreq policy (cpu-freq-governor cannot be honoured)",
+                                     path=os.path.join(node.config.sysfs_root, "devices", "system", "cpu",
+                                                       "cpufreq"))
             available = os.path.join(policy, "scaling_available_governors")
             if os.path.isfile(available) and governor not in read_setting(available).split():
-                raise EnforcementError(f"governor {governor!r} is not available for CPU {cpu} "
-                                       f"(available: {read_setting(available)})", path=available)
+                raise IsolationError(f"governor {governor!r} is not available for CPU {cpu} "
+                                     f"(available: {read_setting(available)})", path=available)
             out[os.path.join(policy, "scaling_governor")] = governor
         return out
 
@@ -323,10 +323,10 @@ class QuotaNode(SettingKnob):
 
     def targets(self, node: Node, grant: Grant) -> dict[str, str]:
         if not grant.cgroup:
-            raise EnforcementError(f"{grant.container_id} has no cgroup (cpu-quota cannot be honoured)")
+            raise IsolationError(f"{grant.container_id} has no cgroup (cpu-quota cannot be honoured)")
         where = node.layout().hierarchy_subdir("cpu")
         if where is None:
-            raise EnforcementError("no cgroup hierarchy carries the cpu controller (cpu-quota cannot be honoured)")
+            raise IsolationError("no cgroup hierarchy carries the cpu controller (cpu-quota cannot be honoured)")
         version, subdir = where
         own = cg.hierarchy_dir(grant.cgroup, node.config.cgroup_root, subdir)
         if not os.path.isdir(own):
@@ -340,13 +340,13 @@ class QuotaNode(SettingKnob):
             if version == 2:
                 path = os.path.join(d, "cpu.max")
                 if not os.path.isfile(path):
-                    raise EnforcementError("no cpu.max (the cpu controller is not enabled here; cpu-quota "
-                                           "cannot be honoured)", path=d)
+                    raise IsolationError("no cpu.max (the cpu controller is not enabled here; cpu-quota "
+                                         "cannot be honoured)", path=d)
                 out[path] = "max " + (read_setting(path).split() + ["100000"])[1]
             else:
                 path = os.path.join(d, "cpu.cfs_quota_us")
                 if not os.path.isfile(path):
-                    raise EnforcementError("no cpu.cfs_quota_us (cpu-quota cannot be honoured)", path=d)
+                    raise IsolationError("no cpu.cfs_quota_us (cpu-quota cannot be honoured)", path=d)
                 out[path] = "-1"
         return out
 

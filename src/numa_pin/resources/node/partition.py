@@ -35,7 +35,7 @@ import os
 
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.enforcer import cgroups as cg
-from numa_pin.errors import EnforcementError
+from numa_pin.errors import IsolationError
 from numa_pin.resources.base import Resource
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
 
@@ -88,11 +88,11 @@ def _ancestors(ref: cg.CgroupRef) -> list[str]:
 def _check_v2(grant: Grant, ref: cg.CgroupRef, ancestors: list[str]) -> None:
     """Refuse (before any write) on a kernel without what an isolated partition needs here."""
     if not os.path.exists(os.path.join(ref.cpuset_dir, PARTITION)):
-        raise EnforcementError(
+        raise IsolationError(
             f"container {grant.container_id} asks cpu-load-balancing=disable, but this kernel has no cpuset "
             f"partitions ({PARTITION} is missing)", path=ref.cpuset_dir)
     if ancestors and not os.path.exists(os.path.join(ref.cpuset_dir, EXCLUSIVE)):
-        raise EnforcementError(
+        raise IsolationError(
             f"container {grant.container_id} asks cpu-load-balancing=disable, but its cgroup is nested and this "
             f"kernel has no {EXCLUSIVE} (a nested isolated partition needs Linux 6.7 or later)", path=ref.cpuset_dir)
 
@@ -119,7 +119,7 @@ def _apply_v2(grant: Grant, ref: cg.CgroupRef, ancestors: list[str], undo: UndoL
     _write(path, ISOLATED, undo, "partition")
     state = _read(path)
     if state != ISOLATED:
-        raise EnforcementError(
+        raise IsolationError(
             f"the kernel did not make container {grant.container_id}'s cgroup an isolated partition: {state}",
             path=path)
 
@@ -141,10 +141,10 @@ def _undo_v2(entry: dict[str, Any], undo: UndoLog) -> None:
 def _check_v1(grant: Grant, ref: cg.CgroupRef) -> None:
     root = os.path.join(ref.hierarchy_root, LOAD_BALANCE)
     if not os.path.exists(os.path.join(ref.cpuset_dir, LOAD_BALANCE)):
-        raise EnforcementError(f"container {grant.container_id} asks cpu-load-balancing=disable, but its cpuset "
-                               f"has no {LOAD_BALANCE}", path=ref.cpuset_dir)
+        raise IsolationError(f"container {grant.container_id} asks cpu-load-balancing=disable, but its cpuset "
+                             f"has no {LOAD_BALANCE}", path=ref.cpuset_dir)
     if os.path.exists(root) and _read(root) != "0":
-        raise EnforcementError(
+        raise IsolationError(
             f"container {grant.container_id} asks cpu-load-balancing=disable, but on cgroup v1 that takes effect "
             "only when the root cpuset balances nothing itself, and its sched_load_balance is 1; numa-pin does not "
             "turn it off for the whole node (set it to 0, with a balanced cpuset for the other CPUs)", path=root)
