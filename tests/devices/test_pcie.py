@@ -22,7 +22,10 @@ from numa_pin.devices import pcie
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.ledger.model import LedgerState
 from numa_pin.nrt import build_nrt
-from numa_pin.testing import devtree
+from numa_pin.record import replace
+from numa_pin.testing import devtree, machine
+from numa_pin.testing.pci_spec import CLASS_ETHERNET, CLASS_PCI_BRIDGE, PciSpec
+from numa_pin.topology.discover import discover
 
 SPEC = devtree.gpudirect()
 GPUS = sorted(p.address for p in SPEC.pci if p.gpu_minor is not None)
@@ -47,6 +50,41 @@ def test_every_pcie_root_is_the_sysfs_directory_the_function_hangs_from(built, t
          "vf-same-node", "unknown"],
 )
 def test_link_between_two_devices(topo, a, b, want):
+    assert pcie.link(topo, a, b) == want
+    assert pcie.link(topo, b, a) == want
+
+
+#: ``gpudirect`` with :data:`devtree.ROOT_NIC`'s second port (function 1 of the same card, right
+#: below the same root port) and, below that root port through a bridge of its own, a third NIC
+ROOT_NIC_PORT1 = "0000:41:00.1"
+BEHIND_BRIDGE = "0000:43:00.0"
+
+
+def _dual_port_spec():
+    def fn(address: str, parent: str, pci_class: str = CLASS_ETHERNET) -> PciSpec:
+        bridge = pci_class == CLASS_PCI_BRIDGE
+        return PciSpec(address, "0x15b3", "0x101b", pci_class, 1, driver="pcieport" if bridge else "mlx5_core",
+                       parent=parent, netdevs=() if bridge else (f"ens{address[5:7]}f{address[-1]}",))
+
+    root_port = next(p.parent for p in SPEC.pci if p.address == devtree.ROOT_NIC)
+    extra = (fn(ROOT_NIC_PORT1, root_port), fn("0000:42:00.0", root_port, CLASS_PCI_BRIDGE),
+             fn(BEHIND_BRIDGE, "0000:42:00.0"))
+    return replace(SPEC, name="gpudirect-dual-port", pci=(*SPEC.pci, *extra))
+
+
+@pytest.mark.parametrize(
+    "a, b, want",
+    [(devtree.ROOT_NIC, ROOT_NIC_PORT1, "PIX"), (ROOT_NIC_PORT1, BEHIND_BRIDGE, "PXB"),
+     (devtree.ROOT_NIC, GPUS[2], "PHB")],
+    ids=["two-ports-of-one-card", "root-port-and-a-bridge", "other-root-port"],
+)
+def test_link_between_the_ports_of_one_card(tmp_path_factory, a, b, want):
+    """``nvidia-smi topo -m``: PIX is "at most a single PCIe bridge" between them, PXB "multiple
+    PCIe bridges (without traversing the PCIe Host Bridge)": the two functions of one dual-port
+    NIC below a root port have that one root port between them."""
+    built = machine.build_once(_dual_port_spec(), tmp_path_factory.getbasetemp())
+    topo = discover(built.sysfs_root, built.proc_root)
+    assert a.rsplit(".", 1)[0] == b.rsplit(".", 1)[0] or want != "PIX"
     assert pcie.link(topo, a, b) == want
     assert pcie.link(topo, b, a) == want
 

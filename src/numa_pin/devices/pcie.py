@@ -7,9 +7,10 @@ that describe them, and the link between two of them in ``nvidia-smi topo -m``'s
 * :func:`dra_attributes`: ``resource.kubernetes.io/pciBusID``, ``resource.kubernetes.io/pcieRoot``
   and ``numaNode`` of a function, so a DRA-aware operator can match what numa-pin grants with
   a ``matchAttribute`` constraint;
-* :func:`link`: ``X`` (itself), ``PIX`` (their lowest common bridge is inside a switch, or one
-  is the other's upstream bridge), ``PXB`` (only their root port in common: several bridges, no
-  host bridge), ``PHB`` (through their common host bridge: one root),
+* :func:`link`: ``X`` (itself), ``PIX`` (their lowest common bridge is inside a switch, one
+  is the other's upstream bridge, or both hang right below it, as the ports of one dual-port
+  card do: at most one bridge between them), ``PXB`` (only their root port in common: several
+  bridges, no host bridge), ``PHB`` (through their common host bridge: one root),
   ``NODE`` (different roots of one NUMA node), ``SYS`` (across NUMA nodes), ``?`` (a function
   without a node, or not on this machine);
 * :func:`group_key`: the value devices must share under a co-location constraint
@@ -74,9 +75,10 @@ def link(topology: Topology, a: str, b: str) -> str:
     up_a, up_b = upstream(topology, a), upstream(topology, b)
     common = next((x for x in up_a if x in up_b), None)
     if common is not None:
-        # below one switch (the lowest common bridge has a bridge above it), or one below the
-        # other: PIX; only their root port in common: PXB
-        inside = common in (a, b) or up_a[-1] != common
+        # below one switch (the lowest common bridge has a bridge above it), one below the
+        # other, or both right below it (functions of one card: one bridge between them): PIX;
+        # only their root port in common, through more bridges: PXB
+        inside = common in (a, b) or up_a[-1] != common or up_a[1] == common == up_b[1]
         return "PIX" if inside else "PXB"
     if pcie_root(topology, a) == pcie_root(topology, b):
         return "PHB"
