@@ -71,7 +71,8 @@ def _cpu_json(cpu: Cpu) -> dict[str, Any]:
 def _device_json(dev: PciDevice, topology: Topology) -> dict[str, Any]:
     from numa_pin.devices.pcie import dra_attributes
 
-    return {**_object_json(dev, _DEVICE_KEYS), "dra": dra_attributes(topology, dev.address)}
+    lists = {k: v for k, v in dra_attributes(topology, dev.address, lists=True).items() if isinstance(v, list)}
+    return {**_object_json(dev, _DEVICE_KEYS), "dra": dra_attributes(topology, dev.address), "dra_lists": lists}
 
 
 def _checked_row(node: NumaNode, ids: tuple[int, ...]) -> tuple[int, ...]:
