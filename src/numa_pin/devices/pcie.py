@@ -118,13 +118,14 @@ def link(topology: Topology, a: str, b: str) -> str:
 
 
 def matrix_text(topology: Topology) -> str:
-    """``nvidia-smi topo -m`` for the machine's GPUs and NICs (physical functions): the link
-    between every two, each one's NUMA node, then the legend."""
-    from numa_pin.topology.model import KIND_GPU, KIND_NIC
+    """``nvidia-smi topo -m`` for the machine's GPUs and NICs (physical functions; InfiniBand
+    HCAs are NICs there too, as nvidia-smi lists every RDMA device): the link between every two,
+    each one's NUMA node, then the legend."""
+    from numa_pin.topology.model import KIND_GPU, KIND_NIC, KIND_RDMA
 
     devs: list[tuple[str, str]] = []
-    for kind, label in ((KIND_GPU, "GPU"), (KIND_NIC, "NIC")):
-        picked = sorted(d.address for d in topology.pci_devices if d.kind == kind and not d.is_vf)
+    for kinds, label in (((KIND_GPU,), "GPU"), ((KIND_NIC, KIND_RDMA), "NIC")):
+        picked = sorted(d.address for d in topology.pci_devices if d.kind in kinds and not d.is_vf)
         devs += [(f"{label}{i}", a) for i, a in enumerate(picked)]
     if not devs:
         return "no GPU or NIC\n"

@@ -138,7 +138,8 @@ def _node_cpu_lines(
 
 
 def _device_lines(devices: tuple[PciDevice, ...], title: str) -> list[str]:
-    """GPUs and NICs one per line (VFs folded into their PF's line); others counted."""
+    """GPUs, NICs and InfiniBand HCAs (``rdma``) one per line (VFs folded into their PF's line);
+    others counted."""
     shown = [d for d in devices if d.kind != KIND_OTHER and not d.is_vf]
     vfs = sum(1 for d in devices if d.is_vf)
     others = sum(1 for d in devices if d.kind == KIND_OTHER and not d.is_vf)
