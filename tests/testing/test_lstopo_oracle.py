@@ -557,3 +557,29 @@ def test_infiniband_hcas_are_shown_as_nics_are(views, capsys) -> None:
     for address, seen in network.items():
         line = next(line for line in text if line.strip().startswith(address))
         assert line.split()[1] == ("rdma" if seen.class_id == "0207" else "nic"), line
+
+
+def test_infiniband_hcas_count_in_nrt_as_nics_do(views) -> None:
+    """A device resource selecting RDMA devices by vendor (the ConnectX PF of node 3 and the HCA's
+    two ports) counts each in the NodeResourceTopology zone of the node hwloc hangs it from."""
+    from numa_pin.admission.decide import NodeSettings  # lazy: another area's modules
+    from numa_pin.devices.inventory import DeviceResource, inventory
+    from numa_pin.devices.selector import Selector
+    from numa_pin.ledger.model import LedgerState
+    from numa_pin.nrt import build_nrt
+    from numa_pin.topology.discover import discover
+
+    spec, root, view = views["infiniband"]
+    topo = discover(root / "sys", root / "proc")
+    rdma = DeviceResource("example.com/rdma", (Selector(vendors=("0x15b3",), is_vf=False),))
+    settings = NodeSettings(device_resources=(rdma,))
+    obj = build_nrt(topo, settings, LedgerState(), inventory(topo, (rdma,)), "n1")
+    counted = {z["name"]: next((int(r["capacity"]) for r in z["resources"] if r["name"] == rdma.name), 0)
+               for z in obj["zones"]}
+    mellanox = [a for a, s in view.pci.items() if s.vendor == "15b3" and s.class_id in ("0200", "0207")
+                and a not in {vf.address for dev in spec.pci for vf in dev.vfs}]
+    want: dict[str, int] = {}
+    for address in mellanox:
+        (node,) = view.pci[address].cpu_nodes
+        want[f"node-{node}"] = want.get(f"node-{node}", 0) + 1
+    assert {z: n for z, n in counted.items() if n} == want == {"node-2": 2, "node-3": 1}
