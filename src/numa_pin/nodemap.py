@@ -35,6 +35,8 @@ _ANSI = {SHARED: "2", RESERVED: "7", ISOLATED: "30;43", OFFLINE: "9;2", FREE: "2
 _ANSI_GRANTS = (196, 34, 27, 208, 93, 45, 201, 148, 30, 130, 88, 100, 18, 218, 121, 183)
 #: longest holder label drawn (ids are cut to it)
 MAX_LABEL = 24
+#: the width of the terminal text (a terminal's usual 80 columns)
+COLUMNS = 80
 
 
 def picture(
@@ -148,10 +150,12 @@ def _paint(text: str, holder: str, legend: Mapping[str, Mapping[str, str]], colo
     return f"\x1b[{legend[holder]['ansi']}m{text}\x1b[0m"
 
 
-def render_text(pic: Mapping, colour: bool = False) -> str:
-    """The picture for a terminal: per node one line of totals, a core-by-thread grid of
-    ``<cpu> <holder>`` cells (rows ``core <name>:`` and ``offline:``), its devices; then the
-    legend. ``colour`` adds ANSI colours (the caller decides: a terminal, ``NO_COLOR`` unset)."""
+def render_text(pic: Mapping, colour: bool = False, columns: int = COLUMNS) -> str:
+    """The picture for a terminal, every line at most ``columns`` wide: per node a line of its
+    CPUs, a line per memory resource, a core-by-thread grid of ``<cpu> <holder>`` cells (rows
+    ``core <name>:`` and ``offline:``; a core with more threads than fit goes on in lines that
+    start with blanks, under a heading line of their own), its devices; then the legend.
+    ``colour`` adds ANSI colours (the caller decides: a terminal, ``NO_COLOR`` unset)."""
     legend = {e["label"]: e for e in pic["legend"]}
     width = max([len(e["label"]) for e in pic["legend"]] + [len(OFFLINE)])
     lines: list[str] = []
@@ -160,34 +164,59 @@ def render_text(pic: Mapping, colour: bool = False) -> str:
         return "".join(" " + _paint(f"{cpu:>4} {holder:<{width}}", holder, legend, colour) for cpu, holder in pairs)
 
     for node in pic["nodes"]:
-        mem = "; ".join(f"{m['resource']} {human_bytes(m['used'])} of {human_bytes(m['allocatable'])} used"
-                        for m in node["memory"])
-        lines.append(f"node {node['node']}: CPUs {node['cpus'] or '-'}" + (f"; {mem}" if mem else ""))
+        lines += _wrap(f"node {node['node']}: CPUs {node['cpus'] or '-'}", columns, 4, ", ")
+        for m in node["memory"]:
+            lines += _wrap(f"  {m['resource']}: {human_bytes(m['used'])} of {human_bytes(m['allocatable'])} used",
+                           columns, 4)
         threads = max((len(r["cpus"]) for r in node["cores"]), default=0)
         label_width = max([len(r["core"]) for r in node["cores"]] + [len("offline")]) + len("core ") + 1
-        if threads:
-            head = "".join(f" {'thread ' + str(t):<{width + 5}}" for t in range(threads))
+        per_line = max(1, (columns - 2 - label_width) // (width + 6))
+        for first in range(0, threads, per_line):
+            head = "".join(f" {'thread ' + str(t):<{width + 5}}" for t in range(first, min(threads, first + per_line)))
             lines.append(" " * (label_width + 2) + head.rstrip())
         for row in node["cores"]:
-            lines.append(f"  {'core ' + row['core'] + ':':<{label_width}}" + cells(row["cpus"]))
-        for chunk in _chunks(node["offline"], max(threads, 8)):
+            for i, chunk in enumerate(_chunks(row["cpus"], per_line)):
+                label = "core " + row["core"] + ":" if i == 0 else ""
+                lines.append(f"  {label:<{label_width}}" + cells(chunk))
+        for chunk in _chunks(node["offline"], min(max(threads, 8), per_line)):
             lines.append(f"  {'offline:':<{label_width}}" + cells(chunk))
-        lines += _device_lines(node["devices"], legend, colour)
+        lines += _device_lines(node["devices"], legend, colour, columns)
     elsewhere = pic["elsewhere"]
     if elsewhere["offline"] or elsewhere["devices"]:
         lines.append("no NUMA node:")
-        if elsewhere["offline"]:
-            lines.append("  offline:" + cells(elsewhere["offline"]))
-        lines += _device_lines(elsewhere["devices"], legend, colour)
+        for chunk in _chunks(elsewhere["offline"], max(1, (columns - 10) // (width + 6))):
+            lines.append("  offline:" + cells(chunk))
+        lines += _device_lines(elsewhere["devices"], legend, colour, columns)
     lines.append("legend:")
-    lines += [f"  {_paint(e['label'].ljust(width), e['label'], legend, colour)} {e['what']}" for e in pic["legend"]]
+    for e in pic["legend"]:
+        what = _wrap(e["what"], columns - width - 3, 2)
+        lines.append(f"  {_paint(e['label'].ljust(width), e['label'], legend, colour)} {what[0]}")
+        lines += [" " * (width + 3) + more for more in what[1:]]
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
-def _device_lines(rows: Sequence[Mapping], legend: Mapping[str, Mapping[str, str]], colour: bool) -> list[str]:
-    return [f"  device {one_line(d['resource'])} {one_line(d['id'])}: "
-            + _paint(d["holder"], d["holder"], legend, colour) + ("" if d["healthy"] else " (unhealthy)")
-            for d in rows]
+def _wrap(text: str, columns: int, indent: int, breaks: str = " ") -> list[str]:
+    """``text`` in lines of at most ``columns``, broken after a space (or after one of
+    ``breaks``), the lines after the first indented by ``indent``; a word longer than a line is cut."""
+    lines: list[str] = []
+    while len(text) > columns:
+        cut = max(text.rfind(b, indent + 1, columns) for b in breaks)
+        cut = cut + 1 if cut > indent else columns
+        lines.append(text[:cut].rstrip())
+        text = " " * indent + text[cut:].lstrip()
+    return [*lines, text]
+
+
+def _device_lines(rows: Sequence[Mapping], legend: Mapping[str, Mapping[str, str]], colour: bool,
+                  columns: int) -> list[str]:
+    out: list[str] = []
+    for d in rows:
+        head = _wrap(f"  device {one_line(d['resource'])} {one_line(d['id'])}:", columns, 4)
+        tail = d["holder"] + ("" if d["healthy"] else " (unhealthy)")
+        if len(head[-1]) + 1 + len(tail) > columns:
+            head.append("   ")
+        out += head[:-1] + [head[-1] + " " + _paint(d["holder"], d["holder"], legend, colour) + tail[len(d["holder"]):]]
+    return out
 
 
 _STYLE = """
@@ -254,5 +283,5 @@ def _device_html(rows: Sequence[Mapping]) -> list[str]:
         + ("" if d["healthy"] else " (unhealthy)") + "</td></tr>" for d in rows] + ["</table>"]
 
 
-__all__ = ["COLOURS", "GRANT_COLOURS", "ISOLATED", "OFFLINE", "RESERVED", "SHARED", "picture", "render_html",
+__all__ = ["COLUMNS", "COLOURS", "GRANT_COLOURS", "ISOLATED", "OFFLINE", "RESERVED", "SHARED", "picture", "render_html",
            "render_text"]

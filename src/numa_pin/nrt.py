@@ -18,7 +18,8 @@ policy. :func:`build_nrt` makes it from what numa-pin already knows:
     granted ones. Devices without a NUMA node belong to no zone and are not counted;
 
 * ``attributes`` per zone, in Kubernetes DRA's words (:mod:`numa_pin.devices.pcie`), when the
-  node has configured devices: ``numaNode`` (the node id) and
+  node has configured devices: ``resource.kubernetes.io/numaNode`` (the node id; also under the
+  bare ``numaNode`` of earlier releases, for this release) and
   ``resource.kubernetes.io/pcieRoot`` (the PCIe roots of its devices, comma-separated), and per
   device ``resource.kubernetes.io/pciBusID/<resource>`` (its addresses, comma-separated), so a
   DRA-aware operator can match what numa-pin grants;
@@ -254,14 +255,15 @@ def build_nrt(
 
 def _zone_attributes(topology: Topology, devices: Mapping[str, Sequence[DeviceInfo]], node: int) -> dict[str, Any]:
     """The DRA attributes of a zone's configured devices (none: no ``attributes`` key)."""
-    from numa_pin.devices.pcie import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT, pcie_root
+    from numa_pin.devices.pcie import LEGACY_NUMA_NODE, NUMA_NODE, PCI_BUS_ID, PCIE_ROOT, pcie_root
 
     here = {res: sorted(d.id for d in infos if node in d.numa_nodes) for res, infos in sorted(devices.items())}
     here = {res: ids for res, ids in here.items() if ids}
     if not here:
         return {}
     roots = sorted({pcie_root(topology, a) for ids in here.values() for a in ids})
-    attributes = [{"name": NUMA_NODE, "value": str(node)}, {"name": PCIE_ROOT, "value": ",".join(roots)}]
+    attributes = [{"name": NUMA_NODE, "value": str(node)}, {"name": LEGACY_NUMA_NODE, "value": str(node)},
+                  {"name": PCIE_ROOT, "value": ",".join(roots)}]
     attributes += [{"name": f"{PCI_BUS_ID}/{res}", "value": ",".join(ids)} for res, ids in here.items()]
     return {"attributes": attributes}
 

@@ -78,16 +78,23 @@ def _parse_text(text: str) -> tuple[dict[int, str], list[list[int]], list[str]]:
     """(cpu -> holder, the CPUs of each core row, every line) of the plain text map."""
     seen: dict[int, str] = {}
     rows: list[list[int]] = []
+    core = False
     for line in text.splitlines():
         m = re.match(r"^  (core \S+|offline):(.*)$", line)
-        if not m:
+        more = re.match(r"^ {3,}(\d.*)$", line)  # a core's threads that did not fit on its line
+        if not m and not more:
+            core = False
             continue
-        cells = [(int(c), h) for c, h in re.findall(r"(\d+) (\S+)", m.group(2))]
+        cells = [(int(c), h) for c, h in re.findall(r"(\d+) (\S+)", (m or more).group(m and 2 or 1))]
         for cpu, holder in cells:
             assert cpu not in seen, f"CPU {cpu} drawn twice"
             seen[cpu] = holder
-        if m.group(1).startswith("core"):
-            rows.append([c for c, _ in cells])
+        if m:
+            core = m.group(1).startswith("core")
+            if core:
+                rows.append([c for c, _ in cells])
+        elif core:
+            rows[-1] += [c for c, _ in cells]
     return seen, rows, text.splitlines()
 
 
@@ -219,3 +226,44 @@ def test_colour_only_on_a_terminal_without_no_color(tmp_path, tmp_path_factory, 
 ])
 def test_human_bytes(n, text):
     assert human_bytes(n) == text
+
+
+def _wide_picture(shape: str) -> dict:
+    """A node drawn at its widest: three memory resources per node, holder labels of the longest
+    drawn length, a device of a long resource name, CPUs offline on no node."""
+    topology = machine.expected_topology(shapes.SHAPES[shape]())
+    cpus = sorted(topology.cpu_ids)
+    long_id = "a-container-id-much-longer-than-any-label-drawn"
+    state = LedgerState(grants={
+        long_id: Grant(long_id, "p", "ns/pod/a", "exclusive", cpus=frozenset(cpus[2:6]),
+                       devices={"example.com/a-device-resource-of-a-rather-long-name": ("0000:01:00.0",)}),
+        "b" * 30: Grant("b" * 30, "p2", "ns/pod/b", "exclusive", cpus=frozenset(cpus[-3:])),
+    })
+    zones = {n: [{"name": name, "capacity": str(9 << 40), "allocatable": str(1023 << 30), "available": str(7 << 28)}
+                 for name in ("memory", "hugepages-2Mi", "hugepages-1Gi")] for n in topology.node_ids}
+    devices = {"example.com/a-device-resource-of-a-rather-long-name": (
+        DeviceInfo("0000:01:00.0", (topology.node_ids[0],)), DeviceInfo("0000:02:00.0", ()))}
+    return picture(topology, state, short={long_id: long_id, "b" * 30: "b" * 30}, devices=devices,
+                   memory_zones=zones, offline={4096: None})
+
+
+@pytest.mark.parametrize("shape", ["intel-2s-ht", "power-no-package-id", "amd-nps4-8node"])
+@pytest.mark.parametrize("colour", [False, True], ids=["plain", "colour"])
+def test_text_map_fits_80_columns(shape: str, colour: bool) -> None:
+    """Every line of the terminal map is at most 80 columns wide (the node line with its memory
+    was 108, SMT4 rows with long labels wider still), and nothing is lost by the wrapping."""
+    pic = _wide_picture(shape)
+    text = render_text(pic, colour=colour)
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    assert colour == ("\x1b[" in text)
+    wide = [line for line in plain.splitlines() if len(line) > 80]
+    assert not wide, wide
+    seen, rows, _ = _parse_text(plain)
+    drawn = {c: h for n in pic["nodes"] for r in n["cores"] for c, h in r["cpus"]} | {4096: "offline"}
+    assert seen == drawn
+    assert rows == [[c for c, _ in r["cpus"]] for n in pic["nodes"] for r in n["cores"]]
+    used = re.escape(human_bytes((1023 << 30) - (7 << 28)))
+    for name in ("memory", "hugepages-2Mi", "hugepages-1Gi"):
+        assert len(re.findall(rf"^  {name}: {used} of 1023Gi used$", plain, re.M)) == len(pic["nodes"])
+    flat = " ".join(plain.split())
+    assert "device example.com/a-device-resource-of-a-rather-long-name 0000:01:00.0: a-container-id-much-lon" in flat

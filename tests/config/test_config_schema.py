@@ -53,6 +53,11 @@ ERRORS: list[tuple[str, Any, str, str]] = [
      "non-negative"),
     ("num_reserved_bool", {"cpu_manager": {"num_reserved_cpus": True}}, "cpu_manager.num_reserved_cpus", "bool"),
     ("num_reserved_str", {"cpu_manager": {"num_reserved_cpus": "2"}}, "cpu_manager.num_reserved_cpus", "str"),
+    # kubelet's TestStaticPolicyStartWithResvList: "size of 0-1 did not equal 1"
+    ("reserved_cpus_count_smaller", {"cpu_manager": {"reserved_cpus": "0-1", "num_reserved_cpus": 1}},
+     "cpu_manager.reserved_cpus", "unable to reserve the required amount of CPUs (size of 0-1 did not equal 1)"),
+    ("reserved_cpus_count_zero", {"cpu_manager": {"reserved_cpus": "0,8-9", "num_reserved_cpus": 0}},
+     "cpu_manager.reserved_cpus", "size of 0,8-9 did not equal 0"),
     ("reserved_memory_list", {"reserved_memory": [1]}, "reserved_memory", "mapping"),
     ("reserved_memory_node", {"reserved_memory": {"zero": {"memory": "1Gi"}}}, "reserved_memory.zero", "NUMA node"),
     ("reserved_memory_node_negative", {"reserved_memory": {-1: {"memory": "1Gi"}}}, "reserved_memory.-1", "NUMA node"),
@@ -138,7 +143,7 @@ cpu_manager:
     distribute-cpus-across-numa: 1
     strict-cpu-reservation: true
   reserved_cpus: "0,8-9"
-  num_reserved_cpus: 0
+  num_reserved_cpus: 3
 reserved_memory:
   0: {memory: 1Gi, hugepages-2048Ki: 4Mi}
   "1": {hugepages-1Gi: 1Gi}
@@ -164,7 +169,7 @@ syslog: false
     assert c.cpu_manager.options.enabled() == (
         "full-pcpus-only", "distribute-cpus-across-numa", "strict-cpu-reservation")
     assert c.cpu_manager.reserved_cpus == frozenset({0, 8, 9})
-    assert c.cpu_manager.num_reserved_cpus == 3, "the list's size; the file's 0 is ignored"
+    assert c.cpu_manager.num_reserved_cpus == 3
     assert c.reserved_memory == {0: {"memory": 1 << 30, "hugepages-2Mi": 4 << 20}, 1: {"hugepages-1Gi": 1 << 30}}
     assert c.devices["nvidia.com/gpu"] == (DeviceSelector(vendors=("0x10de",), classes=("0x0302",)),)
     assert c.devices["intel.com/sriov"] == (
@@ -183,15 +188,16 @@ syslog: false
     "cpu_manager, expected",
     [
         ({"reserved_cpus": "0-1"}, 2),  # the default num_reserved_cpus (1) is not a contradiction
-        ({"reserved_cpus": "0-1", "num_reserved_cpus": 5}, 2),
-        ({"reserved_cpus": 3, "num_reserved_cpus": 0}, 1),
+        ({"reserved_cpus": "0-1", "num_reserved_cpus": 2}, 2),
+        ({"reserved_cpus": 3, "num_reserved_cpus": 1}, 1),
         ({"num_reserved_cpus": 4}, 4),
         ({}, 1),
     ],
-    ids=["list-with-default-count", "list-wins-over-count", "one-cpu-list", "count-alone", "defaults"],
+    ids=["list-with-default-count", "list-and-its-count", "one-cpu-list", "count-alone", "defaults"],
 )
 def test_reserved_cpus_list_sets_the_count(cpu_manager, expected: int) -> None:
-    """kubelet derives the reserved count from --reserved-cpus (it overrides the CPU amounts)."""
+    """kubelet derives the reserved count from --reserved-cpus (it overrides the CPU amounts); a
+    count written beside the list must agree with it (the refusals are in ERRORS)."""
     assert config_from_dict({"cpu_manager": cpu_manager}).cpu_manager.num_reserved_cpus == expected
 
 
@@ -280,11 +286,13 @@ def valid_docs(draw: st.DrawFn) -> dict[str, Any]:
         st.sampled_from(["prefer-closest-numa-nodes", "max-allowable-numa-nodes"]),
         st.one_of(st.booleans(), st.integers(-5, 64), st.text(max_size=5)),
     ))
+    reserved = draw(st.none() | _cpulists)
     doc["cpu_manager"] = {
         "options": draw(st.dictionaries(st.sampled_from(CPU_MANAGER_OPTIONS),
                                         st.sampled_from([True, False, "true", "F", 0, 1]))),
-        "reserved_cpus": draw(st.none() | _cpulists.map(format_list)),
-        "num_reserved_cpus": draw(st.integers(0, 16)),
+        "reserved_cpus": None if reserved is None else format_list(reserved),
+        # a count beside a list must be the list's size (kubelet refuses the disagreement)
+        "num_reserved_cpus": draw(st.integers(0, 16)) if reserved is None else len(reserved),
     }
     doc["reserved_memory"] = draw(st.dictionaries(
         st.integers(0, 15),

@@ -16,7 +16,7 @@ from numa_pin.admission.request import parse_colocate, request_from_oci
 from numa_pin.devices.inventory import DeviceResource
 from numa_pin.devices.pcie import pcie_root
 from numa_pin.devices.selector import Selector
-from numa_pin.errors import RequestError
+from numa_pin.errors import AllocationError, RequestError
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.testing import devtree, machine
 
@@ -80,6 +80,24 @@ def test_no_root_holds_them_is_a_one_line_rejection(policy):
     assert not d.admit and "\n" not in d.reason
     if policy == "none":
         assert "colocate pcie-root: no pcie-root holds 1 example.com/rdma, 1 nvidia.com/gpu" in d.reason
+
+
+@pytest.mark.parametrize("policy", ["restricted", "single-numa-node"])
+def test_strict_policies_refuse_colocate_root_by_root(policy):
+    """Node 1's GPUs taken: node 3 still counts 2 GPUs and 1 ConnectX free, but below two roots,
+    so no PCIe root holds them. The strict policies say so root by root, as best-effort does,
+    rather than a generic affinity error whose per-node counts look sufficient."""
+    busy = holding([a for a in GPUS if TOPO.device(a).numa_node == 1])
+    node3_gpus = {pcie_root(TOPO, a) for a in GPUS if TOPO.device(a).numa_node == 3}
+    assert pcie_root(TOPO, devtree.CX6_PF) not in node3_gpus  # the kit's premise
+    best = decide(TOPO, busy, ask(f"pcie-root:nvidia.com/gpu,{RDMA}"), settings("best-effort"))
+    d = decide(TOPO, busy, ask(f"pcie-root:nvidia.com/gpu,{RDMA}"), settings(policy))
+    assert not best.admit and best.reason.startswith("colocate pcie-root: no pcie-root holds")
+    assert not d.admit and "\n" not in d.reason
+    assert d.reason == f"{policy} policy: {best.reason}"
+    assert d.error is best.error is AllocationError
+    assert "nvidia.com/gpu 1 requested, free per node: 0=2 1=0 2=2 3=2" in d.reason  # enough on node 3
+    assert "example.com/rdma 1 requested, free per node: 0=0 1=2 2=0 3=1" in d.reason
 
 
 def test_a_gpu_already_assigned_pins_the_root():

@@ -62,8 +62,10 @@ def request(cfg, annotations=None, devices=(), env=()):
 @pytest.mark.parametrize(
     "fmt, version, numbers, where",
     [("yaml", "0.3.0", True, "etc"), ("json", "0.5.0", True, "run"), ("yaml", "0.6.0", False, "run"),
-     ("json", "0.8.0", False, "etc"), ("yaml", "0.7.0", True, "both")],
-    ids=["yaml-0.3-numbers", "json-0.5-numbers", "yaml-0.6-dev-node", "json-0.8-dev-node", "run-wins-over-etc"],
+     ("json", "0.8.0", False, "etc"), ("yaml", "0.7.0", True, "both"), ("json", "1.0.0", True, "run"),
+     ("yaml", "1.1.0", False, "etc"), ("yaml", "v0.6.0", True, "run")],
+    ids=["yaml-0.3-numbers", "json-0.5-numbers", "yaml-0.6-dev-node", "json-0.8-dev-node", "run-wins-over-etc",
+         "json-1.0-numbers", "yaml-1.1-dev-node", "v-spelling"],
 )
 def test_a_dra_gpu_claim_aligns_cpus_and_memory_to_its_gpu(built, topo, tmp_path, fmt, version, numbers, where):
     gpu = KIT_GPUS[5]
@@ -114,6 +116,56 @@ def test_a_broken_spec_file_is_skipped_and_named(built, topo, tmp_path):
     req = request(config(built, tmp_path), {"cdi.k8s.io/gpu": f"{CLAIM}=b"})
     d = decide(topo, LedgerState(), req, SNN)
     assert d.admit and "broken.json" in d.notes[0]
+
+
+def _reference_shaped(version: str) -> dict:
+    """A spec shaped as the CDI reference library's schema/testdata/good/spec-example.json is (a
+    device with a hostPath node and one without, spec-level env, a shared node with uid/gid,
+    mounts and hooks), plus the edits each later version added (1.1.0: netDevices, intelRdt
+    schemata and monitoring)."""
+    doc: dict = {
+        "cdiVersion": version, "kind": "vendor.com/device",
+        "devices": [{"name": "myDevice", "containerEdits": {"deviceNodes": [
+            {"hostPath": "/vendorroot/dev/card1", "path": "/dev/card1"}, {"path": "/dev/card2"}]}}],
+        "containerEdits": {
+            "env": ["FOO=CDI_SPEC", "BAR=BARVALUE1"],
+            "deviceNodes": [{"path": "/dev/vendorctl", "uid": 1000, "gid": 1000}],
+            "mounts": [{"hostPath": "/bin/vendorBin", "containerPath": "/bin/vendorBin"}],
+            "hooks": [{"hookName": "createContainer", "path": "/bin/vendor-hook"}],
+        },
+    }
+    if version.lstrip("v") >= "0.7.0":
+        doc["containerEdits"]["additionalGIDs"] = [5]
+    if version.lstrip("v") >= "1.1.0":
+        doc["devices"][0]["containerEdits"]["netDevices"] = [{"hostInterfaceName": "eth1", "name": "net1"}]
+        doc["containerEdits"]["intelRdt"] = {"closID": "gold", "schemata": ["L3:0=ff"], "enableMonitoring": True}
+    return doc
+
+
+#: what the reference library's ValidateVersion accepts (specs-go/version.go and its tests): the
+#: released versions from 0.3.0 on, each with or without one leading "v"
+ACCEPTED = ["0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0", "v0.6.0", "v1.1.0"]
+#: and what it refuses: 0.1.0 and 0.2.0 ("must be at least v0.3.0"), unknown and malformed ones
+REFUSED = ["0.1.0", "v0.2.0", "1.2.0", "not-a-version", "V1.1.0", "vv1.1.0", "1.1", "", None, 1.1]
+
+
+@pytest.mark.parametrize("version", ACCEPTED)
+def test_every_version_the_reference_accepts_is_read(version):
+    if version.lstrip("v") < "0.5.0":  # no hostPath before 0.5.0: testdata's minimal.json shape
+        doc = {"cdiVersion": version, "kind": "vendor.com/device",
+               "devices": [{"name": "myDevice", "containerEdits": {"deviceNodes": [{"path": "/dev/card1"}]}}]}
+        want = ["/dev/card1"]
+    else:
+        doc, want = _reference_shaped(version), ["/vendorroot/dev/card1", "/dev/card2", "/dev/vendorctl"]
+    got = {n: [x.path for x in nodes] for n, nodes in spec_devices(doc, "f").items()}
+    assert got == {"vendor.com/device=myDevice": want}
+
+
+@pytest.mark.parametrize("version", REFUSED, ids=[repr(v) for v in REFUSED])
+def test_versions_the_reference_refuses_are_refused(version):
+    doc = {**_reference_shaped("0.6.0"), "cdiVersion": version}
+    with pytest.raises(SpecError, match="cdiVersion"):
+        spec_devices(doc, "f.json")
 
 
 @pytest.mark.parametrize(

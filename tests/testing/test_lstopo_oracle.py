@@ -73,7 +73,22 @@ def _variants() -> dict[str, MachineSpec]:
             cpuless_nodes=(CpulessNodeSpec(memory_kb=128 * GIB_KB, socket=0, initiators=True),),
         ),
         "l3-per-node": replace(shape("intel-2s-snc2"), name="l3-per-node", l3_scope="node"),
+        "infiniband": _with_ib_hcas(shape("gpu8-sriov")),
     }
+
+
+#: ``infiniband``: a dual-port ConnectX HCA in InfiniBand mode (class 0x0207) below a root port of
+#: node 2, its ports' IPoIB interfaces ib0 and ib1
+IB_PORTS = ("0000:a1:00.0", "0000:a1:00.1")
+
+
+def _with_ib_hcas(base: MachineSpec) -> MachineSpec:
+    from numa_pin.testing.pci_spec import CLASS_INFINIBAND, CLASS_PCI_BRIDGE
+
+    root_port = PciSpec("0000:a0:01.0", "0x8086", "0x347a", CLASS_PCI_BRIDGE, 2, driver="pcieport")
+    ports = tuple(PciSpec(a, "0x15b3", "0x101b", CLASS_INFINIBAND, 2, driver="mlx5_core", parent=root_port.address,
+                          netdevs=(f"ib{i}",)) for i, a in enumerate(IB_PORTS))
+    return replace(base, name="infiniband", pci=(*base.pci, root_port, *ports))
 
 
 ALL_SPECS: dict[str, MachineSpec] = {name: shape(name) for name in SHAPES} | _variants()
@@ -513,3 +528,58 @@ def test_discovery_agrees_with_lstopo_on_a_real_snapshot(
     topo = discover(SNAPSHOTS_DIR / name / "sys")
     _assert_discovery_matches(topo, view)
     _assert_discovery_pci_matches(topo, view)
+
+
+def test_infiniband_hcas_are_shown_as_nics_are(views, capsys) -> None:
+    """Every network function hwloc sees (class 0x0200 Ethernet or 0x0207 InfiniBand; VFs aside)
+    is a NIC of ``topology --pcie`` with the node hwloc hangs it from, and a line of
+    ``topology``: the HCAs as ``rdma``, as the RDMA devices operators pair with GPUs."""
+    from numa_pin.cli.main import main  # lazy: another area's module
+
+    spec, root, view = views["infiniband"]
+    vfs = {vf.address for dev in spec.pci for vf in dev.vfs}
+    network = {a: s for a, s in view.pci.items() if s.class_id in ("0200", "0207") and a not in vfs}
+    assert {a for a, s in network.items() if s.class_id == "0207"} == set(IB_PORTS)
+    where = ["--sysfs-root", str(root / "sys"), "--proc-root", str(root / "proc")]
+    assert main(["topology", "--pcie", *where]) == 0
+    out = capsys.readouterr().out.splitlines()
+    nics = {line.split()[1]: line.split(":", 1)[0] for line in out if line.startswith("NIC") and ": 0000:" in line}
+    assert set(nics) == set(network)
+    numa = {line.split()[0]: line.split()[-1] for line in out if line.startswith("NIC") and ": " not in line}
+    for address, seen in network.items():
+        assert {int(numa[nics[address]])} == seen.cpu_nodes, address
+    rows = {line.split()[0]: line.split()[1:] for line in out[1:] if line.startswith("NIC") and ": " not in line}
+    names = out[0].split()[:-1]
+    ib = [nics[a] for a in IB_PORTS]
+    assert rows[ib[0]][names.index(ib[1])] == "PIX"  # the two ports of one card
+    assert main(["topology", *where]) == 0
+    text = capsys.readouterr().out.splitlines()
+    for address, seen in network.items():
+        line = next(line for line in text if line.strip().startswith(address))
+        assert line.split()[1] == ("rdma" if seen.class_id == "0207" else "nic"), line
+
+
+def test_infiniband_hcas_count_in_nrt_as_nics_do(views) -> None:
+    """A device resource selecting RDMA devices by vendor (the ConnectX PF of node 3 and the HCA's
+    two ports) counts each in the NodeResourceTopology zone of the node hwloc hangs it from."""
+    from numa_pin.admission.decide import NodeSettings  # lazy: another area's modules
+    from numa_pin.devices.inventory import DeviceResource, inventory
+    from numa_pin.devices.selector import Selector
+    from numa_pin.ledger.model import LedgerState
+    from numa_pin.nrt import build_nrt
+    from numa_pin.topology.discover import discover
+
+    spec, root, view = views["infiniband"]
+    topo = discover(root / "sys", root / "proc")
+    rdma = DeviceResource("example.com/rdma", (Selector(vendors=("0x15b3",), is_vf=False),))
+    settings = NodeSettings(device_resources=(rdma,))
+    obj = build_nrt(topo, settings, LedgerState(), inventory(topo, (rdma,)), "n1")
+    counted = {z["name"]: next((int(r["capacity"]) for r in z["resources"] if r["name"] == rdma.name), 0)
+               for z in obj["zones"]}
+    mellanox = [a for a, s in view.pci.items() if s.vendor == "15b3" and s.class_id in ("0200", "0207")
+                and a not in {vf.address for dev in spec.pci for vf in dev.vfs}]
+    want: dict[str, int] = {}
+    for address in mellanox:
+        (node,) = view.pci[address].cpu_nodes
+        want[f"node-{node}"] = want.get(f"node-{node}", 0) + 1
+    assert {z: n for z, n in counted.items() if n} == want == {"node-2": 2, "node-3": 1}

@@ -133,7 +133,7 @@ def test_no_pci_bus(two_node) -> None:
         ("0x038000", "gpu"),
         ("0x020000", "nic"),
         ("0x020001", "nic"),
-        ("0x020700", "other"),
+        ("0x020700", "rdma"),
         ("0x010802", "other"),
         ("0x060400", "other"),
         ("0x120000", "other"),

@@ -98,6 +98,10 @@ def decide(
         )
         if not admit:
             why = _free_summary(views, amounts)
+            cause = next((e for res, view in views if (e := res.unplaceable(view, amounts)) is not None), None)
+            if cause is not None:  # no affinity could hold it (a colocate constraint): say that
+                return Decision(request.container_id, False, policy, scope, hint,
+                                reason=f"{policy} policy: {cause} ({why})", error=type(cause))
             return Decision(
                 request.container_id, False, policy, scope, hint,
                 reason=f"{policy} policy: resources cannot be aligned on "

@@ -74,13 +74,22 @@ def allocate_colocated(
         picked = _try(key, wanted, keys, devices, free, affinity, strict, closeness)
         if picked is not None:
             return picked
+    raise no_group_holds(constraint)
+
+
+def no_group_holds(constraint: Colocation) -> AllocationError:
+    """The refusal of a constraint no group can hold: the scope, what is asked, and what each
+    group has free of every resource of the constraint."""
+    scope, wanted, fixed, free = constraint.scope, constraint.wanted, constraint.fixed, constraint.free
+    names = sorted({*wanted, *fixed})
+    keys, _ = constraint.group_keys()
     ask = ", ".join(f"{count} {res}" for res, count in sorted(wanted.items()))
     per = "; ".join(
         f"{key}: " + " ".join(f"{res}={sum(1 for i in free.get(res, ()) if keys[res].get(i) == key)}" for res in names)
         for key in sorted({k for res in names for k in keys[res].values() if k is not None}, key=str)
     )
-    raise AllocationError(f"colocate {scope}: no {scope} holds {ask}"
-                          + (f" with {', '.join(sorted(fixed))}" if fixed else "") + f" (free per {scope}: {per})")
+    return AllocationError(f"colocate {scope}: no {scope} holds {ask}"
+                           + (f" with {', '.join(sorted(fixed))}" if fixed else "") + f" (free per {scope}: {per})")
 
 
 def in_viable_groups(constraint: Colocation) -> dict[str, frozenset[str]]:
@@ -122,4 +131,4 @@ def _try(key: Hashable, wanted: Mapping[str, int], keys: Mapping[str, Mapping[st
     return out
 
 
-__all__ = ["Colocation", "allocate_colocated", "in_viable_groups"]
+__all__ = ["Colocation", "allocate_colocated", "in_viable_groups", "no_group_holds"]

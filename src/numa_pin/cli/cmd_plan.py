@@ -70,6 +70,8 @@ def decision_dict(decision) -> dict:
         "devices": {k: list(v) for k, v in decision.devices.items()},
         "memory": {k: {str(n): b for n, b in v.items()} for k, v in decision.memory.items()},
         "reason": decision.reason,
+        # what an admission would note (a device numa-pin cannot place), as explain shows the grant's
+        **({"notes": list(decision.notes)} if decision.notes else {}),
     }
 
 
@@ -100,6 +102,7 @@ def print_decision(decision, as_json: bool, request=None, isolation: dict | None
     if d["admit"]:
         lines += [f"cpus:      {d['cpus'] or '(shared pool)'}", f"mems:      {d['mems'] or '(unchanged)'}"]
         lines += [f"devices:   {res}: {', '.join(ids)}" for res, ids in d["devices"].items()]
+    lines += [f"note:      {note}" for note in d.get("notes", ())]
     lines.append(f"reason:    {d['reason']}")
     write_out("\n".join(one_line(line) for line in lines) + "\n")  # ids and reasons come from bundles
 

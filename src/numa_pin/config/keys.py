@@ -69,8 +69,8 @@ ITEMS: tuple[ConfigItem, ...] = (
     ConfigItem(
         "cpu_manager.reserved_cpus", "cpulist string or null", None,
         "CPUs kept out of exclusive allocation (kubelet reservedSystemCPUs). "
-        "When set, the number reserved is its size and num_reserved_cpus is ignored, "
-        "as kubelet derives it.", p.cpulist,
+        "When set, the number reserved is its size, as kubelet derives it; a num_reserved_cpus "
+        "set beside it must equal that size (kubelet refuses the disagreement).", p.cpulist,
     ),
     ConfigItem(
         "cpu_manager.num_reserved_cpus", "int >= 0", 1,

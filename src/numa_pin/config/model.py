@@ -37,8 +37,9 @@ CpuManagerOptions = CpuOptions
 
 @record
 class CpuManagerConfig:
-    """CPU manager settings. ``reserved_cpus`` wins over ``num_reserved_cpus`` when set: parsing
-    then makes the count its size, as kubelet derives it from ``--reserved-cpus``."""
+    """CPU manager settings. When ``reserved_cpus`` is set, parsing makes ``num_reserved_cpus`` its
+    size, as kubelet derives it from ``--reserved-cpus``, and refuses a count written beside it
+    that disagrees."""
 
     options: CpuManagerOptions = field(default_factory=CpuManagerOptions)
     reserved_cpus: frozenset[int] | None = _default_field("cpu_manager.reserved_cpus")

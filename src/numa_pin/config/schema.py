@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from numa_pin.config.keys import BY_KEY, CHILDREN, ITEMS, default
 from numa_pin.config.model import Config, CpuManagerConfig, CpuManagerOptions, InferenceConfig, IsolationConfig
 from numa_pin.config.parse import CPU_MANAGER_OPTIONS, Invalid, mapping, type_name
+from numa_pin.cpuset import format_list
 from numa_pin.errors import ConfigError
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -52,7 +53,7 @@ def config_from_dict(d: object, source: str | None = None) -> Config:
                   for item in ITEMS}
     except Invalid as exc:
         raise ConfigError(exc.message, key=exc.key, path=source) from None
-    return _build(values, source)
+    return _build(values, source, explicit=frozenset(raw))
 
 
 def _collect(section: Mapping[Any, Any], prefix: str, raw: dict[str, Any]) -> None:
@@ -79,13 +80,13 @@ def _suggest(name: object, known: tuple[str, ...]) -> str:
     return text
 
 
-def _build(v: Mapping[str, Any], source: str | None) -> Config:
+def _build(v: Mapping[str, Any], source: str | None, explicit: frozenset[str]) -> Config:
     opts = CpuManagerOptions(
         **{name.replace("-", "_"): v[f"cpu_manager.options.{name}"] for name in CPU_MANAGER_OPTIONS}
     )
     reserved = v["cpu_manager.reserved_cpus"]
-    # kubelet derives the count from --reserved-cpus (it overrides the reserved CPU amounts)
-    num_reserved = len(reserved) if reserved is not None else v["cpu_manager.num_reserved_cpus"]
+    num_reserved = _num_reserved(reserved, v["cpu_manager.num_reserved_cpus"],
+                                 "cpu_manager.num_reserved_cpus" in explicit, source)
     return Config(
         **_leaves(v, ""),
         cpu_manager=CpuManagerConfig(options=opts, reserved_cpus=reserved, num_reserved_cpus=num_reserved),
@@ -93,6 +94,21 @@ def _build(v: Mapping[str, Any], source: str | None) -> Config:
         isolation=IsolationConfig(**_leaves(v, "isolation")),
         source=source,
     )
+
+
+def _num_reserved(reserved: frozenset[int] | None, num: int, num_set: bool, source: str | None) -> int:
+    """How many CPUs are reserved. kubelet derives the count from --reserved-cpus when it is
+    given, and its static policy refuses a list whose size is not the count it was handed
+    (``TestStaticPolicyStartWithResvList``); so a list wins over the default count, and a count
+    written in the file that disagrees with the list is refused."""
+    if reserved is None:
+        return num
+    if num_set and num != len(reserved):
+        raise ConfigError(
+            f"unable to reserve the required amount of CPUs (size of {format_list(reserved)} did not "
+            f"equal {num}); remove num_reserved_cpus or make it the list's size",
+            key="cpu_manager.reserved_cpus", path=source)
+    return len(reserved)
 
 
 def _leaves(v: Mapping[str, Any], section: str) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """The device nodes of CDI spec files (pure: a parsed document in, nodes out).
 
-A CDI spec (``/etc/cdi/*.yaml``, ``/var/run/cdi/*.json``; ``cdiVersion`` 0.3.0 to 0.8.0 are the
-ones written today, by nvidia-ctk, the NVIDIA and example DRA drivers, podman and others) has a
+A CDI spec (``/etc/cdi/*.yaml``, ``/var/run/cdi/*.json``; written by nvidia-ctk, the NVIDIA and
+example DRA drivers, podman and others) says its ``cdiVersion``: a released version of the spec
+from 0.3.0 (the earliest the reference library supports) to 1.1.0, with or without a leading
+``v`` (the reference library drops one before it compares: ``v0.6.0`` is 0.6.0). It has a
 ``kind`` (``vendor.com/class``), a list of ``devices`` each with a ``name`` and its
 ``containerEdits``, and ``containerEdits`` of the spec itself that apply to each of its devices.
 A device's nodes are its own ``deviceNodes`` then the spec's; a node has a ``path`` (in the
@@ -23,8 +25,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-#: the cdiVersion values numa-pin reads (the spec's own list of released versions)
-VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0")
+#: the cdiVersion values numa-pin reads: the spec's released versions the reference library
+#: (cncf-tags/container-device-interface) accepts; 0.1.0 and 0.2.0 are released but refused there
+VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 MAX_DEVICES = 4096
 MAX_NODES = 256
 MAX_PATH = 4096
@@ -69,7 +72,7 @@ def spec_devices(doc: Any, where: str) -> dict[str, tuple[DeviceNode, ...]]:
     if not isinstance(doc, Mapping):
         raise SpecError(f"{where}: not a mapping")
     version, kind, devices = doc.get("cdiVersion"), doc.get("kind"), doc.get("devices")
-    if version not in VERSIONS:
+    if (version[1:] if isinstance(version, str) and version.startswith("v") else version) not in VERSIONS:
         raise SpecError(f"{where}: cdiVersion {str(version)[:20]!r} is not one of {', '.join(VERSIONS)}")
     if not isinstance(kind, str) or not is_qualified_name(f"{kind}=x"):
         raise SpecError(f"{where}: kind is not vendor.com/class")

@@ -155,6 +155,11 @@ class Resource:
         :class:`~numa_pin.errors.AllocationError` or :class:`TopologyAffinityError`."""
         return {}
 
+    def unplaceable(self, view: Any, amounts: Amounts) -> AdmissionError | None:
+        """Why ``amounts`` cannot be placed on any affinity at all (asked when the merge refuses,
+        so the refusal names the real cause rather than the per-node counts), or ``None``."""
+        return None
+
     def vet(self, view: Any, decision: Decision, empty: bool) -> tuple[type[AdmissionError], str] | None:
         """A rejection of the admitted ``decision`` (``empty``: the request asked for nothing)."""
         return None

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 
 from numa_pin.admission.request import Amounts, ContainerRequest
-from numa_pin.errors import RequestError, TopologyAffinityError
+from numa_pin.errors import AllocationError, RequestError, TopologyAffinityError
 from numa_pin.ledger.model import Grant
 from numa_pin.policy.hint import ProviderHints, ResourceHints
 from numa_pin.record import record
@@ -115,6 +115,18 @@ class DeviceKind(Resource):
 
             free.update(in_viable_groups(constraint))
         return free
+
+    def unplaceable(self, view: DeviceView | None, amounts: Amounts) -> AllocationError | None:
+        """A ``numa-pin.io/colocate`` constraint no group (PCIe root, node, socket) can hold,
+        whatever the affinity: the refusal best-effort's allocation gives, group by group."""
+        if view is None:
+            return None
+        for constraint in _colocations(view, amounts):
+            from numa_pin.allocators.colocate import in_viable_groups, no_group_holds
+
+            if not all(in_viable_groups(constraint).values()):
+                return no_group_holds(constraint)
+        return None
 
     def check_inside(self, view: DeviceView | None, inside: frozenset[int]) -> None:
         """A device a device plugin already chose must touch the affinity (or have no NUMA node)."""

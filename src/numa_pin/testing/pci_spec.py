@@ -19,6 +19,8 @@ from numa_pin.record import record
 CLASS_VGA = "0x030000"
 CLASS_3D = "0x030200"
 CLASS_ETHERNET = "0x020000"
+#: an InfiniBand controller (a ConnectX HCA in IB mode)
+CLASS_INFINIBAND = "0x020700"
 CLASS_NVME = "0x010802"
 CLASS_PCI_BRIDGE = "0x060400"
 
@@ -226,6 +228,7 @@ def check_pci_tree(pci: tuple[PciSpec, ...], what: str) -> None:
 __all__ = [
     "CLASS_3D",
     "CLASS_ETHERNET",
+    "CLASS_INFINIBAND",
     "CLASS_NVME",
     "CLASS_PCI_BRIDGE",
     "CLASS_VGA",

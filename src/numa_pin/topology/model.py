@@ -14,6 +14,9 @@ from numa_pin.record import record
 #: PCI device kinds numa-pin distinguishes
 KIND_GPU = "gpu"
 KIND_NIC = "nic"
+#: an InfiniBand host channel adapter (class ``0x0207``): an RDMA device numa-pin shows as NICs
+#: are shown (the devices operators pair with GPUs)
+KIND_RDMA = "rdma"
 KIND_OTHER = "other"
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from numa_pin import pciaddr
 from numa_pin.errors import SysfsError
-from numa_pin.topology.model import KIND_GPU, KIND_NIC, KIND_OTHER, NumaNode, PciDevice
+from numa_pin.topology.model import KIND_GPU, KIND_NIC, KIND_OTHER, KIND_RDMA, NumaNode, PciDevice
 from numa_pin.topology.sysfs import SysfsReader, parse_int, parse_key_values
 
 PCI_DEVICES_DIR = "bus/pci/devices"
@@ -43,13 +43,16 @@ def classify(pci_class: str) -> str:
     """Device kind from a sysfs class string (pure).
 
     ``0x03xxxx`` (display controller) -> ``"gpu"``, ``0x0200xx`` (Ethernet controller)
-    -> ``"nic"``, anything else -> ``"other"``. Raises ValueError for non-hex text.
+    -> ``"nic"``, ``0x0207xx`` (InfiniBand controller: a ConnectX in IB mode) -> ``"rdma"``,
+    anything else -> ``"other"``. Raises ValueError for non-hex text.
     """
     value = int(pci_class, 16)
     if value >> 16 == 0x03:
         return KIND_GPU
     if value >> 8 == 0x0200:
         return KIND_NIC
+    if value >> 8 == 0x0207:
+        return KIND_RDMA
     return KIND_OTHER
 
 

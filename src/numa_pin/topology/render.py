@@ -71,7 +71,8 @@ def _cpu_json(cpu: Cpu) -> dict[str, Any]:
 def _device_json(dev: PciDevice, topology: Topology) -> dict[str, Any]:
     from numa_pin.devices.pcie import dra_attributes
 
-    return {**_object_json(dev, _DEVICE_KEYS), "dra": dra_attributes(topology, dev.address)}
+    lists = {k: v for k, v in dra_attributes(topology, dev.address, lists=True).items() if isinstance(v, list)}
+    return {**_object_json(dev, _DEVICE_KEYS), "dra": dra_attributes(topology, dev.address), "dra_lists": lists}
 
 
 def _checked_row(node: NumaNode, ids: tuple[int, ...]) -> tuple[int, ...]:
@@ -137,7 +138,8 @@ def _node_cpu_lines(
 
 
 def _device_lines(devices: tuple[PciDevice, ...], title: str) -> list[str]:
-    """GPUs and NICs one per line (VFs folded into their PF's line); others counted."""
+    """GPUs, NICs and InfiniBand HCAs (``rdma``) one per line (VFs folded into their PF's line);
+    others counted."""
     shown = [d for d in devices if d.kind != KIND_OTHER and not d.is_vf]
     vfs = sum(1 for d in devices if d.is_vf)
     others = sum(1 for d in devices if d.kind == KIND_OTHER and not d.is_vf)
