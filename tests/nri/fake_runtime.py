@@ -101,7 +101,12 @@ class FakeRuntime:
         return self.call("CreateContainer", self.m.api("CreateContainerRequest")(pod=pod_msg, container=ctr),
                          "CreateContainerResponse")
 
-    def start(self, pod_msg: Any, ctr: Any) -> tuple[int, str, Any]:
+    def start(self, pod_msg: Any, ctr: Any, as_event: bool = False) -> tuple[int, str, Any]:
+        """StartContainer as NRI 0.10 and later call it, or (``as_event``) as the state-change
+        event containerd 1.7's NRI sends."""
+        if as_event:
+            event = self.m.api("StateChangeEvent")(event=self.m.event("START_CONTAINER"), pod=pod_msg, container=ctr)
+            return self.call("StateChange", event, "Empty")
         return self.call("StartContainer", self.m.api("StartContainerRequest")(pod=pod_msg, container=ctr),
                          "StartContainerResponse")
 

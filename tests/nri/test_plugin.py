@@ -245,8 +245,9 @@ def test_running_shared_containers_leave_the_cpus_an_exclusive_one_gets(plugin, 
     assert parse_list(node.cpuset("kubepods/besteffort/podbe/c-be")[0]) == ALL - _cpus(reply.adjust.linux.resources)
 
 
+@pytest.mark.parametrize("as_event", [False, True], ids=["rpc", "containerd-1.7-event"])
 def test_a_shared_container_created_before_an_exclusive_grant_starts_on_the_pool_of_its_start(
-        plugin, node: FakeNode, m) -> None:
+        plugin, node: FakeNode, m, as_event) -> None:
     """kubelet's pod workers run in parallel: a BestEffort container is created (its adjustment
     carries the whole pool), a Guaranteed one takes exclusive CPUs before the runtime has made the
     first one's cgroup, then the runtime makes that cgroup from the old adjustment and starts it.
@@ -260,7 +261,7 @@ def test_a_shared_container_created_before_an_exclusive_grant_starts_on_the_pool
     exclusive = _cpus(reply.adjust.linux.resources)
     path = "kubepods/besteffort/podbe/c-be"
     node.add_container(path, 7001, cpus=_format(ALL))  # the runtime creates it from the adjustment it got
-    code, text, _ = plugin.runtime.start(be, container(m, be, "c-be", pid=7001))
+    code, text, _ = plugin.runtime.start(be, container(m, be, "c-be", pid=7001), as_event=as_event)
     assert code == 0, text
     assert parse_list(node.cpuset(path)[0]) == ALL - exclusive, "no shared container runs on an exclusive CPU"
     grant = plugin.session.handler.service.ledger.read().grants["c-be"]

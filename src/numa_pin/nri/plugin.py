@@ -153,15 +153,17 @@ class Handler:
         return response
 
     def start_container(self, req: Any) -> Any:
+        self._start(req.pod, req.container)
+        return self.m.api("StartContainerResponse")()
+
+    def _start(self, pod: Any, container: Any) -> None:
         """The container's cgroup and process exist now, and it has not run yet: its grant is
         bound to the pid and made true there, as prestart does after podman's precreate. So a
         shared container created before an exclusive grant starts on the shared pool as it is
         now, not as it was at its creation, and what the runtime does not apply (the isolation
         knobs, VFs moved into its namespace) is applied before it runs."""
-        container = req.container
         if container.id and container.pid and container.id in self.service.ledger.read().grants:
-            self._admit(req.pod, container, container.pid)
-        return self.m.api("StartContainerResponse")()
+            self._admit(pod, container, container.pid)
 
     def update_container(self, req: Any) -> Any:
         """kubelet's in-place resize changes the container's exclusive CPU count: the grant follows
@@ -188,9 +190,11 @@ class Handler:
         return self.m.api("RemoveContainerResponse")()
 
     def state_change(self, req: Any) -> Any:
-        """Older runtimes (NRI before 0.10) send the removal as an event."""
+        """Older runtimes (NRI before 0.10: containerd 1.7) send the start and the removal as events."""
         if req.event in (self.m.event("REMOVE_CONTAINER"), self.m.event("STOP_CONTAINER")) and req.container.id:
             self._release(req.container.id)
+        elif req.event == self.m.event("START_CONTAINER"):
+            self._start(req.pod, req.container)
         return self.m.api("Empty")()
 
     # ---- the decisions ------------------------------------------------------------------------

@@ -35,7 +35,7 @@ import os
 
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.enforcer import cgroups as cg
-from numa_pin.errors import IsolationError
+from numa_pin.errors import EnforcementError, IsolationError
 from numa_pin.resources.base import Resource
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
 
