@@ -1,0 +1,71 @@
+"""The matrix of docs/paths.md through the real runtimes of this machine (2 CPUs, 1 NUMA node,
+CPU 0 reserved, so CPU 1 is the only CPU an exclusive grant can take).
+
+Each request runs through runc's prestart hook (a bundle with numa-pin's hooks) and podman's
+precreate hook (podman 4.3 with runc: its config says runtime-spec 1.0.2, so no
+``linux.memoryPolicy``). The oracle is what the kernel shows the container's process
+(``Cpus_allowed_list``), or the one line and kind of the refusal; both paths must agree, row
+by row, and nothing may stay held after the container is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from . import harness
+from .test_hook_e2e import PRECREATE_ONLY, _bundle, _cpus_allowed, _hooks_dir
+
+pytestmark = pytest.mark.e2e
+
+#: (id, annotations, what every path must give: "admitted" or the refusal's kind)
+ROWS = [
+    ("one-cpu", {"numa-pin.io/cpus": "1"}, "admitted"),
+    ("memory-only", {"numa-pin.io/memory": "64Mi"}, "admitted"),
+    ("two-cpus", {"numa-pin.io/cpus": "2"}, "refused"),  # one CPU of this machine can be exclusive
+    ("memory-policy", {"numa-pin.io/cpus": "1", "numa-pin.io/memory-policy": "interleave"}, "PathLimitError"),
+]
+KIND = re.compile(r"numa-pin: rejected \S+: (\w+): ")
+
+
+def _runc(runc_rt, node, rootfs: Path, tmp_path: Path, annotations: dict[str, str]) -> tuple[str, str]:
+    cid = harness.new_container_id()
+    res = runc_rt.run(_bundle(tmp_path, cid, node, rootfs, annotations, args=("cat", "/proc/self/status")), cid)
+    if res.returncode == 0:
+        return "admitted", _cpus_allowed(res.stdout)
+    found = KIND.search(res.stderr)
+    assert found, res.stderr
+    return "refused", found.group(1)
+
+
+def _podman(store, node, rootfs: Path, tmp_path: Path, annotations: dict[str, str]) -> tuple[str, str]:
+    hooks = _hooks_dir(node, tmp_path / "hooks.d", PRECREATE_ONLY)
+    res = harness.run_podman(rootfs, args=["cat", "/proc/self/status"], store=store, annotations=annotations,
+                             hooks_dir=hooks, name=harness.new_container_id())
+    if res.returncode == 0:
+        return "admitted", _cpus_allowed(res.stdout)
+    (reason,) = [json.loads(p.read_text()) for p in (node.state / "reasons").glob("*.json")]
+    found = KIND.search(reason["line"])
+    assert found and "\n" not in reason["line"], reason
+    return "refused", found.group(1)
+
+
+@pytest.mark.parametrize("row, annotations, want", ROWS, ids=[r[0] for r in ROWS])
+def test_one_request_one_result_through_runc_and_podman(runc_rt, podman_runc, node, busybox_rootfs, tmp_path,
+                                                        row, annotations, want):
+    through_runc = _runc(runc_rt, node, busybox_rootfs, tmp_path / "runc", annotations)
+    assert node.grants() == {}, "runc's poststop released it"
+    for reasons in (node.state / "reasons").glob("*.json"):
+        reasons.unlink()  # the next path's refusal is read from its own reason file
+    through_podman = _podman(podman_runc, node, busybox_rootfs, tmp_path / "podman", annotations)
+    assert node.grants() == {}, "podman's poststop released it, or the refusal kept nothing"
+    assert through_runc == through_podman
+    verdict, detail = through_runc
+    if want == "admitted":
+        assert verdict == "admitted"
+        assert detail == ("1" if "numa-pin.io/cpus" in annotations else "0-1")
+    else:
+        assert verdict == "refused" and (want == "refused" or detail == want), detail
