@@ -2,8 +2,9 @@
 
 ``ID`` is a container id (or a unique prefix of one) whose container or process still runs. The
 new grant keeps every CPU the old one has and follows KEP-5554
-(:mod:`numa_pin.allocators.resize`): it never gives up the CPUs it was admitted with, grows only
-on its NUMA affinity, and is refused with one line otherwise. It is one ledger transaction with
+(:mod:`numa_pin.allocators.resize`): it never gives up the CPUs it was admitted with, grows on
+its NUMA affinity (expanding it, keeping every node, only under ``best-effort`` or ``none``
+when the affinity has too few free), and is refused with one line otherwise. It is one ledger transaction with
 the cgroup write and its undo (:meth:`numa_pin.service.NodeService.update_grant`): the
 container's ``cpuset.cpus`` (and ``cpuset.mems``) change, the shared pool shrinks or grows with
 it, and a failure leaves everything as it was.
@@ -49,13 +50,19 @@ def resize_change(service: Any, cpus: int | None, memory: int | None) -> Any:
             baseline = grant.baseline_cpus if grant.baseline_cpus is not None else grant.cpus
             nodes = frozenset(topology.cpus[c].numa for c in now) - {None}
             new = replace(new, cpus=now, baseline_cpus=None if now == baseline else baseline,
-                          mems=grant.mems | nodes)
+                          mems=grant.mems | nodes, affinity=_expanded(grant.affinity, nodes))
         if memory is not None:
             per_node = resized_memory(grant, memory, memory_free(service, state, grant))
             new = replace(new, memory={**grant.memory, MEMORY: per_node})
         return new
 
     return change
+
+
+def _expanded(affinity: frozenset[int] | None, nodes: frozenset[int]) -> frozenset[int] | None:
+    """A grant's affinity after a resize onto CPUs of ``nodes``: every node it had, and any
+    the resize expanded it to (KEP-5554); no affinity stays none."""
+    return None if affinity is None else affinity | nodes
 
 
 def adopt_change(service: Any, seen: frozenset[int]) -> Any:
@@ -72,7 +79,7 @@ def adopt_change(service: Any, seen: frozenset[int]) -> Any:
         baseline = grant.baseline_cpus if grant.baseline_cpus is not None else grant.cpus
         nodes = frozenset(topology.cpus[c].numa for c in seen) - {None}
         return replace(grant, cpus=seen, baseline_cpus=None if seen == baseline else baseline,
-                       mems=grant.mems | nodes)
+                       mems=grant.mems | nodes, affinity=_expanded(grant.affinity, nodes))
 
     return change
 
