@@ -46,6 +46,9 @@ CASES = [
     ("hugepages-no-free", 16, 1),  # node 0 has 15: node 1
     ("node-cpulists-overlap", 4, 1),  # node 0 by its links: CPUs 0-7,16-23 only
     ("node-cpulists-overlap", 16, 1),  # node 0 has 15: node 1's linked CPUs
+    ("opteron-6276", 2, 1),  # one whole compute unit of node 0 (core_id names no core)
+    ("opteron-6276", 6, 1),  # three whole compute units of node 0, not CPU 0's sibling
+    ("opteron-6276", 8, 1),  # node 0 has 7: node 1
 ]
 
 

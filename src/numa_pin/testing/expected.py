@@ -35,7 +35,8 @@ def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
     (None) free pages, a cache without ``id`` the lowest CPU of its ``shared_cpu_map`` and an
     all-zero L3 map no L3 (None); a ``topology/`` with only the thread siblings one package
     (socket 0, die 0, no cluster) whose cores are numbered by their lowest CPU; overlapping
-    node cpulists the node of each CPU's ``nodeN`` link.
+    node cpulists the node of each CPU's ``nodeN`` link; core ids that are not the thread
+    siblings' cores numbered by their lowest CPU (no cluster).
     """
     quirks = spec.quirks
     matrix = spec.distance_matrix()
@@ -71,11 +72,11 @@ def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
             id=c.id,
             socket=0 if bare else c.socket,
             die=0 if bare else c.die,
-            core=min(siblings[c.core_index]) if bare else c.core,
+            core=min(siblings[c.core_index]) if bare or quirks.core_id_per_thread else c.core,
             numa=c.node,
             siblings=frozenset(siblings[c.core_index]),
             l3=_l3(quirks, c.l3, l3_lowest),
-            cluster=None if bare else c.cluster,
+            cluster=None if bare or quirks.core_id_per_thread else c.cluster,
         )
         for c in layout
         if c.online

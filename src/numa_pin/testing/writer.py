@@ -235,15 +235,21 @@ class _Writer:
             }
             if spec.quirks.topology_siblings_only:  # architectures without package/core ids
                 sets = {"thread_siblings": core_sets[c.id]}
+            if spec.quirks.core_id_per_thread:  # kernels before die_id and cluster_id
+                del sets["die_cpus"], sets["cluster_cpus"]
             for name, cpus in sets.items():
                 self.files.write(t / name, kernel_mask(cpus, self.nbits) + "\n")
                 self.files.write(t / f"{name}_list", list_line(cpus))
             if not spec.quirks.topology_siblings_only:
                 package_id = -1 if spec.quirks.package_id_unknown else c.socket
                 self.files.write(t / "physical_package_id", f"{package_id}\n")
-                self.files.write(t / "die_id", f"{c.die}\n")
-                self.files.write(t / "cluster_id", f"{c.cluster}\n")
-                self.files.write(t / "core_id", f"{c.core}\n")
+                core_id = c.core
+                if spec.quirks.core_id_per_thread:  # each thread its own id, from 0 on each node
+                    core_id = (c.core_index % spec.cores_per_node) * spec.threads_per_core + c.thread
+                else:
+                    self.files.write(t / "die_id", f"{c.die}\n")
+                    self.files.write(t / "cluster_id", f"{c.cluster}\n")
+                self.files.write(t / "core_id", f"{core_id}\n")
             index = 0
             for level, ctype, size_kb, ways in caches:
                 cache_id, shared = c.core_index, core_sets[c.id]

@@ -41,8 +41,10 @@ Fallbacks (each is documented in ``docs/topology.md``):
 * ``physical_package_id`` -1 (POWER without ``ibm,chip-id``) or missing -> one socket per
   distinct ``package_cpus_list`` (else ``core_siblings_list``), numbered by lowest CPU after
   the known package ids; without either list, socket 0;
-* ``core_id`` missing, or no package information at all -> every core is numbered by its
-  lowest thread sibling (core ids alone may repeat across the packages it cannot tell apart);
+* ``core_id`` missing, or no package information at all, or core ids that do not name the
+  thread siblings (AMD family 15h gives each core of a compute unit its own id, from 0 again
+  on each node of a package) -> every core is its thread siblings, numbered by the lowest
+  (core ids alone may repeat across the packages it cannot tell apart);
 * ``thread_siblings_list`` missing -> the ``thread_siblings`` mask;
 * L3 ``id`` missing -> the lowest CPU of that cache's ``shared_cpu_list``, else of its
   ``shared_cpu_map``; an empty list or map (an all-zero L3 map), or no level-3 cache ->
