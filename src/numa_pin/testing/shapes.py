@@ -693,6 +693,22 @@ def uv_blades() -> MachineSpec:
     )
 
 
+def harpertown_flat_numa() -> MachineSpec:
+    """hwloc's buggy-NUMA Xeon 5400 (Harpertown) machine: 2 sockets x 4 cores, no SMT, that
+    the kernel splits into 8 nodes of one CPU each by the ``cpuN/nodeM`` links, while every
+    ``nodeN/cpulist`` names all 8 CPUs and every SLIT entry reads 10. hwloc reads one node."""
+    return MachineSpec(
+        name="harpertown-flat-numa",
+        sockets=2,
+        nodes_per_socket=4,
+        cores_per_node=1,
+        threads_per_core=1,
+        memory_kb=2 * GIB_KB,
+        model_name="Intel(R) Xeon(R) CPU E5440 @ 2.83GHz",
+        quirks=KernelQuirks(node_cpulists_overlap=True, flat_node_distance=True),
+    )
+
+
 SHAPES: dict[str, Callable[[], MachineSpec]] = {
     "laptop": laptop,
     "intel-2s-ht": intel_2s_ht,
@@ -721,6 +737,7 @@ SHAPES: dict[str, Callable[[], MachineSpec]] = {
     "node-cpulists-overlap": node_cpulists_overlap,
     "opteron-6276": opteron_6276,
     "uv-blades": uv_blades,
+    "harpertown-flat-numa": harpertown_flat_numa,
 }
 
 #: the shapes that reproduce a real kernel's or firmware's quirk (issues 12 and 23)
@@ -746,6 +763,7 @@ QUIRK_SHAPES: tuple[str, ...] = (
     "node-cpulists-overlap",
     # issue 37: what hwloc reads differently
     "opteron-6276",
+    "harpertown-flat-numa",
 )
 
 
@@ -773,6 +791,7 @@ __all__ = [
     "amd_nps4_8node",
     "opteron_6276",
     "uv_blades",
+    "harpertown_flat_numa",
     "big_64node",
     "cpuless_memory_node",
     "gpu8_sriov",

@@ -27,7 +27,7 @@ from numa_pin.testing.kernel_text import (
     node_meminfo,
 )
 from numa_pin.testing.spec import MachineSpec
-from numa_pin.testing.spec_parts import NODE_LIST_FILES, NUL_NODE_LISTS, NUL_SYSTEM, CpuLayout
+from numa_pin.testing.spec_parts import LOCAL_DISTANCE, NODE_LIST_FILES, NUL_NODE_LISTS, NUL_SYSTEM, CpuLayout
 from numa_pin.testing.writer_pci import PciWriter
 
 KERNEL_MAX = 8191  # CONFIG_NR_CPUS=8192, as Debian and most distributions build
@@ -140,6 +140,8 @@ class _Writer:
             self.files.write(d / "cpulist", list_line(cpus))
             self.files.write(d / "cpumap", kernel_mask(cpus, self.nbits) + "\n")
             row = [0] * len(ids) if quirks.zero_node_distance else matrix[pos]
+            if quirks.flat_node_distance:
+                row = [LOCAL_DISTANCE] * len(ids)
             if not quirks.no_node_distance:
                 self.files.write(d / "distance", " ".join(str(x) for x in row) + "\n")
             meminfo_text = node_meminfo(spec, n)
