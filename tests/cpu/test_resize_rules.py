@@ -17,8 +17,8 @@ RESERVED = frozenset({0})
 NODE0 = frozenset(range(8)) | frozenset(range(16, 24))
 
 
-def grant(cpus, baseline=None, affinity=None, limit=None, cid="x", memory=None) -> Grant:
-    return Grant(cid, "", cid, "exclusive", cpus=frozenset(cpus), mems=frozenset({0}),
+def grant(cpus, baseline=None, affinity=None, limit=None, cid="x", memory=None, policy="none") -> Grant:
+    return Grant(cid, "", cid, "exclusive", cpus=frozenset(cpus), mems=frozenset({0}), policy=policy,
                  baseline_cpus=None if baseline is None else frozenset(baseline),
                  affinity=None if affinity is None else frozenset(affinity),
                  cpuset_limit=None if limit is None else frozenset(limit), memory=memory or {})
@@ -42,12 +42,28 @@ def test_resized_cpus(have, baseline, count, want):
     assert resized_cpus(TOPO, CpuOptions(), state(g), g, count, RESERVED) == frozenset(want)
 
 
-def test_grow_stays_on_its_node_and_off_others_cpus():
+@pytest.mark.parametrize("policy", ["restricted", "single-numa-node"])
+def test_grow_stays_on_its_node_and_off_others_cpus(policy):
     other = grant(NODE0 - {0, 1, 17, 2}, cid="y")
-    g = grant({1, 17}, affinity={0})
+    g = grant({1, 17}, affinity={0}, policy=policy)
     assert resized_cpus(TOPO, CpuOptions(), state(g, other), g, 3, RESERVED) == {1, 17, 2}
     with pytest.raises(AllocationError, match="free on its NUMA node"):
         resized_cpus(TOPO, CpuOptions(), state(g, other), g, 4, RESERVED)  # node 1 is free, but not its node
+
+
+@pytest.mark.parametrize("policy", ["best-effort", "none"])
+def test_grow_expands_the_affinity_when_the_policy_lets_it(policy):
+    """KEP-5554: the current affinity is kept while it can hold the grow; when it cannot, the
+    new affinity holds every node of the current one and more, and every original CPU stays."""
+    other = grant(NODE0 - {0, 1, 17, 2}, cid="y")
+    g = grant({1, 17}, affinity={0}, policy=policy)
+    assert resized_cpus(TOPO, CpuOptions(), state(g, other), g, 3, RESERVED) == {1, 17, 2}  # fits: no expansion
+    grown = resized_cpus(TOPO, CpuOptions(), state(g, other), g, 5, RESERVED)
+    assert {1, 17, 2} <= grown and len(grown) == 5
+    assert {TOPO.cpus[c].numa for c in grown - {1, 17, 2}} == {1}  # the rest from node 1, a whole core
+    assert len({TOPO.cpus[c].core_key for c in grown - {1, 17, 2}}) == 1
+    with pytest.raises(AllocationError, match="whole node"):
+        resized_cpus(TOPO, CpuOptions(), state(g, other), g, 3 + 16 + 1, RESERVED)  # more than both nodes hold
 
 
 def test_grow_stays_inside_its_own_cpuset():
@@ -75,13 +91,29 @@ def test_refusals(have, baseline, count, error):
     ({1, 17, 4}, False),   # y's
 ], ids=["valid-grow", "drops-admitted", "reserved", "other-node", "anothers"])
 def test_check_adoptable(seen, ok):
-    g = grant({1, 17}, affinity={0})
+    g = grant({1, 17}, affinity={0}, policy="restricted")
     s = state(g, grant({4, 20}, cid="y"))
     if ok:
         check_adoptable(TOPO, s, g, frozenset(seen), RESERVED)
     else:
         with pytest.raises(AllocationError):
             check_adoptable(TOPO, s, g, frozenset(seen), RESERVED)
+
+
+@pytest.mark.parametrize("policy, others, ok", [
+    ("best-effort", NODE0 - {0, 1, 17}, True),   # node 0 is full: the affinity may expand
+    ("best-effort", frozenset({4, 20}), False),  # node 0 has room: no expansion needed
+    ("restricted", NODE0 - {0, 1, 17}, False),
+    ("single-numa-node", NODE0 - {0, 1, 17}, False),
+], ids=["best-effort-full-node", "best-effort-room-left", "restricted", "single-numa-node"])
+def test_adopting_an_expanded_affinity(policy, others, ok):
+    g = grant({1, 17}, affinity={0}, policy=policy)
+    s = state(g, grant(others, cid="y"))
+    if ok:
+        check_adoptable(TOPO, s, g, frozenset({1, 17, 8}), RESERVED)
+    else:
+        with pytest.raises(AllocationError, match="outside its NUMA affinity"):
+            check_adoptable(TOPO, s, g, frozenset({1, 17, 8}), RESERVED)
 
 
 @pytest.mark.parametrize("have, total, free, want", [

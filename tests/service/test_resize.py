@@ -85,6 +85,25 @@ def test_a_grow_that_does_not_fit_on_its_node_is_refused_and_changes_nothing(nod
     assert snapshot(node, "x", "s") == before
 
 
+def test_under_best_effort_a_grow_past_its_node_expands_the_affinity(node, capsys, node_cpus, tmp_path):
+    """KEP-5554: under best-effort the affinity may expand, keeping every node and CPU it had."""
+    node.config = node.write_config(policy="best-effort", kubelet_root=str(tmp_path / "no-kubelet"))
+    admit(node, "x", 47000, {"numa-pin.io/cpus": "4"})
+    ledger = Ledger(str(node.state_dir))
+    admitted = ledger.read().grants["x"]
+    (home,) = [n for n, cpus in node_cpus.items() if admitted.cpus <= cpus]
+    count = len(node_cpus[home]) + 1  # more than its node has, the reserved CPU counted
+    rc, _, err = resize(node, capsys, "x", "--cpus", str(count))
+    assert rc == 0, err
+    grown = ledger.read().grants["x"]
+    assert cgroup_cpus(node, "x") == grown.cpus and len(grown.cpus) == count and admitted.cpus < grown.cpus
+    assert grown.affinity == frozenset(node_cpus) and admitted.affinity < grown.affinity
+    assert grown.mems == frozenset(node_cpus)
+    rc, _, err = resize(node, capsys, "x", "--cpus", "4")
+    assert rc == 0, err
+    assert ledger.read().grants["x"].cpus == admitted.cpus
+
+
 def test_a_shrink_below_the_admitted_cpus_is_refused(node, capsys):
     admit(node, "x", 47000, {"numa-pin.io/cpus": "4"})
     assert resize(node, capsys, "x", "--cpus", "6")[0] == 0

@@ -46,6 +46,12 @@ CASES = [
     ("hugepages-no-free", 16, 1),  # node 0 has 15: node 1
     ("node-cpulists-overlap", 4, 1),  # node 0 by its links: CPUs 0-7,16-23 only
     ("node-cpulists-overlap", 16, 1),  # node 0 has 15: node 1's linked CPUs
+    ("opteron-6276", 2, 1),  # one whole compute unit of node 0 (core_id names no core)
+    ("opteron-6276", 6, 1),  # three whole compute units of node 0, not CPU 0's sibling
+    ("opteron-6276", 8, 1),  # node 0 has 7: node 1
+    ("harpertown-flat-numa", 4, 1),  # one node holds all 8 CPUs: node 0, not 8 one-CPU nodes
+    ("harpertown-flat-numa", 7, 1),  # every CPU but the reserved one
+    ("harpertown-flat-numa", 8, 1),  # CPU 0 is reserved: reject
 ]
 
 
@@ -58,9 +64,17 @@ def _whole_cores(spec: MachineSpec) -> dict[int, frozenset[int]]:
     return {c.id: frozenset(cores[c.core_index]) for c in layout}
 
 
+def _cpus_of(spec: MachineSpec, node: int) -> frozenset[int]:
+    """A node's CPUs as hwloc reads them: with overlapping cpulists and an all-10 SLIT, the
+    first node holds every CPU and the others are gone."""
+    if spec.quirks.node_cpulists_overlap and spec.quirks.flat_node_distance:
+        return spec.online_cpus if node == spec.node_ids[0] else frozenset()
+    return spec.cpus_of_node(node)
+
+
 def _expected_node(spec: MachineSpec, cpus: int, memory_kb: int) -> int | None:
     for node in spec.node_ids:  # ascending: the narrowest-hint tie goes to the lowest node
-        free = spec.cpus_of_node(node) - RESERVED
+        free = _cpus_of(spec, node) - RESERVED
         if len(free) >= cpus and spec.node_memory_kb(node) >= memory_kb:
             return node
     return None
@@ -90,7 +104,7 @@ def test_single_numa_node_places_on_the_right_node(
     assert decision.admit, decision.reason
     assert decision.mems == frozenset({node})
     assert len(decision.cpus) == cpus
-    assert decision.cpus <= spec.cpus_of_node(node) - RESERVED
+    assert decision.cpus <= _cpus_of(spec, node) - RESERVED
     cores = _whole_cores(spec)
     # kubelet takes whole cores when it can. Not on a hybrid part: its CPUsPerCore() is
     # NumCPUs / NumCores in integers (24 / 16 = 1 on hybrid-pe), so one CPU already counts as

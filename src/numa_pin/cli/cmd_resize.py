@@ -2,8 +2,9 @@
 
 ``ID`` is a container id (or a unique prefix of one) whose container or process still runs. The
 new grant keeps every CPU the old one has and follows KEP-5554
-(:mod:`numa_pin.allocators.resize`): it never gives up the CPUs it was admitted with, grows only
-on its NUMA affinity, and is refused with one line otherwise. It is one ledger transaction with
+(:mod:`numa_pin.allocators.resize`): it never gives up the CPUs it was admitted with, grows on
+its NUMA affinity (expanding it, keeping every node, only under ``best-effort`` or ``none``
+when the affinity has too few free), and is refused with one line otherwise. It is one ledger transaction with
 the cgroup write and its undo (:meth:`numa_pin.service.NodeService.update_grant`): the
 container's ``cpuset.cpus`` (and ``cpuset.mems``) change, the shared pool shrinks or grows with
 it, and a failure leaves everything as it was.

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from numa_pin.record import replace
 from numa_pin.testing.spec import MachineSpec
 from numa_pin.testing.spec_parts import KernelQuirks
 from numa_pin.topology.model import Cpu, HugePages, NumaNode, PciDevice, Topology
@@ -35,7 +36,9 @@ def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
     (None) free pages, a cache without ``id`` the lowest CPU of its ``shared_cpu_map`` and an
     all-zero L3 map no L3 (None); a ``topology/`` with only the thread siblings one package
     (socket 0, die 0, no cluster) whose cores are numbered by their lowest CPU; overlapping
-    node cpulists the node of each CPU's ``nodeN`` link.
+    node cpulists the node of each CPU's ``nodeN`` link, or, with an all-10 SLIT, one node (the
+    first, its own memory) holding every CPU; core ids that are not the thread
+    siblings' cores numbered by their lowest CPU (no cluster).
     """
     quirks = spec.quirks
     matrix = spec.distance_matrix()
@@ -56,6 +59,9 @@ def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
             distances=_no_slit_row(spec, n) if no_slit else matrix[pos],
             hugepages=hps,
         )
+    first = spec.node_ids[0]
+    if quirks.node_cpulists_overlap and quirks.flat_node_distance:  # nothing tells the nodes apart
+        nodes = {first: replace(nodes[first], cpus=spec.online_cpus, distances=(10,))}
     layout = spec.cpu_layout()
     siblings: dict[int, set[int]] = {}
     for c in layout:
@@ -71,11 +77,11 @@ def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
             id=c.id,
             socket=0 if bare else c.socket,
             die=0 if bare else c.die,
-            core=min(siblings[c.core_index]) if bare else c.core,
-            numa=c.node,
+            core=min(siblings[c.core_index]) if bare or quirks.core_id_per_thread else c.core,
+            numa=first if len(nodes) == 1 else c.node,
             siblings=frozenset(siblings[c.core_index]),
             l3=_l3(quirks, c.l3, l3_lowest),
-            cluster=None if bare else c.cluster,
+            cluster=None if bare or quirks.core_id_per_thread else c.cluster,
         )
         for c in layout
         if c.online

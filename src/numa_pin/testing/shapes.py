@@ -644,6 +644,71 @@ def node_cpulists_overlap() -> MachineSpec:
     )
 
 
+def opteron_6276() -> MachineSpec:
+    """An AMD Opteron 6276-like machine (family 15h): 2 packages of 2 nodes, each node 4
+    compute units of 2 integer cores (32 CPUs, a compute unit's cores numbered adjacently).
+
+    The kernel makes a compute unit's two cores thread siblings (``thread_siblings_list``)
+    but gives each its own ``core_id``, counting from 0 again on the package's second node,
+    and writes no ``die_id``: ``core_id`` names neither a core nor a compute unit. SLIT 10
+    local, 16 inside a package, 22 across.
+    """
+    return MachineSpec(
+        name="opteron-6276",
+        sockets=2,
+        nodes_per_socket=2,
+        cores_per_node=4,
+        threads_per_core=2,
+        sibling_layout="adjacent",
+        same_socket_distance=16,
+        remote_distance=22,
+        memory_kb=32 * GIB_KB,
+        l3_scope="node",
+        vendor="AuthenticAMD",
+        model_name="AMD Opteron(TM) Processor 6276",
+        quirks=KernelQuirks(core_id_per_thread=True),
+    )
+
+
+def _uv_distance(a: int, b: int) -> int:
+    if a == b:
+        return 10
+    return 13 if a // 2 == b // 2 else 19 if a // 4 == b // 4 else 29
+
+
+def uv_blades() -> MachineSpec:
+    """An SGI UV-like machine: 8 sockets, one node each, 2 cores x 2 threads per socket;
+    two sockets share a blade (SLIT 13), two blades a chassis half (19), the rest 29.
+
+    hwloc groups the nodes by these distances (blades, then halves) above the packages.
+    """
+    return MachineSpec(
+        name="uv-blades",
+        sockets=8,
+        cores_per_node=2,
+        threads_per_core=2,
+        distances=tuple(tuple(_uv_distance(a, b) for b in range(8)) for a in range(8)),
+        memory_kb=16 * GIB_KB,
+        model_name="Intel(R) Xeon(R) CPU E7-8837 @ 2.67GHz",
+    )
+
+
+def harpertown_flat_numa() -> MachineSpec:
+    """hwloc's buggy-NUMA Xeon 5400 (Harpertown) machine: 2 sockets x 4 cores, no SMT, that
+    the kernel splits into 8 nodes of one CPU each by the ``cpuN/nodeM`` links, while every
+    ``nodeN/cpulist`` names all 8 CPUs and every SLIT entry reads 10. hwloc reads one node."""
+    return MachineSpec(
+        name="harpertown-flat-numa",
+        sockets=2,
+        nodes_per_socket=4,
+        cores_per_node=1,
+        threads_per_core=1,
+        memory_kb=2 * GIB_KB,
+        model_name="Intel(R) Xeon(R) CPU E5440 @ 2.83GHz",
+        quirks=KernelQuirks(node_cpulists_overlap=True, flat_node_distance=True),
+    )
+
+
 SHAPES: dict[str, Callable[[], MachineSpec]] = {
     "laptop": laptop,
     "intel-2s-ht": intel_2s_ht,
@@ -670,6 +735,9 @@ SHAPES: dict[str, Callable[[], MachineSpec]] = {
     "siblings-only-topology": siblings_only_topology,
     "hugepages-no-free": hugepages_no_free,
     "node-cpulists-overlap": node_cpulists_overlap,
+    "opteron-6276": opteron_6276,
+    "uv-blades": uv_blades,
+    "harpertown-flat-numa": harpertown_flat_numa,
 }
 
 #: the shapes that reproduce a real kernel's or firmware's quirk (issues 12 and 23)
@@ -693,6 +761,9 @@ QUIRK_SHAPES: tuple[str, ...] = (
     "siblings-only-topology",
     "hugepages-no-free",
     "node-cpulists-overlap",
+    # issue 37: what hwloc reads differently
+    "opteron-6276",
+    "harpertown-flat-numa",
 )
 
 
@@ -718,6 +789,9 @@ __all__ = [
     "QUIRK_SHAPES",
     "SHAPES",
     "amd_nps4_8node",
+    "opteron_6276",
+    "uv_blades",
+    "harpertown_flat_numa",
     "big_64node",
     "cpuless_memory_node",
     "gpu8_sriov",

@@ -83,7 +83,15 @@ class KernelQuirks:
       ``free_hugepages``;
     * ``node_cpulists_overlap``: every ``nodeN/cpulist`` and ``cpumap`` name every online CPU
       (a BIOS bug of some dual-socket boards), while the ``nodeN/cpuM`` and ``cpuM/nodeN``
-      links keep the true node of each CPU.
+      links keep the true node of each CPU;
+    * ``core_id_per_thread``: ``core_id`` numbers each thread of a core apart, counting from 0
+      again on every node of a package, and there is no ``die_id``, ``die_cpus``, ``cluster_id``
+      or ``cluster_cpus`` (AMD family 15h on kernels before 5.16: the two integer cores of a
+      compute unit are thread siblings by ``thread_siblings_list`` but keep their own
+      ``core_id``);
+    * ``flat_node_distance``: every entry of every ``nodeN/distance`` row reads 10 (firmware
+      that tells its nodes apart by nothing; with ``node_cpulists_overlap``, hwloc's
+      buggy-NUMA Xeon 5400 machine).
     """
 
     nul_after_newline: str = NUL_NONE
@@ -97,6 +105,8 @@ class KernelQuirks:
     topology_siblings_only: bool = False
     hugepages_no_free: bool = False
     node_cpulists_overlap: bool = False
+    core_id_per_thread: bool = False
+    flat_node_distance: bool = False
 
     def __post_init__(self) -> None:
         if self.nul_after_newline not in (NUL_NONE, NUL_NODE_LISTS, NUL_SYSTEM):

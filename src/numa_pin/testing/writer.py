@@ -27,7 +27,7 @@ from numa_pin.testing.kernel_text import (
     node_meminfo,
 )
 from numa_pin.testing.spec import MachineSpec
-from numa_pin.testing.spec_parts import NODE_LIST_FILES, NUL_NODE_LISTS, NUL_SYSTEM, CpuLayout
+from numa_pin.testing.spec_parts import LOCAL_DISTANCE, NODE_LIST_FILES, NUL_NODE_LISTS, NUL_SYSTEM, CpuLayout
 from numa_pin.testing.writer_pci import PciWriter
 
 KERNEL_MAX = 8191  # CONFIG_NR_CPUS=8192, as Debian and most distributions build
@@ -140,6 +140,8 @@ class _Writer:
             self.files.write(d / "cpulist", list_line(cpus))
             self.files.write(d / "cpumap", kernel_mask(cpus, self.nbits) + "\n")
             row = [0] * len(ids) if quirks.zero_node_distance else matrix[pos]
+            if quirks.flat_node_distance:
+                row = [LOCAL_DISTANCE] * len(ids)
             if not quirks.no_node_distance:
                 self.files.write(d / "distance", " ".join(str(x) for x in row) + "\n")
             meminfo_text = node_meminfo(spec, n)
@@ -235,15 +237,21 @@ class _Writer:
             }
             if spec.quirks.topology_siblings_only:  # architectures without package/core ids
                 sets = {"thread_siblings": core_sets[c.id]}
+            if spec.quirks.core_id_per_thread:  # kernels before die_id and cluster_id
+                del sets["die_cpus"], sets["cluster_cpus"]
             for name, cpus in sets.items():
                 self.files.write(t / name, kernel_mask(cpus, self.nbits) + "\n")
                 self.files.write(t / f"{name}_list", list_line(cpus))
             if not spec.quirks.topology_siblings_only:
                 package_id = -1 if spec.quirks.package_id_unknown else c.socket
                 self.files.write(t / "physical_package_id", f"{package_id}\n")
-                self.files.write(t / "die_id", f"{c.die}\n")
-                self.files.write(t / "cluster_id", f"{c.cluster}\n")
-                self.files.write(t / "core_id", f"{c.core}\n")
+                core_id = c.core
+                if spec.quirks.core_id_per_thread:  # each thread its own id, from 0 on each node
+                    core_id = (c.core_index % spec.cores_per_node) * spec.threads_per_core + c.thread
+                else:
+                    self.files.write(t / "die_id", f"{c.die}\n")
+                    self.files.write(t / "cluster_id", f"{c.cluster}\n")
+                self.files.write(t / "core_id", f"{core_id}\n")
             index = 0
             for level, ctype, size_kb, ways in caches:
                 cache_id, shared = c.core_index, core_sets[c.id]

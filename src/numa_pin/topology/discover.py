@@ -33,7 +33,9 @@ Fallbacks (each is documented in ``docs/topology.md``):
   uses without a SLIT: 10 to itself, 20 to every other node;
 * a pool without ``free_hugepages`` -> free pages unknown (``None``);
 * a CPU listed by several nodes' ``cpulist`` (a BIOS bug) -> the node of its single
-  ``cpuN/nodeM`` link, which must be one of them;
+  ``cpuN/nodeM`` link, which must be one of them; but when, besides, every node is as near
+  every other as to itself (an all-10 SLIT: early Xeon 5400 boards list every CPU in each of
+  8 nodes) -> one node, the first, with every CPU and only its own memory, as hwloc reads it;
 * no ``MemFree`` line in ``nodeN/meminfo`` -> free memory unknown (``None``); no decision
   uses it (kubelet's memory manager works from capacity);
 * ``die_id`` missing or negative -> 0; ``cluster_id`` missing, negative or 65535 (the
@@ -41,8 +43,10 @@ Fallbacks (each is documented in ``docs/topology.md``):
 * ``physical_package_id`` -1 (POWER without ``ibm,chip-id``) or missing -> one socket per
   distinct ``package_cpus_list`` (else ``core_siblings_list``), numbered by lowest CPU after
   the known package ids; without either list, socket 0;
-* ``core_id`` missing, or no package information at all -> every core is numbered by its
-  lowest thread sibling (core ids alone may repeat across the packages it cannot tell apart);
+* ``core_id`` missing, or no package information at all, or core ids that do not name the
+  thread siblings (AMD family 15h gives each core of a compute unit its own id, from 0 again
+  on each node of a package) -> every core is its thread siblings, numbered by the lowest
+  (core ids alone may repeat across the packages it cannot tell apart);
 * ``thread_siblings_list`` missing -> the ``thread_siblings`` mask;
 * L3 ``id`` missing -> the lowest CPU of that cache's ``shared_cpu_list``, else of its
   ``shared_cpu_map``; an empty list or map (an all-zero L3 map), or no level-3 cache ->
@@ -149,7 +153,9 @@ def read_nodes(
 
 def _settle_overlaps(reader: SysfsReader, nodes: dict[int, NumaNode]) -> dict[int, NumaNode]:
     """Give a CPU that several node cpulists name (a BIOS bug) to the one node its
-    ``cpuN/nodeM`` link names, as the kernel's own ``cpu_to_node`` does.
+    ``cpuN/nodeM`` link names, as the kernel's own ``cpu_to_node`` does; but when every
+    distance between nodes is the same as a node's to itself, the firmware tells the nodes
+    apart by nothing: the machine is one node, the first, holding every CPU (hwloc's reading).
 
     Raises TopologyError naming both cpulists when the links do not name exactly one node,
     or name one that does not list the CPU: its node, and so any placement on it, would be
@@ -159,6 +165,9 @@ def _settle_overlaps(reader: SysfsReader, nodes: dict[int, NumaNode]) -> dict[in
     for node in nodes.values():
         for cpu in node.cpus:
             listed.setdefault(cpu, []).append(node.id)
+    if len(nodes) > 1 and any(len(owners) > 1 for owners in listed.values()) and _flat(nodes):
+        kept = nodes[min(nodes)]
+        return {kept.id: replace(kept, cpus=frozenset(listed), distances=kept.distances[:1])}
     owner: dict[int, int] = {}
     for cpu, owners in sorted(listed.items()):
         if len(owners) < 2:
@@ -179,6 +188,11 @@ def _settle_overlaps(reader: SysfsReader, nodes: dict[int, NumaNode]) -> dict[in
         nid: replace(node, cpus=frozenset(c for c in node.cpus if owner.get(c, nid) == nid))
         for nid, node in nodes.items()
     }
+
+
+def _flat(nodes: dict[int, NumaNode]) -> bool:
+    """Whether every distance in every node's row is the same (an all-10 SLIT)."""
+    return len({d for node in nodes.values() for d in node.distances}) == 1
 
 
 def _read_node(

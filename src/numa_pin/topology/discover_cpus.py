@@ -54,11 +54,20 @@ def read_cpus(
     node_of = _cpu_to_node(nodes)
     cpus = {cpu: _read_cpu(reader, cpu, online, nodes, node_of) for cpu in sorted(online)}
     cpus, guessed = _number_unknown_packages(reader, cpus)
-    if guessed or any(c.core < 0 for c in cpus.values()):
-        # core ids are unknown, or may repeat across packages that cannot be told apart:
-        # a physical core is its thread siblings, numbered by the lowest
+    if guessed or any(c.core < 0 for c in cpus.values()) or not _ids_name_cores(cpus):
+        # core ids are unknown, may repeat across packages that cannot be told apart, or do
+        # not name the thread siblings (AMD family 15h): a physical core is its thread
+        # siblings, numbered by the lowest, as hwloc makes its Core objects
         cpus = {cpu: replace(c, core=min(c.siblings)) for cpu, c in cpus.items()}
     return cpus
+
+
+def _ids_name_cores(cpus: Mapping[int, Cpu]) -> bool:
+    """Whether the CPUs sharing each (package, die, core id) are exactly its thread siblings."""
+    members: dict[tuple[int, int, int], set[int]] = {}
+    for c in cpus.values():
+        members.setdefault(c.core_key, set()).add(c.id)
+    return all(members[c.core_key] == c.siblings for c in cpus.values())
 
 
 def _number_unknown_packages(

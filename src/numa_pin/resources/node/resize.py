@@ -38,13 +38,19 @@ def resize_change(service: Any, cpus: int | None, memory: int | None) -> Any:
             baseline = grant.baseline_cpus if grant.baseline_cpus is not None else grant.cpus
             nodes = frozenset(topology.cpus[c].numa for c in now) - {None}
             new = replace(new, cpus=now, baseline_cpus=None if now == baseline else baseline,
-                          mems=grant.mems | nodes)
+                          mems=grant.mems | nodes, affinity=_expanded(grant.affinity, nodes))
         if memory is not None:
             per_node = resized_memory(grant, memory, memory_free(service, state, grant))
             new = replace(new, memory={**grant.memory, MEMORY: per_node})
         return new
 
     return change
+
+
+def _expanded(affinity: frozenset[int] | None, nodes: frozenset[int]) -> frozenset[int] | None:
+    """A grant's affinity after a resize onto CPUs of ``nodes``: every node it had, and any
+    the resize expanded it to (KEP-5554); no affinity stays none."""
+    return None if affinity is None else affinity | nodes
 
 
 def adopt_change(service: Any, seen: frozenset[int]) -> Any:
@@ -58,7 +64,7 @@ def adopt_change(service: Any, seen: frozenset[int]) -> Any:
         baseline = grant.baseline_cpus if grant.baseline_cpus is not None else grant.cpus
         nodes = frozenset(topology.cpus[c].numa for c in seen) - {None}
         return replace(grant, cpus=seen, baseline_cpus=None if seen == baseline else baseline,
-                       mems=grant.mems | nodes)
+                       mems=grant.mems | nodes, affinity=_expanded(grant.affinity, nodes))
 
     return change
 
