@@ -13,6 +13,11 @@ config's ``inference`` section:
   already chose (:func:`device_plugin_env`);
 * ``linux.resources.cpu.cpus`` is a cpuset the user pinned the container to: a constraint,
   never widened or moved (:func:`cpuset_constraint`).
+
+The pod's own resources (kubelet's sandbox resources: the sum of its containers' requests and
+limits, overhead excluded) reach numa-pin as NRI's ``PodSandbox.linux.pod_resources`` and as
+CRI-O's ``pod-linux-resources.crio.io`` annotation (:func:`crio_pod_limits`); they are read as one
+more :class:`ContainerLimits`, the pod's, for pod-scope totals.
 """
 
 from __future__ import annotations
@@ -37,6 +42,11 @@ _PAGE_SIZES = {
     "1GB": "hugepages-1Gi", "1Gi": "hugepages-1Gi", "1048576kB": "hugepages-1Gi",
 }
 _HUGEPAGE_FIELD = "linux.resources.hugepageLimits"
+#: CRI-O's annotation of the pod's resources (a CRI ``LinuxContainerResources`` as JSON), and its
+#: older spelling; the current name wins
+CRIO_POD_RESOURCES = ("pod-linux-resources.crio.io", "io.kubernetes.cri-o.PodLinuxResources")
+#: how deep the annotation's JSON may nest (the object, ``hugepage_limits``, one limit)
+_POD_RESOURCES_DEPTH = 4
 
 
 @record
@@ -54,6 +64,44 @@ class ContainerLimits:
 
 
 NO_LIMITS = ContainerLimits()
+
+
+def crio_pod_limits(annotations: Mapping[str, str], cgroups_path: str | None = None) -> ContainerLimits | None:
+    """The pod's resources as CRI-O writes them (``pod-linux-resources.crio.io``: the sandbox's
+    CRI ``LinuxContainerResources`` as JSON, ``cpu_period``, ``cpu_quota``, ``cpu_shares``,
+    ``memory_limit_in_bytes``; zero and absent mean unset), or None without the annotation.
+    ``cgroups_path``: where the pod's QoS class shows (its cgroup parent, or a container's cgroup).
+
+    Raises:
+        RequestError: not a JSON object, or a field that is not a non-negative integer (cpu_quota
+            may be -1: no limit).
+    """
+    key = next((k for k in CRIO_POD_RESOURCES if annotations.get(k)), None)
+    if key is None:
+        return None
+    from numa_pin.boundedio import json_loads_bounded
+
+    text = annotations[key]
+    try:
+        doc = json_loads_bounded(text, _POD_RESOURCES_DEPTH)
+    except ValueError as exc:  # UnsafeInput included
+        raise RequestError(f"not the pod's resources as JSON ({exc})", annotation=key) from None
+    if doc is None:  # a pod without resources: Go's nil marshalled
+        return None
+    if not isinstance(doc, dict):
+        raise RequestError("expected a JSON object of the pod's resources", annotation=key)
+
+    def number(name: str, low: int = 0) -> int | None:
+        value = doc.get(name)
+        if value is None:
+            return None
+        if type(value) is not int or value < low:
+            raise RequestError(f"{name} {quote(str(value))} is not an integer of at least {low}", annotation=key)
+        return value or None
+
+    return ContainerLimits(cgroups_path=cgroups_path, cpu_quota=number("cpu_quota", -1),
+                           cpu_period=number("cpu_period"), cpu_shares=number("cpu_shares"),
+                           memory_limit=number("memory_limit_in_bytes"))
 
 
 def whole_pages(resource: str, size: int, text: str, what: str) -> int:
@@ -134,5 +182,6 @@ def cpuset_constraint(text: str | None) -> frozenset[int] | None:
         raise RequestError(f"{quote(text)} is not a CPU list ({exc})", annotation=CPUSET_FIELD) from exc
 
 
-__all__ = ["CPUSET_FIELD", "HUGEPAGE_RESOURCES", "NO_LIMITS", "ContainerLimits", "cpuset_constraint",
-           "device_plugin_env", "guaranteed_cpus", "limit_hugepages", "whole_pages"]
+__all__ = ["CPUSET_FIELD", "CRIO_POD_RESOURCES", "HUGEPAGE_RESOURCES", "NO_LIMITS", "ContainerLimits",
+           "cpuset_constraint", "crio_pod_limits", "device_plugin_env", "guaranteed_cpus", "limit_hugepages",
+           "whole_pages"]

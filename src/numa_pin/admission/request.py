@@ -20,8 +20,8 @@ Annotations (all optional)::
     numa-pin.io/scope           per-container/pod override of the node scope
     numa-pin.io/pod             pod identity when no runtime sandbox id is present (recorded as
                                 ``user:<value>``, so it never names a runtime sandbox's pod)
-    numa-pin.io/pod-cpus        pod-scope totals (the pod's effective request)
-    numa-pin.io/pod-memory
+    numa-pin.io/pod-cpus        pod-scope totals (the pod's effective request); without them, the
+    numa-pin.io/pod-memory      pod's own resources give the CPUs and memory (below)
     numa-pin.io/pod-devices
     numa-pin.io/cpu-load-balancing, cpu-quota, irq-load-balancing, cpu-c-states,
     cpu-freq-governor, host-services
@@ -39,6 +39,13 @@ the rest of ``config.json`` (:mod:`numa_pin.admission.limits`: a Guaranteed pod'
 hugepage limits, the devices a device plugin chose in ``process.env``, the container's own
 cpuset). Devices chosen through CDI are read too: the names in ``cdi.k8s.io/*`` annotations
 (always) and CDI names in ``NVIDIA_VISIBLE_DEVICES`` (:mod:`numa_pin.devices.cdi`).
+
+Pod-scope totals come from the pod's own resources too, where the runtime says them (NRI's
+``PodSandbox.linux.pod_resources``, CRI-O's ``pod-linux-resources.crio.io``), read as kubelet
+reads pod-level resources: a Guaranteed pod whose CPU limit is a whole number of CPUs asks that
+many exclusive CPUs and its memory limit (:func:`pod_totals`). The overhead is not counted (the
+CPU and memory managers leave it to the runtime). A ``numa-pin.io/pod-*`` annotation that is set
+wins for its resource.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from numa_pin.admission.limits import (
     NO_LIMITS,
     ContainerLimits,
     cpuset_constraint,
+    crio_pod_limits,
     device_plugin_env,
     guaranteed_cpus,
     limit_hugepages,
@@ -279,9 +287,12 @@ def request_from_oci(
     *,
     inference: Inference = DEFAULT_INFERENCE,
     isolation: IsolationConfig | None = None,
+    pod_limits: ContainerLimits | None = None,
 ) -> ContainerRequest:
     """Build the request of one container. Raises :class:`RequestError` naming the annotation
-    (or the ``config.json`` field). ``isolation``: the node defaults of the isolation knobs."""
+    (or the ``config.json`` field). ``isolation``: the node defaults of the isolation knobs;
+    ``pod_limits``: the pod's own resources where the runtime says them (NRI's pod resources;
+    else CRI-O's annotation is read)."""
     env = env or {}
     name = next((annotations[k] for k in NAME_KEYS if annotations.get(k)), container_id)
     annotations = container_annotations(annotations, name)
@@ -320,7 +331,7 @@ def request_from_oci(
         pod_id=pod_id,
         name=name,
         amounts=Amounts() if sandbox else amounts,
-        pod_amounts=_annotation_amounts(annotations, pod=True),
+        pod_amounts=pod_totals(annotations, pod_limits, limits, inference),
         policy=policy,
         scope=scope,
         sandbox=sandbox,
@@ -344,6 +355,38 @@ def request_from_oci(
         vf_config={} if sandbox or PREFIX + "vf-config" not in annotations
         else parse_vf_config(annotations[PREFIX + "vf-config"], PREFIX + "vf-config"),
     )
+
+
+def pod_totals(annotations: Mapping[str, str], pod_limits: ContainerLimits | None,
+               limits: ContainerLimits = NO_LIMITS, inference: Inference = DEFAULT_INFERENCE) -> Amounts | None:
+    """The pod-scope totals: each ``numa-pin.io/pod-*`` annotation that is set, else what the
+    pod's own resources give (``pod_limits``, else CRI-O's ``pod-linux-resources.crio.io``): a
+    Guaranteed pod with a whole number of CPUs as its limit asks them exclusive, with its memory
+    limit. The pod's QoS class shows in its cgroup parent, else in the container's cgroup.
+
+    Raises:
+        RequestError: an annotation that is not a count, quantity or device list, or CRI-O's
+            annotation that is not the pod's resources.
+    """
+    annotated = _annotation_amounts(annotations, pod=True)
+    if pod_limits is None:
+        pod_limits = crio_pod_limits(annotations, limits.cgroups_path)
+    elif not pod_limits.cgroups_path:
+        from numa_pin.record import replace
+
+        pod_limits = replace(pod_limits, cgroups_path=limits.cgroups_path)
+    if pod_limits is None:
+        return annotated
+    cpus = guaranteed_cpus(pod_limits, annotations, inference)[0]
+    if not cpus:
+        return annotated
+    derived = Amounts(cpus=cpus, memory=pod_limits.memory_limit or 0)
+    if annotated is None:
+        return derived
+    p = PREFIX + "pod-"
+    return Amounts(cpus=annotated.cpus if p + "cpus" in annotations else derived.cpus,
+                   memory=annotated.memory if p + "memory" in annotations else derived.memory,
+                   devices=annotated.devices)
 
 
 def with_memory_tier(request: ContainerRequest, tiers: Mapping[str, frozenset[int]]) -> ContainerRequest:

@@ -12,7 +12,7 @@ def request_from_spec(state: OciState, spec: OciSpec, config: Config) -> Contain
     """Annotations from the state win over those in config.json (they are normally equal)."""
     annotations = {**spec.annotations, **state.annotations}
     request = request_from_oci(state.id, annotations, spec.env, spec.limits, inference=config.inference,
-                               isolation=config.isolation)
+                               isolation=config.isolation, pod_limits=spec.pod_limits)
     from numa_pin.admission.request import with_memory_tier
 
     return with_spec_devices(with_memory_tier(request, config.memory_tiers), spec, config)

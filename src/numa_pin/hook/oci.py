@@ -52,6 +52,9 @@ class OciSpec:
     netns_path: str | None
     #: ``linux.devices``: the device nodes the runtime creates in the container
     devices: tuple[DeviceNode, ...] = ()
+    #: the pod's own resources where the runtime hands them over (NRI's pod resources; the
+    #: hook's ``config.json`` has none: CRI-O's annotation of them is read from the annotations)
+    pod_limits: ContainerLimits | None = None
 
 
 def load_object(text: bytes | str, what: str) -> dict[str, Any]:

@@ -5,7 +5,10 @@ hook reads from ``config.json``, so the request is built by the hook's own
 :func:`~numa_pin.hook.admit.request_from_spec`: the same annotations, device-plugin environment,
 ``linux.resources`` and cgroup parent (kubelet's QoS class) give the same request. The pod's
 annotations count too, under the container's: NRI hands them over, so a pod annotated
-``numa-pin.io/...`` needs no ``pod_annotations`` passthrough in containerd's config.
+``numa-pin.io/...`` needs no ``pod_annotations`` passthrough in containerd's config. So do the
+pod's own resources (``PodSandbox.linux.pod_resources``, kubelet's sum of its containers'; the
+overhead apart), which give a pod-scope pod its totals as ``numa-pin.io/pod-*`` would
+(:func:`~numa_pin.admission.request.pod_totals`).
 
 :func:`fill_adjustment` writes what the resources say the runtime must apply
 (:class:`~numa_pin.resources.runtime.RuntimeEdit`) into the adjustment at ``CreateContainer``,
@@ -50,6 +53,23 @@ def annotations_of(pod: Any, container: Any) -> dict[str, str]:
     return out
 
 
+def pod_limits_of(pod: Any) -> ContainerLimits | None:
+    """The pod's own resources (``linux.pod_resources``) as the request reads limits, with its
+    cgroup parent (where its QoS class shows); None when the runtime sent none."""
+    linux = pod.linux
+    if not linux.HasField("pod_resources"):
+        return None
+    res = linux.pod_resources
+    cpu, memory = res.cpu, res.memory
+    return ContainerLimits(
+        cgroups_path=linux.cgroup_parent or None,
+        cpu_quota=_optional(cpu, "quota"),
+        cpu_period=_optional(cpu, "period"),
+        cpu_shares=_optional(cpu, "shares"),
+        memory_limit=_optional(memory, "limit"),
+    )
+
+
 def spec_of(pod: Any, container: Any) -> OciSpec:
     """What the hook would read from the container's ``config.json``, from NRI's view of it."""
     linux = container.linux
@@ -74,6 +94,7 @@ def spec_of(pod: Any, container: Any) -> OciSpec:
             hugepage_limits={h.page_size: int(h.limit) for h in res.hugepage_limits},
         ),
         netns_path=None,
+        pod_limits=pod_limits_of(pod),
     )
 
 
@@ -115,4 +136,4 @@ def fill_adjustment(adjust: Any, edit: RuntimeEdit) -> None:
         adjust.linux.net_devices[host].name = name
 
 
-__all__ = ["annotations_of", "fill_adjustment", "fill_update", "spec_of"]
+__all__ = ["annotations_of", "fill_adjustment", "fill_update", "pod_limits_of", "spec_of"]

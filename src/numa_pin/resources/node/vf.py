@@ -2,7 +2,10 @@
 decides which VFs a container gets).
 
 VFs follow the grant's scope. Scope ``container``: moved into the container's netns as
-``net1``, ``net2``, ... at its first start with a pid, and given back when its grant goes.
+``net1``, ``net2``, ... at its first start with a pid, and given back when its grant goes, pulled
+out through any process still in that namespace (its identity is kept with the move): under
+Kubernetes a container joins its pod's namespace, which outlives it, so the kernel does not give
+the VF back when the container ends.
 Scope ``pod`` (the grant's pod has a :class:`~numa_pin.ledger.model.PodRecord`): moved once
 into the pod's network namespace, which the pod's containers share, named ``net<N>`` counted
 per pod netns, and recorded on the pod record (:class:`~numa_pin.ledger.model.PodNetdev`). A
@@ -53,22 +56,29 @@ class VfNode(NodeResource):
         pod_vfs: list[PodNetdev] = []
         pod = state.pods.get(grant.pod_id) if grant.scope == names.POD_SCOPE else None
         cfg = node.config
+        ns: str | None = None
+        taken: set[str] = set()
         for resource, address in _granted_vfs(node, grant):
             _check_not_parked(state, address, grant, pod)
             if pod is not None:
-                moved = _move_pod_vf(node, grant, pod, resource, address, pid, tuple(pod_vfs), admission.undo)
+                moved = _move_pod_vf(node, grant, pod, resource, address, pid, tuple(pod_vfs), admission.undo, state)
                 if moved is not None:
                     pod_vfs.append(moved)
                 continue
             from numa_pin.enforcer.netdev import move_netdev_to_netns
             from numa_pin.resources.node.vfjournal import journaler
 
+            if ns is None:  # under Kubernetes the pod's: other containers' VFs may hold names there
+                ns = _netns_of(pid, cfg.proc_root)
+                taken = _names_in(state, ns)
+            name = _first_free(taken)
+            taken.add(name)
             rec = move_netdev_to_netns(
-                address, pid, f"net{len(records) + 1}", cfg.sysfs_root, cfg.proc_root,
+                address, pid, name, cfg.sysfs_root, cfg.proc_root,
                 bring_up=True, undo=admission.undo, vf_settings=grant.vf_config or None,
                 journal=journaler(node, grant.container_id, admission.undo),
             )
-            records.append({"record": rec.to_dict()})
+            records.append({"record": rec.to_dict(), **({"netns": ns} if ns else {})})
         if records:
             admission = admission.updated(netdevs=tuple(records))
         if pod_vfs:
@@ -132,11 +142,11 @@ class VfNode(NodeResource):
 
 def _move_pod_vf(
     node: Node, grant: Grant, pod: PodRecord, resource: str, address: str, pid: int,
-    moving: tuple[PodNetdev, ...], undo: UndoLog,
+    moving: tuple[PodNetdev, ...], undo: UndoLog, state: LedgerState,
 ) -> PodNetdev | None:
     """Move VF ``address`` into the pod's network namespace (the one ``pid`` is in) under the
-    first ``net<N>`` no VF of the pod holds there, unless the pod's record says it is there
-    already (None: nothing moved). ``moving``: VFs this admission moved before.
+    first ``net<N>`` no VF holds there, unless the pod's record says it is there already (None:
+    nothing moved). ``moving``: VFs this admission moved before.
 
     Raises EnforcementError when the pod's record puts the VF in another network namespace
     (containers of one pod that do not share one), or when the move fails."""
@@ -156,8 +166,7 @@ def _move_pod_vf(
                 path=netns_path(pid, cfg.proc_root),
             )
         return None
-    taken = {n.ifname for n in (*pod.netdevs, *moving) if n.netns == ns}
-    name = next(f"net{i}" for i in range(1, len(taken) + 2) if f"net{i}" not in taken)
+    name = _first_free(_names_in(state, ns) | {n.ifname for n in moving if n.netns == ns})
     rec = move_netdev_to_netns(address, pid, name, cfg.sysfs_root, cfg.proc_root, bring_up=True, undo=undo,
                                vf_settings=grant.vf_config or None, journal=journaler(node, grant.container_id, undo))
     return PodNetdev(address, resource, name, ns, grant.container_id, rec.to_dict())
@@ -195,18 +204,53 @@ def _restore_pods(node: Node, pods: tuple[PodRecord, ...], grants: tuple[Grant, 
     return problems
 
 
+def _names_in(state: LedgerState, ns: str) -> set[str]:
+    """The names the VFs numa-pin moved hold in the network namespace ``ns`` (a pod's, and
+    those of containers of container scope that joined it); none for an unknown namespace."""
+    if not ns:
+        return set()
+    names_there = {vf.ifname for pod in state.pods.values() for vf in pod.netdevs if vf.netns == ns}
+    for grant in state.grants.values():
+        names_there.update(str(e["record"].get("container_name")) for e in grant.netdevs
+                           if e.get("netns") == ns and "record" in e)
+    return names_there
+
+
+def _first_free(taken: set[str]) -> str:
+    return next(f"net{i}" for i in range(1, len(taken) + 2) if f"net{i}" not in taken)
+
+
+def _netns_of(pid: int, proc_root: str) -> str:
+    """The identity of ``pid``'s network namespace, or "" where it cannot be read (the move then
+    names the namespace's file itself)."""
+    from numa_pin.enforcer.netns import netns_id
+
+    try:
+        return netns_id(pid, proc_root)
+    except EnforcementError:
+        return ""
+
+
 def _restore_netdevs(node: Node, grant: Grant) -> list[str]:
-    """Give moved VFs back to the host (by PCI address, under their host names)."""
+    """Give moved VFs back to the host (by PCI address, under their host names), pulled out
+    through a process still in the namespace they were moved into (the grant's first), else
+    found at home (the namespace is gone, and the kernel gave them back)."""
     from numa_pin.enforcer.netdev import NetdevRecord, restore_netdev
+    from numa_pin.enforcer.netns import find_netns_member
     from numa_pin.resources.node.vfjournal import forget
 
+    cfg = node.config
     problems: list[str] = []
+    members: dict[str, int | None] = {}
     for entry in grant.netdevs:
         if "record" not in entry:
             continue  # moved by the runtime (linux.netDevices), which the kernel gives back
+        ns = entry.get("netns")
+        if ns and ns not in members:
+            members[ns] = find_netns_member(ns, cfg.proc_root, [grant.pid] if grant.pid else [])
         try:
             rec = NetdevRecord.from_dict(entry["record"])
-            restore_netdev(rec, None, node.config.sysfs_root, node.config.proc_root)
+            restore_netdev(rec, members.get(ns) if ns else None, cfg.sysfs_root, cfg.proc_root)
             forget(node, rec.bdf)
         except (NumaPinError, KeyError, ValueError) as exc:
             problems.append(f"{grant.container_id}: netdev not restored: {exc}")
