@@ -72,10 +72,9 @@ _STATE_WORDS = {"running": "", "pending": " not-started-yet", "exited": " exited
 def _running(service, grant) -> str:
     """``running``, ``pending``, ``exited`` or ``unknown``: see the module doc."""
     from numa_pin.errors import NumaPinError
-    from numa_pin.ledger.liveness import is_alive
 
     try:
-        if is_alive(grant, service.config.proc_root, service.config.cgroup_root):
+        if service.running(grant):
             return "running"
         return "pending" if service.alive(grant) else "exited"
     except (NumaPinError, OSError):

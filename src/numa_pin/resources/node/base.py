@@ -125,6 +125,12 @@ class Node:
     def alive(self, grant: Grant) -> bool:
         return self._alive(grant)
 
+    def running(self, grant: Grant) -> bool:
+        """Whether the grant's process or cgroup is there now (no grace: what ``status`` shows
+        as running; whether the grant lives is :meth:`alive`'s)."""
+        return not of_earlier_boot(grant, self.boot_id) and is_alive(grant, self.config.proc_root,
+                                                                       self.config.cgroup_root)
+
     def _layout(self) -> CgroupLayout:
         """How cgroups are mounted (read once per node from mountinfo)."""
         if self._cgroup_layout is None:
