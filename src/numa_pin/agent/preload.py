@@ -60,6 +60,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.devices.devfilter",
     "numa_pin.enforcer.netdev",
     "numa_pin.enforcer.netns",
+    "numa_pin.resources.node.vfjournal",
     "numa_pin.topology.cache",
     "numa_pin.topology.discover",
     "numa_pin.topology.isolated",
