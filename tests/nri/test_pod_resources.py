@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.nri import messages as nri_messages
@@ -59,16 +57,6 @@ def run(tmp: Path, machines: Path, m: nri_messages.Messages, form: str) -> list[
         return out
     finally:
         conn.close()
-
-
-@pytest.fixture(scope="module")
-def machines(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("machines")
-
-
-@pytest.fixture(scope="module")
-def m() -> nri_messages.Messages:
-    return nri_messages.load()
 
 
 def test_pod_resources_give_the_grants_the_annotated_totals_give(tmp_path: Path, machines: Path, m) -> None:

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 from numa_pin.admission.request import request_from_oci
-from numa_pin.nri import messages as nri_messages
 from numa_pin.service import NodeService
 
 from .fake_runtime import Connected, container, pod
@@ -79,16 +78,6 @@ class K8sVfNode(vf_world.VfNode):
 
     def pod_netns(self) -> str:
         return str((self.root / "netns" / "pod-u1").resolve())
-
-
-@pytest.fixture(scope="module")
-def machines(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("machines")
-
-
-@pytest.fixture(scope="module")
-def m() -> nri_messages.Messages:
-    return nri_messages.load()
 
 
 def _annotations(scope: str) -> dict[str, str]:
