@@ -97,6 +97,34 @@ def _check_v2(grant: Grant, ref: cg.CgroupRef, ancestors: list[str]) -> None:
             f"kernel has no {EXCLUSIVE} (a nested isolated partition needs Linux 6.7 or later)", path=ref.cpuset_dir)
 
 
+def _check_siblings(node: Node, state: LedgerState, grant: Grant, ref: cg.CgroupRef) -> None:
+    """A top-level partition (v2): refuse, before any write, when a sibling cgroup lists some of
+    its CPUs in its own ``cpuset.cpus`` (the kernel would declare the partition invalid). Host
+    cgroups numa-pin holds are not counted (they leave the partition's CPUs before it is made:
+    :func:`~numa_pin.resources.node.host.settle_host`), nor other grants' cgroups (their CPUs are
+    theirs); one an administrator pinned is, and so is one Linux keeps explicit after another tool."""
+    from numa_pin.resources.node import host
+
+    skip = {os.path.normpath(ref.cpuset_dir), *host.held_dirs(node)}
+    skip |= {os.path.normpath(os.path.join(ref.hierarchy_root, g.cgroup.lstrip("/")))
+             for g in state.grants.values() if g.cgroup}
+    for sibling in cg.child_dirs(ref.hierarchy_root):
+        if os.path.normpath(sibling) in skip:
+            continue
+        try:
+            listed = parse_list(_read(os.path.join(sibling, "cpuset.cpus")))
+            kind = _read(os.path.join(sibling, PARTITION)).split() if os.path.exists(
+                os.path.join(sibling, PARTITION)) else ["member"]
+        except (EnforcementError, ValueError):
+            continue  # no cpuset here, or gone
+        if listed & grant.cpus and kind[:1] == ["member"]:
+            raise IsolationError(
+                f"container {grant.container_id} asks cpu-load-balancing=disable, but the top-level cgroup "
+                f"{os.path.basename(sibling)} lists CPUs {format_list(listed & grant.cpus)} in its own cpuset "
+                "(the kernel would make the partition invalid; host services and this partition cannot both "
+                "have them)", path=sibling)
+
+
 def _plan_v2(grant: Grant, ref: cg.CgroupRef, ancestors: list[str]) -> dict[str, Any]:
     added = {}
     for d in ancestors:
@@ -173,7 +201,10 @@ def preflight(node: Node, admission: Admission) -> None:
     if ref is None or not asks(grant):
         return
     if ref.version == 2:
-        _check_v2(grant, ref, _ancestors(ref))
+        ancestors = _ancestors(ref)
+        _check_v2(grant, ref, ancestors)
+        if not ancestors:
+            _check_siblings(node, admission.state, grant, ref)
     else:
         _check_v1(grant, ref)
 
@@ -182,7 +213,7 @@ def preflight(node: Node, admission: Admission) -> None:
 def settle(node: Node, state: LedgerState, undo: UndoLog, ensure: tuple[Grant, ...]) -> list[str]:
     """Undo the records of grants ``state`` no longer holds (or that no longer ask), then make
     the grants of ``ensure`` isolated. Returns the ids of the grants it wrote for."""
-    from numa_pin.resources.node import journal
+    from numa_pin.resources.node import host, journal
 
     cfg = node.config
     doc = journal.read(cfg.state_dir, node.boot_id)
@@ -200,6 +231,7 @@ def settle(node: Node, state: LedgerState, undo: UndoLog, ensure: tuple[Grant, .
     if stale:
         doc = {**doc, "partitions": records}
         journal.write(cfg.state_dir, node.boot_id, doc, undo)
+        host.settle_host(node, state, undo)  # host cgroups kept off the partitions' CPUs get them back
     for grant in ensure:
         ref = node.live_cgroup_ref(grant)
         if ref is None or not asks(grant):
@@ -207,6 +239,9 @@ def settle(node: Node, state: LedgerState, undo: UndoLog, ensure: tuple[Grant, .
         ancestors = _ancestors(ref)
         if ref.version == 2:
             _check_v2(grant, ref, ancestors)
+            if not ancestors:  # the host cgroups numa-pin holds leave its CPUs first
+                host.settle_host(node, state, undo)
+                _check_siblings(node, state, grant, ref)
             entry = _plan_v2(grant, ref, ancestors)
             old = records.get(grant.container_id)
             if old is not None and old.get("dir") == entry["dir"]:  # what it added earlier stays its own
