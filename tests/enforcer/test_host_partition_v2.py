@@ -163,3 +163,28 @@ def test_a_pinned_sibling_refuses_the_partition_before_any_write(node):
     assert "user.slice" in str(err.value) and "\n" not in str(err.value)
     assert {h: node.cpus(h) for h in HOST} == before and service.ledger.read() == ledger
     assert node.partition_writes == [], "refused before the partition is tried"
+
+
+@pytest.mark.parametrize(
+    "pin, says",
+    [(None, "only where the container's cgroup is at the top of the hierarchy"),
+     ("user.slice", "cannot: this kernel has no cpuset.cpus.exclusive (a nested partition needs Linux 6.7), "
+                    "and at the top: user.slice lists CPUs 1 in its own cpuset (host services and an isolated "
+                    "partition cannot both have them)")],
+    ids=["nothing-pinned", "pinned-host-cgroup"],
+)
+def test_plan_says_when_the_node_cannot_have_a_partition_beside_the_host(node, pin, says):
+    """``plan`` (the grant has no cgroup yet) on this 6.1 node: a residue numa-pin holds does not
+    count, a list it does not hold does."""
+    from numa_pin.ledger.model import Grant
+    from numa_pin.resources.node.isolation import preview
+
+    service = NodeService(node.config)
+    leave_residue(service, node)
+    if pin is not None:
+        (node.tree.hierarchy / pin / "cpuset.cpus").write_text("1-3\n")
+        (node.fake.state_dir / SAVED).write_text(json.dumps(
+            {k: v for k, v in json.loads((node.fake.state_dir / SAVED).read_text()).items() if f"/{pin}/" not in k}))
+    grant = Grant("p", "p", "p", "exclusive", cpus=frozenset({1}), isolation={"load_balancing": "disable"})
+    line = preview(service, service.ledger.read().with_grant(grant), grant, applied=False)["cpu-load-balancing"]
+    assert says in line, line
