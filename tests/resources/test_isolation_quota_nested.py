@@ -87,3 +87,19 @@ def test_a_process_outside_the_grant_cgroup_adds_nothing(tmp_path):
     (root / "system.slice" / "cron.service").mkdir(parents=True)
     (root / "system.slice" / "cron.service" / "cpu.max").write_text(ORIGINAL + "\n")
     assert sorted(QuotaNode().targets(node, grant)) == [str(root / "machine.slice/libpod-a.scope/cpu.max")]
+
+
+@pytest.mark.parametrize(
+    "top, leaf, below",
+    [("/a.scope", "/a.scope", []),
+     ("/a.scope", "/a.scope/container", ["/a.scope/container"]),
+     ("/s/a.scope/", "/s/a.scope/container/init.scope", ["/s/a.scope/container", "/s/a.scope/container/init.scope"]),
+     ("/s/a.scope", "/s/a.scopex/container", []),
+     ("/s/a.scope", "/s", []),
+     ("/a", "/a" + "/x" * 9, [])],
+    ids=["itself", "crun", "two-levels", "a-prefix-is-not-a-parent", "above", "too-deep"],
+)
+def test_path_below(top, leaf, below):
+    from numa_pin.enforcer.proccgroup import path_below
+
+    assert path_below(top, leaf) == below
