@@ -93,7 +93,7 @@ def test_node_default_asks_for_every_exclusive_grant(tmp_path):
 
 def test_an_inherited_cpuset_comes_back_as_the_parents_cpus_where_v2_refuses_empty(tmp_path, monkeypatch):
     """cgroup v2 refuses an empty ``cpuset.cpus`` on a populated cgroup (ENOSPC): a host cgroup
-    that inherited its CPUs gets its parent's effective CPUs back instead, and is forgotten."""
+    that inherited its CPUs gets what it would inherit instead, and stays held as a residue."""
     from numa_pin.enforcer import cgroups
     from numa_pin.errors import EnforcementError
 
@@ -113,7 +113,10 @@ def test_an_inherited_cpuset_comes_back_as_the_parents_cpus_where_v2_refuses_emp
     monkeypatch.setattr(cgroups, "write_cgroup_file", kernel)
     service.release("a")
     assert node.cpus_of("user.slice") == set(range(8))
-    assert json.loads((node.state_dir / SAVED).read_text()) == {}
+    saved = json.loads((node.state_dir / SAVED).read_text())
+    assert list(saved) == [str(node.cgroup_root / "cpuset/user.slice/cpuset.cpus")], "a residue is kept"
+    assert saved[str(node.cgroup_root / "cpuset/user.slice/cpuset.cpus")]["value"] == ""
+    assert saved[str(node.cgroup_root / "cpuset/user.slice/cpuset.cpus")]["residue"] is True
 
 
 def test_a_rollback_gives_an_inherited_cpuset_back_where_v2_refuses_empty(tmp_path, monkeypatch):

@@ -86,6 +86,16 @@ def strip_mount_root(path: str, mount_root: str) -> str:
     return path
 
 
+def path_below(top: str, leaf: str, limit: int = 8) -> list[str]:
+    """The hierarchy paths from just below ``top`` down to ``leaf`` (inclusive), top down (pure):
+    ``/a.scope`` and ``/a.scope/container/x`` give ``["/a.scope/container", "/a.scope/container/x"]``.
+    Empty when ``leaf`` is not below ``top``, or more than ``limit`` levels below it."""
+    upper, lower = path_parts(top), path_parts(leaf)
+    if lower[:len(upper)] != upper or len(lower) - len(upper) > limit:
+        return []
+    return ["/" + "/".join(lower[:n]) for n in range(len(upper) + 1, len(lower) + 1)]
+
+
 def process_cgroup(pid: int | str, proc_root: str | os.PathLike[str], version: int, controller: str,
                    mount_root: str) -> str:
     """The cgroup of ``pid`` on the hierarchy of ``version`` (v1: the one carrying ``controller``),
@@ -102,6 +112,7 @@ def process_cgroup(pid: int | str, proc_root: str | os.PathLike[str], version: i
 __all__ = [
     "ProcCgroupLine",
     "parse_proc_cgroup",
+    "path_below",
     "path_parts",
     "process_cgroup",
     "read_proc_cgroup",

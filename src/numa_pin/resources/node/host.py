@@ -49,15 +49,38 @@ def asking(state: LedgerState) -> list[Grant]:
     return [g for _, g in sorted(state.grants.items()) if g.cpus and of_grant(g).host]
 
 
+def partition_cpus(state: LedgerState) -> frozenset[int]:
+    """The CPUs of the live grants whose CPUs are an isolated partition (load balancing off): no
+    host cgroup may list them (the kernel declares a top-level partition invalid when a sibling's
+    own ``cpuset.cpus`` shares its CPUs)."""
+    out: set[int] = set()
+    for g in state.grants.values():
+        if g.isolation.get("load_balancing") == "disable":
+            out |= g.cpus
+    return frozenset(out)
+
+
 def host_cpus(node: Node, state: LedgerState) -> frozenset[int] | None:
-    """The CPUs host services may use: online minus the CPUs of :func:`asking` (None: none asks)."""
+    """The CPUs host services may use: online minus the CPUs of :func:`asking` and of the
+    isolated partitions (None: none asks)."""
     grants = asking(state)
     if not grants:
         return None
-    taken: set[int] = set()
+    taken: set[int] = set(partition_cpus(state))
     for g in grants:
         taken |= g.cpus
     return node.topology.cpu_ids - taken
+
+
+def inherited_cpus(node: Node, state: LedgerState) -> frozenset[int]:
+    """What a host cgroup that inherits its CPUs has now: online minus the isolated partitions'."""
+    return node.topology.cpu_ids - partition_cpus(state)
+
+
+def held_dirs(node: Node) -> frozenset[str]:
+    """The cpuset directories of the host cgroups this resource holds an original of (narrowed
+    now, or kept as a residue): their explicit lists follow the partitions by themselves."""
+    return frozenset(os.path.dirname(path) for path in _saved(node).of_knob(KNOB))
 
 
 def host_dirs(node: Node, state: LedgerState) -> list[str]:
@@ -130,25 +153,63 @@ def _narrow(node: Node, rel: str, cpus: frozenset[int], saved: Saved, undo: Undo
     return True
 
 
-def _restore(node: Node, path: str, entry: dict[str, Any], saved: Saved, undo: UndoLog) -> None:
-    """Put back one host cgroup's own cpuset and its unit's ``AllowedCPUs``, then forget them."""
+def _restore(node: Node, state: LedgerState, path: str, entry: dict[str, Any], saved: Saved,
+             undo: UndoLog) -> bool:
+    """Put back one host cgroup's own cpuset and its unit's ``AllowedCPUs``, then forget them;
+    True when something was written.
+
+    Where systemd owns the unit its property goes back first (an empty ``AllowedCPUs``: systemd
+    leaves the kernel's inherited value). A cgroup that inherited its CPUs (``""``) and that the
+    kernel refuses an empty list again (Linux 6.1 on a populated cgroup: ENOSPC) is a *residue*:
+    its entry stays, marked, and its list follows what it would inherit
+    (:func:`inherited_cpus`: never an isolated partition's CPUs), at every release and
+    ``reconcile``, until the kernel takes the empty list."""
     from numa_pin.enforcer.saved import of_earlier_boot
 
     if of_earlier_boot(entry, node.boot_id):  # that boot's cgroups went with it: not written back
         saved.forget(path, undo)
-        return
+        return True
+    changed = False
     unit, systemd = entry.get("unit"), node.systemd()
-    if isinstance(unit, str) and systemd is not None and systemd.show(unit).loaded:
-        shown = systemd.show(unit)
-        systemd.set_properties(unit, str(entry.get("allowed", "")), None)
-        undo.record(f"{unit}: AllowedCPUs={entry.get('allowed')!r} (was {shown.cpus!r})",
-                    lambda: systemd.set_properties(unit, shown.cpus, None))
-    if os.path.isfile(path):
-        current, original = cg.read_cgroup_file(path), str(entry.get("value", ""))
-        if current != original:
-            restore_list(path, original)  # an inherited one as what it inherits, where v2 refuses empty
-            undo.record(f"{path}: {original!r} (was {current!r})", lambda: cg.write_cgroup_file(path, current))
+    allowed = str(entry.get("allowed", ""))
+    shown = systemd.show(unit) if isinstance(unit, str) and systemd is not None else None
+    if isinstance(unit, str) and systemd is not None and shown is not None and shown.loaded \
+            and shown.cpus != allowed:
+        systemd.set_properties(unit, allowed, None)
+        was = shown.cpus
+        undo.record(f"{unit}: AllowedCPUs={allowed!r} (was {was!r})", lambda: systemd.set_properties(unit, was, None))
+        changed = True
+    if not os.path.isfile(path):
+        saved.forget(path, undo)
+        return True
+    current, original = cg.read_cgroup_file(path), str(entry.get("value", ""))
+    if current != original:
+        try:
+            cg.write_cgroup_file(path, original)
+        except EnforcementError:
+            if original.strip():
+                raise
+            return _residue(node, state, path, entry, saved, undo, current) or changed
+        undo.record(f"{path}: {original!r} (was {current!r})", lambda: restore_list(path, current))
+        changed = True
     saved.forget(path, undo)
+    return True
+
+
+def _residue(node: Node, state: LedgerState, path: str, entry: dict[str, Any], saved: Saved, undo: UndoLog,
+             current: str) -> bool:
+    """A host cgroup the kernel will not give its empty (inherited) list back: it holds what it
+    would inherit, and its entry stays, marked; True when something was written."""
+    want = format_list(inherited_cpus(node, state))
+    if not entry.get("residue"):  # the old entry comes back on a rollback (forget's undo runs last)
+        saved.forget(path, undo)
+        saved.save(path, {**entry, "residue": True}, undo)
+    if current == want:
+        return False
+    cg.write_cgroup_file(path, want)
+    undo.record(f"{path}: {want!r} (was {current!r}, inherits: Linux keeps an explicit list)",
+                lambda: cg.write_cgroup_file(path, current))
+    return True
 
 
 def preflight(node: Node, admission: Admission) -> None:
@@ -157,6 +218,16 @@ def preflight(node: Node, admission: Admission) -> None:
     if grant.cpus and of_grant(grant).host and not host_dirs(node, admission.state):
         raise IsolationError("no host cgroup to keep off exclusive CPUs (host services share the "
                              "root cgroup here); numa-pin.io/host-services cannot be honoured")
+
+
+def settle_host(node: Node, state: LedgerState, undo: UndoLog) -> None:
+    """The host cgroups as ``state`` wants them (narrowed, given back, residues following the
+    partitions): what the load-balancing knob runs before it makes a partition and after it
+    dissolves one. Raises EnforcementError with the first problem."""
+    if not asking(state) and not _saved(node).of_knob(KNOB):
+        return
+    for problem in HostNode()._apply(node, state, undo, strict=False)[1]:
+        raise EnforcementError(problem)
 
 
 class HostNode(NodeResource):
@@ -188,8 +259,7 @@ class HostNode(NodeResource):
             if entry.get("rel") in narrowed:
                 continue
             try:  # no longer narrowed (no grant asks, or the cgroup now holds one): its own cpuset back
-                _restore(node, path, entry, saved, undo)
-                changed = True
+                changed |= _restore(node, state, path, entry, saved, undo)
             except EnforcementError as exc:
                 problems.append(f"host services not given back: {exc}")
         return changed, problems
@@ -245,4 +315,5 @@ class HostNode(NodeResource):
         return {"host_services_cpus": "all" if cpus is None else format_list(cpus)}
 
 
-__all__ = ["HostNode", "asking", "host_cpus", "host_dirs", "preflight"]
+__all__ = ["HostNode", "asking", "held_dirs", "host_cpus", "host_dirs", "inherited_cpus", "partition_cpus", "preflight",
+           "settle_host"]

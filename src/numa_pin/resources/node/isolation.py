@@ -21,8 +21,9 @@ the whole truth; nothing else is counted:
   never committed or are gone), then every wanted value written again where it drifted.
 
 The knobs: CFS quota off (``cpu.max`` ``max <period>`` on v2, ``cpu.cfs_quota_us`` ``-1`` on
-v1, for the container's cgroup and a Kubernetes pod's cgroup above it), the CPU's resume latency
-limit (``power/pm_qos_resume_latency_us``, as CRI-O writes it) and the cpufreq governor of every
+v1, for the container's cgroup, the cgroups below it down to its process's, and a Kubernetes
+pod's cgroup above it), the CPU's resume latency limit (``power/pm_qos_resume_latency_us``, as
+CRI-O writes it) and the cpufreq governor of every
 policy holding one of the grant's CPUs (``scaling_governor``, checked against
 ``scaling_available_governors``).
 """
@@ -305,8 +306,10 @@ class GovernorNode(SettingKnob):
 
 
 class QuotaNode(SettingKnob):
-    """``cpu-quota``: no CFS quota on the container's cgroup, and on the pod's cgroup above it for
-    a Kubernetes pod (kubelet's pod cgroup carries the pod's limit too)."""
+    """``cpu-quota``: no CFS quota on the container's cgroup, on every cgroup below it down to the
+    one its process runs in (crun's ``<scope>/container`` holds the process and the spec's quota),
+    and on the pod's cgroup above it for a Kubernetes pod (kubelet's pod cgroup carries the pod's
+    limit too)."""
 
     name = "isolation.quota"
     knob = "quota"
@@ -331,7 +334,7 @@ class QuotaNode(SettingKnob):
         own = cg.hierarchy_dir(grant.cgroup, node.config.cgroup_root, subdir)
         if not os.path.isdir(own):
             raise EnforcementError("the container's cgroup is gone", path=own)
-        dirs = [own]
+        dirs = [own, *_nested(node, grant, grant.cgroup, (version, subdir), own)]
         parent_rel = os.path.dirname(grant.cgroup.rstrip("/"))
         if "kubepods" in parent_rel and "pod" in os.path.basename(parent_rel).replace("kubepods", ""):
             dirs.insert(0, cg.hierarchy_dir(parent_rel, node.config.cgroup_root, subdir))
@@ -349,6 +352,28 @@ class QuotaNode(SettingKnob):
                     raise IsolationError("no cpu.cfs_quota_us (cpu-quota cannot be honoured)", path=d)
                 out[path] = "-1"
         return out
+
+
+def _nested(node: Node, grant: Grant, top: str, where: tuple[int, str], own: str) -> list[str]:
+    """The cgroup directories below the grant's own that hold its process: from its cgroup down
+    to the one ``<proc_root>/<pid>/cgroup`` names, and a runtime's sub-cgroup (crun's
+    ``container``) when the grant has no readable pid; none when the process sits in its own."""
+    from numa_pin.enforcer.proccgroup import path_below, process_cgroup
+
+    version, subdir = where
+    at = None
+    if grant.pid is not None:
+        try:
+            mount_root = node.layout().mount_root(version, "cpu")
+            at = process_cgroup(grant.pid, node.config.proc_root, version, "cpu", mount_root)
+        except EnforcementError:  # gone (its release follows) or not on this hierarchy
+            pass
+    if at is not None:
+        rels = path_below(top, at)
+    else:
+        rels = [top.rstrip("/") + "/" + name for name in cg.RUNTIME_SUBGROUPS
+                if os.path.isdir(os.path.join(own, name))]
+    return [d for d in (cg.hierarchy_dir(rel, node.config.cgroup_root, subdir) for rel in rels) if os.path.isdir(d)]
 
 
 def preview(node: Node, state: LedgerState, grant: Grant, applied: bool) -> dict[str, str]:

@@ -97,6 +97,71 @@ def _check_v2(grant: Grant, ref: cg.CgroupRef, ancestors: list[str]) -> None:
             f"kernel has no {EXCLUSIVE} (a nested isolated partition needs Linux 6.7 or later)", path=ref.cpuset_dir)
 
 
+def blockers(node: Node, state: LedgerState, grant: Grant, root: str, own: str | None) -> dict[str, frozenset[int]]:
+    """``{sibling: CPUs}``: the top-level cgroups (children of ``root``, the hierarchy's; ``own``
+    left out) that list some of ``grant``'s CPUs in their own ``cpuset.cpus``, where the kernel
+    would declare a top-level partition on them invalid. Host cgroups numa-pin holds are not
+    counted (they leave the partition's CPUs before it is made:
+    :func:`~numa_pin.resources.node.host.settle_host`), nor other grants' cgroups (their CPUs are
+    theirs); one an administrator or another tool pinned is."""
+    from numa_pin.resources.node import host
+
+    skip = {os.path.normpath(own or root), *host.held_dirs(node)}
+    skip |= {os.path.normpath(os.path.join(root, g.cgroup.lstrip("/"))) for g in state.grants.values() if g.cgroup}
+    out: dict[str, frozenset[int]] = {}
+    for sibling in cg.child_dirs(root):
+        if os.path.normpath(sibling) in skip:
+            continue
+        try:
+            listed = parse_list(_read(os.path.join(sibling, "cpuset.cpus")))
+            kind = _read(os.path.join(sibling, PARTITION)).split() if os.path.exists(
+                os.path.join(sibling, PARTITION)) else ["member"]
+        except (EnforcementError, ValueError):
+            continue  # no cpuset here, or gone
+        if listed & grant.cpus and kind[:1] == ["member"]:
+            out[sibling] = listed & grant.cpus
+    return out
+
+
+def _check_siblings(node: Node, state: LedgerState, grant: Grant, ref: cg.CgroupRef) -> None:
+    """A top-level partition (v2): refuse, before any write, when :func:`blockers` finds a sibling."""
+    for sibling, cpus in sorted(blockers(node, state, grant, ref.hierarchy_root, ref.cpuset_dir).items()):
+        raise IsolationError(
+            f"container {grant.container_id} asks cpu-load-balancing=disable, but the top-level cgroup "
+            f"{os.path.basename(sibling)} lists CPUs {format_list(cpus)} in its own cpuset (the kernel would "
+            "make the partition invalid; host services and this partition cannot both have them)", path=sibling)
+
+
+def preview(node: Node, state: LedgerState, grant: Grant) -> str:
+    """What ``plan`` says of a grant asking no load balancing on cgroup v2 before its cgroup is
+    known: whether this kernel can make a nested partition, and the top-level cgroups that keep
+    the node from having one beside them."""
+    where = node.layout().hierarchy_subdir("cpuset")
+    if where is None:
+        return "cannot: no cgroup hierarchy carries the cpuset controller"
+    root = cg.hierarchy_dir("/", node.config.cgroup_root, where[1])
+    if where[0] == 1:
+        balance = os.path.join(root, LOAD_BALANCE)
+        if os.path.exists(balance) and _read(balance) != "0":
+            return "cannot: the root cpuset balances load (sched_load_balance 1); numa-pin does not turn it off"
+        return f"sched_load_balance 0 on the container's cpuset (CPUs {format_list(grant.cpus)})"
+    children = cg.child_dirs(root)
+    if not any(os.path.exists(os.path.join(d, PARTITION)) for d in children):
+        return f"cannot: this kernel has no cpuset partitions ({PARTITION} is missing)"
+    nested = any(os.path.exists(os.path.join(d, EXCLUSIVE)) for d in children)
+    blocked = blockers(node, state, grant, root, None)
+    why = ", ".join(f"{os.path.basename(d)} lists CPUs {format_list(c)} in its own cpuset"
+                    for d, c in sorted(blocked.items()))
+    why += " (host services and an isolated partition cannot both have them)"
+    if nested:
+        return f"an isolated partition on CPUs {format_list(grant.cpus)}" + (
+            f"; at the top of the hierarchy it cannot: {why}" if blocked else "")
+    if blocked:
+        return f"cannot: this kernel has no {EXCLUSIVE} (a nested partition needs Linux 6.7), and at the top: {why}"
+    return (f"an isolated partition on CPUs {format_list(grant.cpus)} only where the container's cgroup is at the "
+            f"top of the hierarchy (this kernel has no {EXCLUSIVE}: a nested one needs Linux 6.7)")
+
+
 def _plan_v2(grant: Grant, ref: cg.CgroupRef, ancestors: list[str]) -> dict[str, Any]:
     added = {}
     for d in ancestors:
@@ -173,7 +238,10 @@ def preflight(node: Node, admission: Admission) -> None:
     if ref is None or not asks(grant):
         return
     if ref.version == 2:
-        _check_v2(grant, ref, _ancestors(ref))
+        ancestors = _ancestors(ref)
+        _check_v2(grant, ref, ancestors)
+        if not ancestors:
+            _check_siblings(node, admission.state, grant, ref)
     else:
         _check_v1(grant, ref)
 
@@ -182,7 +250,7 @@ def preflight(node: Node, admission: Admission) -> None:
 def settle(node: Node, state: LedgerState, undo: UndoLog, ensure: tuple[Grant, ...]) -> list[str]:
     """Undo the records of grants ``state`` no longer holds (or that no longer ask), then make
     the grants of ``ensure`` isolated. Returns the ids of the grants it wrote for."""
-    from numa_pin.resources.node import journal
+    from numa_pin.resources.node import host, journal
 
     cfg = node.config
     doc = journal.read(cfg.state_dir, node.boot_id)
@@ -200,6 +268,7 @@ def settle(node: Node, state: LedgerState, undo: UndoLog, ensure: tuple[Grant, .
     if stale:
         doc = {**doc, "partitions": records}
         journal.write(cfg.state_dir, node.boot_id, doc, undo)
+        host.settle_host(node, state, undo)  # host cgroups kept off the partitions' CPUs get them back
     for grant in ensure:
         ref = node.live_cgroup_ref(grant)
         if ref is None or not asks(grant):
@@ -207,6 +276,9 @@ def settle(node: Node, state: LedgerState, undo: UndoLog, ensure: tuple[Grant, .
         ancestors = _ancestors(ref)
         if ref.version == 2:
             _check_v2(grant, ref, ancestors)
+            if not ancestors:  # the host cgroups numa-pin holds leave its CPUs first
+                host.settle_host(node, state, undo)
+                _check_siblings(node, state, grant, ref)
             entry = _plan_v2(grant, ref, ancestors)
             old = records.get(grant.container_id)
             if old is not None and old.get("dir") == entry["dir"]:  # what it added earlier stays its own
@@ -274,9 +346,21 @@ class PartitionNode(PartitionResource, NodeResource):
         live = tuple(g for _, g in sorted(state.grants.items()) if asks(g))
         return [cid for cid in settle(node, state, undo, live) if cid in state.grants]
 
+    def preview(self, node: Node, state: LedgerState, grant: Grant, applied: bool) -> str | None:
+        """``plan``'s line (see :func:`preview`); ``explain``'s: the partition as the kernel shows it."""
+        if not asks(grant):
+            return None
+        ref = node.live_cgroup_ref(grant) if applied and grant.cgroup else None
+        if ref is None:
+            return preview(node, state, grant)
+        try:
+            return f"{ref.rel_path}: {_read(os.path.join(ref.cpuset_dir, PARTITION))}"
+        except EnforcementError as exc:
+            return f"cannot: {exc}"
+
     def status(self, node: Node, state: LedgerState) -> dict[str, Any]:
         held = [g.container_id for _, g in sorted(state.grants.items()) if asks(g)]
         return {"load_balancing_off": held} if held else {}
 
 
-__all__ = ["ANNOTATIONS", "PartitionNode", "PartitionResource", "asks", "preflight", "settle"]
+__all__ = ["ANNOTATIONS", "PartitionNode", "PartitionResource", "asks", "blockers", "preflight", "preview", "settle"]
