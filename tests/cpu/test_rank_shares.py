@@ -2,10 +2,12 @@
 
 Oracle: hwloc's own ``hwloc-distrib --input <kit root> --restrict <cpus> N`` on every kit
 machine shape (hwloc reads the kit's sysfs tree as it reads a real one), for the whole machine,
-its first half and a scattered third, and a range of N. Two shapes are there for this (issue 37):
-``opteron-6276``, whose ``core_id`` names neither a core nor a compute unit (hwloc's cores are
-the thread siblings), and ``uv-blades``, whose SLIT makes hwloc group the nodes above the
-packages.
+its first half and a scattered third, and a range of N. Three shapes are there for this (issue
+37): ``opteron-6276``, whose ``core_id`` names neither a core nor a compute unit (hwloc's cores
+are the thread siblings); ``uv-blades``, whose SLIT makes hwloc group the nodes above the
+packages; and ``power7-lpar``, whose packages are its cores (``core_siblings`` is one core,
+``physical_package_id`` -1; hwloc reads no device tree, so the ``ibm,chip-id`` there changes
+nothing) and whose SLIT groups its chips by two.
 """
 
 from __future__ import annotations

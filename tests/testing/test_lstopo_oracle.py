@@ -33,7 +33,11 @@ Issue 23's shapes, where hwloc 2.9 and numa-pin differ on purpose:
 * node cpulists that overlap: hwloc keeps the first node with every CPU in its cpumap and drops
   the others (and the distance matrix); numa-pin gives each CPU to its ``cpuN/nodeM`` link,
   unless the SLIT is all 10s too (issue 37: hwloc's buggy-NUMA Xeon 5400): then it reads the
-  machine as hwloc does, one node.
+  machine as hwloc does, one node;
+* a package mask of one core with ``physical_package_id`` -1 and the chips named only by the
+  device tree's ``ibm,chip-id`` (a POWER7 LPAR, issue 37): hwloc 2.9 reads no device tree (its
+  Linux backend has had no device-tree code since 2.3, and ``HWLOC_USE_DT`` is gone), so its
+  packages are the cores, without an os_index; numa-pin reads the same packages.
 """
 
 from __future__ import annotations
@@ -256,6 +260,11 @@ def views(
 
 
 # ---- what hwloc should conclude from a spec (hwloc's rules, not the kit's) ---------------
+def _spec_cores(spec: MachineSpec) -> set[frozenset[int]]:
+    layout = [c for c in spec.cpu_layout() if c.online]
+    return {frozenset(c.id for c in layout if c.core_index == k) for k in {c.core_index for c in layout}}
+
+
 def _hwloc_node_locality(spec: MachineSpec, node: int) -> frozenset[int]:
     cpuless = spec.cpuless_spec(node)
     if cpuless is None:
@@ -316,20 +325,20 @@ def test_numa_nodes_and_their_pus(views, name: str) -> None:
 def test_packages_dies_cores_and_l3(views, name: str) -> None:
     spec, _, view = views[name]
     sockets = {s: spec.cpus_of_socket(s) for s in range(spec.sockets)}
+    if spec.quirks.package_mask_per_core:  # hwloc's packages are the kernel's masks: the cores
+        sockets = {s: cpus for s, cpus in enumerate(sorted(_spec_cores(spec), key=min))}
     if spec.quirks.topology_siblings_only:  # no package files at all: hwloc makes no Package
         assert (view.package_sets, view.packages) == (set(), {})
     else:
         assert view.package_sets == set(sockets.values())
     if spec.quirks.topology_siblings_only:
         pass
-    elif spec.quirks.package_id_unknown:  # hwloc keeps the groups, without an os_index
+    elif spec.quirks.package_id_unknown or spec.quirks.package_mask_per_core:  # no os_index
         assert view.packages == {}
     else:
         assert view.packages == sockets
     layout = [c for c in spec.cpu_layout() if c.online]
-    cores = {
-        frozenset(c.id for c in layout if c.core_index == k) for k in {c.core_index for c in layout}
-    }
+    cores = _spec_cores(spec)
     assert view.cores == cores
     l3 = {frozenset(c.id for c in layout if c.l3 == k) for k in {c.l3 for c in layout}}
     # an all-zero L3 map: hwloc gives each core its own L3 (its rule for an empty cache mask)
@@ -587,3 +596,23 @@ def test_infiniband_hcas_count_in_nrt_as_nics_do(views) -> None:
         (node,) = view.pci[address].cpu_nodes
         want[f"node-{node}"] = want.get(f"node-{node}", 0) + 1
     assert {z: n for z, n in counted.items() if n} == want == {"node-2": 2, "node-3": 1}
+
+
+
+def test_hwloc_reads_no_device_tree(lstopo: str, tmp_path: Path) -> None:
+    """The chips of ``power7-lpar`` are named only by ``/proc/device-tree/cpus/*/ibm,chip-id``:
+    hwloc's topology is the same with ``HWLOC_USE_DT=1`` (hwloc 2.1's switch for its old
+    device-tree code) and without the tree, and its packages are the cores; so no oracle of
+    numa-pin's counts on those chips."""
+    spec = shape("power7-lpar")
+    root = build_once(spec, tmp_path).root
+    chip_ids = [int.from_bytes(p.read_bytes(), "big") for p in (root / "proc").glob("device-tree/cpus/*/ibm,chip-id")]
+    assert len(chip_ids) == spec.core_count and set(chip_ids) == set(range(spec.sockets))
+    with_tree = _run_lstopo(lstopo, root)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HWLOC_")} | {"HWLOC_USE_DT": "1"}
+    done = subprocess.run([lstopo, "--input", str(root), "--whole-io", "--of", "xml", "-"], capture_output=True,
+                          text=True, timeout=120, env=env, check=True)
+    shutil.rmtree(root / "proc" / "device-tree")
+    without = _run_lstopo(lstopo, root)
+    assert ET.tostring(ET.fromstring(done.stdout)) == ET.tostring(with_tree) == ET.tostring(without)
+    assert _read_view(with_tree).package_sets == _spec_cores(spec)

@@ -52,6 +52,8 @@ CASES = [
     ("harpertown-flat-numa", 4, 1),  # one node holds all 8 CPUs: node 0, not 8 one-CPU nodes
     ("harpertown-flat-numa", 7, 1),  # every CPU but the reserved one
     ("harpertown-flat-numa", 8, 1),  # CPU 0 is reserved: reject
+    ("power7-lpar", 4, 1),  # one whole SMT4 core (a package of its own) of node 0
+    ("power7-lpar", 16, 1),  # node 0 has 15: node 1's four cores
 ]
 
 

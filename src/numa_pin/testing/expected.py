@@ -38,7 +38,8 @@ def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
     (socket 0, die 0, no cluster) whose cores are numbered by their lowest CPU; overlapping
     node cpulists the node of each CPU's ``nodeN`` link, or, with an all-10 SLIT, one node (the
     first, its own memory) holding every CPU; core ids that are not the thread
-    siblings' cores numbered by their lowest CPU (no cluster).
+    siblings' cores numbered by their lowest CPU (no cluster); a package mask of one core
+    (POWER7 LPARs) one socket per core, numbered by lowest CPU (die 0, no cluster).
     """
     quirks = spec.quirks
     matrix = spec.distance_matrix()
@@ -72,16 +73,19 @@ def expected_topology(spec: MachineSpec, source: str = "") -> Topology:
         if c.online:
             l3_lowest[c.l3] = min(c.id, l3_lowest.get(c.l3, c.id))
     bare = quirks.topology_siblings_only
+    per_core = quirks.package_mask_per_core
+    socket_of_core = {k: i for i, k in enumerate(sorted(siblings, key=lambda k: min(siblings[k])))}
+    renumbered = bare or per_core or quirks.core_id_per_thread
     cpus = {
         c.id: Cpu(
             id=c.id,
-            socket=0 if bare else c.socket,
+            socket=0 if bare else socket_of_core[c.core_index] if per_core else c.socket,
             die=0 if bare else c.die,
-            core=min(siblings[c.core_index]) if bare or quirks.core_id_per_thread else c.core,
+            core=min(siblings[c.core_index]) if renumbered else c.core,
             numa=first if len(nodes) == 1 else c.node,
             siblings=frozenset(siblings[c.core_index]),
             l3=_l3(quirks, c.l3, l3_lowest),
-            cluster=None if bare or quirks.core_id_per_thread else c.cluster,
+            cluster=None if renumbered else c.cluster,
         )
         for c in layout
         if c.online

@@ -121,7 +121,8 @@ def cpuinfo(spec: MachineSpec) -> str:
     cores_per_socket = {
         s: len({c.core_index for c in online if c.socket == s}) for s in range(spec.sockets)
     }
-    package_id = (lambda socket: -1) if spec.quirks.package_id_unknown else (lambda socket: socket)
+    unknown = spec.quirks.package_id_unknown or spec.quirks.package_mask_per_core
+    package_id = (lambda socket: -1) if unknown else (lambda socket: socket)
     intel = spec.vendor == "GenuineIntel"
     family, model, stepping = (6, 106, 6) if intel else (25, 1, 1)
     flags = "fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush "

@@ -709,6 +709,36 @@ def harpertown_flat_numa() -> MachineSpec:
     )
 
 
+def _power7_distance(a: int, b: int) -> int:
+    if a == b:
+        return 10
+    return 20 if a // 2 == b // 2 else 40
+
+
+def power7_lpar() -> MachineSpec:
+    """An IBM POWER7 LPAR under PowerVM: 4 chips of one node each, 4 cores x SMT4 per chip
+    numbered adjacently (64 CPUs), an L3 region per core; SLIT 20 between the two chips of a
+    drawer, 40 across (hwloc groups the drawers).
+
+    The kernel takes the package mask from L2 sharing, so ``core_siblings`` is one core and
+    ``physical_package_id`` -1; the firmware's device tree names each core's chip
+    (``ibm,chip-id``). hwloc 2.9 reads no device tree: its packages are the cores.
+    """
+    return MachineSpec(
+        name="power7-lpar",
+        sockets=4,
+        cores_per_node=4,
+        threads_per_core=4,
+        sibling_layout="adjacent",
+        distances=tuple(tuple(_power7_distance(a, b) for b in range(4)) for a in range(4)),
+        memory_kb=32 * GIB_KB,
+        l3_scope="ccx",
+        cores_per_ccx=1,
+        model_name="POWER7 (architected), altivec supported",
+        quirks=KernelQuirks(package_mask_per_core=True, chip_ids_in_device_tree=True, cache_map_only=True),
+    )
+
+
 SHAPES: dict[str, Callable[[], MachineSpec]] = {
     "laptop": laptop,
     "intel-2s-ht": intel_2s_ht,
@@ -738,6 +768,7 @@ SHAPES: dict[str, Callable[[], MachineSpec]] = {
     "opteron-6276": opteron_6276,
     "uv-blades": uv_blades,
     "harpertown-flat-numa": harpertown_flat_numa,
+    "power7-lpar": power7_lpar,
 }
 
 #: the shapes that reproduce a real kernel's or firmware's quirk (issues 12 and 23)
@@ -763,6 +794,7 @@ QUIRK_SHAPES: tuple[str, ...] = (
     "node-cpulists-overlap",
     # issue 37: what hwloc reads differently
     "opteron-6276",
+    "power7-lpar",
     "harpertown-flat-numa",
 )
 
@@ -790,6 +822,7 @@ __all__ = [
     "SHAPES",
     "amd_nps4_8node",
     "opteron_6276",
+    "power7_lpar",
     "uv_blades",
     "harpertown_flat_numa",
     "big_64node",

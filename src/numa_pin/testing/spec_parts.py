@@ -91,7 +91,14 @@ class KernelQuirks:
       ``core_id``);
     * ``flat_node_distance``: every entry of every ``nodeN/distance`` row reads 10 (firmware
       that tells its nodes apart by nothing; with ``node_cpulists_overlap``, hwloc's
-      buggy-NUMA Xeon 5400 machine).
+      buggy-NUMA Xeon 5400 machine);
+    * ``package_mask_per_core``: ``core_siblings`` holds only the core's threads,
+      ``physical_package_id`` reads -1 and ``core_id`` the core's first thread, with no
+      ``package_cpus``, ``core_cpus``, ``die_*`` or ``cluster_*`` files (POWER7 LPARs under
+      PowerVM: the kernel derives the package mask from L2 sharing, one core on POWER7);
+    * ``chip_ids_in_device_tree``: ``/proc/device-tree/cpus`` holds one ``PowerPC,POWER7@<reg>``
+      node per core with its ``ibm,chip-id`` (the socket) and ``ibm,ppc-interrupt-server#s``
+      (its threads), as POWER firmware writes them; hwloc 2.9 reads no device tree at all.
     """
 
     nul_after_newline: str = NUL_NONE
@@ -107,6 +114,8 @@ class KernelQuirks:
     node_cpulists_overlap: bool = False
     core_id_per_thread: bool = False
     flat_node_distance: bool = False
+    package_mask_per_core: bool = False
+    chip_ids_in_device_tree: bool = False
 
     def __post_init__(self) -> None:
         if self.nul_after_newline not in (NUL_NONE, NUL_NODE_LISTS, NUL_SYSTEM):

@@ -239,16 +239,19 @@ class _Writer:
                 sets = {"thread_siblings": core_sets[c.id]}
             if spec.quirks.core_id_per_thread:  # kernels before die_id and cluster_id
                 del sets["die_cpus"], sets["cluster_cpus"]
+            per_core = spec.quirks.package_mask_per_core
+            if per_core:  # POWER7 LPARs: the package mask is the L2's CPUs, one core
+                sets = {"thread_siblings": core_sets[c.id], "core_siblings": core_sets[c.id]}
             for name, cpus in sets.items():
                 self.files.write(t / name, kernel_mask(cpus, self.nbits) + "\n")
                 self.files.write(t / f"{name}_list", list_line(cpus))
             if not spec.quirks.topology_siblings_only:
-                package_id = -1 if spec.quirks.package_id_unknown else c.socket
+                package_id = -1 if spec.quirks.package_id_unknown or per_core else c.socket
                 self.files.write(t / "physical_package_id", f"{package_id}\n")
-                core_id = c.core
+                core_id = min(core_sets[c.id]) if per_core else c.core
                 if spec.quirks.core_id_per_thread:  # each thread its own id, from 0 on each node
                     core_id = (c.core_index % spec.cores_per_node) * spec.threads_per_core + c.thread
-                else:
+                elif not per_core:
                     self.files.write(t / "die_id", f"{c.die}\n")
                     self.files.write(t / "cluster_id", f"{c.cluster}\n")
                 self.files.write(t / "core_id", f"{core_id}\n")
@@ -310,11 +313,30 @@ class _Writer:
             "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0\n"
         )
         self.files.write(self.proc / "mounts", mounts)
+        if spec.quirks.chip_ids_in_device_tree:
+            self.write_device_tree()
         if any(p.gpu_uuid for p in spec.pci):
             self.files.write(
                 self.proc / "driver" / "nvidia" / "version",
                 "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05\n",
             )
+
+    def write_device_tree(self) -> None:
+        """``/proc/device-tree/cpus``: one node per core, named by its first thread's server
+        number, with its chip and its threads as big-endian 32-bit cells (POWER firmware)."""
+        cpus = self.proc / "device-tree" / "cpus"
+        threads: dict[int, list[CpuLayout]] = {}
+        for c in self.layout:
+            threads.setdefault(c.core_index, []).append(c)
+        for members in threads.values():
+            first = min(m.id for m in members)
+            d = cpus / f"PowerPC,POWER7@{first:x}"
+            self.files.write(d / "name", b"PowerPC,POWER7\0")
+            self.files.write(d / "device_type", b"cpu\0")
+            self.files.write(d / "reg", first.to_bytes(4, "big"))
+            self.files.write(d / "ibm,chip-id", members[0].socket.to_bytes(4, "big"))
+            servers = b"".join(m.id.to_bytes(4, "big") for m in sorted(members, key=lambda m: m.id))
+            self.files.write(d / "ibm,ppc-interrupt-server#s", servers)
 
 
 __all__ = ["KERNEL_MAX", "BuiltMachine", "build", "build_once"]

@@ -42,7 +42,9 @@ Fallbacks (each is documented in ``docs/topology.md``):
   kernel's "unknown") -> ``None``;
 * ``physical_package_id`` -1 (POWER without ``ibm,chip-id``) or missing -> one socket per
   distinct ``package_cpus_list`` (else ``core_siblings_list``), numbered by lowest CPU after
-  the known package ids; without either list, socket 0;
+  the known package ids; without either list, socket 0. The device tree's ``ibm,chip-id`` is
+  not read: hwloc 2.9 reads no device tree, so on a POWER7 LPAR, whose package list is one
+  core, each core is a package to both;
 * ``core_id`` missing, or no package information at all, or core ids that do not name the
   thread siblings (AMD family 15h gives each core of a compute unit its own id, from 0 again
   on each node of a package) -> every core is its thread siblings, numbered by the lowest
