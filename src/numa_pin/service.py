@@ -42,9 +42,11 @@ from numa_pin.servicebase import ServiceBase
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
     from numa_pin.ledger.store import Transaction
+    from numa_pin.serviceadopt import Adopted, Adoptee
 
 #: how often an admission decides again after a real conflict (another writer took what its
 #: decision holds, or changed its pod); each such conflict is another admission committed
@@ -229,6 +231,14 @@ class NodeService(ServiceBase):
             f"admission of {request.container_id}: the ledger changed under {MAX_ATTEMPTS} decisions in a row; "
             "try again"
         )
+
+    def adopt_batch(self, adoptees: Sequence[Adoptee], deadline: Deadline) -> list[Adopted]:
+        """Adopt running containers that hold no grant, all in one ledger transaction
+        (:func:`numa_pin.serviceadopt.adopt_batch`: each refusal rolled back alone, a failed commit
+        rolls back all)."""
+        from numa_pin.serviceadopt import adopt_batch
+
+        return adopt_batch(self, adoptees, deadline)
 
     def _count_admission(self, request: ContainerRequest, decision: Decision | None, exc: Exception | None,
                          seconds: float, waits: int) -> None:
