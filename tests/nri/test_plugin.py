@@ -302,3 +302,22 @@ def test_a_split_synchronisation_is_kept_within_bounds(plugin, m, monkeypatch, p
     assert handler._sync_containers == [] and handler._sync_parts == 0
     reply = plugin.runtime.synchronize([], [])
     assert list(reply.update) == []
+
+
+def test_a_batch_works_out_the_cpu_view_of_the_machine_once(node: FakeNode, m, monkeypatch) -> None:
+    """kubelet's CPU view of the machine and its reserved CPUs depend on the machine and the config
+    only: a Synchronize deciding for many containers works them out once, not once per container."""
+    from numa_pin.nri.plugin import Handler
+    from numa_pin.topology.cpus import CpuTopology
+
+    made = []
+    real = CpuTopology.from_topology.__func__
+    monkeypatch.setattr(CpuTopology, "from_topology", classmethod(lambda cls, t: made.append(t) or real(cls, t)))
+    svc = service(node)
+    handler = Handler(svc, m, lambda line: None)
+    pods = {x: pod(m, x, x, "besteffort" if x in "abcd" else "") for x in "abcdef"}
+    ctrs = [container(m, p, f"c-{x}", cpu_milli=0 if x in "abcd" else 1000, limit_milli=0 if x in "abcd" else 1000,
+                      memory=0 if x in "abcd" else GI, state=1) for x, p in pods.items()]
+    handler.adopt({p.id: p for p in pods.values()}, ctrs)
+    assert len(svc.ledger.read().grants) == 6
+    assert len(made) <= 2, "once for the decisions (and once for the node's own memo), not once per container"
