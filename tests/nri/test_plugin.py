@@ -321,3 +321,36 @@ def test_a_batch_works_out_the_cpu_view_of_the_machine_once(node: FakeNode, m, m
     handler.adopt({p.id: p for p in pods.values()}, ctrs)
     assert len(svc.ledger.read().grants) == 6
     assert len(made) <= 2, "once for the decisions (and once for the node's own memo), not once per container"
+
+
+def _with(ctr, **fields):
+    for name, value in fields.items():
+        if name == "cgroups_path":
+            ctr.linux.cgroups_path = value
+        else:
+            setattr(ctr, name, value)
+    return ctr
+
+
+@pytest.mark.parametrize(
+    ("fields", "pod_fields", "says"),
+    [({"id": "c-\0x"}, {}, "container id"),
+     ({"cgroups_path": "/kubepods/besteffort/podh/c-h\0/../../../x"}, {}, "cgroups_path"),
+     ({"name": "c\x7fh"}, {}, "container name"),
+     ({"pod_sandbox_id": "s" * 2000}, {}, "pod id"),
+     ({}, {"namespace": "de\nfault"}, "pod namespace")],
+    ids=["id-nul", "cgroups-path-nul", "name-control", "pod-id-long", "namespace-newline"],
+)
+def test_a_hostile_name_through_nri_is_refused_in_one_line_and_blocks_nothing(plugin, node: FakeNode, m, fields,
+                                                                              pod_fields, says) -> None:
+    p = pod(m, "h", "h", "besteffort")
+    for name, value in pod_fields.items():
+        setattr(p, name, value)
+    code, text, _ = plugin.runtime.create(p, _with(container(m, p, "c-h"), **fields))
+    assert code != 0 and "RequestError" in text and says in text and "\n" not in text and "\0" not in text
+    svc = plugin.session.handler.service
+    assert svc.ledger.read().grants == {}
+    g = pod(m, "g", "g", "")
+    code, text, reply = plugin.runtime.create(g, container(m, g, "c-g", cpu_milli=2000, limit_milli=2000, memory=GI))
+    assert code == 0, text
+    assert len(_cpus(reply.adjust.linux.resources)) == 2

@@ -1,0 +1,58 @@
+"""Ids, names and paths a runtime hands the hook: a NUL, another control character or an
+over-long value is refused where it comes in, in one line, and nothing is kept (issue 34 item 7).
+
+Before, a container id or ``cgroupsPath`` holding a NUL was admitted as a shared grant, and from
+then on every exclusive admission, ``status``, ``reconcile`` and ``release`` of it failed. The
+oracle is the ledger (no grant kept) and a normal exclusive admission after it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from numa_pin.hook import main as hook_main
+from numa_pin.ledger.store import Ledger
+from numa_pin.testing.node import FakeNode
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    fake = FakeNode(tmp_path, "laptop", parent="")
+    fake.add_container("c", 77)
+    monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("NUMA_PIN_DEBUG", raising=False)
+    return fake, fake.write_config(settled=False, policy="restricted")
+
+
+def run_hook(fake, config, cid: str, cgroups_path: str = "/c", bundle_name: str = "bundle") -> int:
+    bundle = fake.root / "bundle"
+    bundle.mkdir(exist_ok=True)
+    (bundle / "config.json").write_text(json.dumps({"annotations": {}, "linux": {"cgroupsPath": cgroups_path}}))
+    where = str(bundle) if bundle_name == "bundle" else str(fake.root / bundle_name)
+    state = json.dumps({"id": cid, "bundle": where, "pid": 77}).encode()
+    return hook_main.run(["--config", str(config), "prestart"], io.BytesIO(state))
+
+
+@pytest.mark.parametrize(
+    ("cid", "cgroups_path", "bundle", "says"),
+    [("c\0x", "/c", "bundle", "holds a NUL"),
+     ("c\x1bx", "/c", "bundle", "holds a control character"),
+     ("c" * 5000, "/c", "bundle", "characters long"),
+     ("ok", "/c\0/../../x", "bundle", "linux.cgroupsPath"),
+     ("ok", "/" + "c" * 5000, "bundle", "linux.cgroupsPath"),
+     ("ok", "/c", "bund\0le", "the bundle")],
+    ids=["id-nul", "id-control", "id-long", "cgroups-path-nul", "cgroups-path-long", "bundle-nul"],
+)
+def test_a_hostile_name_is_refused_in_one_line_and_kept_nowhere(node, capsys, cid, cgroups_path, bundle, says):
+    fake, config = node
+    assert run_hook(fake, config, cid, cgroups_path, bundle) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "HookInputError" in err and says in err and "\0" not in err
+    assert Ledger(str(fake.state_dir)).read().grants == {}
+    annotated = {"numa-pin.io/cpus": "1"}
+    state = fake.oci_state("next", fake.add_container("next", 78), annotated)
+    assert hook_main.run(["--config", str(config), "prestart"], io.BytesIO(state)) == 0
+    assert Ledger(str(fake.state_dir)).read().grants["next"].cpus
