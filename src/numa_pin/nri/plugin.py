@@ -36,12 +36,12 @@ from typing import Any
 
 from numa_pin import report
 from numa_pin.deadline import Deadline
-from numa_pin.errors import AdmissionError, NriError, NumaPinError
+from numa_pin.errors import AdmissionError, NriError, NumaPinError, RequestError
 from numa_pin.ledger.model import Grant
 from numa_pin.nri import wire
 from numa_pin.nri.convert import fill_devices, fill_resources, spec_of
 from numa_pin.nri.messages import PLUGIN_SERVICE, RUNTIME_SERVICE, Messages, event_mask
-from numa_pin.text import cut, one_line
+from numa_pin.text import MAX_NAME, MAX_PATH, cut, one_line, quote, unfit
 
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"
 DEFAULT_NAME, DEFAULT_INDEX = "numa-pin", "50"
@@ -181,6 +181,7 @@ class Handler:
         from numa_pin.hook.admit import request_from_spec
         from numa_pin.hook.oci import OciState
 
+        check_names(pod, container)
         state = OciState(id=container.id, status="creating", pid=None, bundle="/")
         return request_from_spec(state, spec_of(pod, container), self.service.config)
 
@@ -284,6 +285,22 @@ class Handler:
         line = cut(one_line(f"numa-pin: cannot adopt {container_id}: {exc.kind}: {exc}"))
         self.log(line)
         report.write_reason(self.service.config.state_dir, container_id, line, {"kind": exc.kind})
+
+
+def check_names(pod: Any, container: Any) -> None:
+    """Refuse (RequestError) a container whose ids, names or cgroup paths, as the runtime sent
+    them, hold a NUL or another control character or are too long (:func:`numa_pin.text.unfit`):
+    they would reach the ledger, reason files and cgroup paths, where they break every later look."""
+    linux = container.linux
+    for what, value, limit in (
+        ("container id", container.id, MAX_NAME), ("container name", container.name, MAX_NAME),
+        ("container's pod id", container.pod_sandbox_id, MAX_NAME), ("cgroups_path", linux.cgroups_path, MAX_PATH),
+        ("pod id", pod.id, MAX_NAME), ("pod name", pod.name, MAX_NAME), ("pod namespace", pod.namespace, MAX_NAME),
+        ("pod uid", pod.uid, MAX_NAME), ("pod's cgroup_parent", pod.linux.cgroup_parent, MAX_PATH),
+    ):
+        wrong = unfit(value, limit)
+        if wrong is not None:
+            raise RequestError(f"the runtime's {what} {quote(value)} {wrong}")
 
 
 def _cid(request: Any) -> str:
