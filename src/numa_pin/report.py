@@ -249,6 +249,12 @@ def read_reasons(state_dir: str) -> dict[str, dict[str, object]]:
     return out
 
 
+def read_set_aside(state_dir: str) -> dict[str, dict[str, object]]:
+    """The grants set aside (:meth:`numa_pin.servicebase.ServiceBase.set_aside`), by container id:
+    their reason files, marked ``set_aside``."""
+    return {cid: doc for cid, doc in read_reasons(state_dir).items() if doc.get("set_aside") is True}
+
+
 def log_syslog(line: str, error: bool = True) -> None:
     """One line (escaped) to the system log (LOG_DAEMON, LOG_ERR or LOG_INFO); the C library never raises."""
     import syslog
@@ -287,4 +293,4 @@ def lock_wait_notice(holder: int | None) -> None:
 
 __all__ = ["MAX_REASONS", "MAX_REASONS_BYTES", "MAX_REASON_BYTES", "PRUNE_SHARE", "decision_line", "forget_reason",
            "lock_wait_line", "lock_wait_notice", "log_decision", "log_syslog", "prune_every", "read_reason",
-           "read_reasons", "reason_document", "reason_path", "reasons_dir", "write_reason"]
+           "read_reasons", "read_set_aside", "reason_document", "reason_path", "reasons_dir", "write_reason"]

@@ -96,7 +96,7 @@ class NodeService(ServiceBase):
     # ---- decisions -------------------------------------------------------------------------
     def plan(self, request: ContainerRequest) -> Decision:
         """What :meth:`admit` would decide now, without changing anything."""
-        state, _ = collect_garbage(self.ledger.read(), self._alive)
+        state, _ = collect_garbage(self.set_aside(self.ledger.read()), self._alive)
         return decide(self.topology, state, request, self.settings)
 
     def admit(
@@ -175,7 +175,7 @@ class NodeService(ServiceBase):
                 if txn.state is read:
                     state, dropped = snapshot, dead
                 else:
-                    state, dropped = collect_garbage(txn.state, self._alive_since(snapshot))
+                    state, dropped = collect_garbage(self.set_aside(txn.state), self._alive_since(snapshot))
                 # the decision is checked against the ledger as it is now, not an unchanged
                 # snapshot; it is made again only on a real conflict (docs/admission-concurrency.md)
                 if request.container_id not in state.grants:
@@ -290,6 +290,7 @@ class NodeService(ServiceBase):
         Called at poststop, when the container's process and cgroup are usually gone already, so
         the grant is looked up before garbage collection would drop it silently."""
         with self.ledger.transaction() as txn:
+            txn.state = self.set_aside(txn.state)
             grant = txn.state.grants.get(container_id)
             state = txn.state.without(container_id) if grant is not None else txn.state
             state, dropped = self._collect_needed(state, sample=_SETTLE is None)
@@ -359,6 +360,7 @@ class NodeService(ServiceBase):
         new grant, or None when there is none. The poststop (or a release once it has stopped)
         drops it."""
         with self.ledger.transaction() as txn:
+            txn.state = self.set_aside(txn.state)
             before, old = txn.state, txn.state.grants.get(container_id)
             if old is None:
                 return None
@@ -394,6 +396,7 @@ class NodeService(ServiceBase):
         it back and commits nothing. Returns (old, new grant). Raises RequestError when no live
         grant has that id, and whatever ``change`` raises (``numa-pin resize``, an adopted cpuset)."""
         with self.ledger.transaction() as txn:
+            txn.state = self.set_aside(txn.state)
             old = txn.state.grants.get(container_id)
             if old is None or not self._alive(old):
                 raise RequestError(f"no running container or process holds a grant {container_id!r}",
@@ -409,7 +412,7 @@ class NodeService(ServiceBase):
         """Drop dead grants, then let every resource repair what drifted."""
         repaired: list[str] = []
         with self.ledger.transaction() as txn:
-            state, removed = collect_garbage(txn.state, self._alive)
+            state, removed = collect_garbage(self.set_aside(txn.state), self._alive)
             self._log_dropped(removed)
             self._collect(txn.state, state, removed)
             undo = UndoLog()

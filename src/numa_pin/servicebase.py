@@ -6,6 +6,14 @@ count, which grants count as alive (all of them, those a snapshot vouches for, o
 hold something), the rollback of a failed transaction's writes (failures attached to the error and
 logged), what every resource collects or gives back once grants are gone, and the syslog lines of
 dropped grants and resource problems. Like the service, it names no resource.
+
+A grant whose data no check survives (an id or cgroup holding a NUL or another control character,
+too long, a cgroup that leaves the hierarchy: :func:`unusable`, or a cgroup path check that raises
+:class:`~numa_pin.errors.CgroupEscapeError`) is *set aside* (:meth:`ServiceBase.set_aside`): left
+out of the state every transaction works on, so the ledger no longer holds it once one commits,
+and recorded as a reason file marked ``set_aside`` that ``status`` and ``reconcile`` report and
+``numa-pin release <id>`` removes. Nothing is written to its cgroup (no path to it can be trusted);
+what it held is free again in the ledger. So it never blocks another admission, status or release.
 """
 
 from __future__ import annotations
@@ -14,14 +22,27 @@ from collections.abc import Callable
 
 from numa_pin import report
 from numa_pin.config.schema import Config
+from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.undo import UndoLog, describe_failures
-from numa_pin.errors import NumaPinError
+from numa_pin.errors import CgroupEscapeError, NumaPinError
 from numa_pin.ledger.liveness import collect_garbage, collect_needed, of_earlier_boot
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.ledger.store import Ledger
 from numa_pin.resources.node.base import Node, Release
 from numa_pin.resources.node.registry import settings_from_config
+from numa_pin.text import MAX_PATH, quote, unfit
 from numa_pin.topology.cache import DEFAULT_MAX_AGE_S
+
+
+def unusable(grant: Grant) -> str | None:
+    """Why no path check can be made of ``grant``'s recorded data, or None (pure)."""
+    for what, value in (("container id", grant.container_id), ("cgroup", grant.cgroup or "")):
+        wrong = unfit(value, MAX_PATH)
+        if wrong is not None:
+            return f"its {what} {quote(value)} {wrong}"
+    if grant.cgroup and ".." in grant.cgroup.split("/"):
+        return f"its cgroup {quote(grant.cgroup)} leaves the cgroup hierarchy"
+    return None
 
 
 class ServiceBase(Node):
@@ -37,6 +58,43 @@ class ServiceBase(Node):
         self.ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
         #: admissions of this service that waited for the ledger lock (``numa_pin_lock_waits_total``)
         self.lock_waits = 0
+        #: the grants this service set aside (:meth:`set_aside`), recorded once each
+        self.set_aside_ids: set[str] = set()
+
+    def set_aside(self, state: LedgerState) -> LedgerState:
+        """``state`` without the grants :func:`unusable` finds no check can be made of, each one
+        recorded as set aside (see the module docstring)."""
+        bad = [(g, why) for g in state.grants.values() if (why := unusable(g)) is not None]
+        for grant, why in bad:
+            state = state.without(grant.container_id)
+            self._record_set_aside(grant, why)
+        return state
+
+    def _record_set_aside(self, grant: Grant, why: str) -> None:
+        if grant.container_id in self.set_aside_ids:
+            return
+        self.set_aside_ids.add(grant.container_id)
+        line = (f"numa-pin: set aside the grant of {grant.container_id}: {why}; nothing is done to it, "
+                "`numa-pin release` removes it")
+        report.write_reason(self.config.state_dir, grant.container_id, line, {"kind": "set-aside", "set_aside": True})
+        if self.config.syslog:
+            report.log_syslog(line)
+
+    def _alive(self, grant: Grant) -> bool:
+        """Liveness; a grant whose cgroup path check raises is set aside, and counts as gone."""
+        try:
+            return super()._alive(grant)
+        except CgroupEscapeError as exc:
+            self._record_set_aside(grant, str(exc))
+            return False
+
+    def cgroup_ref(self, grant: Grant) -> cg.CgroupRef | None:
+        """The recorded cgroup; None for a grant whose path check raises (it is set aside)."""
+        try:
+            return super().cgroup_ref(grant)
+        except CgroupEscapeError as exc:
+            self._record_set_aside(grant, str(exc))
+            return None
 
     def live_grant(self, container_id: str) -> Grant | None:
         """The grant recorded under ``container_id`` while its process or cgroup lives (read-only)."""
@@ -55,8 +113,8 @@ class ServiceBase(Node):
         """The grants of ``state`` found dead dropped, of those an admission or release needs
         (:func:`~numa_pin.ledger.liveness.collect_needed`): every grant that holds something, a
         few of those that hold nothing unless not ``sample`` (the boot check for the rest);
-        ``reconcile`` and ``plan`` check them all."""
-        return collect_needed(state, self._alive, self.boot_id, sample=sample)
+        ``reconcile`` and ``plan`` check them all. Grants set aside are left out first."""
+        return collect_needed(self.set_aside(state), self._alive, self.boot_id, sample=sample)
 
     def _waiting(self, holder: int | None) -> None:
         self.lock_waits += 1
@@ -79,6 +137,7 @@ class ServiceBase(Node):
         return lambda exc: self._roll_back(undo, exc, container_id)
 
     def _collect(self, before: LedgerState, after: LedgerState, gone: tuple[Grant, ...]) -> None:
+        gone = tuple(g for g in gone if g.container_id not in self.set_aside_ids)  # nothing is done to those
         for resource in self.resources:
             self._log_problems(resource.collect(self, before, after, gone))
 

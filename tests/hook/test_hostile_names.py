@@ -56,3 +56,39 @@ def test_a_hostile_name_is_refused_in_one_line_and_kept_nowhere(node, capsys, ci
     state = fake.oci_state("next", fake.add_container("next", 78), annotated)
     assert hook_main.run(["--config", str(config), "prestart"], io.BytesIO(state)) == 0
     assert Ledger(str(fake.state_dir)).read().grants["next"].cpus
+
+
+@pytest.mark.parametrize(
+    ("cid", "cgroup", "pid"),
+    [("p\0x", "/c\0/../x", None), ("poisoned", "/c\0/../x", None), ("poisoned", "/../../etc", 77),
+     ("poisoned", "/evil/x", None)],
+    ids=["nul-id", "nul-cgroup", "escaping-cgroup", "symlinked-cgroup"],
+)
+def test_a_poisoned_grant_is_set_aside_reported_and_released_and_blocks_nothing(node, capsys, cid, cgroup, pid):
+    """A grant written straight into the ledger whose data makes liveness or a path check raise:
+    an exclusive admission, ``status`` and ``reconcile`` go on and report it; ``release`` removes it."""
+    import os
+    import time
+
+    from numa_pin.cli.main import main as cli_main
+    from numa_pin.ledger.model import Grant
+
+    fake, config = node
+    os.symlink(fake.root, fake.cgroup_root / "cpuset" / "evil")  # a cgroup path that resolves elsewhere
+    ledger = Ledger(str(fake.state_dir))
+    with ledger.transaction() as txn:
+        txn.state = txn.state.with_grant(Grant(cid, "pod", "p", "shared", pid=pid, cgroup=cgroup, created=time.time()))
+    state = fake.oci_state("next", fake.add_container("next", 78), {"numa-pin.io/cpus": "1"})
+    assert hook_main.run(["--config", str(config), "prestart"], io.BytesIO(state)) == 0
+    assert ledger.read().grants["next"].cpus
+    capsys.readouterr()
+    for command in ("status", "reconcile"):
+        assert cli_main([command, "--config", str(config)]) == 0, command
+        out = capsys.readouterr().out
+        assert "set aside: numa-pin: set aside the grant of " in out and "\0" not in out
+    assert cid not in ledger.read().grants
+    assert cli_main(["release", cid[:2], "--config", str(config)]) == 0
+    assert "set aside is removed" in capsys.readouterr().out
+    assert cli_main(["status", "--config", str(config)]) == 0
+    assert "set aside" not in capsys.readouterr().out
+    assert cli_main(["release", cid[:2], "--config", str(config)]) == 1
