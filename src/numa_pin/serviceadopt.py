@@ -71,6 +71,7 @@ def adopt_batch(service: ServiceBase, adoptees: Sequence[Adoptee], deadline: Dea
         service._log_dropped(dropped)
         service._collect(txn.state, state, dropped)
         first = True
+        real_dirs: dict[str, str] = {}  # the parents' real paths, resolved once for the batch
         try:
             for item in sorted(adoptees, key=lambda a: a.request.asks_nothing):
                 cid = item.request.container_id
@@ -83,7 +84,7 @@ def adopt_batch(service: ServiceBase, adoptees: Sequence[Adoptee], deadline: Dea
                     continue
                 undo = UndoLog()
                 try:
-                    enforced = _adopt_one(service, state, item, undo, dropped if first else (), txn.state)
+                    enforced = _adopt_one(service, state, item, undo, dropped if first else (), txn.state, real_dirs)
                 except NumaPinError as exc:
                     service._roll_back(undo, exc, cid)
                     done[cid] = Adopted(cid, None, exc)
@@ -105,13 +106,13 @@ def adopt_batch(service: ServiceBase, adoptees: Sequence[Adoptee], deadline: Dea
 
 
 def _adopt_one(service: ServiceBase, state: LedgerState, item: Adoptee, undo: UndoLog,
-               dropped: tuple[Grant, ...], before: LedgerState) -> Admission:
+               dropped: tuple[Grant, ...], before: LedgerState, real_dirs: dict[str, str]) -> Admission:
     """Decide and enforce one adoptee on ``state``; its writes go to ``undo``. Raises the
     refusal (an AdmissionError) or what enforcing raised."""
     cfg, request, pid = service.config, item.request, item.pid
     ref = None
     if pid:
-        ref = cg.find_cgroup(pid, cfg.proc_root, cfg.cgroup_root, service._layout())
+        ref = cg.find_cgroup(pid, cfg.proc_root, cfg.cgroup_root, service._layout(), real_dirs=real_dirs)
         check_container_cgroup(ref, None, pid, f"{cfg.proc_root}/{pid}/cgroup")
     decision = decide(service.topology, state, request, service.settings)
     if not decision.admit:

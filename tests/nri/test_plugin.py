@@ -354,3 +354,25 @@ def test_a_hostile_name_through_nri_is_refused_in_one_line_and_blocks_nothing(pl
     code, text, reply = plugin.runtime.create(g, container(m, g, "c-g", cpu_milli=2000, limit_milli=2000, memory=GI))
     assert code == 0, text
     assert len(_cpus(reply.adjust.linux.resources)) == 2
+
+
+def test_a_batch_resolves_the_cgroup_parents_once(node: FakeNode, m, monkeypatch) -> None:
+    """Adopting a busy node's containers checks each one's cgroup path, but the pod's and the
+    hierarchy's directories, shared by all of them, are resolved once for the batch."""
+    from numa_pin.enforcer import cgroups
+    from numa_pin.nri.plugin import Handler
+
+    svc = service(node)
+    handler = Handler(svc, m, lambda line: None)
+    p = pod(m, "many", "many", "besteffort")
+    ctrs = []
+    for i in range(20):
+        pid = node.add_container(f"kubepods/besteffort/podmany/c-{i}", 6000 + i)
+        ctrs.append(container(m, p, f"c-{i}", state=3, pid=pid))
+    resolved = []
+    real = cgroups.os.path.realpath
+    monkeypatch.setattr(cgroups.os.path, "realpath", lambda path, **kw: resolved.append(str(path)) or real(path, **kw))
+    handler.adopt({p.id: p}, ctrs)
+    assert len(svc.ledger.read().grants) == 20
+    resolved = [path for path in resolved if path.startswith(str(node.cgroup_root))]
+    assert len(resolved) <= 3 * len(ctrs), "not every parent of every container's path, eight times each"
