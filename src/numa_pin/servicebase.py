@@ -60,11 +60,24 @@ class ServiceBase(Node):
         self.lock_waits = 0
         #: the grants this service set aside (:meth:`set_aside`), recorded once each
         self.set_aside_ids: set[str] = set()
+        #: the grants :func:`unusable` passed, by container id: each is checked once, not once per transaction
+        self._usable: dict[str, Grant] = {}
 
     def set_aside(self, state: LedgerState) -> LedgerState:
         """``state`` without the grants :func:`unusable` finds no check can be made of, each one
         recorded as set aside (see the module docstring)."""
-        bad = [(g, why) for g in state.grants.values() if (why := unusable(g)) is not None]
+        usable = self._usable
+        if len(usable) > 2 * len(state.grants) + 64:
+            usable.clear()  # containers come and go: forget those long gone
+        bad = []
+        for cid, grant in state.grants.items():
+            if usable.get(cid) is grant:
+                continue  # this very grant was checked already (a grant is never changed, only replaced)
+            why = unusable(grant)
+            if why is None:
+                usable[cid] = grant
+            else:
+                bad.append((grant, why))
         for grant, why in bad:
             state = state.without(grant.container_id)
             self._record_set_aside(grant, why)

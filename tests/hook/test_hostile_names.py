@@ -92,3 +92,23 @@ def test_a_poisoned_grant_is_set_aside_reported_and_released_and_blocks_nothing(
     assert cli_main(["status", "--config", str(config)]) == 0
     assert "set aside" not in capsys.readouterr().out
     assert cli_main(["release", cid[:2], "--config", str(config)]) == 1
+
+
+def test_each_grant_is_checked_once_not_once_per_transaction(node, monkeypatch):
+    """The check that sets poisoned grants aside costs a busy node's admissions nothing per grant
+    already checked: a grant is never changed in place, only replaced."""
+    from numa_pin import servicebase
+    from numa_pin.admission.request import request_from_oci
+    from numa_pin.config.schema import config_from_dict
+    from numa_pin.service import NodeService
+
+    fake, _ = node
+    svc = NodeService(config_from_dict(fake.config_dict(policy="restricted")))
+    for i in range(10):
+        svc.admit(request_from_oci(f"s{i}", {}), fake.add_container(f"s{i}", 3000 + i))
+    checked = []
+    real = servicebase.unusable
+    monkeypatch.setattr(servicebase, "unusable", lambda grant: checked.append(grant.container_id) or real(grant))
+    svc.admit(request_from_oci("x", {"numa-pin.io/cpus": "1"}), fake.add_container("x", 3100))
+    svc.release("x")
+    assert len(checked) <= 2, "the new grants at most, once each"
