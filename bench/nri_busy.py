@@ -76,12 +76,18 @@ class Bench:
         return handler
 
     def _call(self, handler: Any, method: str, request: Any) -> float:
-        started = time.perf_counter()
+        took, _ = self._timed(handler, method, request)
+        return took
+
+    def _timed(self, handler: Any, method: str, request: Any) -> tuple[float, float]:
+        """(wall, CPU) seconds of one call; the CPU time is this process's, so a machine busy with
+        other work inflates the wall time and not it."""
+        started, cpu = time.perf_counter(), time.process_time()
         code, text, _ = handler.call(method, request.SerializeToString())
-        took = time.perf_counter() - started
+        took, cpu = time.perf_counter() - started, time.process_time() - cpu
         if code:
             raise SystemExit(f"{method}: {text}")
-        return took
+        return took, cpu
 
     def pod(self, uid: str, qos: str) -> Any:
         msg = self.m.api("PodSandbox")(id=f"sandbox-{uid}", name=uid, uid=uid, namespace="default")
@@ -115,9 +121,9 @@ class Bench:
             containers.append(ctr)
         return pods, containers
 
-    def synchronize(self, pods: list[Any], containers: list[Any]) -> tuple[float, Any]:
+    def synchronize(self, pods: list[Any], containers: list[Any]) -> tuple[tuple[float, float], Any]:
         handler = self.handler()
-        took = self._call(handler, "Synchronize", self.m.api("SynchronizeRequest")(pods=pods, containers=containers))
+        took = self._timed(handler, "Synchronize", self.m.api("SynchronizeRequest")(pods=pods, containers=containers))
         return took, handler
 
     def creates(self, handler: Any) -> dict[str, float]:
@@ -185,8 +191,9 @@ def measure(src: Path, containers: int, runs: int) -> dict[str, Any]:
 def report(label: str, r: dict[str, Any]) -> None:
     n = r["containers"]
     print(f"{label}:")
-    print(f"  Synchronize, 0 containers:            {r['sync_empty_s']:8.3f} s")
-    print(f"  Synchronize, {n} unknown containers: {r['sync_busy_s']:8.3f} s  "
+    (empty_s, empty_cpu), (busy_s, busy_cpu) = r["sync_empty_s"], r["sync_busy_s"]
+    print(f"  Synchronize, 0 containers:            {empty_s:8.3f} s (CPU {empty_cpu:.3f} s)")
+    print(f"  Synchronize, {n} unknown containers: {busy_s:8.3f} s (CPU {busy_cpu:.3f} s)  "
           f"({r['adopted']} adopted; {r['filled']} written in afterwards)")
     for kind in ("shared", "exclusive"):
         empty, busy = r["create_empty_s"][kind] * 1000, r["create_busy_s"][kind] * 1000
@@ -205,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker(args)
     print(f"NRI plugin on a busy node ({SHAPE}, {args.containers} unknown running containers, "
-          f"median of {args.runs} creates, {os.cpu_count()} CPUs here)")
+          f"median of {args.runs} creates, {os.cpu_count()} CPUs here, load {os.getloadavg()[0]:.1f})")
     if args.baseline_src is not None:
         if not (args.baseline_src / "numa_pin" / "__init__.py").is_file():
             print(f"{args.baseline_src} holds no numa_pin package (give a checkout's src/)", file=sys.stderr)
