@@ -116,6 +116,20 @@ def forget_reason(state_dir: str | None, container_id: str) -> None:
         os.close(fd)
 
 
+def forget_reasons(state_dir: str | None, container_ids: list[str]) -> None:
+    """:func:`forget_reason` of many containers at once (an NRI plugin adopting a busy node's):
+    the directory is listed once, and only the files there are deleted (best effort)."""
+    if not state_dir or not container_ids:
+        return
+    try:
+        present = set(os.listdir(os.path.join(state_dir, REASONS)))
+    except OSError:
+        return
+    for cid in container_ids:
+        if os.path.basename(reason_path(state_dir, cid)) in present:
+            forget_reason(state_dir, cid)
+
+
 def _prune(directory: str, keep: int, keep_bytes: int | None = None, now: float | None = None) -> None:
     """Delete the oldest reason files until at most ``keep`` files of ``keep_bytes`` bytes in all
     (default :data:`MAX_REASONS_BYTES`) remain, and temporary files older than
@@ -292,5 +306,6 @@ def lock_wait_notice(holder: int | None) -> None:
 
 
 __all__ = ["MAX_REASONS", "MAX_REASONS_BYTES", "MAX_REASON_BYTES", "PRUNE_SHARE", "decision_line", "forget_reason",
-           "lock_wait_line", "lock_wait_notice", "log_decision", "log_syslog", "prune_every", "read_reason",
-           "read_reasons", "read_set_aside", "reason_document", "reason_path", "reasons_dir", "write_reason"]
+           "forget_reasons", "lock_wait_line", "lock_wait_notice", "log_decision", "log_syslog", "prune_every",
+           "read_reason", "read_reasons", "read_set_aside", "reason_document", "reason_path", "reasons_dir",
+           "write_reason"]

@@ -376,3 +376,18 @@ def test_a_batch_resolves_the_cgroup_parents_once(node: FakeNode, m, monkeypatch
     assert len(svc.ledger.read().grants) == 20
     resolved = [path for path in resolved if path.startswith(str(node.cgroup_root))]
     assert len(resolved) <= 3 * len(ctrs), "not every parent of every container's path, eight times each"
+
+
+def test_an_adopted_containers_old_refusal_is_forgotten_and_no_other(node: FakeNode, m) -> None:
+    from numa_pin.nri.plugin import Handler
+    from numa_pin.report import write_reason
+
+    svc = service(node)
+    state = str(node.state_dir)
+    for cid in ("c-a", "c-other"):
+        write_reason(state, cid, f"numa-pin: rejected {cid}: x")
+    p = pod(m, "a", "a", "besteffort")
+    pid = node.add_container("kubepods/besteffort/poda/c-a", 6100)
+    Handler(svc, m, lambda line: None).adopt({p.id: p}, [container(m, p, "c-a", state=3, pid=pid)])
+    assert "c-a" in svc.ledger.read().grants
+    assert read_reason(state, "c-a") is None and read_reason(state, "c-other") is not None

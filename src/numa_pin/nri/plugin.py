@@ -268,15 +268,15 @@ class Handler:
                 continue
             cgroup = expected_cgroup(container.linux.cgroups_path or None)
             adoptees.append(Adoptee(request, container.pid or None, cgroup))
-        adopted = 0
+        adopted = []
         for outcome in self.service.adopt_batch(adoptees, budget):
             if outcome.error is not None:
                 self._not_adopted(outcome.container_id, outcome.error)
             else:
-                report.forget_reason(self.service.config.state_dir, outcome.container_id)
-                adopted += 1
+                adopted.append(outcome.container_id)
+        report.forget_reasons(self.service.config.state_dir, adopted)
         if adoptees:
-            self.log(f"synchronized: {adopted} running container(s) adopted, {len(adoptees) - adopted} not")
+            self.log(f"synchronized: {len(adopted)} running container(s) adopted, {len(adoptees) - len(adopted)} not")
         updates = [self._update(cid) for cid in running]
         return [u for u in updates if u is not None]
 
