@@ -14,7 +14,12 @@ characters and a file is never over :data:`MAX_REASON_BYTES`, which is also what
 :func:`read_reason` accepts. At most :data:`MAX_REASONS` files and :data:`MAX_REASONS_BYTES`
 bytes are kept (the oldest go first), a writer and ``reconcile`` (:func:`prune_reasons`) remove
 temporary files a killed writer left (older than :data:`STALE_TEMP_S`), and a container's file
-is deleted when it is admitted or its grant is released (:func:`forget_reason`).
+is deleted when it is admitted or its grant is released (:func:`forget_reason`). A write costs
+the same however many files there are:
+the directory is scanned and pruned only once per :func:`prune_every` units written (a file is
+one unit, plus one per KiB; counted by the size of ``<state_dir>/.reasons-written``, one byte a unit), so it holds at
+most a twentieth over its bounds between prunes, and a node refusing thousands of containers in
+a row (an NRI plugin adopting a busy node) never pays a scan per refusal.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ MAX_ID_CHARS = 1024
 #: a temporary reason file older than this was left by a killed writer; the next writer removes it
 STALE_TEMP_S = 60.0
 _TEMP_PREFIX = ".reason."
+#: the units written since the last prune, one byte a unit (in the state directory, beside ``reasons/``)
+_WRITES = ".reasons-written"
+#: between two prunes the directory grows by at most this share of its bounds
+PRUNE_SHARE = 20
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
@@ -106,6 +115,20 @@ def forget_reason(state_dir: str | None, container_id: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def forget_reasons(state_dir: str | None, container_ids: list[str]) -> None:
+    """:func:`forget_reason` of many containers at once (an NRI plugin adopting a busy node's):
+    the directory is listed once, and only the files there are deleted (best effort)."""
+    if not state_dir or not container_ids:
+        return
+    try:
+        present = set(os.listdir(os.path.join(state_dir, REASONS)))
+    except OSError:
+        return
+    for cid in container_ids:
+        if os.path.basename(reason_path(state_dir, cid)) in present:
+            forget_reason(state_dir, cid)
 
 
 def _prune(directory: str, keep: int, keep_bytes: int | None = None, now: float | None = None) -> None:
@@ -178,11 +201,33 @@ def write_reason(
     path = reason_path(state_dir, container_id)
     try:
         directory = reasons_dir(state_dir)
-        replace_private(directory, path, reason_document(container_id, line, details), prefix=_TEMP_PREFIX)
-        _prune(directory, MAX_REASONS)
+        payload = reason_document(container_id, line, details)
+        replace_private(directory, path, payload, prefix=_TEMP_PREFIX)
+        if _count_write(state_dir, 1 + (len(payload) >> 10)):
+            _prune(directory, MAX_REASONS)
     except (OSError, UnsafePathError):
         return None
     return path
+
+
+def prune_every() -> int:
+    """The units (a file, plus one per KiB) written between two prunes of the reasons directory."""
+    return max(1, min(MAX_REASONS, MAX_REASONS_BYTES >> 10) // PRUNE_SHARE)
+
+
+def _count_write(state_dir: str, units: int) -> bool:
+    """Count ``units`` written; True (and the count starts again) when it is time to prune.
+    Two writers may both prune: that is only a scan too many."""
+    fd = os.open(os.path.join(state_dir, _WRITES),
+                 os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, b"." * units)
+        if os.fstat(fd).st_size < prune_every():
+            return False
+        os.ftruncate(fd, 0)
+        return True
+    finally:
+        os.close(fd)
 
 
 def reasons_dir(state_dir: str) -> str:
@@ -235,6 +280,12 @@ def read_reasons(state_dir: str) -> dict[str, dict[str, object]]:
     return out
 
 
+def read_set_aside(state_dir: str) -> dict[str, dict[str, object]]:
+    """The grants set aside (:meth:`numa_pin.servicebase.ServiceBase.set_aside`), by container id:
+    their reason files, marked ``set_aside``."""
+    return {cid: doc for cid, doc in read_reasons(state_dir).items() if doc.get("set_aside") is True}
+
+
 def log_syslog(line: str, error: bool = True) -> None:
     """One line (escaped) to the system log (LOG_DAEMON, LOG_ERR or LOG_INFO); the C library never raises."""
     import syslog
@@ -271,6 +322,7 @@ def lock_wait_notice(holder: int | None) -> None:
 
 
 
-__all__ = ["MAX_REASONS", "MAX_REASONS_BYTES", "MAX_REASON_BYTES", "decision_line", "forget_reason",
-           "lock_wait_line", "lock_wait_notice", "log_decision", "log_syslog", "prune_reasons", "read_reason",
-           "read_reasons", "reason_document", "reason_path", "reasons_dir", "write_reason"]
+__all__ = ["MAX_REASONS", "MAX_REASONS_BYTES", "MAX_REASON_BYTES", "PRUNE_SHARE", "decision_line", "forget_reason",
+           "forget_reasons", "lock_wait_line", "lock_wait_notice", "log_decision", "log_syslog", "prune_every",
+           "prune_reasons", "read_reason", "read_reasons", "read_set_aside", "reason_document", "reason_path",
+           "reasons_dir", "write_reason"]

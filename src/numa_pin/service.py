@@ -42,10 +42,12 @@ from numa_pin.servicebase import ServiceBase
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
     from numa_pin.ledger.store import Transaction
     from numa_pin.resources.runtime import RuntimeTarget
+    from numa_pin.serviceadopt import Adopted, Adoptee
 
 #: how often an admission decides again after a real conflict (another writer took what its
 #: decision holds, or changed its pod); each such conflict is another admission committed
@@ -95,7 +97,7 @@ class NodeService(ServiceBase):
     # ---- decisions -------------------------------------------------------------------------
     def plan(self, request: ContainerRequest) -> Decision:
         """What :meth:`admit` would decide now, without changing anything."""
-        state, _ = collect_garbage(self.ledger.read(), self._alive)
+        state, _ = collect_garbage(self.set_aside(self.ledger.read()), self._alive)
         return decide(self.topology, state, request, self.settings)
 
     def admit(
@@ -185,7 +187,7 @@ class NodeService(ServiceBase):
                 if txn.state is read:
                     state, dropped = snapshot, dead
                 else:
-                    state, dropped = collect_garbage(txn.state, self._alive_since(snapshot))
+                    state, dropped = collect_garbage(self.set_aside(txn.state), self._alive_since(snapshot))
                 # the decision is checked against the ledger as it is now, not an unchanged
                 # snapshot; it is made again only on a real conflict (docs/admission-concurrency.md)
                 if request.container_id not in state.grants:
@@ -244,20 +246,13 @@ class NodeService(ServiceBase):
             "try again"
         )
 
-    def _count_admission(self, request: ContainerRequest, decision: Decision | None, exc: Exception | None,
-                         seconds: float, waits: int) -> None:
-        """Count one admission in :mod:`numa_pin.tally` (best effort, never raises): a grant
-        re-applied without a decision counts only its lock waits."""
-        counts: dict[str, float] = {"lock_waits": waits}
-        if decision is not None or exc is not None:
-            cfg = self.config
-            policy = decision.policy if decision is not None else request.policy or cfg.policy
-            scope = decision.scope if decision is not None else request.scope or cfg.scope
-            kind = exc.kind if isinstance(exc, NumaPinError) else "internal" if exc is not None else None
-            counts.update(tally.admission_increments(
-                seconds=seconds, cpus=request.exclusive, memory=bool(request.amounts.memory_resources),
-                policy=policy, scope=scope, full_pcpus=cfg.cpu_manager.options.full_pcpus_only, error_kind=kind))
-        tally.add(self.config.state_dir, counts)
+    def adopt_batch(self, adoptees: Sequence[Adoptee], deadline: Deadline) -> list[Adopted]:
+        """Adopt running containers that hold no grant, all in one ledger transaction
+        (:func:`numa_pin.serviceadopt.adopt_batch`: each refusal rolled back alone, a failed commit
+        rolls back all)."""
+        from numa_pin.serviceadopt import adopt_batch
+
+        return adopt_batch(self, adoptees, deadline)
 
     def _revalidate(self, decision: Decision | None, request: ContainerRequest, snapshot: LedgerState,
                     state: LedgerState) -> Decision | None:
@@ -295,6 +290,7 @@ class NodeService(ServiceBase):
         the grant is looked up before garbage collection would drop it silently. ``pending_only``:
         only a grant no process was bound to yet (a refused prestart's precreate grant)."""
         with self.ledger.transaction() as txn:
+            txn.state = self.set_aside(txn.state)
             grant = txn.state.grants.get(container_id)
             if pending_only and grant is not None and grant.pid is not None:
                 grant = None
@@ -366,6 +362,7 @@ class NodeService(ServiceBase):
         new grant, or None when there is none. The poststop (or a release once it has stopped)
         drops it."""
         with self.ledger.transaction() as txn:
+            txn.state = self.set_aside(txn.state)
             before, old = txn.state, txn.state.grants.get(container_id)
             if old is None:
                 return None
@@ -401,6 +398,7 @@ class NodeService(ServiceBase):
         it back and commits nothing. Returns (old, new grant). Raises RequestError when no live
         grant has that id, and whatever ``change`` raises (``numa-pin resize``, an adopted cpuset)."""
         with self.ledger.transaction() as txn:
+            txn.state = self.set_aside(txn.state)
             old = txn.state.grants.get(container_id)
             if old is None or not self._alive(old):
                 raise RequestError(f"no running container or process holds a grant {container_id!r}",
@@ -417,7 +415,7 @@ class NodeService(ServiceBase):
         files (:func:`~numa_pin.report.prune_reasons`)."""
         repaired: list[str] = []
         with self.ledger.transaction() as txn:
-            state, removed = collect_garbage(txn.state, self._alive)
+            state, removed = collect_garbage(self.set_aside(txn.state), self._alive)
             self._log_dropped(removed)
             self._collect(txn.state, state, removed)
             undo = UndoLog()

@@ -7,29 +7,51 @@ hold something), the rollback of a failed transaction's writes (failures attache
 logged), what every resource collects or gives back once grants are gone, what every resource
 says the runtime must apply where the runtime applies a grant (precreate, NRI), and the syslog
 lines of dropped grants and resource problems. Like the service, it names no resource.
+
+A grant whose data no check survives (an id or cgroup holding a NUL or another control character,
+too long, a cgroup that leaves the hierarchy: :func:`unusable`, or a cgroup path check that raises
+:class:`~numa_pin.errors.CgroupEscapeError`) is *set aside* (:meth:`ServiceBase.set_aside`): left
+out of the state every transaction works on, so the ledger no longer holds it once one commits,
+and recorded as a reason file marked ``set_aside`` that ``status`` and ``reconcile`` report and
+``numa-pin release <id>`` removes. Nothing is written to its cgroup (no path to it can be trusted);
+what it held is free again in the ledger. So it never blocks another admission, status or release.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from numa_pin import report
+from numa_pin import report, tally
 from numa_pin.config.schema import Config
+from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.undo import UndoLog, describe_failures
-from numa_pin.errors import NumaPinError
+from numa_pin.errors import CgroupEscapeError, NumaPinError
 from numa_pin.ledger.liveness import collect_garbage, collect_needed, of_earlier_boot
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.ledger.store import Ledger
 from numa_pin.resources.node.base import Node, Release
 from numa_pin.resources.node.registry import settings_from_config
+from numa_pin.text import MAX_PATH, quote, unfit
 from numa_pin.topology.cache import DEFAULT_MAX_AGE_S
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
 if TYPE_CHECKING:
+    from numa_pin.admission.decide import Decision
     from numa_pin.admission.request import ContainerRequest
     from numa_pin.resources.node.runtime import RuntimeEdit
     from numa_pin.resources.runtime import RuntimeTarget
+
+
+def unusable(grant: Grant) -> str | None:
+    """Why no path check can be made of ``grant``'s recorded data, or None (pure)."""
+    for what, value in (("container id", grant.container_id), ("cgroup", grant.cgroup or "")):
+        wrong = unfit(value, MAX_PATH)
+        if wrong is not None:
+            return f"its {what} {quote(value)} {wrong}"
+    if grant.cgroup and ".." in grant.cgroup.split("/"):
+        return f"its cgroup {quote(grant.cgroup)} leaves the cgroup hierarchy"
+    return None
 
 
 class ServiceBase(Node):
@@ -45,6 +67,56 @@ class ServiceBase(Node):
         self.ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
         #: admissions of this service that waited for the ledger lock (``numa_pin_lock_waits_total``)
         self.lock_waits = 0
+        #: the grants this service set aside (:meth:`set_aside`), recorded once each
+        self.set_aside_ids: set[str] = set()
+        #: the grants :func:`unusable` passed, by container id: each is checked once, not once per transaction
+        self._usable: dict[str, Grant] = {}
+
+    def set_aside(self, state: LedgerState) -> LedgerState:
+        """``state`` without the grants :func:`unusable` finds no check can be made of, each one
+        recorded as set aside (see the module docstring)."""
+        usable = self._usable
+        if len(usable) > 2 * len(state.grants) + 64:
+            usable.clear()  # containers come and go: forget those long gone
+        bad = []
+        for cid, grant in state.grants.items():
+            if usable.get(cid) is grant:
+                continue  # this very grant was checked already (a grant is never changed, only replaced)
+            why = unusable(grant)
+            if why is None:
+                usable[cid] = grant
+            else:
+                bad.append((grant, why))
+        for grant, why in bad:
+            state = state.without(grant.container_id)
+            self._record_set_aside(grant, why)
+        return state
+
+    def _record_set_aside(self, grant: Grant, why: str) -> None:
+        if grant.container_id in self.set_aside_ids:
+            return
+        self.set_aside_ids.add(grant.container_id)
+        line = (f"numa-pin: set aside the grant of {grant.container_id}: {why}; nothing is done to it, "
+                "`numa-pin release` removes it")
+        report.write_reason(self.config.state_dir, grant.container_id, line, {"kind": "set-aside", "set_aside": True})
+        if self.config.syslog:
+            report.log_syslog(line)
+
+    def _alive(self, grant: Grant) -> bool:
+        """Liveness; a grant whose cgroup path check raises is set aside, and counts as gone."""
+        try:
+            return super()._alive(grant)
+        except CgroupEscapeError as exc:
+            self._record_set_aside(grant, str(exc))
+            return False
+
+    def cgroup_ref(self, grant: Grant) -> cg.CgroupRef | None:
+        """The recorded cgroup; None for a grant whose path check raises (it is set aside)."""
+        try:
+            return super().cgroup_ref(grant)
+        except CgroupEscapeError as exc:
+            self._record_set_aside(grant, str(exc))
+            return None
 
     def live_grant(self, container_id: str) -> Grant | None:
         """The grant recorded under ``container_id`` while its process or cgroup lives (read-only)."""
@@ -63,8 +135,8 @@ class ServiceBase(Node):
         """The grants of ``state`` found dead dropped, of those an admission or release needs
         (:func:`~numa_pin.ledger.liveness.collect_needed`): every grant that holds something, a
         few of those that hold nothing unless not ``sample`` (the boot check for the rest);
-        ``reconcile`` and ``plan`` check them all."""
-        return collect_needed(state, self._alive, self.boot_id, sample=sample)
+        ``reconcile`` and ``plan`` check them all. Grants set aside are left out first."""
+        return collect_needed(self.set_aside(state), self._alive, self.boot_id, sample=sample)
 
     def runtime_edit(self, grant: Grant, request: ContainerRequest | None, target: RuntimeTarget,
                      state: LedgerState | None = None) -> RuntimeEdit:
@@ -92,6 +164,21 @@ class ServiceBase(Node):
             grant = resource.applied(grant, edit)
         return grant
 
+    def _count_admission(self, request: ContainerRequest, decision: Decision | None, exc: Exception | None,
+                         seconds: float, waits: int) -> None:
+        """Count one admission in :mod:`numa_pin.tally` (best effort, never raises): a grant
+        re-applied without a decision counts only its lock waits."""
+        counts: dict[str, float] = {"lock_waits": waits}
+        if decision is not None or exc is not None:
+            cfg = self.config
+            policy = decision.policy if decision is not None else request.policy or cfg.policy
+            scope = decision.scope if decision is not None else request.scope or cfg.scope
+            kind = exc.kind if isinstance(exc, NumaPinError) else "internal" if exc is not None else None
+            counts.update(tally.admission_increments(
+                seconds=seconds, cpus=request.exclusive, memory=bool(request.amounts.memory_resources),
+                policy=policy, scope=scope, full_pcpus=cfg.cpu_manager.options.full_pcpus_only, error_kind=kind))
+        tally.add(self.config.state_dir, counts)
+
     def _waiting(self, holder: int | None) -> None:
         self.lock_waits += 1
         self.on_wait(holder)
@@ -113,6 +200,7 @@ class ServiceBase(Node):
         return lambda exc: self._roll_back(undo, exc, container_id)
 
     def _collect(self, before: LedgerState, after: LedgerState, gone: tuple[Grant, ...]) -> None:
+        gone = tuple(g for g in gone if g.container_id not in self.set_aside_ids)  # nothing is done to those
         for resource in self.resources:
             self._log_problems(resource.collect(self, before, after, gone))
 

@@ -66,4 +66,21 @@ def quote(value: object, limit: int = MAX_QUOTED) -> str:
     return cut(repr(value), limit + 2)
 
 
-__all__ = ["MAX_LINE", "MAX_QUOTED", "cut", "is_one_line", "one_line", "quote"]
+#: the longest id or name (a container's, a pod's) and path (a cgroup's, a bundle's) numa-pin takes
+#: from a runtime: kubelet's ids are 64 characters and its names at most 253; Linux's PATH_MAX
+MAX_NAME, MAX_PATH = 1024, 4096
+_CONTROL = frozenset(chr(c) for c in (*range(0x20), *range(0x7F, 0xA0)))
+
+
+def unfit(value: str, limit: int = MAX_NAME) -> str | None:
+    """Why ``value``, an id, name or path a runtime handed over, is not usable as one (a NUL or
+    another control character, more than ``limit`` characters), or None when it is (pure). Such
+    a value reaches file names, cgroup paths and the ledger, so it is refused where it comes in."""
+    if len(value) > limit:
+        return f"is {len(value)} characters long (at most {limit})"
+    if not _CONTROL.isdisjoint(value):
+        return "holds a control character" if "\0" not in value else "holds a NUL"
+    return None
+
+
+__all__ = ["MAX_LINE", "MAX_NAME", "MAX_PATH", "MAX_QUOTED", "cut", "is_one_line", "one_line", "quote", "unfit"]

@@ -885,8 +885,8 @@ def test_a_fifo_config_leaves_no_child_stuck(served, node, tmp_path):
 
 
 @pytest.mark.parametrize("cid, annotations, want_rc", [
-    # the pid belongs to container c4, not to this id: refused before anything is written (exit 4)
-    ("c\nnuma-pin: admitted forged: cpus 0-3", {"numa-pin.io/cpus": "20"}, 4),
+    # a control character in the id: the OCI state is refused before anything is read (exit 1)
+    ("c\nnuma-pin: admitted forged: cpus 0-3", {"numa-pin.io/cpus": "20"}, 1),
     ("c\x1b[2J\x07", {"numa-pin.io/cpus": "lots\x1b[31m"}, 1),
     ("deep", {"numa-pin.io/cpus": "1"}, 1),
 ], ids=["newline-in-id", "escapes-in-id-and-value", "deep-config-json"])

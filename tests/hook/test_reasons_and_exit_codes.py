@@ -165,6 +165,24 @@ def test_a_reason_file_fits_its_reader_whatever_it_is_given(tmp_path):
     assert list(report.read_reasons(state).values()) == [doc]
 
 
+def test_a_reason_costs_no_scan_of_the_directory_and_the_bounds_hold(tmp_path, monkeypatch):
+    """Thousands of refusals in a row (an NRI plugin adopting a busy node): the directory is listed
+    once per :func:`report.prune_every` writes, not once per write, and never holds more than a
+    twentieth over its bound."""
+    monkeypatch.setattr(report, "MAX_REASONS", 200)
+    state = str(tmp_path / "state")
+    real, listed = os.listdir, []
+    monkeypatch.setattr(report.os, "listdir", lambda path: listed.append(path) or real(path))
+    most = 0
+    for i in range(1000):
+        assert report.write_reason(state, f"c{i}", f"numa-pin: rejected c{i}: x") is not None
+        most = max(most, len(real(tmp_path / "state" / "reasons")))
+    every = report.prune_every()
+    assert every == 10 and len(listed) == 1000 // every
+    assert report.MAX_REASONS < most <= report.MAX_REASONS + every
+    assert report.read_reason(state, "c999") is not None
+
+
 def test_the_reasons_directory_is_bounded_in_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr(report, "MAX_REASONS_BYTES", 4000, raising=False)
     state = str(tmp_path / "state")
@@ -178,7 +196,7 @@ def test_the_reasons_directory_is_bounded_in_bytes(tmp_path, monkeypatch):
     assert "c19" in kept and "c0" not in kept and len(kept) > 1
 
 
-def test_a_writer_killed_mid_write_leaves_a_temp_file_the_next_writer_removes(tmp_path):
+def test_a_writer_killed_mid_write_leaves_a_temp_file_the_next_prune_removes(tmp_path):
     import signal
     import subprocess
     import sys
@@ -196,7 +214,8 @@ def test_a_writer_killed_mid_write_leaves_a_temp_file_the_next_writer_removes(tm
     fresh.write_bytes(b"{")
     old = left.stat().st_mtime - 3600  # an hour: no writer takes that long
     os.utime(left, (old, old))
-    assert report.write_reason(str(state), "c1", "numa-pin: rejected c1: x") is not None
+    for i in range(report.prune_every()):  # writes are counted; a prune comes once per so many
+        assert report.write_reason(str(state), f"c{i}", f"numa-pin: rejected c{i}: x") is not None
     assert not left.exists() and fresh.exists()
 
 

@@ -219,20 +219,56 @@ def test_an_admission_gets_three_quarters_of_the_runtimes_timeout(node: FakeNode
     assert seen == [pytest.approx(bound_s)]
 
 
-def test_one_synchronisation_is_one_budget_for_every_adoption(node: FakeNode, m, monkeypatch) -> None:
-    """The runtime waits for one answer to Synchronize: every adoption in it shares one deadline."""
+def test_one_synchronisation_is_one_budget_and_one_commit_for_every_adoption(node: FakeNode, m, monkeypatch) -> None:
+    """The runtime waits for one answer to Synchronize: every adoption in it shares one deadline,
+    and all of them are one ledger transaction (one write of the ledger)."""
+    from numa_pin.ledger.store import Ledger
     from numa_pin.nri.plugin import Handler
 
     svc = service(node)
-    seen = []
-    real = svc.admit
-    monkeypatch.setattr(svc, "admit", lambda *a, **kw: seen.append(kw["deadline"]) or real(*a, **kw))
+    batches, writes = [], []
+    real_batch, real_write = svc.adopt_batch, Ledger._write
+    monkeypatch.setattr(svc, "adopt_batch", lambda items, deadline: batches.append((items, deadline))
+                        or real_batch(items, deadline))
+    monkeypatch.setattr(Ledger, "_write", lambda self, *a, **kw: writes.append(1) or real_write(self, *a, **kw))
     handler = Handler(svc, m, lambda line: None)
-    pods = {x: pod(m, x, x, "") for x in "xy"}
+    pods = {x: pod(m, x, x, "") for x in "xyz"}
     ctrs = [container(m, pods[x], f"c-{x}", cpu_milli=1000, limit_milli=1000, memory=GI, state=1) for x in "xy"]
+    ctrs.append(container(m, pods["z"], "c-z", state=1))
+    writes.clear()
     updates = handler.adopt({p.id: p for p in pods.values()}, ctrs)
-    assert len(seen) == 2 and seen[0] is seen[1]
-    assert [u.container_id for u in updates] == ["c-x", "c-y"]
+    assert [[a.request.container_id for a in items] for items, _ in batches] == [["c-x", "c-y", "c-z"]]
+    assert batches[0][1].seconds == pytest.approx(1.5)
+    assert len(writes) == 1, "one commit for the whole batch"
+    assert set(svc.ledger.read().grants) == {"c-x", "c-y", "c-z"}
+    assert [u.container_id for u in updates] == ["c-x", "c-y", "c-z"]
+
+
+def test_a_refused_adoption_is_rolled_back_alone(node: FakeNode, m) -> None:
+    """One container of the batch asks for more than the node has: it is refused (a reason file),
+    its writes undone; the others are adopted and pinned."""
+    from numa_pin.nri.plugin import Handler
+
+    svc = service(node)
+    lines: list[str] = []
+    handler = Handler(svc, m, lines.append)
+    pods = {x: pod(m, x, x, "") for x in "abc"}
+    milli = {"a": 2000, "b": 200_000, "c": 2000}
+    ctrs = []
+    for i, x in enumerate("abc"):
+        pid = node.add_container(f"kubepods/pod{x}/c-{x}", 5100 + i)
+        ctrs.append(container(m, pods[x], f"c-{x}", cpu_milli=milli[x], limit_milli=milli[x], memory=GI, state=3,
+                              pid=pid))
+    before_b = node.cpuset("kubepods/podb/c-b")
+    updates = handler.adopt({p.id: p for p in pods.values()}, ctrs)
+    grants = svc.ledger.read().grants
+    assert set(grants) == {"c-a", "c-c"} and not grants["c-a"].cpus & grants["c-c"].cpus
+    assert node.cpuset("kubepods/podb/c-b") == before_b, "the refused container is left as it was"
+    doc = read_reason(str(node.state_dir), "c-b")
+    assert doc is not None and str(doc["line"]).startswith("numa-pin: cannot adopt c-b: ")
+    assert {u.container_id for u in updates} == {"c-a", "c-c"}
+    for x in "ac":
+        assert parse_list(node.cpuset(f"kubepods/pod{x}/c-{x}")[0]) == grants[f"c-{x}"].cpus
 
 
 def test_running_shared_containers_leave_the_cpus_an_exclusive_one_gets(plugin, node: FakeNode, m) -> None:
@@ -306,3 +342,116 @@ def test_kubelets_in_place_resize_is_followed_or_refused_never_reverted(node: Fa
     assert len(grant.cpus) == to and len(_node_of(grant.cpus)) == 1 and before <= grant.cpus
     assert [(u.container_id, _cpus(u.linux.resources)) for u in updated.update] == [("c-g", grant.cpus)]
     assert parse_list(node.cpuset("kubepods/podg/c-g")[0]) == grant.cpus
+
+
+@pytest.mark.parametrize(("parts", "size"), [(3, 1 << 30), (1000, 3000)], ids=["parts", "bytes"])
+def test_a_split_synchronisation_is_kept_within_bounds(plugin, m, monkeypatch, parts, size) -> None:
+    """Parts marked ``more`` are kept until the last one, but only so many and so large: past
+    either bound the runtime gets one line, nothing is kept, and the next Synchronize starts afresh."""
+    from numa_pin.nri import plugin as nri_plugin
+
+    monkeypatch.setattr(nri_plugin, "MAX_SYNC_PARTS", parts)
+    monkeypatch.setattr(nri_plugin, "MAX_SYNC_BYTES", size)
+    p = pod(m, "s", "s", "besteffort")
+    codes = []
+    for i in range(5):
+        part = m.api("SynchronizeRequest")(pods=[p], containers=[container(m, p, f"c-{i}" + "x" * 900)], more=True)
+        code, text, _ = plugin.runtime.call("Synchronize", part, "SynchronizeResponse")
+        codes.append(code)
+        if code:
+            break
+    handler = plugin.session.handler
+    assert codes[-1] != 0 and codes[:-1] == [0] * (len(codes) - 1) and len(codes) <= 4
+    assert text.startswith("numa-pin: error ?: NriError: Synchronize split in more than") and "\n" not in text
+    assert handler._sync_containers == [] and handler._sync_parts == 0
+    reply = plugin.runtime.synchronize([], [])
+    assert list(reply.update) == []
+
+
+def test_a_batch_works_out_the_cpu_view_of_the_machine_once(node: FakeNode, m, monkeypatch) -> None:
+    """kubelet's CPU view of the machine and its reserved CPUs depend on the machine and the config
+    only: a Synchronize deciding for many containers works them out once, not once per container."""
+    from numa_pin.nri.plugin import Handler
+    from numa_pin.topology.cpus import CpuTopology
+
+    made = []
+    real = CpuTopology.from_topology.__func__
+    monkeypatch.setattr(CpuTopology, "from_topology", classmethod(lambda cls, t: made.append(t) or real(cls, t)))
+    svc = service(node)
+    handler = Handler(svc, m, lambda line: None)
+    pods = {x: pod(m, x, x, "besteffort" if x in "abcd" else "") for x in "abcdef"}
+    ctrs = [container(m, p, f"c-{x}", cpu_milli=0 if x in "abcd" else 1000, limit_milli=0 if x in "abcd" else 1000,
+                      memory=0 if x in "abcd" else GI, state=1) for x, p in pods.items()]
+    handler.adopt({p.id: p for p in pods.values()}, ctrs)
+    assert len(svc.ledger.read().grants) == 6
+    assert len(made) <= 2, "once for the decisions (and once for the node's own memo), not once per container"
+
+
+def _with(ctr, **fields):
+    for name, value in fields.items():
+        if name == "cgroups_path":
+            ctr.linux.cgroups_path = value
+        else:
+            setattr(ctr, name, value)
+    return ctr
+
+
+@pytest.mark.parametrize(
+    ("fields", "pod_fields", "says"),
+    [({"id": "c-\0x"}, {}, "container id"),
+     ({"cgroups_path": "/kubepods/besteffort/podh/c-h\0/../../../x"}, {}, "cgroups_path"),
+     ({"name": "c\x7fh"}, {}, "container name"),
+     ({"pod_sandbox_id": "s" * 2000}, {}, "pod id"),
+     ({}, {"namespace": "de\nfault"}, "pod namespace")],
+    ids=["id-nul", "cgroups-path-nul", "name-control", "pod-id-long", "namespace-newline"],
+)
+def test_a_hostile_name_through_nri_is_refused_in_one_line_and_blocks_nothing(plugin, node: FakeNode, m, fields,
+                                                                              pod_fields, says) -> None:
+    p = pod(m, "h", "h", "besteffort")
+    for name, value in pod_fields.items():
+        setattr(p, name, value)
+    code, text, _ = plugin.runtime.create(p, _with(container(m, p, "c-h"), **fields))
+    assert code != 0 and "RequestError" in text and says in text and "\n" not in text and "\0" not in text
+    svc = plugin.session.handler.service
+    assert svc.ledger.read().grants == {}
+    g = pod(m, "g", "g", "")
+    code, text, reply = plugin.runtime.create(g, container(m, g, "c-g", cpu_milli=2000, limit_milli=2000, memory=GI))
+    assert code == 0, text
+    assert len(_cpus(reply.adjust.linux.resources)) == 2
+
+
+def test_a_batch_resolves_the_cgroup_parents_once(node: FakeNode, m, monkeypatch) -> None:
+    """Adopting a busy node's containers checks each one's cgroup path, but the pod's and the
+    hierarchy's directories, shared by all of them, are resolved once for the batch."""
+    from numa_pin.enforcer import cgroups
+    from numa_pin.nri.plugin import Handler
+
+    svc = service(node)
+    handler = Handler(svc, m, lambda line: None)
+    p = pod(m, "many", "many", "besteffort")
+    ctrs = []
+    for i in range(20):
+        pid = node.add_container(f"kubepods/besteffort/podmany/c-{i}", 6000 + i)
+        ctrs.append(container(m, p, f"c-{i}", state=3, pid=pid))
+    resolved = []
+    real = cgroups.os.path.realpath
+    monkeypatch.setattr(cgroups.os.path, "realpath", lambda path, **kw: resolved.append(str(path)) or real(path, **kw))
+    handler.adopt({p.id: p}, ctrs)
+    assert len(svc.ledger.read().grants) == 20
+    resolved = [path for path in resolved if path.startswith(str(node.cgroup_root))]
+    assert len(resolved) <= 3 * len(ctrs), "not every parent of every container's path, eight times each"
+
+
+def test_an_adopted_containers_old_refusal_is_forgotten_and_no_other(node: FakeNode, m) -> None:
+    from numa_pin.nri.plugin import Handler
+    from numa_pin.report import write_reason
+
+    svc = service(node)
+    state = str(node.state_dir)
+    for cid in ("c-a", "c-other"):
+        write_reason(state, cid, f"numa-pin: rejected {cid}: x")
+    p = pod(m, "a", "a", "besteffort")
+    pid = node.add_container("kubepods/besteffort/poda/c-a", 6100)
+    Handler(svc, m, lambda line: None).adopt({p.id: p}, [container(m, p, "c-a", state=3, pid=pid)])
+    assert "c-a" in svc.ledger.read().grants
+    assert read_reason(state, "c-a") is None and read_reason(state, "c-other") is not None

@@ -20,10 +20,11 @@ from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.undo import UndoLog
-from numa_pin.errors import AllocationError, CgroupEscapeError, EnforcementError
+from numa_pin.errors import AllocationError, EnforcementError
 from numa_pin.ledger import liveness
 from numa_pin.ledger.liveness import SHARED_CHECKS
 from numa_pin.record import replace
+from numa_pin.report import read_set_aside
 from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
@@ -119,7 +120,8 @@ def test_after_the_spare_warmed_up_only_new_shared_cgroups_are_checked(busy, mon
     checked.clear()
     exclusive(svc, node, "y", 60_002)
     assert checked == ["/ctr/late"]
-    # a path that now leaves the cgroup root is refused as before (it was not checked yet)
+    # a path that now leaves the cgroup root is never written (it was not checked yet): its grant is
+    # set aside (reported, nothing done to it), and blocks no admission (issue 34 item 7)
     outside = node.root / "outside"
     outside.mkdir()
     evil = node.cgroup_dir("late2")
@@ -131,8 +133,9 @@ def test_after_the_spare_warmed_up_only_new_shared_cgroups_are_checked(busy, mon
     with svc.ledger.transaction() as txn:
         txn.put(replace(txn.state.grants["late"], container_id="late2", container_name="late2", cgroup="/ctr/late2",
                         pid=60_003))
-    with pytest.raises(CgroupEscapeError):
-        exclusive(svc, node, "z", 60_004)
+    exclusive(svc, node, "z", 60_004)
+    assert "late2" not in svc.ledger.read().grants and "late2" in read_set_aside(str(node.state_dir))
+    assert list(outside.iterdir()) == []
     assert set(shared_cpusets(node).values()) == {parse_list(node.cpus) - svc.ledger.read().exclusive_cpus()}
 
 

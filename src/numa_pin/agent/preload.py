@@ -61,6 +61,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.enforcer.netdev",
     "numa_pin.enforcer.netns",
     "numa_pin.resources.node.vfjournal",
+    "numa_pin.serviceadopt",
     "numa_pin.topology.cache",
     "numa_pin.topology.discover",
     "numa_pin.topology.isolated",

@@ -38,13 +38,17 @@ def run(args: argparse.Namespace) -> int:
     state = service.ledger.read()
     conflicts = service.config_conflicts(state)
     blocked = blocked_shared(service, state)
+    from numa_pin.cli.cmd_status import _set_aside
+
+    set_aside = _set_aside(service)
     out = {"dropped": [grant_dict(g) for g in removed], "repaired": list(repaired), "conflicts": conflicts,
-           "blocked_shared": blocked, "adopted": adopted, "not_adopted": not_adopted}
+           "blocked_shared": blocked, "adopted": adopted, "not_adopted": not_adopted, "set_aside": set_aside}
     lines = [f"adopted the runtime's resize of {one_line(cid)}" for cid in adopted]
     lines += [one_line(line) for line in not_adopted]
     lines += [f"dropped {one_line(g.container_id)} (process and cgroup gone)" for g in removed]
     lines += [f"repaired cpuset of {one_line(cid)}" for cid in repaired]
     lines += [f"conflict: {one_line(c)}" for c in conflicts]
     lines += [f"blocked: {one_line(b)}" for b in blocked]
+    lines += [f"set aside: {one_line(line)}" for line in set_aside]
     print_result(args, out, lines or ["nothing to do"])
     return 0

@@ -65,8 +65,25 @@ def run(args: argparse.Namespace) -> int:
     elif grant is not None:
         lines.append(f"{one_line(grant.container_id)}: released")
     print_result(args, out, lines)
+    if grant is None and _remove_set_aside(args, service):
+        return 0
     if grant is None:
         print(f"numa-pin: no grant matches {one_line(repr(args.container_id))} (already released, or a wrong id; "
               "see numa-pin status)", file=sys.stderr)
         return 1
     return 0
+
+
+def _remove_set_aside(args: argparse.Namespace, service) -> bool:
+    """Remove the record of a grant set aside whose id is ``ID`` or starts with it (status lists
+    them); False when none is."""
+    from numa_pin.report import forget_reason, read_set_aside
+
+    records = read_set_aside(service.config.state_dir)
+    cid = resolve_id(args.container_id, records)
+    if cid is None:
+        return False
+    forget_reason(service.config.state_dir, cid)
+    print_result(args, {"container_id": cid, "released": True, "moved_to_shared": False, "grant": None,
+                        "set_aside": True}, [f"{one_line(cid)}: the grant set aside is removed"])
+    return True

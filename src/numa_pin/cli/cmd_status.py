@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         service.drop_earlier_boots()  # a reboot ended them: never show them as holding CPUs
     except (NumaPinError, OSError):
         pass  # not root, or the ledger is locked: the next admission or reconcile drops them
-    state = service.ledger.read()
+    state = service.set_aside(service.ledger.read())  # a grant no check can be made of: reported below
     if getattr(args, "map", False) or getattr(args, "map_file", None):
         return _draw(args, service, state)
     grants = [{**grant_dict(g), "state": _running(service, g)}
@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         **service.describe(state),  # every resource's part: shared pool, reserved, free CPUs per node
         "kubelet": describe(args.kubelet_root or service.config.kubelet_root),
         "conflicts": service.config_conflicts(state),
+        "set_aside": _set_aside(service),
     }
     kubelet: dict[str, Any] = out["kubelet"]
     if kubelet["static"]:
@@ -81,6 +82,13 @@ def _running(service, grant) -> str:
         return "unknown"
 
 
+def _set_aside(service) -> list[str]:
+    """The lines of the grants set aside (no check could be made of them; ``release`` removes them)."""
+    from numa_pin.report import read_set_aside
+
+    return sorted(str(doc.get("line", "")) for doc in read_set_aside(service.config.state_dir).values())
+
+
 def _lines(service, state, out: dict[str, Any]) -> list[str]:
     """What ``status`` prints without ``--json``."""
     from numa_pin.report import read_reasons
@@ -96,6 +104,7 @@ def _lines(service, state, out: dict[str, Any]) -> list[str]:
     lines += _kubelet_lines(out["kubelet"])
     lines += [f"conflict: {c}" for c in out["conflicts"]]
     lines += [f"blocked: {one_line(b)}" for b in out["blocked_shared"]]
+    lines += [f"set aside: {one_line(line)}" for line in out["set_aside"]]
     lines.append(f"{len(grants)} grant(s)")
     for g in grants:
         held = service.describe_grant(state.grants[g["container_id"]])  # memory, devices: each resource's words

@@ -311,8 +311,10 @@ def find_cgroup(
     layout: CgroupLayout,
     *,
     subgroups: tuple[str, ...] = RUNTIME_SUBGROUPS,
+    real_dirs: dict[str, str] | None = None,
 ) -> CgroupRef:
-    """Where to enforce the cpuset of process ``pid``.
+    """Where to enforce the cpuset of process ``pid`` (``real_dirs``: see :func:`realpath`; a
+    batch of processes, an NRI plugin adopting a busy node's containers, resolves each parent once).
 
     v2: the ``0::/path`` line; v1 and hybrid: the line whose controllers include
     ``cpuset``. The directory is ``cgroup_root`` + hierarchy sub-directory (``cpuset``
@@ -330,9 +332,9 @@ def find_cgroup(
     version, subdir = where
     pid_rel = process_cgroup(pid, proc_root, version, "cpuset", layout.mount_root(version, "cpuset"))
     rel = enforcement_path(pid_rel, version, subgroups)
-    base = safe_join(cgroup_root, subdir) if subdir else os.fspath(cgroup_root)
-    cpuset_dir = safe_join(base, rel)
-    check_under(cgroup_root, cpuset_dir)
+    base = safe_join(cgroup_root, subdir, real_dirs) if subdir else os.fspath(cgroup_root)
+    cpuset_dir = safe_join(base, rel, real_dirs)
+    check_under(cgroup_root, cpuset_dir, real_dirs)
     return CgroupRef(version, rel, cpuset_dir, pid_rel, _driver_of(rel))
 
 

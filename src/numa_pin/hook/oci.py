@@ -14,7 +14,7 @@ from numa_pin.boundedio import UnsafeInput, json_loads_bounded, read_regular_fil
 from numa_pin.devices.devnode import DeviceNode
 from numa_pin.errors import HookInputError
 from numa_pin.record import field, record
-from numa_pin.text import quote
+from numa_pin.text import MAX_PATH, quote, unfit
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
@@ -93,9 +93,15 @@ def read_state(fp: IO[bytes] | IO[str], source: str = "stdin") -> OciState:
     cid = doc.get("id")
     if not isinstance(cid, str) or not cid:
         raise HookInputError(f"OCI state on {source}: missing container 'id'")
+    wrong = unfit(cid)
+    if wrong is not None:
+        raise HookInputError(f"OCI state on {source}: the container id {quote(cid)} {wrong}")
     bundle = doc.get("bundle", doc.get("bundlePath"))
     if not isinstance(bundle, str) or not bundle:
         raise HookInputError(f"OCI state on {source}: container {cid}: missing 'bundle'")
+    wrong = unfit(bundle, MAX_PATH)
+    if wrong is not None:
+        raise HookInputError(f"OCI state on {source}: container {cid}: the bundle {quote(bundle)} {wrong}")
     pid = doc.get("pid")
     if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid < 0):
         raise HookInputError(f"OCI state on {source}: container {cid}: bad 'pid' {quote(pid)}")
@@ -161,6 +167,9 @@ def parse_spec(text: bytes | str, bundle: str, source: str = "config.json") -> O
         if isinstance(ns, dict) and ns.get("type") == "network" and isinstance(ns.get("path"), str):
             netns = ns["path"]
     cgroups_path = _dig(doc, "linux", "cgroupsPath")
+    wrong = unfit(cgroups_path, MAX_PATH) if isinstance(cgroups_path, str) else None
+    if wrong is not None:
+        raise HookInputError(f"{source}: linux.cgroupsPath {quote(cgroups_path)} {wrong}")
     cpuset_cpus = cpu.get("cpus")
     if cpuset_cpus is not None and not isinstance(cpuset_cpus, str):
         raise HookInputError(f"{source}: linux.resources.cpu.cpus must be a string, got {quote(cpuset_cpus)}")

@@ -44,14 +44,14 @@ from typing import Any
 from numa_pin import report
 from numa_pin.admission.request import ContainerRequest
 from numa_pin.deadline import Deadline
-from numa_pin.errors import AdmissionError, NriError, NumaPinError
+from numa_pin.errors import AdmissionError, NriError, NumaPinError, RequestError
 from numa_pin.ledger.model import Grant
 from numa_pin.nri import wire
 from numa_pin.nri.convert import fill_adjustment, fill_update, spec_of
 from numa_pin.nri.messages import PLUGIN_SERVICE, RUNTIME_SERVICE, Messages, event_mask
 from numa_pin.resources.node.resize import follow_resize
 from numa_pin.resources.runtime import NRI
-from numa_pin.text import cut, one_line
+from numa_pin.text import MAX_NAME, MAX_PATH, cut, one_line, quote, unfit
 
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"
 DEFAULT_NAME, DEFAULT_INDEX = "numa-pin", "50"
@@ -65,6 +65,9 @@ UNKNOWN, INVALID_ARGUMENT, UNIMPLEMENTED = 2, 3, 12
 DEADLINE_SHARE = 0.75
 NRI_REQUEST_TIMEOUT_S = 2.0
 CONTAINER_STOPPED = 4
+#: the most parts (``more``) and bytes of one split Synchronize kept until its last part: a
+#: runtime splits only what exceeds its 4 MiB message limit, so this is a node of ~100,000 containers
+MAX_SYNC_PARTS, MAX_SYNC_BYTES = 64, 256 << 20
 
 
 class Handler:
@@ -79,6 +82,7 @@ class Handler:
         self.request_timeout_s = request_timeout_s
         self._sync_pods: list[Any] = []
         self._sync_containers: list[Any] = []
+        self._sync_parts = self._sync_bytes = 0
         self._methods: dict[str, tuple[str, Callable[[Any], Any]]] = {
             "Configure": ("ConfigureRequest", self.configure),
             "Synchronize": ("SynchronizeRequest", self.synchronize),
@@ -131,12 +135,19 @@ class Handler:
         return self.m.api("ConfigureResponse")(events=event_mask(self.m, EVENTS))
 
     def synchronize(self, req: Any) -> Any:
+        self._sync_parts += 1
+        self._sync_bytes += req.ByteSize()
+        if self._sync_parts > MAX_SYNC_PARTS or self._sync_bytes > MAX_SYNC_BYTES:
+            parts, size = self._sync_parts, self._sync_bytes
+            self._sync_pods, self._sync_containers, self._sync_parts, self._sync_bytes = [], [], 0, 0
+            raise NriError(f"Synchronize split in more than {MAX_SYNC_PARTS} parts or {MAX_SYNC_BYTES} bytes "
+                           f"({parts} parts, {size} bytes so far): its parts are dropped")
         self._sync_pods += req.pods
         self._sync_containers += req.containers
         if req.more:  # the runtime splits a large state; the answer comes with the last part
             return self.m.api("SynchronizeResponse")(more=True)
         pods, containers = self._sync_pods, self._sync_containers
-        self._sync_pods, self._sync_containers = [], []
+        self._sync_pods, self._sync_containers, self._sync_parts, self._sync_bytes = [], [], 0, 0
         response = self.m.api("SynchronizeResponse")()
         for update in self.adopt({p.id: p for p in pods}, containers):
             response.update.append(update)
@@ -203,6 +214,7 @@ class Handler:
         from numa_pin.hook.admit import request_from_spec
         from numa_pin.hook.oci import OciState
 
+        check_names(pod, container)
         state = OciState(id=container.id, status="creating", pid=None, bundle="/")
         return request_from_spec(state, spec_of(pod, container), self.service.config)
 
@@ -243,14 +255,21 @@ class Handler:
         return update if fill_update(update.linux.resources, edit) else None
 
     def adopt(self, pods: Mapping[str, Any], containers: list[Any]) -> list[Any]:
-        """Bring the ledger in line with the runtime's containers; the updates that pin them."""
+        """Bring the ledger in line with the runtime's containers; the updates that pin them.
+
+        The running containers that hold no grant are adopted as one batch, in one ledger
+        transaction (:meth:`~numa_pin.service.NodeService.adopt_batch`): the runtime waits for one
+        answer for all of them, and a busy node has thousands."""
+        from numa_pin.hook.precreate import expected_cgroup
+        from numa_pin.serviceadopt import Adoptee
+
         removed, repaired = self.service.reconcile()
         if removed or repaired:
             self.log(f"synchronized: {len(removed)} grant(s) of gone containers dropped, "
                      f"{len(repaired)} container(s) repaired")
         known = self.service.ledger.read().grants
         budget = self.deadline("synchronisation")  # one answer for all: one budget for all
-        running = []
+        running, adoptees = [], []
         for container in containers:
             if container.state == CONTAINER_STOPPED:
                 self._release(container.id)
@@ -260,13 +279,45 @@ class Handler:
                 continue
             pod = pods.get(container.pod_sandbox_id) or self.m.api("PodSandbox")()
             try:
-                self._admit(pod, container, container.pid or None, budget)
-            except NumaPinError as exc:  # it runs already: say so, and leave it as it is
-                line = cut(one_line(f"numa-pin: cannot adopt {container.id}: {exc.kind}: {exc}"))
-                self.log(line)
-                report.write_reason(self.service.config.state_dir, container.id, line, {"kind": exc.kind})
+                request = self.request_of(pod, container)
+            except NumaPinError as exc:
+                self._not_adopted(container.id, exc)
+                continue
+            cgroup = expected_cgroup(container.linux.cgroups_path or None)
+            adoptees.append(Adoptee(request, container.pid or None, cgroup))
+        adopted = []
+        for outcome in self.service.adopt_batch(adoptees, budget):
+            if outcome.error is not None:
+                self._not_adopted(outcome.container_id, outcome.error)
+            else:
+                adopted.append(outcome.container_id)
+        report.forget_reasons(self.service.config.state_dir, adopted)
+        if adoptees:
+            self.log(f"synchronized: {len(adopted)} running container(s) adopted, {len(adoptees) - len(adopted)} not")
         updates = [self._update(cid) for cid in running]
         return [u for u in updates if u is not None]
+
+    def _not_adopted(self, container_id: str, exc: NumaPinError) -> None:
+        """It runs already: say so, and leave it as it is."""
+        line = cut(one_line(f"numa-pin: cannot adopt {container_id}: {exc.kind}: {exc}"))
+        self.log(line)
+        report.write_reason(self.service.config.state_dir, container_id, line, {"kind": exc.kind})
+
+
+def check_names(pod: Any, container: Any) -> None:
+    """Refuse (RequestError) a container whose ids, names or cgroup paths, as the runtime sent
+    them, hold a NUL or another control character or are too long (:func:`numa_pin.text.unfit`):
+    they would reach the ledger, reason files and cgroup paths, where they break every later look."""
+    linux = container.linux
+    for what, value, limit in (
+        ("container id", container.id, MAX_NAME), ("container name", container.name, MAX_NAME),
+        ("container's pod id", container.pod_sandbox_id, MAX_NAME), ("cgroups_path", linux.cgroups_path, MAX_PATH),
+        ("pod id", pod.id, MAX_NAME), ("pod name", pod.name, MAX_NAME), ("pod namespace", pod.namespace, MAX_NAME),
+        ("pod uid", pod.uid, MAX_NAME), ("pod's cgroup_parent", pod.linux.cgroup_parent, MAX_PATH),
+    ):
+        wrong = unfit(value, limit)
+        if wrong is not None:
+            raise RequestError(f"the runtime's {what} {quote(value)} {wrong}")
 
 
 def _cid(request: Any) -> str:

@@ -19,9 +19,12 @@ from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.policy.hint import ProviderHints
 from numa_pin.providers.cpu import cpu_hint_family
 from numa_pin.record import record
-from numa_pin.resources.base import Decision, Need, NodeView, Resource, zone_entry
+from numa_pin.resources.base import Decision, Need, NodeSettings, NodeView, Resource, zone_entry
 from numa_pin.topology.cpus import CpuTopology
 from numa_pin.topology.model import Topology
+
+#: where :func:`_cpu_facts` keeps what it worked out, on the topology
+_CPU_FACTS = "_cpu_facts"
 
 
 @record
@@ -32,6 +35,20 @@ class CpuView:
     free: frozenset[int]  # free for exclusive use (inside the container's own cpuset, if any)
 
 
+def _cpu_facts(topology: Topology, s: NodeSettings) -> tuple[CpuTopology, frozenset[int]]:
+    """kubelet's CPU view of ``topology`` and the reserved CPUs, worked out once per topology and
+    CPU settings and kept on the topology (as :class:`~numa_pin.ledger.model.LedgerState` keeps
+    what it derives): a node's NRI Synchronize decides for thousands of containers in a row."""
+    key = (s.cpu_options, s.reserved_cpus, s.num_reserved_cpus)
+    known = topology.__dict__.get(_CPU_FACTS)
+    if known is not None and known[0] == key:
+        return known[1], known[2]
+    cpu_topo = CpuTopology.from_topology(topology)
+    reserved = reserved_cpus(cpu_topo, s.cpu_options, s.reserved_cpus, s.num_reserved_cpus)
+    object.__setattr__(topology, _CPU_FACTS, (key, cpu_topo, reserved))
+    return cpu_topo, reserved
+
+
 class CpuResource(Resource):
     """Exclusive CPUs (``numa-pin.io/cpus``) and the shared pool."""
 
@@ -39,9 +56,8 @@ class CpuResource(Resource):
 
     def view(self, need: Need) -> CpuView:
         s = need.settings
-        cpu_topo = CpuTopology.from_topology(need.topology)
+        cpu_topo, reserved = _cpu_facts(need.topology, s)
         s.cpu_options.validate(cpu_topo, need.policy)
-        reserved = reserved_cpus(cpu_topo, s.cpu_options, s.reserved_cpus, s.num_reserved_cpus)
         free = need.topology.cpu_ids - reserved - need.state.exclusive_cpus()
         if need.request.cpuset is not None:  # the user's own cpuset: allocate inside it or not at all
             free = free & need.request.cpuset
