@@ -245,8 +245,10 @@ class Handler:
             report.forget_reason(self.service.config.state_dir, container_id)
             self.log(report.decision_line(grant, "released"))
 
-    def _update(self, container_id: str) -> Any | None:
-        state = self.service.ledger.read()
+    def _update(self, container_id: str, state: Any = None) -> Any | None:
+        """The update that pins a container where its grant says (``state``: the ledger, when the
+        caller read it already), or None when it holds no grant."""
+        state = self.service.ledger.read() if state is None else state
         grant = state.grants.get(container_id)
         if grant is None:
             return None
@@ -294,7 +296,8 @@ class Handler:
         report.forget_reasons(self.service.config.state_dir, adopted)
         if adoptees:
             self.log(f"synchronized: {len(adopted)} running container(s) adopted, {len(adoptees) - len(adopted)} not")
-        updates = [self._update(cid) for cid in running]
+        state = self.service.ledger.read()  # once for every update: a busy node has thousands
+        updates = [self._update(cid, state) for cid in running]
         return [u for u in updates if u is not None]
 
     def _not_adopted(self, container_id: str, exc: NumaPinError) -> None:
