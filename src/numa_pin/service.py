@@ -246,13 +246,14 @@ class NodeService(ServiceBase):
             "try again"
         )
 
-    def adopt_batch(self, adoptees: Sequence[Adoptee], deadline: Deadline) -> list[Adopted]:
+    def adopt_batch(self, adoptees: Sequence[Adoptee], deadline: Deadline,
+                    target: RuntimeTarget | None = None) -> list[Adopted]:
         """Adopt running containers that hold no grant, all in one ledger transaction
         (:func:`numa_pin.serviceadopt.adopt_batch`: each refusal rolled back alone, a failed commit
-        rolls back all)."""
+        rolls back all; ``target``: their path, as :meth:`admit` takes it)."""
         from numa_pin.serviceadopt import adopt_batch
 
-        return adopt_batch(self, adoptees, deadline)
+        return adopt_batch(self, adoptees, deadline, target)
 
     def _revalidate(self, decision: Decision | None, request: ContainerRequest, snapshot: LedgerState,
                     state: LedgerState) -> Decision | None:

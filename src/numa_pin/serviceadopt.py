@@ -33,9 +33,14 @@ from numa_pin.errors import AdmissionTimeout, NumaPinError
 from numa_pin.ledger.liveness import boot_clock, process_start_time
 from numa_pin.ledger.model import Grant, LedgerState, PodRecord
 from numa_pin.record import record, replace
-from numa_pin.resources.base import grant_from
+from numa_pin.resources.base import grant_from, path_refusal
 from numa_pin.resources.node.base import Admission
 from numa_pin.servicebase import ServiceBase
+
+TYPE_CHECKING = False
+
+if TYPE_CHECKING:
+    from numa_pin.resources.runtime import RuntimeTarget
 
 
 @record
@@ -57,10 +62,13 @@ class Adopted:
     error: NumaPinError | None = None
 
 
-def adopt_batch(service: ServiceBase, adoptees: Sequence[Adoptee], deadline: Deadline) -> list[Adopted]:
+def adopt_batch(service: ServiceBase, adoptees: Sequence[Adoptee], deadline: Deadline,
+                target: RuntimeTarget | None = None) -> list[Adopted]:
     """Adopt every container of ``adoptees`` that holds no grant yet, in one ledger transaction
-    (see the module docstring). Returns an :class:`Adopted` per adoptee without a grant, in the
-    order given. Raises what the ledger raises (its lock, a failed commit), after rolling back."""
+    (see the module docstring). ``target``: the path they came in by; one that asks what it
+    cannot carry is refused (:class:`~numa_pin.errors.PathLimitError`), as its admission would
+    be. Returns an :class:`Adopted` per adoptee without a grant, in the order given. Raises what
+    the ledger raises (its lock, a failed commit), after rolling back."""
     if not adoptees:
         return []
     done: dict[str, Adopted] = {}
@@ -84,6 +92,8 @@ def adopt_batch(service: ServiceBase, adoptees: Sequence[Adoptee], deadline: Dea
                     continue
                 undo = UndoLog()
                 try:
+                    if target is not None:
+                        path_refusal(service.resources, item.request, target)
                     enforced = _adopt_one(service, state, item, undo, dropped if first else (), txn.state, real_dirs)
                 except NumaPinError as exc:
                     service._roll_back(undo, exc, cid)

@@ -228,8 +228,8 @@ def test_one_synchronisation_is_one_budget_and_one_commit_for_every_adoption(nod
     svc = service(node)
     batches, writes = [], []
     real_batch, real_write = svc.adopt_batch, Ledger._write
-    monkeypatch.setattr(svc, "adopt_batch", lambda items, deadline: batches.append((items, deadline))
-                        or real_batch(items, deadline))
+    monkeypatch.setattr(svc, "adopt_batch", lambda items, deadline, target=None: batches.append((items, deadline))
+                        or real_batch(items, deadline, target))
     monkeypatch.setattr(Ledger, "_write", lambda self, *a, **kw: writes.append(1) or real_write(self, *a, **kw))
     handler = Handler(svc, m, lambda line: None)
     pods = {x: pod(m, x, x, "") for x in "xyz"}
@@ -455,3 +455,22 @@ def test_an_adopted_containers_old_refusal_is_forgotten_and_no_other(node: FakeN
     Handler(svc, m, lambda line: None).adopt({p.id: p}, [container(m, p, "c-a", state=3, pid=pid)])
     assert "c-a" in svc.ledger.read().grants
     assert read_reason(state, "c-a") is None and read_reason(state, "c-other") is not None
+
+
+def test_a_running_container_nri_cannot_carry_is_not_adopted_and_says_why(node: FakeNode, m) -> None:
+    """Synchronize meets a running container that asks a memory policy: NRI cannot set one, so it
+    is not adopted (the same PathLimitError its CreateContainer would get), in one line."""
+    conn = Connected(service(node), m)
+    try:
+        conn.runtime.configure()
+        p = pod(m, "mp", "mp", "")
+        node.add_container("kubepods/podmp/c-mp", 7100)
+        c = container(m, p, "c-mp", cpu_milli=1000, limit_milli=1000, memory=GI, state=2, pid=7100,
+                      annotations={"numa-pin.io/memory-policy": "interleave"})
+        conn.runtime.synchronize([p], [c])
+        grants = conn.session.handler.service.ledger.read().grants
+    finally:
+        conn.close()
+    assert "c-mp" not in grants
+    line = read_reason(str(node.state_dir), "c-mp")["line"]
+    assert line.startswith("numa-pin: cannot adopt c-mp: PathLimitError: ") and "nri path" in line

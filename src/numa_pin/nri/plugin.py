@@ -288,7 +288,7 @@ class Handler:
             cgroup = expected_cgroup(container.linux.cgroups_path or None)
             adoptees.append(Adoptee(request, container.pid or None, cgroup))
         adopted = []
-        for outcome in self.service.adopt_batch(adoptees, budget):
+        for outcome in self.service.adopt_batch(adoptees, budget, NRI):
             if outcome.error is not None:
                 self._not_adopted(outcome.container_id, outcome.error)
             else:
