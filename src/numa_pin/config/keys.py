@@ -211,8 +211,10 @@ ITEMS: tuple[ConfigItem, ...] = (
     ConfigItem(
         "resize_follow", "one of " + ", ".join(p.RESIZE_FOLLOW), "reassert",
         "What reconcile does with an exclusive container whose cpuset.cpus a runtime changed (runc update "
-        "--cpuset-cpus): reassert writes the ledger's CPUs back; adopt records the new CPUs as a resize when "
-        "they keep the ones it was admitted with and add only free CPUs of its NUMA affinity (else reasserts).",
+        "--cpuset-cpus), and the NRI plugin with kubelet's in-place resize of its CPU count: reassert writes "
+        "the ledger's CPUs back (NRI: refuses the resize in one line); adopt records the new CPUs as a resize "
+        "when they keep the ones it was admitted with and add only free CPUs of its NUMA affinity, or, under "
+        "best-effort and none, CPUs of other nodes once its affinity could not hold them all (else reasserts).",
         p.enum_of(p.RESIZE_FOLLOW),
     ),
 )

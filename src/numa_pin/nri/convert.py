@@ -24,8 +24,10 @@ from typing import Any
 from numa_pin.admission.kubernetes import NAME_KEYS, POD_ID_KEYS, POD_NAME_KEYS, SANDBOX_TYPE_KEYS
 from numa_pin.admission.limits import ContainerLimits
 from numa_pin.cpuset import format_list
+from numa_pin.errors import RequestError
 from numa_pin.hook.oci import OciSpec
 from numa_pin.resources.node.runtime import RuntimeEdit
+from numa_pin.text import MAX_NAME, MAX_PATH, quote, unfit
 
 #: containerd's keys for the pod's id, namespace and name, the container's name and type (set
 #: when the runtime left them out of the container's annotations)
@@ -136,4 +138,20 @@ def fill_adjustment(adjust: Any, edit: RuntimeEdit) -> None:
         adjust.linux.net_devices[host].name = name
 
 
-__all__ = ["annotations_of", "fill_adjustment", "fill_update", "pod_limits_of", "spec_of"]
+def check_names(pod: Any, container: Any) -> None:
+    """Refuse (RequestError) a container whose ids, names or cgroup paths, as the runtime sent
+    them, hold a NUL or another control character or are too long (:func:`numa_pin.text.unfit`):
+    they would reach the ledger, reason files and cgroup paths, where they break every later look."""
+    linux = container.linux
+    for what, value, limit in (
+        ("container id", container.id, MAX_NAME), ("container name", container.name, MAX_NAME),
+        ("container's pod id", container.pod_sandbox_id, MAX_NAME), ("cgroups_path", linux.cgroups_path, MAX_PATH),
+        ("pod id", pod.id, MAX_NAME), ("pod name", pod.name, MAX_NAME), ("pod namespace", pod.namespace, MAX_NAME),
+        ("pod uid", pod.uid, MAX_NAME), ("pod's cgroup_parent", pod.linux.cgroup_parent, MAX_PATH),
+    ):
+        wrong = unfit(value, limit)
+        if wrong is not None:
+            raise RequestError(f"the runtime's {what} {quote(value)} {wrong}")
+
+
+__all__ = ["annotations_of", "check_names", "fill_adjustment", "fill_update", "pod_limits_of", "spec_of"]

@@ -44,14 +44,14 @@ from typing import Any
 from numa_pin import report
 from numa_pin.admission.request import ContainerRequest
 from numa_pin.deadline import Deadline
-from numa_pin.errors import AdmissionError, NriError, NumaPinError, RequestError
+from numa_pin.errors import AdmissionError, NriError, NumaPinError
 from numa_pin.ledger.model import Grant
 from numa_pin.nri import wire
-from numa_pin.nri.convert import fill_adjustment, fill_update, spec_of
+from numa_pin.nri.convert import check_names, fill_adjustment, fill_update, spec_of
 from numa_pin.nri.messages import PLUGIN_SERVICE, RUNTIME_SERVICE, Messages, event_mask
 from numa_pin.resources.node.resize import follow_resize
 from numa_pin.resources.runtime import NRI
-from numa_pin.text import MAX_NAME, MAX_PATH, cut, one_line, quote, unfit
+from numa_pin.text import cut, one_line
 
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"
 DEFAULT_NAME, DEFAULT_INDEX = "numa-pin", "50"
@@ -305,22 +305,6 @@ class Handler:
         line = cut(one_line(f"numa-pin: cannot adopt {container_id}: {exc.kind}: {exc}"))
         self.log(line)
         report.write_reason(self.service.config.state_dir, container_id, line, {"kind": exc.kind})
-
-
-def check_names(pod: Any, container: Any) -> None:
-    """Refuse (RequestError) a container whose ids, names or cgroup paths, as the runtime sent
-    them, hold a NUL or another control character or are too long (:func:`numa_pin.text.unfit`):
-    they would reach the ledger, reason files and cgroup paths, where they break every later look."""
-    linux = container.linux
-    for what, value, limit in (
-        ("container id", container.id, MAX_NAME), ("container name", container.name, MAX_NAME),
-        ("container's pod id", container.pod_sandbox_id, MAX_NAME), ("cgroups_path", linux.cgroups_path, MAX_PATH),
-        ("pod id", pod.id, MAX_NAME), ("pod name", pod.name, MAX_NAME), ("pod namespace", pod.namespace, MAX_NAME),
-        ("pod uid", pod.uid, MAX_NAME), ("pod's cgroup_parent", pod.linux.cgroup_parent, MAX_PATH),
-    ):
-        wrong = unfit(value, limit)
-        if wrong is not None:
-            raise RequestError(f"the runtime's {what} {quote(value)} {wrong}")
 
 
 def _cid(request: Any) -> str:
