@@ -11,10 +11,11 @@ overhead apart), which give a pod-scope pod its totals as ``numa-pin.io/pod-*`` 
 (:func:`~numa_pin.admission.request.pod_totals`).
 
 :func:`fill_adjustment` writes what the resources say the runtime must apply
-(:class:`~numa_pin.resources.runtime.RuntimeEdit`) into the adjustment at ``CreateContainer``,
+(:class:`~numa_pin.resources.node.runtime.RuntimeEdit`) into the adjustment at ``CreateContainer``,
 and :func:`fill_update` its cpuset into an update at ``Synchronize`` and ``UpdateContainer``;
-neither names a resource. Message objects come in from
-:mod:`numa_pin.nri.messages`; nothing here imports protobuf.
+neither names a resource. :func:`check_names` refuses ids, names and cgroup paths that hold a
+control character or are too long. Message objects come in from :mod:`numa_pin.nri.messages`;
+nothing here imports protobuf.
 """
 
 from __future__ import annotations
