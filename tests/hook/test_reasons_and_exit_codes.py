@@ -21,15 +21,6 @@ from numa_pin.hook import main as hook_main
 from numa_pin.testing.node import FakeNode
 
 
-@pytest.fixture
-def node(tmp_path, monkeypatch):
-    fake = FakeNode(tmp_path, "laptop", parent="")
-    fake.add_container("c", 77)
-    monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("NUMA_PIN_DEBUG", raising=False)
-    return fake, fake.write_config(settled=False, policy="restricted")
-
-
 def hook(fake, config, cid: str, annotations: dict, stage: str = "prestart") -> int:
     bundle = fake.root / "bundle"
     bundle.mkdir(exist_ok=True)
