@@ -71,6 +71,8 @@ class ServiceBase(Node):
         self.set_aside_ids: set[str] = set()
         #: the grants :func:`unusable` passed, by container id: each is checked once, not once per transaction
         self._usable: dict[str, Grant] = {}
+        #: grants whose cgroup path was found to leave the cgroup root (:meth:`escaped`), by container id
+        self._escaped: dict[str, Grant] = {}
 
     def set_aside(self, state: LedgerState) -> LedgerState:
         """``state`` without the grants :func:`unusable` finds no check can be made of, each one
@@ -82,7 +84,7 @@ class ServiceBase(Node):
         for cid, grant in state.grants.items():
             if usable.get(cid) is grant:
                 continue  # this very grant was checked already (a grant is never changed, only replaced)
-            why = unusable(grant)
+            why = "its cgroup path leaves the cgroup root" if self._escaped.get(cid) == grant else unusable(grant)
             if why is None:
                 usable[cid] = grant
             else:
@@ -91,6 +93,15 @@ class ServiceBase(Node):
             state = state.without(grant.container_id)
             self._record_set_aside(grant, why)
         return state
+
+    def escaped(self, grant: Grant, why: str) -> None:
+        """Set ``grant`` aside: its cgroup path leaves the cgroup root (the next transaction
+        drops it from the ledger; nothing is done to it)."""
+        if len(self._escaped) > 64:
+            self._escaped.clear()
+        self._escaped[grant.container_id] = grant
+        self._usable.pop(grant.container_id, None)
+        self._record_set_aside(grant, why)
 
     def _record_set_aside(self, grant: Grant, why: str) -> None:
         if grant.container_id in self.set_aside_ids:

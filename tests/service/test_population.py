@@ -129,6 +129,9 @@ def test_after_the_spare_warmed_up_only_new_shared_cgroups_are_checked(busy, mon
     evil.symlink_to(outside)
     (node.proc_root / "60003").mkdir(parents=True)
     (node.proc_root / "60003" / "cgroup").write_text("4:cpuset:/ctr/late2\n")
+    # liveness asks no shared grant this time (its turn comes round every few dozen admissions):
+    # the resize of the shared pool itself meets the path
+    monkeypatch.setattr(liveness, "_turn", lambda idle, start: [])
     svc.ledger.read()
     with svc.ledger.transaction() as txn:
         txn.put(replace(txn.state.grants["late"], container_id="late2", container_name="late2", cgroup="/ctr/late2",
@@ -350,3 +353,31 @@ def test_a_handle_write_cuts_a_longer_file_and_refuses_an_unlinked_one(tmp_path:
         assert not cgroups.write_cgroup_handle(fd, b"0-2\n", plain)
     finally:
         cgroups.close_handles(handles)
+
+
+def test_a_shared_cgroup_that_now_leaves_the_root_blocks_no_admission_from_a_hook(
+        busy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hook (nothing warmed up) checks every shared path at each exclusive admission: the one
+    that leaves the cgroup root is set aside, nothing is written through it, the others shrink."""
+    node, svc = busy
+    monkeypatch.setattr(liveness, "_turn", lambda idle, start: [])  # liveness asks no shared grant
+    outside = node.root / "outside"
+    outside.mkdir()
+    for name in ("cpuset.cpus", "cpuset.mems"):
+        (outside / name).write_text("0")
+    gone = node.cgroup_dir("s2")
+    for child in gone.iterdir():
+        child.unlink()
+    gone.rmdir()
+    gone.symlink_to(outside)
+    x = exclusive(svc, node, "x", 60_000)
+    assert "s2" not in svc.ledger.read().grants and "s2" in read_set_aside(str(node.state_dir))
+    assert (outside / "cpuset.cpus").read_text() == "0"
+    assert set(shared_cpusets_but(node, "s2").values()) == {parse_list(node.cpus) - x}
+    assert exclusive(svc, node, "y", 60_001)  # and the next admission does not meet it again
+
+
+def shared_cpusets_but(node: FakeNode, skip: str) -> dict[str, frozenset[int]]:
+    out = {f"s{i}": cpus_of(node.cgroup_dir(f"s{i}")) for i in range(SHARED) if f"s{i}" != skip}
+    out["s1/docker"] = cpus_of(node.cgroup_dir("s1") / "docker")
+    return out

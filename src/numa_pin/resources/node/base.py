@@ -152,6 +152,10 @@ class Node:
             return None
         return cg.ref_from_path(grant.cgroup, self.config.cgroup_root, self._layout())
 
+    def escaped(self, grant: Grant, why: str) -> None:
+        """``grant``'s recorded cgroup was found to leave the cgroup root (``why``): nothing is
+        written to it (a service sets the grant aside)."""
+
     def live_cgroup_ref(self, grant: Grant) -> cg.CgroupRef | None:
         """:meth:`cgroup_ref` while that cgroup exists (None: none recorded, or gone)."""
         ref = self.cgroup_ref(grant)

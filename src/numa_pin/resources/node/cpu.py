@@ -23,8 +23,9 @@ from numa_pin.enforcer.nested import cpus_file, leaf_dirs
 from numa_pin.enforcer.pool import ResizeResult, check_shared, reserved_conflicts, resize_shared
 from numa_pin.enforcer.pool import shared_pool as pool_of
 from numa_pin.enforcer.undo import UndoLog
-from numa_pin.errors import AllocationError
+from numa_pin.errors import AllocationError, CgroupEscapeError
 from numa_pin.ledger.model import KIND_SHARED, Grant, LedgerState
+from numa_pin.record import replace
 from numa_pin.resources.cpu import CpuResource
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
 
@@ -83,7 +84,7 @@ _LEAVES: frozenset[str] | None = None
 _HANDLES: dict[str, tuple[int, bool]] | None = None
 #: the shared grants :func:`_shared_refs` last answered for (held, so compared by identity), its
 #: cgroup root and its answer; only once :func:`warm` has run
-_LAST: tuple[tuple[Grant, ...], str, tuple[cg.CgroupRef, ...]] | None = None
+_LAST: tuple[tuple[Grant, ...], str, tuple[tuple[str, cg.CgroupRef], ...]] | None = None
 
 
 def warm(node: Node, state: LedgerState) -> None:
@@ -103,37 +104,66 @@ def _shared_ids(node: Node, state: LedgerState, exclude: str | None = None,
                 real_dirs: dict[str, str] | None = None) -> dict[cg.CgroupRef, str]:
     """The cgroups of the shared containers (``exclude`` left out), with their container ids
     (:func:`_shared_refs`)."""
-    grants = [g for g in state.shared_grants() if g.container_id != exclude and g.cgroup]
-    return dict(zip(_shared_refs(node, state, exclude, real_dirs), (g.container_id for g in grants)))
+    return {ref: cid for cid, ref in _shared_pairs(node, state, exclude, real_dirs)}
+
+
+def _checked_refs(node: Node, grants: list[Grant], real_dirs: dict[str, str] | None,
+                  escaped: list[Grant] | None = None) -> list[tuple[str, cg.CgroupRef]]:
+    """(container id, cgroup) of each of ``grants``, every path checked (one pass; path by path
+    once one fails). A grant whose path leaves the cgroup root is left out, told to the node
+    (:meth:`~numa_pin.resources.node.base.Node.escaped`, which sets it aside) and added to
+    ``escaped``: one bad record never blocks the node's admissions."""
+    root, layout = node.config.cgroup_root, node.layout()
+    try:
+        refs = cg.refs_from_paths([g.cgroup or "" for g in grants], root, layout, real_dirs)
+        return [(g.container_id, ref) for g, ref in zip(grants, refs)]
+    except CgroupEscapeError:
+        pass
+    out = []
+    for g in grants:
+        try:
+            out.append((g.container_id, cg.refs_from_paths([g.cgroup or ""], root, layout, real_dirs)[0]))
+        except CgroupEscapeError as exc:
+            node.escaped(g, str(exc))
+            if escaped is not None:
+                escaped.append(g)
+    return out
 
 
 def _shared_refs(node: Node, state: LedgerState, exclude: str | None = None,
-                 real_dirs: dict[str, str] | None = None) -> tuple[cg.CgroupRef, ...]:
-    """The cgroups of the shared containers (``exclude`` left out), in container id order.
-    ``real_dirs``: a memo of parents' real paths (one ``lstat`` per path check, hundreds of
-    shared containers on a busy node; see :func:`numa_pin.enforcer.cgroups.realpath`); paths
-    in :data:`_REFS` are not checked again, and the answer for the very shared grants of the
-    last call (a state one exclusive grant later carries them, :mod:`numa_pin.ledger.derived`)
-    is that call's."""
+                 real_dirs: dict[str, str] | None = None,
+                 escaped: list[Grant] | None = None) -> tuple[cg.CgroupRef, ...]:
+    """The cgroups of the shared containers (:func:`_shared_pairs`)."""
+    return tuple(ref for _, ref in _shared_pairs(node, state, exclude, real_dirs, escaped))
+
+
+def _shared_pairs(node: Node, state: LedgerState, exclude: str | None = None,
+                  real_dirs: dict[str, str] | None = None,
+                  escaped: list[Grant] | None = None) -> tuple[tuple[str, cg.CgroupRef], ...]:
+    """The cgroups of the shared containers (``exclude`` left out) with their container ids, in
+    container id order; one whose path leaves the cgroup root is left out (see
+    :func:`_checked_refs`). ``real_dirs``: a memo of parents' real paths (one ``lstat`` per path
+    check, hundreds of shared containers on a busy node; see
+    :func:`numa_pin.enforcer.cgroups.realpath`); paths in :data:`_REFS` are not checked again,
+    and the answer for the very shared grants of the last call (a state one exclusive grant
+    later carries them, :mod:`numa_pin.ledger.derived`) is that call's."""
     global _LAST
     shared = state.shared_grants()
-    root = os.fspath(node.config.cgroup_root)
+    grants = [g for g in shared if g.container_id != exclude and g.cgroup]
     if _REFS is None:
-        return tuple(cg.refs_from_paths([g.cgroup for g in shared if g.container_id != exclude and g.cgroup], root,
-                                        node.layout(), real_dirs))
+        return tuple(_checked_refs(node, grants, real_dirs, escaped))
+    root = os.fspath(node.config.cgroup_root)
     left_out = state.grants.get(exclude) if exclude is not None else None
     whole = left_out is None or left_out.kind != KIND_SHARED  # ``exclude`` changes nothing
     if whole and _LAST is not None and _LAST[0] is shared and _LAST[1] == root:
         return _LAST[2]
-    paths = [g.cgroup for g in shared if g.container_id != exclude and g.cgroup]
     known = _REFS.get(root)
     if known is None:
         known = _REFS[root] = {}
-    new = [p for p in paths if p not in known]
-    for path, ref in zip(new, cg.refs_from_paths(new, root, node.layout(), real_dirs)):
-        known[path] = ref
-    out = tuple(known[p] for p in paths)
-    if whole:
+    for cid, ref in _checked_refs(node, [g for g in grants if g.cgroup not in known], real_dirs, escaped):
+        known[state.grants[cid].cgroup or ""] = ref
+    out = tuple((g.container_id, known[g.cgroup]) for g in grants if g.cgroup in known)
+    if whole and len(out) == len(grants):
         _LAST = (shared, root, out)
     return out
 
@@ -149,13 +179,13 @@ def _limits(node: Node, state: LedgerState,
             real_dirs: dict[str, str] | None = None) -> dict[cg.CgroupRef, frozenset[int]]:
     """Shared containers' own cpusets (their cpuset is the pool inside it), by cgroup."""
     grants = [g for g in state.limited_shared() if g.cgroup]
-    refs = cg.refs_from_paths([g.cgroup for g in grants if g.cgroup], node.config.cgroup_root, node.layout(),
-                              real_dirs)
-    return {ref: g.cpuset_limit for ref, g in zip(refs, grants) if g.cpuset_limit}
+    limits = {ref: state.grants[cid].cpuset_limit for cid, ref in _checked_refs(node, grants, real_dirs)}
+    return {ref: limit for ref, limit in limits.items() if limit}
 
 
 def _resize(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
-            exclude: str | None = None, before: LedgerState | None = None) -> ResizeResult:
+            exclude: str | None = None, before: LedgerState | None = None,
+            escaped: list[Grant] | None = None) -> ResizeResult:
     """Every shared container (``exclude`` left out) to ``pool``, one memo of real paths for all.
     ``before``: the ledger the change started from (an admission's, a release's): the shared
     containers are taken to be on its pool, not read (see :func:`resize_shared`)."""
@@ -166,7 +196,7 @@ def _resize(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
             previous = shared_pool(node, before)
         except AllocationError:  # no pool under the config as it is now (changed since): read them
             previous = None
-    return resize_shared(_shared_refs(node, state, exclude, real_dirs), pool, node.config.cgroup_root, undo,
+    return resize_shared(_shared_refs(node, state, exclude, real_dirs, escaped), pool, node.config.cgroup_root, undo,
                          _limits(node, state, real_dirs), systemd=node.systemd(), real_dirs=real_dirs,
                          checked=True,  # _shared_refs checked each path (now, or as the spare rehearsed)
                          previous=previous, leaves=_LEAVES, handles=_HANDLES)
@@ -188,7 +218,10 @@ class CpuNode(CpuResource, NodeResource):
                 # its cpuset.mems is usually empty, inheriting the parent's)
                 apply_cpuset(ref, own, None, root, undo, systemd=node.systemd())
         if grant.cpus or any(g.cpus for g in admission.dropped):
-            _log_blocked(_resize(node, state, pool, undo, grant.container_id, admission.before))
+            escaped: list[Grant] = []
+            _log_blocked(_resize(node, state, pool, undo, grant.container_id, admission.before, escaped))
+            for gone in escaped:  # set aside: the ledger this admission commits no longer holds it
+                admission = replace(admission, state=admission.state.without(gone.container_id))
         return admission
 
     def release(self, node: Node, release: Release) -> list[str]:
