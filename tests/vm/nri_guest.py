@@ -1,5 +1,6 @@
-"""What runs inside the NRI guest (Debian 13, containerd 1.7 with NRI on): kubelet's CRI calls
-against the node's own containerd, with numa-pin as its NRI plugin (``numa-pin-nri.service``).
+"""What runs inside the NRI guest (Debian 13 with containerd 1.7, or sid with containerd 2.x; NRI
+on): kubelet's CRI calls against the node's own containerd, with numa-pin as its NRI plugin
+(``numa-pin-nri.service``).
 
 Run by the scenario unit with ``/usr/bin/python3`` (Debian's python3-grpcio and protobuf);
 ``tests/e2e/cri.py`` and cri-api's ``api.proto`` sit beside it. It asserts nothing: it writes
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -38,6 +40,19 @@ CONTAINERD_TOML = f"""version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
   SystemdCgroup = true
 [plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  plugin_request_timeout = "30s"
+"""
+#: the same for containerd 2.x: configuration version 3, where the CRI plugin is split in two and
+#: the sandbox image is a pinned image (2.x also reads version 2, converting it; users write this)
+CONTAINERD2_TOML = f"""version = 3
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "{IMAGE}"
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  SystemdCgroup = true
+[plugins.'io.containerd.nri.v1.nri']
   disable = false
   plugin_request_timeout = "30s"
 """
@@ -151,8 +166,10 @@ def step(name: str, fn) -> None:
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     Path("/etc/numa-pin/config.yaml").write_text("policy: restricted\nscope: container\nsyslog: true\n")
-    Path("/etc/containerd/config.toml").write_text(CONTAINERD_TOML)
     facts["containerd"] = sh("containerd", "--version").strip()
+    major = re.search(r" v?(\d+)\.\d+\.", facts["containerd"])
+    two = major is not None and int(major.group(1)) >= 2
+    Path("/etc/containerd/config.toml").write_text(CONTAINERD2_TOML if two else CONTAINERD_TOML)
     facts["nodes"] = [Path(p).read_text().strip() for p in sorted(Path("/sys/devices/system/node").glob("node*/cpulist"))]
     restart_containerd()
     tar = cri.image_archive(rootfs(Path("/var/tmp/rootfs")), Path("/var/tmp/image.tar"), IMAGE, ["sleep", "100000"])
@@ -275,6 +292,73 @@ def main() -> None:
         return {"exclusive": node.seen("pg"), "samples": samples, "grants": grants(), "id": pods["pg"][1]}
 
     step("parallel_pods", parallel_pods)
+
+    def matrix() -> dict[str, object]:
+        """The every-path table (tests/nri/test_every_path.py's rows, handed over as matrix.json):
+        each row a pod of its own on an emptied node, its annotations on the pod."""
+        kubelet = node.kubelet
+        for item in kubelet.runtime.ListPodSandbox(kubelet.pb.ListPodSandboxRequest(), timeout=60).items:
+            kubelet.stop_pod(item.id)
+            kubelet.remove_pod(item.id)
+        time.sleep(3)
+        out: dict[str, object] = {"grants_before": grants()}
+        for row in json.loads((Path(__file__).parent / "matrix.json").read_text()):
+            pod = cri.Pod(f"m-{row['id']}", [cri.Container("c")], annotations=row["annotations"])
+            sandbox = kubelet.run_pod(pod)
+            try:
+                cid = kubelet.create(sandbox, pod, pod.containers[0])
+                kubelet.start(cid)
+                pid = int(kubelet.status(cid)[1]["pid"])
+                out[row["id"]] = {"admitted": True, "seen": cpus_of(pid), "grant": grants().get(cid)}
+            except Exception as exc:  # grpc.RpcError: the refusal kubelet would show
+                out[row["id"]] = {"admitted": False, "error": exc.details() if hasattr(exc, "details") else str(exc)}
+            finally:
+                kubelet.stop_pod(sandbox)
+                kubelet.remove_pod(sandbox)
+            time.sleep(1)
+        out["grants_after"] = grants()
+        return out
+
+    step("matrix", matrix)
+
+    def chain(pid: int) -> dict[str, str]:
+        """``cpuset.cpus.partition`` of every cgroup from the process's up to the root's child."""
+        rel = Path("/proc", str(pid), "cgroup").read_text().strip().split("::", 1)[1]
+        out: dict[str, str] = {}
+        parts = [p for p in rel.split("/") if p]
+        for depth in range(len(parts), 0, -1):
+            path = Path("/sys/fs/cgroup", *parts[:depth], "cpuset.cpus.partition")
+            if path.exists():
+                out["/" + "/".join(parts[:depth])] = path.read_text().strip()
+        return out
+
+    def partitions() -> dict[str, object]:
+        """An isolated partition nested in the pod's (NRI) and in podman's cgroup (precreate):
+        ``cpu-load-balancing.crio.io: disable`` on a kernel with ``cpuset.cpus.exclusive``."""
+        kubelet = node.kubelet
+        out: dict[str, object] = {"kernel": os.uname().release}
+        pod = guaranteed("iso", 1)
+        pod.annotations["cpu-load-balancing.crio.io"] = "disable"
+        sandbox, (cid,) = kubelet.run_all(pod)
+        pid = int(kubelet.status(cid)[1]["pid"])
+        out["nri"] = {"seen": cpus_of(pid), "chain": chain(pid), "grant": grants().get(cid)}
+        kubelet.stop_pod(sandbox)
+        kubelet.remove_pod(sandbox)
+        time.sleep(2)
+        out["nri_after"] = grants()
+        name = "iso-podman"
+        sh("podman", "run", "-d", "--name", name, "--network", "none", "--rootfs", "/var/tmp/rootfs",
+           "--annotation", "numa-pin.io/cpus=1", "--annotation", "cpu-load-balancing.crio.io=disable",
+           "sleep", "100000", timeout=300)
+        pid = int(sh("podman", "inspect", "-f", "{{.State.Pid}}", name).strip())
+        podman_id = sh("podman", "inspect", "-f", "{{.Id}}", name).strip()
+        out["podman"] = {"seen": cpus_of(pid), "chain": chain(pid), "grant": grants().get(podman_id)}
+        sh("podman", "rm", "-f", "-t", "0", name, timeout=300)
+        time.sleep(2)
+        out["podman_after"] = grants()
+        return out
+
+    step("partitions", partitions)
     (OUT / "plugin.log").write_text(sh("journalctl", "-u", "numa-pin-nri.service", "-o", "cat", "--no-pager",
                                        check=False))
     (OUT / "containerd.log").write_text(sh("journalctl", "-u", "containerd.service", "-o", "cat", "--no-pager",

@@ -61,12 +61,22 @@ class Flavour(NamedTuple):
     cache_name: str
     #: installed by apt in the tree after debootstrap (whose resolver is too simple for them)
     apt_packages: tuple[str, ...] = ()
+    #: boot the suite's own kernel (installed in the tree, see :func:`tree_kernel`), not the host's
+    own_kernel: bool = False
 
 
 BOOKWORM = Flavour(SUITE, PACKAGES, CONTAINERD_TOML, "NUMA_PIN_VM_CACHE", "vm-systemd")
 #: the NRI guest drives containerd's CRI with tests/e2e/cri.py, so it needs grpc and its compiler
+#: and boots Debian 13's kernel (6.12: nested isolated partitions need 6.7 or later)
 TRIXIE = Flavour("trixie", PACKAGES, CONTAINERD_TOML + NRI_TOML, "NUMA_PIN_VM_CACHE_TRIXIE", "vm-trixie",
-                 ("python3-grpcio", "python3-grpc-tools"))
+                 ("python3-grpcio", "python3-grpc-tools", "linux-image-amd64", "initramfs-tools"), own_kernel=True)
+#: containerd 2.x (Debian sid): configuration version 3, the CRI runtime's options under their new
+#: plugin name, NRI named as 1.7 names it (2.x turns it on by default; said anyway)
+CONTAINERD2_TOML = ("version = 3\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n"
+                    "  SystemdCgroup = true\n[plugins.'io.containerd.nri.v1.nri']\n  disable = false\n")
+#: the same guest on containerd 2.x (Debian's development suite)
+SID = Flavour("sid", PACKAGES, CONTAINERD2_TOML, "NUMA_PIN_VM_CACHE_SID", "vm-sid",
+              ("python3-grpcio", "python3-grpc-tools", "linux-image-amd64", "initramfs-tools"), own_kernel=True)
 #: the host tools the tier needs, with the Debian package that has each
 HOST_TOOLS = {"debootstrap": "debootstrap", "qemu-system-x86_64": "qemu-system-x86", "mkfs.ext4": "e2fsprogs",
               "chroot": "coreutils"}
@@ -140,7 +150,7 @@ def kernel_pair() -> tuple[Path, Path] | None:
 def recipe(mirror: str, kernel: Path, flavour: Flavour = BOOKWORM) -> dict[str, object]:
     """Everything the base tree depends on (its hash names the cache entry)."""
     return {"version": RECIPE_VERSION, "suite": flavour.suite, "mirror": mirror,
-            "packages": sorted(flavour.packages), "kernel": kernel.name, "boot_text": BOOT_TEXT,
+            "packages": sorted(flavour.packages), "kernel": "the suite's" if flavour.own_kernel else kernel.name, "boot_text": BOOT_TEXT,
             "unit": UNIT_TEXT, "containerd": flavour.containerd_toml, "apt": sorted(flavour.apt_packages)}
 
 
@@ -182,8 +192,9 @@ def _configure(root: Path, kernel: Path, flavour: Flavour) -> None:
     (root / "etc" / "fstab").write_text("/dev/vda / ext4 rw,errors=remount-ro 0 1\n")
     (root / "etc" / "hostname").write_text("np-guest\n")
     (root / "etc" / "machine-id").write_text("")
-    kver = kernel.name.removeprefix("vmlinuz-")
-    shutil.copytree(f"/lib/modules/{kver}", root / "lib" / "modules" / kver, symlinks=True, dirs_exist_ok=True)
+    if not flavour.own_kernel:
+        kver = kernel.name.removeprefix("vmlinuz-")
+        shutil.copytree(f"/lib/modules/{kver}", root / "lib" / "modules" / kver, symlinks=True, dirs_exist_ok=True)
     sbin = root / "usr" / "local" / "sbin"
     sbin.mkdir(parents=True, exist_ok=True)
     (sbin / "numa-pin-scenario-boot").write_text(BOOT_TEXT)
@@ -289,10 +300,23 @@ def qemu_argv(kernel: Path, initrd: Path, image: Path, share: Path) -> list[str]
     return argv
 
 
-def boot(image: Path, share: Path, timeout: float, console_log: Path) -> float:
+def tree_kernel(base: Path) -> tuple[Path, Path]:
+    """The newest kernel installed in the base tree ``base`` and its initrd (a flavour with
+    ``own_kernel``)."""
+    boot_dir = base / "root" / "boot"
+    for kernel in sorted(boot_dir.glob("vmlinuz-*"), reverse=True):
+        initrd = boot_dir / f"initrd.img-{kernel.name.removeprefix('vmlinuz-')}"
+        if initrd.is_file():
+            return kernel, initrd
+    raise RuntimeError(f"no kernel with its initrd in {boot_dir}")
+
+
+def boot(image: Path, share: Path, timeout: float, console_log: Path,
+         kernel: tuple[Path, Path] | None = None) -> float:
     """Boot until the guest powers itself off (reboots included); the wall time in seconds.
-    Raises TimeoutError (the guest is killed) past ``timeout``."""
-    pair = kernel_pair()
+    ``kernel``: the kernel and initrd to boot (default: the host's). Raises TimeoutError (the
+    guest is killed) past ``timeout``."""
+    pair = kernel or kernel_pair()
     if pair is None:
         raise RuntimeError("no host kernel with an initrd")
     started = time.monotonic()

@@ -83,7 +83,7 @@ def test_each_flavour_has_its_own_recipe_and_cache(monkeypatch: pytest.MonkeyPat
         assert wanted - {"python3"} <= set(recipe["packages"]), wanted - set(recipe["packages"])
 
 
-@pytest.mark.parametrize("flavour", [sysimage.BOOKWORM, sysimage.TRIXIE], ids=["bookworm", "trixie"])
+@pytest.mark.parametrize("flavour", [sysimage.BOOKWORM, sysimage.TRIXIE, sysimage.SID], ids=["bookworm", "trixie", "sid"])
 def test_debootstrap_gets_the_flavours_suite_and_packages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           flavour: sysimage.Flavour) -> None:
     calls: list[list[str]] = []

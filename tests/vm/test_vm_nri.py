@@ -1,5 +1,7 @@
-"""numa-pin as containerd's NRI plugin on the node as users run it: Debian 13, containerd 1.7
-with NRI switched on, systemd as init, cgroup v2, the deb installed, ``numa-pin-nri.service``.
+"""numa-pin as containerd's NRI plugin on the node as users run it, on both containerd lines:
+Debian 13 with containerd 1.7 (NRI switched on) and Debian sid with containerd 2.x (NRI on by
+default, configuration version 3); systemd as init, cgroup v2, the deb installed,
+``numa-pin-nri.service``. Every test runs once per guest.
 
 One qemu run (tests/vm/sysimage.py builds and caches the trixie tree; tests/vm/nri_guest.py runs
 inside): kubelet's CRI calls (tests/e2e/cri.py, systemd cgroup driver) make Guaranteed, Burstable
@@ -8,8 +10,9 @@ run, a pod started while the plugin is down, a release, and a pod-scope pod anno
 container (``Cpus_allowed_list`` of its pid), the guest's NUMA layout (sysimage.NUMA), kubelet's
 QoS classes, the raw ledger, and the error containerd's CRI returned (what the pod's event shows).
 
-``NUMA_PIN_VM_CACHE_TRIXIE`` names the cache of the built tree; ``NUMA_PIN_VM_KEEP`` keeps what
-the guest wrote; ``NUMA_PIN_VM_NRI_REUSE`` checks a kept share again without booting.
+``NUMA_PIN_VM_CACHE_TRIXIE`` and ``NUMA_PIN_VM_CACHE_SID`` name the caches of the built trees;
+``NUMA_PIN_VM_KEEP`` keeps what each guest wrote (under ``<dir>/<suite>``);
+``NUMA_PIN_VM_NRI_REUSE`` checks kept shares again without booting.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from nri.test_every_path import EXPECTED, ROWS  # tests/ is on the path: its folders are packages
 
 from . import sysimage
 
@@ -43,10 +48,14 @@ def guest_cri_proto(text: str) -> bytes:
     return re.sub(r"\s*\[debug_redact\s*=\s*true\]", "", text).encode()
 
 
-@pytest.fixture(scope="module")
-def facts() -> Iterator[dict]:
+@pytest.fixture(scope="module", params=[sysimage.TRIXIE, sysimage.SID], ids=["containerd-1.7", "containerd-2"])
+def facts(request: pytest.FixtureRequest) -> Iterator[dict]:
+    flavour = request.param
     if os.environ.get(REUSE_ENV):
-        yield json.loads((Path(os.environ[REUSE_ENV]) / "facts.json").read_text())
+        kept = Path(os.environ[REUSE_ENV]) / flavour.suite / "facts.json"
+        if not kept.exists():
+            pytest.skip(f"nothing kept for {flavour.suite} in ${REUSE_ENV}")
+        yield {**json.loads(kept.read_text()), "flavour": flavour.suite}
         return
     reason = sysimage.unavailable_reason()
     if reason:
@@ -54,26 +63,29 @@ def facts() -> Iterator[dict]:
     work = Path(tempfile.mkdtemp(prefix="np-nri-guest-"))
     log = work / "build.log"
     try:
-        base = sysimage.base_tree(log, sysimage.TRIXIE)
+        base = sysimage.base_tree(log, flavour)
         deb = sysimage.build_deb(work, log)
         files = {f"{GUEST_LIB}/nri_guest.py": (HERE / "nri_guest.py").read_bytes(),
                  f"{GUEST_LIB}/cri.py": (E2E / "cri.py").read_bytes(),
-                 f"{GUEST_LIB}/cri_api/api.proto": guest_cri_proto((E2E / "cri_api" / "api.proto").read_text())}
+                 f"{GUEST_LIB}/cri_api/api.proto": guest_cri_proto((E2E / "cri_api" / "api.proto").read_text()),
+                 f"{GUEST_LIB}/matrix.json": json.dumps([{"id": r, "annotations": a} for r, a, _ in ROWS]).encode()}
         image = sysimage.make_image(base, deb, f"python3 {GUEST_LIB}/nri_guest.py\n", work, log, files=files)
         share = work / "share"
         share.mkdir()
-        sysimage.boot(image, share, timeout=1800, console_log=work / "console.log")
+        kernel = sysimage.tree_kernel(base) if flavour.own_kernel else None
+        sysimage.boot(image, share, timeout=1800, console_log=work / "console.log", kernel=kernel)
         image.unlink()
         if not (share / "facts.json").exists():
             console = (work / "console.log").read_text(errors="replace")[-4000:]
             boot = (share / "boot1.log").read_text(errors="replace")[-3000:] if (share / "boot1.log").exists() else ""
             pytest.fail(f"the guest wrote no facts; scenario log:\n{boot}\nconsole:\n{console}")
-        yield json.loads((share / "facts.json").read_text())
+        yield {**json.loads((share / "facts.json").read_text()), "flavour": flavour.suite}
     finally:
         keep = os.environ.get(KEEP_ENV)
         if keep:
-            shutil.rmtree(keep, ignore_errors=True)
-            shutil.copytree(work, keep, ignore=shutil.ignore_patterns("*.ext4", "*.deb"))
+            kept = Path(keep) / flavour.suite
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(work, kept, ignore=shutil.ignore_patterns("*.ext4", "*.deb"))
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -87,8 +99,9 @@ def _one_node(cpus: list[int]) -> bool:
     return any(set(cpus) <= node for node in NODES)
 
 
-def test_containerd_1_7_with_nri_took_the_plugin(facts: dict) -> None:
-    assert " 1.7." in facts["containerd"] or "v1.7." in facts["containerd"], facts["containerd"]
+def test_containerd_with_nri_took_the_plugin(facts: dict) -> None:
+    major = "2" if facts["flavour"] == "sid" else "1.7"
+    assert re.search(rf" v?{re.escape(major)}\.", facts["containerd"]), facts["containerd"]
     assert facts["nodes"] == [cpus for _, cpus in sysimage.NUMA]
     assert facts["registered_at_start"] is True
 
@@ -162,3 +175,44 @@ def test_pods_started_in_parallel_never_run_on_an_exclusive_cpu(facts: dict) -> 
     for sample in step["samples"]:
         for name, cpus in sample.items():
             assert cpus and not set(cpus) & set(grant["cpus"]), f"{name} ran on exclusive CPU(s): {cpus}"
+
+
+REFUSAL = re.compile(r"numa-pin: rejected \S+: (\w+): ")
+
+
+@pytest.mark.parametrize("row", [r[0] for r in ROWS])
+def test_the_every_path_table_holds_through_containerd(facts: dict, row: str) -> None:
+    """The same row as the fake runtime's NRI path and the hooks (tests/nri/test_every_path.py):
+    the same verdict, the grant's CPUs what the container runs on, nothing held after."""
+    step = _step(facts, "matrix")
+    assert step["grants_before"] == {}
+    seen, want = step[row], EXPECTED[row]
+    if want in ("exclusive", "shared"):
+        assert seen["admitted"] is True, seen
+        grant = seen["grant"]
+        assert grant is not None and grant["kind"] == want, seen
+        if want == "exclusive":
+            assert seen["seen"] == grant["cpus"] and _one_node(grant["cpus"]), seen
+        else:
+            assert seen["seen"] == ALL, seen
+    else:
+        assert seen["admitted"] is False, seen
+        found = REFUSAL.search(seen["error"])
+        assert found and found.group(1) == want, seen["error"]
+    assert step["grants_after"] == {}
+
+
+@pytest.mark.parametrize("path", ["nri", "podman"])
+def test_a_nested_isolated_partition_on_a_kernel_that_has_them(facts: dict, path: str) -> None:
+    """``cpu-load-balancing.crio.io: disable`` on the guest's own kernel (Debian's, >= 6.7): the
+    container's cgroup, nested under its pod's or podman's, is an isolated partition while it
+    runs (the kernel's word, read back), and nothing is held after."""
+    step = _step(facts, "partitions")
+    major, minor = (int(x) for x in step["kernel"].split(".")[:2])
+    assert (major, minor) >= (6, 7), step["kernel"]
+    ran = step[path]
+    grant = ran["grant"]
+    assert grant is not None and grant["kind"] == "exclusive" and ran["seen"] == grant["cpus"], ran
+    isolated = [cg for cg, value in ran["chain"].items() if value.startswith("isolated")]
+    assert isolated and all(cg.count("/") >= 2 for cg in isolated), ran["chain"]
+    assert step[f"{path}_after"] == {}
