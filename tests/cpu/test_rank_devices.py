@@ -23,21 +23,22 @@ from numa_pin.cli.run_grant import rank_env
 from numa_pin.cpuset import parse_list
 from numa_pin.ledger.model import Grant
 from numa_pin.record import replace
-from numa_pin.testing.machine import build_once
+from numa_pin.testing.machine import build, build_once
 from numa_pin.testing.node import FakeNode
+from numa_pin.testing.pci_spec import CLASS_3D, CLASS_ETHERNET, CLASS_PCI_BRIDGE, PciSpec
 from numa_pin.testing.shapes import shape
+from numa_pin.testing.spec import MachineSpec
 from numa_pin.topology.discover import discover
 from numa_pin.topology.model import Topology
 
 GPU_RES, VF_RES = "nvidia.com/gpu", "intel.com/sriov_vf"
-PCI_CLASS_3D = "0x030200"
 
 
 class Machine:
     """A built kit shape: its topology (the code under test's view) and its sysfs tree."""
 
-    def __init__(self, name: str, base: Path) -> None:
-        built = build_once(shape(name), base)
+    def __init__(self, name: str | MachineSpec, base: Path) -> None:
+        built = build_once(shape(name), base) if isinstance(name, str) else build(name, base)
         self.sysfs, self.proc = Path(built.sysfs_root), Path(built.proc_root)
         self.topology: Topology = discover(built.sysfs_root, built.proc_root)
 
@@ -60,7 +61,7 @@ class Machine:
     def gpus(self) -> list[str]:
         root = self.sysfs / "bus" / "pci" / "devices"
         return sorted(a.name for a in root.iterdir() if self.read("bus", "pci", "devices", a.name, "class")
-                      == PCI_CLASS_3D)
+                      == CLASS_3D)
 
     def vfs(self) -> list[str]:
         root = self.sysfs / "bus" / "pci" / "devices"
@@ -215,3 +216,38 @@ def test_closest_without_devices_is_refused_in_one_line(tmp_path, tmp_path_facto
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "RequestError" in err and "--bind-devices" in err and "--devices" in err
     assert not marker.exists()
+
+
+def _paired_machine() -> MachineSpec:
+    """One node; GPU ``0000:11:00.0`` on root bus 0x10, whose other root port leads to NIC
+    ``0000:95:00.0``; GPU ``0000:81:00.0`` on root bus 0x80, whose other root port leads to NIC
+    ``0000:85:00.0``: by address the NICs would pair the other way round."""
+    pci = []
+    for root, gpu_bus, nic_bus in ((0x10, 0x11, 0x95), (0x80, 0x81, 0x85)):
+        pci += [PciSpec(f"0000:{root:02x}:01.0", "0x8086", "0x347a", CLASS_PCI_BRIDGE, 0, driver="pcieport"),
+                PciSpec(f"0000:{gpu_bus:02x}:00.0", "0x10de", "0x20b2", CLASS_3D, 0, driver="nvidia",
+                        parent=f"0000:{root:02x}:01.0"),
+                PciSpec(f"0000:{root:02x}:02.0", "0x8086", "0x347a", CLASS_PCI_BRIDGE, 0, driver="pcieport"),
+                PciSpec(f"0000:{nic_bus:02x}:00.0", "0x8086", "0x1592", CLASS_ETHERNET, 0, driver="ice",
+                        netdevs=(f"ens{nic_bus}",), parent=f"0000:{root:02x}:02.0")]
+    return MachineSpec(name="gpu-nic-pairs", sockets=1, cores_per_node=4, threads_per_core=1, pci=tuple(pci))
+
+
+def test_a_nic_goes_with_the_rank_whose_gpu_shares_its_pcie_root(tmp_path):
+    """Equally near by NUMA, a NIC goes to the rank whose GPU it shares more of the PCIe tree
+    with. Oracle: the sysfs device paths (``/sys/devices/pci<root>/...``), the longest common
+    path between the NIC and the rank's GPU."""
+    m = Machine(_paired_machine(), tmp_path)
+    gpus = m.gpus()
+    nics = sorted(a for a in os.listdir(m.sysfs / "bus" / "pci" / "devices")
+                  if m.read("bus", "pci", "devices", a, "class") == CLASS_ETHERNET)
+    shares = distribute(m.topology, _cpus(m, None), 2)
+    bound = bind_closest(m.topology, shares, {"example.com/nic": tuple(nics), GPU_RES: tuple(gpus)})
+    path = {a: os.path.realpath(m.sysfs / "bus" / "pci" / "devices" / a).split(os.sep) for a in [*gpus, *nics]}
+
+    def shared(a: str, b: str) -> int:
+        return len(os.path.commonprefix([path[a], path[b]]))
+    for devs in bound:
+        (gpu,), (nic,) = devs[GPU_RES], devs["example.com/nic"]
+        assert shared(nic, gpu) == max(shared(n, gpu) for n in nics) > min(shared(n, gpu) for n in nics)
+    assert [d["example.com/nic"] for d in bound] != [(n,) for n in nics], "not merely the address order"
