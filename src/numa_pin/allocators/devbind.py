@@ -27,11 +27,11 @@ that is why GPUs are shared out first.
 The balance is the rule and nearness chooses within it: a rank gets a device of its own
 node(s) whenever one is left when its turn comes, and a remote one only when its node's
 devices went, in the same round, to ranks as near to them, or the balance leaves them no
-room. Where Slurm's ``--gpu-bind=closest`` gives a task every GPU of its NUMA node or socket
-(several tasks sharing them) and torchrun's local rank i takes GPU i % D whatever its CPUs,
-this rule gives each rank its own devices while there are enough, and spreads ranks evenly
-over them when there are not; with as many GPUs as ranks, balanced over the nodes in the
-same order, rank i gets GPU i, as torchrun does.
+room. Slurm's ``--gpu-bind=closest`` binds a task to the GPUs closest to its CPUs, in a NUMA
+environment possibly every GPU of its domain (several tasks sharing them); torchrun's local
+rank i takes GPU i % D whatever its CPUs. This rule gives each rank its own devices while
+there are enough and spreads ranks evenly over them when there are not; with as many GPUs as
+ranks, balanced over the nodes in the same order, rank i gets GPU i, as torchrun does.
 """
 
 from __future__ import annotations
