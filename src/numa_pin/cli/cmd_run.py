@@ -19,7 +19,10 @@ The command learns its grant from its environment and a JSON file
 ``--ranks N`` starts N copies of COMMAND inside the one grant: the child becomes their leader,
 forks them, binds each (``sched_setaffinity``) to its share of the grant's CPUs, split as
 ``hwloc-distrib`` splits them (:func:`numa_pin.allocators.distrib.distribute`), waits for all
-and exits with the worst status (the highest). ``--cpu-list`` / ``--nodes`` take numactl's
+and exits with the worst status (the highest). ``--bind-devices closest`` gives each rank
+the granted devices nearest its CPUs instead of all of them
+(:func:`numa_pin.allocators.devbind.bind_closest`); it is refused (exit 1) when the request
+asks no device. ``--cpu-list`` / ``--nodes`` take numactl's
 lists: the grant is exactly those CPUs (or ``--cpus`` of them), reserved in the ledger like any
 other, and refused when another grant holds one of them.
 
@@ -55,6 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-new-privs", action="store_true", help="set no_new_privs on the command")
     parser.add_argument("--ranks", metavar="N", type=int, default=1,
                         help="start N copies, each bound to its share of the grant's CPUs (as hwloc-distrib splits)")
+    parser.add_argument("--bind-devices", choices=("none", "closest"), default="none",
+                        help="with --ranks: 'closest' gives each rank the granted GPUs and NICs nearest its CPUs "
+                             "(default 'none': every rank sees every granted device)")
     parser.add_argument("--cpu-list", metavar="LIST",
                         help="exactly these CPUs, numactl style (0-3,8); --cpus picks that many of them")
     parser.add_argument("--nodes", metavar="LIST", help="only CPUs of these NUMA nodes, numactl style (0,1)")
@@ -131,28 +137,34 @@ def _forward_signals(pids: list[int]) -> None:
         signal.signal(sig, forward)
 
 
-def _payload(service: Any, grant: Any, ranks: int) -> tuple[dict[str, Any], str | None, list[str]]:
+def _payload(service: Any, grant: Any, ranks: int, bind: str = "none") -> tuple[dict[str, Any], str | None, list[str]]:
     """(what the child is sent, the grant file written, warnings): the grant's variables, and
-    with ``ranks`` > 1 each rank's share and variables. Raises OSError writing the file."""
+    with ``ranks`` > 1 each rank's share and variables (its devices' too when ``bind`` is
+    ``closest``). Raises OSError writing the file."""
     import json
     import tempfile
 
+    from numa_pin.allocators.devbind import BIND_CLOSEST, bind_closest
     from numa_pin.allocators.distrib import distribute
     from numa_pin.cli.run_grant import grant_document, grant_env, rank_env
+    from numa_pin.record import replace
 
     topology = service.topology
     shares = distribute(topology, grant.cpus, ranks) if ranks > 1 and grant.cpus else []
+    bound = bind_closest(topology, shares, grant.devices) if bind == BIND_CLOSEST and shares else []
     fd, path = tempfile.mkstemp(prefix=f"numa-pin-grant-{os.getpid()}-", suffix=".json")
     try:
         os.fchmod(fd, 0o644)
-        _write_all(fd, (json.dumps(grant_document(grant, topology, shares), indent=2) + "\n").encode())
+        doc = grant_document(grant, topology, shares, bound)
+        _write_all(fd, (json.dumps(doc, indent=2) + "\n").encode())
     finally:
         os.close(fd)
     env, warnings = grant_env(grant, topology, path)
     payload: dict[str, Any] = {"env": env}
     if shares:
-        payload["ranks"] = [{"cpus": sorted(share), "env": rank_env(share, i, ranks, topology)}
-                            for i, share in enumerate(shares)]
+        payload["ranks"] = [{"cpus": sorted(share), "env": rank_env(
+            share, i, ranks, topology, replace(grant, devices=bound[i]) if bound else None)}
+            for i, share in enumerate(shares)]
     return payload, path, warnings
 
 
@@ -189,6 +201,9 @@ def run(args: argparse.Namespace) -> int:
         request = replace(request, cpuset=explicit)
     if args.ranks > 1 and not request.exclusive:
         raise RequestError("ranks share exclusive CPUs: give --cpus, --cpu-list or --nodes", annotation="--ranks")
+    if args.bind_devices == "closest" and not any(request.amounts.devices.values()):
+        raise RequestError("--bind-devices closest binds granted devices to ranks, and the request asks none: "
+                           "give --devices RES=N", annotation="--bind-devices")
     live = service.live_grant(name)
     if live is not None:  # checked again inside the admission's transaction
         raise RequestError(live_name_message(live), annotation="--name")
@@ -229,7 +244,8 @@ def run(args: argparse.Namespace) -> int:
             systemd.start_scope(f"numa-pin-run-{pid}.scope", pid, f"numa-pin run {name}", config.proc_root)
         admitted_grant = service.admit(request, pid, kind="process", target=RUN)
         try:
-            payload, grant_file, warnings = _payload(service, admitted_grant.grant, args.ranks)
+            payload, grant_file, warnings = _payload(service, admitted_grant.grant, args.ranks,
+                                                        args.bind_devices)
             payload["mempolicy"] = mempolicy.encode(request.memory_policy, admitted_grant.grant.mems).decode()
             os.write(go_w, b"1")
             _write_all(go_w, json.dumps(payload).encode())

@@ -12,7 +12,9 @@ The command learns its grant from its environment:
 * ``PCIDEVICE_<RESOURCE>``: the PCI addresses of every other device resource, comma-separated,
   named as the SR-IOV network device plugin names them (``intel.com/sriov_vf`` ->
   ``PCIDEVICE_INTEL_COM_SRIOV_VF``);
-* ``NUMA_PIN_RANK`` / ``NUMA_PIN_RANKS`` with ``--ranks``;
+* ``NUMA_PIN_RANK`` / ``NUMA_PIN_RANKS`` with ``--ranks``; with ``--bind-devices closest``
+  each rank's ``CUDA_VISIBLE_DEVICES`` and ``PCIDEVICE_*`` name only the devices bound to it
+  (:mod:`numa_pin.allocators.devbind`), in the same forms;
 * ``NUMA_PIN_GRANT_FILE``: a JSON file with the whole grant (:func:`grant_document`).
 
 Explicit lists (:func:`explicit_cpuset`) are numactl's: ``--cpu-list 0-3,8`` (physical CPU
@@ -80,10 +82,14 @@ def nodes_of(cpus: frozenset[int], topology: Topology) -> frozenset[int]:
     return frozenset(n for c in cpus if (n := topology.cpus[c].numa) is not None)
 
 
-def rank_env(share: frozenset[int], rank: int, ranks: int, topology: Topology) -> dict[str, str]:
-    """The variables that differ per rank: its CPUs, their nodes, its number."""
-    return {ENV_CPUS: format_list(share), ENV_MEMS: format_list(nodes_of(share, topology)),
-            ENV_RANK: str(rank), ENV_RANKS: str(ranks)}
+def rank_env(share: frozenset[int], rank: int, ranks: int, topology: Topology,
+             devices: Grant | None = None) -> dict[str, str]:
+    """The variables that differ per rank: its CPUs, their nodes, its number and, when
+    ``devices`` is the grant cut down to the rank's devices, their variables."""
+    env = device_env(devices, topology)[0] if devices is not None else {}
+    env.update({ENV_CPUS: format_list(share), ENV_MEMS: format_list(nodes_of(share, topology)),
+                ENV_RANK: str(rank), ENV_RANKS: str(ranks)})
+    return env
 
 
 def grant_env(grant: Grant, topology: Topology, grant_file: str | None) -> tuple[dict[str, str], list[str]]:
@@ -98,11 +104,13 @@ def grant_env(grant: Grant, topology: Topology, grant_file: str | None) -> tuple
     return env, warnings
 
 
-def grant_document(grant: Grant, topology: Topology, shares: Sequence[frozenset[int]] = ()) -> dict[str, Any]:
+def grant_document(grant: Grant, topology: Topology, shares: Sequence[frozenset[int]] = (),
+                   bound: Sequence[Mapping[str, Sequence[str]]] = ()) -> dict[str, Any]:
     """The grant as the JSON object of ``NUMA_PIN_GRANT_FILE``: ``id``, ``kind``, ``cpus`` and
     ``mems`` (lists of numbers), ``memory`` (``{resource: {node: bytes}}``), ``devices``
     (``{resource: [{address, numa_node, uuid?, minor?}]}``) and, with ``--ranks``, ``ranks``
-    (``[{rank, cpus, mems}]``)."""
+    (``[{rank, cpus, mems}]``, each with ``devices``, ``{resource: [address]}``, when
+    ``bound`` gives each rank's devices)."""
     devices: dict[str, list[dict[str, Any]]] = {}
     for resource in sorted(grant.devices):
         entries = []
@@ -127,6 +135,8 @@ def grant_document(grant: Grant, topology: Topology, shares: Sequence[frozenset[
     if shares:
         doc["ranks"] = [{"rank": i, "cpus": sorted(s), "mems": sorted(nodes_of(s, topology))}
                         for i, s in enumerate(shares)]
+        for entry, devs in zip(doc["ranks"], bound):
+            entry["devices"] = {res: list(addresses) for res, addresses in sorted(devs.items())}
     return doc
 
 
