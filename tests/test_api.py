@@ -1,4 +1,4 @@
-"""The documented library API (README "Library API"): plain data in, plain data out."""
+"""The documented library API (docs/api.md): plain data in, plain data out."""
 
 import pytest
 

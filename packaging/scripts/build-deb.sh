@@ -82,6 +82,10 @@ for unit in numa-pin-agent.socket numa-pin-agent.service numa-pin-reconcile.serv
 done
 install -D -m 644 "$pk/deb/copyright" "$root/usr/share/doc/numa-pin/copyright"
 install -D -m 644 "$top/README.md" "$root/usr/share/doc/numa-pin/README.md"
+# the user docs and design notes the README links to, at the same relative paths
+(cd "$top" && find docs -type f -name '*.md') | while read -r doc; do
+    install -D -m 644 "$top/$doc" "$root/usr/share/doc/numa-pin/$doc"
+done
 
 # 5. control files
 for f in postinst prerm postrm; do install -m 755 "$pk/deb/$f" "$root/DEBIAN/$f"; done

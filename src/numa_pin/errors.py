@@ -226,7 +226,7 @@ class UnsafePathError(NumaPinError):
 
 
 # ---- exit codes ------------------------------------------------------------------------
-#: exit codes of ``numa-pin-hook`` and ``numa-pin`` (README, "Exit codes")
+#: exit codes of ``numa-pin-hook`` and ``numa-pin`` (docs/troubleshooting.md, "Exit codes")
 EXIT_OK = 0
 #: the container or process must not start: it cannot be placed (:class:`AdmissionError`) or its
 #: request or OCI input is malformed (:class:`RequestError`, :class:`HookInputError`)

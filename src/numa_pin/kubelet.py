@@ -9,7 +9,7 @@ kubelet's CPU manager records its state in ``<kubelet root>/cpu_manager_state`` 
 ``policyName: static`` kubelet hands out exclusive CPUs itself, and numa-pin on the same node
 would hand out the same CPUs again: the two allocators do not see each other. numa-pin then
 says so in ``numa-pin status`` and as one warning line at each admission; it never rejects
-because of it. Supported setups (README, "Living next to kubelet"): kubelet with
+because of it. Supported setups (docs/kubernetes.md, "Living next to kubelet"): kubelet with
 ``cpuManagerPolicy: none`` and numa-pin owning alignment, or numa-pin only for workloads
 kubelet does not run.
 

@@ -189,7 +189,7 @@ class NodeService(ServiceBase):
                 else:
                     state, dropped = collect_garbage(self.set_aside(txn.state), self._alive_since(snapshot))
                 # the decision is checked against the ledger as it is now, not an unchanged
-                # snapshot; it is made again only on a real conflict (docs/admission-concurrency.md)
+                # snapshot; it is made again only on a real conflict (docs/design/admission-concurrency.md)
                 if request.container_id not in state.grants:
                     decision = self._revalidate(decision, request, snapshot, state)
                     if decision is None:

@@ -24,7 +24,7 @@ under test (``run``, ``create``, ``run_podman``) return the
 :class:`subprocess.CompletedProcess`; helpers that must succeed (``start``,
 ``state``, ``kill``, ``delete``) raise :class:`HarnessError` on failure.
 
-Facts these helpers encode (see ``docs/e2e.md``): crun refuses cgroup v1
+Facts these helpers encode (see ``docs/design/e2e.md``): crun refuses cgroup v1
 "hybrid" hosts that mount an (empty) cgroup2 hierarchy, so on such a host crun
 (and podman --runtime crun) is run inside ``unshare -m`` after unmounting that
 cgroup2 mount; podman needs ``--ulimit nofile=1024:1024 --ulimit nproc=1024:1024``
@@ -63,7 +63,7 @@ DEFAULT_TIMEOUT = 60.0
 PODMAN_TIMEOUT = 120.0
 #: the runtime-spec POSIX hook stages, in the order a runtime runs them
 HOOK_STAGES = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop")
-#: podman flags needed on this kind of host (see docs/e2e.md for why each is there)
+#: podman flags needed on this kind of host (see docs/design/e2e.md for why each is there)
 PODMAN_ULIMITS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024")
 #: key under which :func:`parse_proc_cgroup` stores the cgroup v2 ("0::") path
 UNIFIED = "unified"
@@ -688,7 +688,7 @@ class PodmanStore:
     runtime: str = "runc"
 
     def global_args(self, hooks_dirs: Sequence[str | os.PathLike[str]] = ()) -> list[str]:
-        """podman's global flags for this store (every one is explained in docs/e2e.md)."""
+        """podman's global flags for this store (every one is explained in docs/design/e2e.md)."""
         binary = find_binary(self.runtime) or self.runtime
         args = [
             "--root", str(self.root),

@@ -1,6 +1,6 @@
 """numa-pin-hook under real containerd (Debian's 1.6, ``ctr run --config``).
 
-The spec is the one the README tells users to make: ``ctr oci spec`` (containerd's own default
+The spec is the one docs/install.md tells users to make: ``ctr oci spec`` (containerd's own default
 spec) with numa-pin's hooks added by the shipped ``packaging/containerd/numa-pin-containerd-spec``
 (createRuntime admits, poststop releases). containerd starts the shim, the shim runs runc, runc
 runs the hook. When no containerd answers on its default socket, a private one is started with
@@ -125,7 +125,7 @@ def containerd() -> Iterator[Containerd]:
 
 @pytest.fixture(scope="module")
 def base_spec(containerd: Containerd) -> dict:
-    """containerd's default spec with numa-pin's hooks, made as the README says."""
+    """containerd's default spec with numa-pin's hooks, made as docs/install.md says."""
     out = containerd.run("oci", "spec")
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)

@@ -1,6 +1,6 @@
 """Prove the e2e harness against the real runtimes on this machine, using the probe hook.
 
-What these tests establish (and docs/e2e.md records):
+What these tests establish (and docs/design/e2e.md records):
 
 * runc and crun run prestart, createRuntime, createContainer, poststart and
   poststop hooks, in that order, with the OCI state on stdin (id, pid,

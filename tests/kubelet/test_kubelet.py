@@ -129,7 +129,7 @@ def test_status_says_so(node, tmp_path, capsys):
     assert out["overlap_with_numa_pin"] == format_list(granted & {1, 2, 3, 4})
     assert main(["status", "--config", str(config)]) == 0
     text = capsys.readouterr().out
-    assert "kubelet: WARNING: CPU manager policy static" in text and "README: Living next to kubelet" in text
+    assert "kubelet: WARNING: CPU manager policy static" in text and "docs/kubernetes.md: Living next to kubelet" in text
     # --kubelet-root wins over the config
     assert main(["status", "--config", str(config), "--kubelet-root", str(tmp_path / "none")]) == 0
     assert "kubelet" not in capsys.readouterr().out

@@ -106,7 +106,7 @@ def _checkout_root(tmp_path: Path) -> Path:
 
 
 def test_the_shared_hooks_are_files_crio_loads(tmp_path: Path) -> None:
-    """``packaging/hooks.d`` is what the README tells CRI-O users to install, whole."""
+    """``packaging/hooks.d`` is what docs/install.md tells CRI-O users to install, whole."""
     assert check_dir(PACKAGING / "hooks.d", _checkout_root(tmp_path)) == ["numa-pin-release.json", "numa-pin.json"]
 
 

@@ -51,6 +51,8 @@ WANT_FILES = {
     "usr/share/numa-pin/runc/hooks-snippet.json",
     "usr/share/numa-pin/containerd/config.toml", "usr/share/numa-pin/containerd/hooks.json",
     "usr/share/numa-pin/containerd/numa-pin-containerd-spec",
+    "usr/share/doc/numa-pin/README.md", "usr/share/doc/numa-pin/docs/install.md",
+    "usr/share/doc/numa-pin/docs/design/enforcer.md",
     "usr/lib/python3/dist-packages/numa_pin/__init__.py",
     "usr/lib/python3/dist-packages/numa_pin/cli/main.py",
     "usr/lib/python3/dist-packages/numa_pin/hook/main.py",

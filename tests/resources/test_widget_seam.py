@@ -4,7 +4,7 @@
 ``intel-2s-ht`` machine (``w0``, ``w1`` on node 0; ``w2``, ``w3`` on node 1). Enforcing a grant
 writes the file ``widgets/<container>`` in the fake node, listing the container's widgets (its
 undo removes the file); a release removes it; a reconcile writes it again where it drifted.
-``docs/adding-a-resource.md`` walks through the same class.
+``docs/design/adding-a-resource.md`` walks through the same class.
 
 Every test fails without the seam: the decision would reject ``example.com/widget`` as an
 unknown device resource, and nothing would write, remove or repair the file.

@@ -4,7 +4,7 @@ the ledger as it is at commit time, not against an unchanged ledger.
 The threads here all decide on the same snapshot (a barrier holds every decision until all have
 decided), so every commit but the first meets a ledger that changed, and most meet a decision
 whose CPUs another admission already took. On the code that demanded an unchanged ledger these
-admissions were refused with ``AdmissionTimeout``; see ``docs/admission-concurrency.md`` for the
+admissions were refused with ``AdmissionTimeout``; see ``docs/design/admission-concurrency.md`` for the
 argument these tests check.
 """
 

@@ -131,7 +131,7 @@ PY
     rec hostiso-after sample_loops
     for n in 1 2 3 4; do systemctl stop "np-hostloop$n" > /dev/null 2>&1; done
 
-    # item 1 with containerd: the README's `ctr run --config` recipe, as written
+    # item 1 with containerd: docs/install.md's `ctr run --config` recipe, as written
     mkdir -p /run/ctr-readme
     rec ctr-readme sh -c "cd /run/ctr-readme && bash /usr/local/share/np-readme-ctr.sh"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from . import sysimage
-from .test_vm_systemd import README, readme_ctr_recipe
+from .test_vm_systemd import INSTALL_DOC, ctr_recipe
 
 
 @pytest.mark.parametrize(
@@ -54,8 +54,8 @@ def test_qemu_boots_two_nodes_on_the_unified_hierarchy_under_tcg(tmp_path: Path)
     assert f"mount_tag={sysimage.SHARE_TAG}" in joined
 
 
-def test_the_readme_ctr_recipe_is_found_and_unindented() -> None:
-    recipe = readme_ctr_recipe(README.read_text())
+def test_the_install_doc_ctr_recipe_is_found_and_unindented() -> None:
+    recipe = ctr_recipe(INSTALL_DOC.read_text())
     lines = recipe.splitlines()
     assert lines[0].startswith("ctr oci spec > spec.json")
     assert lines[-1].startswith("ctr run --rm --config spec-with-hooks.json")

@@ -3,7 +3,7 @@
 One qemu run, two boots (tests/vm/sysimage.py builds and caches the guest;
 tests/vm/systemd_scenario.sh is what runs inside): every runtime with the systemd cgroup driver
 (podman with crun and runc, runc ``--systemd-cgroup`` with the shipped snippet, ``ctr run`` with
-the README's recipe); an exclusive and a shared container in systemd scopes through
+the recipe of docs/install.md); an exclusive and a shared container in systemd scopes through
 ``daemon-reload`` and another writer of ``AllowedCPUs``; ``numa-pin run`` in a scope of its own;
 a reboot with live grants; the socket-activated agent; ``dpkg --purge``.
 """
@@ -27,7 +27,8 @@ from . import sysimage
 pytestmark = pytest.mark.vm
 
 HERE = Path(__file__).resolve().parent
-README = sysimage.REPO / "README.md"
+#: the user doc whose ``ctr run --config`` recipe the guest runs as written
+INSTALL_DOC = sysimage.REPO / "docs" / "install.md"
 #: set to a directory to keep what the guest left there (scenario outputs, console, build log)
 KEEP_ENV = "NUMA_PIN_VM_KEEP"
 #: set to a .deb to install that instead of building one from this checkout (an older release)
@@ -39,11 +40,11 @@ CTR_MARKER = "<!-- ctr-recipe:"
 ALL_CPUS = frozenset(range(2 * len(sysimage.NUMA)))
 
 
-def readme_ctr_recipe(text: str) -> str:
-    """The shell block after the ctr-recipe marker in the README, unindented."""
+def ctr_recipe(text: str) -> str:
+    """The shell block after the ctr-recipe marker of docs/install.md, unindented."""
     after = text[text.index(CTR_MARKER):]
     block = re.search(r"```sh\n(.*?)\n\s*```", after, re.S)
-    assert block is not None, "the README's ctr recipe block is missing"
+    assert block is not None, "the ctr recipe block of docs/install.md is missing"
     lines = block.group(1).splitlines()
     indent = min(len(line) - len(line.lstrip()) for line in lines if line.strip())
     return "\n".join(line[indent:] for line in lines) + "\n"
@@ -88,7 +89,7 @@ def guest() -> Iterator[Guest]:
         deb = Path(os.environ[DEB_ENV]) if os.environ.get(DEB_ENV) else sysimage.build_deb(work, log)
         image = sysimage.make_image(
             base, deb, (HERE / "systemd_scenario.sh").read_text(), work, log,
-            files={"/usr/local/share/np-readme-ctr.sh": readme_ctr_recipe(README.read_text()).encode()},
+            files={"/usr/local/share/np-readme-ctr.sh": ctr_recipe(INSTALL_DOC.read_text()).encode()},
         )
         share = work / "share"
         share.mkdir()

@@ -7,7 +7,7 @@ or released in the meantime are no reason to refuse this one. It keeps the decis
 everything it takes is still free, re-picks only its CPUs (inside the same merged hint) when
 another admission took some of them, and asks for a new decision only when something the
 decision depended on really changed. The argument for why no interleaving loses an admission
-or grants anything twice is in ``docs/admission-concurrency.md``.
+or grants anything twice is in ``docs/design/admission-concurrency.md``.
 
 Checked against ``state`` (the ledger under the lock, dead grants dropped) and ``snapshot``
 (the state the decision saw, dead grants dropped):

@@ -189,5 +189,5 @@ def _kubelet_lines(kubelet: dict[str, Any]) -> list[str]:
     if kubelet.get("overlap_with_numa_pin"):
         lines.append(f"kubelet: CPUs {kubelet['overlap_with_numa_pin']} are exclusive to both kubelet and numa-pin")
     lines.append("kubelet: supported: cpuManagerPolicy none with numa-pin aligning, or numa-pin only for "
-                 "workloads kubelet does not run (README: Living next to kubelet)")
+                 "workloads kubelet does not run (docs/kubernetes.md: Living next to kubelet)")
     return lines

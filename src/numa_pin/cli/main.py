@@ -6,7 +6,7 @@ to module paths; adding a subcommand is one line there. Only the selected module
 imported (``numa-pin topology`` never imports pyroute2); the top-level ``--help`` and
 usage errors import them all to list their one-line help.
 
-Exit codes (shared with ``numa-pin-hook``, see :mod:`numa_pin.errors` and the README): the
+Exit codes (shared with ``numa-pin-hook``, see :mod:`numa_pin.errors` and docs/troubleshooting.md): the
 subcommand's return value on success; 1 when an admission is rejected; 2 for usage errors
 (argparse errors, and a :class:`~numa_pin.errors.RequestError`, which here comes from the
 flags); 3 for a configuration error; 4 for any other :class:`~numa_pin.errors.NumaPinError` or

@@ -1,6 +1,6 @@
 """Write ``cpuset.mems`` and ``cpuset.cpus`` of one cgroup, verify, and make it undoable.
 
-Order and checks (``docs/enforcer.md`` explains why):
+Order and checks (``docs/design/enforcer.md`` explains why):
 
 1. v2 only: ``+cpuset`` is put in ``cgroup.subtree_control`` of every ancestor, from the
    hierarchy root down to the parent, where it is missing (each one recorded for undo).

@@ -70,7 +70,7 @@ dimensions and dominance memoization), free nodes, slack memoization and distanc
 realistic 64-node decisions take milliseconds (``bench/merge_scaling.py``,
 ``bench/prefer_closest.py``). Known slow corner: prefer-closest on partly used 64-node machines
 without twin structure across sockets (glued designs on a ring), requests spanning half the
-machine, non-preferred (seconds; see ``docs/policy.md``).
+machine, non-preferred (seconds; see ``docs/design/policy.md``).
 Families on at most :data:`MATERIALIZE_LIMIT` nodes, families with nodes outside the machine and
 families with duplicate nodes are simply materialized.
 """

@@ -4,7 +4,7 @@ Declare a machine (:class:`MachineSpec`, :class:`PciSpec`, :class:`VfSpec`,
 :class:`CpulessNodeSpec`) or take a named one (:func:`shape`), then :func:`build` it under a
 directory and point discovery at ``built.sysfs_root`` / ``built.proc_root``.
 :func:`expected_topology` is the :class:`~numa_pin.topology.model.Topology` the spec
-describes. See ``docs/machine-kit.md``.
+describes. See ``docs/design/machine-kit.md``.
 """
 
 from numa_pin.testing.machine import (

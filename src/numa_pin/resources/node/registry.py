@@ -6,7 +6,7 @@ shared pool, memory and hugepages, PCI devices (the decision for every device re
 SR-IOV VFs and GPUs (what granting those devices means on the machine), then the isolation
 knobs of exclusive CPUs (quota, C-states, cpufreq governor, host services, no load balancing
 through isolated partitions, IRQs off exclusive CPUs; ``docs/isolation.md``). A resource added with
-:func:`register` joins every node service made afterwards (see ``docs/adding-a-resource.md``).
+:func:`register` joins every node service made afterwards (see ``docs/design/adding-a-resource.md``).
 """
 
 from __future__ import annotations
