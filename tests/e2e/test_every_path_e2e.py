@@ -31,7 +31,8 @@ ROWS = [
     ("cpu-shared", {"numa-pin.io/cpus": "1", "numa-pin.io/cpu-shared": "true"}, "admitted"),
     ("cpu-shared-no-cpus", {"numa-pin.io/memory": "64Mi", "numa-pin.io/cpu-shared": "true"}, "RequestError"),
 ]
-KIND = re.compile(r"numa-pin: rejected \S+: (\w+): ")
+#: a refusal's line: ``rejected`` by the decision, or ``error`` for a request it cannot mean (both exit 1)
+KIND = re.compile(r"numa-pin: (?:rejected|error) \S+: (\w+): ")
 
 
 def _runc(runc_rt, node, rootfs: Path, tmp_path: Path, annotations: dict[str, str]) -> tuple[str, str]:
