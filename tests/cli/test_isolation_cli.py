@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from numa_pin.cli.main import main
+from numa_pin.cpuset import format_list, parse_list
 from numa_pin.hook.main import run as hook_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "resources"))
@@ -91,3 +92,25 @@ def test_numa_pin_run_and_plan_take_isolate_flags(node, capsys, flags, rc, expec
         assert code == 0 and json.loads(out)["isolation"]["c-states"].startswith("sets ")
     else:
         assert code != 0 and expect in err and err.count("\n") == 1
+
+
+def test_plan_and_explain_show_a_mixed_containers_cpuset(node, capsys):
+    """``cpu-shared``: plan says the cpuset it would get, explain the one it holds (issue 40): its
+    exclusive CPU and the pool, which leaves out the kernel's isolated CPUs (6-7 on this node)."""
+    pool = parse_list(node.cpus) - parse_list("6-7")
+    doc = _json(capsys, "plan", "--config", str(node.config_path), "--json", "--cpus", "1",
+                "--isolate", "cpu-shared=true")
+    cpu = doc["cpus"]
+    want = format_list(pool | parse_list(cpu))
+    assert doc["isolation"] == {"cpu-shared": f"cpuset {want}: exclusive {cpu} and the shared pool"}
+    node.add_container("m1", 7002)
+    annotations = {"numa-pin.io/cpus": "1", "cpu-shared.crio.io/m1": "enable"}
+    assert hook_run(["--config", str(node.config_path), "prestart"],
+                    io.BytesIO(node.oci_state("m1", 7002, annotations))) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    doc = _json(capsys, "explain", "--config", str(node.config_path), "m1", "--json")
+    cpu = doc["grant"]["cpus"]
+    want = format_list(pool | parse_list(cpu))
+    assert doc["grant"]["isolation"] == {"shared": True}
+    assert doc["isolated"]["cpu-shared"] == f"cpuset {want}: exclusive {cpu} and the shared pool; held"
+    assert node.cpuset("m1")[0] == want

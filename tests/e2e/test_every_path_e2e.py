@@ -27,8 +27,12 @@ ROWS = [
     ("memory-only", {"numa-pin.io/memory": "64Mi"}, "admitted"),
     ("two-cpus", {"numa-pin.io/cpus": "2"}, "refused"),  # one CPU of this machine can be exclusive
     ("memory-policy", {"numa-pin.io/cpus": "1", "numa-pin.io/memory-policy": "interleave"}, "PathLimitError"),
+    # mixed CPUs: its exclusive CPU 1 and the shared pool (CPU 0, reserved but shared) in one cpuset
+    ("cpu-shared", {"numa-pin.io/cpus": "1", "numa-pin.io/cpu-shared": "true"}, "admitted"),
+    ("cpu-shared-no-cpus", {"numa-pin.io/memory": "64Mi", "numa-pin.io/cpu-shared": "true"}, "RequestError"),
 ]
-KIND = re.compile(r"numa-pin: rejected \S+: (\w+): ")
+#: a refusal's line: ``rejected`` by the decision, or ``error`` for a request it cannot mean (both exit 1)
+KIND = re.compile(r"numa-pin: (?:rejected|error) \S+: (\w+): ")
 
 
 def _runc(runc_rt, node, rootfs: Path, tmp_path: Path, annotations: dict[str, str]) -> tuple[str, str]:
@@ -66,6 +70,19 @@ def test_one_request_one_result_through_runc_and_podman(runc_rt, podman_runc, no
     verdict, detail = through_runc
     if want == "admitted":
         assert verdict == "admitted"
-        assert detail == ("1" if "numa-pin.io/cpus" in annotations else "0-1")
+        exclusive_only = "numa-pin.io/cpus" in annotations and "numa-pin.io/cpu-shared" not in annotations
+        assert detail == ("1" if exclusive_only else "0-1")
     else:
         assert verdict == "refused" and (want == "refused" or detail == want), detail
+
+
+def test_podman_tells_a_mixed_container_its_exclusive_and_shared_cpus(podman_runc, node, busybox_rootfs, tmp_path):
+    """precreate sets CRI-O's variables and numa-pin's (prestart cannot: the process exists)."""
+    hooks = _hooks_dir(node, tmp_path / "hooks.d", PRECREATE_ONLY)
+    script = "echo $OPENSHIFT_ISOLATED_CPUS/$NUMA_PIN_EXCLUSIVE_CPUS/$OPENSHIFT_SHARED_CPUS/$NUMA_PIN_SHARED_CPUS"
+    annotations = next(r[1] for r in ROWS if r[0] == "cpu-shared")
+    res = harness.run_podman(busybox_rootfs, args=["sh", "-c", script], store=podman_runc, annotations=annotations,
+                             hooks_dir=hooks, name=harness.new_container_id())
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "1/1/0/0"
+    assert node.grants() == {}

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
+from numa_pin.cpuset import format_list, parse_list
 from numa_pin.hook import main as hook_main
 from numa_pin.ledger.store import Ledger
 from numa_pin.nri import messages as nri_messages
@@ -49,9 +49,11 @@ ROWS = [
     ("too-many-cpus", {"numa-pin.io/cpus": "64"}, {}),
     ("memory-policy", {"numa-pin.io/cpus": "1", "numa-pin.io/memory-policy": "interleave"},
      {"precreate-1.3": "exclusive"}),
+    ("cpu-shared", {"numa-pin.io/cpus": "2", "numa-pin.io/cpu-shared": "true"}, {}),
+    ("cpu-shared-no-cpus", {"numa-pin.io/memory": "64Mi", "numa-pin.io/cpu-shared": "true"}, {}),
 ]
 EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "TopologyAffinityError",
-            "memory-policy": "PathLimitError"}
+            "memory-policy": "PathLimitError", "cpu-shared": "mixed", "cpu-shared-no-cpus": "RequestError"}
 PATHS = ["prestart", "precreate-1.0", "precreate-1.3", "nri"]
 
 
@@ -77,18 +79,23 @@ def _prestart(fake: FakeNode, cfg, annotations: dict[str, str]) -> frozenset[int
     return parse_list(fake.cpuset(CID)[0]) if rc == 0 else None
 
 
-def _precreate(cfg, annotations: dict[str, str], version: str) -> frozenset[int] | None:
+def _precreate(cfg, annotations: dict[str, str], version: str, env: dict[str, str] | None = None
+               ) -> frozenset[int] | None:
     doc = {"ociVersion": version, "process": {"args": ["sh"], "env": ["PATH=/usr/bin"]},
            "annotations": {"io.container.manager": "libpod", **annotations},
            "linux": {"cgroupsPath": f"/libpod_parent/libpod-{CID}", "resources": {}}}
     rc, out = _hook(cfg, "precreate", json.dumps(doc).encode())
     if rc != 0:
         return None
-    cpu = json.loads(out)["linux"]["resources"].get("cpu", {})
+    spec = json.loads(out)
+    if env is not None:
+        env.update(kv.split("=", 1) for kv in spec["process"]["env"])
+    cpu = spec["linux"]["resources"].get("cpu", {})
     return parse_list(cpu["cpus"]) if "cpus" in cpu else frozenset()
 
 
-def _nri(fake: FakeNode, annotations: dict[str, str]) -> tuple[frozenset[int] | None, str]:
+def _nri(fake: FakeNode, annotations: dict[str, str], env: dict[str, str] | None = None
+         ) -> tuple[frozenset[int] | None, str]:
     m = nri_messages.load()
     conn = Connected(NodeService(config_from_dict(fake.config_dict(policy="restricted"))), m)
     try:
@@ -98,20 +105,23 @@ def _nri(fake: FakeNode, annotations: dict[str, str]) -> tuple[frozenset[int] | 
         code, text, reply = conn.runtime.create(p, container(m, p, CID, cpu_milli=100, annotations=annotations))
     finally:
         conn.close()
+    if env is not None and code == 0:
+        env.update((kv.key, kv.value) for kv in reply.adjust.env)
     return (parse_list(reply.adjust.linux.resources.cpu.cpus) if code == 0 else None), text
 
 
-def _run(path: str, tmp_path, monkeypatch, capsys, annotations: dict[str, str]):
-    """(the grant, the CPUs the container gets, the one line said) of one request on ``path``."""
+def _run(path: str, tmp_path, monkeypatch, capsys, annotations: dict[str, str], env: dict[str, str] | None = None):
+    """(the grant, the CPUs the container gets, the one line said) of one request on ``path``;
+    ``env`` gets the variables the runtime would set (precreate, NRI: prestart sets none)."""
     fake = _node(tmp_path, path)
     cfg = _config(fake, monkeypatch, tmp_path)
     text = ""
     if path == "prestart":
         cpus = _prestart(fake, cfg, annotations)
     elif path.startswith("precreate"):
-        cpus = _precreate(cfg, annotations, "1.0.2-dev" if path == "precreate-1.0" else "1.3.0")
+        cpus = _precreate(cfg, annotations, "1.0.2-dev" if path == "precreate-1.0" else "1.3.0", env)
     else:
-        cpus, text = _nri(fake, annotations)
+        cpus, text = _nri(fake, annotations, env)
     text = text or capsys.readouterr().err.strip()
     return Ledger(str(fake.state_dir)).read().grants.get(CID), cpus, text, fake
 
@@ -121,6 +131,11 @@ def _run(path: str, tmp_path, monkeypatch, capsys, annotations: dict[str, str]):
 def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, row, annotations, per_path, path):
     grant, cpus, text, fake = _run(path, tmp_path, monkeypatch, capsys, annotations)
     want = per_path.get(path, EXPECTED[row])
+    if want == "mixed":  # its exclusive CPUs, held as exclusive, and every CPU no grant holds
+        assert grant is not None and grant.kind == "exclusive" and dict(grant.isolation) == {"shared": True}, text
+        assert len(grant.cpus) == int(annotations["numa-pin.io/cpus"])
+        assert cpus == frozenset(parse_list(fake.cpus)) and grant.cpus < cpus
+        return
     if want in ("exclusive", "shared"):
         assert grant is not None and grant.kind == want, text
         if want == "exclusive":
@@ -135,7 +150,7 @@ def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, row
         assert "numa-pin.io/memory-policy" in text and "path" in text
 
 
-@pytest.mark.parametrize("row", ["two-cpus", "memory-only"])
+@pytest.mark.parametrize("row", ["two-cpus", "memory-only", "cpu-shared"])
 def test_every_path_grants_the_same_cpus(tmp_path, monkeypatch, capsys, row):
     annotations = dict(next(r[1] for r in ROWS if r[0] == row))
     results = {path: _run(path, tmp_path, monkeypatch, capsys, annotations) for path in PATHS}
@@ -143,6 +158,18 @@ def test_every_path_grants_the_same_cpus(tmp_path, monkeypatch, capsys, row):
     effects = {path: r[1] for path, r in results.items()}
     assert len(set(grants.values())) == 1, grants
     assert len(set(effects.values())) == 1, effects
+
+
+@pytest.mark.parametrize("path", ["precreate-1.0", "precreate-1.3", "nri"])
+def test_a_mixed_container_is_told_its_exclusive_and_shared_cpus_where_the_runtime_sets_variables(
+        tmp_path, monkeypatch, capsys, path):
+    env: dict[str, str] = {}
+    grant, cpus, text, _ = _run(path, tmp_path, monkeypatch, capsys, dict(ROWS[-2][1]), env)
+    assert grant is not None and cpus is not None, text
+    exclusive, shared = format_list(grant.cpus), format_list(cpus - grant.cpus)
+    assert {k: env.get(k) for k in ("OPENSHIFT_ISOLATED_CPUS", "NUMA_PIN_EXCLUSIVE_CPUS")} == dict.fromkeys(
+        ("OPENSHIFT_ISOLATED_CPUS", "NUMA_PIN_EXCLUSIVE_CPUS"), exclusive)
+    assert env["OPENSHIFT_SHARED_CPUS"] == env["NUMA_PIN_SHARED_CPUS"] == shared
 
 
 class Tag(NodeResource):
@@ -206,5 +233,5 @@ def test_the_docs_table_is_the_matrix():
     documented = _doc_matrix()
     tested = {_request_text(a): {p: per.get(p, EXPECTED[row]) for p in PATHS} for row, a, per in ROWS}
     assert documented == tested
-    assert all(re.fullmatch(r"exclusive|shared|[A-Za-z]+Error", c) for cells in documented.values()
+    assert all(re.fullmatch(r"exclusive|shared|mixed|[A-Za-z]+Error", c) for cells in documented.values()
                for c in cells.values())

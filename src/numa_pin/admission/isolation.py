@@ -19,7 +19,14 @@ field                       CRI-O annotation                   numa-pin annotati
                             a cpufreq governor name
 ``host``                    (none)                             ``numa-pin.io/host-services``
                                                                ``disable`` (True) | ``enable``
+``shared``                  ``cpu-shared.crio.io/<container>`` ``numa-pin.io/cpu-shared``
+                            ``enable`` (True) | ``disable``    ``true`` | ``false``
 ==========================  =================================  ================================
+
+``shared`` is CRI-O's mixed CPUs: the container keeps its exclusive CPUs and runs on the shared
+pool too, one cpuset, and its exclusive and shared lists are exported to it
+(:mod:`numa_pin.resources.node.cpu`). CRI-O names the container in the key; numa-pin's name is
+pod-wide as the other knobs are. Either value word works on either name. It has no node default.
 
 CRI-O's ``enable`` of load balancing, quota and IRQ balancing is its default, so it asks for
 nothing (``None``). An annotation applies only to exclusive CPUs: a shared container that
@@ -53,8 +60,11 @@ ANNOTATIONS: dict[str, tuple[str | None, str]] = {
     "c_states": ("cpu-c-states.crio.io", "numa-pin.io/cpu-c-states"),
     "governor": ("cpu-freq-governor.crio.io", "numa-pin.io/cpu-freq-governor"),
     "host": (None, "numa-pin.io/host-services"),
+    "shared": ("cpu-shared.crio.io/{container}", "numa-pin.io/cpu-shared"),
 }
-_WORD = {"load_balancing": "load-balancing", "c_states": "c-states", "host": "host-services"}
+_WORD = {"load_balancing": "load-balancing", "c_states": "c-states", "host": "host-services", "shared": "cpu-shared"}
+#: the knobs a bool holds (True: ``host`` disables host services, ``shared`` enables the pool)
+_BOOLS = {"host": "disable", "shared": "enable"}
 #: the ``numa-pin.io/`` keys (without the prefix) this module reads
 NUMA_PIN_KEYS = tuple(names[1][len("numa-pin.io/"):] for names in ANNOTATIONS.values())
 FIELDS = tuple(ANNOTATIONS)
@@ -70,6 +80,7 @@ class IsolationRequest:
     c_states: str | None = None  # "enable" | "disable" | "max_latency:N" | None
     governor: str | None = None  # a cpufreq governor | None
     host: bool | None = None  # host services off its CPUs (True), or not (False / None)
+    shared: bool | None = None  # the shared pool too, beside its exclusive CPUs (True), or not (None)
 
     @property
     def empty(self) -> bool:
@@ -89,7 +100,7 @@ class IsolationRequest:
 
     def words(self) -> list[str]:
         """``key=value`` words for ``plan``, ``explain`` and ``status``."""
-        return [f"{_WORD.get(f, f)}={'disable' if v is True else v}" for f, v in self.asked().items()]
+        return [f"{_WORD.get(f, f)}={_BOOLS[f] if v is True else v}" for f, v in self.asked().items()]
 
     @property
     def latency_us(self) -> str | None:
@@ -117,7 +128,7 @@ def from_dict(d: Mapping[str, Any] | None) -> IsolationRequest:
     for name, value in d.items():
         if name not in ANNOTATIONS:
             raise RequestError(f"unknown isolation knob {quote(str(name))}", annotation="isolation")
-        values[name] = value if name == "host" and isinstance(value, bool) else _value(name, str(value), name)
+        values[name] = value if name in _BOOLS and isinstance(value, bool) else _value(name, str(value), name)
     return IsolationRequest(**values)
 
 
@@ -134,17 +145,28 @@ def _value(field: str, text: str, annotation: str) -> str | bool | None:
         raise RequestError(str(exc), annotation=annotation) from None
 
 
-def explicit(annotations: Mapping[str, str]) -> dict[str, str | bool | None]:
-    """The knobs the annotations name, by field (a knob set to its default maps to None).
+def keys_of(field: str, container: str) -> tuple[str, ...]:
+    """The annotations that ask knob ``field`` of container ``container`` (CRI-O's ``cpu-shared``
+    key names the container; without a name it names none)."""
+    keys = ANNOTATIONS[field]
+    crio = keys[0]
+    if crio is not None and "{container}" in crio:
+        crio = crio.format(container=container) if container else None
+    return tuple(k for k in (crio, keys[1]) if k is not None)
+
+
+def explicit(annotations: Mapping[str, str], container: str = "") -> dict[str, str | bool | None]:
+    """The knobs the annotations of container ``container`` name, by field (a knob set to its
+    default maps to None).
 
     Raises:
         RequestError: a bad value, or CRI-O's and numa-pin's names of one knob disagreeing.
     """
     out: dict[str, str | bool | None] = {}
-    for field, keys in ANNOTATIONS.items():
+    for field in FIELDS:
         seen: list[tuple[str, str | bool | None]] = []
-        for key in keys:
-            if key is not None and key in annotations:
+        for key in keys_of(field, container):
+            if key in annotations:
                 seen.append((key, _value(field, annotations[key], key)))
         if len(seen) == 2 and seen[0][1] != seen[1][1]:
             raise RequestError(f"disagrees with {seen[0][0]}={quote(annotations[seen[0][0]])}",
@@ -154,33 +176,40 @@ def explicit(annotations: Mapping[str, str]) -> dict[str, str | bool | None]:
     return out
 
 
-def isolation_request(annotations: Mapping[str, str], defaults: IsolationConfig | None) -> IsolationRequest:
-    """The isolation a container's annotations ask, each knob they leave out taken from the
-    node ``defaults`` (the config's ``isolation`` section; None: no defaults).
+def isolation_request(annotations: Mapping[str, str], defaults: IsolationConfig | None,
+                      container: str = "") -> IsolationRequest:
+    """The isolation the annotations of container ``container`` ask, each knob they leave out
+    taken from the node ``defaults`` (the config's ``isolation`` section; None: no defaults;
+    ``shared`` has none).
 
     Raises:
-        RequestError: a bad value, or two names of one knob that disagree (naming the annotation).
+        RequestError: a bad value, two names of one knob that disagree (naming the annotation),
+            or the shared pool asked beside ``load_balancing: disable``.
     """
-    asked = explicit(annotations)
+    asked = explicit(annotations, container)
     values: dict[str, Any] = {}
     for field in FIELDS:
         if field in asked:
             values[field] = asked[field]
         elif defaults is not None:
-            values[field] = getattr(defaults, field)
+            values[field] = getattr(defaults, field, None)
     values["host"] = True if values.get("host") is True else None  # not asked and refused alike
+    if values.get("shared") and values.get("load_balancing") == DISABLE:
+        key = next(k for k in keys_of("shared", container) if k in annotations)
+        raise RequestError("the shared pool cannot join CPUs kept out of load balancing (its partition would "
+                           "take the pool's CPUs too); ask one or the other", annotation=key)
     return IsolationRequest(**values)
 
 
-def check_exclusive(annotations: Mapping[str, str], exclusive: bool) -> None:
+def check_exclusive(annotations: Mapping[str, str], exclusive: bool, container: str = "") -> None:
     """Refuse isolation annotations on a container without exclusive CPUs (one line, naming
-    the first such annotation). A knob set to its default (``enable``) asks nothing and passes."""
+    the first such annotation; CRI-O fails such a container's creation too). A knob set to its
+    default (``enable``; ``cpu-shared``'s ``disable``) asks nothing and passes."""
     if exclusive:
         return
-    for keys in ANNOTATIONS.values():
-        for key in keys:
-            if key is not None and key in annotations:
-                field = next(f for f, ks in ANNOTATIONS.items() if key in ks)
+    for field in FIELDS:
+        for key in keys_of(field, container):
+            if key in annotations:
                 value = _value(field, annotations[key], key)
                 if value is not None and value is not False:
                     raise RequestError(
@@ -192,5 +221,5 @@ def check_exclusive(annotations: Mapping[str, str], exclusive: bool) -> None:
 
 __all__ = [
     "ANNOTATIONS", "FIELDS", "NONE", "NUMA_PIN_KEYS", "IsolationRequest", "check_exclusive", "explicit",
-    "from_dict", "isolation_request", "of_grant",
+    "from_dict", "isolation_request", "keys_of", "of_grant",
 ]

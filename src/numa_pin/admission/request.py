@@ -24,9 +24,10 @@ Annotations (all optional)::
     numa-pin.io/pod-memory      pod's own resources give the CPUs and memory (below)
     numa-pin.io/pod-devices
     numa-pin.io/cpu-load-balancing, cpu-quota, irq-load-balancing, cpu-c-states,
-    cpu-freq-governor, host-services
-                                isolation of exclusive CPUs (and CRI-O's ``*.crio.io`` names
-                                of the same knobs): :mod:`numa_pin.admission.isolation`
+    cpu-freq-governor, host-services, cpu-shared
+                                isolation of exclusive CPUs, and the shared pool beside them
+                                (and CRI-O's ``*.crio.io`` names of the same knobs):
+                                :mod:`numa_pin.admission.isolation`
 
 Per-container form (:data:`PER_CONTAINER`): ``numa-pin.io/<key>.<container name>`` (``numa-pin.io/
 cpus.app``) applies to the container of that name only (the CRI name,
@@ -323,9 +324,9 @@ def request_from_oci(
     isolated = iso.NONE
     if not sandbox:  # the pod's annotations reach its sandbox too: it has no CPUs to isolate
         exclusive = amounts.cpus > 0
-        iso.check_exclusive(annotations, exclusive)
+        iso.check_exclusive(annotations, exclusive, name)
         if exclusive:
-            isolated = iso.isolation_request(annotations, isolation)
+            isolated = iso.isolation_request(annotations, isolation, name)
     return ContainerRequest(
         container_id=container_id,
         pod_id=pod_id,

@@ -273,8 +273,8 @@ def devices(value: Any, key: str) -> Mapping[str, tuple[Selector, ...]]:
 
 def knob_value(knob: str, text: str) -> str | bool | None:
     """One isolation knob's value (an annotation's text, or the config's), as the request holds
-    it: ``None`` is the knob's default (nothing asked); ``host`` is a bool. Raises ValueError with
-    a one-line message."""
+    it: ``None`` is the knob's default (nothing asked); ``host`` is a bool, ``shared`` True or
+    None. Raises ValueError with a one-line message."""
     value = text.strip()
     if knob in ("load_balancing", "quota"):
         return DISABLE if _one_of(value, (DISABLE, ENABLE)) == DISABLE else None
@@ -283,6 +283,8 @@ def knob_value(knob: str, text: str) -> str | bool | None:
         return None if choice == ENABLE else choice
     if knob == "host":
         return _one_of(value, (DISABLE, ENABLE)) == DISABLE
+    if knob == "shared":  # CRI-O's cpu-shared.crio.io says enable, numa-pin.io/cpu-shared true
+        return True if _one_of(value, (ENABLE, "true", DISABLE, "false")) in (ENABLE, "true") else None
     if knob == "c_states":
         if value.startswith(MAX_LATENCY):
             number = value[len(MAX_LATENCY):]

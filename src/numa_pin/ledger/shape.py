@@ -128,17 +128,19 @@ def plain(value: Any) -> Any:
 
 
 #: the isolation knobs a grant may record (:mod:`numa_pin.admission.isolation` checks the values)
-ISOLATION_KNOBS = frozenset(("load_balancing", "quota", "irq", "c_states", "governor", "host"))
+ISOLATION_KNOBS = frozenset(("load_balancing", "quota", "irq", "c_states", "governor", "host", "shared"))
+#: the knobs recorded as a bool (the others are short strings)
+_BOOL_KNOBS = frozenset(("host", "shared"))
 
 
 def isolation_map(knobs: object) -> Mapping[str, Any]:
-    """A grant's isolation knobs: knob name -> a short string (``host``: a bool)."""
+    """A grant's isolation knobs: knob name -> a short string (``host`` and ``shared``: a bool)."""
     if not isinstance(knobs, Mapping):
         raise ValueError(f"isolation must be a mapping, got {type(knobs).__name__}")
     for key, value in knobs.items():
         if key not in ISOLATION_KNOBS:
             raise ValueError(f"isolation: unknown knob {key!r}")
-        if not (isinstance(value, bool) if key == "host" else isinstance(value, str) and 0 < len(value) <= 64):
+        if not (isinstance(value, bool) if key in _BOOL_KNOBS else isinstance(value, str) and 0 < len(value) <= 64):
             raise ValueError(f"isolation.{key} has a bad value {value!r}")
     return MappingProxyType(dict(knobs))
 

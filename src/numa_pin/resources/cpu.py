@@ -4,6 +4,12 @@ kubelet's CPU Manager on one node: hints from :mod:`numa_pin.providers.cpu`, all
 :mod:`numa_pin.allocators.cpu`; reserved CPUs are never granted. A container's own cpuset
 (``request.cpuset``) bounds what it may take, and no exclusive grant may leave a shared
 container with a cpuset of its own without a CPU of the shared pool.
+
+Mixed CPUs (``numa-pin.io/cpu-shared``, CRI-O's ``cpu-shared.crio.io/<container>``): a container
+with exclusive CPUs runs on the shared pool too. Its exclusive CPUs stay its own in the ledger;
+its cpuset is them and the pool (inside its own cpuset, if it has one), following the pool as a
+shared container's does, and the lists are exported to it as CRI-O exports them
+(:data:`MIXED_ENV`).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from numa_pin.admission.limits import CPUSET_FIELD
-from numa_pin.admission.request import Amounts
+from numa_pin.admission.request import Amounts, ContainerRequest
 from numa_pin.allocators.cpu import allocate_cpus, reserved_cpus
 from numa_pin.cpuset import format_list
 from numa_pin.errors import AdmissionError, AllocationError, TopologyAffinityError
@@ -23,8 +29,34 @@ from numa_pin.resources.base import Decision, Need, NodeSettings, NodeView, Reso
 from numa_pin.topology.cpus import CpuTopology
 from numa_pin.topology.model import Topology
 
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+if TYPE_CHECKING:
+    from numa_pin.resources.runtime import RuntimeTarget
+
 #: where :func:`_cpu_facts` keeps what it worked out, on the topology
 _CPU_FACTS = "_cpu_facts"
+#: the variables a mixed container gets: (exclusive list, shared pool list), CRI-O's names
+#: (``OPENSHIFT_*``, so workloads written for CRI-O's high-performance runtime class work) and numa-pin's
+MIXED_ENV = (("OPENSHIFT_ISOLATED_CPUS", "OPENSHIFT_SHARED_CPUS"), ("NUMA_PIN_EXCLUSIVE_CPUS", "NUMA_PIN_SHARED_CPUS"))
+
+
+def mixed(grant: Grant) -> bool:
+    """The grant holds exclusive CPUs and asked for the shared pool beside them (``cpu-shared``)."""
+    return bool(grant.cpus) and grant.isolation.get("shared") is True
+
+
+def cpuset_of(grant: Grant, pool: frozenset[int]) -> frozenset[int]:
+    """The cpuset of a container with exclusive CPUs: those, with the shared pool (inside its own
+    cpuset, if it has one) when it is :func:`mixed`."""
+    if not mixed(grant):
+        return grant.cpus
+    return grant.cpus | (pool & grant.cpuset_limit if grant.cpuset_limit else pool)
+
+
+def mixed_env(grant: Grant, pool: frozenset[int]) -> dict[str, str]:
+    """What a mixed container is told: its exclusive CPUs and the shared CPUs of its cpuset."""
+    shared = format_list(cpuset_of(grant, pool) - grant.cpus)
+    return {name: value for names in MIXED_ENV for name, value in zip(names, (format_list(grant.cpus), shared))}
 
 
 @record
@@ -128,8 +160,15 @@ class CpuResource(Resource):
             out[n] = [zone_entry("cpu", len(cpus), len(allocatable), len(allocatable - exclusive))]
         return out
 
+    def refusal(self, request: ContainerRequest, target: RuntimeTarget) -> str:
+        """``numa-pin run`` binds a process to its grant's CPUs alone: it has no shared pool to add."""
+        if request.isolation.shared and not target.mixed_cpus:
+            return target.cannot("numa-pin.io/cpu-shared (exclusive CPUs and the shared pool)")
+        return ""
+
     def describe(self, grant: Grant) -> list[str]:
-        return []  # a grant's CPUs and memory nodes are columns of their own in ``status``
+        # a grant's CPUs and memory nodes are columns of their own in ``status``
+        return ["cpu-shared=enable"] if mixed(grant) else []
 
 
 def pool_after(topology: Topology, others: LedgerState, taking: frozenset[int]) -> frozenset[int]:
@@ -152,4 +191,4 @@ def _starved_shared(topology: Topology, others: LedgerState, taking: frozenset[i
     return ""
 
 
-__all__ = ["CpuResource", "CpuView", "pool_after"]
+__all__ = ["MIXED_ENV", "CpuResource", "CpuView", "cpuset_of", "mixed", "mixed_env", "pool_after"]

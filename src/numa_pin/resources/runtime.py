@@ -25,6 +25,7 @@ class RuntimeTarget:
     ``applies``: the runtime applies a config numa-pin writes (precreate, NRI), instead of
     numa-pin writing the container's cgroup itself (prestart, ``run``). ``memory_policy`` and
     ``net_devices``: the path can set the container's memory policy and move netdevs into it.
+    ``mixed_cpus``: a container there can run on its exclusive CPUs and the shared pool together.
     ``instead``: what a user whose request this path cannot carry should use."""
 
     name: str
@@ -32,6 +33,7 @@ class RuntimeTarget:
     memory_policy: bool = False
     net_devices: bool = False
     instead: str = ""
+    mixed_cpus: bool = True
 
     def cannot(self, what: str) -> str:
         """One line: ``what`` cannot be carried on this path, and what can."""
@@ -45,7 +47,8 @@ PRESTART = RuntimeTarget(
     "prestart", memory_policy=False, net_devices=True,
     instead="use podman's precreate hook with a runtime of runtime-spec 1.3 or later, or `numa-pin run`")
 #: ``numa-pin run``: the child sets its own memory policy before exec
-RUN = RuntimeTarget("run", memory_policy=True, net_devices=True)
+RUN = RuntimeTarget("run", memory_policy=True, net_devices=True, mixed_cpus=False,
+                    instead="ask a container runtime's path (prestart, precreate, nri)")
 #: NRI as the runtimes that numa-pin is tested with carry it (containerd 1.7 and 2.x)
 NRI = RuntimeTarget(
     "nri", applies=True,

@@ -5,6 +5,8 @@
   every other shared container's cpuset (with the cpuset cgroups nested in it) shrinks to the
   new pool when the pool changed; one the kernel will not shrink is left as it was, logged,
   and shown by :func:`blocked_shared`, so that it blocks nobody's admission;
+* mixed containers (``cpu-shared``: exclusive CPUs and the shared pool, one cpuset) follow the
+  pool as the shared containers do, on every change of it (:func:`_follow_mixed`);
 * release: the pool grows back when a grant with exclusive CPUs went (a failure rolls back);
 * repair (``reconcile``): every live cgroup's cpuset is written again where it drifted;
 * conflicts: grants holding CPUs the current config reserves;
@@ -19,14 +21,14 @@ from numa_pin import report
 from numa_pin.cpuset import format_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import apply_cpuset
-from numa_pin.enforcer.nested import cpus_file, leaf_dirs
+from numa_pin.enforcer.nested import cpus_file, leaf_dirs, read_list
 from numa_pin.enforcer.pool import ResizeResult, check_shared, reserved_conflicts, resize_shared
 from numa_pin.enforcer.pool import shared_pool as pool_of
 from numa_pin.enforcer.undo import UndoLog
-from numa_pin.errors import AllocationError, CgroupEscapeError
+from numa_pin.errors import AllocationError, CgroupEscapeError, NumaPinError
 from numa_pin.ledger.model import KIND_SHARED, Grant, LedgerState
 from numa_pin.record import replace
-from numa_pin.resources.cpu import CpuResource
+from numa_pin.resources.cpu import CpuResource, cpuset_of, mixed, mixed_env
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -202,8 +204,27 @@ def _resize(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
                          previous=previous, leaves=_LEAVES, handles=_HANDLES)
 
 
+def _follow_mixed(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
+                  exclude: str | None = None) -> list[tuple[str, ResizeResult]]:
+    """Every mixed container (``exclude`` left out) to its exclusive CPUs and ``pool``, each read
+    and written where it differs, the cpuset cgroups nested in it with it (as a shared
+    container's, :func:`resize_shared`); one the kernel will not change is left as it was and
+    logged. Mixed containers are few (latency workloads): each is its own batch."""
+    # the shared majority falls out at its empty cpus, before anything is sorted
+    grants = sorted((g for g in state.grants.values() if g.cpus and mixed(g) and g.cgroup
+                     and g.container_id != exclude), key=lambda g: g.container_id)
+    out = []
+    for cid, ref in _checked_refs(node, grants, None):
+        resized = resize_shared([ref], cpuset_of(state.grants[cid], pool), node.config.cgroup_root, undo,
+                                systemd=node.systemd(), checked=True)
+        out.append((cid, _log_blocked(resized)))
+    return out
+
+
 class CpuNode(CpuResource, NodeResource):
     """The CPU resource, decision and enforcement."""
+
+    preview_word = "cpu-shared"  # what ``plan`` and ``explain`` call its line
 
     def enforce(self, node: Node, admission: Admission, decided: Grant) -> Admission:
         grant, ref, state, undo = admission.grant, admission.ref, admission.state, admission.undo
@@ -211,7 +232,7 @@ class CpuNode(CpuResource, NodeResource):
         pool = shared_pool(node, state)
         if ref is not None:
             if grant.cpus:
-                apply_cpuset(ref, grant.cpus, grant.mems, root, undo, systemd=node.systemd())
+                apply_cpuset(ref, cpuset_of(grant, pool), grant.mems, root, undo, systemd=node.systemd())
             elif grant.kind == KIND_SHARED:
                 own = pool & grant.cpuset_limit if grant.cpuset_limit else pool
                 # only the CPUs move: a shared container's memory nodes stay its own (on cgroup v2
@@ -220,6 +241,7 @@ class CpuNode(CpuResource, NodeResource):
         if grant.cpus or any(g.cpus for g in admission.dropped):
             escaped: list[Grant] = []
             _log_blocked(_resize(node, state, pool, undo, grant.container_id, admission.before, escaped))
+            _follow_mixed(node, state, pool, undo, grant.container_id)
             for gone in escaped:  # set aside: the ledger this admission commits no longer holds it
                 admission = replace(admission, state=admission.state.without(gone.container_id))
         return admission
@@ -227,13 +249,18 @@ class CpuNode(CpuResource, NodeResource):
     def release(self, node: Node, release: Release) -> list[str]:
         if any(g.cpus for g in release.gone) and not release.later:
             state = release.after
-            resized = _resize(node, state, shared_pool(node, state), release.undo, before=release.before)
-            return [str(b) for b in resized.blocked]
+            pool = shared_pool(node, state)
+            resized = _resize(node, state, pool, release.undo, before=release.before)
+            followed = _follow_mixed(node, state, pool, release.undo)
+            return [str(b) for b in resized.blocked + tuple(b for _, r in followed for b in r.blocked)]
         return []
 
     def settle(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
-        """The shared containers grow to the pool as it is now (a release left it for later)."""
-        return [str(b) for b in _resize(node, state, shared_pool(node, state), undo).blocked]
+        """The shared and mixed containers grow to the pool as it is now (a release left it for later)."""
+        pool = shared_pool(node, state)
+        followed = _follow_mixed(node, state, pool, undo)
+        blocked = _resize(node, state, pool, undo).blocked + tuple(b for _, r in followed for b in r.blocked)
+        return [str(b) for b in blocked]
 
     def repair(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
         repaired: list[str] = []
@@ -242,7 +269,7 @@ class CpuNode(CpuResource, NodeResource):
             ref = node.cgroup_ref(g)
             if ref is None or g.kind == KIND_SHARED or not os.path.isdir(ref.cpuset_dir):
                 continue  # shared containers: resized below, their nested cgroups with them
-            cpus = g.cpus if g.cpus else (pool & g.cpuset_limit if g.cpuset_limit else pool)
+            cpus = cpuset_of(g, pool) if g.cpus else (pool & g.cpuset_limit if g.cpuset_limit else pool)
             before = len(undo)
             apply_cpuset(ref, cpus, g.mems if g.cpus and g.mems else None, node.config.cgroup_root, undo,
                          systemd=node.systemd())
@@ -264,10 +291,14 @@ class CpuNode(CpuResource, NodeResource):
 
     def runtime(self, node: Node, ask: RuntimeAsk) -> RuntimeEdit | None:
         """The cpuset the runtime applies: an exclusive grant's CPUs and memory nodes, a shared
-        container's the shared pool (inside its own cpuset), as :meth:`enforce` writes them."""
+        container's the shared pool (inside its own cpuset), as :meth:`enforce` writes them; a
+        mixed one's its exclusive CPUs and the pool, with both lists in its environment."""
         from numa_pin.resources.node.runtime import RuntimeEdit
 
         grant = ask.grant
+        if mixed(grant):
+            pool = shared_pool(node, ask.state)
+            return RuntimeEdit(cpus=cpuset_of(grant, pool), mems=grant.mems or None, env=mixed_env(grant, pool))
         if grant.cpus:
             return RuntimeEdit(cpus=grant.cpus, mems=grant.mems or None)
         if grant.kind != KIND_SHARED:
@@ -275,6 +306,23 @@ class CpuNode(CpuResource, NodeResource):
         pool = shared_pool(node, ask.state)
         own = pool & grant.cpuset_limit if grant.cpuset_limit else pool
         return RuntimeEdit(cpus=own) if own else None
+
+    def preview(self, node: Node, state: LedgerState, grant: Grant, applied: bool) -> str | None:
+        """``plan`` and ``explain``'s line for a mixed container: the cpuset it gets (would get),
+        and whether its cgroup holds it now (None for any other grant)."""
+        if not mixed(grant):
+            return None
+        pool = shared_pool(node, state)
+        want = cpuset_of(grant, pool)
+        line = f"cpuset {format_list(want)}: exclusive {format_list(grant.cpus)} and the shared pool"
+        ref = node.cgroup_ref(grant) if applied else None
+        if ref is None:
+            return line
+        try:
+            held = read_list(cpus_file(ref.cpuset_dir))
+        except NumaPinError as exc:
+            return f"{line}; cannot read its cgroup: {exc}"
+        return line + ("; held" if held == want else f"; drifted to {format_list(held)} (reconcile repairs it)")
 
     def status(self, node: Node, state: LedgerState) -> dict[str, Any]:
         topo = node.topology

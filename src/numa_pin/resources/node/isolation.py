@@ -378,14 +378,15 @@ def _nested(node: Node, grant: Grant, top: str, where: tuple[int, str], own: str
 
 def preview(node: Node, state: LedgerState, grant: Grant, applied: bool) -> dict[str, str]:
     """``{knob word: line}`` of every resource that can say what it isolates for ``grant``
-    (a ``preview`` method: these knobs, the host services, and any other isolation resource)."""
+    (a ``preview`` method: these knobs, the host services, the CPUs of a mixed container, and any
+    other isolation resource; keyed by its ``preview_word``, else its name)."""
     out: dict[str, str] = {}
     for resource in node.resources:
         say = getattr(resource, "preview", None)
         if say is not None:
             line = say(node, state, grant, applied)
             if line is not None:
-                out[resource.name.removeprefix("isolation.")] = line
+                out[getattr(resource, "preview_word", "") or resource.name.removeprefix("isolation.")] = line
     return out
 
 
