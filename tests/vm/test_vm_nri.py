@@ -177,7 +177,7 @@ def test_pods_started_in_parallel_never_run_on_an_exclusive_cpu(facts: dict) -> 
             assert cpus and not set(cpus) & set(grant["cpus"]), f"{name} ran on exclusive CPU(s): {cpus}"
 
 
-REFUSAL = re.compile(r"numa-pin: rejected \S+: (\w+): ")
+REFUSAL = re.compile(r"numa-pin: (?:rejected|error) \S+: (\w+): ")
 
 
 @pytest.mark.parametrize("row", [r[0] for r in ROWS])
@@ -187,14 +187,15 @@ def test_the_every_path_table_holds_through_containerd(facts: dict, row: str) ->
     step = _step(facts, "matrix")
     assert step["grants_before"] == {}
     seen, want = step[row], EXPECTED[row]
-    if want in ("exclusive", "shared"):
+    if want in ("exclusive", "shared", "mixed"):
         assert seen["admitted"] is True, seen
         grant = seen["grant"]
-        assert grant is not None and grant["kind"] == want, seen
+        assert grant is not None and grant["kind"] == ("shared" if want == "shared" else "exclusive"), seen
         if want == "exclusive":
             assert seen["seen"] == grant["cpus"] and _one_node(grant["cpus"]), seen
-        else:
+        else:  # shared, or mixed: its exclusive CPUs and the pool (all the others, on an emptied node)
             assert seen["seen"] == ALL, seen
+            assert (len(grant["cpus"]) == 2 and _one_node(grant["cpus"])) if want == "mixed" else not grant["cpus"]
     else:
         assert seen["admitted"] is False, seen
         found = REFUSAL.search(seen["error"])
