@@ -1,8 +1,10 @@
 # The systemd guest's scenario (bash, run as root by numa-pin-scenario.service at every boot).
 # Every step leaves <name>.out (stdout and stderr) and <name>.rc in $NP_OUT/b<boot>/; the test
 # (tests/vm/test_vm_systemd.py) reads them. Boot 1 proves the runtimes, the systemd properties,
-# daemon-reload, another writer of AllowedCPUs and `numa-pin run`, then reboots with live
-# grants; boot 2 proves they are gone, the socket-activated agent, and `apt purge`.
+# daemon-reload, another writer of AllowedCPUs and `numa-pin run`, then kills an isolated
+# container with -9 and cuts the power with live grants; boot 2 proves they are gone, that an
+# isolated grant of this boot gives back exactly what this boot had, the socket-activated agent,
+# and `apt purge`.
 set -u
 O="$NP_OUT/b$NP_BOOT"
 mkdir -p "$O"
@@ -20,6 +22,42 @@ unit_state() {
     echo "AllowedMemoryNodes=$(systemctl show -P AllowedMemoryNodes "$1")"
     echo "effective=$(cat "/sys/fs/cgroup$cg/cpuset.cpus.effective")"
     echo "cpus=$(cat "/sys/fs/cgroup$cg/cpuset.cpus")"
+}
+# what isolation changes on the host, as JSON: every IRQ's affinity, the default mask, each CPU's
+# pm_qos resume latency, and the host cgroups' cpusets with their AllowedCPUs
+host_state() {
+    python3 - <<'PY'
+import glob, json, subprocess
+def read(path):
+    try:
+        return open(path).read().strip()
+    except OSError:
+        return None
+def show(prop, unit):
+    return subprocess.run(["systemctl", "show", "-P", prop, unit], capture_output=True, text=True).stdout.strip()
+out = {"irqs": {p.split("/")[3]: read(p) for p in glob.glob("/proc/irq/*/smp_affinity_list")},
+       "default_smp_affinity": read("/proc/irq/default_smp_affinity"),
+       "pm_qos": {p.split("/")[5]: read(p)
+                  for p in glob.glob("/sys/devices/system/cpu/cpu[0-9]*/power/pm_qos_resume_latency_us")}}
+for unit in ("init.scope", "system.slice", "user.slice"):
+    cg = show("ControlGroup", unit)
+    out[unit] = {"AllowedCPUs": show("AllowedCPUs", unit), "cpus": read(f"/sys/fs/cgroup{cg}/cpuset.cpus"),
+                 "effective": read(f"/sys/fs/cgroup{cg}/cpuset.cpus.effective")}
+print(json.dumps(out, sort_keys=True))
+PY
+}
+# a bundle asking every host-side isolation knob: isolated NAME
+isolated() {
+    bundle "$1" 1 sleep 100000
+    python3 - "/run/bundles/$1/config.json" "$1" <<'PY'
+import json, sys
+path, name = sys.argv[1:]
+spec = json.load(open(path))
+spec["annotations"].update({"numa-pin.io/host-services": "disable", "cpu-c-states.crio.io": "disable",
+                            "irq-load-balancing.crio.io": "disable"})
+spec["linux"]["cgroupsPath"] = f"machine.slice:runc:{name}"
+json.dump(spec, open(path, "w"))
+PY
 }
 # a runc bundle with the shipped snippet and the systemd cgroup driver: bundle NAME CPUS ARGS...
 bundle() {
@@ -135,19 +173,32 @@ PY
     mkdir -p /run/ctr-readme
     rec ctr-readme sh -c "cd /run/ctr-readme && bash /usr/local/share/np-readme-ctr.sh"
 
-    # item 3: reboot with live grants (np-excl, np-shared and a podman one)
+    # item 3: reboot with live grants (np-excl, np-shared and a podman one); issue 35 item 1: an
+    # isolated grant whose container is killed with -9 (no poststop), then a power cut
     podman run -d --name np-live --network none --annotation numa-pin.io/cpus=1 --rootfs "$R" sleep 100000 \
         > "$O/np-live.log" 2>&1
+    rec crash-orig host_state
+    isolated crash
+    rec crash-start start_detached crash np-crash
+    rec crash-held host_state
+    kill -9 "$(runc --systemd-cgroup state np-crash | python3 -c 'import json, sys; print(json.load(sys.stdin)["pid"])')"
     rec status-before-reboot numa-pin status --json
     rec journal-1 journalctl -b --no-pager -o short-monotonic -t numa-pin -t numa-pin-hook
     sync
     touch /run/numa-pin-scenario-reboot
-    systemctl --no-block reboot
+    echo 1 > /proc/sys/kernel/sysrq
+    echo b > /proc/sysrq-trigger  # the power cut: no shutdown, no poststop, nothing written back
     exit 0
 fi
 
-# boot 2
+# boot 2: what this boot has before any grant, then an isolated grant and its release
+rec boot2-orig host_state
 rec status-after-reboot numa-pin status --json
+isolated again
+rec again-start start_detached again np-again
+rec again-held host_state
+rec again-release runc --systemd-cgroup delete -f np-again
+rec again-after host_state
 rec journal-released journalctl -b -t numa-pin --no-pager -o cat
 rec agent-socket systemctl is-active numa-pin-agent.socket
 rec podman-agent podman run --rm --network none --annotation numa-pin.io/cpus=1 --rootfs "$R" sh -c "$SHOW"

@@ -177,6 +177,23 @@ def test_after_a_reboot_no_grant_of_the_earlier_boot_is_held(guest: Guest) -> No
         assert re.search(rf"released {cid}:.*earlier boot", journal), journal
 
 
+def test_after_a_crash_and_a_power_cut_this_boots_grant_gives_back_what_this_boot_had(guest: Guest) -> None:
+    """Issue 35 item 1: an isolated grant (host services, C-states, IRQs) killed with -9, then the
+    power cut, leaves the earlier boot's originals in the journal; the first isolated grant of the
+    new boot saves this boot's own, and its release writes every one of them back."""
+    assert guest.rc(1, "crash-start") == 0, guest.out(1, "crash-start")
+    assert guest.rc(2, "again-start") == 0, guest.out(2, "again-start")
+    assert guest.rc(2, "again-release") == 0, guest.out(2, "again-release")
+    for boot, before, held in ((1, "crash-orig", "crash-held"), (2, "boot2-orig", "again-held")):
+        orig, during = json.loads(guest.out(boot, before)), json.loads(guest.out(boot, held))
+        assert "n/a" in during["pm_qos"].values() and "n/a" not in orig["pm_qos"].values(), (boot, during)
+        assert during["system.slice"]["effective"] != orig["system.slice"]["effective"], (boot, during)
+        assert during["irqs"] != orig["irqs"] or during["default_smp_affinity"] != orig["default_smp_affinity"]
+    orig, after = json.loads(guest.out(2, "boot2-orig")), json.loads(guest.out(2, "again-after"))
+    for key in sorted(orig):
+        assert after[key] == orig[key], (key, orig[key], after[key])
+
+
 def test_the_socket_activated_agent_serves_after_the_reboot(guest: Guest) -> None:
     assert guest.out(2, "agent-socket").strip() == "active"
     assert guest.rc(2, "podman-agent") == 0, guest.out(2, "podman-agent")
