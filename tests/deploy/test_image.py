@@ -1,0 +1,109 @@
+"""The container image, built for real and run under podman (``make image-test``; root, minutes).
+
+``packaging/image/build-image.sh`` builds ``localhost/numa-pin:<version>`` once for the module;
+then the image runs with this machine's sysfs and /proc mounted read-only where the DaemonSet
+mounts them and the shipped ConfigMap's config. The oracle for its decision is this checkout
+run on the host with the host's roots: the image must decide the same. podman runs with runc
+and the ulimits this kind of host needs (``tests/e2e/harness.py``: crun refuses a cgroup v1
+hybrid host, and the caller may lack CAP_SYS_RESOURCE).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.image
+
+REPO = Path(__file__).resolve().parents[2]
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+IMAGE = f"localhost/numa-pin:{VERSION}"
+PODMAN = ("podman", "--runtime", "runc", "run", "--rm", "--network", "none",
+          "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024")
+REQUEST = ("--cpus", "1", "--memory", "64Mi")
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    for tool in ("buildah", "podman", "debootstrap"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (make image-test installs it)")
+    start = time.monotonic()
+    done = subprocess.run(["bash", str(REPO / "packaging" / "image" / "build-image.sh")],
+                          capture_output=True, text=True, timeout=1800, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    size = subprocess.run(["podman", "image", "inspect", "--format", "{{.Size}}", IMAGE],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    print(f"\nimage {IMAGE}: built in {time.monotonic() - start:.0f} s, {int(size) / 1e6:.0f} MB")
+    return IMAGE
+
+
+def _configmap(tmp_path: Path) -> Path:
+    """The shipped ConfigMap's config.yaml (its state dir is the container's own: nothing mounts it)."""
+    docs = yaml.safe_load_all((REPO / "deploy" / "kubernetes" / "numa-pin.yaml").read_text(encoding="utf-8"))
+    text = next(d for d in docs if d and d["kind"] == "ConfigMap")["data"]["config.yaml"]
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _in_image(image: str, tmp_path: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    mounts = ("-v", "/sys:/host/sys:ro", "-v", "/proc:/host/proc:ro",
+              "-v", f"{_configmap(tmp_path)}:/etc/numa-pin/config.yaml:ro")
+    return subprocess.run([*PODMAN, *mounts, "--entrypoint", argv[0], image, *argv[1:]],
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_the_image_runs_numa_pin_of_this_version(image: str, tmp_path: Path) -> None:
+    done = _in_image(image, tmp_path, "numa-pin", "--version")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"numa-pin {VERSION}"
+
+
+def test_the_entry_point_is_the_nri_plugin_the_daemonset_runs(image: str) -> None:
+    entry = json.loads(subprocess.run(["podman", "image", "inspect", "--format", "{{json .Config.Entrypoint}}",
+                                       image], capture_output=True, text=True, check=True).stdout)
+    assert entry == ["numa-pin", "serve", "--nri"]
+    docs = yaml.safe_load_all((REPO / "deploy" / "kubernetes" / "numa-pin.yaml").read_text(encoding="utf-8"))
+    daemonset = next(d for d in docs if d and d["kind"] == "DaemonSet")
+    command = daemonset["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert command[command.index("--") + 1:] == entry
+
+
+def test_the_image_decides_as_the_checkout_does_on_this_host(image: str, tmp_path: Path) -> None:
+    inside = _in_image(image, tmp_path, "numa-pin", "plan", "--via", "nri", "--json", *REQUEST)
+    assert inside.returncode == 0, inside.stderr
+    host_config = tmp_path / "host.yaml"
+    host_config.write_text(f"syslog: false\nstate_dir: {tmp_path / 'state'}\n", encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    outside = subprocess.run([sys.executable, "-m", "numa_pin.cli.main", "plan", "--config", str(host_config),
+                              "--via", "nri", "--json", *REQUEST], capture_output=True, text=True, env=env,
+                             timeout=300, check=False)
+    assert outside.returncode == 0, outside.stderr
+    assert json.loads(inside.stdout) == json.loads(outside.stdout)
+
+
+def test_the_image_refuses_what_nri_cannot_carry(image: str, tmp_path: Path) -> None:
+    done = _in_image(image, tmp_path, "numa-pin", "plan", "--via", "nri", "--cpus", "1",
+                     "--memory-policy", "interleave")
+    assert done.returncode == 1
+    assert "PathLimitError" in done.stdout
+
+
+@pytest.mark.parametrize("argv", [
+    ("python3", "-c", "from numa_pin.nri.messages import load; load()"),
+    ("nsenter", "--version"),
+    ("systemctl", "--version"),
+], ids=["nri-messages-on-debian-protobuf", "nsenter", "systemctl"])
+def test_what_the_daemonset_needs_is_in_the_image(image: str, tmp_path: Path, argv: tuple[str, ...]) -> None:
+    done = _in_image(image, tmp_path, *argv)
+    assert done.returncode == 0, done.stderr
