@@ -3,7 +3,9 @@
 ``packaging/image/build-image.sh`` builds ``localhost/numa-pin:<version>`` once for the module;
 then the image runs with this machine's sysfs and /proc mounted read-only where the DaemonSet
 mounts them and the shipped ConfigMap's config. The oracle for its decision is this checkout
-run on the host with the host's roots: the image must decide the same. podman runs with runc
+run on the host with the host's roots: the image must decide the same. The DaemonSet's start
+(``nsenter`` into the host's cgroup namespace) runs with its capabilities, and without each of
+the two it needs to start, against the failures ``docs/kubernetes-deploy.md`` lists. podman runs with runc
 and the ulimits this kind of host needs (``tests/e2e/harness.py``: crun refuses a cgroup v1
 hybrid host, and the caller may lack CAP_SYS_RESOURCE).
 """
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -107,3 +110,72 @@ def test_the_image_refuses_what_nri_cannot_carry(image: str, tmp_path: Path) -> 
 def test_what_the_daemonset_needs_is_in_the_image(image: str, tmp_path: Path, argv: tuple[str, ...]) -> None:
     done = _in_image(image, tmp_path, *argv)
     assert done.returncode == 0, done.stderr
+
+
+def _daemonset_container() -> dict[str, object]:
+    docs = yaml.safe_load_all((REPO / "deploy" / "kubernetes" / "numa-pin.yaml").read_text(encoding="utf-8"))
+    daemonset = next(d for d in docs if d and d["kind"] == "DaemonSet")
+    container: dict[str, object] = daemonset["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def _enter_cgroupns(image: str, caps: list[str], target: int, *argv: str,
+                    podman: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """The DaemonSet's start (``nsenter --cgroup=<proc>/<pid>/ns/cgroup --``) in a private cgroup
+    namespace, host pids, /proc mounted at /host/proc, every capability dropped but ``caps``."""
+    return subprocess.run([*PODMAN, *podman, "--pid=host", "--cgroupns=private", "-v", "/proc:/host/proc",
+                           "--cap-drop=all", *(f"--cap-add={c}" for c in caps), "--entrypoint", "nsenter",
+                           image, f"--cgroup=/host/proc/{target}/ns/cgroup", "--", *argv],
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.fixture
+def host_process() -> Iterator[subprocess.Popen[bytes]]:
+    """A process of this machine's cgroup namespace that holds every capability this test does.
+
+    The DaemonSet enters the namespace of the host's pid 1; on a build machine that is itself a
+    sandbox even root may not open pid 1's namespaces, so the test enters this one's instead."""
+    proc = subprocess.Popen(["sleep", "300"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_with_its_capabilities_the_plugin_reads_cgroups_as_the_host_writes_them(image: str,
+                                                                               host_process: subprocess.Popen[bytes],
+                                                                               tmp_path: Path) -> None:
+    caps = _daemonset_container()["securityContext"]["capabilities"]["add"]  # type: ignore[index]
+    cidfile = tmp_path / "cid"
+    done = _enter_cgroupns(image, caps, host_process.pid, "cat", "/proc/self/cgroup",
+                           podman=("--cidfile", str(cidfile)))
+    assert done.returncode == 0, done.stderr
+    unified = next(line for line in done.stdout.splitlines() if line.startswith("0::"))
+    assert cidfile.read_text().strip() in unified and ".." not in unified
+
+
+def test_in_its_own_cgroup_namespace_other_processes_cgroups_read_as_dot_dot(image: str,
+                                                                             host_process: subprocess.Popen[bytes],
+                                                                             ) -> None:
+    """Why the DaemonSet enters the host's cgroup namespace at all."""
+    done = subprocess.run([*PODMAN, "--pid=host", "--cgroupns=private", "-v", "/proc:/host/proc", "--cap-drop=all",
+                           "--entrypoint", "cat", image, f"/host/proc/{host_process.pid}/cgroup"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    unified = next(line for line in done.stdout.splitlines() if line.startswith("0::"))
+    assert unified.startswith("0::/..")
+
+
+@pytest.mark.parametrize(("missing", "message"), [
+    ("SYS_ADMIN", "reassociate to namespace 'ns/cgroup' failed: Operation not permitted"),
+    ("SYS_PTRACE", "Permission denied"),
+], ids=["without-sys-admin", "without-sys-ptrace"])
+def test_without_a_start_up_capability_the_pod_fails_as_documented(image: str, host_process: subprocess.Popen[bytes],
+                                                                   missing: str, message: str) -> None:
+    caps = [c for c in _daemonset_container()["securityContext"]["capabilities"]["add"]  # type: ignore[index]
+            if c != missing]
+    done = _enter_cgroupns(image, caps, host_process.pid, "true")
+    assert done.returncode != 0
+    assert message in done.stderr
+    row = next(line for line in (REPO / "docs" / "kubernetes-deploy.md").read_text(encoding="utf-8").splitlines()
+               if line.startswith(f"| `CAP_{missing}` |"))
+    assert message.split(": ")[-1] in row
