@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -25,14 +26,23 @@ from pathlib import Path
 import pytest
 import yaml
 
+from nri.fake_runtime import FakeRuntime, container, pod
+from numa_pin.config.schema import config_from_dict
+from numa_pin.cpuset import parse_list
+from numa_pin.nri import messages as nri_messages
+from numa_pin.service import NodeService
+from numa_pin.testing.node import FakeNode
+
 pytestmark = pytest.mark.image
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
 IMAGE = f"localhost/numa-pin:{VERSION}"
-PODMAN = ("podman", "--runtime", "runc", "run", "--rm", "--network", "none",
-          "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024")
+RUNC = ("podman", "--runtime", "runc")
+ULIMITS = ("--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024")
+PODMAN = (*RUNC, "run", "--rm", "--network", "none", *ULIMITS)
 REQUEST = ("--cpus", "1", "--memory", "64Mi")
+GI = 1 << 30
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +189,79 @@ def test_without_a_start_up_capability_the_pod_fails_as_documented(image: str, h
     row = next(line for line in (REPO / "docs" / "kubernetes-deploy.md").read_text(encoding="utf-8").splitlines()
                if line.startswith(f"| `CAP_{missing}` |"))
     assert message.split(": ")[-1] in row
+
+
+def _listen(path: Path) -> socket.socket:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    server.settimeout(120)
+    return server
+
+
+def _accept(server: socket.socket, m: nri_messages.Messages) -> tuple[socket.socket, FakeRuntime]:
+    conn, _ = server.accept()
+    conn.settimeout(120)
+    runtime = FakeRuntime(conn, m)
+    runtime.accept_registration()
+    runtime.configure(timeout_ms=60_000)
+    return conn, runtime
+
+
+def test_the_daemonsets_plugin_in_the_image_keeps_its_grants_across_an_upgrade(
+        image: str, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The image runs as the DaemonSet's container (its args, capabilities, mounts at the
+    ConfigMap's roots) on a fake node, against a runtime speaking NRI's frames on the mounted
+    socket; a second pod (the upgrade) on the same state dir answers the same CPUs for the
+    container the first admitted. Started with the image's entry point, not ``nsenter``: the
+    fake node's /proc has no namespaces."""
+    node = FakeNode(tmp_path / "n", "intel-2s-ht", machines=tmp_path_factory.getbasetemp() / "machines", parent="")
+    spec = _daemonset_container()
+    config = yaml.safe_load(_configmap(tmp_path).read_text(encoding="utf-8"))
+    (node.proc_root / "self" / "mountinfo").write_text(
+        f"35 25 0:30 / {config['cgroup_root']}/cpuset rw,nosuid - cgroup cgroup rw,cpuset\n")
+    (node.sysfs_root / "fs" / "cgroup").mkdir(parents=True, exist_ok=True)  # the mount point, in a read-only tree
+    sockets, state, etc = tmp_path / "nri", tmp_path / "state", tmp_path / "etc"
+    for d in (sockets, state, etc):
+        d.mkdir(mode=0o755)
+    _configmap(etc)
+    mounts = {str(etc): "/etc/numa-pin:ro", str(node.sysfs_root): f"{config['sysfs_root']}:ro",
+              str(node.cgroup_root): config["cgroup_root"], str(node.proc_root): config["proc_root"],
+              str(state): config["state_dir"], str(sockets): os.path.dirname(spec["args"][1])}  # type: ignore[index]
+    caps = spec["securityContext"]["capabilities"]["add"]  # type: ignore[index]
+    argv = [*RUNC, "run", "-d", "--network", "none", "--pid=host", *ULIMITS,
+            "--cap-drop=all", *(f"--cap-add={c}" for c in caps),
+            *(a for host, inside in mounts.items() for a in ("-v", f"{host}:{inside}")), image, *spec["args"]]  # type: ignore[misc]
+    ledger = NodeService(config_from_dict(node.config_dict(state_dir=str(state)))).ledger
+    m = nri_messages.load()
+    server = _listen(sockets / "nri.sock")
+    a_pod = pod(m, "a", "a", "")
+    a = container(m, a_pod, "c-a", cpu_milli=2000, limit_milli=2000, memory=GI)
+    cids = []
+    try:
+        cids.append(subprocess.run(argv, capture_output=True, text=True, check=True, timeout=300).stdout.strip())
+        conn, runtime = _accept(server, m)
+        runtime.synchronize([], [])
+        code, text, reply = runtime.create(a_pod, a)
+        assert code == 0, text
+        granted = parse_list(reply.adjust.linux.resources.cpu.cpus)
+        before = ledger.read().grants["c-a"]
+        assert len(granted) == 2 and before.cpus == granted, "the ledger is the node's (hostPath)"
+        start = time.monotonic()
+        subprocess.run(["podman", "stop", "-t", "30", cids[-1]], capture_output=True, check=True, timeout=120)
+        assert time.monotonic() - start < 15, "SIGTERM did not end the plugin (the kubelet would kill it)"
+        conn.close()
+
+        node.add_container("kubepods/poda/c-a", 4201)
+        a.state, a.pid = 3, 4201  # CONTAINER_RUNNING
+        cids.append(subprocess.run(argv, capture_output=True, text=True, check=True, timeout=300).stdout.strip())
+        conn, runtime = _accept(server, m)
+        reply = runtime.synchronize([a_pod], [a])
+        assert {u.container_id: parse_list(u.linux.resources.cpu.cpus) for u in reply.update} == {"c-a": granted}
+        after = ledger.read().grants["c-a"]
+        assert (after.cpus, after.created) == (granted, before.created), "kept, not admitted again"
+        conn.close()
+    finally:
+        server.close()
+        for cid in cids:
+            subprocess.run(["podman", "rm", "-f", cid], capture_output=True, check=False, timeout=120)
