@@ -8,7 +8,8 @@ Test tiers (markers, registered in pyproject.toml): ``root`` tests write real cg
 namespaces or devices and are skipped for other users; ``e2e`` drives real runtimes and ``vm``
 boots a multi-NUMA guest (both need root as well); ``browser`` opens a page in Debian's headless
 chromium (skipped without it). ``make test-fast`` deselects all four.
-``stress`` tests run only with ``NUMA_PIN_STRESS=1`` (``make stress``).
+``stress`` tests run only with ``NUMA_PIN_STRESS=1`` (``make stress``), ``image`` tests (the
+container image built and run) only with ``NUMA_PIN_IMAGE_TEST=1`` (``make image-test``).
 
 A hook that finds no agent starts one (``numa-pin serve --idle-exit``). Hooks that inherit the
 test process's environment do not (``NUMA_PIN_AGENT_AUTOSTART=0``), so a test never leaves an
@@ -33,16 +34,19 @@ os.environ.setdefault("NUMA_PIN_AGENT_AUTOSTART", "0")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Every e2e or vm test needs root too: give it the ``root`` marker. ``stress`` tests (long
-    fuzz runs, ``make stress``) are deselected unless ``NUMA_PIN_STRESS=1``."""
+    """Every e2e, vm or image test needs root too: give it the ``root`` marker. ``stress`` tests
+    (long fuzz runs, ``make stress``) are deselected unless ``NUMA_PIN_STRESS=1``, ``image`` tests
+    (minutes, ``make image-test``) unless ``NUMA_PIN_IMAGE_TEST=1``."""
     for item in items:
-        if item.get_closest_marker("e2e") or item.get_closest_marker("vm"):
+        if item.get_closest_marker("e2e") or item.get_closest_marker("vm") or item.get_closest_marker("image"):
             item.add_marker(pytest.mark.root)
-    if os.environ.get("NUMA_PIN_STRESS") != "1":
-        stress = [item for item in items if item.get_closest_marker("stress")]
-        if stress:
-            config.hook.pytest_deselected(items=stress)
-            items[:] = [item for item in items if not item.get_closest_marker("stress")]
+    for marker, variable in (("stress", "NUMA_PIN_STRESS"), ("image", "NUMA_PIN_IMAGE_TEST")):
+        if os.environ.get(variable) == "1":
+            continue
+        chosen = [item for item in items if item.get_closest_marker(marker)]
+        if chosen:
+            config.hook.pytest_deselected(items=chosen)
+            items[:] = [item for item in items if not item.get_closest_marker(marker)]
 
 
 def pytest_runtest_setup(item):
