@@ -75,27 +75,31 @@ def test_unusable_descriptors_are_a_config_error(content: bytes, tmp_path: Path)
         client.PodResourcesClient(str(tmp_path / "kubelet.sock"), descriptors=str(path))
 
 
-DEBIAN_PROTOBUF = """
+DEBIAN_CLIENT = """
 import sys
 sys.path.insert(0, sys.argv[1])
-import google.protobuf
-from numa_pin.podresources.client import PodResourcesClient
-c = PodResourcesClient("/nonexistent")
-answer = c.message("ListPodResourcesResponse")()
-pod = answer.pod_resources.add(namespace="ns", name="p")
-pod.containers.add(name="c").cpu_ids.extend([3, 4])
-back = c.message("ListPodResourcesResponse").FromString(answer.SerializeToString())
-print(google.protobuf.__version__, back.pod_resources[0].containers[0].cpu_ids[1])
+import google.protobuf, grpc
+from numa_pin.nrt import pods_fingerprint
+from numa_pin.podresources.client import PodResourcesClient, pod_names
+with PodResourcesClient(sys.argv[2], timeout_s=10) as c:
+    pods = c.list()
+print(google.protobuf.__version__, grpc.__version__, sorted(pods[0].containers[0].cpus), pods_fingerprint(pod_names(pods)))
 """
 
 
-def test_the_descriptors_load_on_debians_python() -> None:
+def test_debians_python_reads_a_server(pb, serve) -> None:
+    """Debian's python3-protobuf and python3-grpcio (the deb's dependencies) as the client of the
+    venv's grpcio server."""
     python = "/usr/bin/python3"
     probe = subprocess.run([python, "-c", "import google.protobuf, grpc"], capture_output=True, timeout=60) \
         if Path(python).exists() else None
     if probe is None or probe.returncode != 0:
         pytest.skip("Debian's python3-protobuf and python3-grpcio are not installed")
-    done = subprocess.run([python, "-c", DEBIAN_PROTOBUF, str(REPO / "src")], capture_output=True, text=True,
+    answer = pb.ListPodResourcesResponse()
+    for namespace, name in [("ns1", "n1"), ("ns1", "n2"), ("ns2", "n1"), ("ns3", "n1"), ("ns3", "n2")]:
+        answer.pod_resources.add(namespace=namespace, name=name).containers.add(name="c", cpu_ids=[3, 4])
+    sock = serve(list=lambda req, ctx: answer)
+    done = subprocess.run([python, "-c", DEBIAN_CLIENT, str(REPO / "src"), sock], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[1] == "4"
+    assert done.stdout.split()[2:] == ["[3,", "4]", "pfp0v001b92008c14168b3a6"]
