@@ -14,10 +14,11 @@ APT_PKGS   := python3 python3-venv python3-dev gcc make libcap-dev hwloc runc cr
               busybox-static iproute2 util-linux procps kmod qemu-system-x86 linux-image-amd64 \
               debootstrap e2fsprogs \
               containerd libbpf1 $(DEB_PKGS) python3-psutil python3-pyroute2 python3-prctl python3-yaml \
-              python3-prometheus-client python3-protobuf chromium
+              python3-prometheus-client python3-protobuf python3-grpcio chromium
 PYTEST_ARGS ?=
 
-.PHONY: all deps venv demo lint test test-fast stress bench deb clean nri-descriptors image image-archive image-test
+.PHONY: all deps venv demo lint test test-fast stress bench deb clean nri-descriptors podresources-descriptors image \
+        image-archive image-test
 
 all: test
 
@@ -78,6 +79,10 @@ bench: $(STAMP)
 nri-descriptors: $(STAMP)
 	$(VENV)/bin/python -m grpc_tools.protoc --include_imports --descriptor_set_out=src/numa_pin/nri/descriptors.binpb \
 		-Ithird_party/nri api.proto ttrpc.proto
+
+podresources-descriptors: $(STAMP)
+	$(VENV)/bin/python -m grpc_tools.protoc --include_imports \
+		--descriptor_set_out=src/numa_pin/podresources/descriptors.binpb -Ithird_party/podresources api.proto
 
 deb:
 	@bash packaging/scripts/install-deps.sh $(DEB_PKGS)

@@ -27,6 +27,8 @@ is allowed to escape as a traceback.
     ├── HookInputError                 the OCI state on stdin or config.json is unusable
     ├── AgentError(path)               the warm agent cannot serve its socket
     ├── NriError(path)                 the NRI runtime's socket or what it sent is unusable
+    ├── KubeletError(path)             kubelet's pod-resources socket, config or state is unusable
+    │   └── KubeletConflictError       kubelet's CPU or memory manager is static: numa-pin will not start
     └── UnsafePathError(path)          a state, cache or socket path others could redirect
 
 Each class documents when it is raised. Errors carry the file, container or
@@ -214,6 +216,18 @@ class NriError(_OsFailure):
     it cannot read. ``path`` is the socket."""
 
 
+class KubeletError(_OsFailure):
+    """kubelet's pod-resources API did not answer in time, answered more than numa-pin reads, or
+    answered what it cannot decode; or kubelet's config or manager state file cannot be read.
+    ``path`` is the socket or the file."""
+
+
+class KubeletConflictError(KubeletError):
+    """kubelet's CPU or memory manager runs the static policy (its config or its state file
+    says so): kubelet and numa-pin would both hand out the same CPUs or NUMA memory, so
+    ``numa-pin serve --nri`` does not start (exit 1). ``path`` is the file that says so."""
+
+
 class UnsafePathError(NumaPinError):
     """A state, cache or socket directory or file that someone other than root and this user
     could replace: writable by group or others without the sticky bit, owned by another
@@ -229,7 +243,8 @@ class UnsafePathError(NumaPinError):
 #: exit codes of ``numa-pin-hook`` and ``numa-pin`` (docs/troubleshooting.md, "Exit codes")
 EXIT_OK = 0
 #: the container or process must not start: it cannot be placed (:class:`AdmissionError`) or its
-#: request or OCI input is malformed (:class:`RequestError`, :class:`HookInputError`)
+#: request or OCI input is malformed (:class:`RequestError`, :class:`HookInputError`); or the NRI
+#: plugin must not start beside kubelet's static managers (:class:`KubeletConflictError`)
 EXIT_REJECTED = 1
 #: the command line is wrong
 EXIT_USAGE = 2
@@ -243,7 +258,7 @@ EXIT_INTERNAL = 70
 
 def exit_code(error: BaseException) -> int:
     """The exit code an entry point returns for ``error`` (pure)."""
-    if isinstance(error, (AdmissionError, RequestError, HookInputError)):
+    if isinstance(error, (AdmissionError, RequestError, HookInputError, KubeletConflictError)):
         return EXIT_REJECTED
     if isinstance(error, (ConfigError, PolicyError)):
         return EXIT_CONFIG
@@ -263,6 +278,8 @@ __all__ = [
     "AdmissionTimeout",
     "AgentError",
     "NriError",
+    "KubeletConflictError",
+    "KubeletError",
     "AllocationError",
     "PathLimitError",
     "CgroupEscapeError",

@@ -8,8 +8,9 @@ kubelet's CPU manager records its state in ``<kubelet root>/cpu_manager_state`` 
 (older kubelets keyed ``entries`` by container id with the cpuset as value). With
 ``policyName: static`` kubelet hands out exclusive CPUs itself, and numa-pin on the same node
 would hand out the same CPUs again: the two allocators do not see each other. numa-pin then
-says so in ``numa-pin status`` and as one warning line at each admission; it never rejects
-because of it. Supported setups (docs/kubernetes.md, "Living next to kubelet"): kubelet with
+says so in ``numa-pin status`` and as one warning line at each admission of the hook; it never
+rejects a container because of it (``numa-pin serve --nri`` refuses to start instead:
+:mod:`numa_pin.kubeletpolicy`). Supported setups (docs/kubernetes.md, "Living next to kubelet"): kubelet with
 ``cpuManagerPolicy: none`` and numa-pin owning alignment, or numa-pin only for workloads
 kubelet does not run.
 

@@ -36,7 +36,7 @@ VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["versi
 SYSTEM_PYTHON = "/usr/bin/python3"
 #: the issue's dependency list: Debian's interpreter and modules, nothing vendored
 WANT_DEPENDS = {"python3 (>= 3.11)", "python3-psutil", "python3-pyroute2", "python3-prctl", "python3-yaml",
-                 "python3-prometheus-client", "python3-protobuf", "libbpf1"}
+                 "python3-prometheus-client", "python3-protobuf", "python3-grpcio", "libbpf1"}
 HOOKS_D = "usr/share/containers/oci/hooks.d"
 #: podman's own hooks directory and the containers.conf.d drop-in that adds it to podman's hooks_dir
 PODMAN_HOOKS_D = "usr/share/numa-pin/podman/hooks.d"
@@ -48,6 +48,7 @@ WANT_FILES = {
     f"{HOOKS_D}/numa-pin.json", f"{HOOKS_D}/numa-pin-release.json", f"{PODMAN_HOOKS_D}/numa-pin-precreate.json",
     "etc/numa-pin/config.yaml", PODMAN_DROP_IN,
     "usr/lib/python3/dist-packages/numa_pin/nri/descriptors.binpb",
+    "usr/lib/python3/dist-packages/numa_pin/podresources/descriptors.binpb",
     "usr/share/numa-pin/runc/hooks-snippet.json",
     "usr/share/numa-pin/containerd/config.toml", "usr/share/numa-pin/containerd/hooks.json",
     "usr/share/numa-pin/containerd/numa-pin-containerd-spec",

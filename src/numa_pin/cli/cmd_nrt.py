@@ -7,10 +7,13 @@ After each new version, when ``kubectl`` is on PATH and a kubeconfig exists (``-
 else ``$KUBECONFIG``, else ``~/.kube/config``), ``kubectl apply -f FILE`` publishes it; a failed
 apply is reported on stderr and retried with the next change. SIGTERM/SIGINT stop the watch.
 
-``--pods FILE``: the pods bound to this node (``kubectl get pods -A --field-selector
-spec.nodeName=NODE -o json``, or a list of ``{namespace, name}``), from which the
-``nodeTopologyPodsFingerprint`` attribute is computed; re-read with every rebuild, and a change
-to it triggers one as a ledger change does. Without it the object carries no fingerprint.
+The ``nodeTopologyPodsFingerprint`` attribute signs the pods kubelet runs, read from kubelet's
+pod-resources API (``--pod-resources SOCKET``; by default ``<kubelet_root>/pod-resources/kubelet.sock``
+when that socket exists; :mod:`numa_pin.podresources.client`), asked again at every check of
+``--watch``. ``--pods FILE`` (offline, instead of the socket): the pods bound to this node
+(``kubectl get pods -A --field-selector spec.nodeName=NODE -o json``, or a list of
+``{namespace, name}``); re-read with every rebuild, and a change to it triggers one as a ledger
+change does. With neither (no kubelet here) the object carries no fingerprint.
 
 The object itself is built by :func:`numa_pin.nrt.build_nrt` (pure).
 """
@@ -39,6 +42,7 @@ DEFAULT_PROC_ROOT = "/proc"
 DEFAULT_INTERVAL_S = 2.0
 #: the pods file: a node's PodList from kubectl stays well below this
 PODS_LIMIT = 64 << 20
+DEFAULT_POD_RESOURCES_TIMEOUT_S = 5.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,8 +53,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--proc-root", metavar="DIR",
         help="proc tree (default: the config's proc_root; none when only --sysfs-root is given)",
     )
-    parser.add_argument("--pods", metavar="FILE",
-                        help="the pods on this node (a PodList as JSON) for the nodeTopologyPodsFingerprint attribute")
+    pods = parser.add_mutually_exclusive_group()
+    pods.add_argument("--pod-resources", metavar="SOCKET",
+                      help="kubelet's pod-resources socket, whose pods the nodeTopologyPodsFingerprint attribute "
+                      "signs (default: <kubelet_root>/pod-resources/kubelet.sock when it exists)")
+    pods.add_argument("--pods", metavar="FILE",
+                      help="offline, instead of kubelet's socket: the pods on this node (a PodList as JSON) for "
+                      "the nodeTopologyPodsFingerprint attribute")
+    parser.add_argument("--pod-resources-timeout", metavar="S", type=float, default=DEFAULT_POD_RESOURCES_TIMEOUT_S,
+                        help="seconds kubelet has to answer each pod-resources call "
+                        f"(default {DEFAULT_POD_RESOURCES_TIMEOUT_S:g})")
     parser.add_argument("--json", action="store_true", help="print JSON instead of YAML")
     parser.add_argument("--watch", action="store_true", help="keep --output current until stopped")
     parser.add_argument("--output", metavar="FILE", help="with --watch: the file to keep current")
@@ -95,10 +107,31 @@ def read_pods(path: str, node_name: str) -> list[tuple[str, str]]:
         raise RequestError(f"{path}: cannot read the pods: {exc}", annotation="--pods") from exc
 
 
-def builder(args: argparse.Namespace) -> tuple[Callable[[], dict[str, Any]], tuple[str, ...]]:
-    """A function that rebuilds the object from the ledger (and ``--pods``; the topology is
-    read once), and the files whose change calls for a rebuild. Raises ConfigError,
-    TopologyError, PolicyError."""
+def pod_resources_socket(flag: str | None, kubelet_root: str) -> str | None:
+    """The pod-resources socket to ask: the flag's, else kubelet's under ``kubelet_root`` when
+    something is there (None: no kubelet on this node, no fingerprint)."""
+    from numa_pin.podresources.client import socket_path
+
+    if flag:
+        return flag
+    default = socket_path(kubelet_root)
+    return default if os.path.lexists(default) else None
+
+
+def read_pod_resources(path: str, timeout_s: float) -> list[tuple[str, str]]:
+    """``(namespace, name)`` of the pods kubelet runs, from its pod-resources socket ``path``.
+    Raises KubeletError naming the socket."""
+    from numa_pin.podresources.client import PodResourcesClient, pod_names
+
+    with PodResourcesClient(path, timeout_s=timeout_s) as client:
+        return pod_names(client.list())
+
+
+def builder(args: argparse.Namespace) -> tuple[Callable[[], dict[str, Any]], tuple[str, ...] | None]:
+    """A function that rebuilds the object from the ledger (and the pods; the topology is
+    read once), and the files whose change calls for a rebuild (None: rebuild at every check,
+    since kubelet's pods are asked, not watched). Raises ConfigError, TopologyError,
+    PolicyError."""
     from numa_pin.devices.inventory import inventory
     from numa_pin.ledger.store import Ledger
     from numa_pin.nrt import build_nrt, reserved_cpus_of
@@ -115,11 +148,19 @@ def builder(args: argparse.Namespace) -> tuple[Callable[[], dict[str, Any]], tup
     node_name = args.node_name or socket.gethostname()
 
     pods_path = args.pods
+    socket_path = None if pods_path else pod_resources_socket(args.pod_resources, config.kubelet_root)
+    timeout_s = args.pod_resources_timeout
 
     def build() -> dict[str, Any]:
-        pods = read_pods(pods_path, node_name) if pods_path else None
+        pods = None
+        if pods_path:
+            pods = read_pods(pods_path, node_name)
+        elif socket_path:
+            pods = read_pod_resources(socket_path, timeout_s)
         return build_nrt(topology, settings, ledger.read(), devices, node_name, reserved, pods)
 
+    if socket_path:
+        return build, None
     watched = (os.path.join(config.state_dir, "ledger.json"),) + ((pods_path,) if pods_path else ())
     return build, watched
 
@@ -172,7 +213,7 @@ def _stamp(paths: str | tuple[str, ...]) -> tuple[tuple[int, int, int] | None, .
 
 def watch(
     build: Callable[[], dict[str, Any]],
-    ledger_path: str | tuple[str, ...],
+    ledger_path: str | tuple[str, ...] | None,
     output: str,
     *,
     as_json: bool,
@@ -185,16 +226,16 @@ def watch(
     """Keep ``output`` current until ``stopped()``; returns the number of versions written.
 
     The ledger file (and every other path in ``ledger_path`` when it is a tuple) is stat'ed
-    every ``interval`` seconds; the object is rebuilt when a stat changed, and written (then
-    ``publish``\\ ed) only when its text changed. An error while building or
+    every ``interval`` seconds; the object is rebuilt when a stat changed (``ledger_path`` None:
+    at every check), and written (then ``publish``\\ ed) only when its text changed. An error while building or
     writing is reported on ``err`` and retried at the next check."""
     err = err or sys.stderr
-    seen: tuple[tuple[int, int, int] | None, ...] | bool = False  # False: never looked
+    seen: object = False  # False: never looked
     last_text: str | None = None
     written = 0
     while not stopped():
-        stamp = _stamp(ledger_path)
-        if stamp != seen or last_text is None:
+        stamp = _stamp(ledger_path) if ledger_path is not None else None
+        if stamp != seen or last_text is None or ledger_path is None:
             try:
                 text = render(build(), as_json)
                 if text != last_text:
@@ -222,6 +263,9 @@ def run(args: argparse.Namespace) -> int:
         raise RequestError("--watch needs --output FILE", annotation="--output")
     if args.output and not args.watch:
         raise RequestError("--output is for --watch; without it the object goes to stdout", annotation="--output")
+    if not args.pod_resources_timeout > 0:
+        raise RequestError(f"--pod-resources-timeout must be a positive number of seconds, got "
+                           f"{args.pod_resources_timeout}", annotation="--pod-resources-timeout")
     if not args.interval > 0:
         raise RequestError(f"--interval must be a positive number of seconds, got {args.interval}",
                            annotation="--interval")

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+from typing import Any
 
 NAME = "serve"
 HELP = ("serve hook admissions from a warm process on a Unix socket (the hook falls back without it), "
@@ -37,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nri-socket", metavar="PATH",
                         help="the runtime's NRI socket (default: /var/run/nri/nri.sock)")
     parser.add_argument("--nri-index", metavar="NN", help="the plugin's two-digit invocation index (default: 50)")
+    parser.add_argument("--kubelet-config", metavar="PATH",
+                        help="with --nri: kubelet's config file, read for its CPU and memory manager policies "
+                        "(default: <kubelet_root>/config.yaml)")
+    parser.add_argument("--allow-kubelet-static", action="store_true",
+                        help="with --nri: start even when kubelet's CPU or memory manager runs the static policy "
+                        "(its config or state files say so); numa-pin must then be kept off what kubelet pins")
     parser.add_argument("--nri-request-timeout", metavar="SECONDS", type=float, default=2.0,
                         help="the runtime's NRI request timeout when it does not announce one (containerd's "
                         "plugin_request_timeout; default: NRI's 2); an admission gets three quarters of it")
@@ -50,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         from numa_pin.errors import RequestError
 
         raise RequestError(f"--idle-exit: {args.idle_exit:g} is not a positive number of seconds")
+    if args.nri:  # before anything is touched
+        beside_kubelet(args.kubelet_config, args.allow_kubelet_static, sys.stderr)
     _drop_earlier_boots()
     if args.nri:
         return _serve_nri(args)
@@ -85,6 +95,25 @@ def _serve_nri(args: argparse.Namespace) -> int:
         raise RequestError(f"--nri-request-timeout: {args.nri_request_timeout:g} is not a positive number of seconds")
     return serve(args.nri_socket or DEFAULT_SOCKET, make_service, load(), index=args.nri_index,
                  request_timeout_s=args.nri_request_timeout)
+
+
+def beside_kubelet(kubelet_config: str | None, allowed: bool, err: Any) -> None:
+    """Refuse to run beside kubelet's static CPU or memory manager (:mod:`numa_pin.kubeletpolicy`,
+    under the config's ``kubelet_root``), or, ``allowed``, say on ``err`` what was allowed.
+    Raises KubeletConflictError (exit 1) or KubeletError (a file numa-pin cannot read)."""
+    from numa_pin.config.load import load_config
+    from numa_pin.errors import NumaPinError
+    from numa_pin.kubeletpolicy import DEFAULT_KUBELET_ROOT, refuse_static, static_warnings
+
+    try:
+        kubelet_root = load_config(None, os.environ).kubelet_root
+    except (NumaPinError, OSError):  # the first admission reports the config itself
+        kubelet_root = DEFAULT_KUBELET_ROOT
+    if not allowed:
+        refuse_static(kubelet_root, kubelet_config)
+        return
+    for line in static_warnings(kubelet_root, kubelet_config):
+        print(line, file=err, flush=True)
 
 
 def _drop_earlier_boots() -> None:

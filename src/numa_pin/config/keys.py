@@ -186,8 +186,10 @@ ITEMS: tuple[ConfigItem, ...] = (
     ),
     ConfigItem(
         "kubelet_root", "absolute path", "/var/lib/kubelet",
-        "kubelet's root directory; numa-pin warns when its cpu_manager_state checkpoint shows the "
-        "static CPU manager policy (two allocators for the same CPUs).", p.abs_path,
+        "kubelet's root directory: the hook warns when its cpu_manager_state checkpoint shows the "
+        "static CPU manager policy (two allocators for the same CPUs); serve --nri refuses to start when "
+        "its config.yaml or its cpu_manager_state or memory_manager_state says static (docs/kubernetes.md); "
+        "nrt signs the pods of its pod-resources/kubelet.sock.", p.abs_path,
     ),
     ConfigItem(
         "lock_timeout_s", "number of seconds (0-3600)", 10,
