@@ -16,8 +16,9 @@ import pytest
 
 import numa_pin
 from numa_pin.cpuset import parse_list
-from numa_pin.hook.runc import Invocation, find_runc, parse_argv
-from numa_pin.hook.runcstage import env_annotations, known_keys
+from numa_pin.hook.runc import find_runc
+from numa_pin.hook.runcargs import Invocation, parse_argv
+from numa_pin.hook.runcstage import env_annotations, known_keys, log_errors
 from numa_pin.ledger.store import Ledger
 from numa_pin.testing.node import FakeNode
 
@@ -140,7 +141,8 @@ def rig(tmp_path, monkeypatch):
 
 
 def _create(rig) -> list[str]:
-    return [*GLOBALS, "--systemd-cgroup", "create", "--bundle", str(rig.bundle), "--pid-file",
+    log = ["--log", str(rig.bundle.parent / "log.json"), "--log-format", "json"]
+    return [*GLOBALS[:2], *log, "--systemd-cgroup", "create", "--bundle", str(rig.bundle), "--pid-file",
             str(rig.bundle / "init.pid"), "--console-socket", "/run/t/console.sock", CID]
 
 
@@ -203,6 +205,24 @@ def test_a_refusal_is_one_line_runc_never_runs_and_nothing_is_held(rig, env_vars
     assert done.returncode == 1
     assert done.stderr.startswith("numa-pin: " + kind.format(cid=CID)) and done.stderr.count("\n") == 1, done.stderr
     assert rig.calls() == [] and rig.grants() == {} and path.read_bytes() == before
+    logged = json.loads((rig.bundle.parent / "log.json").read_text().splitlines()[-1])
+    assert (logged["level"], logged["msg"] + "\n") == ("error", done.stderr), "the shim shows runc's last logged error"
+
+
+@pytest.mark.parametrize(
+    "log_format, parse",
+    [("json", lambda line: json.loads(line)["msg"]),
+     ("text", lambda line: json.loads(line.split(" msg=", 1)[1]))],
+    ids=["json", "text"],
+)
+def test_refusals_are_logged_in_runcs_log_format(tmp_path, log_format, parse):
+    log = tmp_path / "log"
+    log.write_text("earlier line\n")
+    lines = ['numa-pin: rejected c: TopologyAffinityError: "quoted" \\ and more']
+    log_errors(str(log), log_format, lines)
+    written = log.read_text().splitlines()
+    assert written[0] == "earlier line" and [parse(line) for line in written[1:]] == lines
+    assert "level" + ("\": \"error" if log_format == "json" else "=error") in written[1]
 
 
 @pytest.mark.parametrize(
@@ -214,6 +234,7 @@ def test_a_failed_runc_create_releases_what_runc_does_not_know(rig, state_rc, he
     assert done.returncode == 3
     assert (CID in rig.grants()) is held
     assert [c["argv"][len(GLOBALS) + 1] for c in rig.calls()] == ["create", "state"]
+    assert rig.calls()[1]["argv"] == [*_create(rig)[:len(GLOBALS) + 1], "state", CID], "with runc's global flags"
 
 
 @pytest.mark.parametrize(

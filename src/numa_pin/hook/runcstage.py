@@ -27,8 +27,10 @@ from numa_pin.invoke import run as invoke
 
 TYPE_CHECKING = False  # typing's flag without importing typing (this runs on every Docker container create)
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
+
+    from numa_pin.hook.runcargs import Invocation
 
 CONFIG_NAME = "config.json"
 #: the environment prefix that stands for ``numa-pin.io/`` in a container's ``process.env``
@@ -47,10 +49,10 @@ def _cwd() -> str:
         return "/"
 
 
-def _hook(stage: str, data: bytes, env: Mapping[str, str]) -> tuple[int, bytes]:
-    """One hook stage in this process, its lines on stderr as they come: exit code and stdout."""
+def _hook(stage: str, data: bytes, env: Mapping[str, str], say: Callable[[str], None]) -> tuple[int, bytes]:
+    """One hook stage in this process, its lines handed to ``say`` as they come: exit code and stdout."""
     hook_env = {k: env[k] for k in HOOK_ENV if k in env}
-    result = invoke(HookRequest((stage,), hook_env, data, _cwd()), on_line=_print)
+    result = invoke(HookRequest((stage,), hook_env, data, _cwd()), on_line=say)
     return result.code, result.stdout
 
 
@@ -117,10 +119,10 @@ def write_atomically(path: str, data: bytes) -> None:
         raise
 
 
-def decide(config_path: str, container_id: str, env: Mapping[str, str]) -> int:
+def decide(config_path: str, container_id: str, env: Mapping[str, str], say: Callable[[str], None] = _print) -> int:
     """Run the precreate decision on ``config_path`` for runc's ``container_id``, writing the
     edited config back when it changed. Returns the hook's exit code (0: admitted or nothing
-    asked; otherwise its line is on stderr and nothing is held)."""
+    asked; otherwise its line went to ``say`` and nothing is held)."""
     from numa_pin.boundedio import read_regular_file
     from numa_pin.hook.oci import MAX_DOCUMENT_BYTES, load_object
     from numa_pin.hook.precreate import container_id_from_cgroups_path
@@ -132,10 +134,10 @@ def decide(config_path: str, container_id: str, env: Mapping[str, str]) -> int:
 
         kind = getattr(exc, "kind", None)  # a HookInputError names the file; the others may not
         why = str(exc) if kind else f"{config_path}: {exc}"
-        _print(one_line(f"numa-pin: error {container_id}: {kind or 'HookInputError'}: {why}"))
+        say(one_line(f"numa-pin: error {container_id}: {kind or 'HookInputError'}: {why}"))
         return 1
     asked = with_env_annotations(original)
-    code, out = _hook("precreate", json.dumps(asked).encode(), env)
+    code, out = _hook("precreate", json.dumps(asked).encode(), env, say)
     if code != 0:
         return code
     edited = load_object(out, "precreate output")
@@ -145,23 +147,46 @@ def decide(config_path: str, container_id: str, env: Mapping[str, str]) -> int:
     keyed = container_id_from_cgroups_path(linux.get("cgroupsPath") if isinstance(linux, dict) else None)
     if keyed != container_id:
         if keyed is not None:
-            release(keyed, env)
-        _print(f"numa-pin: error {container_id}: HookInputError: {config_path}: linux.cgroupsPath names "
+            release(keyed, env, say)
+        say(f"numa-pin: error {container_id}: HookInputError: {config_path}: linux.cgroupsPath names "
                f"container {keyed}, not runc's {container_id}; numa-pin could not release its grant by runc's id")
         return 1
     try:
         write_atomically(config_path, json.dumps(edited).encode())
     except OSError as exc:
-        release(container_id, env)
-        _print(f"numa-pin: error {container_id}: cannot write {config_path}: {exc}")
+        release(container_id, env, say)
+        say(f"numa-pin: error {container_id}: cannot write {config_path}: {exc}")
         return 4
     return 0
 
 
-def release(container_id: str, env: Mapping[str, str]) -> int:
+def release(container_id: str, env: Mapping[str, str], say: Callable[[str], None] = _print) -> int:
     """Release the grant of ``container_id`` (the hook's poststop; nothing to release is fine)."""
     state = json.dumps({"ociVersion": "1.0.2", "id": container_id, "status": "stopped", "bundle": "/"})
-    return _hook("poststop", state.encode(), env)[0]
+    return _hook("poststop", state.encode(), env, say)[0]
+
+
+def log_errors(path: str, log_format: str, lines: Sequence[str]) -> None:
+    """Append ``lines`` to runc's ``--log`` file as runc's own errors (logrus ``json`` or
+    ``text``): the shim takes the last error there as the runtime's error, and Docker shows it
+    in ``docker run``'s. A log that cannot be written is skipped (the lines are on stderr)."""
+    from time import gmtime, strftime
+
+    now = strftime("%Y-%m-%dT%H:%M:%SZ", gmtime())
+    if log_format == "json":
+        text = "".join(json.dumps({"level": "error", "msg": line, "time": now}) + "\n" for line in lines)
+    else:
+        text = "".join(f"time={json.dumps(now)} level=error msg={json.dumps(line)}\n" for line in lines)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return
+    try:
+        os.write(fd, text.encode())
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _runc(runc: str, args: Sequence[str]) -> int:
@@ -175,28 +200,38 @@ def runc_knows(runc: str, global_args: Sequence[str], container_id: str) -> bool
     return done.returncode == 0
 
 
-def create(runc: str, args: Sequence[str], global_args: Sequence[str], cid: str, bundle: str | None,
-           env: Mapping[str, str]) -> int:
-    """Decide, then runc's create with ``args`` (its bundle: ``bundle``, else the working
-    directory); a failed create releases what runc left unknown."""
-    code = decide(os.path.join(bundle or ".", CONFIG_NAME), cid, env)
+def create(runc: str, args: Sequence[str], invocation: Invocation, env: Mapping[str, str]) -> int:
+    """Decide, then runc's create with ``args`` (the bundle: ``--bundle``, else the working
+    directory); a refusal also goes to runc's log, and a failed create releases what runc left
+    unknown."""
+    cid = str(invocation.container_id)
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        _print(line)
+        said.append(line)
+
+    code = decide(os.path.join(invocation.bundle or ".", CONFIG_NAME), cid, env, say)
     if code != 0:
+        if invocation.log:
+            log_errors(invocation.log, invocation.log_format, said)
         return code
     rc = _runc(runc, args)
-    if rc != 0 and not runc_knows(runc, global_args, cid):
+    if rc != 0 and not runc_knows(runc, invocation.global_args, cid):
         release(cid, env)
     return rc
 
 
-def delete(runc: str, args: Sequence[str], global_args: Sequence[str], cid: str, env: Mapping[str, str]) -> int:
+def delete(runc: str, args: Sequence[str], invocation: Invocation, env: Mapping[str, str]) -> int:
     """runc's delete with ``args``, then the release once runc no longer knows the container.
     runc's exit code is the answer (a grant that could not be released says so on stderr and
     liveness drops it later)."""
+    cid = str(invocation.container_id)
     rc = _runc(runc, args)
-    if rc == 0 or not runc_knows(runc, global_args, cid):
+    if rc == 0 or not runc_knows(runc, invocation.global_args, cid):
         release(cid, env)
     return rc
 
 
 __all__ = ["ANNOTATION_PREFIX", "CONFIG_NAME", "ENV_PREFIX", "create", "decide", "delete", "env_annotations",
-           "known_keys", "release", "runc_knows", "with_env_annotations", "write_atomically"]
+           "known_keys", "log_errors", "release", "runc_knows", "with_env_annotations", "write_atomically"]
