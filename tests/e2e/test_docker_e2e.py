@@ -128,11 +128,11 @@ def docker(node, busybox_rootfs) -> Iterator[Docker]:
         subprocess.run(["rm", "-rf", "--one-file-system", str(base)], capture_output=True, timeout=60)
 
 
-def _status(node) -> list[str]:
-    """The container ids ``numa-pin status --json`` lists as granted."""
+def _status(node) -> dict[str, str]:
+    """The container ids ``numa-pin status --json`` lists as granted, with their state."""
     out = node.cli("status", "--json")
     assert out.returncode == 0, out.stderr
-    return sorted(g["container_id"] for g in json.loads(out.stdout)["grants"])
+    return {g["container_id"]: g["state"] for g in json.loads(out.stdout)["grants"]}
 
 
 def _wait(predicate, what: str, timeout: float = 30.0) -> None:
@@ -158,12 +158,12 @@ def test_docker_run_gets_an_exclusive_cpuset_released_when_the_container_goes(do
         pid = int(docker.run("inspect", "-f", "{{.State.Pid}}", cid).stdout)
         host = harness.read_cpuset(pid)
         assert host.dir.name == cid and parse_list(host.cpus) == grant.cpus
-        assert _status(node) == [cid]
+        assert _status(node) == {cid: "running"}, "its cgroup lives: numa-pin sees it run"
     finally:
         stopped = docker.run("kill", cid)
     assert stopped.returncode == 0, stopped.stderr
     _wait(lambda: cid not in node.grants(), "the release at runc delete")
-    assert _status(node) == []
+    assert _status(node) == {}
 
 
 def test_a_refused_docker_run_fails_with_numa_pins_line_and_holds_nothing(docker, node):
@@ -171,5 +171,5 @@ def test_a_refused_docker_run_fails_with_numa_pins_line_and_holds_nothing(docker
                          IMAGE, "/bin/true")
     assert refused.returncode != 0
     assert "numa-pin: rejected " in refused.stderr and "TopologyAffinityError" in refused.stderr, refused.stderr
-    assert node.grants() == {} and _status(node) == []
+    assert node.grants() == {} and _status(node) == {}
     assert docker.run("ps", "-aq").stdout.split() == [], "--rm removed the container docker could not start"
