@@ -173,3 +173,17 @@ def test_a_refused_docker_run_fails_with_numa_pins_line_and_holds_nothing(docker
     assert "numa-pin: rejected " in refused.stderr and "TopologyAffinityError" in refused.stderr, refused.stderr
     assert node.grants() == {} and _status(node) == {}
     assert docker.run("ps", "-aq").stdout.split() == [], "--rm removed the container docker could not start"
+
+
+def test_a_stopped_container_holds_nothing_and_is_admitted_again_at_start(docker, node):
+    made = docker.run("run", "-d", "--runtime", RUNTIME, "--network", "none", "-e", "NUMA_PIN_IO_CPUS=1",
+                      IMAGE, "/bin/sleep", "120")
+    assert made.returncode == 0, made.stderr
+    cid = made.stdout.strip()
+    assert len(node.grants()[cid].cpus) == 1
+    assert docker.run("kill", cid).returncode == 0
+    _wait(lambda: cid not in node.grants(), "the release when the stopped container's task is deleted")
+    assert docker.run("start", cid).returncode == 0
+    assert _status(node) == {cid: "running"} and len(node.grants()[cid].cpus) == 1
+    assert docker.run("rm", "-f", cid).returncode == 0
+    _wait(lambda: cid not in node.grants(), "the release at docker rm -f")
