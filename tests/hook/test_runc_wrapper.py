@@ -274,3 +274,11 @@ def test_no_runc_is_one_line_and_exit_127(rig):
     done, _ = rig.run(["state", CID], PATH="/nonexistent", NUMA_PIN_RUNC="")
     assert done.returncode == 127 and done.stderr.count("\n") == 1 and "no runc" in done.stderr
     assert os.path.exists(rig.bundle)
+
+
+def test_a_runc_that_cannot_be_executed_is_one_line_and_exit_127(rig, tmp_path):
+    broken = tmp_path / "broken-runc"
+    broken.write_bytes(b"\x00\x01 not a program")
+    broken.chmod(0o755)
+    done, _ = rig.run(["state", CID], NUMA_PIN_RUNC=str(broken))
+    assert done.returncode == 127 and done.stderr.count("\n") == 1 and "cannot run" in done.stderr, done.stderr

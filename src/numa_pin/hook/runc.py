@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 #: names the real runc (path or command name); default ``runc`` on PATH
 RUNC_ENV = "NUMA_PIN_RUNC"
+
+
 def _same_file(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)
@@ -75,7 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"numa-pin-runc: no runc to run ({RUNC_ENV} or runc on PATH; never numa-pin-runc itself)", 127)
     invocation = parse_argv(args)
     if invocation.container_id is None or invocation.command not in COMMAND_VALUE_FLAGS:
-        os.execv(runc, [runc, *args])
+        try:
+            os.execv(runc, [runc, *args])
+        except OSError as exc:  # ENOEXEC, ETXTBSY, a file gone since it was found
+            return _fail(f"numa-pin-runc: cannot run {runc}: {exc.strerror}", 127)
     from numa_pin.hook.runcstage import create, delete
 
     if invocation.command == "create":
