@@ -9,11 +9,12 @@ DEB_PKGS   := dpkg python3 python3-setuptools python3-wheel
 # Debian packages: build deps for python-prctl, the lstopo oracle, real runtimes for e2e,
 # and qemu + a stock kernel for the multi-NUMA guest; containerd (with ctr) for its e2e tier;
 # Debian's own python3 modules for the deb tier (the package runs on /usr/bin/python3);
-# debootstrap and e2fsprogs (mkfs.ext4 -d) build the systemd guest of the VM tier.
+# debootstrap and e2fsprogs (mkfs.ext4 -d) build the systemd guest of the VM tier; docker.io
+# for the Docker Engine tier (its test starts a private dockerd; the package's own is not started).
 APT_PKGS   := python3 python3-venv python3-dev gcc make libcap-dev hwloc runc crun podman \
               busybox-static iproute2 util-linux procps kmod qemu-system-x86 linux-image-amd64 \
               debootstrap e2fsprogs \
-              containerd libbpf1 $(DEB_PKGS) python3-psutil python3-pyroute2 python3-prctl python3-yaml \
+              containerd docker.io libbpf1 $(DEB_PKGS) python3-psutil python3-pyroute2 python3-prctl python3-yaml \
               python3-prometheus-client python3-protobuf python3-grpcio chromium
 PYTEST_ARGS ?=
 
@@ -30,6 +31,7 @@ $(STAMP): pyproject.toml | deps
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -e '.[test]' virtme-ng
 	$(VPY) packaging/scripts/write-hook-launcher.py $(CURDIR)/$(VENV)/bin/python $(VENV)/bin/numa-pin-hook
+	$(VPY) packaging/scripts/write-hook-launcher.py $(CURDIR)/$(VENV)/bin/python $(VENV)/bin/numa-pin-runc
 	$(VPY) -m compileall -q src/numa_pin
 	touch $(STAMP)
 

@@ -50,8 +50,10 @@ script() {  # NAME MODULE FUNCTION
 }
 script numa-pin numa_pin.cli.main main
 # the hook starts on every container start: without the site module, its directories listed
-"$py" "$top/packaging/scripts/write-hook-launcher.py" /usr/bin/python3 "$root/usr/bin/numa-pin-hook" \
-    /usr/lib/python3/dist-packages
+for cmd in numa-pin-hook numa-pin-runc; do  # numa-pin-runc: Docker's runtime, started on every runc call
+    "$py" "$top/packaging/scripts/write-hook-launcher.py" /usr/bin/python3 "$root/usr/bin/$cmd" \
+        /usr/lib/python3/dist-packages
+done
 
 # 4. hook files, snippets, units and the sample config, pointing at /usr/bin
 install_file() {  # MODE SOURCE DEST

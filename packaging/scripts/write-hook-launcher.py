@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write the ``numa-pin-hook`` command: PYTHON started with ``-S``, the site directories listed.
+"""Write the ``numa-pin-hook`` (or ``numa-pin-runc``) command: PYTHON started with ``-S``, the site directories listed.
 
 A runtime starts the hook on every container start, and the ``site`` module is a good part of
 an interpreter's start: it reads the site directories and runs their ``.pth`` files (about 3 ms
@@ -10,6 +10,10 @@ nothing ``site`` does but the directories it adds to ``sys.path``, so this launc
 ``PYTHONPATH`` still applies (``-S``, not ``-I``).
 
 Usage: write-hook-launcher.py PYTHON OUT [PACKAGE_DIR]
+
+OUT's file name says which command it is (:data:`COMMANDS`): ``numa-pin-runc``, Docker's runtime
+in front of runc, starts on every runc call of every container (``state``, ``start``, ``kill``,
+``delete``), so it gets the same launcher.
 
 PACKAGE_DIR (for a package being built): where numa_pin will be installed; it must be one of
 the site directories. Without it, numa_pin must already be importable from one of them.
@@ -22,14 +26,17 @@ import os
 import subprocess
 import sys
 
+#: the commands this writes, by file name: the module whose ``main`` each runs
+COMMANDS = {"numa-pin-hook": "numa_pin.hook.main", "numa-pin-runc": "numa_pin.hook.runc"}
+
 TEMPLATE = """#!{python} -S
-# numa-pin-hook, started without the site module (a runtime starts it on every container start);
+# {name}, started without the site module (a runtime starts it on every container start);
 # the directories site would add, read from {python} when this file was written:
 import sys
 
 sys.path += {dirs!r}
 
-from numa_pin.hook.main import main
+from {module} import main
 
 sys.exit(main())
 """
@@ -51,6 +58,8 @@ def main(argv: list[str]) -> int:
         print("usage: write-hook-launcher.py PYTHON OUT [PACKAGE_DIR]", file=sys.stderr)
         return 2
     python, out = argv[:2]
+    name = os.path.basename(out)
+    module = COMMANDS.get(name, COMMANDS["numa-pin-hook"])
     dirs = site_dirs(python)
     found = argv[2] in dirs if len(argv) == 3 else any(os.path.isdir(os.path.join(d, "numa_pin")) for d in dirs)
     if not found:
@@ -59,7 +68,8 @@ def main(argv: list[str]) -> int:
         return 1
     tmp = f"{out}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(TEMPLATE.format(python=python, dirs=dirs))
+        fh.write(TEMPLATE.format(python=python, dirs=dirs, name=name if name in COMMANDS else "numa-pin-hook",
+                                 module=module))
     os.chmod(tmp, 0o755)
     os.replace(tmp, out)
     return 0

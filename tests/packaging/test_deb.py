@@ -44,7 +44,7 @@ PODMAN_DROP_IN = "etc/containers/containers.conf.d/numa-pin.conf"
 UNITS = ("numa-pin-agent.socket", "numa-pin-agent.service", "numa-pin-reconcile.timer", "numa-pin-reconcile.service",
          "numa-pin-nrt.service", "numa-pin-nri.service")
 WANT_FILES = {
-    "usr/bin/numa-pin", "usr/bin/numa-pin-hook",
+    "usr/bin/numa-pin", "usr/bin/numa-pin-hook", "usr/bin/numa-pin-runc",
     f"{HOOKS_D}/numa-pin.json", f"{HOOKS_D}/numa-pin-release.json", f"{PODMAN_HOOKS_D}/numa-pin-precreate.json",
     "etc/numa-pin/config.yaml", PODMAN_DROP_IN,
     "usr/lib/python3/dist-packages/numa_pin/nri/descriptors.binpb",
@@ -120,7 +120,7 @@ def test_files_and_nothing_vendored(members):
     tops = {name[len(site):].split("/")[0] for name in members if name.startswith(site) and name != site.rstrip("/")}
     assert tops == {"numa_pin", f"numa_pin-{VERSION}.dist-info"}
     assert not [n for n in members if re.search(r"(^|/)(\.venv|site-packages|__pycache__)(/|$)|\.so$|/bin/python", n)]
-    for name in ("usr/bin/numa-pin", "usr/bin/numa-pin-hook"):
+    for name in ("usr/bin/numa-pin", "usr/bin/numa-pin-hook", "usr/bin/numa-pin-runc"):
         assert members[name].mode & 0o111, f"{name} is not executable"
 
 
@@ -152,7 +152,8 @@ def test_podman_reads_the_precreate_hook_through_the_drop_in(extracted):
 
 
 def test_commands_run_on_debian_python(extracted):
-    for name, want in (("numa-pin", "#!/usr/bin/python3"), ("numa-pin-hook", "#!/usr/bin/python3 -S")):
+    for name, want in (("numa-pin", "#!/usr/bin/python3"), ("numa-pin-hook", "#!/usr/bin/python3 -S"),
+                       ("numa-pin-runc", "#!/usr/bin/python3 -S")):
         first = (extracted / "usr/bin" / name).read_text().splitlines()[0]
         assert first == want, f"{name}: {first}"
 

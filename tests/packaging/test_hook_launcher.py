@@ -8,6 +8,7 @@ exactly as the in-process hook does, and never import ``site``.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +26,8 @@ def _path(*flags: str) -> list[str]:
     return json.loads(out.stdout)
 
 
-def _launcher(tmp_path: Path) -> Path:
-    out = tmp_path / "numa-pin-hook"
+def _launcher(tmp_path: Path, name: str = "numa-pin-hook") -> Path:
+    out = tmp_path / name
     subprocess.run([sys.executable, str(WRITER), sys.executable, str(out)], check=True, timeout=60)
     return out
 
@@ -66,3 +67,21 @@ def test_the_launcher_admits_and_releases_without_site(tmp_path, tmp_path_factor
                               capture_output=True, env=env, timeout=120)
     assert (released.returncode, released.stderr) == (0, b"")
     assert Ledger(node.state_dir).read().grants == {}
+
+
+def test_the_runc_launcher_execs_runc(tmp_path):
+    """``numa-pin-runc``'s launcher runs :mod:`numa_pin.hook.runc` without site; a passthrough
+    subcommand replaces it with runc (same pid, same arguments)."""
+    launcher = _launcher(tmp_path, "numa-pin-runc")
+    text = launcher.read_text()
+    assert text.startswith(f"#!{sys.executable} -S\n") and "from numa_pin.hook.runc import main" in text
+    runc = tmp_path / "runc"
+    runc.write_text(f"#!{sys.executable} -S\nimport json, os, sys\nprint(json.dumps([os.getpid(), sys.argv[1:]]))\n")
+    runc.chmod(0o755)
+    args = ["--root", "/run/r", "--log-format", "json", "state", "c0"]
+    env = {"NUMA_PIN_RUNC": str(runc), "PATH": "/usr/bin:/bin"}
+    if "PYTHONPATH" in os.environ:  # this checkout's sources, as the tests run them
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    proc = subprocess.Popen([str(launcher), *args], stdout=subprocess.PIPE, text=True, env=env)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and json.loads(out) == [proc.pid, args]
