@@ -11,8 +11,9 @@ a fresh node of the same shape:
 * ``nri``: ``CreateContainer`` through the plugin (the effect is the adjustment's cpuset).
 
 The grant and the effect must match across paths; a request a path cannot carry (a memory
-policy at prestart, through NRI or to a runtime without ``linux.memoryPolicy``) is refused on
-each with the same kind, and nothing stays recorded. A resource added behind the seam reaches
+policy or an exec CPU affinity at prestart, through NRI or to a runtime without
+``linux.memoryPolicy`` or ``process.execCPUAffinity``) is refused on each with the same kind,
+and nothing stays recorded. A resource added behind the seam reaches
 both paths where the runtime applies the grant without a line changed in either.
 """
 
@@ -49,9 +50,11 @@ ROWS = [
     ("too-many-cpus", {"numa-pin.io/cpus": "64"}, {}),
     ("memory-policy", {"numa-pin.io/cpus": "1", "numa-pin.io/memory-policy": "interleave"},
      {"precreate-1.3": "exclusive"}),
+    ("exec-affinity", {"numa-pin.io/cpus": "1", "numa-pin.io/exec-cpu-affinity": "first"},
+     {"precreate-1.3": "exclusive"}),
 ]
 EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "TopologyAffinityError",
-            "memory-policy": "PathLimitError"}
+            "memory-policy": "PathLimitError", "exec-affinity": "PathLimitError"}
 PATHS = ["prestart", "precreate-1.0", "precreate-1.3", "nri"]
 
 
@@ -132,7 +135,8 @@ def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, row
     assert cpus is None
     assert f": {want}: " in text and "\n" not in text, text
     if want == "PathLimitError":
-        assert "numa-pin.io/memory-policy" in text and "path" in text
+        asked = next(k for k in annotations if k != "numa-pin.io/cpus")
+        assert asked in text and f"on the {path.split('-')[0]} path" in text
 
 
 @pytest.mark.parametrize("row", ["two-cpus", "memory-only"])
