@@ -56,3 +56,17 @@ def test_an_old_runtime_spec_in_the_bundle_is_refused_at_precreate(config, capsy
         "ociVersion": "1.0.2-dev", "annotations": {"numa-pin.io/cpus": "1", "numa-pin.io/memory-policy": "bind"}}))
     rc, plan = _plan(capsys, config, "--bundle", str(bundle), "--via", "precreate")
     assert rc == 1 and not plan["admit"] and "linux.memoryPolicy" in plan["reason"]
+
+
+@pytest.mark.parametrize("version, carried", [("1.2.0", {"precreate"}), ("1.0.2-dev", set())],
+                         ids=["runtime-spec-1.2", "runtime-spec-1.0"])
+def test_an_exec_affinity_is_planned_as_each_path_takes_it(config, capsys, tmp_path, version, carried):
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps({
+        "ociVersion": version, "annotations": {"numa-pin.io/cpus": "1", "numa-pin.io/exec-cpu-affinity": "first"}}))
+    rc, plan = _plan(capsys, config, "--bundle", str(bundle))
+    assert rc == 0 and plan["admit"]
+    assert {p for p, why in plan["paths"].items() if not why} == carried
+    assert all("numa-pin.io/exec-cpu-affinity 'first' cannot be applied" in why
+               for p, why in plan["paths"].items() if p not in carried)

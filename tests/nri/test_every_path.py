@@ -11,8 +11,9 @@ a fresh node of the same shape:
 * ``nri``: ``CreateContainer`` through the plugin (the effect is the adjustment's cpuset).
 
 The grant and the effect must match across paths; a request a path cannot carry (a memory
-policy at prestart, through NRI or to a runtime without ``linux.memoryPolicy``) is refused on
-each with the same kind, and nothing stays recorded. A resource added behind the seam reaches
+policy or an exec CPU affinity at prestart, through NRI or to a runtime without
+``linux.memoryPolicy`` or ``process.execCPUAffinity``) is refused on each with the same kind,
+and nothing stays recorded. A resource added behind the seam reaches
 both paths where the runtime applies the grant without a line changed in either.
 """
 
@@ -51,9 +52,12 @@ ROWS = [
      {"precreate-1.3": "exclusive"}),
     ("cpu-shared", {"numa-pin.io/cpus": "2", "numa-pin.io/cpu-shared": "true"}, {}),
     ("cpu-shared-no-cpus", {"numa-pin.io/memory": "64Mi", "numa-pin.io/cpu-shared": "true"}, {}),
+    ("exec-affinity", {"numa-pin.io/cpus": "1", "numa-pin.io/exec-cpu-affinity": "first"},
+     {"precreate-1.3": "exclusive"}),
 ]
 EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "TopologyAffinityError",
-            "memory-policy": "PathLimitError", "cpu-shared": "mixed", "cpu-shared-no-cpus": "RequestError"}
+            "memory-policy": "PathLimitError", "cpu-shared": "mixed", "cpu-shared-no-cpus": "RequestError",
+            "exec-affinity": "PathLimitError"}
 PATHS = ["prestart", "precreate-1.0", "precreate-1.3", "nri"]
 
 
@@ -147,7 +151,8 @@ def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, row
     assert cpus is None
     assert f": {want}: " in text and "\n" not in text, text
     if want == "PathLimitError":
-        assert "numa-pin.io/memory-policy" in text and "path" in text
+        asked = next(k for k in annotations if k != "numa-pin.io/cpus")
+        assert asked in text and f"on the {path.split('-')[0]} path" in text
 
 
 @pytest.mark.parametrize("row", ["two-cpus", "memory-only", "cpu-shared"])
@@ -164,7 +169,7 @@ def test_every_path_grants_the_same_cpus(tmp_path, monkeypatch, capsys, row):
 def test_a_mixed_container_is_told_its_exclusive_and_shared_cpus_where_the_runtime_sets_variables(
         tmp_path, monkeypatch, capsys, path):
     env: dict[str, str] = {}
-    grant, cpus, text, _ = _run(path, tmp_path, monkeypatch, capsys, dict(ROWS[-2][1]), env)
+    grant, cpus, text, _ = _run(path, tmp_path, monkeypatch, capsys, dict(next(a for r, a, _ in ROWS if r == "cpu-shared")), env)
     assert grant is not None and cpus is not None, text
     exclusive, shared = format_list(grant.cpus), format_list(cpus - grant.cpus)
     assert {k: env.get(k) for k in ("OPENSHIFT_ISOLATED_CPUS", "NUMA_PIN_EXCLUSIVE_CPUS")} == dict.fromkeys(

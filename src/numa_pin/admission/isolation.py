@@ -21,6 +21,8 @@ field                       CRI-O annotation                   numa-pin annotati
                                                                ``disable`` (True) | ``enable``
 ``shared``                  ``cpu-shared.crio.io/<container>`` ``numa-pin.io/cpu-shared``
                             ``enable`` (True) | ``disable``    ``true`` | ``false``
+``exec_cpu_affinity``       (CRI-O: the runtime handler's      ``numa-pin.io/exec-cpu-affinity``
+                            ``exec_cpu_affinity``)             ``first`` | ``default``
 ==========================  =================================  ================================
 
 ``shared`` is CRI-O's mixed CPUs: the container keeps its exclusive CPUs and runs on the shared
@@ -34,14 +36,21 @@ carries one is refused with one line (:func:`check_exclusive`); the node default
 exclusive containers only and never refuse a shared one. Both spellings of one knob must agree.
 
 The grant keeps the request (:meth:`IsolationRequest.to_dict`, in ``Grant.isolation``) so a
-release, a reconcile and a crash cleanup know what it asked (:func:`of_grant`).
+release, a reconcile and a crash cleanup know what it asked (:func:`of_grant`); the exec CPU
+affinity excepted.
+
+``exec_cpu_affinity`` is no setting on the machine but a field of the runtime's config
+(``process.execCPUAffinity``), which only some paths carry: the request holds only what the
+annotations ask (``default`` included, so it overrides the node's ``first``), and the node
+default is read where the config is written (:mod:`numa_pin.resources.node.execaffinity`), so a
+path that cannot carry it refuses an annotation but never a node default.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from numa_pin.config.parse import DISABLE, ENABLE, MAX_LATENCY, knob_value
+from numa_pin.config.parse import DISABLE, ENABLE, EXEC_DEFAULT, MAX_LATENCY, knob_value
 from numa_pin.errors import RequestError
 from numa_pin.record import record
 from numa_pin.text import quote
@@ -61,8 +70,10 @@ ANNOTATIONS: dict[str, tuple[str | None, str]] = {
     "governor": ("cpu-freq-governor.crio.io", "numa-pin.io/cpu-freq-governor"),
     "host": (None, "numa-pin.io/host-services"),
     "shared": ("cpu-shared.crio.io/{container}", "numa-pin.io/cpu-shared"),
+    "exec_cpu_affinity": (None, "numa-pin.io/exec-cpu-affinity"),
 }
-_WORD = {"load_balancing": "load-balancing", "c_states": "c-states", "host": "host-services", "shared": "cpu-shared"}
+_WORD = {"load_balancing": "load-balancing", "c_states": "c-states", "host": "host-services", "shared": "cpu-shared",
+         "exec_cpu_affinity": "exec-cpu-affinity"}
 #: the knobs a bool holds (True: ``host`` disables host services, ``shared`` enables the pool)
 _BOOLS = {"host": "disable", "shared": "enable"}
 #: the ``numa-pin.io/`` keys (without the prefix) this module reads
@@ -81,6 +92,7 @@ class IsolationRequest:
     governor: str | None = None  # a cpufreq governor | None
     host: bool | None = None  # host services off its CPUs (True), or not (False / None)
     shared: bool | None = None  # the shared pool too, beside its exclusive CPUs (True), or not (None)
+    exec_cpu_affinity: str | None = None  # "first" | "default" | None (annotations only)
 
     @property
     def empty(self) -> bool:
@@ -95,8 +107,9 @@ class IsolationRequest:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """The knobs asked, for the ledger (``{}`` asks nothing)."""
-        return self.asked()
+        """The knobs asked, for the ledger (``{}`` asks nothing); not the exec CPU affinity, which
+        the runtime's config keeps and nothing on the node undoes or repairs."""
+        return {f: v for f, v in self.asked().items() if f != "exec_cpu_affinity"}
 
     def words(self) -> list[str]:
         """``key=value`` words for ``plan``, ``explain`` and ``status``."""
@@ -191,7 +204,7 @@ def isolation_request(annotations: Mapping[str, str], defaults: IsolationConfig 
     for field in FIELDS:
         if field in asked:
             values[field] = asked[field]
-        elif defaults is not None:
+        elif defaults is not None and field != "exec_cpu_affinity":  # read where the config is written
             values[field] = getattr(defaults, field, None)
     values["host"] = True if values.get("host") is True else None  # not asked and refused alike
     if values.get("shared") and values.get("load_balancing") == DISABLE:
@@ -211,7 +224,7 @@ def check_exclusive(annotations: Mapping[str, str], exclusive: bool, container: 
         for key in keys_of(field, container):
             if key in annotations:
                 value = _value(field, annotations[key], key)
-                if value is not None and value is not False:
+                if value is not None and value is not False and value != EXEC_DEFAULT:
                     raise RequestError(
                         f"{quote(annotations[key])} applies to exclusive CPUs only, and this container "
                         "has none (ask for them with numa-pin.io/cpus, or a Guaranteed pod's whole CPUs)",

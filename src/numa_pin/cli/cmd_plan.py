@@ -31,12 +31,12 @@ def targets(doc: dict | None) -> dict:
     """Each path's :class:`~numa_pin.resources.runtime.RuntimeTarget` (``doc``: the bundle's config)."""
     from numa_pin.resources.runtime import NRI, PRESTART, RUN, precreate_target
 
-    precreate = precreate_target(True, True)
+    precreate = precreate_target(True, True, True)
     if doc is not None:
         from numa_pin.hook.precreate import runtime_features
 
         features = runtime_features(doc)
-        precreate = precreate_target(features.memory_policy, features.net_devices)
+        precreate = precreate_target(features.memory_policy, features.net_devices, features.exec_affinity)
     return {"prestart": PRESTART, "precreate": precreate, "nri": NRI, "run": RUN}
 
 

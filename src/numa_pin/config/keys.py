@@ -150,6 +150,11 @@ ITEMS: tuple[ConfigItem, ...] = (
              "the resume latency limit (power/pm_qos_resume_latency_us) of exclusive CPUs."),
             ("governor", "null or a cpufreq governor name", "Node default of cpu-freq-governor.crio.io: the "
              "cpufreq governor of exclusive CPUs (performance)."),
+            ("exec_cpu_affinity", "null, first or default", "Node default of numa-pin.io/exec-cpu-affinity "
+             "(CRI-O's exec_cpu_affinity): first writes process.execCPUAffinity final = the first exclusive "
+             "CPU into the config of a container with exclusive CPUs, so its exec'd processes (probes, "
+             "exec) stay on that one CPU; only podman's precreate path with a runtime-spec 1.2 config "
+             "carries it (docs/exec-affinity.md). Off (null) by default, as in CRI-O."),
         )
     ),
     ConfigItem(

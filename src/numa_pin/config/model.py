@@ -68,6 +68,7 @@ class IsolationConfig:
     irq: str | None = _default_field("isolation.irq")
     c_states: str | None = _default_field("isolation.c_states")
     governor: str | None = _default_field("isolation.governor")
+    exec_cpu_affinity: str | None = _default_field("isolation.exec_cpu_affinity")
     host: bool = _default_field("isolation.host")
     isolated_cpus: str = _default_field("isolation.isolated_cpus")
     shared_pool_isolated: bool = _default_field("isolation.shared_pool_isolated")

@@ -45,6 +45,9 @@ MAX_LATENCY = "max_latency:"
 MAX_LATENCY_US = (1 << 31) - 1
 #: a governor name as the kernel spells them (``performance``, ``schedutil``); bounded
 MAX_GOVERNOR_LEN = 15
+#: where a container's exec'd processes run: on the first of its exclusive CPUs (CRI-O's
+#: ``exec_cpu_affinity = "first"``), or wherever the runtime puts them (``default``: nothing written)
+EXEC_FIRST, EXEC_DEFAULT = "first", "default"
 #: where exclusive CPUs go relative to the kernel's isolated (isolcpus, nohz_full) CPUs
 ISOLATED_CPUS = ("prefer", "require", "avoid")
 
@@ -274,7 +277,8 @@ def devices(value: Any, key: str) -> Mapping[str, tuple[Selector, ...]]:
 def knob_value(knob: str, text: str) -> str | bool | None:
     """One isolation knob's value (an annotation's text, or the config's), as the request holds
     it: ``None`` is the knob's default (nothing asked); ``host`` is a bool, ``shared`` True or
-    None. Raises ValueError with a one-line message."""
+    None; ``exec_cpu_affinity`` keeps ``default`` (an annotation's ``default`` overrides the
+    node's ``first``). Raises ValueError with a one-line message."""
     value = text.strip()
     if knob in ("load_balancing", "quota"):
         return DISABLE if _one_of(value, (DISABLE, ENABLE)) == DISABLE else None
@@ -292,6 +296,8 @@ def knob_value(knob: str, text: str) -> str | bool | None:
                 raise ValueError(f"{value[:40]!r}: max_latency takes microseconds, 0 to {MAX_LATENCY_US}")
             return MAX_LATENCY + str(int(number))
         return _one_of(value, (ENABLE, DISABLE), MAX_LATENCY + "N")
+    if knob == "exec_cpu_affinity":
+        return _one_of(value, (EXEC_FIRST, EXEC_DEFAULT))
     if knob == "governor":
         if not value or len(value) > MAX_GOVERNOR_LEN or not all(c.isascii() and (c.isalnum() or c in "_-")
                                                                  for c in value):

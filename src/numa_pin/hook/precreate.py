@@ -40,6 +40,8 @@ from numa_pin.topology.model import PciDevice, Topology
 
 #: the runtime-spec release that added ``linux.netDevices`` and ``linux.memoryPolicy``
 NATIVE_FIELDS_SINCE = (1, 3, 0)
+#: the runtime-spec release that added ``process.execCPUAffinity``
+EXEC_AFFINITY_SINCE = (1, 2, 0)
 _HEX_ID = re.compile(r"[0-9a-f]{12,128}")
 
 
@@ -112,14 +114,17 @@ class RuntimeFeatures:
 
     net_devices: bool = False
     memory_policy: bool = False
+    exec_affinity: bool = False
 
 
 def runtime_features(doc: Mapping[str, Any]) -> RuntimeFeatures:
     """What the config's ``ociVersion`` promises (pure). A config of runtime-spec 1.3.0 or later
-    was made for a runtime that knows ``linux.netDevices`` and ``linux.memoryPolicy``; anything
-    older (podman 4.3 writes ``1.0.2-dev``) gets neither, since an older runtime ignores them."""
-    new = _version(doc.get("ociVersion")) >= NATIVE_FIELDS_SINCE
-    return RuntimeFeatures(net_devices=new, memory_policy=new)
+    was made for a runtime that knows ``linux.netDevices`` and ``linux.memoryPolicy``, one of
+    1.2.0 or later for one that knows ``process.execCPUAffinity``; anything older (podman 4.3
+    writes ``1.0.2-dev``) gets none, since an older runtime ignores them."""
+    version = _version(doc.get("ociVersion"))
+    new = version >= NATIVE_FIELDS_SINCE
+    return RuntimeFeatures(net_devices=new, memory_policy=new, exec_affinity=version >= EXEC_AFFINITY_SINCE)
 
 
 def _obj(parent: dict[str, Any], key: str, where: str) -> dict[str, Any]:
@@ -164,7 +169,8 @@ def granted_devices(grant: Grant, topology: Topology) -> list[PciDevice]:
 def edit_spec(doc: Mapping[str, Any], edit: RuntimeEdit) -> dict[str, Any]:
     """A copy of ``doc`` carrying ``edit`` (pure): the cpuset and quota in ``linux.resources.cpu``, device
     nodes in ``linux.devices`` with their rules in ``linux.resources.devices``, variables in
-    ``process.env``, ``linux.memoryPolicy`` and ``linux.netDevices``.
+    ``process.env``, ``linux.memoryPolicy``, ``linux.netDevices`` and the exec CPUs in
+    ``process.execCPUAffinity.final`` (an ``initial`` the config has is kept).
 
     Raises HookInputError when a field numa-pin writes has the wrong shape.
     """
@@ -196,6 +202,9 @@ def edit_spec(doc: Mapping[str, Any], edit: RuntimeEdit) -> dict[str, Any]:
         net = _obj(linux, "netDevices", "linux.netDevices")
         for host, name in edit.net_devices.items():
             net[host] = {"name": name}
+    if edit.exec_cpus:
+        process = _obj(out, "process", "process")
+        _obj(process, "execCPUAffinity", "process.execCPUAffinity")["final"] = format_list(edit.exec_cpus)
     return out
 
 
@@ -242,7 +251,7 @@ def precreate(data: bytes, service: Any) -> Precreate:
             "key its grant; run the container with cgroups enabled"
         )
     features = runtime_features(doc)
-    target = precreate_target(features.memory_policy, features.net_devices)
+    target = precreate_target(features.memory_policy, features.net_devices, features.exec_affinity)
     admitted = service.admit(request, None, expected_cgroup=expected_cgroup(spec.limits.cgroups_path),
                              expected_root=expected_root(doc), target=target)
     grant = admitted.grant
@@ -266,6 +275,7 @@ def _fixed(request: Any) -> Sequence[object]:
 
 
 __all__ = [
+    "EXEC_AFFINITY_SINCE",
     "NATIVE_FIELDS_SINCE",
     "Precreate",
     "RuntimeFeatures",

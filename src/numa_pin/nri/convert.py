@@ -25,9 +25,10 @@ from typing import Any
 from numa_pin.admission.kubernetes import NAME_KEYS, POD_ID_KEYS, POD_NAME_KEYS, SANDBOX_TYPE_KEYS
 from numa_pin.admission.limits import ContainerLimits
 from numa_pin.cpuset import format_list
-from numa_pin.errors import RequestError
+from numa_pin.errors import PathLimitError, RequestError
 from numa_pin.hook.oci import OciSpec
 from numa_pin.resources.node.runtime import RuntimeEdit
+from numa_pin.resources.runtime import NRI
 from numa_pin.text import MAX_NAME, MAX_PATH, quote, unfit
 
 #: containerd's keys for the pod's id, namespace and name, the container's name and type (set
@@ -116,7 +117,10 @@ def fill_update(resources: Any, edit: RuntimeEdit) -> bool:
 def fill_adjustment(adjust: Any, edit: RuntimeEdit) -> None:
     """Write ``edit`` into an NRI ``ContainerAdjustment``: the cpuset, device nodes
     (:class:`~numa_pin.enforcer.devnodes.DeviceNode`) with their allow rules, variables, the
-    memory policy and netdevs to move in."""
+    memory policy and netdevs to move in. Raises PathLimitError for exec CPUs: the adjustment has
+    no field for ``process.execCPUAffinity`` (the NRI target says so, so no resource asks it)."""
+    if edit.exec_cpus is not None:
+        raise PathLimitError(NRI.cannot_exec("process.execCPUAffinity"))
     fill_update(adjust.linux.resources, edit)
     for node in edit.devices:
         dev = adjust.linux.devices.add()

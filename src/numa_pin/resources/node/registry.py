@@ -5,7 +5,8 @@ knobs' checks (a container they cannot isolate is rejected before anything is wr
 shared pool, memory and hugepages, PCI devices (the decision for every device resource),
 SR-IOV VFs and GPUs (what granting those devices means on the machine), then the isolation
 knobs of exclusive CPUs (quota, C-states, cpufreq governor, host services, no load balancing
-through isolated partitions, IRQs off exclusive CPUs; ``docs/isolation.md``). A resource added with
+through isolated partitions, IRQs off exclusive CPUs; ``docs/isolation.md``) and the exec CPU
+affinity the runtime's config carries (``docs/exec-affinity.md``). A resource added with
 :func:`register` joins every node service made afterwards (see ``docs/design/adding-a-resource.md``).
 """
 
@@ -18,6 +19,7 @@ from numa_pin.resources.devices import PciDevices
 from numa_pin.resources.memory import MemoryResource
 from numa_pin.resources.node.base import Node, NodeResource
 from numa_pin.resources.node.cpu import CpuNode
+from numa_pin.resources.node.execaffinity import ExecAffinityNode
 from numa_pin.resources.node.gpu import GpuNode
 from numa_pin.resources.node.host import HostNode
 from numa_pin.resources.node.irq import IrqNode
@@ -64,6 +66,8 @@ _DEFAULT: tuple[NodeResource, ...] = (
     CpuNode(), MemoryNode(), PciNode(), VfNode(), GpuNode(),
     # isolation of exclusive CPUs: each knob on its own, after the CPUs are placed
     QuotaNode(), CStatesNode(), GovernorNode(), HostNode(), PartitionNode(), IrqNode(), IsolationStatus(),
+    # where the processes exec'd into it run: a field of the runtime's config only
+    ExecAffinityNode(),
 )
 _EXTRA: list[NodeResource] = []
 

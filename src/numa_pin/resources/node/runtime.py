@@ -39,8 +39,9 @@ class RuntimeEdit:
     """What the runtime must apply for one grant: the cpuset (``cpus``, ``mems``; None: leave
     it), the CFS quota (``cpu_quota``: -1 for none; None: leave it), device nodes with their
     allow rules, environment variables, the memory policy (an OCI ``linux.memoryPolicy``
-    object; ``policy_default``: only where the config has none) and netdevs to move in (host
-    name -> name in the container)."""
+    object; ``policy_default``: only where the config has none), netdevs to move in (host
+    name -> name in the container) and where the processes a runtime execs into the container
+    run (``exec_cpus``: ``process.execCPUAffinity``'s ``final``; None: leave it)."""
 
     cpus: frozenset[int] | None = None
     mems: frozenset[int] | None = None
@@ -50,6 +51,7 @@ class RuntimeEdit:
     memory_policy: Mapping[str, str] | None = None
     policy_default: bool = False
     net_devices: Mapping[str, str] = field(default_factory=dict)
+    exec_cpus: frozenset[int] | None = None
 
     @property
     def empty(self) -> bool:
@@ -57,8 +59,8 @@ class RuntimeEdit:
 
 
 def merge_edits(edits: Sequence[RuntimeEdit | None]) -> RuntimeEdit:
-    """One edit from the resources' edits, in order: a later resource's cpuset and memory policy
-    win, device nodes are added once per path, variables and netdevs merge."""
+    """One edit from the resources' edits, in order: a later resource's cpuset, memory policy
+    and exec CPUs win, device nodes are added once per path, variables and netdevs merge."""
     out = RuntimeEdit()
     for edit in edits:
         if edit is None:
@@ -74,6 +76,7 @@ def merge_edits(edits: Sequence[RuntimeEdit | None]) -> RuntimeEdit:
             memory_policy=edit.memory_policy if edit.memory_policy is not None else out.memory_policy,
             policy_default=edit.policy_default if edit.memory_policy is not None else out.policy_default,
             net_devices={**out.net_devices, **edit.net_devices},
+            exec_cpus=edit.exec_cpus if edit.exec_cpus is not None else out.exec_cpus,
         )
     return out
 
