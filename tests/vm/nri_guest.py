@@ -332,33 +332,40 @@ def main() -> None:
                 out["/" + "/".join(parts[:depth])] = path.read_text().strip()
         return out
 
-    def partitions() -> dict[str, object]:
-        """An isolated partition nested in the pod's (NRI) and in podman's cgroup (precreate):
+    def partition_nri() -> dict[str, object]:
+        """An isolated partition nested in the pod's cgroup (NRI):
         ``cpu-load-balancing.crio.io: disable`` on a kernel with ``cpuset.cpus.exclusive``."""
         kubelet = node.kubelet
-        out: dict[str, object] = {"kernel": os.uname().release}
         pod = guaranteed("iso", 1)
         pod.annotations["cpu-load-balancing.crio.io"] = "disable"
         sandbox, (cid,) = kubelet.run_all(pod)
         pid = int(kubelet.status(cid)[1]["pid"])
-        out["nri"] = {"seen": cpus_of(pid), "chain": chain(pid), "grant": grants().get(cid)}
+        out: dict[str, object] = {"kernel": os.uname().release, "seen": cpus_of(pid), "chain": chain(pid),
+                                  "grant": grants().get(cid)}
         kubelet.stop_pod(sandbox)
         kubelet.remove_pod(sandbox)
         time.sleep(2)
-        out["nri_after"] = grants()
-        name = "iso-podman"
-        sh("podman", "run", "-d", "--name", name, "--network", "none", "--rootfs", "/var/tmp/rootfs",
-           "--annotation", "numa-pin.io/cpus=1", "--annotation", "cpu-load-balancing.crio.io=disable",
-           "sleep", "100000", timeout=300)
-        pid = int(sh("podman", "inspect", "-f", "{{.State.Pid}}", name).strip())
-        podman_id = sh("podman", "inspect", "-f", "{{.Id}}", name).strip()
-        out["podman"] = {"seen": cpus_of(pid), "chain": chain(pid), "grant": grants().get(podman_id)}
-        sh("podman", "rm", "-f", "-t", "0", name, timeout=300)
-        time.sleep(2)
-        out["podman_after"] = grants()
+        out["after"] = grants()
         return out
 
-    step("partitions", partitions)
+    step("partition_nri", partition_nri)
+
+    def partition_podman() -> dict[str, object]:
+        """The same through podman's precreate hook, its container nested in podman's cgroup."""
+        name = "iso-podman"
+        sh("podman", "run", "-d", "--name", name, "--network", "none", "--annotation", "numa-pin.io/cpus=1",
+           "--annotation", "cpu-load-balancing.crio.io=disable", "--rootfs", "/var/tmp/rootfs", "sleep", "100000",
+           timeout=300)
+        pid = int(sh("podman", "inspect", "-f", "{{.State.Pid}}", name).strip())
+        podman_id = sh("podman", "inspect", "-f", "{{.Id}}", name).strip()
+        out: dict[str, object] = {"kernel": os.uname().release, "seen": cpus_of(pid), "chain": chain(pid),
+                                  "grant": grants().get(podman_id)}
+        sh("podman", "rm", "-f", "-t", "0", name, timeout=300)
+        time.sleep(2)
+        out["after"] = grants()
+        return out
+
+    step("partition_podman", partition_podman)
     (OUT / "plugin.log").write_text(sh("journalctl", "-u", "numa-pin-nri.service", "-o", "cat", "--no-pager",
                                        check=False))
     (OUT / "containerd.log").write_text(sh("journalctl", "-u", "containerd.service", "-o", "cat", "--no-pager",

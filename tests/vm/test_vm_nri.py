@@ -209,12 +209,11 @@ def test_a_nested_isolated_partition_on_a_kernel_that_has_them(facts: dict, path
     """``cpu-load-balancing.crio.io: disable`` on the guest's own kernel (Debian's, >= 6.7): the
     container's cgroup, nested under its pod's or podman's, is an isolated partition while it
     runs (the kernel's word, read back), and nothing is held after."""
-    step = _step(facts, "partitions")
-    major, minor = (int(x) for x in step["kernel"].split(".")[:2])
-    assert (major, minor) >= (6, 7), step["kernel"]
-    ran = step[path]
+    ran = _step(facts, f"partition_{path}")
+    major, minor = (int(x) for x in ran["kernel"].split(".")[:2])
+    assert (major, minor) >= (6, 7), ran["kernel"]
     grant = ran["grant"]
     assert grant is not None and grant["kind"] == "exclusive" and ran["seen"] == grant["cpus"], ran
     isolated = [cg for cg, value in ran["chain"].items() if value.startswith("isolated")]
     assert isolated and all(cg.count("/") >= 2 for cg in isolated), ran["chain"]
-    assert step[f"{path}_after"] == {}
+    assert ran["after"] == {}
