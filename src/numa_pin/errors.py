@@ -27,6 +27,7 @@ is allowed to escape as a traceback.
     ├── HookInputError                 the OCI state on stdin or config.json is unusable
     ├── AgentError(path)               the warm agent cannot serve its socket
     ├── NriError(path)                 the NRI runtime's socket or what it sent is unusable
+    ├── KubeApiError(path, status)     the Kubernetes API server is unreachable or refused a request
     └── UnsafePathError(path)          a state, cache or socket path others could redirect
 
 Each class documents when it is raised. Errors carry the file, container or
@@ -214,6 +215,16 @@ class NriError(_OsFailure):
     it cannot read. ``path`` is the socket."""
 
 
+class KubeApiError(_OsFailure):
+    """The Kubernetes API server cannot be reached (no in-cluster account, TLS refused, a
+    timeout), refused a request, or answered what cannot be read. ``path`` is the URL or the
+    account's file; ``status`` is the HTTP status (0: no answer)."""
+
+    def __init__(self, message: str, *, path: str | None = None, status: int = 0) -> None:
+        self.status = status
+        super().__init__(message, path=path)
+
+
 class UnsafePathError(NumaPinError):
     """A state, cache or socket directory or file that someone other than root and this user
     could replace: writable by group or others without the sticky bit, owned by another
@@ -263,6 +274,7 @@ __all__ = [
     "AdmissionTimeout",
     "AgentError",
     "NriError",
+    "KubeApiError",
     "AllocationError",
     "PathLimitError",
     "CgroupEscapeError",

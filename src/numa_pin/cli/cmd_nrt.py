@@ -99,22 +99,26 @@ def builder(args: argparse.Namespace) -> tuple[Callable[[], dict[str, Any]], tup
     """A function that rebuilds the object from the ledger (and ``--pods``; the topology is
     read once), and the files whose change calls for a rebuild. Raises ConfigError,
     TopologyError, PolicyError."""
+    config = load(args)
+    sysfs_root, proc_root = roots(args, config)
+    return node_builder(config, sysfs_root, proc_root, args.node_name or socket.gethostname(), args.pods)
+
+
+def node_builder(config: Any, sysfs_root: str, proc_root: str | None, node_name: str,
+                 pods_path: str | None = None) -> tuple[Callable[[], dict[str, Any]], tuple[str, ...]]:
+    """:func:`builder` of a loaded config and explicit roots (what ``serve --publish-nrt``
+    publishes is what this command prints)."""
     from numa_pin.devices.inventory import inventory
     from numa_pin.ledger.store import Ledger
     from numa_pin.nrt import build_nrt, reserved_cpus_of
     from numa_pin.service import settings_from_config
     from numa_pin.topology.discover import discover
 
-    config = load(args)
-    sysfs_root, proc_root = roots(args, config)
     topology = discover(sysfs_root, proc_root)
     settings = settings_from_config(config)
     devices = inventory(topology, settings.device_resources)
     reserved = reserved_cpus_of(topology, settings)
     ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
-    node_name = args.node_name or socket.gethostname()
-
-    pods_path = args.pods
 
     def build() -> dict[str, Any]:
         pods = read_pods(pods_path, node_name) if pods_path else None
