@@ -55,6 +55,7 @@ class FakeApiServer:
         self._lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
         self.httpd.daemon_threads = True
+        self.httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]  # clients that hang up
         self.httpd.api = self  # type: ignore[attr-defined]
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(str(cert), str(key))

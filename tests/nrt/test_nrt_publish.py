@@ -227,3 +227,37 @@ def test_a_hanging_api_server_never_delays_an_admission(server, certs, node: Fak
         conn.close()
     assert "KubeApiError" in lines[0]
     assert threading.active_count() < 50
+
+
+def _serve_args(sa: Path | str, interval: float = 0.1):
+    import argparse
+
+    return argparse.Namespace(publish_nrt=True, nrt_interval=interval, node_name=None, serviceaccount_dir=str(sa))
+
+
+def test_serve_publishes_the_node_named_by_the_downward_api(server, certs, node: FakeNode, tmp_path: Path) -> None:
+    from numa_pin.cli import serve_nrt
+
+    sa = account_dir(tmp_path / "sa", certs["server"][0])
+    env = {**server.env(), "NODE_NAME": NODE, "NUMA_PIN_CONFIG": str(_node_config(node, tmp_path))}
+    publisher = serve_nrt.start(_serve_args(sa), env)
+    try:
+        _wait(lambda: NODE in server.objects)
+    finally:
+        publisher.stop(5)
+    assert server.methods()[:2] == ["GET", "POST"]
+
+
+def test_serve_without_an_api_server_serves_and_says_why_once(node: FakeNode, tmp_path: Path, capsys) -> None:
+    from numa_pin.cli import serve_nrt
+
+    env = {"NUMA_PIN_CONFIG": str(_node_config(node, tmp_path))}
+    started = time.monotonic()
+    publisher = serve_nrt.start(_serve_args(tmp_path / "none", interval=0.05), env)
+    assert time.monotonic() - started < 0.5, "start reads nothing: the thread does"
+    try:
+        time.sleep(1.0)
+    finally:
+        publisher.stop(5)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("numa-pin")]
+    assert len(lines) == 1 and "KUBERNETES_SERVICE_HOST is not set" in lines[0], lines

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Mapping
+from typing import Any
 
 from numa_pin.kubeapi import DEFAULT_SERVICEACCOUNT_DIR
 from numa_pin.nrtpublish import DEFAULT_INTERVAL_S
@@ -37,31 +38,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def start(args: argparse.Namespace, env: Mapping[str, str]):  # -> Publisher | None
     """The running publisher, or None without ``--publish-nrt``.
 
+    Nothing of the API server or the node is touched here: the thread reads the node and finds
+    the pod's account itself, so a node without an API server (no service account mounted, a
+    config that does not load yet) serves admissions all the same, and the publisher logs why
+    in one line and tries again with its backoff.
+
     Raises:
         RequestError: ``--nrt-interval`` is not positive.
-        KubeApiError: not in a pod, or its service account token is not mounted.
-        ConfigError, TopologyError, PolicyError: the node's object cannot be built.
     """
     if not args.publish_nrt:
         return None
     import socket
 
-    from numa_pin.cli.cmd_nrt import node_builder
-    from numa_pin.config.load import load_config
     from numa_pin.errors import RequestError
-    from numa_pin.kubeapi import ApiServer
-    from numa_pin.nrtpublish import Publisher, publish
+    from numa_pin.nrtpublish import Publisher
 
     if not args.nrt_interval > 0:
         raise RequestError(f"--nrt-interval: {args.nrt_interval:g} is not a positive number of seconds")
-    api = ApiServer.in_cluster(env, args.serviceaccount_dir)
-    config = load_config(None, env)
     node_name = args.node_name or env.get(NODE_NAME_ENV) or socket.gethostname()
-    build, watched = node_builder(config, config.sysfs_root, config.proc_root, node_name)
-    _log(f"numa-pin: publishing NodeResourceTopology {node_name} to {api.base} "
-         f"(at most every {args.nrt_interval:g}s)")
-    return Publisher(build, lambda obj: publish(api, obj), log=_log, interval_s=args.nrt_interval,
-                     watched=watched).start()
+    made: dict[str, Any] = {}
+
+    def build() -> dict[str, Any]:
+        if "build" not in made:  # the topology is read once, in the thread
+            from numa_pin.cli.cmd_nrt import node_builder
+            from numa_pin.config.load import load_config
+
+            config = load_config(None, env)
+            made["build"], watched = node_builder(config, config.sysfs_root, config.proc_root, node_name)
+            publisher.watched = watched
+        return made["build"]()
+
+    def send(obj: dict[str, Any]) -> str:
+        from numa_pin.kubeapi import ApiServer
+        from numa_pin.nrtpublish import publish
+
+        if "api" not in made:
+            made["api"] = ApiServer.in_cluster(env, args.serviceaccount_dir)
+            _log(f"numa-pin: publishing NodeResourceTopology {node_name} to {made['api'].base} "
+                 f"(at most every {args.nrt_interval:g}s)")
+        return publish(made["api"], obj)
+
+    publisher = Publisher(build, send, log=_log, interval_s=args.nrt_interval)
+    return publisher.start()
 
 
 def _log(line: str) -> None:
