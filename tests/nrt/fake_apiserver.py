@@ -2,7 +2,8 @@
 by ``openssl req -x509`` at test time, a service account directory (token, ca.crt), and a store of
 NodeResourceTopology objects by name that records every request it is sent.
 
-Knobs: ``conflicts`` (that many PUTs answered 409 first), ``get_delay_s`` (every GET waits).
+Knobs: ``conflicts`` (that many PUTs answered 409 first), ``get_delay_s`` (every GET waits),
+``get_answer`` (every GET answered with this status, document and headers instead).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class FakeApiServer:
         self.requests: list[Request] = []
         self.conflicts = 0
         self.get_delay_s = 0.0
+        self.get_answer: tuple[int, Any, dict[str, str]] | None = None
         self._version = 100
         self._lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
@@ -121,10 +123,17 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length)) if length else None
-        status, doc = self.server.api.answer(self.command, self.path,  # type: ignore[attr-defined]
-                                             self.headers.get("Authorization"), body)
+        api: FakeApiServer = self.server.api  # type: ignore[attr-defined]
+        headers: dict[str, str] = {}
+        if self.command == "GET" and api.get_answer is not None:
+            api.requests.append(Request("GET", self.path, self.headers.get("Authorization"), None))
+            status, doc, headers = api.get_answer
+        else:
+            status, doc = api.answer(self.command, self.path, self.headers.get("Authorization"), body)
         data = json.dumps(doc).encode()
         self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()

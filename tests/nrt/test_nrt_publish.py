@@ -120,6 +120,22 @@ def test_a_wrong_ca_is_refused(server, certs, tmp_path: Path) -> None:
     assert server.requests == [], "nothing reached the server"
 
 
+@pytest.mark.parametrize(("answer", "match", "status"), [
+    ((302, {}, {"Location": "https://elsewhere.example/"}), "redirected .302. to https://elsewhere.example/; not followed",
+     302),
+    ((200, {"pad": "x" * 5000}, {}), "exceeds 4096", 200),
+    ((500, {"kind": "Status", "message": "etcd is down"}, {}), "GET: 500 etcd is down", 500),
+], ids=["redirect-not-followed", "answer-too-large", "server-error"])
+def test_answers_are_bounded(server, certs, tmp_path: Path, answer, match, status) -> None:
+    sa = account_dir(tmp_path / "sa", certs["server"][0])
+    api = ApiServer.in_cluster(server.env(), str(sa), timeout_s=2.0, max_response=4096)
+    server.get_answer = answer
+    with pytest.raises(KubeApiError, match=match) as err:
+        publish(api, _obj(1))
+    assert err.value.status == status
+    assert server.methods() == ["GET"], "nothing written, nothing followed"
+
+
 @pytest.mark.parametrize(("env", "files", "match"), [
     ({}, ("token", "ca.crt"), "KUBERNETES_SERVICE_HOST"),
     ({"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "x"}, ("token", "ca.crt"), "not a port"),
