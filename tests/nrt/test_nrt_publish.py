@@ -277,3 +277,35 @@ def test_serve_without_an_api_server_serves_and_says_why_once(node: FakeNode, tm
         publisher.stop(5)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("numa-pin")]
     assert len(lines) == 1 and "KUBERNETES_SERVICE_HOST is not set" in lines[0], lines
+
+
+def _cpu_available(obj: dict[str, Any]) -> int:
+    return sum(int(r["available"]) for z in obj["zones"] for r in z["resources"] if r["name"] == "cpu")
+
+
+def test_an_admission_and_its_release_are_published(server, api, node: FakeNode) -> None:
+    """Through the NRI plugin: the ledger changes, the publisher sees it and replaces the object."""
+    from tests.nri.fake_runtime import Connected, container, pod
+
+    config = config_from_dict(node.config_dict(policy="restricted"))
+    build, watched = cmd_nrt.node_builder(config, config.sysfs_root, config.proc_root, NODE)
+    publisher = Publisher(build, lambda o: publish(api, o), log=lambda _: None, interval_s=0.1, watched=watched,
+                          poll_s=0.02)
+    m = nri_messages.load()
+    conn = Connected(NodeService(config), m)
+    try:
+        conn.runtime.configure()
+        conn.runtime.synchronize([], [])
+        publisher.start()
+        _wait(lambda: NODE in server.objects)
+        free = _cpu_available(server.objects[NODE])
+        p = pod(m, "u1", "guaranteed", "")
+        c = container(m, p, "c1", cpu_milli=2000, limit_milli=2000, memory=GI)
+        assert conn.runtime.create(p, c)[0] == 0
+        _wait(lambda: _cpu_available(server.objects[NODE]) == free - 2)
+        assert conn.runtime.remove(p, c)[0] == 0
+        _wait(lambda: _cpu_available(server.objects[NODE]) == free)
+    finally:
+        publisher.stop(5)
+        conn.close()
+    assert server.methods().count("PUT") >= 2
