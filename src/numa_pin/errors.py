@@ -29,6 +29,7 @@ is allowed to escape as a traceback.
     ├── NriError(path)                 the NRI runtime's socket or what it sent is unusable
     ├── KubeletError(path)             kubelet's pod-resources socket, config or state is unusable
     │   └── KubeletConflictError       kubelet's CPU or memory manager is static: numa-pin will not start
+    ├── KubeApiError(path, status)     the Kubernetes API server is unreachable or refused a request
     └── UnsafePathError(path)          a state, cache or socket path others could redirect
 
 Each class documents when it is raised. Errors carry the file, container or
@@ -228,6 +229,16 @@ class KubeletConflictError(KubeletError):
     ``numa-pin serve --nri`` does not start (exit 1). ``path`` is the file that says so."""
 
 
+class KubeApiError(_OsFailure):
+    """The Kubernetes API server cannot be reached (no in-cluster account, TLS refused, a
+    timeout), refused a request, or answered what cannot be read. ``path`` is the URL or the
+    account's file; ``status`` is the HTTP status (0: no answer)."""
+
+    def __init__(self, message: str, *, path: str | None = None, status: int = 0) -> None:
+        self.status = status
+        super().__init__(message, path=path)
+
+
 class UnsafePathError(NumaPinError):
     """A state, cache or socket directory or file that someone other than root and this user
     could replace: writable by group or others without the sticky bit, owned by another
@@ -280,6 +291,7 @@ __all__ = [
     "NriError",
     "KubeletConflictError",
     "KubeletError",
+    "KubeApiError",
     "AllocationError",
     "PathLimitError",
     "CgroupEscapeError",

@@ -70,7 +70,7 @@ def render_chart(chart: Path) -> list[dict[str, object]]:
 
 
 #: the order of the plain file's objects (kubectl applies them in this order)
-PLAIN_ORDER = ("namespace", "serviceaccount", "configmap", "daemonset")
+PLAIN_ORDER = ("namespace", "serviceaccount", "rbac", "configmap", "daemonset")
 PLAIN_HEAD = """\
 # numa-pin's NRI plugin on every node: kubectl apply -f deploy/kubernetes/numa-pin.yaml
 # The same objects as the Helm chart in deploy/helm/numa-pin with its default values (tests/deploy

@@ -95,14 +95,18 @@ def objs(request: pytest.FixtureRequest) -> list[dict[str, Any]]:
     return _plain() if request.param == "plain" else render_chart(CHART)
 
 
-def test_the_plain_file_holds_the_four_objects_in_one_namespace() -> None:
+CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding")
+
+
+def test_the_plain_file_holds_the_objects_in_one_namespace() -> None:
     objs = _plain()
-    assert [o["kind"] for o in objs] == ["Namespace", "ServiceAccount", "ConfigMap", "DaemonSet"]
+    assert [o["kind"] for o in objs] == ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                                         "ConfigMap", "DaemonSet"]
     namespace = objs[0]["metadata"]["name"]
-    assert {o["metadata"].get("namespace") for o in objs[1:]} == {namespace}
+    assert {o["metadata"].get("namespace") for o in objs if o["kind"] not in CLUSTER_SCOPED} == {namespace}
     assert _pod(objs)["serviceAccountName"] == objs[1]["metadata"]["name"]
     config_volume = next(v for v in _pod(objs)["volumes"] if "configMap" in v)
-    assert config_volume["configMap"]["name"] == objs[2]["metadata"]["name"]
+    assert config_volume["configMap"]["name"] == _one(objs, "ConfigMap")["metadata"]["name"]
 
 
 def test_the_chart_renders_the_objects_of_the_plain_file() -> None:
@@ -181,9 +185,62 @@ def test_the_plugin_enters_the_hosts_cgroup_namespace_then_runs_the_entry_point(
     proc = _config(objs, tmp_path).proc_root
     assert command[:3] == ["nsenter", f"--cgroup={proc}/1/ns/cgroup", "--"]
     assert command[3:] == ["numa-pin", "serve", "--nri"]
-    env = {e["name"]: e["value"] for e in _container(objs)["env"]}
+    env = {e["name"]: e.get("value") for e in _container(objs)["env"]}
     config_mount = next(m for m in _container(objs)["volumeMounts"] if m["name"] == "config")
     assert env["NUMA_PIN_CONFIG"] == f"{config_mount['mountPath']}/config.yaml"
+
+
+def _verbs_the_publisher_uses(tmp_path: Path) -> set[str]:
+    """The RBAC verbs of every request ``publish`` sends to a fake API server while it creates,
+    replaces and retries after a conflict (HTTP method -> verb, as the API server authorizes)."""
+    from tests.nrt.fake_apiserver import FakeApiServer, account_dir, make_cert
+
+    from numa_pin.kubeapi import ApiServer
+    from numa_pin.nrtpublish import publish
+
+    cert, key = make_cert(tmp_path)
+    server = FakeApiServer(cert, key)
+    try:
+        api = ApiServer.in_cluster(server.env(), str(account_dir(tmp_path / "sa", cert)))
+        obj = {"apiVersion": "topology.node.k8s.io/v1alpha2", "kind": "NodeResourceTopology",
+               "metadata": {"name": "n"}, "zones": []}
+        publish(api, obj)
+        server.conflicts = 1
+        publish(api, {**obj, "zones": [{"name": "node-0"}]})
+    finally:
+        server.close()
+    verb = {"GET": "get", "POST": "create", "PUT": "update", "DELETE": "delete", "PATCH": "patch"}
+    return {verb[m] for m in server.methods()}
+
+
+def test_rbac_grants_exactly_what_the_publisher_uses_to_the_daemonsets_account(objs: list[dict[str, Any]],
+                                                                              tmp_path: Path) -> None:
+    role, binding = _one(objs, "ClusterRole"), _one(objs, "ClusterRoleBinding")
+    assert len(role["rules"]) == 1
+    rule = role["rules"][0]
+    assert (rule["apiGroups"], rule["resources"]) == (["topology.node.k8s.io"], ["noderesourcetopologies"])
+    assert sorted(rule["verbs"]) == ["create", "get", "update"]
+    assert set(rule["verbs"]) == _verbs_the_publisher_uses(tmp_path)
+    assert not {"resourceNames", "nonResourceURLs"} & set(rule)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    account = _one(objs, "ServiceAccount")["metadata"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["name"],
+                                    "namespace": account["namespace"]}]
+    assert _pod(objs)["serviceAccountName"] == account["name"]
+
+
+def test_the_pod_publishes_under_its_nodes_name_with_a_token(objs: list[dict[str, Any]]) -> None:
+    from numa_pin.cli.main import build_parser, selected_command
+
+    container = _container(objs)
+    argv = container["command"][4:] + container["args"]
+    args = build_parser(selected_command(argv)).parse_args(argv)
+    assert args.nri and args.publish_nrt and args.nrt_interval > 0
+    assert args.node_name is None, "the name comes from NODE_NAME"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert _pod(objs)["automountServiceAccountToken"] is True
 
 
 def test_versions_agree() -> None:

@@ -132,24 +132,33 @@ def builder(args: argparse.Namespace) -> tuple[Callable[[], dict[str, Any]], tup
     read once), and the files whose change calls for a rebuild (None: rebuild at every check,
     since kubelet's pods are asked, not watched). Raises ConfigError, TopologyError,
     PolicyError."""
+    config = load(args)
+    sysfs_root, proc_root = roots(args, config)
+    socket_path = None if args.pods else pod_resources_socket(args.pod_resources, config.kubelet_root)
+    build, watched = node_builder(config, sysfs_root, proc_root, args.node_name or socket.gethostname(), args.pods,
+                                  socket_path, args.pod_resources_timeout)
+    return build, None if socket_path else watched
+
+
+def node_builder(config: Any, sysfs_root: str, proc_root: str | None, node_name: str,
+                 pods_path: str | None = None, socket_path: str | None = None,
+                 timeout_s: float = DEFAULT_POD_RESOURCES_TIMEOUT_S,
+                 ) -> tuple[Callable[[], dict[str, Any]], tuple[str, ...]]:
+    """:func:`builder` of a loaded config and explicit roots (what ``serve --publish-nrt``
+    publishes is what this command prints): the pods from ``pods_path``, else from kubelet's
+    pod-resources ``socket_path`` (None: no fingerprint), and the files whose change calls for a
+    rebuild (the ledger, which changes as kubelet's pods come and go, and ``pods_path``)."""
     from numa_pin.devices.inventory import inventory
     from numa_pin.ledger.store import Ledger
     from numa_pin.nrt import build_nrt, reserved_cpus_of
     from numa_pin.service import settings_from_config
     from numa_pin.topology.discover import discover
 
-    config = load(args)
-    sysfs_root, proc_root = roots(args, config)
     topology = discover(sysfs_root, proc_root)
     settings = settings_from_config(config)
     devices = inventory(topology, settings.device_resources)
     reserved = reserved_cpus_of(topology, settings)
     ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
-    node_name = args.node_name or socket.gethostname()
-
-    pods_path = args.pods
-    socket_path = None if pods_path else pod_resources_socket(args.pod_resources, config.kubelet_root)
-    timeout_s = args.pod_resources_timeout
 
     def build() -> dict[str, Any]:
         pods = None
@@ -159,10 +168,7 @@ def builder(args: argparse.Namespace) -> tuple[Callable[[], dict[str, Any]], tup
             pods = read_pod_resources(socket_path, timeout_s)
         return build_nrt(topology, settings, ledger.read(), devices, node_name, reserved, pods)
 
-    if socket_path:
-        return build, None
-    watched = (os.path.join(config.state_dir, "ledger.json"),) + ((pods_path,) if pods_path else ())
-    return build, watched
+    return build, (os.path.join(config.state_dir, "ledger.json"),) + ((pods_path,) if pods_path else ())
 
 
 def write_atomic(path: str, text: str) -> None:

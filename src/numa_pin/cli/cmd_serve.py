@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nri-request-timeout", metavar="SECONDS", type=float, default=2.0,
                         help="the runtime's NRI request timeout when it does not announce one (containerd's "
                         "plugin_request_timeout; default: NRI's 2); an admission gets three quarters of it")
+    from numa_pin.cli import serve_nrt
+
+    serve_nrt.add_arguments(parser)  # --publish-nrt and its options
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
     if args.nri:  # before anything is touched
         beside_kubelet(args.kubelet_config, args.allow_kubelet_static, sys.stderr)
     _drop_earlier_boots()
+    from numa_pin.cli.serve_nrt import start
+
+    start(args, os.environ)  # --publish-nrt: a thread of its own, never on an admission's path
     if args.nri:
         return _serve_nri(args)
     return serve(socket_path(os.environ, args.socket), log_path=args.log, idle_exit_s=args.idle_exit,
