@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from enforcer_fakes import requires_ip, requires_root
+from enforcer_fakes import requires_ip
 
 from numa_pin.enforcer.netns import find_netns_member, netns_id
 from numa_pin.errors import EnforcementError
@@ -79,7 +79,7 @@ def sandbox() -> Iterator[tuple[int, int]]:
             p.wait()
 
 
-@requires_root
+@pytest.mark.root
 @requires_ip
 def test_real_namespaces(sandbox: tuple[int, int]) -> None:
     pause, member = sandbox
