@@ -20,8 +20,9 @@ import psutil
 import pytest
 
 from numa_pin.agent import client, protocol, request, server, spare
+from waitfor import wait_for
 
-from .test_agent_server import HOOK, WAIT_S, Node, Served, hook_env, node, run_hook, twin, wait_for
+from .test_agent_server import HOOK, WAIT_S, Node, Served, hook_env, node, run_hook, twin
 
 __all__ = ["node", "twin"]  # fixtures
 
