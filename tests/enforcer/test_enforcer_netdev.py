@@ -13,7 +13,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from numa_pin.enforcer.netdev_record import (
 )
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
+from waitfor import wait_for
 
 PF = "0000:3b:00.0"
 VF0 = "0000:3b:02.0"
@@ -206,16 +206,18 @@ def _netns_of(pid: int) -> str:
 
 
 def wait_for_new_netns(proc: subprocess.Popen[bytes]) -> bool:
-    """Poll until ``proc`` (``unshare -n ...``) has left our netns; False if it died."""
+    """Wait until ``proc`` (``unshare -n ...``) has left our netns; False if it died."""
     own = os.readlink("/proc/self/ns/net")
-    while proc.poll() is None:
+
+    def left_or_died() -> str | None:
+        if proc.poll() is not None:
+            return "died"
         try:
-            if _netns_of(proc.pid) != own:
-                return True
-        except OSError:
-            pass
-        time.sleep(0.001)
-    return False
+            return "left" if _netns_of(proc.pid) != own else None
+        except OSError:  # not exec'd yet
+            return None
+
+    return wait_for(left_or_died, f"unshare -n (pid {proc.pid}) to enter a netns of its own") == "left"
 
 
 @pytest.fixture
