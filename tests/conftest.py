@@ -5,11 +5,13 @@ deadlines, so a busy CI machine cannot turn a slow example into a failure. Tests
 examples or other health checks set them explicitly on top of this profile.
 
 Test tiers (markers, registered in pyproject.toml): ``root`` tests write real cgroups, network
-namespaces or devices and are skipped for other users; ``e2e`` drives real runtimes and ``vm``
-boots a multi-NUMA guest (both need root as well); ``browser`` opens a page in Debian's headless
-chromium (skipped without it). ``make test-fast`` deselects all four.
-``stress`` tests run only with ``NUMA_PIN_STRESS=1`` (``make stress``), ``image`` tests (the
-container image built and run) only with ``NUMA_PIN_IMAGE_TEST=1`` (``make image-test``).
+namespaces or devices and are skipped for other users; ``@pytest.mark.root`` (on a test, a module's
+``pytestmark`` or a ``pytest.param``) is the one way a test says it needs root, and no test checks
+``os.geteuid()`` to skip itself. ``e2e`` drives real runtimes and ``vm`` boots a multi-NUMA guest
+(both need root as well); ``browser`` opens a page in Debian's headless chromium (skipped without
+it). ``make test-fast`` deselects all four. ``stress`` tests run only with ``NUMA_PIN_STRESS=1``
+(``make stress``), ``image`` tests (the container image built and run) only with
+``NUMA_PIN_IMAGE_TEST=1`` (``make image-test``).
 
 A hook that finds no agent starts one (``numa-pin serve --idle-exit``). Hooks that inherit the
 test process's environment do not (``NUMA_PIN_AGENT_AUTOSTART=0``), so a test never leaves an

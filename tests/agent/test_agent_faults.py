@@ -20,8 +20,9 @@ import psutil
 import pytest
 
 from numa_pin.agent import client, protocol, request, server, spare
+from waitfor import wait_for
 
-from .test_agent_server import HOOK, WAIT_S, Node, Served, hook_env, node, run_hook, twin, wait_for
+from .test_agent_server import HOOK, WAIT_S, Node, Served, hook_env, node, run_hook, twin
 
 __all__ = ["node", "twin"]  # fixtures
 
@@ -234,7 +235,7 @@ def test_an_agent_of_another_version_retires_while_refused_hooks_keep_coming(tmp
         while not stop.is_set():
             client.try_agent(["--config", str(node.config), "poststop"], node.state_json(0),
                              hook_env(node, agent.sock), str(agent.sock))
-            time.sleep(0.05)
+            time.sleep(0.05)  # the pace of container starts (the behaviour under test)
 
     asking = threading.Thread(target=hooks)
     asking.start()

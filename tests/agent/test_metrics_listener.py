@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from numa_pin.ledger.store import Ledger
 from numa_pin.testing.node import FakeNode
+from waitfor import wait_for
 
 WAIT_S = 60.0  # a bound for the agent to start (never a speed check)
 BIN = Path(sys.executable).parent
@@ -40,10 +41,11 @@ class Agent:
         with open(self.err, "wb") as err:
             self.proc = subprocess.Popen([str(BIN / "numa-pin"), "serve", "--socket", str(self.sock)],
                                          stdout=subprocess.DEVNULL, stderr=err, env=env)
-        deadline = time.monotonic() + WAIT_S
-        while "listening on" not in self.err.read_text():
-            assert self.proc.poll() is None and time.monotonic() < deadline, self.err.read_text()
-            time.sleep(0.05)
+        wait_for(self._listening, lambda: f"numa-pin serve to listen: {self.err.read_text()}")
+
+    def _listening(self) -> bool:
+        assert self.proc.poll() is None, f"numa-pin serve exited: {self.err.read_text()}"
+        return "listening on" in self.err.read_text()
 
     def stop(self) -> int:
         if self.proc.poll() is None:

@@ -17,7 +17,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ import pytest
 from numa_pin.agent import listener
 from numa_pin.errors import AgentError
 from numa_pin.testing.node import FakeNode
+from waitfor import wait_for
 
 BIN = Path(sys.executable).parent
 HOOK = shutil.which("numa-pin-hook", path=str(BIN))
@@ -100,10 +100,12 @@ def test_socket_activated_agent_serves_the_first_hook_and_leaves_the_socket(tmp_
             stdout=subprocess.DEVNULL, stderr=err_fp, env=env,
         )
     try:
-        deadline = time.monotonic() + WAIT_S
-        while not sock.exists():
-            assert activator.poll() is None and time.monotonic() < deadline, err.read_text()
-            time.sleep(0.02)
+
+        def listening() -> bool:
+            assert activator.poll() is None, err.read_text()
+            return sock.exists()
+
+        wait_for(listening, lambda: f"the activator to listen at {sock}: {err.read_text()}")
         hook_env = {**env, "NUMA_PIN_CACHE_DIR": str(node.cache_dir), "NUMA_PIN_AGENT_SOCKET": str(sock)}
         for i in (0, 1):  # the first connection starts the agent; the second finds it running
             proc = subprocess.run([HOOK, "--config", str(config), "prestart"], capture_output=True,

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from numa_pin.config import ENV_VAR, Config, load_config, resolve_config_path
 from numa_pin.config import load as load_mod
 from numa_pin.errors import ConfigError
+from waitfor import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -206,11 +206,15 @@ def test_same_size_edit_with_mtime_restored_invalidates(tmp_path: Path, cfg: Pat
     cache = tmp_path / "cache"
     assert load_config(cfg, env={}, cache_dir=cache).policy == "restricted"
     st = cfg.stat()
-    time.sleep(0.05)  # let the coarse kernel clock tick, so ctime moves
     text = cfg.read_text().replace("restricted", "none      ")
     with open(cfg, "r+") as fp:  # in place: same inode, same size
         fp.write(text)
-    os.utime(cfg, ns=(st.st_atime_ns, st.st_mtime_ns))  # an editor that preserves mtime
+
+    def restore_mtime() -> bool:  # an editor that preserves mtime; ctime is the kernel's coarse clock
+        os.utime(cfg, ns=(st.st_atime_ns, st.st_mtime_ns))
+        return cfg.stat().st_ctime_ns != st.st_ctime_ns
+
+    wait_for(restore_mtime, "the coarse kernel clock to tick, so ctime moves")
     assert cfg.stat().st_size == st.st_size and cfg.stat().st_ino == st.st_ino
     assert load_config(cfg, env={}, cache_dir=cache).policy == "none"  # ctime changed
     assert counter.calls == 2

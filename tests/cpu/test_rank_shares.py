@@ -27,6 +27,7 @@ from numa_pin.topology.model import Topology
 
 pytestmark = pytest.mark.lstopo
 COUNTS = (1, 2, 3, 5, 8, 16)
+HWLOC_DISTRIB = shutil.which("hwloc-distrib")
 
 
 def hwloc_mask(cpus: frozenset[int]) -> str:
@@ -58,11 +59,11 @@ def _subsets(topology: Topology) -> dict[str, frozenset[int]]:
             "scattered-third": frozenset(random.Random(len(cpus)).sample(cpus, max(1, len(cpus) // 3)))}
 
 
+@pytest.mark.skipif(HWLOC_DISTRIB is None, reason="hwloc-distrib is not installed")
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_shares_are_hwloc_distribs(name, tmp_path_factory):
-    distrib = shutil.which("hwloc-distrib")
-    if distrib is None:
-        pytest.skip("hwloc-distrib is not installed")
+    distrib = HWLOC_DISTRIB
+    assert distrib is not None
     topology, root = _machine(name, tmp_path_factory)
     for label, cpus in _subsets(topology).items():
         for n in COUNTS:

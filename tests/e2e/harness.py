@@ -163,11 +163,6 @@ def _check(result: subprocess.CompletedProcess[str], what: str) -> subprocess.Co
     return result
 
 
-def is_root() -> bool:
-    """True when the harness runs as uid 0 (every runtime here needs it)."""
-    return os.geteuid() == 0
-
-
 def find_binary(name: str) -> str | None:
     """Absolute path of ``name`` on PATH (plus /usr/sbin and /sbin), or None."""
     search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])

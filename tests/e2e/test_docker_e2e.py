@@ -31,7 +31,7 @@ from numa_pin.cpuset import parse_list
 
 from . import harness
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
 SRC = Path(numa_pin.__file__).resolve().parents[1]
 START_S = 60.0
@@ -78,8 +78,6 @@ def _debian(name: str) -> str | None:
 @pytest.fixture
 def docker(node, busybox_rootfs) -> Iterator[Docker]:
     """A private dockerd with the numa-pin runtime and the busybox image; stopped and removed after."""
-    if not harness.is_root():
-        pytest.skip("the Docker tier needs root")
     client, daemon = _debian("docker"), _debian("dockerd")
     if client is None or daemon is None:
         pytest.skip("docker.io is not installed (apt-get install docker.io)")

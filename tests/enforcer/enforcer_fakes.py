@@ -222,12 +222,6 @@ class FakeKernel:
 
 
 # ---- privileged helpers --------------------------------------------------------------
-def is_root() -> bool:
-    return os.geteuid() == 0
-
-
-#: the ``root`` tier: tests/conftest.py skips it for other users, ``make test-fast`` deselects it
-requires_root = pytest.mark.root
 requires_ip = pytest.mark.skipif(
     shutil.which("ip") is None or shutil.which("unshare") is None
     or shutil.which("nsenter") is None,

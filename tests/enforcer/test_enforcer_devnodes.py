@@ -17,8 +17,6 @@ from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
 from numa_pin.topology.model import PciDevice
 
-root_only = pytest.mark.skipif(os.geteuid() != 0, reason="mknod and setns need root")
-
 
 def _gpu(address: str, minor: int | None) -> PciDevice:
     return PciDevice(address=address, vendor="0x10de", device="0x20b2", pci_class="0x030200", numa_node=0,
@@ -41,8 +39,6 @@ def test_a_gpu_without_minor_names_the_driver():
 @pytest.fixture
 def container_root(tmp_path):
     """``dev/`` and ``run/`` as tmpfs mounts of their own, like a runtime's (root only)."""
-    if os.geteuid() != 0:
-        pytest.skip("mknod, mount and setns need root")
     mounted = []
     for name in ("dev", "run"):
         (tmp_path / name).mkdir()
@@ -53,7 +49,7 @@ def container_root(tmp_path):
         subprocess.run(["umount", "-l", str(path)], check=False)
 
 
-@root_only
+@pytest.mark.root
 def test_nodes_and_list_are_made_and_undone(container_root):
     undo = UndoLog()
     made = create_device_nodes(os.getpid(), [DeviceNode("/dev/nvidia7", 1, 11)], "/proc", str(container_root), undo,
@@ -67,7 +63,7 @@ def test_nodes_and_list_are_made_and_undone(container_root):
     assert sorted(os.listdir(container_root / "dev")) == [] and sorted(os.listdir(container_root / "run")) == []
 
 
-@root_only
+@pytest.mark.root
 def test_an_existing_right_node_is_left_alone_and_a_wrong_one_refused(container_root):
     os.mknod(container_root / "dev" / "nvidiactl", stat.S_IFCHR | 0o600, os.makedev(195, 255))
     assert create_device_nodes(os.getpid(), [DeviceNode("/dev/nvidiactl", 195, 255)], "/proc",
@@ -77,7 +73,7 @@ def test_an_existing_right_node_is_left_alone_and_a_wrong_one_refused(container_
                             UndoLog())
 
 
-@root_only
+@pytest.mark.root
 def test_a_symlinked_run_is_not_followed(container_root, tmp_path_factory):
     outside = tmp_path_factory.mktemp("host-etc")
     subprocess.run(["umount", str(container_root / "run")], check=True)
@@ -89,7 +85,7 @@ def test_a_symlinked_run_is_not_followed(container_root, tmp_path_factory):
     assert (container_root / "dev" / "numa-pin" / "gpus").read_text() == "x\n"
 
 
-@root_only
+@pytest.mark.root
 def test_a_symlinked_list_directory_is_refused_and_nothing_is_left(container_root, tmp_path_factory):
     outside = tmp_path_factory.mktemp("host-etc")
     subprocess.run(["umount", str(container_root / "run")], check=True)
@@ -104,7 +100,7 @@ def test_a_gone_container_has_nothing_to_remove(tmp_path):
     remove_device_nodes(2**22 + 12345, ["/dev/nvidia0"], "/proc", None)  # no such pid: no error
 
 
-@root_only
+@pytest.mark.root
 def test_vfio_and_rdma_nodes_their_directories_and_the_variables_file_are_made_and_undone(container_root):
     """Nodes below /dev/vfio and /dev/infiniband (directories the runtime's /dev lacks) and
     /run/numa-pin/devices.env; the undo removes files before the directories that hold them."""

@@ -13,12 +13,11 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from enforcer_fakes import requires_ip, requires_root, run
+from enforcer_fakes import requires_ip, run
 
 from numa_pin.enforcer.netdev import NetdevRecord, move_netdev_to_netns, restore_netdev
 from numa_pin.enforcer.netdev_record import (
@@ -31,6 +30,7 @@ from numa_pin.enforcer.netdev_record import (
 )
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
+from waitfor import wait_for
 
 PF = "0000:3b:00.0"
 VF0 = "0000:3b:02.0"
@@ -206,16 +206,18 @@ def _netns_of(pid: int) -> str:
 
 
 def wait_for_new_netns(proc: subprocess.Popen[bytes]) -> bool:
-    """Poll until ``proc`` (``unshare -n ...``) has left our netns; False if it died."""
+    """Wait until ``proc`` (``unshare -n ...``) has left our netns; False if it died."""
     own = os.readlink("/proc/self/ns/net")
-    while proc.poll() is None:
+
+    def left_or_died() -> str | None:
+        if proc.poll() is not None:
+            return "died"
         try:
-            if _netns_of(proc.pid) != own:
-                return True
-        except OSError:
-            pass
-        time.sleep(0.001)
-    return False
+            return "left" if _netns_of(proc.pid) != own else None
+        except OSError:  # not exec'd yet
+            return None
+
+    return wait_for(left_or_died, f"unshare -n (pid {proc.pid}) to enter a netns of its own") == "left"
 
 
 @pytest.fixture
@@ -260,7 +262,7 @@ def host_link_info(name: str) -> dict:
     return json.loads(run("ip", "-j", "link", "show", "dev", name).stdout)[0]
 
 
-@requires_root
+@pytest.mark.root
 @requires_ip
 @pytest.mark.parametrize("bring_up", [False, True], ids=["down", "brought-up"])
 def test_move_and_restore(netns_pid: int, host_link: str, bring_up: bool) -> None:
@@ -281,7 +283,7 @@ def test_move_and_restore(netns_pid: int, host_link: str, bring_up: bool) -> Non
     assert (after["address"], after["mtu"]) == (before["address"], before["mtu"])
 
 
-@requires_root
+@pytest.mark.root
 @requires_ip
 def test_restore_puts_back_mac_and_mtu_changed_inside(netns_pid: int, host_link: str) -> None:
     before = host_link_info(host_link)
@@ -298,7 +300,7 @@ def test_restore_puts_back_mac_and_mtu_changed_inside(netns_pid: int, host_link:
     assert (after["address"], after["mtu"]) == (before["address"], before["mtu"])
 
 
-@requires_root
+@pytest.mark.root
 @requires_ip
 @pytest.mark.parametrize("second_pid", ["same", None], ids=["pid-again", "pid-gone"])
 def test_restore_is_idempotent(netns_pid: int, host_link: str, second_pid) -> None:
@@ -309,7 +311,7 @@ def test_restore_is_idempotent(netns_pid: int, host_link: str, second_pid) -> No
     assert host_link in host_names()
 
 
-@requires_root
+@pytest.mark.root
 @requires_ip
 def test_restore_when_host_name_was_taken_meanwhile(netns_pid: int, host_link: str) -> None:
     rec = move_netdev_to_netns(host_link, netns_pid, "net1", "/sys", "/proc")
@@ -325,7 +327,7 @@ def test_restore_when_host_name_was_taken_meanwhile(netns_pid: int, host_link: s
         run("ip", "link", "del", "net1", check=False)
 
 
-@requires_root
+@pytest.mark.root
 @requires_ip
 def test_undo_log_moves_it_back(netns_pid: int, host_link: str) -> None:
     undo = UndoLog()
@@ -335,7 +337,7 @@ def test_undo_log_moves_it_back(netns_pid: int, host_link: str) -> None:
     assert host_link in host_names() and "net1" not in ns_links(netns_pid)
 
 
-@requires_root
+@pytest.mark.root
 @requires_ip
 def test_name_clash_in_container_leaves_device_home(netns_pid: int, host_link: str) -> None:
     kind = host_link_info(host_link).get("linkinfo", {}).get("info_kind", "ifb")
@@ -352,7 +354,7 @@ def test_name_clash_in_container_leaves_device_home(netns_pid: int, host_link: s
     assert host_link not in ns_links(netns_pid)
 
 
-@requires_root
+@pytest.mark.root
 @requires_ip
 def test_move_into_dead_process_fails_cleanly(host_link: str) -> None:
     proc = subprocess.Popen(["true"])
@@ -362,14 +364,14 @@ def test_move_into_dead_process_fails_cleanly(host_link: str) -> None:
     assert host_link in host_names()
 
 
-@requires_root
+@pytest.mark.root
 @requires_ip
 def test_move_unknown_device() -> None:
     with pytest.raises(EnforcementError, match="no network interface 'npt-absent0'"):
         move_netdev_to_netns("npt-absent0", os.getpid(), "net1", "/sys", "/proc")
 
 
-@requires_root
+@pytest.mark.root
 @requires_ip
 def test_restore_after_netns_died_reports_virtual_device_gone(host_link: str) -> None:
     proc = subprocess.Popen(["unshare", "-n", "sleep", "120"])

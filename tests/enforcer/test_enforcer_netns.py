@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from enforcer_fakes import requires_ip, requires_root
+from enforcer_fakes import requires_ip
 
 from numa_pin.enforcer.netns import find_netns_member, netns_id
 from numa_pin.errors import EnforcementError
+from waitfor import wait_for
 
 
 @pytest.fixture
@@ -60,18 +60,16 @@ def sandbox() -> Iterator[tuple[int, int]]:
     procs = [pause]
     try:
         own = os.stat("/proc/self/ns/net").st_ino
-        for _ in range(3000):
-            if pause.poll() is not None:
-                pytest.skip("unshare -n failed")
-            if os.stat(f"/proc/{pause.pid}/ns/net").st_ino != own:
-                break
-            time.sleep(0.001)
+
+        def left(proc: subprocess.Popen[bytes]) -> bool:
+            return os.stat(f"/proc/{proc.pid}/ns/net").st_ino != own
+
+        wait_for(lambda: pause.poll() is not None or left(pause), "unshare -n to enter a netns of its own")
+        if pause.poll() is not None:
+            pytest.skip("unshare -n failed")
         member = subprocess.Popen(["nsenter", f"--net=/proc/{pause.pid}/ns/net", "sleep", "60"])
         procs.append(member)
-        for _ in range(3000):
-            if os.stat(f"/proc/{member.pid}/ns/net").st_ino != own:
-                break
-            time.sleep(0.001)
+        wait_for(lambda: left(member), "nsenter to join the pause's netns")
         yield pause.pid, member.pid
     finally:
         for p in procs:
@@ -79,7 +77,7 @@ def sandbox() -> Iterator[tuple[int, int]]:
             p.wait()
 
 
-@requires_root
+@pytest.mark.root
 @requires_ip
 def test_real_namespaces(sandbox: tuple[int, int]) -> None:
     pause, member = sandbox

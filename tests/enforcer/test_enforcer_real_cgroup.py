@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from enforcer_fakes import requires_root
 
 from numa_pin import cpuset as cpulist
 from numa_pin.enforcer.cgroups import CgroupRef, find_cgroup
@@ -31,7 +30,7 @@ CPUSET = CGROUP_ROOT / "cpuset"
 DEVICES = CGROUP_ROOT / "devices"
 
 pytestmark = [
-    requires_root,
+    pytest.mark.root,
     pytest.mark.skipif(not (CPUSET / "cpuset.cpus").exists(),
                        reason="no cgroup v1 cpuset hierarchy at /sys/fs/cgroup/cpuset"),
 ]

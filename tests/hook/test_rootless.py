@@ -22,6 +22,10 @@ from numa_pin.testing.node import FakeNode
 
 NOBODY = 65534
 CID = "5e0c1f7a" * 8
+HOOK = Path(sys.executable).with_name("numa-pin-hook")
+#: the tests that drop to nobody run the installed hook under ``setpriv`` (root tier as well)
+drops_to_nobody = pytest.mark.skipif(shutil.which("setpriv") is None or not HOOK.exists(),
+                                     reason="needs setpriv and numa-pin-hook installed in this venv")
 
 
 @pytest.mark.parametrize(
@@ -44,11 +48,6 @@ def test_is_rootless(tmp_path, euid, uid_map, rootless):
 @pytest.fixture
 def unprivileged():
     """A fake node readable by everyone, its ledger directory writable by root only."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
-        pytest.skip("needs root and setpriv to drop to nobody")
-    hook = Path(sys.executable).with_name("numa-pin-hook")
-    if not hook.exists():
-        pytest.skip("numa-pin-hook is not installed in this venv")
     root = Path(tempfile.mkdtemp(prefix="numa-pin-rootless-"))
     try:
         node = FakeNode(root, "laptop", parent="")
@@ -61,7 +60,7 @@ def unprivileged():
 
         def run(stage: str, stdin: bytes) -> subprocess.CompletedProcess[bytes]:
             argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                    str(hook), "--config", str(cfg), stage]
+                    str(HOOK), "--config", str(cfg), stage]
             env = {"PATH": "/usr/bin:/bin", "NUMA_PIN_NO_AGENT": "1", "NUMA_PIN_CACHE_DIR": str(root / "cache")}
             return subprocess.run(argv, input=stdin, capture_output=True, env=env, timeout=120)
 
@@ -76,6 +75,8 @@ def _proposed(annotations):
                        "linux": {"cgroupsPath": f"user.slice:libpod:{CID}", "resources": {}}}).encode()
 
 
+@pytest.mark.root
+@drops_to_nobody
 def test_nobody_cannot_take_the_ledger_lock(unprivileged):
     """Precondition of the tests below (what failed before): the ledger is out of reach."""
     run, node, _bundle = unprivileged
@@ -84,6 +85,8 @@ def test_nobody_cannot_take_the_ledger_lock(unprivileged):
     assert probe.returncode != 0 and b"Permission denied" in probe.stderr
 
 
+@pytest.mark.root
+@drops_to_nobody
 def test_rootless_precreate_that_asks_nothing_passes_unchanged(unprivileged):
     run, node, _bundle = unprivileged
     doc = _proposed({"io.container.manager": "libpod"})
@@ -93,6 +96,8 @@ def test_rootless_precreate_that_asks_nothing_passes_unchanged(unprivileged):
     assert os.listdir(node.state_dir) == []
 
 
+@pytest.mark.root
+@drops_to_nobody
 def test_rootless_prestart_and_poststop_that_ask_nothing_pass(unprivileged):
     run, node, bundle = unprivileged
     (bundle / "config.json").write_text(json.dumps({"annotations": {}}))
@@ -105,6 +110,8 @@ def test_rootless_prestart_and_poststop_that_ask_nothing_pass(unprivileged):
     assert os.listdir(node.state_dir) == []
 
 
+@pytest.mark.root
+@drops_to_nobody
 @pytest.mark.parametrize("stage", ["precreate", "prestart"])
 def test_rootless_request_is_refused_with_what_it_needs(unprivileged, stage):
     run, node, bundle = unprivileged
@@ -123,6 +130,8 @@ def test_rootless_request_is_refused_with_what_it_needs(unprivileged, stage):
     assert os.listdir(node.state_dir) == []
 
 
+@pytest.mark.root
+@drops_to_nobody
 def test_rootless_gpu_container_that_did_not_ask_numa_pin_passes(unprivileged):
     """GPUs chosen by CDI or a device plugin are not an ask of numa-pin: a rootless one must run."""
     run, node, _bundle = unprivileged

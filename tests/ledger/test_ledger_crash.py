@@ -154,7 +154,7 @@ def test_sigkill_at_random_instants_never_corrupts(tmp_path: Path) -> None:
             assert writer.stdout is not None
             assert writer.stdout.readline().strip() == "ready"
         for writer in writers:
-            time.sleep(rng.uniform(0.0, 0.25))
+            time.sleep(rng.uniform(0.0, 0.25))  # a kill at a random point of the writes
             writer.send_signal(signal.SIGKILL)
         for writer in writers:
             _out, err = writer.communicate(timeout=60)
@@ -185,7 +185,7 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
         now = len(Ledger(tmp_path).read().grants)  # lock-free reads during writes
         assert now >= seen
         seen = now
-        time.sleep(0.005)
+        time.sleep(0.005)  # the readers' pace while the writers run (the behaviour under test)
     for proc in procs:
         proc.join(timeout=120)
         assert proc.exitcode == 0
@@ -228,7 +228,7 @@ def _hold_briefly(state_dir: str, held: Event) -> None:
     with Ledger(state_dir).transaction() as txn:
         txn.put(_grant(0))
         held.set()
-        time.sleep(0.3)
+        time.sleep(0.3)  # held while the other transaction waits (the behaviour under test)
 
 
 def test_bounded_wait_succeeds_when_holder_finishes(tmp_path: Path) -> None:

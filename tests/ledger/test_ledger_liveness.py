@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from numa_pin.ledger.liveness import (
     process_start_time,
 )
 from numa_pin.ledger.model import LedgerState, PodRecord
+from waitfor import wait_for
 
 BTIME = 1_700_000_000
 HZ = os.sysconf("SC_CLK_TCK")
@@ -148,12 +148,12 @@ def test_exited_and_zombie_processes_are_dead(tmp_path: Path, proc_root: str) ->
         proc_root = str(tmp_path / "proc")
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     pid = child.pid
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # wait until it is a zombie, without reaping it
+
+    def zombie() -> bool:  # exited, not reaped
         with open(f"/proc/{pid}/stat") as fp:
-            if fp.read().rsplit(")", 1)[1].split()[0] == "Z":
-                break
-        time.sleep(0.01)
+            return fp.read().rsplit(")", 1)[1].split()[0] == "Z"
+
+    wait_for(zombie, f"pid {pid} to exit (a zombie until reaped)")
     assert not process_alive(pid, None, proc_root)  # zombie
     child.wait()
     assert not process_alive(pid, None, proc_root)  # reaped (pid reuse this fast is implausible)

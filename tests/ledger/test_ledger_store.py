@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from ledger_factories import grant, grants, states
 from numa_pin.errors import LedgerCorrupt, LedgerError
 from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, PodRecord
 from numa_pin.ledger.store import LEDGER_FILE, LOCK_FILE, REMEDY, Ledger, decode, encode
+from waitfor import wait_for
 
 
 def _sha256_of_data(doc: dict[str, Any]) -> str:
@@ -347,7 +347,13 @@ def test_a_ledger_replaced_or_written_in_place_by_anyone_else_is_read_again(
     # written in place, the same size (a changed digit), a moment later (a kernel without
     # fine-grained change times stamps writes within one clock tick, 1 to 10 ms, alike): read,
     # and refused
-    time.sleep(0.02)
+    probe = tmp_path / "clock"
+
+    def clock_ticked() -> bool:
+        probe.write_bytes(b"")
+        return probe.stat().st_mtime_ns > path.stat().st_mtime_ns
+
+    wait_for(clock_ticked, "the kernel's file clock to move past the ledger's change time")
     raw = path.read_bytes()
     assert b'"pid": 4242' in raw
     with open(path, "r+b") as f:

@@ -47,16 +47,18 @@ def test_a_different_pod_set_signs_differently():
     assert pods_fingerprint([("ns1", "n2")]) != pods_fingerprint([("ns1n", "2")])  # namespace seeds the name's hash
 
 
+LIBXXHASH = ctypes.util.find_library("xxhash")
+
+
 def _libxxhash() -> Any:
-    path = ctypes.util.find_library("xxhash")
-    if path is None:
-        pytest.skip("libxxhash is not installed")
-    lib = ctypes.CDLL(path)
+    assert LIBXXHASH is not None
+    lib = ctypes.CDLL(LIBXXHASH)
     lib.XXH64.restype = ctypes.c_uint64
     lib.XXH64.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
     return lib
 
 
+@pytest.mark.skipif(LIBXXHASH is None, reason="libxxhash is not installed")
 @pytest.mark.parametrize("size", [0, 1, 3, 4, 7, 8, 15, 31, 32, 33, 63, 64, 100, 257], ids=lambda n: f"{n}B")
 def test_xxh64_matches_the_reference_library(size):
     lib = _libxxhash()

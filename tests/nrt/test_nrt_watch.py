@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from numa_pin.errors import LedgerCorrupt
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.ledger.store import Ledger
 from numa_pin.testing import machine, shapes
+from waitfor import wait_for
 
 from .test_nrt import CRD_V1ALPHA2, quantity, validate
 
@@ -151,10 +151,12 @@ def test_watch_process_follows_the_ledger_and_applies(tmp_path, tmp_path_factory
     proc = subprocess.Popen([str(NUMA_PIN), "nrt", "--config", str(config), "--node-name", "worker", "--watch",
                              "--output", str(out), "--interval", "0.05"], env=env, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + WAIT_S
-        while not (log / "call-0.yaml").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
-            time.sleep(0.02)
+
+        def applied(n: int) -> bool:
+            assert proc.poll() is None, proc.stderr.read()
+            return (log / f"call-{n}.yaml").exists()
+
+        wait_for(lambda: applied(0), "the first kubectl apply")
         first = yaml.safe_load(out.read_text())
         assert validate(first, CRD_V1ALPHA2) == []
         cpus = sorted(spec.cpus_of_node(1))[:2]
@@ -163,9 +165,7 @@ def test_watch_process_follows_the_ledger_and_applies(tmp_path, tmp_path_factory
                 container_id="c1", pod_id="c1", container_name="c1", kind="exclusive", pid=None, start_time=None,
                 cgroup=None, cpus=frozenset(cpus), mems=frozenset({1}), devices={}, memory={}, affinity=None,
                 policy="restricted", scope="container", created=1.0, netdevs=()))
-        while not (log / "call-1.yaml").exists():
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_for(lambda: applied(1), "kubectl apply after the ledger changed")
         second = yaml.safe_load((log / "call-1.yaml").read_text())
         assert _cpu_available(second, "node-1") == _cpu_available(first, "node-1") - 2
         assert _cpu_available(second, "node-0") == _cpu_available(first, "node-0")

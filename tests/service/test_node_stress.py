@@ -41,6 +41,7 @@ from numa_pin.ledger.store import Ledger
 from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
+from waitfor import wait_for
 
 pytestmark = pytest.mark.stress
 BIN = Path(sys.executable).parent
@@ -157,10 +158,12 @@ def running_agent(tmp_path: Path) -> Iterator[tuple[Path, subprocess.Popen[bytes
         server = subprocess.Popen([str(NUMA_PIN), "serve", "--socket", str(sock)], stdout=subprocess.DEVNULL,
                                   stderr=fh, env=env)
     try:
-        deadline = time.monotonic() + 30
-        while "listening on" not in err.read_text():
-            assert server.poll() is None and time.monotonic() < deadline, err.read_text()
-            time.sleep(0.05)
+
+        def listening() -> bool:
+            assert server.poll() is None, err.read_text()
+            return "listening on" in err.read_text()
+
+        wait_for(listening, lambda: f"numa-pin serve to listen: {err.read_text()}", timeout=30)
         yield sock, server
     finally:
         server.send_signal(signal.SIGTERM)
@@ -205,10 +208,12 @@ def test_a_decision_that_never_ends_blocks_nobody(node, tmp_path):
     admissions and releases go through at their usual pace."""
     cfg = node.write_config(tmp_path / "slow.yaml", policy="restricted", admission_timeout_s=8)
     node.add_container("stuck", 62000, None)
+    deciding = tmp_path / "deciding"
     driver = (
         "import io, sys\n"
         "import numa_pin.service as s\n"
-        "def endless(*a, **k):\n    while True:\n        sum(range(1000))\n"
+        f"def endless(*a, **k):\n    open({str(deciding)!r}, 'w').close()\n"
+        "    while True:\n        sum(range(1000))\n"
         "s.decide = endless\n"
         "from numa_pin.hook.main import run\n"
         f"sys.exit(run(['--config', {str(cfg)!r}, 'prestart'], sys.stdin.buffer))\n"
@@ -218,7 +223,9 @@ def test_a_decision_that_never_ends_blocks_nobody(node, tmp_path):
     assert stuck.stdin is not None
     stuck.stdin.write(node.oci_state("stuck", 62000, {"numa-pin.io/cpus": "2"}))
     stuck.stdin.close()
-    time.sleep(1.0)
+    wait_for(lambda: deciding.exists() or stuck.poll() is not None,
+             "the stuck admission to start deciding")
+    assert stuck.poll() is None, stuck.stderr.read() if stuck.stderr else ""
     waits = []
     for i in range(10):
         pid = node.add_container(f"quick{i}", 62100 + i, None)

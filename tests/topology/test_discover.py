@@ -281,12 +281,13 @@ def _hwloc_bitmap(text: str) -> frozenset[int]:
     return frozenset(i for i in range(value.bit_length()) if value >> i & 1)
 
 
+LSTOPO = shutil.which("lstopo-no-graphics") or shutil.which("lstopo")
+
+
 def _lstopo_xml() -> ET.Element:
-    exe = shutil.which("lstopo-no-graphics") or shutil.which("lstopo")
-    if exe is None:
-        pytest.skip("hwloc (lstopo) is not installed")
+    assert LSTOPO is not None
     out = subprocess.run(
-        [exe, "--of", "xml", "--whole-io", "--whole-system", "-"],
+        [LSTOPO, "--of", "xml", "--whole-io", "--whole-system", "-"],
         capture_output=True,
         text=True,
         check=True,
@@ -301,6 +302,7 @@ def _objects(root: ET.Element, kind: str) -> list[ET.Element]:
 
 @pytest.mark.lstopo
 @pytest.mark.skipif(not os.path.isdir("/sys/devices/system/cpu"), reason="no live sysfs")
+@pytest.mark.skipif(LSTOPO is None, reason="hwloc (lstopo) is not installed")
 def test_live_machine_agrees_with_lstopo() -> None:
     xml = _lstopo_xml()
     topo = discover("/sys", "/proc")
