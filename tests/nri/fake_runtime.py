@@ -40,6 +40,8 @@ class FakeRuntime:
         self.next_stream = 1
         self.registered: Any = None
         self._pending = b""
+        #: the updates the plugin sent unasked (``UpdateContainers``), in the order they came
+        self.unasked: list[Any] = []
 
     def _send(self, conn: int, stream: int, kind: int, payload: bytes) -> None:
         body = len(payload).to_bytes(4, "big") + stream.to_bytes(4, "big") + bytes([kind, 0]) + payload
@@ -73,10 +75,38 @@ class FakeRuntime:
         envelope = self.m.ttrpc("Request")(service=nri_messages.PLUGIN_SERVICE, method=method,
                                            payload=request.SerializeToString(), timeout_nano=2_000_000_000)
         self._send(PLUGIN_CONN, stream, REQUEST, envelope.SerializeToString())
-        conn, got_stream, kind, payload = self._receive()
+        conn, got_stream, kind, payload = self._receive_answer()
         assert (conn, got_stream, kind) == (PLUGIN_CONN, stream, RESPONSE)
         response = self.m.ttrpc("Response").FromString(payload)
         return response.status.code, response.status.message, self.m.api(reply).FromString(response.payload)
+
+    def _receive_answer(self) -> tuple[int, int, int, bytes]:
+        """The next message that is not a request of the plugin's own (those are answered)."""
+        while True:
+            conn, stream, kind, payload = self._receive()
+            if (conn, kind) != (RUNTIME_CONN, REQUEST):
+                return conn, stream, kind, payload
+            self._answer_unasked(stream, payload)
+
+    def _answer_unasked(self, stream: int, payload: bytes) -> None:
+        request = self.m.ttrpc("Request").FromString(payload)
+        assert (request.service, request.method) == (nri_messages.RUNTIME_SERVICE, "UpdateContainers")
+        self.unasked.extend(self.m.api("UpdateContainersRequest").FromString(request.payload).update)
+        response = self.m.ttrpc("Response")(payload=self.m.api("UpdateContainersResponse")().SerializeToString())
+        self._send(RUNTIME_CONN, stream, RESPONSE, response.SerializeToString())
+
+    def wait_unasked(self, count: int) -> list[Any]:
+        """Answer the plugin's ``UpdateContainers`` requests until ``count`` updates came (30 s at
+        most: a plugin that never sends them fails the test instead of hanging it)."""
+        self.sock.settimeout(30)
+        try:
+            while len(self.unasked) < count:
+                conn, stream, kind, payload = self._receive()
+                assert (conn, kind) == (RUNTIME_CONN, REQUEST), "only the plugin's own requests come unasked"
+                self._answer_unasked(stream, payload)
+        finally:
+            self.sock.settimeout(None)
+        return self.unasked
 
     def configure(self, timeout_ms: int = 2000) -> Any:
         code, text, reply = self.call("Configure", self.m.api("ConfigureRequest")(

@@ -474,3 +474,43 @@ def test_a_running_container_nri_cannot_carry_is_not_adopted_and_says_why(node: 
     assert "c-mp" not in grants
     line = read_reason(str(node.state_dir), "c-mp")["line"]
     assert line.startswith("numa-pin: cannot adopt c-mp: PathLimitError: ") and "nri path" in line
+
+
+def test_what_the_synchronisation_budget_leaves_is_adopted_after_the_answer(node: FakeNode, m, monkeypatch) -> None:
+    """The answer's budget runs out after two adoptions: the answer pins those two and comes in
+    time; the three left are not refused but adopted right after it, and their updates reach the
+    runtime unasked (``UpdateContainers``), each on the shared pool."""
+    from numa_pin.deadline import Deadline
+    from numa_pin.errors import AdmissionTimeout
+    from numa_pin.nri import plugin as nri_plugin
+
+    class Spent(Deadline):
+        checks = 0
+
+        def check(self) -> None:
+            Spent.checks += 1
+            if Spent.checks > 2:
+                raise AdmissionTimeout("synchronisation took longer than its budget")
+
+    real = nri_plugin.Handler.deadline
+    monkeypatch.setattr(nri_plugin.Handler, "deadline",
+                        lambda self, what: Spent(1.5, what) if what == "synchronisation" else real(self, what))
+    svc = service(node)
+    conn = Connected(svc, m)
+    try:
+        conn.runtime.configure()
+        pods = {x: pod(m, x, x, "besteffort") for x in "abcde"}
+        ctrs = [container(m, pods[x], f"c-{x}", state=3,
+                          pid=node.add_container(f"kubepods/besteffort/pod{x}/c-{x}", 5200 + i))
+                for i, x in enumerate("abcde")]
+        reply = conn.runtime.synchronize(list(pods.values()), ctrs)
+        answered = {u.container_id for u in reply.update}
+        assert len(answered) == 2
+        later = {u.container_id: u for u in conn.runtime.wait_unasked(3)}
+        assert set(later) == {c.id for c in ctrs} - answered
+        assert set(svc.ledger.read().grants) == {c.id for c in ctrs}
+        pool = svc.describe(svc.ledger.read())["shared_pool"]
+        assert {parse_list(u.linux.resources.cpu.cpus) for u in later.values()} == {parse_list(pool)}
+        assert not [line for line in conn.log if "cannot adopt" in line]
+    finally:
+        conn.close()

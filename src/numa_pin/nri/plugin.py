@@ -47,6 +47,7 @@ from numa_pin.deadline import Deadline
 from numa_pin.errors import AdmissionError, NriError, NumaPinError
 from numa_pin.ledger.model import Grant
 from numa_pin.nri import wire
+from numa_pin.nri.adopt import updates_answered, updates_request
 from numa_pin.nri.convert import check_names, fill_adjustment, fill_update, spec_of
 from numa_pin.nri.messages import PLUGIN_SERVICE, RUNTIME_SERVICE, Messages, event_mask
 from numa_pin.resources.node.resize import follow_resize
@@ -83,6 +84,9 @@ class Handler:
         self._sync_pods: list[Any] = []
         self._sync_containers: list[Any] = []
         self._sync_parts = self._sync_bytes = 0
+        #: running containers the last Synchronize's budget left, adopted after its answer
+        #: (:mod:`numa_pin.nri.adopt`)
+        self.later: list[Any] = []
         self._methods: dict[str, tuple[str, Callable[[Any], Any]]] = {
             "Configure": ("ConfigureRequest", self.configure),
             "Synchronize": ("SynchronizeRequest", self.synchronize),
@@ -187,7 +191,7 @@ class Handler:
             resized.CopyFrom(req.container)
             resized.linux.resources.MergeFrom(req.linux_resources)  # what the update sets, over what was
             follow_resize(self.service, grant, self.request_of(req.pod, resized).amounts.cpus)
-        update = self._update(req.container.id)
+        update = self.update_of(req.container.id)
         if update is not None:
             response.update.append(update)
         return response
@@ -245,7 +249,7 @@ class Handler:
             report.forget_reason(self.service.config.state_dir, container_id)
             self.log(report.decision_line(grant, "released"))
 
-    def _update(self, container_id: str, state: Any = None) -> Any | None:
+    def update_of(self, container_id: str, state: Any = None) -> Any | None:
         """The update that pins a container where its grant says (``state``: the ledger, when the
         caller read it already), or None when it holds no grant."""
         state = self.service.ledger.read() if state is None else state
@@ -263,6 +267,7 @@ class Handler:
         transaction (:meth:`~numa_pin.service.NodeService.adopt_batch`): the runtime waits for one
         answer for all of them, and a busy node has thousands."""
         from numa_pin.hook.precreate import expected_cgroup
+        from numa_pin.nri.adopt import not_adopted, settle
         from numa_pin.serviceadopt import Adoptee
 
         removed, repaired = self.service.reconcile()
@@ -283,28 +288,23 @@ class Handler:
             try:
                 request = self.request_of(pod, container)
             except NumaPinError as exc:
-                self._not_adopted(container.id, exc)
+                not_adopted(self, container.id, exc)
                 continue
             cgroup = expected_cgroup(container.linux.cgroups_path or None)
             adoptees.append(Adoptee(request, container.pid or None, cgroup))
-        adopted = []
-        for outcome in self.service.adopt_batch(adoptees, budget, NRI):
-            if outcome.error is not None:
-                self._not_adopted(outcome.container_id, outcome.error)
-            else:
-                adopted.append(outcome.container_id)
-        report.forget_reasons(self.service.config.state_dir, adopted)
+        adopted, self.later = settle(self, adoptees, budget) if adoptees else ([], [])
         if adoptees:
-            self.log(f"synchronized: {len(adopted)} running container(s) adopted, {len(adoptees) - len(adopted)} not")
+            self.log(f"synchronized: {len(adopted)} running container(s) adopted, "
+                     f"{len(adoptees) - len(adopted) - len(self.later)} not, {len(self.later)} after the answer")
         state = self.service.ledger.read()  # once for every update: a busy node has thousands
-        updates = [self._update(cid, state) for cid in running]
+        updates = [self.update_of(cid, state) for cid in running]
         return [u for u in updates if u is not None]
 
-    def _not_adopted(self, container_id: str, exc: NumaPinError) -> None:
-        """It runs already: say so, and leave it as it is."""
-        line = cut(one_line(f"numa-pin: cannot adopt {container_id}: {exc.kind}: {exc}"))
-        self.log(line)
-        report.write_reason(self.service.config.state_dir, container_id, line, {"kind": exc.kind})
+    def adopt_later(self) -> list[Any]:
+        """One round of what the last Synchronize's budget left (:func:`numa_pin.nri.adopt.later_round`)."""
+        from numa_pin.nri.adopt import later_round
+
+        return later_round(self)
 
 
 def _cid(request: Any) -> str:
@@ -319,6 +319,8 @@ class Session:
         self.handler = handler
         self.name, self.index = name, index
         self.registered = False
+        #: the stream of this end's next request to the runtime (ttrpc: odd, 1 is the registration)
+        self._stream = 3
 
     def register(self) -> None:
         m = self.handler.m
@@ -332,10 +334,15 @@ class Session:
         the registration or sends what cannot be read."""
         self.register()
         while True:
+            if self.handler.later and self.registered and not self.channel.pending():
+                self._update_containers(self.handler.adopt_later())  # between the runtime's requests
+                continue
             message = self.channel.receive()
             if message is None:
                 return
-            if message.conn == wire.RUNTIME_CONN and message.kind == wire.RESPONSE:
+            if message.conn == wire.RUNTIME_CONN and message.kind == wire.RESPONSE and message.stream != 1:
+                updates_answered(self.handler, self._parse("Response", message.payload), self.channel.where)
+            elif message.conn == wire.RUNTIME_CONN and message.kind == wire.RESPONSE:
                 self._registered(message)
             elif message.conn == wire.PLUGIN_CONN and message.kind == wire.REQUEST:
                 self._answer(message)
@@ -347,6 +354,13 @@ class Session:
                            f"{response.status.message}", path=self.channel.where)
         self.registered = True
         self.handler.log(f"registered as {self.index}-{self.name}")
+
+    def _update_containers(self, updates: list[Any]) -> None:
+        """Send the runtime ``updates`` it did not ask for (``UpdateContainers``)."""
+        if updates:
+            stream, self._stream = self._stream, self._stream + 2
+            payload = updates_request(self.handler.m, updates)
+            self.channel.send(wire.Message(wire.RUNTIME_CONN, stream, wire.REQUEST, payload))
 
     def _answer(self, message: wire.Message) -> None:
         m = self.handler.m

@@ -15,6 +15,7 @@ then a protobuf ``Request`` or ``Response`` of at most 4 MiB.
 
 from __future__ import annotations
 
+import select
 import socket
 import struct
 from collections.abc import Iterator
@@ -128,6 +129,16 @@ class Channel:
                 return None
             self._ready.extend(self._decoder.feed(data))
         return self._ready.pop(0)
+
+    def pending(self) -> bool:
+        """Whether a message has arrived (or is arriving) that :meth:`receive` would return now."""
+        if self._ready:
+            return True
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError) as exc:
+            raise NriError(f"cannot poll the runtime's socket: {exc}", path=self.where) from exc
+        return bool(readable)
 
     def close(self) -> None:
         self.sock.close()
