@@ -67,9 +67,9 @@ class Bench:
     def handler(self) -> Any:
         """A freshly connected plugin (a new service: the config and ledger read again), configured."""
         from numa_pin.nri.plugin import Handler
-        from numa_pin.service import NodeService
+        from numa_pin.service import open_service
 
-        handler = Handler(NodeService(self.config), self.m, lambda line: None)
+        handler = Handler(open_service(self.config), self.m, lambda line: None)
         request = self.m.api("ConfigureRequest")(runtime_name="containerd", runtime_version="v1.7.24",
                                                  request_timeout=2000)
         self._call(handler, "Configure", request)

@@ -41,7 +41,7 @@ from numa_pin.config.schema import config_from_dict  # noqa: E402  (after the sr
 from numa_pin.cpuset import format_list  # noqa: E402
 from numa_pin.ledger.model import Grant, LedgerState  # noqa: E402
 from numa_pin.resources.node import cpu as cpu_node  # noqa: E402
-from numa_pin.service import NodeService  # noqa: E402
+from numa_pin.service import open_service  # noqa: E402
 from numa_pin.testing.node import FakeNode  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
@@ -63,7 +63,7 @@ def populate(node: FakeNode, config: dict[str, object], population: int) -> int:
     """P shared and P/8 exclusive containers, in the ledger and in their cgroups; returns the
     ledger's size in bytes."""
     (node.proc_root / "stat").write_text(f"cpu 0 0 0 0\nbtime {BTIME}\n")
-    service = NodeService(config_from_dict(config))
+    service = open_service(config_from_dict(config))
     free = sorted(service.topology.cpu_ids - cpu_node.reserved(service))
     start = BTIME + 100 / os.sysconf("SC_CLK_TCK")
     grants: dict[str, Grant] = {}

@@ -40,7 +40,7 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
     from numa_pin.ledger import liveness
     from numa_pin.ledger.store import encode
     from numa_pin.resources.node import cpu as cpu_node
-    from numa_pin.service import NodeService
+    from numa_pin.service import open_service
     from numa_pin.testing.node import FakeNode
 
     deferring = hasattr(node_service, "defer_settling")
@@ -64,7 +64,7 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
             populate(node, cfg, size)
             samples: list[tuple[float, float, float]] = []
             for run in range(runs + 1):
-                svc = NodeService(config_from_dict(cfg))  # the spare's rehearsal, then the request
+                svc = open_service(config_from_dict(cfg))  # the spare's rehearsal, then the request
                 svc.plan(request_from_oci("rehearsal", {"numa-pin.io/cpus": "1"}))
                 read = svc.ledger.read()
                 encode(read)

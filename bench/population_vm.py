@@ -46,7 +46,7 @@ from numa_pin.ledger import liveness
 from numa_pin.ledger.liveness import process_start_time
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.resources.node import cpu as cpu_node
-from numa_pin.service import NodeService
+from numa_pin.service import open_service
 
 RUNS, SIZES = int(sys.argv[1]), [int(x) for x in sys.argv[2].split(",")]
 shared_dir = Path(os.environ["NP_SHARED"])
@@ -113,7 +113,7 @@ for size in SIZES:
     cfg = {"state_dir": str(WORK / f"state{size}"), "syslog": False, "policy": "restricted"}
     cfg_path = WORK / f"config{size}.yaml"
     cfg_path.write_text(json.dumps(cfg))
-    svc = NodeService(config_from_dict(cfg))
+    svc = open_service(config_from_dict(cfg))
     shared = []
     grants = {}
     t0 = time.perf_counter()

@@ -32,7 +32,6 @@ TYPE_CHECKING = False  # typing's flag without importing typing
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from numa_pin.config.schema import Config
     from numa_pin.service import NodeService
 
 ADMIT_STAGES = frozenset({"prestart", "createRuntime", "create-runtime"})
@@ -41,8 +40,6 @@ PRECREATE_STAGES = frozenset({"precreate"})
 NOOP_STAGES = frozenset({"createContainer", "startContainer", "poststart"})
 USAGE = ("usage: numa-pin-hook [--config PATH] [prestart|createRuntime|poststop]  (OCI state on stdin)\n"
          "       numa-pin-hook [--config PATH] precreate  (proposed config.json on stdin, config to use on stdout)")
-#: where the parsed config is cached between hook runs (override: NUMA_PIN_CACHE_DIR)
-DEFAULT_CACHE_DIR = "/run/numa-pin"
 #: the environment variables a hook reads (all the agent passes on)
 HOOK_ENV = ("NUMA_PIN_CONFIG", "NUMA_PIN_CACHE_DIR", "NUMA_PIN_DEBUG")
 
@@ -102,30 +99,6 @@ def parse_argv(argv: tuple[str, ...] | list[str]) -> tuple[str | None, str]:
 
         raise Usage(f"unknown stage {quote(stage)}")
     return config, stage
-
-
-def _at(cwd: str, path: str) -> str:
-    """``path`` resolved against ``cwd`` (an absolute path is kept)."""
-    return path if path.startswith("/") else f"{cwd.rstrip('/')}/{path}"
-
-
-def hook_config(config_path: str | None, env: Mapping[str, str], cwd: str = "/") -> tuple[Config, str]:
-    """The config a hook runs with and its cache directory: the one config-loading path of the
-    hook, the agent's spare and the rootless hook. ``--config`` wins over ``NUMA_PIN_CONFIG``,
-    then the default file; relative paths are resolved against ``cwd``.
-
-    Raises:
-        ConfigError: the named file is missing or invalid.
-    """
-    from numa_pin.config.load import load_config
-
-    named = env.get("NUMA_PIN_CONFIG")
-    resolved = dict(env)
-    if named:
-        resolved["NUMA_PIN_CONFIG"] = _at(cwd, named)
-    cache_dir = _at(cwd, env.get("NUMA_PIN_CACHE_DIR") or DEFAULT_CACHE_DIR)
-    path = None if config_path is None else _at(cwd, config_path)
-    return load_config(path, resolved, cache_dir=cache_dir), cache_dir
 
 
 class _Out:
@@ -236,6 +209,7 @@ class _Context:
 def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Context) -> int:
     import io
 
+    from numa_pin.config.load import at_dir, entry_config
     from numa_pin.errors import EXIT_OK
 
     data = b""
@@ -254,19 +228,19 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
         state = read_state(io.BytesIO(request.stdin))
         ctx.cid = state.id
         if not state.bundle.startswith("/"):
-            state = replace(state, bundle=_at(request.cwd, state.bundle))
+            state = replace(state, bundle=at_dir(request.cwd, state.bundle))
     from numa_pin.hook.rootless import is_rootless
 
     if is_rootless():
         from numa_pin.hook.rootless import run_rootless
 
-        return run_rootless(stage, ctx.cid, data if state is None else None, state,
-                            lambda: hook_config(config_path, request.env, request.cwd)[0], ctx.out)
-    config, cache_dir = hook_config(config_path, request.env, request.cwd)
+        return run_rootless(stage, ctx.cid, data if state is None else None, state, lambda: entry_config(
+            config_path, request.env, cwd=request.cwd, cached=True, or_defaults=True)[0], ctx.out)
+    config, cache_dir = entry_config(config_path, request.env, cwd=request.cwd, cached=True)
     ctx.state_dir, ctx.syslog = config.state_dir, config.syslog
-    from numa_pin.service import NodeService
+    from numa_pin.service import open_service
 
-    service = NodeService(config, cache_dir=cache_dir)  # a lock wait goes to syslog: an outcome is one line
+    service = open_service(config, cache_dir)  # a lock wait goes to syslog: an outcome is one line
     from numa_pin.report import forget_reason
 
     if state is None:
@@ -325,5 +299,5 @@ def _abandon_pending(service: NodeService, container_id: str) -> None:
         log_syslog(f"numa-pin: {container_id}: the grant of a refused container was not released: {exc}")
 
 
-__all__ = ["ADMIT_STAGES", "DEFAULT_CACHE_DIR", "HOOK_ENV", "NOOP_STAGES", "PRECREATE_STAGES", "RELEASE_STAGES",
-           "USAGE", "HookRequest", "HookResult", "Usage", "hook_config", "parse_argv", "run"]
+__all__ = ["ADMIT_STAGES", "HOOK_ENV", "NOOP_STAGES", "PRECREATE_STAGES", "RELEASE_STAGES", "USAGE", "HookRequest",
+           "HookResult", "Usage", "parse_argv", "run"]

@@ -35,7 +35,7 @@ from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
 
 from numa_pin import tally
-from numa_pin.config.load import load_config
+from numa_pin.config.load import entry_config
 from numa_pin.config.schema import Config
 from numa_pin.devices.inventory import inventory
 from numa_pin.errors import NumaPinError
@@ -46,7 +46,7 @@ from numa_pin.resources.base import NodeView
 from numa_pin.resources.node.cpu import shared_pool
 from numa_pin.resources.registry import pure_resources
 from numa_pin.safefs import replace_private
-from numa_pin.service import NodeService
+from numa_pin.service import open_service
 from numa_pin.text import one_line
 
 #: the content type of :func:`exposition` (prometheus_client's text format 0.0.4)
@@ -135,7 +135,7 @@ def _histogram(name: str, doc: str, counts: Mapping[str, float], key: str,
 def node_families(config: Config, cache_dir: str | None = None) -> Iterator[Metric]:
     """The gauges read from the node: resources per NUMA node, grants by kind, the CPU manager's
     pool. Raises NumaPinError or OSError when the ledger, topology or config cannot be read."""
-    service = NodeService(config, cache_dir)
+    service = open_service(config, cache_dir)
     state = service.ledger.read()
     topology, settings = service.topology, service.settings
     reserved = reserved_cpus_of(topology, settings)
@@ -221,7 +221,7 @@ def _serve_scrape(conn: socket.socket, environ: Mapping[str, str] | None, timeou
     conn.settimeout(timeout_s)
     try:
         handler: type[BaseHTTPRequestHandler] = MetricsHandler.factory(
-            registry(load_config(None, os.environ if environ is None else environ)))
+            registry(entry_config(None, os.environ if environ is None else environ)[0]))
     except NumaPinError as exc:
         message = one_line(f"{exc.kind}: {exc}")
         handler = type("ConfigFailed", (BaseHTTPRequestHandler,), {

@@ -38,6 +38,7 @@ from numa_pin.resources.base import grant_from, live_name_message, path_refusal
 from numa_pin.resources.node.base import PENDING_GRACE_S, Admission, Release
 from numa_pin.resources.node.registry import settings_from_config
 from numa_pin.servicebase import ServiceBase
+from numa_pin.topology.cache import DEFAULT_MAX_AGE_S
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from numa_pin.config.schema import Config
     from numa_pin.ledger.store import Transaction
     from numa_pin.resources.runtime import RuntimeTarget
     from numa_pin.serviceadopt import Adopted, Adoptee
@@ -435,7 +437,13 @@ def _start_time(pid: int | None, proc_root: str) -> float | None:
     return process_start_time(pid, proc_root) if pid else None
 
 
-__all__ = [
-    "PENDING_GRACE_S", "Admitted", "NodeService", "defer_settling", "live_name_message", "settings_from_config",
-    "settle_deferred",
-]
+def open_service(config: Config, cache_dir: str | None = None, *,
+                 topology_max_age: float = DEFAULT_MAX_AGE_S) -> NodeService:
+    """The node service of ``config``, as every entry point builds it. ``cache_dir``: where the
+    topology is cached (the hook's and the agent's; None: discovered afresh), kept at most
+    ``topology_max_age`` seconds."""
+    return NodeService(config, cache_dir, topology_max_age=topology_max_age)
+
+
+__all__ = ["PENDING_GRACE_S", "Admitted", "NodeService", "defer_settling", "live_name_message", "open_service",
+           "settings_from_config", "settle_deferred"]

@@ -27,11 +27,10 @@ from __future__ import annotations
 import errno
 import json
 import os
-import time
 
 from numa_pin.boundedio import json_loads_bounded, read_regular_file
 from numa_pin.errors import UnsafePathError
-from numa_pin.safefs import ensure_dir, open_private, replace_private
+from numa_pin.safefs import ensure_dir, flock_within, open_private, replace_private
 from numa_pin.text import MAX_LINE, cut, one_line
 
 COUNTERS = "counters.json"
@@ -153,8 +152,6 @@ def add(state_dir: str | None, increments: dict[str, float], *, wait_s: float = 
     wanted = {k: v for k, v in increments.items() if k in KEYS and v}
     if not state_dir or not wanted:
         return not wanted
-    import fcntl
-
     lock = os.path.join(state_dir, LOCK)
     try:
         ensure_dir(state_dir, 0o700)
@@ -163,15 +160,8 @@ def add(state_dir: str | None, increments: dict[str, float], *, wait_s: float = 
         report_loss(lock, exc)
         return False
     try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(0.002)
+        if not flock_within(fd, wait_s, poll=(0.002, 0.002)):
+            return False
         _remove_dead_writers_files(state_dir)
         counts = read(state_dir)
         for key, value in wanted.items():

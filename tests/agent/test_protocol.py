@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import struct
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from numa_pin import __version__
-from numa_pin.agent import protocol, request
+from numa_pin.agent import client, protocol, request
 from numa_pin.record import replace
 
 _text = st.text(max_size=40)
@@ -121,3 +123,38 @@ def test_socket_path_precedence():
 ], ids=["same", "relative-to-cwd", "unnormalized", "relative-elsewhere", "other-install"])
 def test_same_home(home, cwd, server_home, same):
     assert request.same_home(home, cwd, server_home) is same
+
+
+class _Socket:
+    """A connection whose ``SO_PEERCRED`` answer is ``raw``."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def getsockopt(self, level: int, option: int, size: int) -> bytes:
+        assert (level, option, size) == (socket.SOL_SOCKET, socket.SO_PEERCRED, protocol.UCRED_BYTES)
+        return self.raw
+
+
+# (id, pid, uid, gid): struct ucred as the kernel fills it (pid_t, uid_t, gid_t)
+UCREDS = [
+    ("root", 1, 0, 0),
+    ("user", 4242, 1000, 1000),
+    ("nobody", 77, 65534, 65534),
+    ("uid_above_2_31", 99, 2**31 + 5, 2**32 - 2),  # systemd's dynamic user ranges: uid_t is unsigned
+]
+
+
+@pytest.mark.parametrize(("pid", "uid", "gid"), [u[1:] for u in UCREDS], ids=[u[0] for u in UCREDS])
+def test_both_ends_read_the_peer_alike(pid, uid, gid):
+    raw = struct.pack("=iII", pid, uid, gid)  # the oracle: struct ucred's layout in this byte order
+    assert protocol.decode_ucred(raw) == (pid, uid, gid)
+    assert request.peer_credentials(_Socket(raw)) == request.Peer(pid, uid, gid)
+    assert client.peer_uid(_Socket(raw)) == uid
+
+
+def test_a_real_peer_is_this_process():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with a, b:
+        assert request.peer_credentials(a) == request.Peer(os.getpid(), os.geteuid(), os.getegid())
+        assert client.peer_uid(b) == os.geteuid()

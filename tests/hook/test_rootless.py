@@ -141,3 +141,34 @@ def test_rootless_gpu_container_that_did_not_ask_numa_pin_passes(unprivileged):
     res = run("precreate", data)
     assert res.returncode == 0, res.stderr
     assert res.stdout == data
+
+
+# (id, what the --config file holds (None: no such file), rootless, annotations, exit code, stderr says)
+UNREADABLE_CONFIG = [
+    ("rootless_asks_nothing_missing", None, True, {}, 0, None),
+    ("rootless_asks_nothing_not_yaml", "policy: [unclosed\n", True, {}, 0, None),
+    ("rootless_asks_defaults_apply", "policy: [unclosed\n", True, {"numa-pin.io/cpus": "1"}, 1, "RootlessError"),
+    ("root_missing_is_a_config_error", None, False, {}, 3, "ConfigError"),
+    ("root_not_yaml_is_a_config_error", "policy: [unclosed\n", False, {}, 3, "ConfigError"),
+]
+
+
+@pytest.mark.parametrize(("text", "rootless", "ann", "code", "says"), [u[1:] for u in UNREADABLE_CONFIG],
+                         ids=[u[0] for u in UNREADABLE_CONFIG])
+def test_an_unreadable_config_refuses_only_a_root_hook(tmp_path, monkeypatch, text, rootless, ann, code, says):
+    """In process (the setpriv tests above run the installed hook): a rootless hook falls back to
+    the built-in defaults, a root hook reports the config."""
+    from numa_pin import invoke
+    from numa_pin.hook import rootless as rootless_mod
+
+    monkeypatch.setattr(rootless_mod, "is_rootless", lambda: rootless)
+    if text is not None:
+        (tmp_path / "config.yaml").write_text(text)
+    doc = _proposed(ann)
+    env = {"NUMA_PIN_CACHE_DIR": str(tmp_path / "cache")}
+    result = invoke.run(invoke.HookRequest(("--config", "config.yaml", "precreate"), env, doc, str(tmp_path)))
+    assert result.code == code, result.stderr
+    if says is None:
+        assert (result.stdout, result.stderr) == (doc, ())
+    else:
+        assert len(result.stderr) == 1 and f": {says}: " in result.stderr[0]

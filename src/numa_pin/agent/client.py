@@ -39,7 +39,9 @@ from numa_pin.agent.protocol import (
     MAX_REQUEST_BYTES,
     NO_AGENT_ENV,
     STALL_S,
+    UCRED_BYTES,
     decode_reply,
+    decode_ucred,
     encode_request,
     frame,
     socket_path,
@@ -69,8 +71,7 @@ def peer_uid(sock) -> int:
     """The uid of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
     from _socket import SO_PEERCRED, SOL_SOCKET
 
-    cred = sock.getsockopt(SOL_SOCKET, SO_PEERCRED, 12)  # struct ucred {pid, uid, gid}
-    return int.from_bytes(cred[4:8], sys.byteorder)
+    return decode_ucred(sock.getsockopt(SOL_SOCKET, SO_PEERCRED, UCRED_BYTES))[1]
 
 
 def read_reply(sock, deadline: float) -> bytes | None:

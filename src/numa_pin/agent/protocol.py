@@ -47,6 +47,8 @@ STALL_S = 2.0
 
 #: the directory this process loaded numa_pin from (a request's ``home``)
 HOME = (numa_pin.__file__ or "./").rpartition("/")[0] or "."
+#: the bytes ``getsockopt(SO_PEERCRED)`` is asked for: ``struct ucred`` (:func:`decode_ucred`)
+UCRED_BYTES = 12
 #: where ``numa-pin serve`` listens unless told otherwise
 DEFAULT_SOCKET = "/run/numa-pin/agent.sock"
 
@@ -174,6 +176,16 @@ def encode_fallback(reason: str) -> bytes:
     return frame(json.dumps({"fallback": reason}).encode("ascii"))
 
 
+def decode_ucred(raw: bytes) -> tuple[int, int, int]:
+    """``(pid, uid, gid)`` of the ``struct ucred`` that ``getsockopt(SO_PEERCRED)`` returns
+    (:data:`UCRED_BYTES`: three 32-bit numbers in this machine's byte order, read unsigned as
+    the kernel's ``uid_t`` and ``gid_t`` are). Pure."""
+    from sys import byteorder
+
+    return (int.from_bytes(raw[0:4], byteorder), int.from_bytes(raw[4:8], byteorder),
+            int.from_bytes(raw[8:12], byteorder))
+
+
 def peer_allowed(uid: int, server_uid: int) -> bool:
     """Only root and the server's own user may have admissions run. Pure."""
     return uid == 0 or uid == server_uid
@@ -197,7 +209,9 @@ __all__ = [
     "PASSED_ENV",
     "PROTOCOL",
     "SOCKET_ENV",
+    "UCRED_BYTES",
     "decode_reply",
+    "decode_ucred",
     "encode_fallback",
     "encode_reply",
     "encode_request",

@@ -40,6 +40,8 @@ from numa_pin.agent.protocol import (
     MAX_STDIN_BYTES,
     PASSED_ENV,
     PROTOCOL,
+    UCRED_BYTES,
+    decode_ucred,
     encode_fallback,
     encode_reply,
 )
@@ -50,7 +52,6 @@ from numa_pin.text import one_line
 #: a peer must send its whole request within this many seconds of being accepted (in all)
 READ_TIMEOUT_S = 5.0
 _HEADER = struct.Struct("!I")
-_UCRED = struct.Struct("3i")
 
 
 @record
@@ -130,8 +131,7 @@ def refusal(request: Request, server_version: str = __version__, server_home: st
 
 def peer_credentials(conn: socket.socket) -> Peer:
     """``SO_PEERCRED`` of a connected Unix socket. Raises OSError."""
-    pid, uid, gid = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
-    return Peer(pid, uid, gid)
+    return Peer(*decode_ucred(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, UCRED_BYTES)))
 
 
 def recv_frame(conn: socket.socket, limit: int, timeout_s: float | None = None) -> bytes:

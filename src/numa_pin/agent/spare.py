@@ -45,11 +45,12 @@ from collections.abc import Callable, Mapping, Sequence
 
 from numa_pin.admission.request import request_from_oci
 from numa_pin.agent.protocol import PASSED_ENV
-from numa_pin.invoke import hook_config, parse_argv
+from numa_pin.config.load import entry_config
+from numa_pin.invoke import parse_argv
 from numa_pin.ledger.liveness import prepare
 from numa_pin.ledger.store import Ledger, encode
 from numa_pin.resources.node.cpu import warm
-from numa_pin.service import NodeService
+from numa_pin.service import open_service
 
 #: the notes (one line each, without its newline)
 READY = b"R"
@@ -169,8 +170,8 @@ def rehearse(request: Mapping[str, object]) -> LedgerWatch | None:
     cwd = request.get("cwd")
     try:
         config_path, _ = parse_argv([str(a) for a in argv] if isinstance(argv, list) else [])
-        config, cache_dir = hook_config(config_path, env, cwd if isinstance(cwd, str) else "/")
-        service = NodeService(config, cache_dir=cache_dir, topology_max_age=REHEARSAL_TOPOLOGY_MAX_AGE_S)
+        config, cache_dir = entry_config(config_path, env, cwd=cwd if isinstance(cwd, str) else "/", cached=True)
+        service = open_service(config, cache_dir, topology_max_age=REHEARSAL_TOPOLOGY_MAX_AGE_S)
         watch = LedgerWatch(service.ledger)
         service.plan(request_from_oci("numa-pin-rehearsal", {"numa-pin.io/cpus": "1"}))
         state = service.ledger.read()

@@ -69,9 +69,9 @@ def run(args: argparse.Namespace) -> int:
             out["qos"] = {"class": qos, "signal": f"cgroup {grant.cgroup}"}
         if grant.isolation:  # what each isolation knob holds now, or why it cannot
             from numa_pin.resources.node.isolation import preview
-            from numa_pin.service import NodeService
+            from numa_pin.service import open_service
 
-            service = NodeService(config)
+            service = open_service(config)
             out["isolated"] = preview(service, service.ledger.read(), grant, applied=True)
         from numa_pin.resources.node.irq import explain as explain_irqs
 

@@ -121,7 +121,7 @@ def _isolation(service, request, decision) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.service import NodeService
+    from numa_pin.service import open_service
 
     config = load(args)
     doc = None
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         request = request_from_spec(state, spec, config)
     else:
         request = request_from_args(args, "plan", config.isolation)
-    service = NodeService(config)
+    service = open_service(config)
     paths = targets(doc)
     verdicts = path_verdicts(service.resources, request, paths if args.via is None else {args.via: paths[args.via]})
     decision = service.plan(request)

@@ -71,12 +71,12 @@ def run(args: argparse.Namespace) -> int:
     from numa_pin.cli.cmd_status import grant_dict
     from numa_pin.cpuset import format_list
     from numa_pin.quantity import parse_bytes
-    from numa_pin.service import NodeService
+    from numa_pin.service import open_service
 
     if args.cpus is None and args.memory is None:
         raise RequestError("nothing to change: give --cpus N and/or --memory Q", annotation="--cpus")
     memory = parse_bytes(args.memory, "--memory") if args.memory is not None else None
-    service = NodeService(load(args))
+    service = open_service(load(args))
     cid = resolve_id(args.container_id, service.ledger.read().grants)
     if cid is None:
         raise RequestError(f"no grant matches {args.container_id!r} (see numa-pin status)", annotation="ID")

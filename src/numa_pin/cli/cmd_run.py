@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
     from numa_pin.enforcer.systemd import detect
     from numa_pin.errors import RequestError
     from numa_pin.record import replace
-    from numa_pin.service import NodeService, live_name_message
+    from numa_pin.service import live_name_message, open_service
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
         raise RequestError(f"--ranks must be at least 1, got {args.ranks}", annotation="--ranks")
     config = load(args)
     name = args.name or f"run-{os.getpid()}-{int(time.time())}"
-    service = NodeService(config)
+    service = open_service(config)
     explicit = explicit_cpuset(args.cpu_list, args.nodes, service.topology)
     if explicit is not None and args.cpus is None:
         args.cpus = str(len(explicit))

@@ -76,24 +76,23 @@ def run(args: argparse.Namespace) -> int:
 def _metrics_address() -> str | None:
     """The config's ``metrics_address`` (None: off, or a config that cannot be read now: each
     admission reports that itself)."""
-    from numa_pin.config.load import load_config
+    from numa_pin.config.load import entry_config
     from numa_pin.errors import NumaPinError
 
     try:
-        return load_config(None, os.environ).metrics_address
+        return entry_config(None, os.environ)[0].metrics_address
     except (NumaPinError, OSError):
         return None
 
 
 def _serve_nri(args: argparse.Namespace) -> int:
-    from numa_pin.invoke import hook_config
+    from numa_pin.config.load import entry_config
     from numa_pin.nri.messages import load
     from numa_pin.nri.plugin import DEFAULT_SOCKET, serve
-    from numa_pin.service import NodeService
+    from numa_pin.service import NodeService, open_service
 
     def make_service() -> NodeService:
-        config, cache_dir = hook_config(None, os.environ)
-        return NodeService(config, cache_dir=cache_dir)
+        return open_service(*entry_config(None, os.environ, cwd="/", cached=True))
 
     if not args.nri_request_timeout > 0:
         from numa_pin.errors import RequestError
@@ -125,11 +124,11 @@ def beside_kubelet(kubelet_config: str | None, allowed: bool, err: Any) -> None:
 def _drop_earlier_boots() -> None:
     """Grants of an earlier boot go (with a ``released`` line) as the agent starts; best effort:
     a config or ledger that cannot be read now is the first admission's to report."""
-    from numa_pin.config.load import load_config
+    from numa_pin.config.load import entry_config
     from numa_pin.errors import NumaPinError
-    from numa_pin.service import NodeService
+    from numa_pin.service import open_service
 
     try:
-        NodeService(load_config(None, os.environ)).drop_earlier_boots()
+        open_service(entry_config(None, os.environ)[0]).drop_earlier_boots()
     except (NumaPinError, OSError):
         pass

@@ -40,16 +40,16 @@ def node_arguments(json_help: str) -> Callable[[argparse.ArgumentParser], None]:
 
 def load(args: argparse.Namespace):
     """The config named by ``--config`` / the environment; raises ConfigError."""
-    from numa_pin.config.load import load_config
+    from numa_pin.config.load import entry_config
 
-    return load_config(args.config, os.environ)
+    return entry_config(args.config, os.environ)[0]
 
 
 def open_node(args: argparse.Namespace):
     """The :class:`~numa_pin.service.NodeService` of the config ``args`` name."""
-    from numa_pin.service import NodeService
+    from numa_pin.service import open_service
 
-    return NodeService(load(args))
+    return open_service(load(args))
 
 
 def print_result(args: argparse.Namespace, doc: object, lines: Iterable[str]) -> None:

@@ -29,7 +29,7 @@ from numa_pin import __version__
 from numa_pin.boundedio import UnsafeInput, json_loads_bounded, open_regular, read_fd
 from numa_pin.config.schema import Config, config_from_dict
 from numa_pin.digest import sha256_hex
-from numa_pin.errors import ConfigError
+from numa_pin.errors import ConfigError, NumaPinError
 from numa_pin.safefs import ensure_dir, replace_private
 from numa_pin.text import one_line
 
@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 DEFAULT_PATH = "/etc/numa-pin/config.yaml"
 #: environment variable naming a configuration file
 ENV_VAR = "NUMA_PIN_CONFIG"
+#: where :func:`entry_config` keeps the parsed config between runs when asked to cache
+DEFAULT_CACHE_DIR = "/run/numa-pin"
+#: environment variable naming another cache directory
+CACHE_ENV = "NUMA_PIN_CACHE_DIR"
 
 _CACHE_FORMAT = 1
 #: a file changed this recently is not cached: a second same-size edit within one
@@ -70,6 +74,52 @@ def load_config(
     if chosen is None:
         return Config()
     return _load_file(chosen, None if cache_dir is None else os.fspath(cache_dir))
+
+
+def entry_config(
+    path: str | None,
+    env: Mapping[str, str],
+    *,
+    cwd: str | None = None,
+    cached: bool = False,
+    or_defaults: bool = False,
+) -> tuple[Config, str | None]:
+    """The config an entry point runs with, and the cache directory it was read through (None
+    when not ``cached``): the one loader of the hook, the agent, the NRI plugin, metrics and the
+    operator commands. ``path`` (``--config``) wins over ``NUMA_PIN_CONFIG``, then the default
+    file (:func:`load_config`).
+
+    ``cwd``: relative paths (``path``, ``NUMA_PIN_CONFIG``, ``NUMA_PIN_CACHE_DIR``) are resolved
+    against it (a hook's request names the directory it runs in); None leaves them to this
+    process's own. ``cached``: read through ``NUMA_PIN_CACHE_DIR`` (default
+    :data:`DEFAULT_CACHE_DIR`), as the hook does on every container start. ``or_defaults``: a
+    config that cannot be loaded gives the built-in defaults instead of raising (the rootless
+    hook, which must pass a container that asks for nothing).
+
+    Raises:
+        ConfigError: the named file is missing or invalid (not with ``or_defaults``).
+        UnsafePathError: the cache directory is unsafe (not with ``or_defaults``).
+    """
+    named = env.get(ENV_VAR)
+    if cwd is not None and named:
+        env = {**env, ENV_VAR: at_dir(cwd, named)}
+    if path is not None and cwd is not None:
+        path = at_dir(cwd, path)
+    cache_dir = None
+    if cached:
+        cache_dir = env.get(CACHE_ENV) or DEFAULT_CACHE_DIR
+        cache_dir = cache_dir if cwd is None else at_dir(cwd, cache_dir)
+    try:
+        return load_config(path, env, cache_dir=cache_dir), cache_dir
+    except NumaPinError:
+        if not or_defaults:
+            raise
+        return Config(), cache_dir
+
+
+def at_dir(cwd: str, path: str) -> str:
+    """``path`` resolved against ``cwd`` (an absolute path is kept)."""
+    return path if path.startswith("/") else f"{cwd.rstrip('/')}/{path}"
 
 
 def resolve_config_path(
@@ -320,4 +370,5 @@ def _write_cache(cache_dir: str, key: Mapping[str, Any], config: Config) -> None
         pass
 
 
-__all__ = ["DEFAULT_PATH", "ENV_VAR", "cache_file", "config_from_yaml", "load_config", "resolve_config_path"]
+__all__ = ["CACHE_ENV", "DEFAULT_CACHE_DIR", "DEFAULT_PATH", "ENV_VAR", "at_dir", "cache_file", "config_from_yaml",
+           "entry_config", "load_config", "resolve_config_path"]

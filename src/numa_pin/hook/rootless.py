@@ -83,22 +83,18 @@ def run_rootless(stage: str, container_id: str, data: bytes | None, state, load_
     """The whole hook for a rootless runtime: pass what asks for nothing, refuse the rest.
 
     ``data`` is the proposed config (precreate) or None; ``state`` the OCI state (other stages);
-    ``load_config`` the hook's config loader (:func:`numa_pin.invoke.hook_config`). Never touches
-    the ledger or cgroups. Raises RootlessError for a container that asked, and HookInputError /
-    RequestError for an input that cannot be read.
+    ``load_config`` the hook's config loader (:func:`numa_pin.config.load.entry_config` with
+    ``or_defaults``: an unreadable node config must not refuse a container that asks nothing).
+    Never touches the ledger or cgroups. Raises RootlessError for a container that asked, and
+    HookInputError / RequestError for an input that cannot be read.
     """
     if stage == "poststop":
         return 0
-    from numa_pin.config import schema
-    from numa_pin.errors import NumaPinError
     from numa_pin.hook.admit import request_from_spec
     from numa_pin.hook.oci import OciState, load_spec, parse_spec
     from numa_pin.hook.precreate import asks_nothing
 
-    try:
-        config = load_config()
-    except NumaPinError:
-        config = schema.Config()  # an unreadable node config must not refuse a container that asks nothing
+    config = load_config()
     if data is not None:
         spec = parse_spec(data, "/", source="proposed config on stdin")
         state = OciState(id=container_id, status="precreate", pid=None, bundle="/")

@@ -47,7 +47,7 @@ from numa_pin.errors import LedgerCorrupt, LedgerError, LedgerLockTimeout
 from numa_pin.ledger.codec import MAX_NAME_CHARS, REMEDY, check_new_grants, checksum, corrupt, decode, encode
 from numa_pin.ledger.model import LedgerState
 from numa_pin.ledger.transaction import Transaction
-from numa_pin.safefs import NotDurable, check_dir, ensure_dir, open_private, replace_private
+from numa_pin.safefs import NotDurable, check_dir, ensure_dir, flock_within, open_private, replace_private
 
 LEDGER_FILE = "ledger.json"
 LOCK_FILE = "ledger.lock"
@@ -250,27 +250,13 @@ class Ledger:
         return open_private(self.lock_path, os.O_RDWR | os.O_CREAT)
 
     def _wait_for_lock(self, fd: int, timeout: float, on_wait: Callable[[int | None], None] | None) -> None:
-        start = time.monotonic()
-        deadline = start + timeout
-        delay = _POLL_MIN_S
-        noticed = on_wait is None
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                pass
-            except OSError as exc:
-                raise LedgerError(f"cannot lock: {_reason(exc)}", path=self.lock_path) from exc
-            now = time.monotonic()
-            if not noticed and now - start >= WAIT_NOTICE_S:
-                noticed = True
-                on_wait(_read_holder(fd))  # type: ignore[misc]
-            left = deadline - now
-            if left <= 0:
-                raise LedgerLockTimeout(self._timeout_message(fd, timeout), path=self.lock_path)
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, _POLL_MAX_S)
+        notice = None if on_wait is None else (WAIT_NOTICE_S, lambda: on_wait(_read_holder(fd)))
+        try:
+            held = flock_within(fd, timeout, poll=(_POLL_MIN_S, _POLL_MAX_S), notice=notice)
+        except OSError as exc:
+            raise LedgerError(f"cannot lock: {_reason(exc)}", path=self.lock_path) from exc
+        if not held:
+            raise LedgerLockTimeout(self._timeout_message(fd, timeout), path=self.lock_path)
 
     def _timeout_message(self, fd: int, timeout: float) -> str:
         msg = f"another numa-pin held the ledger lock for more than {timeout:g}s"
