@@ -106,12 +106,12 @@ def beside_kubelet(kubelet_config: str | None, allowed: bool, err: Any) -> None:
     """Refuse to run beside kubelet's static CPU or memory manager (:mod:`numa_pin.kubeletpolicy`,
     under the config's ``kubelet_root``), or, ``allowed``, say on ``err`` what was allowed.
     Raises KubeletConflictError (exit 1) or KubeletError (a file numa-pin cannot read)."""
-    from numa_pin.config.load import load_config
+    from numa_pin.config.load import entry_config
     from numa_pin.errors import NumaPinError
     from numa_pin.kubeletpolicy import DEFAULT_KUBELET_ROOT, refuse_static, static_warnings
 
     try:
-        kubelet_root = load_config(None, os.environ).kubelet_root
+        kubelet_root = entry_config(None, os.environ)[0].kubelet_root
     except (NumaPinError, OSError):  # the first admission reports the config itself
         kubelet_root = DEFAULT_KUBELET_ROOT
     if not allowed:

@@ -61,9 +61,9 @@ def start(args: argparse.Namespace, env: Mapping[str, str]):  # -> Publisher | N
     def build() -> dict[str, Any]:
         if "build" not in made:  # the topology is read once, in the thread
             from numa_pin.cli.cmd_nrt import node_builder, pod_resources_socket
-            from numa_pin.config.load import load_config
+            from numa_pin.config.load import entry_config
 
-            config = load_config(None, env)
+            config, _ = entry_config(None, env)
             made["build"], watched = node_builder(config, config.sysfs_root, config.proc_root, node_name,
                                                   socket_path=pod_resources_socket(None, config.kubelet_root))
             publisher.watched = watched
