@@ -366,6 +366,24 @@ def main() -> None:
         return out
 
     step("partition_podman", partition_podman)
+
+    def exec_affinity() -> dict[str, object]:
+        """podman with runc and ``numa-pin.io/exec-cpu-affinity: first`` on two exclusive CPUs:
+        where the container runs, and where a process ``podman exec`` starts in it runs."""
+        name = "exec-aff"
+        sh("podman", "--runtime", "runc", "run", "-d", "--name", name, "--network", "none", "--annotation",
+           "numa-pin.io/cpus=2", "--annotation", "numa-pin.io/exec-cpu-affinity=first", "--rootfs",
+           "/var/tmp/rootfs", "sleep", "100000", timeout=300)
+        pid = int(sh("podman", "inspect", "-f", "{{.State.Pid}}", name).strip())
+        podman_id = sh("podman", "inspect", "-f", "{{.Id}}", name).strip()
+        status = sh("podman", "exec", name, "cat", "/proc/self/status")
+        line = next(x for x in status.splitlines() if x.startswith("Cpus_allowed_list:"))
+        out: dict[str, object] = {"runc": sh("runc", "--version").splitlines()[0], "seen": cpus_of(pid),
+                                  "exec": line.split(":", 1)[1].strip(), "grant": grants().get(podman_id)}
+        sh("podman", "rm", "-f", "-t", "0", name, timeout=300)
+        return out
+
+    step("exec_affinity", exec_affinity)
     (OUT / "plugin.log").write_text(sh("journalctl", "-u", "numa-pin-nri.service", "-o", "cat", "--no-pager",
                                        check=False))
     (OUT / "containerd.log").write_text(sh("journalctl", "-u", "containerd.service", "-o", "cat", "--no-pager",

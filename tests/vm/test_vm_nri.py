@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from nri.test_every_path import EXPECTED, ROWS  # tests/ is on the path: its folders are packages
+from numa_pin.cpuset import parse_list
 
 from . import sysimage
 
@@ -217,3 +218,16 @@ def test_a_nested_isolated_partition_on_a_kernel_that_has_them(facts: dict, path
     isolated = [cg for cg, value in ran["chain"].items() if value.startswith("isolated")]
     assert isolated and all(cg.count("/") >= 2 for cg in isolated), ran["chain"]
     assert ran["after"] == {}
+
+
+def test_an_exec_starts_on_the_first_exclusive_cpu_where_the_runtime_applies_it(facts: dict) -> None:
+    """``numa-pin.io/exec-cpu-affinity: first`` through podman's precreate: the container runs on
+    its two exclusive CPUs; a process ``podman exec`` starts there runs on the first of them with
+    runc 1.3 or later (sid), and on both with an older runc that ignores the field (Debian 13)."""
+    ran = _step(facts, "exec_affinity")
+    grant = ran["grant"]
+    assert grant is not None and len(grant["cpus"]) == 2 and ran["seen"] == grant["cpus"], ran
+    version = re.search(r"(\d+)\.(\d+)", ran["runc"])
+    assert version, ran["runc"]
+    applies = (int(version.group(1)), int(version.group(2))) >= (1, 3)
+    assert sorted(parse_list(ran["exec"])) == (grant["cpus"][:1] if applies else grant["cpus"]), ran
