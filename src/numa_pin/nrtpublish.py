@@ -127,13 +127,13 @@ class Publisher:
 
     def run(self) -> None:
         """The loop: wait for a change, publish it when the interval (or the backoff) allows."""
-        seen = _stamp(self.watched)
+        seen = file_stamps(self.watched)
         last: dict[str, Any] | None = None
         last_outcome = last_error = None
         failures = 0
         not_before = 0.0
         while not self._stopped:
-            stamp = _stamp(self.watched)
+            stamp = file_stamps(self.watched)
             if stamp != seen:
                 seen, self._pending = stamp, True
             now = time.monotonic()
@@ -168,7 +168,8 @@ class Publisher:
             self._wake.clear()
 
 
-def _stamp(paths: Sequence[str]) -> tuple[tuple[int, int, int] | None, ...]:
+def file_stamps(paths: Sequence[str]) -> tuple[tuple[int, int, int] | None, ...]:
+    """(inode, size, mtime) of each of ``paths`` (None: missing): a change of any says the file changed."""
     out: list[tuple[int, int, int] | None] = []
     for path in paths:
         try:
@@ -180,5 +181,5 @@ def _stamp(paths: Sequence[str]) -> tuple[tuple[int, int, int] | None, ...]:
     return tuple(out)
 
 
-__all__ = ["CREATED", "FOREIGN", "MANAGED_BY_LABEL", "MANAGER", "UPDATED", "Publisher", "labelled",
+__all__ = ["CREATED", "FOREIGN", "MANAGED_BY_LABEL", "MANAGER", "UPDATED", "Publisher", "file_stamps", "labelled",
            "owned", "publish"]

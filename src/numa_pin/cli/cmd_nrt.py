@@ -205,18 +205,6 @@ def apply(kubectl: str, kubeconfig: str, path: str) -> str | None:
     return None
 
 
-def _stamp(paths: str | tuple[str, ...]) -> tuple[tuple[int, int, int] | None, ...]:
-    out: list[tuple[int, int, int] | None] = []
-    for path in (paths,) if isinstance(paths, str) else paths:
-        try:
-            st = os.stat(path)
-        except OSError:
-            out.append(None)
-            continue
-        out.append((st.st_ino, st.st_size, st.st_mtime_ns))
-    return tuple(out)
-
-
 def watch(
     build: Callable[[], dict[str, Any]],
     ledger_path: str | tuple[str, ...] | None,
@@ -235,12 +223,15 @@ def watch(
     every ``interval`` seconds; the object is rebuilt when a stat changed (``ledger_path`` None:
     at every check), and written (then ``publish``\\ ed) only when its text changed. An error while building or
     writing is reported on ``err`` and retried at the next check."""
+    from numa_pin.nrtpublish import file_stamps
+
     err = err or sys.stderr
+    paths = (ledger_path,) if isinstance(ledger_path, str) else ledger_path
     seen: object = False  # False: never looked
     last_text: str | None = None
     written = 0
     while not stopped():
-        stamp = _stamp(ledger_path) if ledger_path is not None else None
+        stamp = file_stamps(paths) if paths is not None else None
         if stamp != seen or last_text is None or ledger_path is None:
             try:
                 text = render(build(), as_json)
