@@ -86,7 +86,7 @@ def facts(request: pytest.FixtureRequest) -> Iterator[dict]:
         if keep:
             kept = Path(keep) / flavour.suite
             shutil.rmtree(kept, ignore_errors=True)
-            shutil.copytree(work, kept, ignore=shutil.ignore_patterns("*.ext4", "*.deb"))
+            shutil.copytree(work, kept, symlinks=True, ignore=shutil.ignore_patterns("*.ext4", "*.deb", "tree"))
         shutil.rmtree(work, ignore_errors=True)
 
 

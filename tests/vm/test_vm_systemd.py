@@ -105,7 +105,7 @@ def guest() -> Iterator[Guest]:
         keep = os.environ.get(KEEP_ENV)
         if keep:
             shutil.rmtree(keep, ignore_errors=True)
-            shutil.copytree(work, keep, ignore=shutil.ignore_patterns("*.ext4", "*.deb"))
+            shutil.copytree(work, keep, symlinks=True, ignore=shutil.ignore_patterns("*.ext4", "*.deb", "tree"))
         shutil.rmtree(work, ignore_errors=True)
 
 
