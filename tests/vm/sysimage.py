@@ -40,7 +40,7 @@ PACKAGES = (
     "systemd", "systemd-sysv", "dbus", "udev", "kmod", "iproute2", "procps", "util-linux",
     "podman", "netavark", "crun", "runc", "containerd", "busybox-static",
     "python3", "python3-psutil", "python3-pyroute2", "python3-prctl", "python3-yaml", "python3-protobuf",
-    "python3-prometheus-client",
+    "python3-prometheus-client", "python3-grpcio",
     "libbpf1",
 )
 #: containerd with the systemd cgroup driver (CRI's runc runtime)
