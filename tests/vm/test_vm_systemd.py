@@ -191,7 +191,13 @@ def test_after_a_crash_and_a_power_cut_this_boots_grant_gives_back_what_this_boo
         assert during["irqs"] != orig["irqs"] or during["default_smp_affinity"] != orig["default_smp_affinity"]
     orig, after = json.loads(guest.out(2, "boot2-orig")), json.loads(guest.out(2, "again-after"))
     for key in sorted(orig):
-        assert after[key] == orig[key], (key, orig[key], after[key])
+        was, now = orig[key], after[key]
+        if key.endswith((".scope", ".slice")) and was["cpus"] == "" and now["cpus"] == was["effective"]:
+            # Linux before 6.7 refuses an empty cpuset.cpus on a populated cgroup (ENOSPC): what
+            # stays is the value it inherited, through systemd the property is empty again
+            # (docs/isolation.md, host services)
+            now = {**now, "cpus": ""}
+        assert now == was, (key, was, after[key])
 
 
 def test_the_socket_activated_agent_serves_after_the_reboot(guest: Guest) -> None:
