@@ -19,17 +19,16 @@ Errors are :class:`~numa_pin.errors.KubeApiError`; an HTTP status other than 2xx
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
+import ssl
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from numa_pin.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
 from numa_pin.errors import KubeApiError
-
-if TYPE_CHECKING:  # http.client and ssl are imported when a request is made: ``numa-pin serve`` starts without them
-    import http.client
-    import ssl
 
 DEFAULT_SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 TOKEN_FILE, CA_FILE = "token", "ca.crt"
@@ -89,7 +88,6 @@ class ApiServer:
 
     def context(self) -> ssl.SSLContext:
         """TLS verified against the account's CA only, host name included (made once)."""
-        import ssl
 
         if self._context is None:
             try:
@@ -117,8 +115,6 @@ class ApiServer:
             KubeApiError: the account's files, the connection, TLS, the deadline, the size, a
                 redirect, or an answer that is not JSON.
         """
-        import http.client
-        import json
 
         url = self.base + path
         deadline = time.monotonic() + self.timeout_s

@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from numa_pin.errors import KubeApiError, NumaPinError
 from numa_pin.kubeapi import ApiServer
+from numa_pin.nrt import API_VERSION
 from numa_pin.text import cut, one_line
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -60,8 +61,6 @@ def publish(api: ApiServer, obj: dict[str, Any]) -> str:
     Raises:
         KubeApiError: the API server cannot be reached, or refused (a 409 twice included).
     """
-    from numa_pin.nrt import API_VERSION  # imported when used: ``numa-pin serve`` starts without it
-
     collection = f"/apis/{API_VERSION}/noderesourcetopologies"
     name = obj["metadata"]["name"]
     item = f"{collection}/{quote(name, safe='')}"

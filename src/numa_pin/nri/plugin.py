@@ -47,7 +47,7 @@ from numa_pin.deadline import Deadline
 from numa_pin.errors import AdmissionError, NriError, NumaPinError
 from numa_pin.ledger.model import Grant
 from numa_pin.nri import wire
-from numa_pin.nri.adopt import updates_answered, updates_request
+from numa_pin.nri.adopt import later_round, not_adopted, settle, updates_answered, updates_request
 from numa_pin.nri.convert import check_names, fill_adjustment, fill_update, spec_of
 from numa_pin.nri.messages import PLUGIN_SERVICE, RUNTIME_SERVICE, Messages, event_mask
 from numa_pin.resources.node.resize import follow_resize
@@ -267,7 +267,6 @@ class Handler:
         transaction (:meth:`~numa_pin.service.NodeService.adopt_batch`): the runtime waits for one
         answer for all of them, and a busy node has thousands."""
         from numa_pin.hook.precreate import expected_cgroup
-        from numa_pin.nri.adopt import not_adopted, settle
         from numa_pin.serviceadopt import Adoptee
 
         removed, repaired = self.service.reconcile()
@@ -302,8 +301,6 @@ class Handler:
 
     def adopt_later(self) -> list[Any]:
         """One round of what the last Synchronize's budget left (:func:`numa_pin.nri.adopt.later_round`)."""
-        from numa_pin.nri.adopt import later_round
-
         return later_round(self)
 
 
