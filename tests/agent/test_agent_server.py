@@ -36,6 +36,7 @@ from numa_pin.ledger.model import Grant
 from numa_pin.ledger.store import Ledger
 from numa_pin.record import replace
 from numa_pin.report import reason_path
+from numa_pin.resources.node.warm import WarmState
 from numa_pin.testing.node import FakeNode
 
 BIN = Path(sys.executable).parent
@@ -1168,7 +1169,10 @@ def test_a_rehearsal_changes_nothing_on_the_node(node, monkeypatch):
     before = _tree(node.state, node.cg, node.proc)
     request = {"argv": ["--config", str(node.config), "prestart"], "cwd": str(node.root),
                "env": {"NUMA_PIN_CACHE_DIR": str(node.cache)}}
-    spare.rehearse(request)
+    kept = WarmState()
+    spare.rehearse(request, kept)
+    assert kept.refs is not None  # what it checked is kept in the state it was given
+    kept.forget()  # and the descriptors it held are closed with it
     assert _tree(node.state, node.cg, node.proc) == before
     assert os.getcwd() == str(node.root)  # resolved against the request's cwd, never changed into
 
