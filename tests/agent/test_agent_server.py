@@ -753,7 +753,7 @@ def test_run_request_reports_usage_and_tracebacks(tmp_path, monkeypatch):
     usage = request.Request(protocol.PROTOCOL, protocol.__version__, ("--help",), b"", {}, str(tmp_path))
     rc, err, _ = request.run_request(usage)
     assert rc == 1 and err.startswith("usage: numa-pin-hook")
-    monkeypatch.setattr("numa_pin.invoke.run", lambda request, on_line=None: 1 / 0)  # NUMA_PIN_DEBUG=1 re-raises
+    monkeypatch.setattr("numa_pin.invoke.run", lambda request, on_line=None, warm_state=None: 1 / 0)  # re-raised
     rc, err, _ = request.run_request(usage)
     assert rc == 1 and "Traceback" in err and "ZeroDivisionError" in err
 
