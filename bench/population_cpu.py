@@ -6,7 +6,7 @@ machine runs): the same fake ``amd-nps4-8node`` node carrying P shared + min(P/8
 containers, then, ``--runs`` times, the agent spare's rehearsal (plan, ledger encoded, shared
 cgroups checked) and ``NodeService.admit`` of a 1-CPU container and its ``release`` in that
 process, timed with ``time.process_time`` (median). Where the tree has it, each request runs
-as in the agent's child, leaving what can wait until after its reply (``service.settle_deferred``:
+as in the agent's child, leaving what can wait until after its reply (``WarmState.settle``:
 the release's growth of the shared containers, the shared grants' turn at liveness), printed
 apart. Every figure also as a ratio to the empty node in the same run.
 
@@ -40,10 +40,14 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
     from numa_pin.ledger import liveness
     from numa_pin.ledger.store import encode
     from numa_pin.resources.node import cpu as cpu_node
-    from numa_pin.service import open_service
     from numa_pin.testing.node import FakeNode
 
-    deferring = hasattr(node_service, "defer_settling")
+    try:  # the agent child's state, one object per child (a tree before it kept module globals)
+        from numa_pin.resources.node.warm import WarmState
+    except ImportError:
+        WarmState = None  # type: ignore[assignment, misc]
+    deferring = WarmState is not None or hasattr(node_service, "defer_settling")
+    make = getattr(node_service, "open_service", node_service.NodeService)  # a baseline may predate it
     warm = getattr(cpu_node, "warm", None)
     idle = getattr(liveness, "idle_grants", None)
     prepare = getattr(liveness, "prepare", None)
@@ -64,7 +68,9 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
             populate(node, cfg, size)
             samples: list[tuple[float, float, float]] = []
             for run in range(runs + 1):
-                svc = open_service(config_from_dict(cfg))  # the spare's rehearsal, then the request
+                kept = WarmState() if WarmState is not None else None
+                # the spare's rehearsal, then the request
+                svc = make(config_from_dict(cfg), **({} if kept is None else {"warm_state": kept}))
                 svc.plan(request_from_oci("rehearsal", {"numa-pin.io/cpus": "1"}))
                 read = svc.ledger.read()
                 encode(read)
@@ -78,24 +84,47 @@ def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]
                 pid = node.add_container(cid, 100_000 - run)
                 write_process(node, pid)
                 if deferring:  # as the agent's child runs a request
-                    node_service.defer_settling()
+                    defer(kept)
                 t0 = time.process_time()
                 svc.admit(request_from_oci(cid, {"numa-pin.io/cpus": "1"}), pid)
                 t1 = time.process_time()
                 if deferring:
-                    node_service.settle_deferred()  # what the admission left until after its reply
-                    node_service.defer_settling()
+                    settle(kept)  # what the admission left until after its reply
+                    defer(kept)
                 t2 = time.process_time()
                 svc.release(cid)
                 t3 = time.process_time()
                 if deferring:
-                    node_service.settle_deferred()
-                    cpu_node._REFS = cpu_node._LEAVES = None  # the next spare starts cold
+                    settle(kept)
                 t4 = time.process_time()
+                if kept is not None:
+                    kept.forget()  # the next spare starts cold (its descriptors closed, untimed)
+                elif deferring:
+                    cpu_node._REFS = cpu_node._LEAVES = None
                 if run:
                     samples.append((t1 - t0, t3 - t2, (t2 - t1) + (t4 - t3)))
             out[size] = tuple(statistics.median(s[k] for s in samples) * 1000 for k in range(3))  # type: ignore[assignment]
     return out
+
+
+def defer(kept) -> None:
+    """What the agent's child does before it runs a request (either tree's way)."""
+    if kept is not None:
+        kept.defer()
+    else:
+        from numa_pin import service as node_service
+
+        node_service.defer_settling()
+
+
+def settle(kept) -> None:
+    """And after its reply."""
+    if kept is not None:
+        kept.settle()
+    else:
+        from numa_pin import service as node_service
+
+        node_service.settle_deferred()
 
 
 def table(figures: dict[int, tuple[float, float, float]]) -> None:

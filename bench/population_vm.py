@@ -37,7 +37,6 @@ INSIDE = r'''
 import json, os, statistics, subprocess, sys, time
 from pathlib import Path
 
-from numa_pin import service as node_service
 from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
@@ -46,6 +45,7 @@ from numa_pin.ledger import liveness
 from numa_pin.ledger.liveness import process_start_time
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.resources.node import cpu as cpu_node
+from numa_pin.resources.node.warm import WarmState
 from numa_pin.service import open_service
 
 RUNS, SIZES = int(sys.argv[1]), [int(x) for x in sys.argv[2].split(",")]
@@ -113,7 +113,8 @@ for size in SIZES:
     cfg = {"state_dir": str(WORK / f"state{size}"), "syslog": False, "policy": "restricted"}
     cfg_path = WORK / f"config{size}.yaml"
     cfg_path.write_text(json.dumps(cfg))
-    svc = open_service(config_from_dict(cfg))
+    svc = open_service(config_from_dict(cfg), warm_state=WarmState())  # as the agent's child has it
+    kept = svc.warm_state
     shared = []
     grants = {}
     t0 = time.perf_counter()
@@ -135,25 +136,25 @@ for size in SIZES:
         read = svc.ledger.read()
         cpu_node.warm(svc, read)  # what the agent's spare does before a hook comes
         liveness.prepare(read, svc.boot_id)
-        node_service.defer_settling()  # and how its child runs the request: what can wait, after the reply
+        kept.defer()  # and how its child runs the request: what can wait, after the reply
         writes.update(n=0, s=0.0)
         t0 = time.perf_counter()
         grant = svc.admit(request_from_oci(f"p{size}-w{run}", {"numa-pin.io/cpus": "1"}), pid).grant
         took = time.perf_counter() - t0
         n, s = writes["n"], writes["s"]
-        node_service.settle_deferred()
+        kept.settle()
         assert all(not effective(d) & grant.cpus for d in shared), "a shared container kept a granted CPU"
         assert effective(parent / f"w{run}") == grant.cpus
         if run:
             row["warm_admit"].append(took)
             kernel["admit_writes"].append(n)
             kernel["admit_write_ms"].append(s * 1000)
-        node_service.defer_settling()
+        kept.defer()
         writes.update(n=0, s=0.0)
         t0 = time.perf_counter()
         svc.release(f"p{size}-w{run}")
         t1 = time.perf_counter()
-        node_service.settle_deferred()
+        kept.settle()
         t2 = time.perf_counter()
         assert all(effective(d) == all_cpus for d in shared), "a released CPU did not come back"
         if run:

@@ -32,6 +32,7 @@ TYPE_CHECKING = False  # typing's flag without importing typing
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from numa_pin.resources.node.warm import WarmState
     from numa_pin.service import NodeService
 
 ADMIT_STAGES = frozenset({"prestart", "createRuntime", "create-runtime"})
@@ -132,10 +133,13 @@ class _Out:
         return HookResult(code, bytes(self.data), tuple(self.lines))
 
 
-def run(request: HookRequest, on_line: Callable[[str], None] | None = None) -> HookResult:
+def run(request: HookRequest, on_line: Callable[[str], None] | None = None, *,
+        warm_state: WarmState | None = None) -> HookResult:
     """Run one hook invocation; ``on_line`` also gets each stderr line as it comes (a lock
-    wait is announced while it lasts). Raises only with ``NUMA_PIN_DEBUG=1`` in
-    ``request.env`` (an internal error then propagates, so a traceback can be shown)."""
+    wait is announced while it lasts). ``warm_state``: the agent child's caches and deferred
+    work, handed to the node service (None: a cold service). Raises only with
+    ``NUMA_PIN_DEBUG=1`` in ``request.env`` (an internal error then propagates, so a traceback
+    can be shown)."""
     out = _Out(on_line)
     try:
         config_path, stage = parse_argv(request.argv)
@@ -151,7 +155,7 @@ def run(request: HookRequest, on_line: Callable[[str], None] | None = None) -> H
 
     ctx = _Context(out)
     try:
-        return out.result(_stage(stage, config_path, request, ctx))
+        return out.result(_stage(stage, config_path, request, ctx, warm_state))
     except AdmissionError as exc:
         named = {"name": ctx.name} if ctx.name and ctx.name != ctx.cid else {}  # `explain NAME` finds it
         ctx.report(f"numa-pin: rejected {ctx.cid}: {exc.kind}: {exc}", {"kind": exc.kind, **named})
@@ -206,7 +210,8 @@ class _Context:
             log_syslog(line, error=False)
 
 
-def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Context) -> int:
+def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Context,
+           warm_state: WarmState | None = None) -> int:
     import io
 
     from numa_pin.config.load import at_dir, entry_config
@@ -240,7 +245,8 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
     ctx.state_dir, ctx.syslog = config.state_dir, config.syslog
     from numa_pin.service import open_service
 
-    service = open_service(config, cache_dir)  # a lock wait goes to syslog: an outcome is one line
+    # a lock wait goes to syslog: an outcome is one line
+    service = open_service(config, cache_dir, warm_state=warm_state)
     from numa_pin.report import forget_reason
 
     if state is None:

@@ -48,42 +48,13 @@ if TYPE_CHECKING:
 
     from numa_pin.config.schema import Config
     from numa_pin.ledger.store import Transaction
+    from numa_pin.resources.node.warm import WarmState
     from numa_pin.resources.runtime import RuntimeTarget
     from numa_pin.serviceadopt import Adopted, Adoptee
 
 #: how often an admission decides again after a real conflict (another writer took what its
 #: decision holds, or changed its pod); each such conflict is another admission committed
 MAX_ATTEMPTS = 8
-
-#: releases' work that may wait until the hook has its answer (:func:`defer_settling`); None:
-#: a release does all of it before it returns
-_SETTLE: list[Callable[[], None]] | None = None
-
-
-def defer_settling() -> None:
-    """From now on, an admission or release in this process leaves what can wait to
-    :func:`settle_deferred`: the shared containers growing back onto the CPUs a release freed,
-    and the shared grants' turn at liveness (:meth:`NodeService.sweep`). The agent's child calls
-    it before it runs a request, and :func:`settle_deferred` once it has replied: a hook does not
-    wait for thousands of cpuset writes, or dozens of ``/proc`` reads, that nobody is waiting for."""
-    global _SETTLE
-    _SETTLE = []
-
-
-def _defer(work: Callable[[], None]) -> None:
-    """Leave ``work`` to :func:`settle_deferred` (once) where this process defers; else nothing."""
-    if _SETTLE is not None and work not in _SETTLE:
-        _SETTLE.append(work)
-
-
-def settle_deferred() -> None:
-    """Run what admissions and releases left (each under the ledger lock, on the ledger as it is
-    then, so a CPU granted meanwhile is never handed to a shared container); problems go to syslog."""
-    global _SETTLE
-    pending, _SETTLE = _SETTLE or [], None
-    for settle in pending:
-        settle()
-
 
 @record
 class Admitted:
@@ -172,7 +143,7 @@ class NodeService(ServiceBase):
         for _attempt in range(MAX_ATTEMPTS):
             with deadline.interruptible():
                 read = self.ledger.read()
-                snapshot, dead = self._collect_needed(read, sample=_SETTLE is None)
+                snapshot, dead = self._collect_needed(read, sample=not self.deferring)
                 decision: Decision | None = None
                 if request.container_id not in snapshot.grants:
                     if target is not None:
@@ -241,7 +212,7 @@ class NodeService(ServiceBase):
                 txn.state = new_state
             if decision is not None and cfg.syslog:
                 report.log_decision(grant, "admitted")
-            _defer(self.sweep)
+            self.after_reply(self.sweep)
             return Admitted(grant, decision)
         raise AdmissionTimeout(
             f"admission of {request.container_id}: the ledger changed under {MAX_ATTEMPTS} decisions in a row; "
@@ -298,12 +269,12 @@ class NodeService(ServiceBase):
             if pending_only and grant is not None and grant.pid is not None:
                 grant = None
             state = txn.state.without(container_id) if grant is not None else txn.state
-            state, dropped = self._collect_needed(state, sample=_SETTLE is None)
+            state, dropped = self._collect_needed(state, sample=not self.deferring)
             self._log_dropped(dropped)
             if grant is not None and not state.grants_of_pod(grant.pod_id) and grant.pod_id in state.pods:
                 state = state.without_pod(grant.pod_id)
             gone = ((grant,) if grant is not None else ()) + dropped
-            later = _SETTLE is not None and bool(gone)
+            later = self.deferring and bool(gone)
             going = Release(txn.state, state, grant, gone, UndoLog(), later)
             try:
                 for resource in reversed(self.resources):
@@ -319,14 +290,14 @@ class NodeService(ServiceBase):
         if grant is not None:
             tally.add(self.config.state_dir, {"releases": 1})
         if later:
-            _defer(self.settle)
-        _defer(self.sweep)
+            self.after_reply(self.settle)
+        self.after_reply(self.sweep)
         if grant is not None and self.config.syslog:
             report.log_decision(grant, "released")
         return grant
 
     def settle(self) -> None:
-        """What releases left for later (:func:`defer_settling`), done now for the ledger as it is:
+        """What releases left for later (:meth:`after_reply`), done now for the ledger as it is:
         every resource's :meth:`~numa_pin.resources.node.base.NodeResource.settle`, under the lock.
         Never raises: a failure is logged, and what it left undone only waits for the next
         release, exclusive admission or ``reconcile`` (a shared container on fewer CPUs than the
@@ -342,7 +313,7 @@ class NodeService(ServiceBase):
 
     def sweep(self) -> None:
         """The turn at liveness of the grants that hold nothing (shared containers), which an
-        admission or release left for later (:func:`defer_settling`): a few of them are checked
+        admission or release left for later (:meth:`after_reply`): a few of them are checked
         under the lock (:func:`~numa_pin.ledger.liveness.sample_idle`), and the dead ones dropped
         and logged. Never raises: a failure is logged, and a dead shared grant meanwhile holds
         nothing another container needs."""
@@ -437,13 +408,12 @@ def _start_time(pid: int | None, proc_root: str) -> float | None:
     return process_start_time(pid, proc_root) if pid else None
 
 
-def open_service(config: Config, cache_dir: str | None = None, *,
-                 topology_max_age: float = DEFAULT_MAX_AGE_S) -> NodeService:
+def open_service(config: Config, cache_dir: str | None = None, *, topology_max_age: float = DEFAULT_MAX_AGE_S,
+                 warm_state: WarmState | None = None) -> NodeService:
     """The node service of ``config``, as every entry point builds it. ``cache_dir``: where the
     topology is cached (the hook's and the agent's; None: discovered afresh), kept at most
-    ``topology_max_age`` seconds."""
-    return NodeService(config, cache_dir, topology_max_age=topology_max_age)
+    ``topology_max_age`` seconds; ``warm_state``: what the agent's spare warmed (None: cold)."""
+    return NodeService(config, cache_dir, topology_max_age=topology_max_age, warm_state=warm_state)
 
 
-__all__ = ["PENDING_GRACE_S", "Admitted", "NodeService", "defer_settling", "live_name_message", "open_service",
-           "settings_from_config", "settle_deferred"]
+__all__ = ["PENDING_GRACE_S", "Admitted", "NodeService", "live_name_message", "open_service", "settings_from_config"]

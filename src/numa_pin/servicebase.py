@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from numa_pin.admission.decide import Decision
     from numa_pin.admission.request import ContainerRequest
     from numa_pin.resources.node.runtime import RuntimeEdit
+    from numa_pin.resources.node.warm import WarmState
     from numa_pin.resources.runtime import RuntimeTarget
 
 
@@ -56,12 +57,15 @@ def unusable(grant: Grant) -> str | None:
 
 class ServiceBase(Node):
     """A :class:`~numa_pin.resources.node.base.Node` with its ledger, and the helpers its
-    transactions share."""
+    transactions share. ``warm_state``: the agent child's caches and the work it leaves until
+    the hook has its answer (:mod:`numa_pin.resources.node.warm`); None: cold, all of it now."""
 
     def __init__(self, config: Config, cache_dir: str | None = None, *,
                  topology_max_age: float = DEFAULT_MAX_AGE_S,
-                 on_wait: Callable[[int | None], None] = report.lock_wait_notice) -> None:
-        super().__init__(config, cache_dir, topology_max_age=topology_max_age, make_settings=settings_from_config)
+                 on_wait: Callable[[int | None], None] = report.lock_wait_notice,
+                 warm_state: WarmState | None = None) -> None:
+        super().__init__(config, cache_dir, topology_max_age=topology_max_age, make_settings=settings_from_config,
+                         warm_state=warm_state)
         #: told the ledger lock holder's pid when an admission starts waiting for it
         self.on_wait = on_wait
         self.ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
@@ -73,6 +77,16 @@ class ServiceBase(Node):
         self._usable: dict[str, Grant] = {}
         #: grants whose cgroup path was found to leave the cgroup root (:meth:`escaped`), by container id
         self._escaped: dict[str, Grant] = {}
+
+    @property
+    def deferring(self) -> bool:
+        """Whether what can wait is left until the hook has its answer (:meth:`after_reply`)."""
+        return self.warm_state is not None and self.warm_state.deferred is not None
+
+    def after_reply(self, work: Callable[[], None]) -> None:
+        """Leave ``work`` until the agent's child has replied (once), where it defers; else nothing."""
+        if self.warm_state is not None:
+            self.warm_state.after_reply(work)
 
     def set_aside(self, state: LedgerState) -> LedgerState:
         """``state`` without the grants :func:`unusable` finds no check can be made of, each one

@@ -36,6 +36,7 @@ from numa_pin.ledger.model import Grant
 from numa_pin.ledger.store import Ledger
 from numa_pin.record import replace
 from numa_pin.report import reason_path
+from numa_pin.resources.node.warm import WarmState
 from numa_pin.testing.node import FakeNode
 from waitfor import wait_for
 
@@ -745,7 +746,7 @@ def test_run_request_reports_usage_and_tracebacks(tmp_path, monkeypatch):
     usage = request.Request(protocol.PROTOCOL, protocol.__version__, ("--help",), b"", {}, str(tmp_path))
     rc, err, _ = request.run_request(usage)
     assert rc == 1 and err.startswith("usage: numa-pin-hook")
-    monkeypatch.setattr("numa_pin.invoke.run", lambda request, on_line=None: 1 / 0)  # NUMA_PIN_DEBUG=1 re-raises
+    monkeypatch.setattr("numa_pin.invoke.run", lambda request, on_line=None, warm_state=None: 1 / 0)  # re-raised
     rc, err, _ = request.run_request(usage)
     assert rc == 1 and "Traceback" in err and "ZeroDivisionError" in err
 
@@ -1174,7 +1175,10 @@ def test_a_rehearsal_changes_nothing_on_the_node(node, monkeypatch):
     before = _tree(node.state, node.cg, node.proc)
     request = {"argv": ["--config", str(node.config), "prestart"], "cwd": str(node.root),
                "env": {"NUMA_PIN_CACHE_DIR": str(node.cache)}}
-    spare.rehearse(request)
+    kept = WarmState()
+    spare.rehearse(request, kept)
+    assert kept.refs is not None  # what it checked is kept in the state it was given
+    kept.forget()  # and the descriptors it held are closed with it
     assert _tree(node.state, node.cg, node.proc) == before
     assert os.getcwd() == str(node.root)  # resolved against the request's cwd, never changed into
 

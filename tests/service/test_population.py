@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin import service as node_service
 from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
@@ -26,6 +25,7 @@ from numa_pin.ledger.liveness import SHARED_CHECKS
 from numa_pin.record import replace
 from numa_pin.report import read_set_aside
 from numa_pin.resources.node import cpu as cpu_node
+from numa_pin.resources.node.warm import WarmState
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 
@@ -103,8 +103,6 @@ def test_dead_shared_grants_cost_nothing_and_reconcile_drops_them_all(busy) -> N
 
 def test_after_the_spare_warmed_up_only_new_shared_cgroups_are_checked(busy, monkeypatch: pytest.MonkeyPatch) -> None:
     node, svc = busy
-    monkeypatch.setattr(cpu_node, "_REFS", None)  # restored after the test: other tests check every path
-    monkeypatch.setattr(cpu_node, "_LEAVES", None)
     checked: list[str] = []
     real = cgroups.refs_from_paths
 
@@ -115,6 +113,11 @@ def test_after_the_spare_warmed_up_only_new_shared_cgroups_are_checked(busy, mon
     monkeypatch.setattr(cgroups, "refs_from_paths", counting)
     exclusive(svc, node, "x", 60_000)
     assert len(checked) == SHARED  # not warmed up (a hook, the CLI): every path, every time
+    cpu_node.warm(svc, svc.ledger.read())  # a cold service keeps nothing
+    checked.clear()
+    exclusive(svc, node, "x2", 60_010)
+    assert len(checked) == SHARED
+    svc.warm_state = WarmState()
     cpu_node.warm(svc, svc.ledger.read())
     svc.admit(request_from_oci("late", {}), node.add_container("late", 60_001))
     checked.clear()
@@ -142,21 +145,45 @@ def test_after_the_spare_warmed_up_only_new_shared_cgroups_are_checked(busy, mon
     assert set(shared_cpusets(node).values()) == {parse_list(node.cpus) - svc.ledger.read().exclusive_cpus()}
 
 
+def test_what_a_spare_warmed_stays_with_the_services_given_it(busy, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warm state is the agent child's, not the process's: another service in the same
+    process (a cold one) still checks every path, opens nothing and defers nothing."""
+    node, svc = busy
+    kept = WarmState()
+    warm_svc = NodeService(svc.config, warm_state=kept)
+    cpu_node.warm(warm_svc, warm_svc.ledger.read())
+    kept.defer()
+    checked: list[str] = []
+    real = cgroups.refs_from_paths
+    monkeypatch.setattr(cgroups, "refs_from_paths", lambda paths, *a, **k: checked.extend(paths) or real(paths, *a, **k))
+    written = _path_writes(monkeypatch)
+    try:
+        exclusive(svc, node, "x", 60_000)
+        assert len(checked) == SHARED and len(written) >= SHARED  # every path checked, every file by path
+        svc.release("x")
+        assert kept.deferred == [] and set(shared_cpusets(node).values()) == {parse_list(node.cpus)}
+        checked.clear()
+        exclusive(warm_svc, node, "y", 60_001)
+        assert checked == [] and kept.deferred  # the warm one: nothing checked again, the sweep left for later
+    finally:
+        kept.forget()
+
+
 def test_the_agent_grows_the_shared_containers_back_after_its_reply_never_onto_a_granted_cpu(
         busy, monkeypatch: pytest.MonkeyPatch) -> None:
     node, svc = busy
     everything = parse_list(node.cpus)
-    monkeypatch.setattr(node_service, "_SETTLE", None)
     x = exclusive(svc, node, "x", 60_000, cpus=4)
-    node_service.defer_settling()  # what the agent's child does before it runs a request
+    svc.warm_state = kept = WarmState()
+    kept.defer()  # what the agent's child does before it runs a request
     svc.release("x")
     assert "x" not in svc.ledger.read().grants
     assert set(shared_cpusets(node).values()) == {everything - x}  # not yet: the hook has its answer first
     # an admission before the growth takes some of x's CPUs: the growth never hands them out
     y = exclusive(svc, node, "y", 60_001, cpus=2)
-    node_service.settle_deferred()  # after the reply
+    kept.settle()  # after the reply
     assert set(shared_cpusets(node).values()) == {everything - y}
-    assert node_service._SETTLE is None  # one request's worth; the next release grows at once again
+    assert kept.deferred is None  # one request's worth; the next release grows at once again
     svc.release("y")
     assert set(shared_cpusets(node).values()) == {everything}
 
@@ -167,7 +194,6 @@ def test_in_the_agent_the_shared_grants_turn_at_liveness_comes_after_the_reply(
     exclusive grants are asked, a dead one dropped as always); after its reply it checks
     SHARED_CHECKS of them and drops the dead ones, as an in-process admission does at once."""
     node, svc = busy
-    monkeypatch.setattr(node_service, "_SETTLE", None)
     monkeypatch.setattr(liveness.os, "urandom", lambda n: bytes(n))  # the turn starts at the first id
     asked: list[str] = []
     real = type(svc)._alive
@@ -177,14 +203,15 @@ def test_in_the_agent_the_shared_grants_turn_at_liveness_comes_after_the_reply(
     dead = sorted(f"s{i}" for i in range(SHARED))[0]  # first in the turn
     node.stop_container(dead, 50_000 + int(dead[1:]))
     asked.clear()
-    node_service.defer_settling()
+    svc.warm_state = kept = WarmState()
+    kept.defer()
     y = exclusive(svc, node, "y", 60_001)
     assert not [c for c in asked if c.startswith("s")] and "x" in asked
     grants = svc.ledger.read().grants
     assert "x" not in grants and dead in grants  # the dead shared grant waits for its turn
     live = [f"s{i}" for i in range(SHARED) if f"s{i}" != dead]
     assert {cpus_of(node.cgroup_dir(c)) for c in live} == {parse_list(node.cpus) - y}
-    node_service.settle_deferred()  # after the reply
+    kept.settle()  # after the reply
     assert len([c for c in asked if c.startswith("s")]) == SHARED_CHECKS
     assert dead not in svc.ledger.read().grants
     asked.clear()
@@ -244,15 +271,14 @@ def test_a_ledger_whose_pool_the_config_no_longer_allows_is_read_not_trusted(bus
 
 
 @pytest.fixture
-def warmed(busy, monkeypatch: pytest.MonkeyPatch):
+def warmed(busy):
     """The busy node after the agent's spare rehearsed on it: paths checked, leaves seen, their
-    ``cpuset.cpus`` held open (restored and closed after the test)."""
+    ``cpuset.cpus`` held open (closed after the test)."""
     node, svc = busy
-    for name in ("_REFS", "_LEAVES", "_HANDLES", "_LAST"):
-        monkeypatch.setattr(cpu_node, name, None)
+    svc.warm_state = WarmState()
     cpu_node.warm(svc, svc.ledger.read())
     yield node, svc
-    cgroups.close_handles(cpu_node._HANDLES)
+    svc.warm_state.forget()
 
 
 def _path_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -269,7 +295,7 @@ def test_after_the_spare_warmed_up_shared_containers_are_written_through_held_ha
     node, svc = warmed
     everything = parse_list(node.cpus)
     leaves = {str(node.cgroup_dir(f"s{i}") / "cpuset.cpus") for i in range(SHARED) if i != 1}
-    assert set(cpu_node._HANDLES or {}) == leaves  # s1 has a nested cgroup: not a leaf
+    assert set(svc.warm_state.handles or {}) == leaves  # s1 has a nested cgroup: not a leaf
     written = _path_writes(monkeypatch)
     x = exclusive(svc, node, "x", 60_000)
     assert not leaves & set(written)
@@ -292,15 +318,15 @@ def test_exclusive_admissions_after_the_spare_warmed_up_reuse_its_shared_cgroups
     checked: list[str] = []
     real = cgroups.refs_from_paths
     monkeypatch.setattr(cgroups, "refs_from_paths", lambda paths, *a, **k: checked.extend(paths) or real(paths, *a, **k))
-    listed = cpu_node._LAST
+    listed = svc.warm_state.last
     x = exclusive(svc, node, "x", 60_000)
     y = exclusive(svc, node, "y", 60_001)
-    assert checked == [] and listed is not None and cpu_node._LAST is listed
+    assert checked == [] and listed is not None and svc.warm_state.last is listed
     assert shared_cpusets(node) == dict.fromkeys(shared_cpusets(node), everything - x - y)
     svc.release("x")  # a release carries them too; a shared admission lists its own
     svc.admit(request_from_oci("late", {}), node.add_container("late", 60_002))
     z = exclusive(svc, node, "z", 60_003)
-    assert checked == ["/ctr/late"] and cpu_node._LAST is not listed
+    assert checked == ["/ctr/late"] and svc.warm_state.last is not listed
     assert {**shared_cpusets(node), "late": cpus_of(node.cgroup_dir("late"))} == dict.fromkeys(
         [*shared_cpusets(node), "late"], everything - y - z)
 

@@ -26,7 +26,6 @@ import traceback
 from collections.abc import Mapping
 
 from numa_pin import __version__, deadline, invoke
-from numa_pin import service as node_service
 from numa_pin.agent import spare
 from numa_pin.agent.client import namespace_mismatch
 from numa_pin.agent.preload import changed_sources
@@ -47,6 +46,7 @@ from numa_pin.agent.protocol import (
 )
 from numa_pin.boundedio import json_loads_bounded
 from numa_pin.record import field, record
+from numa_pin.resources.node.warm import WarmState
 from numa_pin.text import one_line
 
 #: a peer must send its whole request within this many seconds of being accepted (in all)
@@ -183,17 +183,18 @@ def append_log(path: str | None, record: Mapping[str, object]) -> None:
         print(f"numa-pin serve: cannot write the log {path}: {exc.strerror}", file=sys.stderr, flush=True)
 
 
-def run_request(request: Request) -> tuple[int, str, bytes]:
+def run_request(request: Request, warm_state: WarmState | None = None) -> tuple[int, str, bytes]:
     """Run the hook for ``request`` in this process, as ``numa-pin-hook`` would
     (:func:`numa_pin.invoke.run`, given the request's arguments, variables, stdin and working
-    directory): exit code, stderr and stdout (``precreate``'s config). Changes no process global
-    (environment, stderr, stdout, cwd).
+    directory, and this child's ``warm_state``): exit code, stderr and stdout (``precreate``'s
+    config). Changes no process global (environment, stderr, stdout, cwd).
 
     Raises OSError when the working directory is not a directory (nothing has run then)."""
     if not stat.S_ISDIR(os.stat(request.cwd).st_mode):
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), request.cwd)
     try:
-        result = invoke.run(invoke.HookRequest(request.argv, dict(request.env), request.stdin, request.cwd))
+        result = invoke.run(invoke.HookRequest(request.argv, dict(request.env), request.stdin, request.cwd),
+                            warm_state=warm_state)
     except BaseException:  # NUMA_PIN_DEBUG=1: run() re-raises; show what the interpreter would
         return 1, traceback.format_exc(), b""
     return result.code, result.stderr_text(), result.stdout
@@ -249,11 +250,12 @@ class RequestHandler:
         self.proc_root = proc_root
         self.stamps = dict(stamps or {})
 
-    def handle(self, conn: socket.socket, peer: Peer, by: str = "fork") -> None:
+    def handle(self, conn: socket.socket, peer: Peer, by: str = "fork", warm_state: WarmState | None = None) -> None:
         """Tell the hook its connection was accepted, read one request, run it or refuse it,
         reply. Never raises for socket or protocol trouble (the hook then runs in-process).
         ``by`` says which child this is in the log: ``fork`` (forked for this connection),
-        ``spare`` or ``rehearsed``.
+        ``spare`` or ``rehearsed``; ``warm_state``: what a spare's rehearsals kept (None: cold).
+        Either way, what can wait is left until after the reply.
 
         A hook sends its request only after :data:`~numa_pin.agent.protocol.ACCEPTED`, so a
         connection this agent accepts after the hook gave up on it (the agent was stopped or
@@ -286,9 +288,10 @@ class RequestHandler:
         served, send_lock = threading.Event(), threading.Lock()
         threading.Thread(target=watch_client, args=(conn, served, int(KEEPALIVE_S * 1000), send_lock),
                          daemon=True).start()
-        node_service.defer_settling()  # a release's shared-pool growth waits for the reply
+        kept = warm_state if warm_state is not None else WarmState()
+        kept.defer()  # a release's shared-pool growth waits for the reply
         try:
-            rc, err, out = run_request(request)
+            rc, err, out = run_request(request, kept)
         except OSError as exc:
             with send_lock:
                 served.set()
@@ -305,7 +308,7 @@ class RequestHandler:
             conn.sendall(encode_reply(rc, err, out))
         except (OSError, ValueError):
             pass  # the hook gave up and runs in-process; admission is idempotent
-        node_service.settle_deferred()
+        kept.settle()
 
     def refuse(self, conn: socket.socket, record: Mapping[str, object], reason: str) -> None:
         print(f"numa-pin serve: sent pid {record['peer_pid']} (uid {record['peer_uid']}) back in-process: "

@@ -318,7 +318,7 @@ class AgentServer:
         spare.keep_freed_memory()  # the rehearsal's pages stay for the admission
         by = "spare"
         if self.spares.rehearsal is not None:
-            self.spares.watch = spare.rehearse(self.spares.rehearsal)
+            self.spares.watch = spare.rehearse(self.spares.rehearsal, self.spares.kept())
             by = "rehearsed"
         spare.send_note(self.spares.notes_w, spare.READY)
         conn = spare.await_connection(
@@ -339,7 +339,7 @@ class AgentServer:
                 self.handler.refuse(conn, {"time": time.time(), "peer_pid": peer.pid, "peer_uid": peer.uid},
                                     self.handler.not_allowed(peer))
                 return
-            self.handler.handle(conn, peer, by)
+            self.handler.handle(conn, peer, by, self.spares.kept())
 
 def _inode(path: str) -> int | None:
     try:

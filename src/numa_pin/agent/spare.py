@@ -50,6 +50,7 @@ from numa_pin.invoke import parse_argv
 from numa_pin.ledger.liveness import prepare
 from numa_pin.ledger.store import Ledger, encode
 from numa_pin.resources.node.cpu import warm
+from numa_pin.resources.node.warm import WarmState
 from numa_pin.service import open_service
 
 #: the notes (one line each, without its newline)
@@ -155,12 +156,13 @@ class LedgerWatch:
         return self.ledger.identity() != self.seen
 
 
-def rehearse(request: Mapping[str, object]) -> LedgerWatch | None:
+def rehearse(request: Mapping[str, object], kept: WarmState) -> LedgerWatch | None:
     """Load the config and topology ``request`` (a parsed ``Q`` note) would load and plan a
     one-CPU container, as a hook's admission would, encode the ledger it read (its parsed
     and encoded grants are kept, :mod:`numa_pin.ledger.store`, and what the decision asked of it,
     :class:`~numa_pin.ledger.model.LedgerState`) and check its shared containers'
-    cgroup paths (kept too, :func:`numa_pin.resources.node.cpu.warm`), changing nothing (no lock, no write but the
+    cgroup paths (kept in ``kept``, :func:`numa_pin.resources.node.cpu.warm`, for the request
+    this child serves), changing nothing (no lock, no write but the
     caches a hook writes too, the topology's when it is older than
     :data:`REHEARSAL_TOPOLOGY_MAX_AGE_S`). Best effort: a rehearsal that fails only leaves
     pages cold. Returns a watch on the ledger it read (None when it did not get that far)."""
@@ -171,7 +173,7 @@ def rehearse(request: Mapping[str, object]) -> LedgerWatch | None:
     try:
         config_path, _ = parse_argv([str(a) for a in argv] if isinstance(argv, list) else [])
         config, cache_dir = entry_config(config_path, env, cwd=cwd if isinstance(cwd, str) else "/", cached=True)
-        service = open_service(config, cache_dir, topology_max_age=REHEARSAL_TOPOLOGY_MAX_AGE_S)
+        service = open_service(config, cache_dir, topology_max_age=REHEARSAL_TOPOLOGY_MAX_AGE_S, warm_state=kept)
         watch = LedgerWatch(service.ledger)
         service.plan(request_from_oci("numa-pin-rehearsal", {"numa-pin.io/cpus": "1"}))
         state = service.ledger.read()
@@ -245,6 +247,8 @@ class SpareKeeper:
         self._pending = b""
         #: in a spare child: the ledger its last rehearsal read
         self.watch: LedgerWatch | None = None
+        #: in a spare child: what its rehearsals keep for the request it serves
+        self.warm_state: WarmState | None = None
 
     def wait(self, now: float, at_limit: bool) -> float | None:
         """None when a spare should be forked now, else how long the loop may sleep."""
@@ -289,8 +293,14 @@ class SpareKeeper:
         """In an idle spare child: rehearse once more (the parent accepts meanwhile)."""
         if self.rehearsal is not None:
             send_note(self.notes_w, BUSY)
-            self.watch = rehearse(self.rehearsal)
+            self.watch = rehearse(self.rehearsal, self.kept())
             send_note(self.notes_w, READY)
+
+    def kept(self) -> WarmState:
+        """In a spare child: its :class:`~numa_pin.resources.node.warm.WarmState` (made on first use)."""
+        if self.warm_state is None:
+            self.warm_state = WarmState()
+        return self.warm_state
 
     def stale(self) -> bool:
         """In a spare child: whether the ledger its rehearsal read was replaced since."""

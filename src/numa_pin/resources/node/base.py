@@ -28,7 +28,8 @@ does after the decision, on one node:
 Problems that must not stop the work (a VF that could not go home) are returned as lines,
 which the service logs; an :class:`~numa_pin.errors.EnforcementError` stops it and the
 service rolls back the undo log. :class:`Node` is what the resources get to work with: the
-config's roots, the topology and the cgroup layout, read once per node service.
+config's roots, the topology and the cgroup layout, read once per node service, and the
+agent child's :class:`~numa_pin.resources.node.warm.WarmState` where there is one.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from numa_pin.resources.node.runtime import RuntimeAsk, RuntimeEdit
+    from numa_pin.resources.node.warm import WarmState
 
 #: how long a grant made before its container exists (podman precreate: no pid yet, the cgroup
 #: named in the config not created yet) counts as alive without its cgroup
@@ -69,8 +71,10 @@ class Node:
     read once, when first needed."""
 
     def __init__(self, config: Config, cache_dir: str | None, *, topology_max_age: float = DEFAULT_MAX_AGE_S,
-                 make_settings: Callable[[Config], NodeSettings]) -> None:
+                 make_settings: Callable[[Config], NodeSettings], warm_state: WarmState | None = None) -> None:
         self.config = config
+        #: what the agent's child keeps for the request it serves (None: cold, a hook or the CLI)
+        self.warm_state = warm_state
         self._make_settings = make_settings
         self.cache_dir = cache_dir
         #: a cached topology older than this many seconds is discovered again

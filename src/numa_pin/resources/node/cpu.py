@@ -72,34 +72,20 @@ def blocked_shared(node: Node, state: LedgerState) -> list[str]:
     return [f"{ids[b.ref]}: {b}" for b in check_shared(ids, shared_pool(node, state), _limits(node, state))]
 
 
-#: the shared containers' cgroups as checked in this process, by cgroup root, then recorded path,
-#: once :func:`warm` has run (the agent's spare, as it rehearses): the admission the spare then
-#: runs checks only the containers that came since (a busy node has thousands). None: every
-#: call checks every path (a hook, the CLI).
-_REFS: dict[str, dict[str, cg.CgroupRef]] | None = None
-#: the shared containers' cgroups that had no cgroup below them when :func:`warm` looked (see
-#: :func:`~numa_pin.enforcer.pool.resize_shared`'s ``leaves``); None without :func:`warm`
-_LEAVES: frozenset[str] | None = None
-#: those leaves' ``cpuset.cpus`` held open for writing, by path, once :func:`warm` has run (see
-#: :func:`~numa_pin.enforcer.pool.resize_shared`'s ``handles``): an admission that shrinks a
-#: thousand shared containers writes each through its descriptor instead of opening it by path
-_HANDLES: dict[str, tuple[int, bool]] | None = None
-#: the shared grants :func:`_shared_refs` last answered for (held, so compared by identity), its
-#: cgroup root and its answer; only once :func:`warm` has run
-_LAST: tuple[tuple[Grant, ...], str, tuple[tuple[str, cg.CgroupRef], ...]] | None = None
-
-
 def warm(node: Node, state: LedgerState) -> None:
     """Check every shared container's cgroup path now, see which have no cgroup below them, open
-    their ``cpuset.cpus`` for writing, and keep all three for this process (:data:`_REFS`,
-    :data:`_LEAVES`, :data:`_HANDLES`), forgetting (and closing) earlier ones. The agent's spare
-    calls it at each rehearsal, so what it saw is at most
-    :data:`~numa_pin.agent.spare.REHEARSE_EVERY_S` old when used."""
-    global _REFS, _LEAVES, _HANDLES, _LAST
-    cg.close_handles(_HANDLES)
-    _REFS, _LEAVES, _HANDLES, _LAST = {}, None, None, None
-    _LEAVES = leaf_dirs(_shared_refs(node, state))
-    _HANDLES = cg.open_handles(cpus_file(d) for d in sorted(_LEAVES))
+    their ``cpuset.cpus`` for writing, and keep all three in the node's
+    :class:`~numa_pin.resources.node.warm.WarmState`, forgetting (and closing) what it kept
+    before; a node without one (cold) keeps nothing. The agent's spare calls it at each
+    rehearsal, so what it saw is at most :data:`~numa_pin.agent.spare.REHEARSE_EVERY_S` old when
+    the request it serves uses it."""
+    kept = node.warm_state
+    if kept is None:
+        return
+    kept.forget()
+    kept.refs = {}
+    kept.leaves = leaf_dirs(_shared_refs(node, state))
+    kept.handles = cg.open_handles(cpus_file(d) for d in sorted(kept.leaves))
 
 
 def _shared_ids(node: Node, state: LedgerState, exclude: str | None = None,
@@ -146,27 +132,28 @@ def _shared_pairs(node: Node, state: LedgerState, exclude: str | None = None,
     container id order; one whose path leaves the cgroup root is left out (see
     :func:`_checked_refs`). ``real_dirs``: a memo of parents' real paths (one ``lstat`` per path
     check, hundreds of shared containers on a busy node; see
-    :func:`numa_pin.enforcer.cgroups.realpath`); paths in :data:`_REFS` are not checked again,
-    and the answer for the very shared grants of the last call (a state one exclusive grant
-    later carries them, :mod:`numa_pin.ledger.derived`) is that call's."""
-    global _LAST
+    :func:`numa_pin.enforcer.cgroups.realpath`). Where the node is warm (:func:`warm`), paths
+    it checked are not checked again, and the answer for the very shared grants of the last call
+    (a state one exclusive grant later carries them, :mod:`numa_pin.ledger.derived`) is that
+    call's."""
     shared = state.shared_grants()
     grants = [g for g in shared if g.container_id != exclude and g.cgroup]
-    if _REFS is None:
+    kept = node.warm_state
+    if kept is None or kept.refs is None:
         return tuple(_checked_refs(node, grants, real_dirs, escaped))
     root = os.fspath(node.config.cgroup_root)
     left_out = state.grants.get(exclude) if exclude is not None else None
     whole = left_out is None or left_out.kind != KIND_SHARED  # ``exclude`` changes nothing
-    if whole and _LAST is not None and _LAST[0] is shared and _LAST[1] == root:
-        return _LAST[2]
-    known = _REFS.get(root)
+    if whole and kept.last is not None and kept.last[0] is shared and kept.last[1] == root:
+        return kept.last[2]
+    known = kept.refs.get(root)
     if known is None:
-        known = _REFS[root] = {}
+        known = kept.refs[root] = {}
     for cid, ref in _checked_refs(node, [g for g in grants if g.cgroup not in known], real_dirs, escaped):
         known[state.grants[cid].cgroup or ""] = ref
     out = tuple((g.container_id, known[g.cgroup]) for g in grants if g.cgroup in known)
     if whole and len(out) == len(grants):
-        _LAST = (shared, root, out)
+        kept.last = (shared, root, out)
     return out
 
 
@@ -192,7 +179,7 @@ def _resize(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
     ``before``: the ledger the change started from (an admission's, a release's): the shared
     containers are taken to be on its pool, not read (see :func:`resize_shared`)."""
     real_dirs: dict[str, str] = {}
-    previous = None
+    previous, kept = None, node.warm_state
     if before is not None:
         try:
             previous = shared_pool(node, before)
@@ -201,7 +188,8 @@ def _resize(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
     return resize_shared(_shared_refs(node, state, exclude, real_dirs, escaped), pool, node.config.cgroup_root, undo,
                          _limits(node, state, real_dirs), systemd=node.systemd(), real_dirs=real_dirs,
                          checked=True,  # _shared_refs checked each path (now, or as the spare rehearsed)
-                         previous=previous, leaves=_LEAVES, handles=_HANDLES)
+                         previous=previous, leaves=None if kept is None else kept.leaves,
+                         handles=None if kept is None else kept.handles)
 
 
 def _follow_mixed(node: Node, state: LedgerState, pool: frozenset[int], undo: UndoLog,
