@@ -40,7 +40,7 @@ PACKAGES = (
     "systemd", "systemd-sysv", "dbus", "udev", "kmod", "iproute2", "procps", "util-linux",
     "podman", "netavark", "crun", "runc", "containerd", "busybox-static",
     "python3", "python3-psutil", "python3-pyroute2", "python3-prctl", "python3-yaml", "python3-protobuf",
-    "python3-prometheus-client", "python3-grpcio",
+    "python3-prometheus-client",
     "libbpf1",
 )
 #: containerd with the systemd cgroup driver (CRI's runc runtime)
@@ -65,7 +65,8 @@ class Flavour(NamedTuple):
     own_kernel: bool = False
 
 
-BOOKWORM = Flavour(SUITE, PACKAGES, CONTAINERD_TOML, "NUMA_PIN_VM_CACHE", "vm-systemd")
+#: python3-grpcio (the deb depends on it) by apt: debootstrap's resolver cannot install it on trixie
+BOOKWORM = Flavour(SUITE, PACKAGES, CONTAINERD_TOML, "NUMA_PIN_VM_CACHE", "vm-systemd", ("python3-grpcio",))
 #: the NRI guest drives containerd's CRI with tests/e2e/cri.py, so it needs grpc and its compiler
 #: and boots Debian 13's kernel (6.12: nested isolated partitions need 6.7 or later)
 TRIXIE = Flavour("trixie", PACKAGES, CONTAINERD_TOML + NRI_TOML, "NUMA_PIN_VM_CACHE_TRIXIE", "vm-trixie",
