@@ -7,10 +7,9 @@ sends back the exit code and stderr. The parent never runs an admission, so no s
 from one request to the next. Usually that child is the *spare*, forked and warmed before the
 hook connected (:mod:`numa_pin.agent.spare`); when none is ready the parent accepts and forks.
 
-This module is the parent's job: listening (:mod:`numa_pin.agent.listener` sets the socket
-up) and supervision (accept, fork, reap, keep a spare, stop). What a child does with its
-connection is :mod:`numa_pin.agent.request`; the spare's rehearsal, its wait and the notes
-children send are :mod:`numa_pin.agent.spare`.
+This module is the parent's job: accept, fork, reap, keep a spare, stop. The socket is
+:mod:`numa_pin.agent.listener`'s, a child's connection :mod:`numa_pin.agent.request`'s, the
+spare's rehearsal and the children's notes :mod:`numa_pin.agent.spare`'s.
 
 Protocol (see :mod:`numa_pin.agent.protocol`): one framed JSON request, one
 framed JSON reply, then the connection closes. A ``{"fallback": reason}`` reply tells the
@@ -135,9 +134,7 @@ class AgentServer:
                 ready, _, _ = select.select(watched, [], [], timeout)
                 if self._wake_r in ready:
                     _drain_fd(self._wake_r)
-                if self.spares.notes_r in ready and self.spares.read(time.monotonic()):
-                    self.last_active = time.monotonic()
-                self.reap()
+                self._collect(self.spares.notes_r in ready)
                 if self.listener.fileno() in ready and not self.stopping:
                     self._accept()
                 if self.metrics is not None and self.metrics.fileno() in ready and not self.stopping:
@@ -156,11 +153,10 @@ class AgentServer:
         wait = self.spares.wait(time.monotonic(), len(self.children) >= self.max_children)
         if wait is not None:
             return wait
-        pid = self._fork(self._spare)
-        if pid is None:
-            self.spares.keep = False  # no memory for one more process
-        else:
-            self.spares.forked(pid)
+        leave_r, leave_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        pid = self._fork(lambda: self._spare(leave_r, leave_w))
+        os.close(leave_r)
+        self.spares.forked(pid, leave_w)
         return 5.0
 
     def _fork(self, child: Callable[[], None], into: set[int] | None = None) -> int | None:
@@ -247,15 +243,25 @@ class AgentServer:
             if len(self.scrapes) < MAX_SCRAPES:
                 self._fork(lambda: self._scrape_child(conn), self.scrapes)
 
-    def reap(self) -> None:
-        """Collect every exited child without blocking."""
+    def _collect(self, notes_ready: bool) -> None:
+        """Read the children's notes, reap, and read again after a reap: the last notes of a child
+        that exited in between (a quick request) are what the spare forked next rehearses."""
+        if notes_ready and self.spares.read(time.monotonic()):
+            self.last_active = time.monotonic()
+        if self.reap() and self.spares.read(time.monotonic()):
+            self.last_active = time.monotonic()
+
+    def reap(self) -> bool:
+        """Collect every exited child without blocking; returns whether one was."""
+        reaped = False
         while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                return reaped
             if pid == 0:
-                return
+                return reaped
+            reaped = True
             self.children.discard(pid)
             self.scrapes.discard(pid)
             self.spares.reaped(pid, time.monotonic())
@@ -296,6 +302,7 @@ class AgentServer:
         gc.disable()  # a child lives for one request; collecting would only copy pages
         for fd in (self.lock_fd, self._wake_r, self._wake_w, self.spares.notes_r, self._stop_w):
             os.close(fd)
+        self.spares.let_go()  # a waiting spare's leave pipe is the parent's alone
         if self.metrics is not None:
             self.metrics.close()
 
@@ -313,8 +320,9 @@ class AgentServer:
         os.close(self._stop_r)
         self.handler.handle(conn, peer)
 
-    def _spare(self) -> None:
+    def _spare(self, leave_r: int, leave_w: int) -> None:
         self._become_child()
+        os.close(leave_w)
         spare.keep_freed_memory()  # the rehearsal's pages stay for the admission
         by = "spare"
         if self.spares.rehearsal is not None:
@@ -324,7 +332,7 @@ class AgentServer:
         conn = spare.await_connection(
             self.listener, self._stop_r, every_s=spare.REHEARSE_EVERY_S,
             on_idle=self.spares.rehearse_again if self.spares.rehearsal is not None else None,
-            stale=self.spares.stale)
+            stale=self.spares.stale, leave_fd=leave_r)
         self.listener.close()
         os.close(self._stop_r)
         if conn is None:

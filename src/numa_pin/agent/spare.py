@@ -187,15 +187,18 @@ def rehearse(request: Mapping[str, object], kept: WarmState) -> LedgerWatch | No
 
 def await_connection(listener: socket.socket, stop_fd: int, *, every_s: float | None = None,
                      on_idle: Callable[[], None] | None = None,
-                     stale: Callable[[], bool] | None = None) -> socket.socket | None:
+                     stale: Callable[[], bool] | None = None, leave_fd: int | None = None) -> socket.socket | None:
     """Accept the next connection on ``listener`` (non-blocking, shared with the parent and
     other children); None as soon as ``stop_fd`` (the read end of a pipe only the parent
-    writes to) is closed or readable: the server stops, or died. ``on_idle`` runs after each
+    writes to) is closed or readable: the server stops, or died; None too when ``leave_fd``
+    is (the parent sends this spare away). ``on_idle`` runs after each
     ``every_s`` seconds without a connection, and sooner when ``stale`` (asked every
     :data:`STALE_CHECK_S` seconds) says what it prepared is out of date."""
     poller = select.poll()
     poller.register(listener.fileno(), select.POLLIN)
-    poller.register(stop_fd, select.POLLIN)
+    leave = {stop_fd} if leave_fd is None else {stop_fd, leave_fd}
+    for fd in leave:
+        poller.register(fd, select.POLLIN)
     idle_s = None if every_s is None or on_idle is None else every_s
     check_s = idle_s if stale is None or idle_s is None else min(idle_s, STALE_CHECK_S)
     due = None if idle_s is None else time.monotonic() + idle_s
@@ -206,7 +209,7 @@ def await_connection(listener: socket.socket, stop_fd: int, *, every_s: float | 
                 on_idle()
                 due = time.monotonic() + idle_s  # type: ignore[operator]
             continue
-        if stop_fd in events:
+        if leave & events.keys():
             return None
         if listener.fileno() in events:
             try:
@@ -249,6 +252,11 @@ class SpareKeeper:
         self.watch: LedgerWatch | None = None
         #: in a spare child: what its rehearsals keep for the request it serves
         self.warm_state: WarmState | None = None
+        #: the write end of the waiting spare's leave pipe, and whether that spare was forked
+        #: before any request (it rehearses nothing: the first request sends it away)
+        self.leave_w: int | None = None
+        self.bare = False
+        self._sent_away: int | None = None
 
     def wait(self, now: float, at_limit: bool) -> float | None:
         """None when a spare should be forked now, else how long the loop may sleep."""
@@ -257,8 +265,27 @@ class SpareKeeper:
         wait = self.next_at - now
         return min(wait, 5.0) if wait > 0 else None
 
-    def forked(self, pid: int) -> None:
-        self.pid, self.ready = pid, False
+    def forked(self, pid: int | None, leave_w: int) -> None:
+        """A spare was forked (``pid``; None: fork failed, the parent accepts and forks from now
+        on); the parent sends it away by writing to ``leave_w``."""
+        if pid is None:
+            os.close(leave_w)
+            self.keep = False  # no memory for one more process
+            return
+        self.pid, self.ready, self.leave_w, self.bare = pid, False, leave_w, self.rehearsal is None
+
+    def let_go(self) -> None:
+        """Close the waiting spare's leave pipe (it was taken or is gone; in a child: its copy)."""
+        if self.leave_w is not None:
+            os.close(self.leave_w)
+            self.leave_w = None
+
+    def send_away(self) -> None:
+        """Tell a waiting spare forked before any request to leave: the next one rehearses."""
+        if self.leave_w is not None:
+            send_note(self.leave_w, b"L")
+            self._sent_away = self.pid
+            self.let_go()
 
     def read(self, now: float) -> bool:
         """Take in the notes now readable; returns whether a child reported running a request
@@ -273,21 +300,25 @@ class SpareKeeper:
             elif line == TAKEN:
                 self.serving, self.pid, self.ready = self.pid, None, False
                 self.next_at = now + SERVING_WAIT_S
+                self.let_go()
             elif line == SERVING:
                 active = True
             else:
                 request = parse_request_note(line)
                 if request is not None:  # a request a child runs: activity, and the next rehearsal
                     self.rehearsal, active = request, True
+                    if self.bare:  # a forked child ran it while this spare started: it never rehearses
+                        self.send_away()
         return active
 
     def reaped(self, pid: int, now: float) -> None:
         """A child exited: the taken spare (time for the next) or the waiting one (died)."""
         if pid == self.serving:
             self.serving, self.next_at = None, 0.0
-        if pid == self.pid:  # it died before taking a connection: another in a while
+        if pid == self.pid:  # it left (sent away: another at once) or died (another in a while)
             self.pid, self.ready = None, False
-            self.next_at = now + SPARE_RETRY_S
+            self.next_at = now if pid == self._sent_away else now + SPARE_RETRY_S
+            self.let_go()
 
     def rehearse_again(self) -> None:
         """In an idle spare child: rehearse once more (the parent accepts meanwhile)."""
