@@ -14,6 +14,7 @@ import json
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from enforcer_fakes import MOUNTINFO_V2, FakeCgroupTree, FakeKernel
 from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import format_list, parse_list
+from numa_pin.deadline import Deadline
 from numa_pin.enforcer import cgroups, systemd
 from numa_pin.enforcer.cgroups import CgroupRef
 from numa_pin.enforcer.undo import UndoLog
@@ -223,6 +225,43 @@ def test_a_systemctl_that_hangs_is_given_up_on(node: SystemdNode, monkeypatch: p
     tool.timeout_s = 0.5
     with pytest.raises(EnforcementError, match=r"libpod-x\.scope: systemctl show .* ran past 0\.5s"):
         systemd.assert_unit_cpuset(tool, ref, frozenset({1}), None, UndoLog())
+
+
+def test_inside_an_admission_systemctl_has_what_the_deadline_leaves(node: SystemdNode,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The admission's deadline (inside the runtime's timeout) bounds each call, not a fixed
+    timeout of its own: a hung systemd never keeps the runtime waiting past it."""
+    monkeypatch.setenv("FAKE_SYSTEMD_SLEEP", "30")
+    ref = CgroupRef(2, SCOPE.format(name="x"), str(node.tree.mkcg(SCOPE.format(name="x"))),
+                    driver=cgroups.DRIVER_SYSTEMD)
+    tool = systemd.detect(node.fake.proc_root)
+    assert tool is not None
+    tool.timeout_s = 60.0
+    started = time.monotonic()
+    with Deadline(0.5, "admission of x").active():
+        with pytest.raises(EnforcementError, match=r"libpod-x\.scope: systemctl show .* ran past 0\.[0-9]+s"):
+            systemd.assert_unit_cpuset(tool, ref, frozenset({1}), None, UndoLog())
+    assert time.monotonic() - started < 5
+
+
+def test_a_unit_change_goes_back_after_the_deadline_passed(node: SystemdNode) -> None:
+    """Past the deadline no new systemctl call starts, but a rollback still puts the unit's old
+    properties back (bounded by the tool's own timeout)."""
+    ref = CgroupRef(2, SCOPE.format(name="x"), str(node.tree.mkcg(SCOPE.format(name="x"))),
+                    driver=cgroups.DRIVER_SYSTEMD)
+    node.set_property("x", AllowedCPUs="0-3")
+    tool = systemd.detect(node.fake.proc_root)
+    assert tool is not None
+    undo = UndoLog()
+    budget = Deadline(30.0, "admission of x")
+    with budget.active():
+        assert systemd.assert_unit_cpuset(tool, ref, frozenset({1}), None, undo)
+        assert node.unit("x")["AllowedCPUs"] == "1"
+        budget.expires = time.monotonic()  # spent meanwhile
+        with pytest.raises(EnforcementError, match=r"no time left for systemctl show .*deadline passed"):
+            systemd.assert_unit_cpuset(tool, ref, frozenset({2}), None, UndoLog())
+        assert not undo.rollback()
+    assert node.unit("x")["AllowedCPUs"] == "0-3"
 
 
 @pytest.mark.parametrize("init", ["init", "busybox"], ids=["sysvinit", "busybox"])

@@ -11,9 +11,11 @@ a running systemd, the enforcer sets the same values as runtime properties of th
 the files, and records how to put the old properties back.
 
 Whether systemd runs is read under the configured proc root (``<proc_root>/1/comm`` is
-``systemd``, as on a booted systemd host), and ``systemctl`` is taken from ``PATH``; every call
-has a timeout. Nothing here runs on a host without systemd, on cgroup v1, or for a cgroupfs
-path.
+``systemd``, as on a booted systemd host), and ``systemctl`` is taken from ``PATH``. Every call
+is bounded: inside an admission by what its deadline leaves (the runtime's own timeout is
+behind it), elsewhere and when undoing by :data:`TIMEOUT_S` (what was changed goes back even
+after the deadline passed). Nothing here runs on a host without systemd, on cgroup v1, or for
+a cgroupfs path.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import os
 import time
 
 from numa_pin import cpuset as cpulist
+from numa_pin import deadline
 from numa_pin.enforcer.cgroups import DRIVER_SYSTEMD, CgroupRef
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
@@ -30,7 +33,7 @@ from numa_pin.text import one_line
 
 #: unit types whose cgroup holds a container's processes (a slice holds a pod's)
 UNIT_SUFFIXES = (".scope", ".slice", ".service")
-#: seconds one systemctl call may take
+#: seconds one systemctl call may take outside an admission, and when undoing
 TIMEOUT_S = 10.0
 #: bytes of systemctl output kept (properties and an error line)
 MAX_OUTPUT = 65536
@@ -75,15 +78,26 @@ class Systemd:
     def __repr__(self) -> str:
         return f"Systemd({self.systemctl!r})"
 
-    def _run(self, args: list[str], what: str) -> str:
+    def _bound(self, args: list[str], what: str, undoing: bool) -> float:
+        """How long a call may take: what the running admission's deadline leaves, else
+        :attr:`timeout_s` (always when ``undoing``)."""
+        running = None if undoing else deadline.current()
+        if running is None:
+            return self.timeout_s
+        left = running.remaining()
+        if left <= 0:
+            raise EnforcementError(f"no time left for systemctl {' '.join(args)}: the admission's deadline passed",
+                                   path=what)
+        return left
+
+    def _run(self, args: list[str], what: str, undoing: bool = False) -> str:
         import subprocess  # only where systemd owns a cgroup: the hook imports this module on every start
 
-        argv = [self.systemctl, *args]
+        argv, bound = [self.systemctl, *args], self._bound(args, what, undoing)
         try:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=self.timeout_s,
-                                  check=False)
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=bound, check=False)
         except subprocess.TimeoutExpired as exc:
-            raise EnforcementError(f"systemctl {' '.join(args)} ran past {self.timeout_s:g}s", path=what) from exc
+            raise EnforcementError(f"systemctl {' '.join(args)} ran past {bound:g}s", path=what) from exc
         except OSError as exc:
             raise EnforcementError(f"cannot run {self.systemctl}: {exc}", path=what) from exc
         out = done.stdout[:MAX_OUTPUT].decode("utf-8", "replace")
@@ -132,12 +146,13 @@ class Systemd:
             waited += 0.02
         raise EnforcementError(f"process {pid} did not reach {unit} within {self.timeout_s:g}s", path=source)
 
-    def set_properties(self, unit: str, cpus: str, mems: str | None) -> None:
-        """``systemctl set-property --runtime UNIT AllowedCPUs=cpus [AllowedMemoryNodes=mems]``."""
+    def set_properties(self, unit: str, cpus: str, mems: str | None, *, undoing: bool = False) -> None:
+        """``systemctl set-property --runtime UNIT AllowedCPUs=cpus [AllowedMemoryNodes=mems]``
+        (``undoing``: putting earlier values back, bounded by :attr:`timeout_s` alone)."""
         args = ["set-property", "--runtime", "--", unit, f"AllowedCPUs={cpus}"]
         if mems is not None:
             args.append(f"AllowedMemoryNodes={mems}")
-        self._run(args, unit)
+        self._run(args, unit, undoing)
 
 
 def detect(proc_root: str | os.PathLike[str]) -> Systemd | None:
@@ -190,7 +205,7 @@ def assert_unit_cpuset(
     old_cpus, old_mems = shown.cpus, (None if mems is None else shown.mems)
 
     def restore() -> None:
-        systemd.set_properties(unit, old_cpus, old_mems)
+        systemd.set_properties(unit, old_cpus, old_mems, undoing=True)
 
     undo.record(f"{unit}: AllowedCPUs={text_cpus!r} AllowedMemoryNodes={text_mems!r} "
                 f"(was {shown.cpus!r}, {shown.mems!r})", restore)

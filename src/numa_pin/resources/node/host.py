@@ -177,7 +177,8 @@ def _restore(node: Node, state: LedgerState, path: str, entry: dict[str, Any], s
             and shown.cpus != allowed:
         systemd.set_properties(unit, allowed, None)
         was = shown.cpus
-        undo.record(f"{unit}: AllowedCPUs={allowed!r} (was {was!r})", lambda: systemd.set_properties(unit, was, None))
+        undo.record(f"{unit}: AllowedCPUs={allowed!r} (was {was!r})",
+                    lambda: systemd.set_properties(unit, was, None, undoing=True))
         changed = True
     if not os.path.isfile(path):
         saved.forget(path, undo)
