@@ -13,6 +13,7 @@ calls it when its client has hung up). Off the main thread there is no timer; ch
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -29,13 +30,33 @@ def current() -> Deadline | None:
     return _current
 
 
-class Deadline:
-    """``seconds`` of budget from now for ``what`` (named in the timeout message)."""
+def process_started(pid: int | str = "self", proc_root: str = "/proc") -> float | None:
+    """When process ``pid`` started, on :func:`time.monotonic`'s clock: its ``starttime`` in
+    ``<proc_root>/<pid>/stat`` against ``<proc_root>/uptime``. None when either cannot be read
+    or makes no sense (a start in the future)."""
+    from numa_pin.boundedio import read_regular_file
 
-    def __init__(self, seconds: float, what: str = "admission") -> None:
+    try:
+        stat = read_regular_file(os.path.join(proc_root, str(pid), "stat"), 4096)
+        uptime = float(read_regular_file(os.path.join(proc_root, "uptime"), 256).split()[0])
+        ticks = int(stat.rsplit(b")", 1)[1].split()[19])  # field 22; the fields after comm start at 3
+    except (OSError, ValueError, IndexError):
+        return None
+    age = uptime - ticks / os.sysconf("SC_CLK_TCK")
+    return time.monotonic() - age if age >= 0 else None
+
+
+class Deadline:
+    """``seconds`` of budget for ``what`` (named in the timeout message), counted from now, or
+    from ``since`` (a :func:`time.monotonic` time, such as :func:`process_started`'s: the hook
+    process's own start, so the time it took to start counts against the runtime's timeout too)."""
+
+    def __init__(self, seconds: float, what: str = "admission", since: float | None = None) -> None:
         self.seconds = seconds
         self.what = what
-        self.expires = time.monotonic() + seconds
+        now = time.monotonic()
+        self.since_start = since is not None and since < now
+        self.expires = (min(since, now) if since is not None else now) + seconds
         self._interruptible = False
         self._reason: str | None = None
         self._armed = False
@@ -51,8 +72,9 @@ class Deadline:
     def _error(self) -> AdmissionTimeout:
         if self._reason is not None:
             return AdmissionTimeout(f"{self.what} stopped: {self._reason}")
+        counted = ", counted from the hook's start" if self.since_start else ""
         return AdmissionTimeout(
-            f"{self.what} took longer than {self.seconds:g}s (admission_timeout_s); nothing was allocated"
+            f"{self.what} took longer than {self.seconds:g}s (admission_timeout_s{counted}); nothing was allocated"
         )
 
     def check(self) -> None:
@@ -107,4 +129,4 @@ class Deadline:
             self._interruptible = False
 
 
-__all__ = ["Deadline", "current"]
+__all__ = ["Deadline", "current", "process_started"]

@@ -54,6 +54,9 @@ class HookRequest:
     env: Mapping[str, str]
     stdin: bytes
     cwd: str
+    #: when the hook process started (:func:`numa_pin.deadline.process_started`): the admission's
+    #: budget counts from there (None: from the admission's own start)
+    started: float | None = None
 
 
 @record
@@ -247,14 +250,16 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
 
     # a lock wait goes to syslog: an outcome is one line
     service = open_service(config, cache_dir, warm_state=warm_state)
+    from numa_pin.deadline import Deadline
     from numa_pin.report import forget_reason
 
+    budget = Deadline(config.admission_timeout_s, f"admission of {ctx.cid}", since=request.started)
     if state is None:
         import json
 
         from numa_pin.hook.precreate import precreate
 
-        result = precreate(data, service)
+        result = precreate(data, service, budget)
         ctx.out.write(json.dumps(result.spec).encode())
         if result.grant is not None:
             ctx.warn_kubelet(config.kubelet_root)
@@ -276,7 +281,7 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
     from numa_pin.resources.runtime import PRESTART
 
     try:
-        service.admit(admission, state.pid, owner=owner, rootfs=rootfs, target=PRESTART)
+        service.admit(admission, state.pid, owner=owner, rootfs=rootfs, target=PRESTART, deadline=budget)
     except Exception as exc:
         from numa_pin.errors import AdmissionTimeout, LedgerError
 

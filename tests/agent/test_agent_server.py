@@ -1090,6 +1090,113 @@ def test_an_on_demand_agent_retires_when_idle_or_upgraded(tmp_path):
         agent.close()
 
 
+@pytest.mark.parametrize("via", ["agent", "in-process"])
+@pytest.mark.parametrize("slow_start_s", [0.0, 1.5], ids=["prompt", "starved"])
+def test_the_budget_counts_from_the_hooks_own_start(tmp_path, node, via, slow_start_s):
+    """On a starved node the hook's own start can eat the runtime's hook timeout: the admission's
+    budget (``admission_timeout_s``) counts from the hook process's start, read from the kernel
+    (the agent reads its peer's), so the container gets a clear refusal, never a runtime timeout."""
+    cfg = node.write_config(policy="single-numa-node", admission_timeout_s=1)
+    agent = Served(tmp_path / "agent") if via == "agent" else None
+    code = f"import sys, time; time.sleep({slow_start_s}); from numa_pin.hook.main import main; sys.exit(main())"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, "--config", str(cfg), "prestart"],
+                              input=node.state_json(0, {"numa-pin.io/cpus": "2"}), capture_output=True,
+                              env=hook_env(node, agent.sock if agent else None), timeout=120)
+        err = proc.stderr.decode()
+        if slow_start_s:
+            assert proc.returncode == 1, err
+            assert err.startswith("numa-pin: rejected c0: AdmissionTimeout: ") and err.count("\n") == 1, err
+            assert "counted from the hook's start" in err
+            assert "c0" not in node.grants()
+        else:
+            assert (proc.returncode, err) == (0, "")
+            assert len(node.granted("c0")) == 2
+        if agent:
+            assert agent.records("served")[-1]["rc"] == proc.returncode, "the agent ran it"
+    finally:
+        if agent:
+            assert agent.stop() == 0
+
+
+def test_the_last_note_of_a_child_that_exited_unseen_is_what_the_next_spare_rehearses(tmp_path):
+    """The parent's select saw the taken spare's first note; the child then wrote its request
+    and exited before the parent reaped it (a quick poststop on a loaded node). The spare forked
+    next still rehearses that request: forked without it, it would never rehearse at all."""
+    path = str(tmp_path / "run" / "agent.sock")
+    lock_fd, listener = server.open_socket(path)
+    agent = server.AgentServer(path, lock_fd, listener)
+    try:
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the taken spare: once the parent has looked, its request's note, and done
+            os.read(go_r, 1)
+            spare.send_note(agent.spares.notes_w, spare.request_note(["numa-pin-hook"], {}, "/") or b"")
+            os._exit(0)
+        os.close(go_r)
+        leave_r, leave_w = os.pipe()
+        agent.spares.forked(pid, leave_w)
+        spare.send_note(agent.spares.notes_w, spare.TAKEN)
+        agent._collect(notes_ready=True)  # the select's look: TAKEN only
+        assert agent.spares.rehearsal is None and pid not in agent.children
+        os.write(go_w, b"g")
+        os.close(go_w)
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # the child wrote and exited since
+        agent._collect(notes_ready=False)  # the next wake-up: SIGCHLD only
+        assert agent.spares.rehearsal == {"argv": ["numa-pin-hook"], "env": {}, "cwd": "/"}
+        assert agent.spares.wait(time.monotonic(), at_limit=False) is None, "a spare is forked at once"
+        assert agent.spares.leave_w is None and os.read(leave_r, 8) == b"", "the taken spare's pipe is closed"
+        os.close(leave_r)
+    finally:
+        agent.close()
+
+
+def test_a_spare_forked_before_any_request_is_sent_away_by_the_first_one(tmp_path):
+    """The first spare has nothing to rehearse. When a child forked for the connection (the
+    spare was not ready yet) runs the first request, that spare would wait unrehearsed until
+    the next hook, and no idle rehearsal would keep the caches fresh: the parent sends it away
+    and forks the next one at once, and that one rehearses the request."""
+    keeper = spare.SpareKeeper()
+    leave_r, leave_w = os.pipe()
+    keeper.forked(4242, leave_w)
+    assert keeper.bare
+    spare.send_note(keeper.notes_w, spare.READY)
+    keeper.read(0.0)
+    assert os.get_blocking(leave_r) and select.select([leave_r], [], [], 0)[0] == []
+    spare.send_note(keeper.notes_w, spare.request_note(["numa-pin-hook"], {}, "/") or b"")
+    assert keeper.read(1.0), "a request run: activity"
+    assert os.read(leave_r, 8) == b"L\n" and os.read(leave_r, 8) == b"", "sent away, pipe closed"
+    keeper.reaped(4242, 2.0)
+    assert keeper.rehearsal is not None and keeper.wait(2.0, at_limit=False) is None, "the next spare at once"
+    leave_r2, leave_w2 = os.pipe()
+    keeper.forked(4343, leave_w2)
+    assert not keeper.bare, "it rehearses what the first request asked"
+    spare.send_note(keeper.notes_w, spare.request_note(["numa-pin-hook", "--config", "/x"], {}, "/") or b"")
+    keeper.read(3.0)
+    assert select.select([leave_r2], [], [], 0)[0] == [], "a rehearsed spare stays"
+    keeper.reaped(4343, 4.0)  # it died without taking a connection: the next one in a while
+    assert keeper.wait(4.0, at_limit=False) == pytest.approx(spare.SPARE_RETRY_S)
+    for fd in (leave_r, leave_r2, keeper.notes_r, keeper.notes_w):
+        os.close(fd)
+
+
+def test_await_connection_leaves_when_the_parent_sends_the_spare_away(tmp_path):
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "s"))
+    listener.listen(1)
+    listener.setblocking(False)
+    stop_r, stop_w = os.pipe()
+    leave_r, leave_w = os.pipe()
+    try:
+        os.write(leave_w, b"L\n")
+        assert spare.await_connection(listener, stop_r, every_s=600, on_idle=lambda: None, leave_fd=leave_r) is None
+        assert select.select([stop_r], [], [], 0)[0] == [], "the server did not stop"
+    finally:
+        for fd in (stop_r, stop_w, leave_r, leave_w):
+            os.close(fd)
+        listener.close()
+
+
 @pytest.mark.parametrize("change", ["removed", "replaced", "kept"])
 def test_systemds_agent_leaves_when_its_socket_file_goes(tmp_path, change):
     """A socket-activated agent (systemd passed the socket; no --idle-exit) whose socket file is

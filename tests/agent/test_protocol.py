@@ -32,12 +32,13 @@ def _unframe(data: bytes) -> bytes:
 
 
 @given(argv=st.lists(_text, max_size=5), stdin=st.binary(max_size=200), env=_env,
-       cwd=st.text(min_size=1, max_size=20).map(lambda s: "/" + s))
-def test_request_round_trip(argv, stdin, env, cwd):
-    body = protocol.encode_request(argv, stdin, {**env, "UNRELATED": "x"}, cwd)
+       cwd=st.text(min_size=1, max_size=20).map(lambda s: "/" + s), anchored=st.booleans())
+def test_request_round_trip(argv, stdin, env, cwd, anchored):
+    body = protocol.encode_request(argv, stdin, {**env, "UNRELATED": "x"}, cwd, anchored=anchored)
     assert json.loads(body)["v"] == protocol.PROTOCOL  # the hand-built JSON is real JSON
     req = request.decode_request(body)
-    assert req == request.Request(protocol.PROTOCOL, __version__, tuple(argv), stdin, env, cwd, protocol.HOME)
+    assert req == request.Request(protocol.PROTOCOL, __version__, tuple(argv), stdin, env, cwd, protocol.HOME,
+                                  anchored)
 
 
 @given(rc=st.integers(0, 255), err=st.text(max_size=100), out=st.binary(max_size=300))
@@ -79,8 +80,8 @@ def test_stderr_is_cut_at_the_limit():
     "doc, field",
     [({"v": "1"}, "'v'"), ({"version": 1}, "'version'"), ({"argv": "x"}, "'argv'"),
      ({"stdin": "***"}, "'stdin'"), ({"env": {"PATH": "/"}}, "'env'"), ({"cwd": "rel"}, "'cwd'"),
-     ({"home": ["/x"]}, "'home'")],
-    ids=["v", "version", "argv", "stdin", "env", "cwd", "home"],
+     ({"home": ["/x"]}, "'home'"), ({"anchored": 1}, "'anchored'")],
+    ids=["v", "version", "argv", "stdin", "env", "cwd", "home", "anchored"],
 )
 def test_bad_request_names_the_field(doc, field):
     good = json.loads(protocol.encode_request([], b"", {}, "/"))

@@ -199,3 +199,49 @@ def test_hook_records_a_timeout_where_explain_finds_it(node, monkeypatch):
     assert rc != 0
     with open(reason_path(str(node.state_dir), "t1"), encoding="utf-8") as fh:
         assert "AdmissionTimeout" in json.load(fh)["line"]
+
+
+def test_process_started_is_when_the_process_was_forked():
+    """The kernel's start time of a process, on the monotonic clock: a child's lies between the
+    moments just before and just after it was spawned (to a clock tick); this process's is before
+    both. (psutil's ``create_time`` is no oracle here: it adds ticks to a boot time rounded to
+    the second.)"""
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    before = time.monotonic()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    after = time.monotonic()
+    try:
+        started = deadline_mod.process_started(child.pid)
+        assert started is not None and before - 2 * tick <= started <= after + 2 * tick, (before, started, after)
+        own = deadline_mod.process_started()
+        assert own is not None and own < before
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_process_started_reads_any_comm_and_gives_up_on_nonsense(tmp_path):
+    proc = tmp_path / "proc"
+    (proc / "77").mkdir(parents=True)
+    ticks = os.sysconf("SC_CLK_TCK")
+    fields = ["S", "1"] + ["0"] * 17 + [str(95 * ticks)] + ["0"] * 30  # starttime: 95 s after boot
+    (proc / "77" / "stat").write_text("77 (a) b (c)) " + " ".join(fields) + "\n")
+    (proc / "uptime").write_text("100.00 180.00\n")
+    started = deadline_mod.process_started(77, str(proc))
+    assert started is not None and abs(time.monotonic() - started - 5.0) < 0.5
+    (proc / "uptime").write_text("90.00 180.00\n")  # a start after now
+    assert deadline_mod.process_started(77, str(proc)) is None
+    (proc / "77" / "stat").write_text("77 (a) S 1\n")  # cut short
+    assert deadline_mod.process_started(77, str(proc)) is None
+    assert deadline_mod.process_started(78, str(proc)) is None
+
+
+def test_a_deadline_since_an_earlier_start_has_only_what_is_left():
+    d = deadline_mod.Deadline(20, "admission of x", since=time.monotonic() - 15)
+    assert 4 < d.remaining() <= 5
+    spent = deadline_mod.Deadline(20, "admission of x", since=time.monotonic() - 25)
+    with pytest.raises(AdmissionTimeout, match=r"took longer than 20s \(admission_timeout_s, counted from the "
+                                               r"hook's start\)"):
+        spent.check()
+    later = deadline_mod.Deadline(20, "admission of x", since=time.monotonic() + 60)  # never past now
+    assert later.remaining() <= 20

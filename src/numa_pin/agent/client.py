@@ -116,9 +116,10 @@ def try_agent(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], path: s
 
 
 def ask_agent(argv: Sequence[str], stdin: bytes, env: Mapping[str, str],
-              path: str | None = None) -> tuple[int | None, bool]:
+              path: str | None = None, anchored: bool = False) -> tuple[int | None, bool]:
     """:func:`try_agent`, and whether the reason for a None was that no agent listens at all
-    (no socket, or a socket nobody accepts on): the case in which :func:`start_agent` helps."""
+    (no socket, or a socket nobody accepts on): the case in which :func:`start_agent` helps.
+    ``anchored``: this process is the hook the runtime started (its start begins the budget)."""
     try:
         import _socket
     except ImportError:
@@ -128,7 +129,7 @@ def ask_agent(argv: Sequence[str], stdin: bytes, env: Mapping[str, str],
     except OSError:  # a deleted working directory: relative paths mean nothing to the agent
         return None, False
     try:
-        request = frame(encode_request(argv, stdin, env, cwd))
+        request = frame(encode_request(argv, stdin, env, cwd, anchored=anchored))
     except ImportError:  # an interpreter without the _json accelerator
         return None, False
     if len(request) > MAX_REQUEST_BYTES + HEADER_BYTES:

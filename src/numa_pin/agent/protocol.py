@@ -7,8 +7,10 @@ admission runs, the agent sends a :data:`KEEPALIVE` byte every :data:`KEEPALIVE_
 the reply frame (whose first byte is always 0: replies are far below 16 MiB). A hook that sees
 no byte for :data:`STALL_S` seconds gives up and runs in-process (see ``docs/agent.md``). Request:
 ``{"v": 1, "version": str, "argv": [str], "stdin": base64, "env": {str: str}, "cwd": str,
-"home": str}``, where ``home`` is the directory the hook loaded numa_pin from (an agent started
-from another installation sends such a hook back; older hooks leave it out).
+"home": str, "anchored": true}``, where ``home`` is the directory the hook loaded numa_pin from
+(an agent started from another installation sends such a hook back; older hooks leave it out)
+and ``anchored`` (only when true) says the peer is the hook process itself: the admission's
+budget then counts from that process's start, which the agent reads from the kernel.
 Reply: ``{"rc": int, "stderr": str, "stdout": base64}`` (``stdout``: what ``precreate`` prints,
 the config the runtime is to use; empty for the other stages), or ``{"fallback": str}`` when the
 server refuses (the hook then runs in-process).
@@ -98,16 +100,18 @@ def frame(body: bytes) -> bytes:
     return len(body).to_bytes(HEADER_BYTES, "big") + body
 
 
-def encode_request(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], cwd: str, home: str = HOME) -> bytes:
+def encode_request(argv: Sequence[str], stdin: bytes, env: Mapping[str, str], cwd: str, home: str = HOME,
+                   anchored: bool = False) -> bytes:
     """The request JSON (not framed), built without :mod:`json`. Pure."""
     from _json import encode_basestring_ascii as q
     from binascii import b2a_base64
 
     passed = ",".join(f"{q(k)}:{q(env[k])}" for k in PASSED_ENV if k in env)
+    tail = ',"anchored":true' if anchored else ""
     text = (
         f'{{"v":{PROTOCOL},"version":{q(__version__)},"argv":[{",".join(q(a) for a in argv)}],'
         f'"stdin":"{b2a_base64(stdin, newline=False).decode("ascii")}","env":{{{passed}}},"cwd":{q(cwd)},'
-        f'"home":{q(home)}}}'
+        f'"home":{q(home)}{tail}}}'
     )
     return text.encode("ascii")
 

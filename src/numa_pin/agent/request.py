@@ -74,6 +74,8 @@ class Request:
     env: Mapping[str, str] = field(repr=False)
     cwd: str
     home: str | None = field(default=None, repr=False)
+    #: the peer is the hook process itself: the budget counts from its start
+    anchored: bool = False
 
 
 def decode_request(body: bytes) -> Request:
@@ -105,10 +107,12 @@ def decode_request(body: bytes) -> Request:
         raise ValueError(f"request field 'env' may only hold strings for {', '.join(PASSED_ENV)}")
     if not isinstance(cwd, str) or not cwd.startswith("/"):
         raise ValueError("request field 'cwd' must be an absolute path")
-    home = doc.get("home")
+    home, anchored = doc.get("home"), doc.get("anchored", False)
     if home is not None and not isinstance(home, str):
         raise ValueError("request field 'home' must be a string")
-    return Request(protocol, version, tuple(argv), data, dict(env), cwd, home)
+    if not isinstance(anchored, bool):
+        raise ValueError("request field 'anchored' must be true or false")
+    return Request(protocol, version, tuple(argv), data, dict(env), cwd, home, anchored)
 
 
 def same_home(home: str, cwd: str, server_home: str) -> bool:
@@ -183,18 +187,20 @@ def append_log(path: str | None, record: Mapping[str, object]) -> None:
         print(f"numa-pin serve: cannot write the log {path}: {exc.strerror}", file=sys.stderr, flush=True)
 
 
-def run_request(request: Request, warm_state: WarmState | None = None) -> tuple[int, str, bytes]:
+def run_request(request: Request, warm_state: WarmState | None = None,
+                started: float | None = None) -> tuple[int, str, bytes]:
     """Run the hook for ``request`` in this process, as ``numa-pin-hook`` would
     (:func:`numa_pin.invoke.run`, given the request's arguments, variables, stdin and working
-    directory, and this child's ``warm_state``): exit code, stderr and stdout (``precreate``'s
-    config). Changes no process global (environment, stderr, stdout, cwd).
+    directory, when the hook process ``started``, and this child's ``warm_state``): exit code,
+    stderr and stdout (``precreate``'s config). Changes no process global (environment, stderr,
+    stdout, cwd).
 
     Raises OSError when the working directory is not a directory (nothing has run then)."""
     if not stat.S_ISDIR(os.stat(request.cwd).st_mode):
         raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), request.cwd)
     try:
-        result = invoke.run(invoke.HookRequest(request.argv, dict(request.env), request.stdin, request.cwd),
-                            warm_state=warm_state)
+        result = invoke.run(invoke.HookRequest(request.argv, dict(request.env), request.stdin, request.cwd,
+                                               started), warm_state=warm_state)
     except BaseException:  # NUMA_PIN_DEBUG=1: run() re-raises; show what the interpreter would
         return 1, traceback.format_exc(), b""
     return result.code, result.stderr_text(), result.stdout
@@ -290,8 +296,10 @@ class RequestHandler:
                          daemon=True).start()
         kept = warm_state if warm_state is not None else WarmState()
         kept.defer()  # a release's shared-pool growth waits for the reply
+        # the budget counts from the hook's own start (the peer's; same pid namespace: checked above)
+        began = deadline.process_started(peer.pid, self.proc_root) if request.anchored else None
         try:
-            rc, err, out = run_request(request, kept)
+            rc, err, out = run_request(request, kept, began)
         except OSError as exc:
             with send_lock:
                 served.set()

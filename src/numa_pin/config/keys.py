@@ -202,8 +202,9 @@ ITEMS: tuple[ConfigItem, ...] = (
     ),
     ConfigItem(
         "admission_timeout_s", "number of seconds (0-3600)", 20,
-        "Deadline of one admission, lock wait included; keep it below the runtime's hook timeout "
-        "(30 s in the shipped hooks.d files). Past it the container is rejected with AdmissionTimeout.",
+        "Deadline of one admission, lock wait included; a hook's counts from the hook process's start, "
+        "so keep it below the runtime's hook timeout (30 s in the shipped hooks.d files). Past it the "
+        "container is rejected with AdmissionTimeout.",
         p.seconds,
     ),
     ConfigItem(

@@ -32,11 +32,12 @@ import gc
 import sys
 
 
-def run(argv: list[str], stdin, stdout=None) -> int:
+def run(argv: list[str], stdin, stdout=None, started: float | None = None) -> int:
     """The hook in this process: :func:`numa_pin.invoke.run` with this process's environment,
     working directory and ``stdin`` (a binary or text stream), its stderr lines printed to
     ``sys.stderr`` as they come and its stdout (``precreate`` only) written to ``stdout``
-    (default: ``sys.stdout``'s buffer). Returns the exit code."""
+    (default: ``sys.stdout``'s buffer); the admission's budget counts from ``started`` (the
+    hook process's start; None: from the admission's). Returns the exit code."""
     import os
 
     from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
@@ -50,7 +51,7 @@ def run(argv: list[str], stdin, stdout=None) -> int:
     except OSError:  # a deleted working directory: only absolute paths mean anything
         cwd = "/"
     env = {k: os.environ[k] for k in HOOK_ENV if k in os.environ}
-    result = invoke(HookRequest(tuple(argv), env, data, cwd), on_line=_print)
+    result = invoke(HookRequest(tuple(argv), env, data, cwd, started), on_line=_print)
     if result.stdout:
         out = stdout if stdout is not None else sys.stdout.buffer
         out.write(result.stdout)
@@ -74,20 +75,30 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     environ = _environ()
     if environ.get("NUMA_PIN_NO_AGENT") == "1":
-        return run(args, sys.stdin.buffer)
+        return run(args, sys.stdin.buffer, started=_started(argv is None))
     import io
 
     from numa_pin.agent import client, protocol
 
     data = sys.stdin.buffer.read(protocol.MAX_STDIN_BYTES)
-    rc, absent = client.ask_agent(args, data, environ)
+    rc, absent = client.ask_agent(args, data, environ, anchored=argv is None)
     if rc is not None:
         return rc
     import os
 
     if absent and client.autostart_allowed(os.environ):
         client.start_agent(os.environ)
-    return run(args, io.BytesIO(data))
+    return run(args, io.BytesIO(data), started=_started(argv is None))
+
+
+def _started(script: bool) -> float | None:
+    """When this process started, for the script (a process the runtime started for this one
+    hook: its budget began then); None when called with arguments (a caller's process)."""
+    if not script:
+        return None
+    from numa_pin.deadline import process_started
+
+    return process_started()
 
 
 def _environ() -> dict[str, str]:

@@ -228,8 +228,9 @@ class Precreate:
     grant: Grant | None
 
 
-def precreate(data: bytes, service: Any) -> Precreate:
-    """Decide from the proposed config ``data`` through ``service`` (a NodeService).
+def precreate(data: bytes, service: Any, deadline: Any = None) -> Precreate:
+    """Decide from the proposed config ``data`` through ``service`` (a NodeService), within
+    ``deadline`` (a :class:`~numa_pin.deadline.Deadline`; None: the config's from now).
 
     A container that asks for nothing comes back unchanged and is not recorded. Raises
     HookInputError (bad config, no container id for a container that asks for something),
@@ -253,7 +254,7 @@ def precreate(data: bytes, service: Any) -> Precreate:
     features = runtime_features(doc)
     target = precreate_target(features.memory_policy, features.net_devices, features.exec_affinity)
     admitted = service.admit(request, None, expected_cgroup=expected_cgroup(spec.limits.cgroups_path),
-                             expected_root=expected_root(doc), target=target)
+                             expected_root=expected_root(doc), target=target, deadline=deadline)
     grant = admitted.grant
     try:
         edit = service.runtime_edit(grant, request, target)
