@@ -33,7 +33,7 @@ from types import FrameType
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
-from numa_pin.hook.main import run as hook_run  # noqa: E402  (after the src path is known)
+from numa_pin.entry.hook import run as hook_run  # noqa: E402  (after the src path is known)
 from numa_pin.testing.node import FakeNode  # noqa: E402
 
 PACKAGE = "numa_pin"

@@ -27,7 +27,7 @@ import subprocess
 import sys
 
 #: the commands this writes, by file name: the module whose ``main`` each runs
-COMMANDS = {"numa-pin-hook": "numa_pin.hook.main", "numa-pin-runc": "numa_pin.hook.runc"}
+COMMANDS = {"numa-pin-hook": "numa_pin.entry.hook", "numa-pin-runc": "numa_pin.entry.runc"}
 
 TEMPLATE = """#!{python} -S
 # {name}, started without the site module (a runtime starts it on every container start);

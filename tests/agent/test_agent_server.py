@@ -303,7 +303,7 @@ def test_hook_client_path_imports_only_cheap_modules(shared_agent, node):
     """A hook served by the agent never loads the expensive pure-Python modules."""
     state = node.state_json(3, {"numa-pin.io/cpus": "2"})
     code = (
-        "import io, sys\nfrom numa_pin.hook import main\n"
+        "import io, sys\nfrom numa_pin.entry import hook as main\n"
         f"sys.stdin = io.TextIOWrapper(io.BytesIO({state!r}))\n"
         f"rc = main.main(['--config', {str(node.config)!r}, 'prestart'])\n"
         "print(rc); print(' '.join(sorted(sys.modules)))\n"
@@ -727,7 +727,7 @@ def test_changed_sources(tmp_path):
 
 def test_run_request_changes_no_process_global(tmp_path, monkeypatch):
     """The child runs the request's hook with the request's variables and directory, given to
-    numa_pin.invoke explicitly: the process's environment, stderr and cwd stay as they are."""
+    numa_pin.hook.invoke explicitly: the process's environment, stderr and cwd stay as they are."""
     monkeypatch.chdir("/")
     monkeypatch.setenv("NUMA_PIN_CONFIG", "/from/server")
     (tmp_path / "rel.yaml").write_text("policy: strict\n")  # a config error names the file it read
@@ -746,13 +746,13 @@ def test_run_request_reports_usage_and_tracebacks(tmp_path, monkeypatch):
     usage = request.Request(protocol.PROTOCOL, protocol.__version__, ("--help",), b"", {}, str(tmp_path))
     rc, err, _ = request.run_request(usage)
     assert rc == 1 and err.startswith("usage: numa-pin-hook")
-    monkeypatch.setattr("numa_pin.invoke.run", lambda request, on_line=None, warm_state=None: 1 / 0)  # re-raised
+    monkeypatch.setattr("numa_pin.hook.invoke.run", lambda request, on_line=None, warm_state=None: 1 / 0)  # re-raised
     rc, err, _ = request.run_request(usage)
     assert rc == 1 and "Traceback" in err and "ZeroDivisionError" in err
 
 
 def test_the_agent_passes_every_variable_the_hook_reads():
-    from numa_pin import invoke
+    from numa_pin.hook import invoke
 
     assert protocol.PASSED_ENV == invoke.HOOK_ENV
 
@@ -1098,7 +1098,7 @@ def test_the_budget_counts_from_the_hooks_own_start(tmp_path, node, via, slow_st
     (the agent reads its peer's), so the container gets a clear refusal, never a runtime timeout."""
     cfg = node.write_config(policy="single-numa-node", admission_timeout_s=1)
     agent = Served(tmp_path / "agent") if via == "agent" else None
-    code = f"import sys, time; time.sleep({slow_start_s}); from numa_pin.hook.main import main; sys.exit(main())"
+    code = f"import sys, time; time.sleep({slow_start_s}); from numa_pin.entry.hook import main; sys.exit(main())"
     try:
         proc = subprocess.run([sys.executable, "-c", code, "--config", str(cfg), "prestart"],
                               input=node.state_json(0, {"numa-pin.io/cpus": "2"}), capture_output=True,

@@ -12,7 +12,7 @@ import pytest
 
 from numa_pin.cli import cmd_explain
 from numa_pin.cli.main import main
-from numa_pin.hook.main import run as hook_run
+from numa_pin.entry.hook import run as hook_run
 from numa_pin.testing.node import FakeNode
 
 PODMAN_ID = "5e" * 32

@@ -13,7 +13,7 @@ import pytest
 
 from numa_pin.cli.main import main
 from numa_pin.cpuset import format_list, parse_list
-from numa_pin.hook.main import run as hook_run
+from numa_pin.entry.hook import run as hook_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "resources"))
 from test_isolation_knobs import IsoNode  # noqa: E402

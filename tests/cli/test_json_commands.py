@@ -16,7 +16,7 @@ import pytest
 
 from numa_pin.cli.main import COMMANDS, build_parser, main
 from numa_pin.cpuset import format_list
-from numa_pin.hook.main import run as hook_run
+from numa_pin.entry.hook import run as hook_run
 from numa_pin.ledger.store import Ledger
 from numa_pin.report import reason_path
 from numa_pin.testing.node import FakeNode

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from numa_pin.cli.main import main
-from numa_pin.hook.main import run as hook_run
+from numa_pin.entry.hook import run as hook_run
 from numa_pin.testing import devtree
 from numa_pin.testing.node import FakeNode
 

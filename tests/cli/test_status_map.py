@@ -22,7 +22,7 @@ import pytest
 from numa_pin.cli.main import main
 from numa_pin.cpuset import parse_list
 from numa_pin.devices.model import DeviceInfo
-from numa_pin.hook.main import run as hook_run
+from numa_pin.entry.hook import run as hook_run
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.ledger.store import Ledger
 from numa_pin.nodemap import FREE, human_bytes, picture, render_html, render_text

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from numa_pin.cli.main import main
-from numa_pin.hook.main import run as hook_run
+from numa_pin.entry.hook import run as hook_run
 from numa_pin.ledger.liveness import boot_clock
 from numa_pin.ledger.model import Grant
 from numa_pin.ledger.store import Ledger

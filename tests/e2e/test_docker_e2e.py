@@ -64,7 +64,7 @@ def _runtime_script(path: Path, node) -> Path:
         "#!/bin/sh\n"
         "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
         f"export NUMA_PIN_CONFIG='{node.cfg}' NUMA_PIN_CACHE_DIR='{node.cache}' PYTHONPATH='{SRC}'\n"
-        f"exec '{sys.executable}' -m numa_pin.hook.runc \"$@\"\n"
+        f"exec '{sys.executable}' -m numa_pin.entry.runc \"$@\"\n"
     )
     path.chmod(0o755)
     return path

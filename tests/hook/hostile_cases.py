@@ -28,7 +28,7 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from numa_pin.hook import main as hook_main
+from numa_pin.entry import hook as hook_main
 
 #: a case that takes longer than this is a hang
 LIMIT_S = 30.0

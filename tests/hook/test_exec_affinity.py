@@ -15,8 +15,8 @@ import json
 import pytest
 
 from numa_pin.cpuset import parse_list
+from numa_pin.entry import hook as hook_main
 from numa_pin.errors import HookInputError
-from numa_pin.hook import main as hook_main
 from numa_pin.hook.precreate import edit_spec, runtime_features
 from numa_pin.ledger.store import Ledger
 from numa_pin.resources.node.runtime import RuntimeEdit, merge_edits

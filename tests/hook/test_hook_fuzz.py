@@ -1,7 +1,7 @@
 """Malformed OCI state, config.json, annotations and config never give a traceback, and the hook
 never writes outside its roots.
 
-The hook runs in-process (``numa_pin.hook.main.run``) against a fake node: the kit's
+The hook runs in-process (``numa_pin.entry.hook.run``) against a fake node: the kit's
 ``intel-2s-ht`` machine, a fake proc tree and a fake cgroup v1 tree, all under one temporary
 directory. Every file-system write the process makes is checked against that directory.
 """
@@ -25,7 +25,7 @@ from hostile_cases import CASES, Hostile, assert_clean
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from numa_pin.hook import main as hook_main
+from numa_pin.entry import hook as hook_main
 from numa_pin.testing.node import FakeNode
 
 KEYS = ["numa-pin.io/cpus", "numa-pin.io/memory", "numa-pin.io/hugepages-2Mi", "numa-pin.io/hugepages-1Gi",
@@ -189,7 +189,7 @@ def test_hook_start_up_imports_no_pyroute2_and_no_cli(fake, tmp_path):
                                                                  "linux": {"cgroupsPath": "/c"}}))
     state = json.dumps({"id": "imports", "bundle": str(fake["bundle"]), "pid": 4242})
     code = (
-        "import io, sys\nfrom numa_pin.hook import main\n"
+        "import io, sys\nfrom numa_pin.entry import hook as main\n"
         f"rc = main.run(['--config', {str(fake['config'])!r}, 'prestart'], io.BytesIO({state.encode()!r}))\n"
         f"main.run(['--config', {str(fake['config'])!r}, 'poststop'], io.BytesIO({state.encode()!r}))\n"
         "print(rc); print(' '.join(sorted(sys.modules)))\n"
@@ -234,7 +234,7 @@ def in_hot_set(module: str, patterns: list[str]) -> bool:
 def test_the_hot_set_is_read_and_can_refuse():
     hot = hot_set()
     assert "numa_pin.hook.*" in hot and "numa_pin.agent.client" in hot
-    assert in_hot_set("numa_pin.hook.main", hot) and not in_hot_set("numa_pin.cli.main", hot)
+    assert in_hot_set("numa_pin.entry.hook", hot) and not in_hot_set("numa_pin.cli.main", hot)
     assert not in_hot_set("numa_pin.agent.server", hot) and not in_hot_set("numa_pin.testing.node", hot)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from numa_pin.cli.main import main as cli_main
-from numa_pin.hook import main as hook_main
+from numa_pin.entry import hook as hook_main
 from numa_pin.report import reason_path
 from numa_pin.testing.node import FakeNode
 

@@ -18,7 +18,7 @@ import threading
 
 import pytest
 
-from numa_pin.hook import main as hook_main
+from numa_pin.entry import hook as hook_main
 from numa_pin.testing.node import FakeNode
 
 
@@ -127,7 +127,7 @@ def test_fifty_thousand_nested_brackets_do_not_crash_a_fresh_hook(node, tmp_path
     config = tmp_path / "deep.yaml"
     config.write_text("policy: " + "[" * 50_000 + "\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "numa_pin.hook.main", "--config", str(config), "prestart"],
+        [sys.executable, "-m", "numa_pin.entry.hook", "--config", str(config), "prestart"],
         input=b'{"id": "h1", "bundle": "/b", "pid": 77}', capture_output=True, timeout=120,
         env={**os.environ, "NUMA_PIN_NO_AGENT": "1", "NUMA_PIN_CACHE_DIR": str(tmp_path / "cache")},
     )

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from numa_pin.cli.main import main as cli_main
-from numa_pin.hook import main as hook_main
+from numa_pin.entry import hook as hook_main
 from numa_pin.testing.node import FakeNode
 
 FORGED = "\nnuma-pin: admitted forged: cpus 0-3 mems 0 (none/container)\x1b[2J"

@@ -15,7 +15,7 @@ import pytest
 
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.enforcer.gpu import DeviceRule, oci_allows, oci_rules_from_config
-from numa_pin.hook import main as hook_main
+from numa_pin.entry import hook as hook_main
 from numa_pin.hook.precreate import container_id_from_cgroups_path, runtime_features
 from numa_pin.ledger.store import Ledger
 from numa_pin.testing import machine, shapes

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from numa_pin import report, text
 from numa_pin.cli.main import main as cli_main
+from numa_pin.entry import hook as hook_main
 from numa_pin.errors import EXIT_CONFIG, EXIT_ERROR, EXIT_INTERNAL, EXIT_REJECTED, EXIT_USAGE
-from numa_pin.hook import main as hook_main
 from numa_pin.testing.node import FakeNode
 
 

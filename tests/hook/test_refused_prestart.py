@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from numa_pin.hook import main as hook_main
+from numa_pin.entry import hook as hook_main
 from numa_pin.ledger.store import Ledger
 from numa_pin.testing.node import FakeNode
 

@@ -158,7 +158,7 @@ UNREADABLE_CONFIG = [
 def test_an_unreadable_config_refuses_only_a_root_hook(tmp_path, monkeypatch, text, rootless, ann, code, says):
     """In process (the setpriv tests above run the installed hook): a rootless hook falls back to
     the built-in defaults, a root hook reports the config."""
-    from numa_pin import invoke
+    from numa_pin.hook import invoke
     from numa_pin.hook import rootless as rootless_mod
 
     monkeypatch.setattr(rootless_mod, "is_rootless", lambda: rootless)

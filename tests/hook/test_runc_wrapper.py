@@ -16,9 +16,9 @@ import pytest
 
 import numa_pin
 from numa_pin.cpuset import parse_list
-from numa_pin.hook.runc import find_runc
-from numa_pin.hook.runcargs import Invocation, parse_argv
-from numa_pin.hook.runcstage import env_annotations, known_keys, log_errors
+from numa_pin.entry.runc import find_runc
+from numa_pin.entry.runcargs import Invocation, parse_argv
+from numa_pin.entry.runcstage import env_annotations, known_keys, log_errors
 from numa_pin.ledger.store import Ledger
 from numa_pin.testing.node import FakeNode
 
@@ -43,7 +43,7 @@ sys.exit(int(os.environ.get("FAKE_RUNC_STATE_RC" if "state" in args else "FAKE_R
 WRAPPER = """#!{python}
 import sys
 sys.path.insert(0, {src!r})
-from numa_pin.hook.runc import main
+from numa_pin.entry.runc import main
 sys.exit(main())
 """
 

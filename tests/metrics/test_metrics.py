@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from numa_pin import tally
 from numa_pin.cli.main import main
 from numa_pin.cpuset import parse_list
-from numa_pin.hook.main import run as hook_run
+from numa_pin.entry.hook import run as hook_run
 from numa_pin.ledger.store import Ledger
 from numa_pin.report import read_reasons
 from numa_pin.testing.node import FakeNode
@@ -110,7 +110,7 @@ def test_counts_survive_processes_and_count_releases_and_reconciles(node, tmp_pa
     # another process (a hook run by a runtime, not this interpreter) counts into the same file
     state = node.oci_state("c1", 7001, {"numa-pin.io/cpus": "2"})
     env = dict(os.environ, NUMA_PIN_NO_AGENT="1")
-    code = ("import io, sys; from numa_pin.hook.main import run; "
+    code = ("import io, sys; from numa_pin.entry.hook import run; "
             f"sys.exit(run(['--config', {str(node.config)!r}, 'prestart'], io.BytesIO({state!r})))")
     assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == 0
     assert hook_run(["--config", str(node.config), "poststop"], io.BytesIO(node.oci_state("c0", 7000))) == 0

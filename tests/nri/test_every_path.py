@@ -28,7 +28,7 @@ import pytest
 
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import format_list, parse_list
-from numa_pin.hook import main as hook_main
+from numa_pin.entry import hook as hook_main
 from numa_pin.ledger.store import Ledger
 from numa_pin.nri import messages as nri_messages
 from numa_pin.resources.node.base import NodeResource

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from numa_pin.config.schema import config_from_dict
-from numa_pin.invoke import HookRequest, run
+from numa_pin.hook.invoke import HookRequest, run
 from numa_pin.ledger.store import Ledger
 from numa_pin.nri import messages as nri_messages
 from numa_pin.service import NodeService

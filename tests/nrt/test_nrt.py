@@ -300,7 +300,7 @@ def test_grants_lower_available_exactly_where_they_are(tmp_path, tmp_path_factor
 def test_an_admission_through_the_hook_shows_up(tmp_path, tmp_path_factory, capsys, monkeypatch):
     """The real path: numa-pin-hook admits on a fake node; NRT's available drops on the node the
     ledger says the grant is on, by what the ledger says it holds."""
-    from numa_pin.hook.main import run as hook_run
+    from numa_pin.entry.hook import run as hook_run
     from numa_pin.testing.node import FakeNode
 
     node = FakeNode(tmp_path / "node", "gpu8-sriov", machines=tmp_path_factory.getbasetemp() / "machines")

@@ -56,7 +56,7 @@ WANT_FILES = {
     "usr/share/doc/numa-pin/docs/design/enforcer.md",
     "usr/lib/python3/dist-packages/numa_pin/__init__.py",
     "usr/lib/python3/dist-packages/numa_pin/cli/main.py",
-    "usr/lib/python3/dist-packages/numa_pin/hook/main.py",
+    "usr/lib/python3/dist-packages/numa_pin/entry/hook.py",
     f"usr/lib/python3/dist-packages/numa_pin-{VERSION}.dist-info/METADATA",
     *(f"lib/systemd/system/{unit}" for unit in UNITS),
 }

@@ -70,11 +70,11 @@ def test_the_launcher_admits_and_releases_without_site(tmp_path, tmp_path_factor
 
 
 def test_the_runc_launcher_execs_runc(tmp_path):
-    """``numa-pin-runc``'s launcher runs :mod:`numa_pin.hook.runc` without site; a passthrough
+    """``numa-pin-runc``'s launcher runs :mod:`numa_pin.entry.runc` without site; a passthrough
     subcommand replaces it with runc (same pid, same arguments)."""
     launcher = _launcher(tmp_path, "numa-pin-runc")
     text = launcher.read_text()
-    assert text.startswith(f"#!{sys.executable} -S\n") and "from numa_pin.hook.runc import main" in text
+    assert text.startswith(f"#!{sys.executable} -S\n") and "from numa_pin.entry.runc import main" in text
     runc = tmp_path / "runc"
     runc.write_text(f"#!{sys.executable} -S\nimport json, os, sys\nprint(json.dumps([os.getpid(), sys.argv[1:]]))\n")
     runc.chmod(0o755)

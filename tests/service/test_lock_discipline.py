@@ -184,7 +184,7 @@ def test_hook_records_a_timeout_where_explain_finds_it(node, monkeypatch):
     import io
     import json
 
-    from numa_pin.hook.main import run
+    from numa_pin.entry.hook import run
     from numa_pin.report import reason_path
 
     def endless(*args, **kwargs):

@@ -215,7 +215,7 @@ def test_a_decision_that_never_ends_blocks_nobody(node, tmp_path):
         f"def endless(*a, **k):\n    open({str(deciding)!r}, 'w').close()\n"
         "    while True:\n        sum(range(1000))\n"
         "s.decide = endless\n"
-        "from numa_pin.hook.main import run\n"
+        "from numa_pin.entry.hook import run\n"
         f"sys.exit(run(['--config', {str(cfg)!r}, 'prestart'], sys.stdin.buffer))\n"
     )
     env = env_for(node)

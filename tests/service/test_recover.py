@@ -20,8 +20,8 @@ from numa_pin.admission.request import request_from_oci
 from numa_pin.cli.main import main
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
+from numa_pin.entry.hook import run as hook_run
 from numa_pin.errors import EXIT_ERROR
-from numa_pin.hook.main import run as hook_run
 from numa_pin.ledger.model import LEDGER_VERSION
 from numa_pin.ledger.store import Ledger
 from numa_pin.service import PENDING_GRACE_S, NodeService

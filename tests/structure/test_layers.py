@@ -185,7 +185,7 @@ def package_graph(graph: dict[str, set[str]], rank=lambda module: 0) -> dict[str
 
 def test_no_import_loop_between_packages():
     """Packages of one rank may import each other module by module without a module cycle (the
-    agent's server ran numa_pin.hook.main, whose hook asks the agent's client); such a loop
+    agent's server ran numa_pin.entry.hook, whose hook asks the agent's client); such a loop
     between packages is still a tangle and fails here."""
     assert strongly_connected(package_graph(GRAPH, lambda m: rank_of(m, TABLE))) == []
 
@@ -197,3 +197,17 @@ def test_package_loop_finder_finds_a_loop_without_a_module_cycle():
     assert strongly_connected(package_graph(graph)) == [["numa_pin.a (rank 0)", "numa_pin.b (rank 0)"]]
     ranks = {"numa_pin.a.x": 1, "numa_pin.b.y": 0, "numa_pin.b.z": 1, "numa_pin.a.w": 0}
     assert strongly_connected(package_graph(graph, ranks.__getitem__)) == []  # one way between ranks
+
+
+#: the folder loop still to untangle (issue 39): the model records of admission/ and ledger/ sit
+#: in folders that also hold decisions and I/O, so the seam's folders import each other both ways.
+#: A new loop, or a folder joining this one, fails below; untangling it shrinks this list.
+REMAINING_FOLDER_LOOPS = [["numa_pin.admission", "numa_pin.allocators", "numa_pin.enforcer", "numa_pin.ledger",
+                           "numa_pin.report", "numa_pin.resources"]]
+
+
+def test_no_new_import_loop_between_folders():
+    """The folders (and the modules loose at the package root), whatever the ranks of their
+    modules: a loop between them is a tangle a newcomer meets whichever way in."""
+    loops = [[name.split(" ")[0] for name in loop] for loop in strongly_connected(package_graph(GRAPH))]
+    assert loops == REMAINING_FOLDER_LOOPS

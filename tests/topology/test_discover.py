@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.cli.topology_render import render_text, to_json_dict
 from numa_pin.topology.discover import discover
 from numa_pin.topology.model import HugePages, Topology
-from numa_pin.topology.render import render_text, to_json_dict
 
 # ---- machine shapes --------------------------------------------------------------------
 SHAPES = [

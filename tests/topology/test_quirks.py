@@ -308,12 +308,12 @@ def test_relative_roots_through_the_cache(two_node, tmp_path, monkeypatch) -> No
 
 
 def _json(topo: Topology) -> dict:
-    from numa_pin.topology.render import to_json_dict
+    from numa_pin.cli.topology_render import to_json_dict
 
     return to_json_dict(topo)
 
 
 def _text(topo: Topology) -> str:
-    from numa_pin.topology.render import render_text
+    from numa_pin.cli.topology_render import render_text
 
     return render_text(topo)

@@ -24,13 +24,13 @@ from numa_pin.errors import AgentError
 #: platform (set_mempolicy's syscall number, only numa-pin run calls it).
 #: tests/agent checks both halves of this.
 PRELOAD: tuple[str, ...] = (
-    "numa_pin.hook.main",
-    "numa_pin.invoke",
+    "numa_pin.entry.hook",
+    "numa_pin.hook.invoke",
     "numa_pin.hook.oci",
     "numa_pin.hook.admit",
     "numa_pin.hook.rootless",
     "numa_pin.hook.precreate",
-    "numa_pin.hook.runcstage",
+    "numa_pin.entry.runcstage",
     "numa_pin.enforcer.devnodes",
     "numa_pin.enforcer.saved",
     "numa_pin.config.load",

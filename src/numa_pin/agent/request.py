@@ -4,7 +4,7 @@ A child (forked for a connection, or the spare that accepted one) first tells th
 live process has its connection (:data:`~numa_pin.agent.protocol.ACCEPTED`), then reads the
 request within :data:`READ_TIMEOUT_S` in all, refuses it (``fallback``: another protocol,
 version, installation or namespace, changed sources, an unusable working directory) or runs it
-with :func:`numa_pin.invoke.run`, sends keepalives while it runs (:func:`watch_client`, which
+with :func:`numa_pin.hook.invoke.run`, sends keepalives while it runs (:func:`watch_client`, which
 also cancels the admission when the hook hangs up), and replies. Only a request it runs is
 reported to the parent (the note the next spare rehearses with, and the agent's activity).
 """
@@ -25,7 +25,7 @@ import time
 import traceback
 from collections.abc import Mapping
 
-from numa_pin import __version__, deadline, invoke
+from numa_pin import __version__, deadline
 from numa_pin.agent import spare
 from numa_pin.agent.client import namespace_mismatch
 from numa_pin.agent.preload import changed_sources
@@ -45,6 +45,7 @@ from numa_pin.agent.protocol import (
     encode_reply,
 )
 from numa_pin.boundedio import json_loads_bounded
+from numa_pin.hook import invoke
 from numa_pin.record import field, record
 from numa_pin.resources.node.warm import WarmState
 from numa_pin.text import one_line
@@ -190,7 +191,7 @@ def append_log(path: str | None, record: Mapping[str, object]) -> None:
 def run_request(request: Request, warm_state: WarmState | None = None,
                 started: float | None = None) -> tuple[int, str, bytes]:
     """Run the hook for ``request`` in this process, as ``numa-pin-hook`` would
-    (:func:`numa_pin.invoke.run`, given the request's arguments, variables, stdin and working
+    (:func:`numa_pin.hook.invoke.run`, given the request's arguments, variables, stdin and working
     directory, when the hook process ``started``, and this child's ``warm_state``): exit code,
     stderr and stdout (``precreate``'s config). Changes no process global (environment, stderr,
     stdout, cwd).

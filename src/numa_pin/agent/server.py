@@ -2,7 +2,7 @@
 
 An in-process hook spends almost all of its time importing numa-pin and the standard library
 it needs. This server imports all of that once, listens on a Unix socket, and runs each hook in
-a child of its own; the child runs :func:`numa_pin.invoke.run` exactly as the hook would and
+a child of its own; the child runs :func:`numa_pin.hook.invoke.run` exactly as the hook would and
 sends back the exit code and stderr. The parent never runs an admission, so no state carries
 from one request to the next. Usually that child is the *spare*, forked and warmed before the
 hook connected (:mod:`numa_pin.agent.spare`); when none is ready the parent accepts and forks.

@@ -45,8 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Discover and print. Raises TopologyError/SysfsError (one line at the CLI boundary)."""
+    from numa_pin.cli.topology_render import render_text, to_json_dict
     from numa_pin.topology.discover import discover
-    from numa_pin.topology.render import render_text, to_json_dict
 
     proc_root = args.proc_root
     if proc_root is None and os.path.normpath(args.sysfs_root) == DEFAULT_SYSFS_ROOT:

@@ -6,7 +6,7 @@ command line unchanged and
 
 * on ``create``: finds the bundle and the container id as runc parses them, runs numa-pin's
   precreate decision on ``<bundle>/config.json`` (what podman's precreate hook runs:
-  :mod:`numa_pin.hook.precreate` through :func:`numa_pin.invoke.run`), writes the edited config
+  :mod:`numa_pin.hook.precreate` through :func:`numa_pin.hook.invoke.run`), writes the edited config
   back atomically and runs the real runc with the same arguments. A refusal exits 1 with
   numa-pin's one line on stderr before runc runs; a runc that fails after an admission leaves
   nothing held (the grant goes once runc no longer knows the container);
@@ -23,7 +23,7 @@ Docker 20.10 (Debian 12) copies neither ``--annotation`` nor labels into ``confi
 container may also ask through its environment: ``NUMA_PIN_IO_<KEY>=<value>`` stands for the
 annotation ``numa-pin.io/<key>`` (``NUMA_PIN_IO_CPUS=2``, ``NUMA_PIN_IO_HUGEPAGES_2MI=1Gi``,
 ``NUMA_PIN_IO_MEMORY_POLICY=bind``); an annotation that is present wins
-(:func:`numa_pin.hook.runcstage.env_annotations`).
+(:func:`numa_pin.entry.runcstage.env_annotations`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import sys
 
-from numa_pin.hook.runcargs import COMMAND_VALUE_FLAGS, parse_argv
+from numa_pin.entry.runcargs import COMMAND_VALUE_FLAGS, parse_argv
 
 TYPE_CHECKING = False  # typing's flag without importing typing
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             os.execv(runc, [runc, *args])
         except OSError as exc:  # ENOEXEC, ETXTBSY, a file gone since it was found
             return _fail(f"numa-pin-runc: cannot run {runc}: {exc.strerror}", 127)
-    from numa_pin.hook.runcstage import create, delete
+    from numa_pin.entry.runcstage import create, delete
 
     if invocation.command == "create":
         return create(runc, args, invocation, os.environ)

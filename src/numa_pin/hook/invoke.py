@@ -1,7 +1,7 @@
 """One hook invocation: an explicit request in, an explicit result out.
 
 Both ways a hook runs go through :func:`run`: ``numa-pin-hook`` admitting in its own process
-(:mod:`numa_pin.hook.main`) and the warm agent's child running a hook's request
+(:mod:`numa_pin.entry.hook`) and the warm agent's child running a hook's request
 (:mod:`numa_pin.agent.server`). A :class:`HookRequest` carries everything the hook reads: its
 arguments, the environment variables it needs, the bytes on its stdin and the directory it was
 started in; a :class:`HookResult` everything it says: exit code, stdout bytes (``precreate``

@@ -1,4 +1,4 @@
-"""runc's command line as runc reads it (pure): what :mod:`numa_pin.hook.runc` needs of it.
+"""runc's command line as runc reads it (pure): what :mod:`numa_pin.entry.runc` needs of it.
 
 runc parses its arguments with urfave/cli v1 over Go's flag package: global flags come before
 the subcommand, one or two dashes, ``--flag value`` or ``--flag=value``, a switch never takes the

@@ -1,7 +1,7 @@
-"""What ``numa-pin-runc`` does around runc's ``create`` and ``delete`` (:mod:`numa_pin.hook.runc`).
+"""What ``numa-pin-runc`` does around runc's ``create`` and ``delete`` (:mod:`numa_pin.entry.runc`).
 
 ``create``: the bundle's ``config.json`` goes through the precreate stage of the hook
-(:func:`numa_pin.invoke.run`, the path podman's precreate hook takes: request, admission with the
+(:func:`numa_pin.hook.invoke.run`, the path podman's precreate hook takes: request, admission with the
 precreate target, :func:`numa_pin.hook.precreate.edit_spec`), with the container's
 ``NUMA_PIN_IO_*`` variables added as annotations first; the edited config replaces the old one
 atomically (a new file in the bundle, renamed over it) and runc runs with the original arguments.
@@ -22,15 +22,15 @@ import os
 import subprocess
 import sys
 
-from numa_pin.invoke import HOOK_ENV, HookRequest
-from numa_pin.invoke import run as invoke
+from numa_pin.hook.invoke import HOOK_ENV, HookRequest
+from numa_pin.hook.invoke import run as invoke
 
 TYPE_CHECKING = False  # typing's flag without importing typing (this runs on every Docker container create)
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
-    from numa_pin.hook.runcargs import Invocation
+    from numa_pin.entry.runcargs import Invocation
 
 CONFIG_NAME = "config.json"
 #: the environment prefix that stands for ``numa-pin.io/`` in a container's ``process.env``

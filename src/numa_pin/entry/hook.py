@@ -33,16 +33,16 @@ import sys
 
 
 def run(argv: list[str], stdin, stdout=None, started: float | None = None) -> int:
-    """The hook in this process: :func:`numa_pin.invoke.run` with this process's environment,
+    """The hook in this process: :func:`numa_pin.hook.invoke.run` with this process's environment,
     working directory and ``stdin`` (a binary or text stream), its stderr lines printed to
     ``sys.stderr`` as they come and its stdout (``precreate`` only) written to ``stdout``
     (default: ``sys.stdout``'s buffer); the admission's budget counts from ``started`` (the
     hook process's start; None: from the admission's). Returns the exit code."""
     import os
 
+    from numa_pin.hook.invoke import HOOK_ENV, HookRequest
+    from numa_pin.hook.invoke import run as invoke
     from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
-    from numa_pin.invoke import HOOK_ENV, HookRequest
-    from numa_pin.invoke import run as invoke
 
     data = stdin.read(MAX_DOCUMENT_BYTES + 1)
     data = data.encode() if isinstance(data, str) else data
