@@ -79,10 +79,10 @@ def add_container(node: FakeNode, index: int) -> bytes:
 
 def measure(node: FakeNode, config: Path, env: dict[str, str], runs: int, warmups: int = 1) -> dict[str, float]:
     """Admit then release ``runs`` containers, one hook process each; bare starts interleaved."""
-    return measure_trees([("", node, config, env)], runs, warmups)[""]
+    return measure_trees([("", node, config, env, str(HOOK))], runs, warmups)[""]
 
 
-def measure_trees(trees: list[tuple[str, FakeNode, Path, dict[str, str]]], runs: int,
+def measure_trees(trees: list[tuple[str, FakeNode, Path, dict[str, str], str]], runs: int,
                   warmups: int = 1) -> dict[str, dict[str, float]]:
     """:func:`measure` for several source trees at once, each on its own fake node: every run
     admits and releases one container per tree, in turns (the order rotates each run), with one
@@ -91,21 +91,21 @@ def measure_trees(trees: list[tuple[str, FakeNode, Path, dict[str, str]]], runs:
     samples: dict[str, dict[str, list[float]]] = {label: {"admit": [], "release": []} for label, *_ in trees}
     first: dict[str, float] = {}
     # the loader caches only a config unchanged for 2 s; measure that steady state
-    newest = max(config.stat().st_ctime for _, _, config, _ in trees)
+    newest = max(config.stat().st_ctime for _, _, config, _, _ in trees)
     time.sleep(max(0.0, 2.1 - (time.time() - newest)))
-    for label, node, config, env in trees:
+    for label, node, config, env, hook in trees:
         warm = add_container(node, 0)
         for stage in ("prestart", "poststop") * warmups:  # fills the config and topology caches
-            dt, rc, err = timed([HOOK, "--config", str(config), stage], warm, env)
+            dt, rc, err = timed([hook, "--config", str(config), stage], warm, env)
             if rc:
                 raise SystemExit(f"hook {label} failed during warm-up: {err.decode().strip()}")
     for i in range(1, runs + 1):
         bare.append(timed([sys.executable, "-c", "pass"])[0])
         turn = i % len(trees)
-        for label, node, config, env in trees[turn:] + trees[:turn]:
+        for label, node, config, env, hook in trees[turn:] + trees[:turn]:
             state = add_container(node, i)
             for stage, kind in (("prestart", "admit"), ("poststop", "release")):
-                dt, rc, err = timed([HOOK, "--config", str(config), stage], state, env)
+                dt, rc, err = timed([hook, "--config", str(config), stage], state, env)
                 if rc:
                     raise SystemExit(f"hook {label} {stage} failed: {err.decode().strip()}")
                 samples[label][kind].append(dt)
@@ -137,6 +137,18 @@ def check_loads(src: Path, env: dict[str, str]) -> None:
         raise SystemExit(f"the hook would not load numa_pin from {src}: {probe.stdout or probe.stderr}")
 
 
+def tree_hook(tmp: Path, src: Path) -> str:
+    """The installed launcher, importing the hook's ``main`` from where ``src`` has it (it moved
+    from ``numa_pin.hook.main`` to ``numa_pin.entry.hook``)."""
+    module = "numa_pin.entry.hook" if (src / "numa_pin" / "entry" / "hook.py").is_file() else "numa_pin.hook.main"
+    lines = [f"from {module} import main" if line.endswith(" import main") else line
+             for line in Path(str(HOOK)).read_text().splitlines()]
+    path = tmp / "numa-pin-hook"
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
 def bench_baseline(runs: int, baseline_src: Path) -> dict[str, dict[str, float]]:
     """Part 1 for this checkout and for the numa_pin package under ``baseline_src`` (another
     checkout's ``src``, e.g. a ``git worktree add`` of an older commit), in one loop: the same
@@ -151,10 +163,12 @@ def bench_baseline(runs: int, baseline_src: Path) -> dict[str, dict[str, float]]
             (Path(tmp) / label).mkdir()
             node, config, env = fake_node(Path(tmp) / label)
             env.pop("PYTHONPATH", None)
+            hook = str(HOOK)
             if src is not None:
                 env["PYTHONPATH"] = str(src)
                 check_loads(src, env)
-            trees.append((label, node, config, env))
+                hook = tree_hook(Path(tmp) / label, src)
+            trees.append((label, node, config, env, hook))
         return measure_trees(trees, runs)
 
 

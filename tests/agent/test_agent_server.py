@@ -1180,11 +1180,17 @@ def test_a_spare_forked_before_any_request_is_sent_away_by_the_first_one(tmp_pat
         os.close(fd)
 
 
-def test_await_connection_leaves_when_the_parent_sends_the_spare_away(tmp_path):
+def _spare_listener(tmp_path: Path) -> socket.socket:
+    """A non-blocking listening socket, as a spare waits on the agent's."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(tmp_path / "s"))
     listener.listen(1)
     listener.setblocking(False)
+    return listener
+
+
+def test_await_connection_leaves_when_the_parent_sends_the_spare_away(tmp_path):
+    listener = _spare_listener(tmp_path)
     stop_r, stop_w = os.pipe()
     leave_r, leave_w = os.pipe()
     try:
@@ -1363,10 +1369,7 @@ def test_an_idle_spare_keeps_the_topology_cache_fresh(tmp_path, node):
 def test_await_connection_rehearses_at_once_when_its_preparation_went_stale(tmp_path):
     """An idle spare asks every STALE_CHECK_S whether the ledger it rehearsed on was replaced,
     and rehearses again then, not REHEARSE_EVERY_S later."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(tmp_path / "s"))
-    listener.listen(1)
-    listener.setblocking(False)
+    listener = _spare_listener(tmp_path)
     stop_r, stop_w = os.pipe()
     asked: list[float] = []
     idle: list[float] = []
@@ -1416,10 +1419,7 @@ def _copy(path: str) -> str:
 
 
 def test_await_connection_rehearses_while_idle_and_leaves_on_stop(tmp_path):
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(tmp_path / "s"))
-    listener.listen(1)
-    listener.setblocking(False)
+    listener = _spare_listener(tmp_path)
     stop_r, stop_w = os.pipe()
     idle = []
 

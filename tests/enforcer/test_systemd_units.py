@@ -121,6 +121,16 @@ class SystemdNode:
                 self.kernel(str(d / "cpuset.mems"), props.get("AllowedMemoryNodes", ""))
                 self.kernel(str(d / "cpuset.cpus"), props.get("AllowedCPUs", ""))
 
+    def scope_ref(self, name: str) -> CgroupRef:
+        """Container ``name``'s scope, made, as the enforcer is handed it."""
+        rel = SCOPE.format(name=name)
+        return CgroupRef(2, rel, str(self.tree.mkcg(rel)), driver=cgroups.DRIVER_SYSTEMD)
+
+    def systemctl(self) -> systemd.Systemd:
+        tool = systemd.detect(self.fake.proc_root)
+        assert tool is not None
+        return tool
+
     def effective_cpus(self, name: str) -> frozenset[int]:
         d = self.tree.hierarchy / SCOPE.format(name=name).lstrip("/")
         return parse_list((d / "cpuset.cpus.effective").read_text())
@@ -218,10 +228,7 @@ def test_a_failing_systemctl_refuses_the_admission_and_names_the_unit(
 
 def test_a_systemctl_that_hangs_is_given_up_on(node: SystemdNode, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_SYSTEMD_SLEEP", "30")
-    ref = CgroupRef(2, SCOPE.format(name="x"), str(node.tree.mkcg(SCOPE.format(name="x"))),
-                    driver=cgroups.DRIVER_SYSTEMD)
-    tool = systemd.detect(node.fake.proc_root)
-    assert tool is not None
+    ref, tool = node.scope_ref("x"), node.systemctl()
     tool.timeout_s = 0.5
     with pytest.raises(EnforcementError, match=r"libpod-x\.scope: systemctl show .* ran past 0\.5s"):
         systemd.assert_unit_cpuset(tool, ref, frozenset({1}), None, UndoLog())
@@ -232,10 +239,7 @@ def test_inside_an_admission_systemctl_has_what_the_deadline_leaves(node: System
     """The admission's deadline (inside the runtime's timeout) bounds each call, not a fixed
     timeout of its own: a hung systemd never keeps the runtime waiting past it."""
     monkeypatch.setenv("FAKE_SYSTEMD_SLEEP", "30")
-    ref = CgroupRef(2, SCOPE.format(name="x"), str(node.tree.mkcg(SCOPE.format(name="x"))),
-                    driver=cgroups.DRIVER_SYSTEMD)
-    tool = systemd.detect(node.fake.proc_root)
-    assert tool is not None
+    ref, tool = node.scope_ref("x"), node.systemctl()
     tool.timeout_s = 60.0
     started = time.monotonic()
     with Deadline(0.5, "admission of x").active():
@@ -247,11 +251,8 @@ def test_inside_an_admission_systemctl_has_what_the_deadline_leaves(node: System
 def test_a_unit_change_goes_back_after_the_deadline_passed(node: SystemdNode) -> None:
     """Past the deadline no new systemctl call starts, but a rollback still puts the unit's old
     properties back (bounded by the tool's own timeout)."""
-    ref = CgroupRef(2, SCOPE.format(name="x"), str(node.tree.mkcg(SCOPE.format(name="x"))),
-                    driver=cgroups.DRIVER_SYSTEMD)
+    ref, tool = node.scope_ref("x"), node.systemctl()
     node.set_property("x", AllowedCPUs="0-3")
-    tool = systemd.detect(node.fake.proc_root)
-    assert tool is not None
     undo = UndoLog()
     budget = Deadline(30.0, "admission of x")
     with budget.active():
