@@ -196,8 +196,8 @@ def synthetic_topology(n: int):
 
 def full_decision(runs: int) -> None:
     from numa_pin.admission.decide import NodeSettings, decide
-    from numa_pin.admission.request import request_from_oci
     from numa_pin.ledger.model import Grant, LedgerState
+    from numa_pin.requests.request import request_from_oci
 
     header = f"{'full decision':<14} {'nodes':>5} {'policy':<17} {'ms':>8}  result"
     print(header)

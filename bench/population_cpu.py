@@ -35,10 +35,10 @@ MAX_EXCLUSIVE = 48
 def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]]:
     """{P: (admit, release, settle) ms of CPU, medians} with whichever numa_pin comes first on the path."""
     from numa_pin import service as node_service
-    from numa_pin.admission.request import request_from_oci
     from numa_pin.config.schema import config_from_dict
     from numa_pin.ledger import liveness
     from numa_pin.ledger.store import encode
+    from numa_pin.requests.request import request_from_oci
     from numa_pin.resources.node import cpu as cpu_node
     from numa_pin.testing.node import FakeNode
 

@@ -37,7 +37,7 @@ INSIDE = r'''
 import json, os, statistics, subprocess, sys, time
 from pathlib import Path
 
-from numa_pin.admission.request import request_from_oci
+from numa_pin.requests.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.enforcer import cgroups

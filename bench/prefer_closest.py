@@ -38,8 +38,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
 from numa_pin.admission.decide import NodeSettings, decide  # noqa: E402
-from numa_pin.admission.request import request_from_oci  # noqa: E402
 from numa_pin.ledger.model import LedgerState  # noqa: E402
+from numa_pin.requests.request import request_from_oci  # noqa: E402
 from numa_pin.testing import machine, shapes  # noqa: E402
 from numa_pin.testing.node import FakeNode  # noqa: E402
 

@@ -25,7 +25,6 @@ from collections.abc import Callable
 
 from numa_pin import report, tally
 from numa_pin.admission.decide import Decision, decide, reject
-from numa_pin.admission.request import ContainerRequest
 from numa_pin.deadline import Deadline
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
@@ -34,6 +33,7 @@ from numa_pin.errors import AdmissionTimeout, EnforcementError, LedgerCorrupt, N
 from numa_pin.ledger.liveness import boot_clock, collect_garbage, process_start_time, sample_idle
 from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, Grant, LedgerState, PodRecord
 from numa_pin.record import record, replace
+from numa_pin.requests.request import ContainerRequest
 from numa_pin.resources.base import grant_from, live_name_message, path_refusal
 from numa_pin.resources.node.base import PENDING_GRACE_S, Admission, Release
 from numa_pin.resources.node.registry import settings_from_config

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 
 from numa_pin import report
 from numa_pin.admission.decide import decide, reject
-from numa_pin.admission.request import ContainerRequest
 from numa_pin.deadline import Deadline
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.owner import check_container_cgroup
@@ -33,6 +32,7 @@ from numa_pin.errors import AdmissionTimeout, NumaPinError
 from numa_pin.ledger.liveness import boot_clock, process_start_time
 from numa_pin.ledger.model import Grant, LedgerState, PodRecord
 from numa_pin.record import record, replace
+from numa_pin.requests.request import ContainerRequest
 from numa_pin.resources.base import grant_from, path_refusal
 from numa_pin.resources.node.base import Admission
 from numa_pin.servicebase import ServiceBase

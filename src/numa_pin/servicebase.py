@@ -38,7 +38,7 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 
 if TYPE_CHECKING:
     from numa_pin.admission.decide import Decision
-    from numa_pin.admission.request import ContainerRequest
+    from numa_pin.requests.request import ContainerRequest
     from numa_pin.resources.node.runtime import RuntimeEdit
     from numa_pin.resources.node.warm import WarmState
     from numa_pin.resources.runtime import RuntimeTarget

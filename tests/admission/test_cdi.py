@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 
 from numa_pin.admission.decide import NodeSettings, decide
-from numa_pin.admission.request import request_from_oci
 from numa_pin.devices.cdi import devices_from_annotations, is_qualified_name
 from numa_pin.devices.inventory import DeviceResource
 from numa_pin.devices.selector import Selector
 from numa_pin.errors import RequestError
 from numa_pin.ledger.model import LedgerState
+from numa_pin.requests.request import request_from_oci
 from numa_pin.testing import machine, shapes
 
 GPU8 = machine.expected_topology(shapes.SHAPES["gpu8-sriov"]())

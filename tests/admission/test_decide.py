@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from numa_pin.admission.decide import NodeSettings, decide
-from numa_pin.admission.limits import ContainerLimits
-from numa_pin.admission.request import request_from_oci
 from numa_pin.errors import RequestError
 from numa_pin.ledger.model import Grant, LedgerState, PodRecord
+from numa_pin.requests.limits import ContainerLimits
+from numa_pin.requests.request import request_from_oci
 from numa_pin.testing import machine, shapes
 
 

@@ -2,11 +2,11 @@
 
 import pytest
 
-from numa_pin.admission import isolation as iso
-from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.errors import ConfigError, RequestError
 from numa_pin.ledger.model import Grant, LedgerState
+from numa_pin.requests import isolation as iso
+from numa_pin.requests.request import request_from_oci
 
 CPUS = {"numa-pin.io/cpus": "2"}
 SANDBOX = {"io.kubernetes.cri.container-type": "sandbox", "io.kubernetes.cri.sandbox-id": "p1"}

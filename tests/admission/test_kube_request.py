@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from numa_pin.admission.kubernetes import BEST_EFFORT, BURSTABLE, GUARANTEED, infer_qos, qos_from_cgroups_path
-from numa_pin.admission.limits import ContainerLimits
-from numa_pin.admission.request import container_annotations, request_from_oci
 from numa_pin.errors import RequestError
+from numa_pin.requests.kubernetes import BEST_EFFORT, BURSTABLE, GUARANTEED, infer_qos, qos_from_cgroups_path
+from numa_pin.requests.limits import ContainerLimits
+from numa_pin.requests.request import container_annotations, request_from_oci
 
 MI = 1 << 20
 GI = 1 << 30

@@ -4,11 +4,11 @@ malformed item the same way."""
 
 import pytest
 
-from numa_pin.admission.colocate import parse_colocate
-from numa_pin.admission.pairs import split_pairs
-from numa_pin.admission.request import parse_devices
-from numa_pin.admission.vfconfig import parse_vf_config
 from numa_pin.errors import RequestError
+from numa_pin.requests.colocate import parse_colocate
+from numa_pin.requests.pairs import split_pairs
+from numa_pin.requests.request import parse_devices
+from numa_pin.requests.vfconfig import parse_vf_config
 
 ANN = "example.com/ann"
 

@@ -15,10 +15,10 @@ import json
 import pytest
 
 from numa_pin.admission.decide import NodeSettings, decide
-from numa_pin.admission.limits import ContainerLimits
-from numa_pin.admission.request import Amounts, Inference, pod_totals, request_from_oci
 from numa_pin.errors import RequestError
 from numa_pin.ledger.model import Grant, LedgerState, PodRecord
+from numa_pin.requests.limits import ContainerLimits
+from numa_pin.requests.request import Amounts, Inference, pod_totals, request_from_oci
 from numa_pin.testing import machine, shapes
 
 GI = 1 << 30

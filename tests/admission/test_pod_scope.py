@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from numa_pin.admission.decide import Decision, NodeSettings, decide
-from numa_pin.admission.request import ContainerRequest, request_from_oci
 from numa_pin.errors import RequestError
 from numa_pin.ledger.model import Grant, LedgerState, PodRecord
+from numa_pin.requests.request import ContainerRequest, request_from_oci
 from numa_pin.testing import machine, shapes
 
 GIB = 1 << 30

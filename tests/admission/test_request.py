@@ -2,9 +2,9 @@
 
 import pytest
 
-from numa_pin.admission.limits import ContainerLimits
-from numa_pin.admission.request import Inference, parse_devices, request_from_oci
 from numa_pin.errors import RequestError
+from numa_pin.requests.limits import ContainerLimits
+from numa_pin.requests.request import Inference, parse_devices, request_from_oci
 
 GI = 1 << 30
 MI = 1 << 20
@@ -195,8 +195,8 @@ def test_unicode_whitespace_is_not_trimmed(key, value):
 def test_the_request_reads_the_config_inference_section_itself():
     """One record for the inference switches: a config section goes to the request as it is,
     and a request built without one gets the config's defaults (the key table's)."""
-    from numa_pin.admission.request import DEFAULT_INFERENCE
     from numa_pin.config import config_from_dict
+    from numa_pin.requests.request import DEFAULT_INFERENCE
 
     assert DEFAULT_INFERENCE == config_from_dict({}).inference
     cfg = config_from_dict({"inference": {"hugepages": False, "guaranteed_cpus_outside_kubernetes": True}})

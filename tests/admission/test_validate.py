@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 
 from numa_pin.admission.decide import NodeSettings, decide
-from numa_pin.admission.request import request_from_oci
 from numa_pin.admission.validate import revalidate
 from numa_pin.ledger.model import Grant, LedgerState, PodRecord
+from numa_pin.requests.request import request_from_oci
 from numa_pin.testing import machine, shapes
 
 TOPO = machine.expected_topology(shapes.SHAPES["intel-2s-ht"]())

@@ -3,11 +3,11 @@ naming the annotation, and kept on the grant."""
 
 import pytest
 
-from numa_pin.admission.request import request_from_oci
-from numa_pin.admission.vfconfig import describe, parse_vf_config
 from numa_pin.errors import RequestError
 from numa_pin.ledger.model import Grant
 from numa_pin.policy.hint import TopologyHint
+from numa_pin.requests.request import request_from_oci
+from numa_pin.requests.vfconfig import describe, parse_vf_config
 from numa_pin.resources.base import Decision, grant_from
 
 ANN = "numa-pin.io/vf-config"

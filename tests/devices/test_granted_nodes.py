@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from numa_pin.admission.request import Amounts, ContainerRequest
 from numa_pin.enforcer.devnodes import function_nodes, pcidevice_env
 from numa_pin.hook.precreate import edit_spec
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.nri.convert import fill_adjustment
 from numa_pin.nri.messages import load as load_messages
+from numa_pin.requests.request import Amounts, ContainerRequest
 from numa_pin.resources.node.gpu import GpuNode
 from numa_pin.resources.node.runtime import RuntimeAsk
 from numa_pin.resources.runtime import NRI, precreate_target

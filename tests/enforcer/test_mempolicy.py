@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from numa_pin.admission.request import MEMORY_POLICIES, request_from_oci
 from numa_pin.enforcer import mempolicy
 from numa_pin.errors import RequestError
+from numa_pin.requests.request import MEMORY_POLICIES, request_from_oci
 
 
 def test_every_request_word_has_a_kernel_and_a_runtime_spec_mode():

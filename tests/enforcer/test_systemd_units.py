@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 from enforcer_fakes import MOUNTINFO_V2, FakeCgroupTree, FakeKernel
 
-from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.deadline import Deadline
@@ -28,6 +27,7 @@ from numa_pin.enforcer import cgroups, systemd
 from numa_pin.enforcer.cgroups import CgroupRef
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
+from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode

@@ -88,8 +88,8 @@ def test_each_grant_is_checked_once_not_once_per_transaction(node, monkeypatch):
     """The check that sets poisoned grants aside costs a busy node's admissions nothing per grant
     already checked: a grant is never changed in place, only replaced."""
     from numa_pin import servicebase
-    from numa_pin.admission.request import request_from_oci
     from numa_pin.config.schema import config_from_dict
+    from numa_pin.requests.request import request_from_oci
     from numa_pin.service import NodeService
 
     fake, _ = node

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.admission.request import request_from_oci
 from numa_pin.cli import cmd_status
 from numa_pin.config.schema import config_from_dict
 from numa_pin.ledger.liveness import read_boot_id
 from numa_pin.ledger.model import Grant, LedgerState
+from numa_pin.requests.request import request_from_oci
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 

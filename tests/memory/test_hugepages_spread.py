@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from numa_pin.admission.decide import NodeSettings, decide
-from numa_pin.admission.request import request_from_oci
 from numa_pin.allocators.memory import allocate_memory
 from numa_pin.errors import RequestError
 from numa_pin.ledger.model import LedgerState
+from numa_pin.requests.request import request_from_oci
 from numa_pin.testing import machine, shapes
 from numa_pin.topology.memory import build_memory_state
 

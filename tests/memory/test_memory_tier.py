@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from numa_pin.admission.decide import NodeSettings, decide
-from numa_pin.admission.request import request_from_oci, with_memory_tier
 from numa_pin.config import config_from_dict
 from numa_pin.errors import ConfigError, RequestError
 from numa_pin.ledger.model import LedgerState
+from numa_pin.requests.request import request_from_oci, with_memory_tier
 from numa_pin.testing import machine, shapes
 
 TOPO = machine.expected_topology(shapes.SHAPES["cpuless-memory-node"]())

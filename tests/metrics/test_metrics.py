@@ -257,8 +257,8 @@ def test_an_admission_that_waited_for_the_ledger_lock_counts_once(node, tmp_path
     import fcntl
     import threading
 
-    from numa_pin.admission.request import request_from_oci
     from numa_pin.config.load import load_config
+    from numa_pin.requests.request import request_from_oci
     from numa_pin.service import NodeService
 
     waited = threading.Event()

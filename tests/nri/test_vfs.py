@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from numa_pin.admission.request import request_from_oci
+from numa_pin.requests.request import request_from_oci
 from numa_pin.service import NodeService
 
 from .fake_runtime import Connected, container, pod

@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 from isolation_fakes import affinities, make_irqs
 
-from numa_pin.admission.limits import ContainerLimits
-from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.enforcer.saved import FILE as SAVED
 from numa_pin.ledger.liveness import collect_garbage
+from numa_pin.requests.limits import ContainerLimits
+from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node import journal
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode

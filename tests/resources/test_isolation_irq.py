@@ -15,13 +15,13 @@ import json
 import pytest
 from isolation_fakes import FakeIrqbalance, affinities, make_irqs
 
-from numa_pin.admission.request import request_from_oci
 from numa_pin.cli.main import main as cli_main
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError, RequestError
+from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node import irq as irq_node
 from numa_pin.resources.node import journal
 from numa_pin.resources.node.base import NodeResource

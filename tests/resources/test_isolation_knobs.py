@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.admission.limits import ContainerLimits
-from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import format_list, parse_list
 from numa_pin.enforcer.saved import FILE as SAVED
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import AllocationError, EnforcementError, NumaPinError
+from numa_pin.requests.limits import ContainerLimits
+from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node.isolation import CStatesNode
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError, RequestError
 from numa_pin.ledger.model import Grant, LedgerState
+from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node import journal
 from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.partition import PartitionNode, settle

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.admission.limits import ContainerLimits
-from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import EnforcementError, RequestError, TopologyAffinityError
+from numa_pin.requests.limits import ContainerLimits
+from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.base import zone_entry
 from numa_pin.resources.devices import DeviceKind
 from numa_pin.resources.node.base import NodeResource

@@ -17,10 +17,10 @@ import pytest
 
 import numa_pin.resources.node.base as node_base
 import numa_pin.service as service_mod
-from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import NumaPinError
+from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode

@@ -20,11 +20,11 @@ import pytest
 
 import numa_pin.service as service_mod
 from numa_pin import deadline as deadline_mod
-from numa_pin.admission.request import request_from_oci
 from numa_pin.agent.request import watch_client
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import AdmissionTimeout
+from numa_pin.requests.request import request_from_oci
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 

@@ -26,11 +26,11 @@ from pathlib import Path
 import pytest
 
 from numa_pin import safefs
-from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import EnforcementError, LedgerError, NumaPinError
 from numa_pin.ledger import store
+from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
@@ -184,8 +184,8 @@ def check_settings(node: FakeNode, svc: NodeService, where: str, *, strict: bool
     a knob holds has its original, and the saved originals are exactly those of what is set. Not
     ``strict`` (a release whose give-back, after its commit, met a fault): a setting no grant
     wants may still be set or saved, but only where it is saved (the next reconcile restores it)."""
-    from numa_pin.admission.isolation import of_grant
     from numa_pin.enforcer.saved import Saved
+    from numa_pin.requests.isolation import of_grant
 
     state = svc.ledger.read()
     quiet = frozenset().union(*(g.cpus for g in state.grants.values() if of_grant(g).c_states is not None))

@@ -22,12 +22,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.enforcer.netdev import NetdevRecord
 from numa_pin.enforcer.netns import find_netns_member, netns_id
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError, NumaPinError
+from numa_pin.requests.request import request_from_oci
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 

@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent('''
     import json, os, subprocess, sys, time
     from pathlib import Path
 
-    from numa_pin.admission.request import request_from_oci
+    from numa_pin.requests.request import request_from_oci
     from numa_pin.config.schema import config_from_dict
     from numa_pin.service import NodeService
     from numa_pin.testing.node import FakeNode

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.enforcer import cgroups
@@ -24,6 +23,7 @@ from numa_pin.ledger import liveness
 from numa_pin.ledger.liveness import SHARED_CHECKS
 from numa_pin.record import replace
 from numa_pin.report import read_set_aside
+from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.resources.node.warm import WarmState
 from numa_pin.service import NodeService

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.admission.request import request_from_oci
 from numa_pin.cli.main import main
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
@@ -24,6 +23,7 @@ from numa_pin.entry.hook import run as hook_run
 from numa_pin.errors import EXIT_ERROR
 from numa_pin.ledger.model import LEDGER_VERSION
 from numa_pin.ledger.store import Ledger
+from numa_pin.requests.request import request_from_oci
 from numa_pin.service import PENDING_GRACE_S, NodeService
 from numa_pin.testing.node import FakeNode
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.admission.limits import ContainerLimits
-from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.enforcer.owner import ContainerCgroup
 from numa_pin.errors import AllocationError, EnforcementError, RequestError, TopologyAffinityError
+from numa_pin.requests.limits import ContainerLimits
+from numa_pin.requests.request import request_from_oci
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from numa_pin.admission.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
 from numa_pin.enforcer.saved import Saved
+from numa_pin.requests.request import request_from_oci
 from numa_pin.testing.node import FakeNode
 
 _spec = importlib.util.spec_from_file_location(

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from numa_pin.admission.decide import NodeSettings, decide
-from numa_pin.admission.request import request_from_oci
 from numa_pin.ledger.model import LedgerState
+from numa_pin.requests.request import request_from_oci
 from numa_pin.testing.machine import MachineSpec, build_once
 from numa_pin.testing.shapes import QUIRK_SHAPES, shape
 from numa_pin.topology.discover import discover

@@ -33,7 +33,6 @@ Nothing here touches the machine; :mod:`numa_pin.service` does the I/O around it
 from __future__ import annotations
 
 from numa_pin import names
-from numa_pin.admission.request import Amounts, ContainerRequest, at_least
 from numa_pin.errors import AdmissionError, AllocationError, RequestError, TopologyAffinityError
 from numa_pin.ledger.model import LedgerState
 from numa_pin.policy import bitmask
@@ -41,6 +40,7 @@ from numa_pin.policy.hint import TopologyHint
 from numa_pin.policy.options import check_machine
 from numa_pin.policy.registry import merge_hints
 from numa_pin.record import replace
+from numa_pin.requests.request import Amounts, ContainerRequest, at_least
 from numa_pin.resources.base import Decision, Need, NodeSettings, Resource, check_known, merge_fields, nodes_text
 from numa_pin.topology.model import Topology
 

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from numa_pin.admission.request import ContainerRequest
     from numa_pin.ledger.model import LedgerState
+    from numa_pin.requests.request import ContainerRequest
     from numa_pin.topology.cpus import CpuTopology
     from numa_pin.topology.model import Topology
 

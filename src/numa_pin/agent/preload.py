@@ -44,7 +44,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.resources.cdi_map",
     "numa_pin.resources.nvidia",
     "numa_pin.resources.registry",
-    "numa_pin.admission.request",
+    "numa_pin.requests.request",
     "numa_pin.providers.cpu",
     "numa_pin.providers.memory",
     "numa_pin.providers.devices",

@@ -43,12 +43,12 @@ import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from numa_pin.admission.request import request_from_oci
 from numa_pin.agent.protocol import PASSED_ENV
 from numa_pin.config.load import entry_config
 from numa_pin.hook.invoke import parse_argv
 from numa_pin.ledger.liveness import prepare
 from numa_pin.ledger.store import Ledger, encode
+from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node.cpu import warm
 from numa_pin.resources.node.warm import WarmState
 from numa_pin.service import open_service

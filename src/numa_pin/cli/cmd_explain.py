@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     grant = grants.get(cid) if cid is not None and not args.last else None
     if grant is not None:
         out.update(state="granted", grant=grant_dict(grant))
-        from numa_pin.admission.kubernetes import qos_from_cgroups_path
+        from numa_pin.requests.kubernetes import qos_from_cgroups_path
 
         qos = qos_from_cgroups_path(grant.cgroup)
         if qos is not None:

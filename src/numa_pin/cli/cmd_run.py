@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     explicit = explicit_cpuset(args.cpu_list, args.nodes, service.topology)
     if explicit is not None and args.cpus is None:
         args.cpus = str(len(explicit))
-    from numa_pin.admission.request import with_memory_tier
+    from numa_pin.requests.request import with_memory_tier
 
     request = with_memory_tier(request_from_args(args, name, config.isolation), config.memory_tiers)
     if request.memory_policy:

@@ -10,9 +10,9 @@ import os
 from collections.abc import Callable, Iterable
 
 from numa_pin import names
-from numa_pin.admission.request import ContainerRequest
 from numa_pin.cli.main import write_out
 from numa_pin.errors import RequestError
+from numa_pin.requests.request import ContainerRequest
 
 #: the shortest id ``status`` prints (as podman and docker print 12 characters)
 SHORT_ID = 12
@@ -109,8 +109,8 @@ def add_request_arguments(parser: argparse.ArgumentParser) -> None:
 def request_from_args(args: argparse.Namespace, container_id: str, isolation=None) -> ContainerRequest:
     """Turn the flags into the annotations they mirror, so both paths validate alike.
     ``isolation``: the config's node defaults of the isolation knobs."""
-    from numa_pin.admission.isolation import NUMA_PIN_KEYS
-    from numa_pin.admission.request import PREFIX, request_from_oci
+    from numa_pin.requests.isolation import NUMA_PIN_KEYS
+    from numa_pin.requests.request import PREFIX, request_from_oci
 
     annotations: dict[str, str] = {}
     for flag, key in (

@@ -60,7 +60,7 @@ class InferenceConfig:
 
 @record
 class IsolationConfig:
-    """Node defaults of the isolation knobs (:mod:`numa_pin.admission.isolation`) for containers
+    """Node defaults of the isolation knobs (:mod:`numa_pin.requests.isolation`) for containers
     with exclusive CPUs, and how exclusive CPUs meet the kernel's isolated CPUs."""
 
     load_balancing: str | None = _default_field("isolation.load_balancing")

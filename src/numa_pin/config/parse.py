@@ -38,7 +38,7 @@ CPU_MANAGER_OPTIONS = (
     "align-by-socket",
 )
 
-#: isolation vocabulary (CRI-O's annotation values; :mod:`numa_pin.admission.isolation`)
+#: isolation vocabulary (CRI-O's annotation values; :mod:`numa_pin.requests.isolation`)
 DISABLE, ENABLE, HOUSEKEEPING = "disable", "enable", "housekeeping"
 MAX_LATENCY = "max_latency:"
 #: the largest resume latency one may name, in microseconds (the kernel's PM QoS values are s32)

@@ -62,7 +62,7 @@ def move_netdev_to_netns(
 ) -> NetdevRecord:
     """Move a host netdev (by name or VF BDF) into the netns of ``pid`` as ``new_name``.
 
-    ``vf_settings`` (``numa-pin.io/vf-config``, :mod:`numa_pin.admission.vfconfig`) are set on
+    ``vf_settings`` (``numa-pin.io/vf-config``, :mod:`numa_pin.requests.vfconfig`) are set on
     the VF's PF first, once its PF-side state is saved, as sriov-cni does (a ``mac`` on the VF's
     netdev too); every failure after that puts the saved state back before it is raised.
     ``journal`` is given the record of a VF before anything changes, and returns the record to

@@ -55,7 +55,7 @@ class VfConfig:
         return req
 
 
-#: VF settings (:mod:`numa_pin.admission.vfconfig` names) -> the :class:`VfConfig` field that
+#: VF settings (:mod:`numa_pin.requests.vfconfig` names) -> the :class:`VfConfig` field that
 #: saves what each one changes
 _SAVED_AS = {"vlan": "vlan", "vlanQoS": "qos", "mac": "mac", "spoofchk": "spoofchk", "trust": "trust",
              "link_state": "link_state", "min_tx_rate": "min_tx_rate", "max_tx_rate": "max_tx_rate"}
@@ -67,7 +67,7 @@ VF_SETTING_KEYS = tuple(_SAVED_AS)
 
 def describe_settings(settings: Mapping[str, Any]) -> str:
     """``vlan=100,trust=on``: the settings as the annotation writes them."""
-    from numa_pin.admission.vfconfig import describe
+    from numa_pin.requests.vfconfig import describe
 
     return describe(settings)
 
@@ -79,7 +79,7 @@ def settings_request(settings: Mapping[str, Any], saved: VfConfig | None, vf_ind
     Raises EnforcementError when ``saved`` lacks what a setting changes (the driver does not
     report it, or the state could not be read): what cannot be restored is not changed.
     """
-    from numa_pin.admission.vfconfig import LINK_STATES
+    from numa_pin.requests.vfconfig import LINK_STATES
 
     unknown = sorted(k for k in settings if saved is None or getattr(saved, _SAVED_AS[k]) is None)
     if unknown:
@@ -158,7 +158,7 @@ class NetdevRecord:
 def drifted(settings: Mapping[str, Any], current: VfConfig | None) -> list[str]:
     """The :class:`VfConfig` fields whose value ``current`` (the PF's report now) no longer
     matches what ``settings`` set; a field the PF does not report never counts."""
-    from numa_pin.admission.vfconfig import LINK_STATES
+    from numa_pin.requests.vfconfig import LINK_STATES
 
     want: dict[str, Any] = {k: settings[k] for k in ("mac", "spoofchk", "trust", "min_tx_rate", "max_tx_rate")
                             if k in settings}

@@ -4,7 +4,7 @@ the saved config back, and set it again when it drifted.
 A VF's admin MAC, VLAN and QoS, spoofchk, trust, link state and TX rates live on its PF
 (read from the PF's ``IFLA_VFINFO_LIST``, set on the PF as ``ip link set <pf> vf <n> ...``
 does), not on the VF's netdev. :mod:`numa_pin.enforcer.netdev` reads them before a move and applies the asked
-settings (:mod:`numa_pin.admission.vfconfig`) as sriov-cni does; every failure after that
+settings (:mod:`numa_pin.requests.vfconfig`) as sriov-cni does; every failure after that
 puts the saved state back. :func:`reassert_vf_settings` is reconcile's repair.
 """
 

@@ -75,9 +75,9 @@ def env_annotations(env: Sequence[object], known: Sequence[str]) -> dict[str, st
 
 
 def known_keys() -> tuple[str, ...]:
-    """The request's annotation keys after ``numa-pin.io/`` (:mod:`numa_pin.admission.request`)."""
-    from numa_pin.admission.isolation import NUMA_PIN_KEYS
-    from numa_pin.admission.request import PER_CONTAINER
+    """The request's annotation keys after ``numa-pin.io/`` (:mod:`numa_pin.requests.request`)."""
+    from numa_pin.requests.isolation import NUMA_PIN_KEYS
+    from numa_pin.requests.request import PER_CONTAINER
 
     return (*PER_CONTAINER, "policy", "scope", "pod", "pod-cpus", "pod-memory", "pod-devices", *NUMA_PIN_KEYS)
 

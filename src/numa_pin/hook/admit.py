@@ -1,11 +1,11 @@
-"""From OCI inputs to a :class:`~numa_pin.admission.request.ContainerRequest`."""
+"""From OCI inputs to a :class:`~numa_pin.requests.request.ContainerRequest`."""
 
 from __future__ import annotations
 
-from numa_pin.admission.request import ContainerRequest, request_from_oci
 from numa_pin.config.schema import Config
 from numa_pin.enforcer.owner import ContainerCgroup
 from numa_pin.hook.oci import OciSpec, OciState, load_spec
+from numa_pin.requests.request import ContainerRequest, request_from_oci
 
 
 def request_from_spec(state: OciState, spec: OciSpec, config: Config) -> ContainerRequest:
@@ -13,7 +13,7 @@ def request_from_spec(state: OciState, spec: OciSpec, config: Config) -> Contain
     annotations = {**spec.annotations, **state.annotations}
     request = request_from_oci(state.id, annotations, spec.env, spec.limits, inference=config.inference,
                                isolation=config.isolation, pod_limits=spec.pod_limits)
-    from numa_pin.admission.request import with_memory_tier
+    from numa_pin.requests.request import with_memory_tier
 
     return with_spec_devices(with_memory_tier(request, config.memory_tiers), spec, config)
 

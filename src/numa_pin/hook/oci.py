@@ -20,7 +20,7 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 if TYPE_CHECKING:
     from typing import IO, Any
 
-    from numa_pin.admission.limits import ContainerLimits
+    from numa_pin.requests.limits import ContainerLimits
 
 #: largest state / config.json numa-pin accepts (a real one is a few KiB)
 MAX_DOCUMENT_BYTES = 4 << 20
@@ -136,7 +136,7 @@ def _dig(doc: Mapping[str, Any], *keys: str) -> Any:
 
 def parse_spec(text: bytes | str, bundle: str, source: str = "config.json") -> OciSpec:
     """Parse a bundle's ``config.json``; relative ``root.path`` is resolved against ``bundle``."""
-    from numa_pin.admission.limits import ContainerLimits  # what every caller goes on to read
+    from numa_pin.requests.limits import ContainerLimits  # what every caller goes on to read
 
     doc = load_object(text, source)
     env: dict[str, str] = {}

@@ -89,9 +89,9 @@ class Grant:
     baseline_cpus: frozenset[int] | None = None
     #: what the admission noted (a device the container carries that is not aligned to, and why)
     notes: tuple[str, ...] = field(default=(), hash=False)
-    #: the isolation knobs the container asked (:mod:`numa_pin.admission.isolation`: field -> value)
+    #: the isolation knobs the container asked (:mod:`numa_pin.requests.isolation`: field -> value)
     isolation: Mapping[str, Any] = field(default_factory=_empty, hash=False)
-    #: the PF-side settings its VFs get (``numa-pin.io/vf-config``: :mod:`numa_pin.admission.vfconfig`)
+    #: the PF-side settings its VFs get (``numa-pin.io/vf-config``: :mod:`numa_pin.requests.vfconfig`)
     vf_config: Mapping[str, Any] = field(default_factory=_empty, hash=False)
 
     def __post_init__(self) -> None:

@@ -127,7 +127,7 @@ def plain(value: Any) -> Any:
     return value
 
 
-#: the isolation knobs a grant may record (:mod:`numa_pin.admission.isolation` checks the values)
+#: the isolation knobs a grant may record (:mod:`numa_pin.requests.isolation` checks the values)
 ISOLATION_KNOBS = frozenset(("load_balancing", "quota", "irq", "c_states", "governor", "host", "shared"))
 #: the knobs recorded as a bool (the others are short strings)
 _BOOL_KNOBS = frozenset(("host", "shared"))
@@ -145,7 +145,7 @@ def isolation_map(knobs: object) -> Mapping[str, Any]:
     return MappingProxyType(dict(knobs))
 
 
-#: the VF settings a grant may record, and their JSON types (:mod:`numa_pin.admission.vfconfig`
+#: the VF settings a grant may record, and their JSON types (:mod:`numa_pin.requests.vfconfig`
 #: checks the values)
 VF_SETTINGS: Mapping[str, type] = MappingProxyType({
     "vlan": int, "vlanQoS": int, "mac": str, "spoofchk": bool, "trust": bool, "min_tx_rate": int,

@@ -8,7 +8,7 @@ annotations count too, under the container's: NRI hands them over, so a pod anno
 ``numa-pin.io/...`` needs no ``pod_annotations`` passthrough in containerd's config. So do the
 pod's own resources (``PodSandbox.linux.pod_resources``, kubelet's sum of its containers'; the
 overhead apart), which give a pod-scope pod its totals as ``numa-pin.io/pod-*`` would
-(:func:`~numa_pin.admission.request.pod_totals`).
+(:func:`~numa_pin.requests.request.pod_totals`).
 
 :func:`fill_adjustment` writes what the resources say the runtime must apply
 (:class:`~numa_pin.resources.node.runtime.RuntimeEdit`) into the adjustment at ``CreateContainer``,
@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from numa_pin.admission.kubernetes import NAME_KEYS, POD_ID_KEYS, POD_NAME_KEYS, SANDBOX_TYPE_KEYS
-from numa_pin.admission.limits import ContainerLimits
 from numa_pin.cpuset import format_list
 from numa_pin.errors import PathLimitError, RequestError
 from numa_pin.hook.oci import OciSpec
+from numa_pin.requests.kubernetes import NAME_KEYS, POD_ID_KEYS, POD_NAME_KEYS, SANDBOX_TYPE_KEYS
+from numa_pin.requests.limits import ContainerLimits
 from numa_pin.resources.node.runtime import RuntimeEdit
 from numa_pin.resources.runtime import NRI
 from numa_pin.text import MAX_NAME, MAX_PATH, quote, unfit

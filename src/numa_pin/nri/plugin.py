@@ -42,7 +42,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from numa_pin import report
-from numa_pin.admission.request import ContainerRequest
 from numa_pin.deadline import Deadline
 from numa_pin.errors import AdmissionError, NriError, NumaPinError
 from numa_pin.ledger.model import Grant
@@ -50,6 +49,7 @@ from numa_pin.nri import wire
 from numa_pin.nri.adopt import later_round, not_adopted, settle, updates_answered, updates_request
 from numa_pin.nri.convert import check_names, fill_adjustment, fill_update, spec_of
 from numa_pin.nri.messages import PLUGIN_SERVICE, RUNTIME_SERVICE, Messages, event_mask
+from numa_pin.requests.request import ContainerRequest
 from numa_pin.resources.node.resize import follow_resize
 from numa_pin.resources.runtime import NRI
 from numa_pin.text import cut, one_line

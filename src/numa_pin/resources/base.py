@@ -33,12 +33,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from numa_pin import names
-from numa_pin.admission.request import Amounts, ContainerRequest
 from numa_pin.config.cpu_options import CpuOptions
 from numa_pin.errors import AdmissionError, RequestError, TopologyAffinityError
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.policy.hint import ProviderHints, TopologyHint
 from numa_pin.record import field, record
+from numa_pin.requests.request import Amounts, ContainerRequest
 from numa_pin.topology.model import Topology
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)

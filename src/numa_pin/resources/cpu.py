@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from numa_pin.admission.limits import CPUSET_FIELD
-from numa_pin.admission.request import Amounts, ContainerRequest
 from numa_pin.allocators.cpu import allocate_cpus, reserved_cpus
 from numa_pin.cpuset import format_list
 from numa_pin.errors import AdmissionError, AllocationError, TopologyAffinityError
@@ -25,6 +23,8 @@ from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.policy.hint import ProviderHints
 from numa_pin.providers.cpu import cpu_hint_family
 from numa_pin.record import record
+from numa_pin.requests.limits import CPUSET_FIELD
+from numa_pin.requests.request import Amounts, ContainerRequest
 from numa_pin.resources.base import Decision, Need, NodeSettings, NodeView, Resource, zone_entry
 from numa_pin.topology.cpus import CpuTopology
 from numa_pin.topology.model import Topology

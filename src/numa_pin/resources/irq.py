@@ -35,7 +35,7 @@ MODES = (DISABLE, HOUSEKEEPING)
 
 def irq_mode(grant: Grant) -> str | None:
     """What ``grant`` asked of its IRQs (``disable``, ``housekeeping``), None: nothing. Read
-    straight from ``Grant.isolation`` (:mod:`numa_pin.admission.isolation` checked it when the
+    straight from ``Grant.isolation`` (:mod:`numa_pin.requests.isolation` checked it when the
     grant was made): it runs for every grant of the ledger on each recomputation."""
     mode = grant.isolation.get("irq")
     return mode if mode in MODES and grant.cpus else None

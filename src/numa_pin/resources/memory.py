@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from numa_pin.admission.request import Amounts
 from numa_pin.errors import RequestError, TopologyAffinityError
 from numa_pin.ledger.model import Grant
 from numa_pin.policy.hint import ProviderHints
 from numa_pin.quantity import format_bytes
+from numa_pin.requests.request import Amounts
 from numa_pin.resources.base import Need, NodeView, Resource, zone_entry
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -22,7 +22,7 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 if TYPE_CHECKING:
     from typing import Any
 
-    from numa_pin.admission.request import ContainerRequest
+    from numa_pin.requests.request import ContainerRequest
     from numa_pin.resources.runtime import RuntimeTarget
     from numa_pin.topology.memory import MemoryState
 

@@ -28,7 +28,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from numa_pin.admission.request import ContainerRequest
+    from numa_pin.requests.request import ContainerRequest
 
 MAX_SPEC_BYTES = 1 << 20
 MAX_SPEC_FILES = 256

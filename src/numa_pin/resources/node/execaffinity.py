@@ -27,7 +27,7 @@ from numa_pin.resources.node.base import Node, NodeResource
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
 if TYPE_CHECKING:
-    from numa_pin.admission.request import ContainerRequest
+    from numa_pin.requests.request import ContainerRequest
     from numa_pin.resources.node.runtime import RuntimeAsk, RuntimeEdit
     from numa_pin.resources.runtime import RuntimeTarget
 

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import os
 
-from numa_pin.admission.isolation import of_grant
 from numa_pin.cpuset import format_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import restore_list
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError, IsolationError
 from numa_pin.ledger.model import Grant, LedgerState
+from numa_pin.requests.isolation import of_grant
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)

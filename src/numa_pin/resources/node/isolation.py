@@ -1,7 +1,7 @@
 """Isolation knobs that are one setting file each: quota, C-states, cpufreq governor (I/O half).
 
 Each knob is a :class:`SettingKnob`: for every live grant that asks it (its
-:class:`~numa_pin.admission.isolation.IsolationRequest`, kept in ``Grant.isolation``) it wants
+:class:`~numa_pin.requests.isolation.IsolationRequest`, kept in ``Grant.isolation``) it wants
 some files to hold some values (:meth:`SettingKnob.targets`). What the ledger's grants want is
 the whole truth; nothing else is counted:
 
@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import os
 
-from numa_pin.admission.isolation import of_grant
 from numa_pin.cpuset import parse_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError, IsolationError
 from numa_pin.ledger.model import Grant, LedgerState
+from numa_pin.requests.isolation import of_grant
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)

@@ -58,7 +58,7 @@ ANNOTATIONS = ("cpu-load-balancing.crio.io", "numa-pin.io/cpu-load-balancing")
 
 def asks(grant: Grant) -> bool:
     """Whether ``grant`` asked for no load balancing on its CPUs (``Grant.isolation``, which
-    :mod:`numa_pin.admission.isolation` checked when the grant was made)."""
+    :mod:`numa_pin.requests.isolation` checked when the grant was made)."""
     return grant.isolation.get("load_balancing") == DISABLE and bool(grant.cpus)
 
 

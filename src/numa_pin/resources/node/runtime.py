@@ -16,9 +16,9 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from numa_pin.admission.request import ContainerRequest
     from numa_pin.enforcer.devnodes import DeviceNode
     from numa_pin.ledger.model import Grant, LedgerState
+    from numa_pin.requests.request import ContainerRequest
     from numa_pin.resources.runtime import RuntimeTarget
 
 

@@ -291,7 +291,7 @@ def _settings_records(state: LedgerState) -> list[tuple[Grant, Mapping[str, Any]
 def _check_vf_settings(node: Node, grant: Grant, decided: Grant) -> None:
     """Refuse (one line naming the annotation) VF settings that no VF numa-pin moves would get,
     or a MAC address asked for several VFs."""
-    from numa_pin.admission.vfconfig import ANNOTATION
+    from numa_pin.requests.vfconfig import ANNOTATION
 
     vfs = _granted_vfs(node, grant)
     if not vfs:

@@ -15,7 +15,7 @@ Annotations (all optional)::
     numa-pin.io/memory-tier     a tier of the config's ``memory_tiers`` (CPU-less CXL or HBM
                                 nodes) whose nodes join the granted memory nodes
     numa-pin.io/vf-config       PF-side settings of the granted SR-IOV VFs ("vlan=100,trust=on";
-                                sriov-cni's names: :mod:`numa_pin.admission.vfconfig`)
+                                sriov-cni's names: :mod:`numa_pin.requests.vfconfig`)
     numa-pin.io/policy          per-container/pod override of the node policy
     numa-pin.io/scope           per-container/pod override of the node scope
     numa-pin.io/pod             pod identity when no runtime sandbox id is present (recorded as
@@ -27,7 +27,7 @@ Annotations (all optional)::
     cpu-freq-governor, host-services, cpu-shared
                                 isolation of exclusive CPUs, and the shared pool beside them
                                 (and CRI-O's ``*.crio.io`` names of the same knobs):
-                                :mod:`numa_pin.admission.isolation`
+                                :mod:`numa_pin.requests.isolation`
 
 Per-container form (:data:`PER_CONTAINER`): ``numa-pin.io/<key>.<container name>`` (``numa-pin.io/
 cpus.app``) applies to the container of that name only (the CRI name,
@@ -36,7 +36,7 @@ Kubernetes the runtime copies the *pod's* annotations into every container, so a
 the same for each container of the pod; ``policy``, ``scope``, ``pod`` and ``pod-*`` are pod-wide.
 
 When the annotations ask no CPUs, memory or hugepages, Kubernetes-compatible inference reads
-the rest of ``config.json`` (:mod:`numa_pin.admission.limits`: a Guaranteed pod's CPU quota, the
+the rest of ``config.json`` (:mod:`numa_pin.requests.limits`: a Guaranteed pod's CPU quota, the
 hugepage limits, the devices a device plugin chose in ``process.env``, the container's own
 cpuset). Devices chosen through CDI are read too: the names in ``cdi.k8s.io/*`` annotations
 (always) and CDI names in ``NVIDIA_VISIBLE_DEVICES`` (:mod:`numa_pin.devices.cdi`).
@@ -54,10 +54,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from numa_pin import names
-from numa_pin.admission import isolation as iso
-from numa_pin.admission.colocate import parse_colocate
-from numa_pin.admission.kubernetes import NAME_KEYS, POD_ID_KEYS, SANDBOX_TYPE_KEYS, pod_name
-from numa_pin.admission.limits import (
+from numa_pin.config.model import InferenceConfig, IsolationConfig
+from numa_pin.devices.cdi import CdiDevice, devices_from_annotations
+from numa_pin.devices.devnode import DeviceNode
+from numa_pin.errors import RequestError
+from numa_pin.quantity import parse_bytes, parse_count
+from numa_pin.record import field, record
+from numa_pin.requests import isolation as iso
+from numa_pin.requests.colocate import parse_colocate
+from numa_pin.requests.kubernetes import NAME_KEYS, POD_ID_KEYS, SANDBOX_TYPE_KEYS, pod_name
+from numa_pin.requests.limits import (
     HUGEPAGE_RESOURCES,
     NO_LIMITS,
     ContainerLimits,
@@ -68,14 +74,8 @@ from numa_pin.admission.limits import (
     limit_hugepages,
     whole_pages,
 )
-from numa_pin.admission.pairs import split_pairs
-from numa_pin.admission.vfconfig import parse_vf_config
-from numa_pin.config.model import InferenceConfig, IsolationConfig
-from numa_pin.devices.cdi import CdiDevice, devices_from_annotations
-from numa_pin.devices.devnode import DeviceNode
-from numa_pin.errors import RequestError
-from numa_pin.quantity import parse_bytes, parse_count
-from numa_pin.record import field, record
+from numa_pin.requests.pairs import split_pairs
+from numa_pin.requests.vfconfig import parse_vf_config
 from numa_pin.text import quote
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)

@@ -4,7 +4,7 @@ containerd and CRI-O copy the pod's identity into every container's annotations 
 container name and type, namespace and name), and kubelet's cgroup hierarchy and CPU settings
 show the pod's QoS class. Podman sets a few ``io.kubernetes.cri-o.*`` keys too, so a container
 counts as Kubernetes' only through :data:`KUBERNETES_KEYS` and never when podman manages it.
-:mod:`numa_pin.admission.request` reads these to name a container and to infer the exclusive
+:mod:`numa_pin.requests.request` reads these to name a container and to infer the exclusive
 CPUs of a Guaranteed pod.
 """
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from numa_pin.admission.pairs import split_pairs
 from numa_pin.errors import RequestError
+from numa_pin.requests.pairs import split_pairs
 from numa_pin.text import quote
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)

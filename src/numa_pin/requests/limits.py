@@ -1,12 +1,12 @@
 """What ``config.json`` says of a container besides its annotations, as a request reads it (pure).
 
-The annotations (:mod:`numa_pin.admission.request`) say what a container asks; when they are
+The annotations (:mod:`numa_pin.requests.request`) say what a container asks; when they are
 silent, Kubernetes-compatible inference reads the rest of the spec, each switchable in the
 config's ``inference`` section:
 
 * ``linux.resources.cpu`` quota/period that divide evenly, together with a memory limit, mean
   that many exclusive CPUs when the *pod* is Guaranteed (:func:`guaranteed_cpus`; the QoS class
-  comes from :func:`~numa_pin.admission.kubernetes.infer_qos`), for Kubernetes containers only
+  comes from :func:`~numa_pin.requests.kubernetes.infer_qos`), for Kubernetes containers only
   unless ``guaranteed_cpus_outside_kubernetes`` is on;
 * ``linux.resources.hugepageLimits`` mean hugepages to align (:func:`limit_hugepages`);
 * ``NVIDIA_VISIBLE_DEVICES`` and ``PCIDEVICE_*`` in ``process.env`` are devices a device plugin
@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from numa_pin.admission.kubernetes import GUARANTEED, infer_guaranteed_cpus, infer_qos, is_kubernetes
 from numa_pin.config.model import InferenceConfig
 from numa_pin.cpuset import parse_list
 from numa_pin.devices.cdi import CdiDevice, devices_from_env_tokens
 from numa_pin.errors import RequestError
 from numa_pin.record import field, record
+from numa_pin.requests.kubernetes import GUARANTEED, infer_guaranteed_cpus, infer_qos, is_kubernetes
 from numa_pin.text import quote
 
 #: where a container's own cpuset comes from
