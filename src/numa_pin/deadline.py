@@ -13,7 +13,6 @@ calls it when its client has hung up). Off the main thread there is no timer; ch
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -30,25 +29,9 @@ def current() -> Deadline | None:
     return _current
 
 
-def process_started(pid: int | str = "self", proc_root: str = "/proc") -> float | None:
-    """When process ``pid`` started, on :func:`time.monotonic`'s clock: its ``starttime`` in
-    ``<proc_root>/<pid>/stat`` against ``<proc_root>/uptime``. None when either cannot be read
-    or makes no sense (a start in the future)."""
-    from numa_pin.boundedio import read_regular_file
-
-    try:
-        stat = read_regular_file(os.path.join(proc_root, str(pid), "stat"), 4096)
-        uptime = float(read_regular_file(os.path.join(proc_root, "uptime"), 256).split()[0])
-        ticks = int(stat.rsplit(b")", 1)[1].split()[19])  # field 22; the fields after comm start at 3
-    except (OSError, ValueError, IndexError):
-        return None
-    age = uptime - ticks / os.sysconf("SC_CLK_TCK")
-    return time.monotonic() - age if age >= 0 else None
-
-
 class Deadline:
     """``seconds`` of budget for ``what`` (named in the timeout message), counted from now, or
-    from ``since`` (a :func:`time.monotonic` time, such as :func:`process_started`'s: the hook
+    from ``since`` (a :func:`time.monotonic` time, such as :func:`numa_pin.hook.started.process_started`'s: the hook
     process's own start, so the time it took to start counts against the runtime's timeout too)."""
 
     def __init__(self, seconds: float, what: str = "admission", since: float | None = None) -> None:
@@ -129,4 +112,4 @@ class Deadline:
             self._interruptible = False
 
 
-__all__ = ["Deadline", "current", "process_started"]
+__all__ = ["Deadline", "current"]

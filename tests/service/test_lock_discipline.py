@@ -24,6 +24,7 @@ from numa_pin.agent.request import watch_client
 from numa_pin.config.schema import config_from_dict
 from numa_pin.cpuset import parse_list
 from numa_pin.errors import AdmissionTimeout
+from numa_pin.hook.started import process_started
 from numa_pin.requests.request import request_from_oci
 from numa_pin.service import NodeService
 from numa_pin.testing.node import FakeNode
@@ -211,9 +212,9 @@ def test_process_started_is_when_the_process_was_forked():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     after = time.monotonic()
     try:
-        started = deadline_mod.process_started(child.pid)
+        started = process_started(child.pid)
         assert started is not None and before - 2 * tick <= started <= after + 2 * tick, (before, started, after)
-        own = deadline_mod.process_started()
+        own = process_started()
         assert own is not None and own < before
     finally:
         child.kill()
@@ -227,13 +228,13 @@ def test_process_started_reads_any_comm_and_gives_up_on_nonsense(tmp_path):
     fields = ["S", "1"] + ["0"] * 17 + [str(95 * ticks)] + ["0"] * 30  # starttime: 95 s after boot
     (proc / "77" / "stat").write_text("77 (a) b (c)) " + " ".join(fields) + "\n")
     (proc / "uptime").write_text("100.00 180.00\n")
-    started = deadline_mod.process_started(77, str(proc))
+    started = process_started(77, str(proc))
     assert started is not None and abs(time.monotonic() - started - 5.0) < 0.5
     (proc / "uptime").write_text("90.00 180.00\n")  # a start after now
-    assert deadline_mod.process_started(77, str(proc)) is None
+    assert process_started(77, str(proc)) is None
     (proc / "77" / "stat").write_text("77 (a) S 1\n")  # cut short
-    assert deadline_mod.process_started(77, str(proc)) is None
-    assert deadline_mod.process_started(78, str(proc)) is None
+    assert process_started(77, str(proc)) is None
+    assert process_started(78, str(proc)) is None
 
 
 def test_a_deadline_since_an_earlier_start_has_only_what_is_left():

@@ -30,6 +30,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.hook.admit",
     "numa_pin.hook.rootless",
     "numa_pin.hook.precreate",
+    "numa_pin.hook.started",
     "numa_pin.entry.runcstage",
     "numa_pin.enforcer.devnodes",
     "numa_pin.enforcer.saved",

@@ -46,6 +46,7 @@ from numa_pin.agent.protocol import (
 )
 from numa_pin.boundedio import json_loads_bounded
 from numa_pin.hook import invoke
+from numa_pin.hook.started import process_started
 from numa_pin.record import field, record
 from numa_pin.resources.node.warm import WarmState
 from numa_pin.text import one_line
@@ -298,7 +299,7 @@ class RequestHandler:
         kept = warm_state if warm_state is not None else WarmState()
         kept.defer()  # a release's shared-pool growth waits for the reply
         # the budget counts from the hook's own start (the peer's; same pid namespace: checked above)
-        began = deadline.process_started(peer.pid, self.proc_root) if request.anchored else None
+        began = process_started(peer.pid, self.proc_root) if request.anchored else None
         try:
             rc, err, out = run_request(request, kept, began)
         except OSError as exc:

@@ -96,7 +96,7 @@ def _started(script: bool) -> float | None:
     hook: its budget began then); None when called with arguments (a caller's process)."""
     if not script:
         return None
-    from numa_pin.deadline import process_started
+    from numa_pin.hook.started import process_started
 
     return process_started()
 

@@ -32,6 +32,8 @@ TYPE_CHECKING = False  # typing's flag without importing typing
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from numa_pin.config.model import Config
+    from numa_pin.deadline import Deadline
     from numa_pin.resources.node.warm import WarmState
     from numa_pin.service import NodeService
 
@@ -54,7 +56,7 @@ class HookRequest:
     env: Mapping[str, str]
     stdin: bytes
     cwd: str
-    #: when the hook process started (:func:`numa_pin.deadline.process_started`): the admission's
+    #: when the hook process started (:func:`numa_pin.hook.started.process_started`): the admission's
     #: budget counts from there (None: from the admission's own start)
     started: float | None = None
 
@@ -250,16 +252,14 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
 
     # a lock wait goes to syslog: an outcome is one line
     service = open_service(config, cache_dir, warm_state=warm_state)
-    from numa_pin.deadline import Deadline
     from numa_pin.report import forget_reason
 
-    budget = Deadline(config.admission_timeout_s, f"admission of {ctx.cid}", since=request.started)
     if state is None:
         import json
 
         from numa_pin.hook.precreate import precreate
 
-        result = precreate(data, service, budget)
+        result = precreate(data, service, _budget(config, ctx, request))
         ctx.out.write(json.dumps(result.spec).encode())
         if result.grant is not None:
             ctx.warn_kubelet(config.kubelet_root)
@@ -281,7 +281,8 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
     from numa_pin.resources.runtime import PRESTART
 
     try:
-        service.admit(admission, state.pid, owner=owner, rootfs=rootfs, target=PRESTART, deadline=budget)
+        service.admit(admission, state.pid, owner=owner, rootfs=rootfs, target=PRESTART,
+                      deadline=_budget(config, ctx, request))
     except Exception as exc:
         from numa_pin.errors import AdmissionTimeout, LedgerError
 
@@ -291,6 +292,13 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
     forget_reason(config.state_dir, state.id)  # an earlier rejection no longer explains this container
     ctx.warn_kubelet(config.kubelet_root)
     return EXIT_OK
+
+
+def _budget(config: Config, ctx: _Context, request: HookRequest) -> Deadline:
+    """The admission's deadline: ``admission_timeout_s`` from the hook process's start."""
+    from numa_pin.deadline import Deadline
+
+    return Deadline(config.admission_timeout_s, f"admission of {ctx.cid}", since=request.started)
 
 
 def _abandon_pending(service: NodeService, container_id: str) -> None:
