@@ -1,25 +1,28 @@
-"""One request, one result on every path: prestart, podman's precreate and NRI on fake nodes.
+"""One request, one result on every path: prestart, podman's precreate and NRI, to the first process.
 
-Each row of :data:`ROWS` is a request (its annotations) and what a user must see: the CPUs the
-container gets, or the kind of the one-line refusal. Each row runs through three paths, each on
-a fresh node of the same shape:
+Each row of :data:`ROWS` is a request (its annotations) and what a user must see: the kind of the
+grant, or the kind of the one-line refusal. Each row runs through every path on a node of its own
+(:mod:`.every_path_world`), as far as the container's first process, the way each runtime calls
+numa-pin:
 
-* ``prestart``: ``numa-pin-hook prestart`` with the bundle and OCI state a runtime pipes (numa-pin
-  writes the container's cgroup; the effect read back is its ``cpuset.cpus``);
-* ``precreate``: ``numa-pin-hook precreate`` with podman 4.3's proposed config (runtime-spec
-  1.0.2) or a runtime-spec 1.3 one (the effect is ``linux.resources.cpu.cpus`` in its output);
-* ``nri``: ``CreateContainer`` through the plugin (the effect is the adjustment's cpuset).
+* ``prestart``: the runtime makes the cgroups and runs ``numa-pin-hook prestart``;
+* ``precreate``: podman runs ``numa-pin-hook precreate`` on the config it proposes (runtime-spec
+  1.0.2, or a 1.3 one), applies the config that comes back as runc does, then the prestart hook;
+* ``nri``: containerd sends ``CreateContainer``, applies the adjustment, starts the process and
+  sends ``StartContainer``.
 
-The grant and the effect must match across paths; a request a path cannot carry (a memory
-policy or an exec CPU affinity at prestart, through NRI or to a runtime without
-``linux.memoryPolicy`` or ``process.execCPUAffinity``) is refused on each with the same kind,
-and nothing stays recorded. A resource added behind the seam reaches
-both paths where the runtime applies the grant without a line changed in either.
+Where every path admits a row, every path must leave the same host behind, file by file: the
+container's cpuset and quota, each CPU's PM QoS latency and governor, the IRQs' affinities, the
+cpusets' load balancing (:func:`test_every_path_leaves_the_same_host`). A request a path cannot
+carry (a memory policy or an exec CPU affinity at prestart, through NRI or to a runtime without
+``linux.memoryPolicy`` or ``process.execCPUAffinity``) is refused on it with the same kind, and a
+refusal comes at the runtime's first call on every path, with nothing kept. A resource added
+behind the seam reaches both paths where the runtime applies the grant without a line changed in
+either.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import re
 from pathlib import Path
@@ -27,154 +30,149 @@ from pathlib import Path
 import pytest
 
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import format_list, parse_list
-from numa_pin.entry import hook as hook_main
-from numa_pin.ledger.store import Ledger
+from numa_pin.cpuset import format_list
 from numa_pin.nri import messages as nri_messages
 from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.registry import register, unregister
 from numa_pin.resources.node.runtime import RuntimeEdit
 from numa_pin.service import NodeService
-from numa_pin.testing.node import FakeNode
 
+from .every_path_world import CID, PATHS, Outcome, config_file, hook, node_for, run_path
 from .fake_runtime import Connected, container, pod
 
-SHAPE = "laptop"
-CID = "0f2a83a2d618ece3563383e4d2c110bfc35717b71b479661529c6d7a83acaedb"
 MIB = 1 << 20
+CPUS = "numa-pin.io/cpus"
 
-#: (id, annotations, expected: "exclusive" / "shared" / the refusal's kind, per path where it differs)
+#: (id, annotations, the cell per path where it differs from :data:`EXPECTED`)
 ROWS = [
-    ("two-cpus", {"numa-pin.io/cpus": "2"}, {}),
+    ("two-cpus", {CPUS: "2"}, {}),
     ("memory-only", {"numa-pin.io/memory": "64Mi"}, {}),
-    ("too-many-cpus", {"numa-pin.io/cpus": "64"}, {}),
-    ("memory-policy", {"numa-pin.io/cpus": "1", "numa-pin.io/memory-policy": "interleave"},
-     {"precreate-1.3": "exclusive"}),
-    ("cpu-shared", {"numa-pin.io/cpus": "2", "numa-pin.io/cpu-shared": "true"}, {}),
+    ("too-many-cpus", {CPUS: "64"}, {}),
+    ("memory-policy", {CPUS: "1", "numa-pin.io/memory-policy": "interleave"}, {"precreate-1.3": "exclusive"}),
+    ("memory-policy-bind", {CPUS: "1", "numa-pin.io/memory-policy": "bind"}, {"precreate-1.3": "exclusive"}),
+    ("cpu-shared", {CPUS: "2", "numa-pin.io/cpu-shared": "true"}, {}),
     ("cpu-shared-no-cpus", {"numa-pin.io/memory": "64Mi", "numa-pin.io/cpu-shared": "true"}, {}),
-    ("exec-affinity", {"numa-pin.io/cpus": "1", "numa-pin.io/exec-cpu-affinity": "first"},
-     {"precreate-1.3": "exclusive"}),
+    ("exec-affinity", {CPUS: "1", "numa-pin.io/exec-cpu-affinity": "first"}, {"precreate-1.3": "exclusive"}),
+    ("hugepages", {CPUS: "1", "numa-pin.io/memory": "64Mi", "numa-pin.io/hugepages-2Mi": "4Mi"}, {}),
+    ("hugepages-too-many", {CPUS: "1", "numa-pin.io/hugepages-2Mi": "64Mi"}, {}),
+    ("pod-scope", {CPUS: "1", "numa-pin.io/scope": "pod"}, {}),
+    ("bad-quantity", {CPUS: "two"}, {}),
+    ("quota", {CPUS: "2", "cpu-quota.crio.io": "disable"}, {}),
+    ("quota-numa-pin", {CPUS: "2", "numa-pin.io/cpu-quota": "disable"}, {}),
+    ("quota-shared", {"numa-pin.io/memory": "64Mi", "cpu-quota.crio.io": "disable"}, {}),
+    ("c-states-off", {CPUS: "2", "cpu-c-states.crio.io": "disable"}, {}),
+    ("c-states-latency", {CPUS: "2", "numa-pin.io/cpu-c-states": "max_latency:10"}, {}),
+    ("governor", {CPUS: "2", "cpu-freq-governor.crio.io": "performance"}, {}),
+    ("governor-unknown", {CPUS: "2", "cpu-freq-governor.crio.io": "turbo"}, {}),
+    ("load-balancing", {CPUS: "2", "cpu-load-balancing.crio.io": "disable"}, {}),
+    ("load-balancing-root-balances", {CPUS: "2", "numa-pin.io/cpu-load-balancing": "disable"}, {}),
+    ("irq", {CPUS: "2", "irq-load-balancing.crio.io": "disable"}, {}),
+    ("irq-housekeeping", {CPUS: "4", "numa-pin.io/irq-load-balancing": "housekeeping"}, {}),
 ]
 EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "TopologyAffinityError",
-            "memory-policy": "PathLimitError", "cpu-shared": "mixed", "cpu-shared-no-cpus": "RequestError",
-            "exec-affinity": "PathLimitError"}
-PATHS = ["prestart", "precreate-1.0", "precreate-1.3", "nri"]
+            "memory-policy": "PathLimitError", "memory-policy-bind": "PathLimitError", "cpu-shared": "mixed",
+            "cpu-shared-no-cpus": "RequestError", "exec-affinity": "PathLimitError", "hugepages": "exclusive",
+            "hugepages-too-many": "TopologyAffinityError", "pod-scope": "exclusive", "bad-quantity": "RequestError",
+            "quota": "exclusive", "quota-numa-pin": "exclusive", "quota-shared": "RequestError",
+            "c-states-off": "exclusive", "c-states-latency": "exclusive", "governor": "exclusive",
+            "governor-unknown": "IsolationError", "load-balancing": "exclusive",
+            "load-balancing-root-balances": "IsolationError", "irq": "exclusive", "irq-housekeeping": "exclusive"}
+#: rows run on a node set up otherwise than the matrix's default
+NODES = {"load-balancing-root-balances": "balancing_root"}
+#: the rows the guests run through containerd 1.7 and 2.x (tests/vm/test_vm_nri.py): the knobs of a
+#: laptop's fake sysfs are not a TCG guest's, which has no cpufreq and a cgroup v2 tree
+GUEST_ROWS = ("two-cpus", "memory-only", "too-many-cpus", "memory-policy", "cpu-shared", "cpu-shared-no-cpus",
+              "exec-affinity")
+#: what each isolation row must change on the host (a file named as :meth:`MatrixNode.files` names it)
+EFFECTS = {
+    "quota": {"cgroup/cpu,cpuacct/<container>/cpu.cfs_quota_us": "-1"},
+    "quota-numa-pin": {"cgroup/cpu,cpuacct/<container>/cpu.cfs_quota_us": "-1"},
+    "c-states-off": {"sys/cpu/cpu{c}/power/pm_qos_resume_latency_us": "n/a"},
+    "c-states-latency": {"sys/cpu/cpu{c}/power/pm_qos_resume_latency_us": "10"},
+    "governor": {"sys/cpu/cpufreq/policy{c}/scaling_governor": "performance"},
+    "load-balancing": {"cgroup/cpuset/<container>/cpuset.sched_load_balance": "0"},
+    "irq": {"proc/irq/9/smp_affinity_list": "{others}"},
+    "irq-housekeeping": {"proc/irq/9/smp_affinity_list": "{housekeeping}"},
+}
 
 
-def _node(tmp_path, name: str) -> FakeNode:
-    fake = FakeNode(tmp_path / name, SHAPE, machines=tmp_path / "machines", parent="libpod_parent")
-    (fake.proc_root / "devices").write_text("Character devices:\n  1 mem\n\nBlock devices:\n")
-    return fake
+def _run(path: str, tmp_path, monkeypatch, capsys, row: str, annotations: dict[str, str]) -> Outcome:
+    return run_path(path, tmp_path, monkeypatch, capsys, annotations, setup=NODES.get(row))
 
 
-def _config(fake: FakeNode, monkeypatch, tmp_path):
-    monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(tmp_path / "cache"))
-    return fake.write_config(fake.root / "config.yaml", policy="restricted")
-
-
-def _hook(cfg, stage: str, stdin: bytes) -> tuple[int, bytes]:
-    out = io.BytesIO()
-    return hook_main.run(["--config", str(cfg), stage], io.BytesIO(stdin), out), out.getvalue()
-
-
-def _prestart(fake: FakeNode, cfg, annotations: dict[str, str]) -> frozenset[int] | None:
-    pid = fake.add_container(CID, 4242)
-    rc, _ = _hook(cfg, "prestart", fake.oci_state(CID, pid, annotations))
-    return parse_list(fake.cpuset(CID)[0]) if rc == 0 else None
-
-
-def _precreate(cfg, annotations: dict[str, str], version: str, env: dict[str, str] | None = None
-               ) -> frozenset[int] | None:
-    doc = {"ociVersion": version, "process": {"args": ["sh"], "env": ["PATH=/usr/bin"]},
-           "annotations": {"io.container.manager": "libpod", **annotations},
-           "linux": {"cgroupsPath": f"/libpod_parent/libpod-{CID}", "resources": {}}}
-    rc, out = _hook(cfg, "precreate", json.dumps(doc).encode())
-    if rc != 0:
-        return None
-    spec = json.loads(out)
-    if env is not None:
-        env.update(kv.split("=", 1) for kv in spec["process"]["env"])
-    cpu = spec["linux"]["resources"].get("cpu", {})
-    return parse_list(cpu["cpus"]) if "cpus" in cpu else frozenset()
-
-
-def _nri(fake: FakeNode, annotations: dict[str, str], env: dict[str, str] | None = None
-         ) -> tuple[frozenset[int] | None, str]:
-    m = nri_messages.load()
-    conn = Connected(NodeService(config_from_dict(fake.config_dict(policy="restricted"))), m)
-    try:
-        conn.runtime.configure()
-        conn.runtime.synchronize([], [])
-        p = pod(m, "u1", "p", "burstable")
-        code, text, reply = conn.runtime.create(p, container(m, p, CID, cpu_milli=100, annotations=annotations))
-    finally:
-        conn.close()
-    if env is not None and code == 0:
-        env.update((kv.key, kv.value) for kv in reply.adjust.env)
-    return (parse_list(reply.adjust.linux.resources.cpu.cpus) if code == 0 else None), text
-
-
-def _run(path: str, tmp_path, monkeypatch, capsys, annotations: dict[str, str], env: dict[str, str] | None = None):
-    """(the grant, the CPUs the container gets, the one line said) of one request on ``path``;
-    ``env`` gets the variables the runtime would set (precreate, NRI: prestart sets none)."""
-    fake = _node(tmp_path, path)
-    cfg = _config(fake, monkeypatch, tmp_path)
-    text = ""
-    if path == "prestart":
-        cpus = _prestart(fake, cfg, annotations)
-    elif path.startswith("precreate"):
-        cpus = _precreate(cfg, annotations, "1.0.2-dev" if path == "precreate-1.0" else "1.3.0", env)
-    else:
-        cpus, text = _nri(fake, annotations, env)
-    text = text or capsys.readouterr().err.strip()
-    return Ledger(str(fake.state_dir)).read().grants.get(CID), cpus, text, fake
+def _cell(out: Outcome) -> str:
+    """The matrix cell of one outcome: the grant's kind, or the refusal's kind (with the stage
+    that refused, where it was not the runtime's first call)."""
+    if out.grant is not None and out.cpus is not None:
+        mixed = out.grant.kind == "exclusive" and dict(out.grant.isolation).get("shared")
+        return "mixed" if mixed else out.grant.kind
+    kind = m.group(1) if (m := re.search(r": ([A-Za-z]+Error): ", out.text)) else out.text
+    return kind + (f" at {out.stage}" if out.stage else "")
 
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("row, annotations, per_path", ROWS, ids=[r[0] for r in ROWS])
 def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, row, annotations, per_path, path):
-    grant, cpus, text, fake = _run(path, tmp_path, monkeypatch, capsys, annotations)
+    out = _run(path, tmp_path, monkeypatch, capsys, row, annotations)
     want = per_path.get(path, EXPECTED[row])
-    if want == "mixed":  # its exclusive CPUs, held as exclusive, and every CPU no grant holds
-        assert grant is not None and grant.kind == "exclusive" and dict(grant.isolation) == {"shared": True}, text
-        assert len(grant.cpus) == int(annotations["numa-pin.io/cpus"])
-        assert cpus == frozenset(parse_list(fake.cpus)) and grant.cpus < cpus
+    assert _cell(out) == want, out.text
+    if want not in ("exclusive", "shared", "mixed"):
+        assert out.grant is None, "a refused container keeps nothing"
+        assert out.text.startswith("numa-pin: ") and "\n" not in out.text, out.text
+        if want == "PathLimitError":
+            asked = next(k for k in annotations if k != CPUS)
+            assert asked in out.text and f"on the {path.split('-')[0]} path" in out.text
         return
-    if want in ("exclusive", "shared"):
-        assert grant is not None and grant.kind == want, text
-        if want == "exclusive":
-            assert cpus == grant.cpus and len(grant.cpus) == int(annotations["numa-pin.io/cpus"])
-        else:
-            assert not grant.cpus and cpus == frozenset(parse_list(fake.cpus)), "a shared container gets the pool"
-        return
-    assert grant is None, "a refused container keeps nothing"
-    assert cpus is None
-    assert f": {want}: " in text and "\n" not in text, text
-    if want == "PathLimitError":
-        asked = next(k for k in annotations if k != "numa-pin.io/cpus")
-        assert asked in text and f"on the {path.split('-')[0]} path" in text
+    assert out.grant is not None and out.cpus is not None
+    every = frozenset(range(8))
+    if want == "exclusive":
+        assert out.cpus == out.grant.cpus and len(out.grant.cpus) == int(annotations[CPUS])
+    elif want == "shared":
+        assert not out.grant.cpus and out.cpus == every, "a shared container gets the pool"
+    else:  # mixed: its exclusive CPUs, held as exclusive, and every CPU no grant holds
+        assert len(out.grant.cpus) == int(annotations[CPUS]) and out.cpus == every
+    for name, value in EFFECTS.get(row, {}).items():
+        _assert_effect(out, name, value)
 
 
-@pytest.mark.parametrize("row", ["two-cpus", "memory-only", "cpu-shared"])
-def test_every_path_grants_the_same_cpus(tmp_path, monkeypatch, capsys, row):
-    annotations = dict(next(r[1] for r in ROWS if r[0] == row))
-    results = {path: _run(path, tmp_path, monkeypatch, capsys, annotations) for path in PATHS}
-    grants = {path: (r[0].kind, r[0].cpus, r[0].mems) for path, r in results.items()}
-    effects = {path: r[1] for path, r in results.items()}
-    assert len(set(grants.values())) == 1, grants
-    assert len(set(effects.values())) == 1, effects
+def _assert_effect(out: Outcome, name: str, value: str) -> None:
+    """``name``/``value`` with ``{c}`` each granted CPU, ``{others}`` the CPUs not granted and
+    ``{housekeeping}`` those and the grant's first core (the laptop's CPU c has sibling c + 4)."""
+    assert out.grant is not None
+    every = frozenset(range(8))
+    first = min(out.grant.cpus) % 4
+    values = {"others": format_list(every - out.grant.cpus),
+              "housekeeping": format_list(every - (out.grant.cpus - {first, first + 4}))}
+    for cpu in sorted(out.grant.cpus) if "{c}" in name else [None]:
+        key = name.format(c=cpu)
+        assert out.changed.get(key) == value.format(**values), (key, out.changed)
+
+
+@pytest.mark.parametrize("row", [r for r, *_ in ROWS if all(
+    next(o for i, _, o in ROWS if i == r).get(p, EXPECTED[r]) in ("exclusive", "shared", "mixed") for p in PATHS)])
+def test_every_path_leaves_the_same_host(tmp_path, monkeypatch, capsys, row):
+    """The same grant and, file by file, the same host on every path (the container's cgroups
+    named ``<container>`` wherever its runtime put them); the runtime-set variables the same on
+    the paths where the runtime sets them (prestart cannot: the process exists already)."""
+    annotations = dict(next(a for r, a, _ in ROWS if r == row))
+    outs = {path: _run(path, tmp_path / path, monkeypatch, capsys, row, annotations) for path in PATHS}
+    grants = {path: (o.grant.kind, o.grant.cpus, o.grant.mems) for path, o in outs.items() if o.grant}
+    assert len(grants) == len(PATHS) and len(set(grants.values())) == 1, grants
+    changed = {path: o.changed for path, o in outs.items()}
+    assert all(c == changed["prestart"] for c in changed.values()), changed
+    envs = {path: o.env for path, o in outs.items() if path != "prestart"}
+    assert len({json.dumps(e, sort_keys=True) for e in envs.values()}) == 1, envs
 
 
 @pytest.mark.parametrize("path", ["precreate-1.0", "precreate-1.3", "nri"])
 def test_a_mixed_container_is_told_its_exclusive_and_shared_cpus_where_the_runtime_sets_variables(
         tmp_path, monkeypatch, capsys, path):
-    env: dict[str, str] = {}
-    grant, cpus, text, _ = _run(path, tmp_path, monkeypatch, capsys, dict(next(a for r, a, _ in ROWS if r == "cpu-shared")), env)
-    assert grant is not None and cpus is not None, text
-    exclusive, shared = format_list(grant.cpus), format_list(cpus - grant.cpus)
-    assert {k: env.get(k) for k in ("OPENSHIFT_ISOLATED_CPUS", "NUMA_PIN_EXCLUSIVE_CPUS")} == dict.fromkeys(
+    out = _run(path, tmp_path, monkeypatch, capsys, "cpu-shared", dict(next(a for r, a, _ in ROWS if r == "cpu-shared")))
+    assert out.grant is not None and out.cpus is not None, out.text
+    exclusive, shared = format_list(out.grant.cpus), format_list(out.cpus - out.grant.cpus)
+    assert {k: out.env.get(k) for k in ("OPENSHIFT_ISOLATED_CPUS", "NUMA_PIN_EXCLUSIVE_CPUS")} == dict.fromkeys(
         ("OPENSHIFT_ISOLATED_CPUS", "NUMA_PIN_EXCLUSIVE_CPUS"), exclusive)
-    assert env["OPENSHIFT_SHARED_CPUS"] == env["NUMA_PIN_SHARED_CPUS"] == shared
+    assert out.env["OPENSHIFT_SHARED_CPUS"] == out.env["NUMA_PIN_SHARED_CPUS"] == shared
 
 
 class Tag(NodeResource):
@@ -195,14 +193,14 @@ def tag():
 
 
 def test_a_resource_added_behind_the_seam_reaches_precreate_and_nri(tmp_path, monkeypatch, tag):
-    fake = _node(tmp_path, "precreate")
+    fake = node_for(tmp_path, "precreate")
     doc = {"ociVersion": "1.0.2-dev", "process": {"env": []}, "annotations": {"numa-pin.io/cpus": "1"},
            "linux": {"cgroupsPath": f"/libpod_parent/libpod-{CID}", "resources": {}}}
-    rc, out = _hook(_config(fake, monkeypatch, tmp_path), "precreate", json.dumps(doc).encode())
+    rc, out = hook(config_file(fake, monkeypatch, tmp_path), "precreate", json.dumps(doc).encode())
     assert rc == 0
     assert f"EXAMPLE_TAG={CID}" in json.loads(out)["process"]["env"]
 
-    fake = _node(tmp_path, "nri")
+    fake = node_for(tmp_path, "nri")
     m = nri_messages.load()
     conn = Connected(NodeService(config_from_dict(fake.config_dict(policy="restricted"))), m)
     try:
@@ -230,13 +228,18 @@ def _doc_matrix() -> dict[str, dict[str, str]]:
     return {row[0]: {DOC_PATHS[h]: cell for h, cell in zip(header[1:], row[1:])} for row in body}
 
 
-def _request_text(annotations: dict[str, str]) -> str:
-    return ", ".join(f"`{k}: {v}`" for k, v in annotations.items())
+#: how the docs table names a row's node where it is not the matrix's default
+NODE_TEXT = {"balancing_root": " (the root cpuset balances)"}
+
+
+def _request_text(row: str, annotations: dict[str, str]) -> str:
+    node = NODE_TEXT[NODES[row]] if row in NODES else ""
+    return ", ".join(f"`{k}: {v}`" for k, v in annotations.items()) + node
 
 
 def test_the_docs_table_is_the_matrix():
     documented = _doc_matrix()
-    tested = {_request_text(a): {p: per.get(p, EXPECTED[row]) for p in PATHS} for row, a, per in ROWS}
+    tested = {_request_text(row, a): {p: per.get(p, EXPECTED[row]) for p in PATHS} for row, a, per in ROWS}
     assert documented == tested
-    assert all(re.fullmatch(r"exclusive|shared|mixed|[A-Za-z]+Error", c) for cells in documented.values()
+    assert all(re.fullmatch(r"exclusive|shared|mixed|[A-Za-z]+Error( at [a-z]+)?", c) for cells in documented.values()
                for c in cells.values())

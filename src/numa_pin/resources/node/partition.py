@@ -204,15 +204,27 @@ def _undo_v2(entry: dict[str, Any], undo: UndoLog) -> None:
 
 # ---- cgroup v1 -----------------------------------------------------------------------
 def _check_v1(grant: Grant, ref: cg.CgroupRef) -> None:
-    root = os.path.join(ref.hierarchy_root, LOAD_BALANCE)
     if not os.path.exists(os.path.join(ref.cpuset_dir, LOAD_BALANCE)):
         raise IsolationError(f"container {grant.container_id} asks cpu-load-balancing=disable, but its cpuset "
                              f"has no {LOAD_BALANCE}", path=ref.cpuset_dir)
+    _check_v1_root(grant, ref.hierarchy_root)
+
+
+def _check_v1_root(grant: Grant, hierarchy_root: str) -> None:
+    root = os.path.join(hierarchy_root, LOAD_BALANCE)
     if os.path.exists(root) and _read(root) != "0":
         raise IsolationError(
             f"container {grant.container_id} asks cpu-load-balancing=disable, but on cgroup v1 that takes effect "
             "only when the root cpuset balances nothing itself, and its sched_load_balance is 1; numa-pin does not "
             "turn it off for the whole node (set it to 0, with a balanced cpuset for the other CPUs)", path=root)
+
+
+def _check_root_only(node: Node, grant: Grant) -> None:
+    """Before the container's cgroup exists (podman's precreate, NRI's CreateContainer): what the
+    hierarchy's root alone rules out, so every path refuses such a container at its first call."""
+    found = node.layout().hierarchy_subdir("cpuset")
+    if found is not None and found[0] == 1:
+        _check_v1_root(grant, os.path.join(node.config.cgroup_root, found[1]))
 
 
 def _plan_v1(ref: cg.CgroupRef, ancestors: list[str]) -> dict[str, Any]:
@@ -235,9 +247,11 @@ def preflight(node: Node, admission: Admission) -> None:
     """Refuse, before any resource writes, a grant that asks on a kernel or a cgroup v1 root
     that cannot give it (see :func:`_check_v2` and :func:`_check_v1`)."""
     grant, ref = admission.grant, admission.ref
-    if ref is None or not asks(grant):
+    if not asks(grant):
         return
-    if ref.version == 2:
+    if ref is None:
+        _check_root_only(node, grant)
+    elif ref.version == 2:
         ancestors = _ancestors(ref)
         _check_v2(grant, ref, ancestors)
         if not ancestors:

@@ -1,0 +1,245 @@
+"""A node and the runtimes of every path, for the every-path matrix (tests/nri/test_every_path.py).
+
+:class:`MatrixNode` is the kit's ``laptop`` (8 CPUs, one NUMA node) with the files every
+isolation knob writes: each CPU's PM QoS latency, cpufreq policies, a fake ``/proc/irq``, a
+cgroup v1 ``cpu`` hierarchy beside the ``cpuset`` one, and a root cpuset that balances nothing
+(where ``cpu-load-balancing`` can take effect on cgroup v1). Each path gets a node of its own.
+
+:func:`run_path` runs one request through a path the way its runtime does, to the container's
+first process:
+
+* ``prestart``: the runtime makes the container's cgroup and starts ``numa-pin-hook prestart``;
+* ``precreate-1.0``/``precreate-1.3``: podman runs ``numa-pin-hook precreate`` with the config it
+  proposes (runtime-spec 1.0.2 or 1.3), applies the config that comes back (the container's
+  cpuset and CFS quota, as runc writes them), then runs the prestart hook;
+* ``nri``: containerd sends ``CreateContainer``, applies the adjustment the same way, starts the
+  process and sends ``StartContainer``.
+
+What a user sees is returned as an :class:`Outcome`: the grant the ledger keeps, the one line said,
+the variables the runtime sets, and every host file that changed (the container's cgroup named
+``<container>``), so two paths can be compared file by file.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from numa_pin.config.schema import config_from_dict
+from numa_pin.cpuset import parse_list
+from numa_pin.entry import hook as hook_main
+from numa_pin.ledger.model import Grant
+from numa_pin.ledger.store import Ledger
+from numa_pin.nri import messages as nri_messages
+from numa_pin.service import NodeService
+from numa_pin.testing.node import FakeNode
+
+from .fake_runtime import Connected, container, pod
+
+SHAPE = "laptop"
+CID = "0f2a83a2d618ece3563383e4d2c110bfc35717b71b479661529c6d7a83acaedb"
+PID = 4242
+PATHS = ["prestart", "precreate-1.0", "precreate-1.3", "nri"]
+#: where each path's runtime puts the container's cgroup (under the cpuset and cpu hierarchies)
+PARENTS = {"prestart": "ctr", "precreate": "libpod_parent", "nri": "kubepods/burstable/podu1"}
+CPU_V1 = "cpu,cpuacct"
+IRQS = {0: "0-7", 9: "0-7", 24: "0-7", 25: "2-3"}
+#: cpufreq policies: CPUs 2 and 3 share one
+POLICIES = {"policy0": "0", "policy1": "1", "policy2": "2-3", "policy4": "4", "policy5": "5", "policy6": "6",
+            "policy7": "7"}
+
+
+@dataclass
+class Outcome:
+    """What one path gave one request: ``grant`` None when refused (``text`` is then the line)."""
+
+    grant: Grant | None
+    text: str
+    cpus: frozenset[int] | None  # the container's cpuset as the process runs (None: never started)
+    env: dict[str, str] = field(default_factory=dict)
+    changed: dict[str, str] = field(default_factory=dict)  # host file -> its text after, if it changed
+    stage: str = ""  # a refusal's: "" the runtime's first call (precreate, CreateContainer), else the later one
+
+
+class MatrixNode(FakeNode):
+    """The laptop with every isolation knob's files; ``parent`` is where containers' cgroups go."""
+
+    def __init__(self, root: Path, parent: str) -> None:
+        super().__init__(root, SHAPE, machines=root / "machines", parent=parent)
+        (self.proc_root / "devices").write_text("Character devices:\n  1 mem\n\nBlock devices:\n")
+        self.cpu_dir = self.sysfs_root / "devices" / "system" / "cpu"
+        for n in range(8):
+            (self.cpu_dir / f"cpu{n}" / "power").mkdir(exist_ok=True)
+            (self.cpu_dir / f"cpu{n}" / "power" / "pm_qos_resume_latency_us").write_text("0\n")
+        for name, cpus in POLICIES.items():
+            d = self.cpu_dir / "cpufreq" / name
+            d.mkdir(parents=True)
+            (d / "related_cpus").write_text(" ".join(str(c) for c in sorted(parse_list(cpus))) + "\n")
+            (d / "scaling_governor").write_text("powersave\n")
+            (d / "scaling_available_governors").write_text("performance powersave\n")
+        (self.cpu_dir / "isolated").write_text("\n")
+        irq = self.proc_root / "irq"
+        for n, cpus in IRQS.items():
+            (irq / str(n)).mkdir(parents=True)
+            (irq / str(n) / "smp_affinity_list").write_text(cpus + "\n")
+        (irq / "default_smp_affinity").write_text("ff\n")
+        with open(self.proc_root / "self" / "mountinfo", "a") as f:
+            f.write(f"36 25 0:31 / {self.cgroup_root}/{CPU_V1} rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n")
+        (self.cgroup_root / "cpuset" / "cpuset.sched_load_balance").write_text("0\n")
+        pages = self.sysfs_root / "devices/system/node/node0/hugepages/hugepages-2048kB"
+        pages.mkdir(parents=True, exist_ok=True)
+        for leaf, count in (("nr_hugepages", 16), ("free_hugepages", 16), ("surplus_hugepages", 0)):
+            (pages / leaf).write_text(f"{count}\n")
+
+    def balancing_root(self) -> None:
+        """The root cpuset balances load, as a node does until someone turns it off."""
+        (self.cgroup_root / "cpuset" / "cpuset.sched_load_balance").write_text("1\n")
+
+    def add_container(self, name: str, pid: int, cpus: str | None = None, *, netns: str | None = None) -> int:
+        """The cgroups a runtime makes before the first hook: cpuset (with its balancing flag on,
+        as the kernel makes it) and cpu (kubelet's or podman's quota), and ``proc/<pid>``."""
+        super().add_container(name, pid, cpus, netns=netns)
+        top, here = self.cgroup_root / "cpuset", self.cgroup_root / CPU_V1
+        for part in [*Path(self.parent).parts, name]:  # its parents are balanced and have no quota
+            top, here = top / part, here / part
+            here.mkdir(parents=True, exist_ok=True)
+            (here / "cpu.cfs_period_us").write_text("100000\n")
+            (here / "cpu.cfs_quota_us").write_text("-1\n")
+            if not (top / "cpuset.cpus").exists():
+                self._write_cpuset(top, self.cpus)
+            (top / "cpuset.sched_load_balance").write_text("1\n")
+        (here / "cpu.cfs_quota_us").write_text("50000\n")  # the container's own limit
+        rel = "/".join(p for p in (self.parent, name) if p)
+        (self.proc_root / str(pid) / "cgroup").write_text(f"4:cpuset:/{rel}\n3:cpu,cpuacct:/{rel}\n")
+        return pid
+
+    def cpu_cgroup(self, name: str) -> Path:
+        return self.cgroup_root / CPU_V1 / self.parent / name
+
+    def apply(self, name: str, cpus: str, mems: str, quota: int | None) -> None:
+        """What runc writes from the config a runtime hands it: the cpuset and the CFS quota."""
+        d = self.cgroup_dir(name)
+        if cpus:
+            (d / "cpuset.cpus").write_text(cpus + "\n")
+        if mems:
+            (d / "cpuset.mems").write_text(mems + "\n")
+        if quota is not None:
+            (self.cpu_cgroup(name) / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+
+    def files(self, name: str) -> dict[str, str]:
+        """Every host file a grant may change, named from the node's roots. The container's own
+        cgroups are ``<container>`` and the cgroups between them and the root ``<parent>``,
+        whatever the runtime called them."""
+        out: dict[str, str] = {}
+        for top, label in ((self.cpu_dir, "sys/cpu"), (self.proc_root / "irq", "proc/irq"),
+                           (self.cgroup_root, "cgroup")):
+            for path in sorted(p for p in top.rglob("*") if p.is_file()):
+                rel = path.relative_to(top).parts
+                if label == "cgroup":
+                    rel = (rel[0], *self._cgroup_name(list(rel[1:-1]), name), rel[-1])
+                out["/".join((label, *rel))] = path.read_text().strip()
+        return out
+
+    def _cgroup_name(self, dirs: list[str], name: str) -> list[str]:
+        parents = list(Path(self.parent).parts)
+        if dirs[:len(parents) + 1] == [*parents, name]:
+            return ["<container>", *dirs[len(parents) + 1:]]
+        if dirs and dirs == parents[:len(dirs)]:
+            return ["<parent>"]
+        return dirs
+
+
+def node_for(tmp_path: Path, path: str, setup: str | None = None) -> MatrixNode:
+    """A fresh node for ``path``; ``setup`` names a :class:`MatrixNode` method that changes it."""
+    node = MatrixNode(tmp_path / path, PARENTS[path.split("-")[0]])
+    if setup is not None:
+        getattr(node, setup)()
+    return node
+
+
+def config_file(node: MatrixNode, monkeypatch: Any, tmp_path: Path) -> Path:
+    monkeypatch.setenv("NUMA_PIN_CACHE_DIR", str(tmp_path / "cache"))
+    return node.write_config(node.root / "config.yaml", policy="restricted")
+
+
+def hook(cfg: Path, stage: str, stdin: bytes) -> tuple[int, bytes]:
+    out = io.BytesIO()
+    return hook_main.run(["--config", str(cfg), stage], io.BytesIO(stdin), out), out.getvalue()
+
+
+def _prestart(node: MatrixNode, cfg: Path, annotations: dict[str, str]) -> bool:
+    """The runtime's prestart hook for the container, its cgroup made and its process ``PID``."""
+    rc, _ = hook(cfg, "prestart", node.oci_state(CID, PID, annotations))
+    return rc == 0
+
+
+def _precreate(node: MatrixNode, cfg: Path, annotations: dict[str, str], version: str,
+               env: dict[str, str]) -> str | None:
+    """None when the process runs; else the stage that refused ("" the first)."""
+    name = f"libpod-{CID}"
+    doc = {"ociVersion": version, "process": {"args": ["sh"], "env": ["PATH=/usr/bin"]},
+           "annotations": {"io.container.manager": "libpod", **annotations},
+           "linux": {"cgroupsPath": f"/{node.parent}/{name}", "resources": {}}}
+    rc, out = hook(cfg, "precreate", json.dumps(doc).encode())
+    if rc != 0:
+        return ""
+    spec = json.loads(out)
+    env.update(kv.split("=", 1) for kv in spec["process"]["env"] if kv != "PATH=/usr/bin")
+    cpu = spec["linux"]["resources"].get("cpu", {})
+    node.add_container(name, PID)
+    node.apply(name, cpu.get("cpus", ""), cpu.get("mems", ""), cpu.get("quota"))
+    return None if _prestart(node, cfg, spec["annotations"]) else "prestart"
+
+
+def _nri(node: MatrixNode, annotations: dict[str, str], env: dict[str, str]) -> tuple[str | None, str]:
+    m = nri_messages.load()
+    conn = Connected(NodeService(config_from_dict(node.config_dict(policy="restricted"))), m)
+    try:
+        conn.runtime.configure()
+        conn.runtime.synchronize([], [])
+        p = pod(m, "u1", "p", "burstable")
+        code, text, reply = conn.runtime.create(p, container(m, p, CID, cpu_milli=100, annotations=annotations))
+        if code != 0:
+            return "", text
+        env.update((kv.key, kv.value) for kv in reply.adjust.env)
+        cpu = reply.adjust.linux.resources.cpu
+        node.add_container(CID, PID)
+        node.apply(CID, cpu.cpus, cpu.mems, cpu.quota.value if cpu.HasField("quota") else None)
+        code, text, _ = conn.runtime.start(p, container(m, p, CID, cpu_milli=100, annotations=annotations,
+                                                        pid=PID, state=1))
+        return (None if code == 0 else "start"), text
+    finally:
+        conn.close()
+
+
+def run_path(path: str, tmp_path: Path, monkeypatch: Any, capsys: Any, annotations: dict[str, str],
+             setup: str | None = None) -> Outcome:
+    """One request through ``path`` on a fresh node (see :func:`node_for`), to the container's first process."""
+    node = node_for(tmp_path, path, setup)
+    cfg = config_file(node, monkeypatch, tmp_path)
+    names = {"prestart": CID, "precreate": f"libpod-{CID}", "nri": CID}
+    name = names[path.split("-")[0]]
+    twin = node_for(tmp_path / "twin", path, setup)  # the same node, its runtime's container and no numa-pin
+    twin.add_container(name, PID)
+    before = twin.files(name)
+    env: dict[str, str] = {}
+    text = ""
+    if path == "prestart":
+        node.add_container(CID, PID)
+        stage = None if _prestart(node, cfg, annotations) else ""
+    elif path.startswith("precreate"):
+        stage = _precreate(node, cfg, annotations, "1.0.2-dev" if path == "precreate-1.0" else "1.3.0", env)
+    else:
+        stage, text = _nri(node, annotations, env)
+    text = text or capsys.readouterr().err.strip()
+    grant = Ledger(str(node.state_dir)).read().grants.get(CID)
+    after = node.files(name)
+    changed = {k: v for k, v in after.items() if before.get(k) != v}
+    cpus = parse_list(node.cpuset(name)[0]) if stage is None else None
+    return Outcome(grant, text, cpus, env, changed, stage or "")
+
+
+__all__ = ["CID", "PATHS", "MatrixNode", "Outcome", "config_file", "hook", "node_for", "run_path"]
