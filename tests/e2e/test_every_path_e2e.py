@@ -11,6 +11,7 @@ by row, and nothing may stay held after the container is gone.
 from __future__ import annotations
 
 import json
+import subprocess
 import re
 from pathlib import Path
 
@@ -74,6 +75,46 @@ def test_one_request_one_result_through_runc_and_podman(runc_rt, podman_runc, no
         assert detail == ("1" if exclusive_only else "0-1")
     else:
         assert verdict == "refused" and (want == "refused" or detail == want), detail
+
+
+#: what ``numa-pin run`` gives each row where it differs from the hooks: it sets a memory policy
+#: itself (``set_mempolicy`` before exec), and it has no flag for mixed CPUs (``None``: not asked)
+RUN = {"memory-policy": "admitted", "cpu-shared": None, "cpu-shared-no-cpus": None}
+#: the annotations whose value ``numa-pin run`` takes as a flag of the same name
+RUN_FLAGS = ("cpus", "memory", "hugepages-2Mi", "hugepages-1Gi", "devices", "policy", "scope", "pod",
+             "memory-policy", "memory-tier")
+
+
+def _run_args(annotations: dict[str, str]) -> list[str] | None:
+    """``numa-pin run``'s flags for ``annotations`` (None where one has no flag)."""
+    args: list[str] = []
+    for key, value in annotations.items():
+        name = key.removeprefix("numa-pin.io/")
+        if name not in RUN_FLAGS:
+            return None
+        args += [f"--{name}", value]
+    return args
+
+
+@pytest.mark.parametrize("row, annotations, want", ROWS, ids=[r[0] for r in ROWS])
+def test_one_request_one_result_through_numa_pin_run(node, row, annotations, want):
+    """The same rows as a plain process's: the same verdict as the hooks', the same CPUs."""
+    want = RUN.get(row, want)
+    args = _run_args(annotations)
+    assert (args is None) == (want is None), "a row run has no flag for is one it cannot be asked"
+    if args is None:
+        return
+    res = subprocess.run([str(node.path.with_name("numa-pin")), "run", "--config", str(node.cfg), *args, "--",
+                          "grep", "Cpus_allowed_list", "/proc/self/status"], capture_output=True, text=True, timeout=60)
+    assert node.grants() == {}, "the run released it"
+    if want == "admitted":
+        assert res.returncode == 0, res.stderr
+        exclusive = "numa-pin.io/cpus" in annotations
+        assert res.stdout.split(":")[1].strip() == ("1" if exclusive else "0-1")
+        return
+    found = KIND.search(res.stderr)
+    assert res.returncode == 1 and found and "\n" not in res.stderr.strip(), res.stderr
+    assert want == "refused" or found.group(1) == want
 
 
 def test_podman_tells_a_mixed_container_its_exclusive_and_shared_cpus(podman_runc, node, busybox_rootfs, tmp_path):

@@ -188,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
         raise RequestError(f"--ranks must be at least 1, got {args.ranks}", annotation="--ranks")
     config = load(args)
     name = args.name or f"run-{os.getpid()}-{int(time.time())}"
+    args.subject = name  # a refusal from here on names the job, as the hook's names the container
     service = open_service(config)
     explicit = explicit_cpuset(args.cpu_list, args.nodes, service.topology)
     if explicit is not None and args.cpus is None:

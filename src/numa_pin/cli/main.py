@@ -26,7 +26,15 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from numa_pin import __version__
-from numa_pin.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_USAGE, NumaPinError, RequestError, exit_code
+from numa_pin.errors import (
+    EXIT_ERROR,
+    EXIT_INTERNAL,
+    EXIT_USAGE,
+    AdmissionError,
+    NumaPinError,
+    RequestError,
+    exit_code,
+)
 from numa_pin.text import one_line
 
 PROG = "numa-pin"
@@ -117,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NumaPinError as err:
         if args.debug:
             raise
-        _error_line(f"{err.kind}: {err}")
+        _error_line(_subject(args, err) + f"{err.kind}: {err}")
         return EXIT_USAGE if isinstance(err, USAGE_ERRORS) else exit_code(err)
     except KeyboardInterrupt:
         if args.debug:
@@ -162,6 +170,16 @@ def write_out(text: str) -> None:
             raise BlockingIOError(errno.EAGAIN, "stdout is non-blocking and full")
         view = view[written:]
     buffer.flush()
+
+
+def _subject(args: argparse.Namespace, err: NumaPinError) -> str:
+    """``rejected NAME: `` or ``error NAME: `` once a command that admits (``run``) has named
+    what it admits (``args.subject``), so its refusal reads as the hook's does; nothing for a
+    usage error (a flag's), which stays ``numa-pin: RequestError: --flag: ...``."""
+    subject = getattr(args, "subject", None)
+    if subject is None or isinstance(err, USAGE_ERRORS):
+        return ""
+    return f"{'rejected' if isinstance(err, AdmissionError) else 'error'} {subject}: "
 
 
 def _error_line(message: str) -> None:
