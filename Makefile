@@ -9,11 +9,12 @@ DEB_PKGS   := dpkg python3 python3-setuptools python3-wheel
 # Debian packages: build deps for python-prctl, the lstopo oracle, real runtimes for e2e,
 # and qemu + a stock kernel for the multi-NUMA guest; containerd (with ctr) for its e2e tier;
 # Debian's own python3 modules for the deb tier (the package runs on /usr/bin/python3);
-# debootstrap and e2fsprogs (mkfs.ext4 -d) build the systemd guest of the VM tier; docker.io
+# debootstrap and e2fsprogs (mkfs.ext4 -d) build the systemd guest of the VM tier, buildah the DaemonSet's image
+# the NRI guests run as their plugin; docker.io
 # for the Docker Engine tier (its test starts a private dockerd; the package's own is not started).
 APT_PKGS   := python3 python3-venv python3-dev gcc make libcap-dev hwloc runc crun podman \
               busybox-static iproute2 util-linux procps kmod qemu-system-x86 linux-image-amd64 \
-              debootstrap e2fsprogs \
+              debootstrap e2fsprogs buildah \
               containerd docker.io libbpf1 $(DEB_PKGS) python3-psutil python3-pyroute2 python3-prctl python3-yaml \
               python3-prometheus-client python3-protobuf python3-grpcio chromium
 PYTEST_ARGS ?=
@@ -44,8 +45,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
 
+# the image tier too: the DaemonSet's image is built and run under podman (about 3 minutes)
 test: lint
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	NUMA_PIN_IMAGE_TEST=1 $(VPY) -m pytest $(PYTEST_ARGS)
 
 test-fast: lint
 	$(VPY) -m pytest -m "not e2e and not vm and not root and not deb and not browser and not image" $(PYTEST_ARGS)
@@ -93,7 +95,7 @@ deb:
 # the NRI plugin's container image, localhost/numa-pin:<version>, from a debootstrap'd Debian 12 root
 # and the deb (no registry; root): about 3 minutes the first time, 20 s once the root is cached
 # (.cache/image-root); image-archive also saves it for `ctr -n k8s.io images import`
-# (docs/kubernetes-deploy.md); image-test builds it and runs it under podman (not in `make test`)
+# (docs/kubernetes-deploy.md); image-test builds it and runs it under podman (`make test` does too)
 VERSION    := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n1)
 IMAGE_PKGS := debootstrap buildah podman runc $(DEB_PKGS)
 image:

@@ -388,6 +388,18 @@ def main() -> None:
         return out
 
     step("exec_affinity", exec_affinity)
+    archive = HERE / "numa-pin-image.tar"
+    if archive.exists():  # the DaemonSet's pod in place of the packaged plugin, then the packaged one again
+        import daemonset_guest
+
+        def daemonset() -> dict[str, object]:
+            try:
+                return daemonset_guest.run(node.kubelet, cri, HERE / "numa-pin.yaml", archive, sh, grants, cpus_of,
+                                           guaranteed)
+            finally:
+                sh("systemctl", "start", "numa-pin-nri.service", check=False)
+
+        step("daemonset", daemonset)
     (OUT / "plugin.log").write_text(sh("journalctl", "-u", "numa-pin-nri.service", "-o", "cat", "--no-pager",
                                        check=False))
     (OUT / "containerd.log").write_text(sh("journalctl", "-u", "containerd.service", "-o", "cat", "--no-pager",

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.vm
 
 HERE = Path(__file__).resolve().parent
 E2E = HERE.parent / "e2e"
+REPO = HERE.parent.parent
 KEEP_ENV = "NUMA_PIN_VM_KEEP"
 REUSE_ENV = "NUMA_PIN_VM_NRI_REUSE"
 GUEST_LIB = "/usr/local/lib/np"
@@ -49,8 +51,24 @@ def guest_cri_proto(text: str) -> bytes:
     return re.sub(r"\s*\[debug_redact\s*=\s*true\]", "", text).encode()
 
 
+@pytest.fixture(scope="module")
+def image_archive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The DaemonSet's image as a docker archive (packaging/image/build-image.sh: a debootstrap'd
+    Debian 12 root and this tree's deb, built once; root, debootstrap and buildah)."""
+    reason = None if os.environ.get(REUSE_ENV) else sysimage.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    archive = tmp_path_factory.mktemp("image") / "numa-pin-image.tar"
+    if os.environ.get(REUSE_ENV):
+        return archive  # the kept facts are judged again; nothing is booted
+    done = subprocess.run(["bash", str(REPO / "packaging" / "image" / "build-image.sh"), "--archive", str(archive)],
+                          capture_output=True, text=True, timeout=1800, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return archive
+
+
 @pytest.fixture(scope="module", params=[sysimage.TRIXIE, sysimage.SID], ids=["containerd-1.7", "containerd-2"])
-def facts(request: pytest.FixtureRequest) -> Iterator[dict]:
+def facts(request: pytest.FixtureRequest, image_archive: Path) -> Iterator[dict]:
     flavour = request.param
     if os.environ.get(REUSE_ENV):
         kept = Path(os.environ[REUSE_ENV]) / flavour.suite / "facts.json"
@@ -69,7 +87,10 @@ def facts(request: pytest.FixtureRequest) -> Iterator[dict]:
         files = {f"{GUEST_LIB}/nri_guest.py": (HERE / "nri_guest.py").read_bytes(),
                  f"{GUEST_LIB}/cri.py": (E2E / "cri.py").read_bytes(),
                  f"{GUEST_LIB}/cri_api/api.proto": guest_cri_proto((E2E / "cri_api" / "api.proto").read_text()),
-                 f"{GUEST_LIB}/matrix.json": json.dumps([{"id": r, "annotations": a} for r, a, _ in ROWS if r in GUEST_ROWS]).encode()}
+                 f"{GUEST_LIB}/matrix.json": json.dumps([{"id": r, "annotations": a} for r, a, _ in ROWS if r in GUEST_ROWS]).encode(),
+                 f"{GUEST_LIB}/daemonset_guest.py": (HERE / "daemonset_guest.py").read_bytes(),
+                 f"{GUEST_LIB}/numa-pin.yaml": (REPO / "deploy" / "kubernetes" / "numa-pin.yaml").read_bytes(),
+                 f"{GUEST_LIB}/numa-pin-image.tar": image_archive.read_bytes()}
         image = sysimage.make_image(base, deb, f"python3 {GUEST_LIB}/nri_guest.py\n", work, log, files=files)
         share = work / "share"
         share.mkdir()
@@ -231,3 +252,16 @@ def test_an_exec_starts_on_the_first_exclusive_cpu_where_the_runtime_applies_it(
     assert version, ran["runc"]
     applies = (int(version.group(1)), int(version.group(2))) >= (1, 3)
     assert sorted(parse_list(ran["exec"])) == (grant["cpus"][:1] if applies else grant["cpus"]), ran
+
+
+def test_the_daemonsets_pod_is_the_nodes_nri_plugin(facts: dict) -> None:
+    """deploy/kubernetes/numa-pin.yaml's DaemonSet pod, from the image built here, run through
+    the CRI as kubelet runs it (tests/vm/daemonset_guest.py) in place of the packaged plugin:
+    containerd takes it as its NRI plugin, and it admits a Guaranteed pod to exclusive CPUs of
+    one node and releases them when the pod goes, as the packaged plugin does."""
+    ran = _step(facts, "daemonset")
+    assert ran["registered"], ran["log"]
+    grant = ran["grant"]
+    assert grant is not None and grant["kind"] == "exclusive" and len(grant["cpus"]) == 2, ran
+    assert ran["seen"] == grant["cpus"] and _one_node(grant["cpus"]), ran
+    assert ran["released"], ran
