@@ -313,7 +313,9 @@ def main() -> None:
                 cid = kubelet.create(sandbox, pod, pod.containers[0])
                 kubelet.start(cid)
                 pid = int(kubelet.status(cid)[1]["pid"])
-                out[row["id"]] = {"admitted": True, "seen": cpus_of(pid), "grant": grants().get(cid)}
+                grant = grants().get(cid)
+                out[row["id"]] = {"admitted": True, "seen": cpus_of(pid), "grant": grant,
+                                  "host": host_facts(pid, grant["cpus"] if grant else [])}
             except Exception as exc:  # grpc.RpcError: the refusal kubelet would show
                 out[row["id"]] = {"admitted": False, "error": exc.details() if hasattr(exc, "details") else str(exc)}
             finally:
@@ -322,6 +324,19 @@ def main() -> None:
             time.sleep(1)
         out["grants_after"] = grants()
         return out
+
+    def host_facts(pid: int, cpus: list[int]) -> dict[str, object]:
+        """What the isolation knobs write, read while the container runs: its cgroup's ``cpu.max``
+        and partition, its CPUs' PM QoS latency, the affinity new IRQs get."""
+        cgroup = Path("/sys/fs/cgroup", Path(f"/proc/{pid}/cgroup").read_text().strip().split("::", 1)[1].lstrip("/"))
+
+        def read(path: Path) -> str | None:
+            return path.read_text().strip() if path.exists() else None
+
+        return {"cpu.max": read(cgroup / "cpu.max"), "partition": read(cgroup / "cpuset.cpus.partition"),
+                "pm_qos": {c: read(Path(f"/sys/devices/system/cpu/cpu{c}/power/pm_qos_resume_latency_us"))
+                           for c in cpus},
+                "irq_default": read(Path("/proc/irq/default_smp_affinity"))}
 
     step("matrix", matrix)
 

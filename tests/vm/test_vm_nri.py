@@ -28,7 +28,13 @@ from pathlib import Path
 
 import pytest
 
-from nri.test_every_path import EXPECTED, GUEST_ROWS, ROWS  # tests/ is on the path: its folders are packages
+from nri.test_every_path import (  # tests/ is on the path: its folders are packages
+    EXPECTED,
+    GUEST_CELLS,
+    GUEST_EFFECTS,
+    GUEST_ROWS,
+    ROWS,
+)
 from numa_pin.cpuset import parse_list
 
 from . import sysimage
@@ -209,7 +215,7 @@ def test_the_every_path_table_holds_through_containerd(facts: dict, row: str) ->
     step = _step(facts, "matrix")
     assert step["grants_before"] == {}
     overrides = next(o for r, _, o in ROWS if r == row)
-    seen, want = step[row], overrides.get("nri", EXPECTED[row])
+    seen, want = step[row], GUEST_CELLS.get(row, overrides.get("nri", EXPECTED[row]))
     if want in ("exclusive", "shared", "mixed"):
         assert seen["admitted"] is True, seen
         grant = seen["grant"]
@@ -219,11 +225,24 @@ def test_the_every_path_table_holds_through_containerd(facts: dict, row: str) ->
         else:  # shared, or mixed: its exclusive CPUs and the pool (all the others, on an emptied node)
             assert seen["seen"] == ALL, seen
             assert (len(grant["cpus"]) == 2 and _one_node(grant["cpus"])) if want == "mixed" else not grant["cpus"]
+        if row in GUEST_EFFECTS:
+            _assert_guest_effect(seen["host"], grant["cpus"], *GUEST_EFFECTS[row])
     else:
         assert seen["admitted"] is False, seen
         found = REFUSAL.search(seen["error"])
         assert found and found.group(1) == want, seen["error"]
     assert step["grants_after"] == {}
+
+
+def _assert_guest_effect(host: dict, cpus: list[int], what: str, value: str) -> None:
+    """One knob's effect as the guest read it while the container ran."""
+    if what == "pm_qos":
+        assert {int(c): v for c, v in host["pm_qos"].items()} == dict.fromkeys(cpus, value), host
+    elif what == "partition":
+        assert host["partition"] == value, host
+    else:  # new IRQs go to the CPUs the grant does not hold
+        mask = int(host["irq_default"].replace(",", ""), 16)
+        assert mask and not mask & sum(1 << c for c in cpus), host
 
 
 @pytest.mark.parametrize("path", ["nri", "podman"])
