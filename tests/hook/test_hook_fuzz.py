@@ -228,7 +228,9 @@ def hot_set(text: str | None = None) -> list[str]:
 
 
 def in_hot_set(module: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatchcase(module, p) for p in patterns)
+    """``module`` matches a pattern, or is the package of a listed module (importing a module
+    imports its package)."""
+    return any(fnmatch.fnmatchcase(module, p) or p.startswith(f"{module}.") for p in patterns)
 
 
 def test_the_hot_set_is_read_and_can_refuse():

@@ -26,15 +26,15 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import format_list, parse_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import format_list, parse_list
 from numa_pin.entry import hook as hook_main
 from numa_pin.ledger.store import Ledger
 from numa_pin.nri import messages as nri_messages
 from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.registry import register, unregister
 from numa_pin.resources.node.runtime import RuntimeEdit
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 from .fake_runtime import Connected, container, pod

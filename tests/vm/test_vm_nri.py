@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from nri.test_every_path import EXPECTED, ROWS  # tests/ is on the path: its folders are packages
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
 
 from . import sysimage
 

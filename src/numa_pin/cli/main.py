@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from numa_pin import __version__
+from numa_pin.base.text import one_line
 from numa_pin.errors import EXIT_ERROR, EXIT_INTERNAL, EXIT_USAGE, NumaPinError, RequestError, exit_code
-from numa_pin.text import one_line
 
 PROG = "numa-pin"
 
