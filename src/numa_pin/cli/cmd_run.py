@@ -36,11 +36,11 @@ import os
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from numa_pin.cli.common import add_config_argument, add_request_arguments, load, request_from_args
 from numa_pin.resources.runtime import RUN
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

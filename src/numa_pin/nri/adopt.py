@@ -14,14 +14,14 @@ left is said in one line and left as it runs.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from numa_pin.base.deadline import Deadline
 from numa_pin.base.text import cut, one_line
 from numa_pin.errors import AdmissionTimeout, NriError, NumaPinError
 from numa_pin.nri.messages import RUNTIME_SERVICE
 from numa_pin.reporting import report
 from numa_pin.resources.runtime import NRI
-
-TYPE_CHECKING = False  # typing's flag without importing typing
 
 if TYPE_CHECKING:
     from typing import Any

@@ -10,14 +10,14 @@ refused in one line.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from numa_pin.allocators.resize import MEMORY, check_adoptable, resized_cpus, resized_memory
 from numa_pin.base.record import replace
 from numa_pin.errors import AllocationError
 from numa_pin.ledger.model import Grant
 from numa_pin.resources.node.cpu import reserved
 from numa_pin.topology.memory import build_memory_state
-
-TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
 if TYPE_CHECKING:
     from typing import Any
