@@ -66,8 +66,8 @@ class Bench:
 
     def handler(self) -> Any:
         """A freshly connected plugin (a new service: the config and ledger read again), configured."""
-        from numa_pin import service
         from numa_pin.nri.plugin import Handler
+        from numa_pin.service import node as service
 
         # a baseline from before open_service builds the service itself
         make = getattr(service, "open_service", service.NodeService)

@@ -37,11 +37,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
+from numa_pin.base.cpuset import format_list  # noqa: E402
 from numa_pin.config.schema import config_from_dict  # noqa: E402  (after the src path is known)
-from numa_pin.cpuset import format_list  # noqa: E402
 from numa_pin.ledger.model import Grant, LedgerState  # noqa: E402
 from numa_pin.resources.node import cpu as cpu_node  # noqa: E402
-from numa_pin.service import open_service  # noqa: E402
+from numa_pin.service.node import open_service  # noqa: E402
 from numa_pin.testing.node import FakeNode  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent

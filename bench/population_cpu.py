@@ -34,12 +34,12 @@ MAX_EXCLUSIVE = 48
 
 def measure(sizes: list[int], runs: int) -> dict[int, tuple[float, float, float]]:
     """{P: (admit, release, settle) ms of CPU, medians} with whichever numa_pin comes first on the path."""
-    from numa_pin import service as node_service
     from numa_pin.config.schema import config_from_dict
     from numa_pin.ledger import liveness
     from numa_pin.ledger.store import encode
     from numa_pin.requests.request import request_from_oci
     from numa_pin.resources.node import cpu as cpu_node
+    from numa_pin.service import node as node_service
     from numa_pin.testing.node import FakeNode
 
     try:  # the agent child's state, one object per child (a tree before it kept module globals)
@@ -112,7 +112,7 @@ def defer(kept) -> None:
     if kept is not None:
         kept.defer()
     else:
-        from numa_pin import service as node_service
+        from numa_pin.service import node as node_service
 
         node_service.defer_settling()
 
@@ -122,7 +122,7 @@ def settle(kept) -> None:
     if kept is not None:
         kept.settle()
     else:
-        from numa_pin import service as node_service
+        from numa_pin.service import node as node_service
 
         node_service.settle_deferred()
 

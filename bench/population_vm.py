@@ -39,14 +39,14 @@ from pathlib import Path
 
 from numa_pin.requests.request import request_from_oci
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
 from numa_pin.enforcer import cgroups
 from numa_pin.ledger import liveness
 from numa_pin.ledger.liveness import process_start_time
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.resources.node.warm import WarmState
-from numa_pin.service import open_service
+from numa_pin.service.node import open_service
 
 RUNS, SIZES = int(sys.argv[1]), [int(x) for x in sys.argv[2].split(",")]
 shared_dir = Path(os.environ["NP_SHARED"])

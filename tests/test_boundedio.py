@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from numa_pin.boundedio import UnsafeInput, json_depth_exceeds, json_loads_bounded, read_regular_file
+from numa_pin.base.boundedio import UnsafeInput, json_depth_exceeds, json_loads_bounded, read_regular_file
 
 NESTED = st.recursive(st.integers(), lambda inner: st.one_of(st.lists(inner, max_size=3),
                                                               st.dictionaries(st.text(max_size=3), inner, max_size=3)))

@@ -1,4 +1,4 @@
-"""numa_pin.digest: the same digests as hashlib on both sides of the size where it switches."""
+"""numa_pin.base.digest: the same digests as hashlib on both sides of the size where it switches."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from numa_pin import digest
+from numa_pin.base import digest
 
 
 @pytest.mark.parametrize("size", [0, 1, 64, digest.LARGE - 1, digest.LARGE, digest.LARGE + 1, 3 * digest.LARGE],

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from numa_pin import pciaddr
-from numa_pin.pciaddr import PciAddress
+from numa_pin.base import pciaddr
+from numa_pin.base.pciaddr import PciAddress
 
 GOOD = [
     ("canonical", "0000:3b:02.1", PciAddress(0, 0x3B, 2, 1), "0000:3b:02.1"),

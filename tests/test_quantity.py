@@ -1,4 +1,4 @@
-"""Kubernetes quantity parsing (numa_pin.quantity).
+"""Kubernetes quantity parsing (numa_pin.base.quantity).
 
 Oracles: values documented by Kubernetes (``129e6 == 129M``, ``123Mi == 128974848``),
 and :class:`fractions.Fraction`, which parses the numeric part independently.
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from numa_pin.base.quantity import MAX_VALUE, format_bytes, parse_bytes, parse_count, parse_cpu_millis
 from numa_pin.errors import RequestError
-from numa_pin.quantity import MAX_VALUE, format_bytes, parse_bytes, parse_count, parse_cpu_millis
 
 KI, MI, GI = 1024, 1024**2, 1024**3
 

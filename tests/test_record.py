@@ -1,4 +1,4 @@
-"""``numa_pin.record`` behaves as :mod:`dataclasses` does, checked against dataclasses itself.
+"""``numa_pin.base.record`` behaves as :mod:`dataclasses` does, checked against dataclasses itself.
 
 Hypothesis builds random classes (field kinds, flags, a base class) twice, once with
 ``dataclasses.dataclass`` and once with ``record``, and then drives both the same way:
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from numa_pin import record as rec
+from numa_pin.base import record as rec
 
 #: field kinds: how a field is declared (the same way in both worlds)
 KINDS = ("plain", "default", "factory", "no-compare", "no-repr", "no-hash", "hash-only",

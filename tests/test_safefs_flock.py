@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from numa_pin import tally
+from numa_pin.base.safefs import flock_within
 from numa_pin.errors import LedgerError, LedgerLockTimeout
 from numa_pin.ledger import store
 from numa_pin.ledger.store import Ledger
-from numa_pin.safefs import flock_within
+from numa_pin.reporting import tally
 
 
 @pytest.fixture

@@ -154,7 +154,7 @@ def test_rejection_names_a_device_plugin_gpu_and_its_node():
 
 def test_rejection_names_a_device_plugin_vf_and_its_node():
     from numa_pin.config.schema import config_from_dict
-    from numa_pin.service import settings_from_config
+    from numa_pin.service.node import settings_from_config
 
     t = topo("gpu8-sriov")
     vf = next(d for d in t.pci_devices if d.is_vf and d.numa_node is not None)

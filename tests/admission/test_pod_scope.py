@@ -1,7 +1,7 @@
 """Pod scope keeps every container of a pod inside the pod's affinity (issue 9, item 1).
 
 The decisions run on the kit's machine shapes; the ledger is updated the way
-:meth:`numa_pin.service.NodeService.admit` and ``release`` update it (grant, pod record at the
+:meth:`numa_pin.service.node.NodeService.admit` and ``release`` update it (grant, pod record at the
 pod's first merge, record dropped with the pod's last grant). The oracle is the machine model
 itself: the NUMA node of every granted CPU, memory node and device.
 """

@@ -29,13 +29,13 @@ import psutil
 import pytest
 
 from numa_pin.agent import client, preload, protocol, request, server, spare
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
+from numa_pin.base.record import replace
 from numa_pin.errors import NumaPinError
 from numa_pin.hook.oci import MAX_DOCUMENT_BYTES
 from numa_pin.ledger.model import Grant
 from numa_pin.ledger.store import Ledger
-from numa_pin.record import replace
-from numa_pin.report import reason_path
+from numa_pin.reporting.report import reason_path
 from numa_pin.resources.node.warm import WarmState
 from numa_pin.testing.node import FakeNode
 from waitfor import wait_for
@@ -318,7 +318,7 @@ def test_hook_client_path_imports_only_cheap_modules(shared_agent, node):
     loaded = set(modules.split())
     assert not loaded & {"socket", "json", "re", "enum", "base64", "struct", "typing", "dataclasses", "selectors",
                          "os", "collections.abc"}
-    assert "numa_pin.service" not in loaded, "the admission ran in-process, not in the agent"
+    assert "numa_pin.service.node" not in loaded, "the admission ran in-process, not in the agent"
     assert len(node.granted("c3")) == 2
 
 

@@ -147,7 +147,7 @@ def _drip(sock: socket.socket, stop: threading.Event, every_s: float) -> None:
 
 def test_a_scrape_past_its_total_deadline_is_cut(node):
     """Issue 36 (4): each byte comes well within the per-read limit, the whole request never does."""
-    from numa_pin.metrics import serve_scrape
+    from numa_pin.agent.metrics import serve_scrape
 
     config = node.write_config(policy="single-numa-node")
     ours, theirs = socket.socketpair()

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from numa_pin import __version__
 from numa_pin.agent import client, protocol, request
-from numa_pin.record import replace
+from numa_pin.base.record import replace
 
 _text = st.text(max_size=40)
 _env = st.dictionaries(st.sampled_from(protocol.PASSED_ENV), _text, max_size=len(protocol.PASSED_ENV))

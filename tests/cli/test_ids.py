@@ -17,7 +17,7 @@ from numa_pin.cli.main import main as cli_main
 from numa_pin.errors import RequestError
 from numa_pin.ledger.model import Grant
 from numa_pin.ledger.store import Ledger
-from numa_pin.report import reason_path, write_reason
+from numa_pin.reporting.report import reason_path, write_reason
 from numa_pin.testing.node import FakeNode
 
 A = "a3f1c2" + "0" * 58  # 64-character runtime ids

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import format_list, parse_list
 from numa_pin.cli.main import main
-from numa_pin.cpuset import format_list, parse_list
 from numa_pin.entry.hook import run as hook_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "resources"))

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import format_list
 from numa_pin.cli.main import COMMANDS, build_parser, main
-from numa_pin.cpuset import format_list
 from numa_pin.entry.hook import run as hook_run
 from numa_pin.ledger.store import Ledger
-from numa_pin.report import reason_path
+from numa_pin.reporting.report import reason_path
 from numa_pin.testing.node import FakeNode
 
 #: commands that only look (or whose result is worth reading): each takes --json

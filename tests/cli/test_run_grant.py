@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import parse_list
+from numa_pin.base.record import replace
 from numa_pin.cli.run_grant import (
     device_env,
     explicit_cpuset,
@@ -20,10 +22,8 @@ from numa_pin.cli.run_grant import (
     pcidevice_variable,
     rank_env,
 )
-from numa_pin.cpuset import parse_list
 from numa_pin.errors import RequestError
 from numa_pin.ledger.model import Grant
-from numa_pin.record import replace
 from numa_pin.testing.machine import build_once
 from numa_pin.testing.shapes import shape
 from numa_pin.topology.discover import discover

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import parse_list
 from numa_pin.cli.main import main
-from numa_pin.cpuset import parse_list
+from numa_pin.cli.nodemap import FREE, human_bytes, picture, render_html, render_text
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.entry.hook import run as hook_run
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.ledger.store import Ledger
-from numa_pin.nodemap import FREE, human_bytes, picture, render_html, render_text
 from numa_pin.testing import machine, shapes
 from numa_pin.testing.node import FakeNode
 

@@ -275,7 +275,7 @@ _hex4 = st.integers(0, 0xFFFF).map(lambda v: f"{v:x}")
 
 @st.composite
 def valid_docs(draw: st.DrawFn) -> dict[str, Any]:
-    from numa_pin.cpuset import format_list
+    from numa_pin.base.cpuset import format_list
 
     doc: dict[str, Any] = {}
     if draw(st.booleans()):

@@ -7,7 +7,7 @@ keeps kubelet's socket-first / NUMA-first choice and its uncore sizes (§1, §2)
 
 from __future__ import annotations
 
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
 from numa_pin.topology.cpus import CpuInfo, CpuTopology
 
 

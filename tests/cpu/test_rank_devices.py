@@ -18,11 +18,11 @@ import pytest
 
 from numa_pin.allocators.devbind import bind_closest
 from numa_pin.allocators.distrib import distribute
+from numa_pin.base.cpuset import parse_list
+from numa_pin.base.record import replace
 from numa_pin.cli.main import main
 from numa_pin.cli.run_grant import rank_env
-from numa_pin.cpuset import parse_list
 from numa_pin.ledger.model import Grant
-from numa_pin.record import replace
 from numa_pin.testing.machine import build, build_once
 from numa_pin.testing.node import FakeNode
 from numa_pin.testing.pci_spec import CLASS_3D, CLASS_ETHERNET, CLASS_PCI_BRIDGE, PciSpec

@@ -27,10 +27,10 @@ import pytest
 import yaml
 
 from nri.fake_runtime import FakeRuntime, container, pod
+from numa_pin.base.cpuset import parse_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
 from numa_pin.nri import messages as nri_messages
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 pytestmark = pytest.mark.image

@@ -195,8 +195,8 @@ def _verbs_the_publisher_uses(tmp_path: Path) -> set[str]:
     replaces and retries after a conflict (HTTP method -> verb, as the API server authorizes)."""
     from tests.nrt.fake_apiserver import FakeApiServer, account_dir, make_cert
 
-    from numa_pin.kubeapi import ApiServer
-    from numa_pin.nrtpublish import publish
+    from numa_pin.cluster.kubeapi import ApiServer
+    from numa_pin.cluster.nrtpublish import publish
 
     cert, key = make_cert(tmp_path)
     server = FakeApiServer(cert, key)

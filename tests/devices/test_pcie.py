@@ -18,12 +18,12 @@ import sys
 import pytest
 
 from numa_pin.admission.decide import NodeSettings
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
+from numa_pin.base.record import replace
+from numa_pin.cluster.nrt import build_nrt
 from numa_pin.devices import pcie
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.ledger.model import LedgerState
-from numa_pin.nrt import build_nrt
-from numa_pin.record import replace
 from numa_pin.testing import devtree, machine, shapes
 from numa_pin.testing.pci_spec import CLASS_ETHERNET, CLASS_PCI_BRIDGE, PciSpec
 from numa_pin.topology.discover import discover

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 import numa_pin
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
 
 from . import harness
 

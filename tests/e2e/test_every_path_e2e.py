@@ -11,8 +11,8 @@ by row, and nothing may stay held after the container is gone.
 from __future__ import annotations
 
 import json
-import subprocess
 import re
+import subprocess
 from pathlib import Path
 
 import pytest

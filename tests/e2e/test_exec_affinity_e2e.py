@@ -21,7 +21,7 @@ import re
 
 import pytest
 
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
 from numa_pin.hook.precreate import EXEC_AFFINITY_SINCE, runtime_features
 
 from . import harness

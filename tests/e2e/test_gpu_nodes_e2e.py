@@ -105,7 +105,7 @@ def test_release_of_a_live_container_takes_gpu_access_back(runc_rt, busybox_root
     from numa_pin.ledger.liveness import process_start_time
     from numa_pin.ledger.model import Grant
     from numa_pin.ledger.records import GpuAccess
-    from numa_pin.service import NodeService
+    from numa_pin.service.node import NodeService
 
     bundle = harness.make_bundle(tmp_path / "live", args=["sleep", "1000"], rootfs=busybox_rootfs)
     with harness.running_container(runc_rt, bundle, cid) as state:

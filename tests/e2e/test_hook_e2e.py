@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from numa_pin.errors import EXIT_ERROR
-from numa_pin.report import reason_path
+from numa_pin.reporting.report import reason_path
 
 from . import harness
 

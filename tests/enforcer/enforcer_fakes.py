@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin import cpuset as cpulist
+from numa_pin.base import cpuset as cpulist
 from numa_pin.errors import EnforcementError
 
 MOUNTINFO_V2 = (

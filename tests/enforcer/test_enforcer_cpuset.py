@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from enforcer_fakes import FakeCgroupTree, snapshot, write
 
-from numa_pin import cpuset as cpulist
+from numa_pin.base import cpuset as cpulist
 from numa_pin.enforcer.cgroups import CgroupRef
 from numa_pin.enforcer.cpuset import apply_cpuset, ensure_cpuset_controller, read_cpuset
 from numa_pin.enforcer.undo import UndoLog

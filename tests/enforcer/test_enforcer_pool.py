@@ -9,7 +9,7 @@ from enforcer_fakes import FakeCgroupTree, snapshot, write
 from hypothesis import given
 from hypothesis import strategies as st
 
-from numa_pin import cpuset as cpulist
+from numa_pin.base import cpuset as cpulist
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer import nested as nested_module
 from numa_pin.enforcer.cgroups import CgroupRef

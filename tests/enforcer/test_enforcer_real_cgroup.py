@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin import cpuset as cpulist
+from numa_pin.base import cpuset as cpulist
 from numa_pin.enforcer.cgroups import CgroupRef, find_cgroup
 from numa_pin.enforcer.cpuset import apply_cpuset, read_cpuset
 from numa_pin.enforcer.gpu import allow_device_rules, gpu_rules

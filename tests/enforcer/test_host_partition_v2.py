@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from test_systemd_units import SystemdNode
 
-from numa_pin.cpuset import format_list, parse_list
+from numa_pin.base.cpuset import format_list, parse_list
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.saved import FILE as SAVED
 from numa_pin.errors import EnforcementError, IsolationError
 from numa_pin.requests.request import request_from_oci
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 
 HOST = ("init.scope", "system.slice", "user.slice")
 HOST_ASK = {"numa-pin.io/host-services": "disable"}

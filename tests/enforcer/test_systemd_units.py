@@ -20,16 +20,16 @@ from pathlib import Path
 import pytest
 from enforcer_fakes import MOUNTINFO_V2, FakeCgroupTree, FakeKernel
 
+from numa_pin.base.cpuset import format_list, parse_list
+from numa_pin.base.deadline import Deadline
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import format_list, parse_list
-from numa_pin.deadline import Deadline
 from numa_pin.enforcer import cgroups, systemd
 from numa_pin.enforcer.cgroups import CgroupRef
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
 from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node import cpu as cpu_node
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 SCOPE = "/machine.slice/libpod-{name}.scope"

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
 from numa_pin.entry import hook as hook_main
 from numa_pin.errors import HookInputError
 from numa_pin.hook.precreate import edit_spec, runtime_features

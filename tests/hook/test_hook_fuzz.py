@@ -9,11 +9,9 @@ directory. Every file-system write the process makes is checked against that dir
 from __future__ import annotations
 
 import builtins
-import fnmatch
 import io
 import json
 import os
-import re
 import string
 import subprocess
 import sys
@@ -214,28 +212,7 @@ def test_hook_start_up_imports_no_pyroute2_and_no_cli(fake, tmp_path):
     assert not loaded & {"dataclasses", "inspect", "typing", "threading"}
     assert not {m for m in loaded if m.startswith("numa_pin.topology.") and m.split(".")[-1] in
                 {"discover", "sysfs", "pci"}}, "the topology comes from the cache"
-    hot = hot_set()
-    outside = sorted(m for m in loaded if m.startswith("numa_pin") and not in_hot_set(m, hot))
-    assert not outside, f"an admission imports modules outside DEVELOPERS.md's hot set: {outside}"
-
-
-def hot_set(text: str | None = None) -> list[str]:
-    """The module names and patterns of DEVELOPERS.md's "The hot set" section."""
-    if text is None:
-        text = (Path(__file__).resolve().parents[2] / "DEVELOPERS.md").read_text()
-    section = text.split("### The hot set", 1)[1].split("`tests/hook/test_hook_fuzz.py` reads", 1)[0]
-    return re.findall(r"`(numa_pin[\w.*]*)`", section)
-
-
-def in_hot_set(module: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatchcase(module, p) for p in patterns)
-
-
-def test_the_hot_set_is_read_and_can_refuse():
-    hot = hot_set()
-    assert "numa_pin.hook.*" in hot and "numa_pin.agent.client" in hot
-    assert in_hot_set("numa_pin.entry.hook", hot) and not in_hot_set("numa_pin.cli.main", hot)
-    assert not in_hot_set("numa_pin.agent.server", hot) and not in_hot_set("numa_pin.testing.node", hot)
+    # which numa_pin modules it may import is measured in tests/structure/test_hot_set.py
 
 
 # ---- the input classes of issue 10: FIFOs, deep nesting, symlinked state files, control characters

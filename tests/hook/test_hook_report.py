@@ -12,7 +12,7 @@ import pytest
 
 from numa_pin.cli.main import main as cli_main
 from numa_pin.entry import hook as hook_main
-from numa_pin.report import reason_path
+from numa_pin.reporting.report import reason_path
 from numa_pin.testing.node import FakeNode
 
 

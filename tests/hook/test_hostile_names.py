@@ -87,10 +87,10 @@ def test_a_poisoned_grant_is_set_aside_reported_and_released_and_blocks_nothing(
 def test_each_grant_is_checked_once_not_once_per_transaction(node, monkeypatch):
     """The check that sets poisoned grants aside costs a busy node's admissions nothing per grant
     already checked: a grant is never changed in place, only replaced."""
-    from numa_pin import servicebase
     from numa_pin.config.schema import config_from_dict
     from numa_pin.requests.request import request_from_oci
-    from numa_pin.service import NodeService
+    from numa_pin.service import base as servicebase
+    from numa_pin.service.node import NodeService
 
     fake, _ = node
     svc = NodeService(config_from_dict(fake.config_dict(policy="restricted")))

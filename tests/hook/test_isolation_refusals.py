@@ -16,7 +16,7 @@ from numa_pin.enforcer import cgroups as cg
 from numa_pin.entry import hook as hook_main
 from numa_pin.errors import EXIT_ERROR, EXIT_REJECTED, EnforcementError
 from numa_pin.ledger.store import Ledger
-from numa_pin.report import reason_path
+from numa_pin.reporting.report import reason_path
 from numa_pin.testing.node import FakeNode
 
 PID = 77

@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from numa_pin.cpuset import format_list, parse_list
+from numa_pin.base.cpuset import format_list, parse_list
 from numa_pin.enforcer.gpu import DeviceRule, oci_allows, oci_rules_from_config
 from numa_pin.entry import hook as hook_main
 from numa_pin.hook.precreate import container_id_from_cgroups_path, runtime_features
@@ -188,8 +188,8 @@ def test_expected_cgroup_follows_the_runtime_conventions(path, expected):
 
 def test_a_container_the_runtime_never_made_loses_its_grant_after_the_grace(tmp_path, monkeypatch, capsys):
     """podman runs no poststop when the runtime fails after precreate (seen with podman 4.3.1)."""
-    from numa_pin.record import replace
-    from numa_pin.service import PENDING_GRACE_S
+    from numa_pin.base.record import replace
+    from numa_pin.service.node import PENDING_GRACE_S
 
     fake, cfg = _node(tmp_path, monkeypatch)
     assert _precreate(cfg, _proposed({"numa-pin.io/cpus": "2"}))[0] == 0

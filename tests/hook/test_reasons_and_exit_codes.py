@@ -14,10 +14,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from numa_pin import report, text
+from numa_pin.base import text
 from numa_pin.cli.main import main as cli_main
 from numa_pin.entry import hook as hook_main
 from numa_pin.errors import EXIT_CONFIG, EXIT_ERROR, EXIT_INTERNAL, EXIT_REJECTED, EXIT_USAGE
+from numa_pin.reporting import report
 from numa_pin.testing.node import FakeNode
 
 
@@ -196,7 +197,7 @@ def test_a_writer_killed_mid_write_leaves_a_temp_file_the_next_prune_removes(tmp
     report.reasons_dir(str(state))
     killed = subprocess.run(
         [sys.executable, "-c",
-         "import os, signal, sys\nfrom numa_pin.safefs import create_private\n"
+         "import os, signal, sys\nfrom numa_pin.base.safefs import create_private\n"
          "fd, tmp = create_private(sys.argv[1], '.reason.')\nos.write(fd, b'{\"container_id\": \"half')\n"
          "os.kill(os.getpid(), signal.SIGKILL)", str(state / "reasons")], timeout=60)
     assert killed.returncode == -signal.SIGKILL
@@ -214,9 +215,9 @@ def test_reconcile_removes_a_killed_writers_reason_file_when_no_rejection_follow
     """Issue 36 (6): the temporary reason file of a writer killed mid-write goes with the next
     ``reconcile`` too, not only with the next rejection (which may never come); a file a writer
     is still at work on stays."""
+    from numa_pin.base.safefs import create_private
     from numa_pin.config.schema import config_from_dict
-    from numa_pin.safefs import create_private
-    from numa_pin.service import NodeService
+    from numa_pin.service.node import NodeService
 
     fake = FakeNode(tmp_path / "node", machines=tmp_path / "machines")
     reasons = Path(report.reasons_dir(str(fake.state_dir)))

@@ -89,7 +89,7 @@ def test_a_refused_second_admission_keeps_a_grant_bound_to_its_process(tmp_path,
 
 def _age(fake, seconds: float) -> None:
     """Make the pending grant ``seconds`` older (its precreate that long ago)."""
-    from numa_pin.record import replace
+    from numa_pin.base.record import replace
 
     ledger = Ledger(str(fake.state_dir))
     with ledger.transaction() as txn:

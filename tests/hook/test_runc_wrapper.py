@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import numa_pin
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
 from numa_pin.entry.runc import find_runc
 from numa_pin.entry.runcargs import Invocation, parse_argv
 from numa_pin.entry.runcstage import env_annotations, known_keys, log_errors

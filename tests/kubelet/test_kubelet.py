@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin import kubelet
 from numa_pin.cli.main import main
+from numa_pin.cluster import kubelet
 from numa_pin.entry.hook import run as hook_run
 from numa_pin.ledger.store import Ledger
 from numa_pin.testing.node import FakeNode
@@ -124,7 +124,7 @@ def test_status_says_so(node, tmp_path, capsys):
     assert main(["status", "--config", str(config), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)["kubelet"]
     assert (out["policy"], out["static"], out["exclusive_cpus"], out["containers"]) == ("static", True, "1-4", 3)
-    from numa_pin.cpuset import format_list
+    from numa_pin.base.cpuset import format_list
 
     assert out["overlap_with_numa_pin"] == format_list(granted & {1, 2, 3, 4})
     assert main(["status", "--config", str(config)]) == 0

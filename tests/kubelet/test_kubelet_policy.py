@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin import kubeletpolicy
 from numa_pin.cli.cmd_serve import beside_kubelet
+from numa_pin.cluster import kubeletpolicy
 from numa_pin.errors import KubeletConflictError, KubeletError, exit_code
 
 KUBELET_CONFIG = """apiVersion: kubelet.config.k8s.io/v1beta1

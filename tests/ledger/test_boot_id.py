@@ -18,7 +18,7 @@ from numa_pin.config.schema import config_from_dict
 from numa_pin.ledger.liveness import read_boot_id
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.requests.request import request_from_oci
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 BOOT_1 = "0f3c9a52-6c1b-4c36-9f0e-3b7f8f7f6a01"
@@ -50,7 +50,7 @@ def node(tmp_path: Path) -> Node:
 @pytest.fixture
 def syslog(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     logged: list[str] = []
-    monkeypatch.setattr("numa_pin.report.log_syslog", lambda line, error=True: logged.append(line))
+    monkeypatch.setattr("numa_pin.reporting.report.log_syslog", lambda line, error=True: logged.append(line))
     return logged
 
 

@@ -8,9 +8,9 @@ import math
 import pytest
 from ledger_factories import grant
 
+from numa_pin.base.record import replace
 from numa_pin.ledger.liveness import SHARED_CHECKS, collect_needed, holds_nothing, prepare
 from numa_pin.ledger.model import Grant, LedgerState, PodRecord
-from numa_pin.record import replace
 
 
 def shared(cid: str, pod: str = "pod-s") -> Grant:

@@ -29,7 +29,7 @@ _CTX = multiprocessing.get_context("fork")
 # A writer that adds grant number len(state) and SIGKILLs itself at POINT.
 _CRASHING_WRITER = r"""
 import os, signal, sys
-from numa_pin import safefs
+from numa_pin.base import safefs
 from numa_pin.ledger import store
 from numa_pin.ledger.model import Grant
 

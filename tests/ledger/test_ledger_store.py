@@ -302,7 +302,7 @@ def test_decoding_again_reuses_only_grants_whose_json_is_the_same(case, key, val
 
 def _reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the ledger reads that fetch the file's bytes."""
-    from numa_pin import boundedio
+    from numa_pin.base import boundedio
     from numa_pin.ledger import store
 
     calls: list[int] = []

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
 from numa_pin.ledger.recovery import salvage, scan
 
 ONLINE = parse_list("0-7")

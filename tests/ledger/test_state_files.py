@@ -19,10 +19,10 @@ import pytest
 from ledger_factories import grant
 
 from numa_pin.agent import server
+from numa_pin.base.safefs import check_dir, create_private
 from numa_pin.errors import LedgerError, NumaPinError, UnsafePathError
 from numa_pin.ledger.store import Ledger
-from numa_pin.report import reason_path, write_reason
-from numa_pin.safefs import check_dir, create_private
+from numa_pin.reporting.report import reason_path, write_reason
 from numa_pin.testing.node import FakeNode
 from numa_pin.topology import cache
 

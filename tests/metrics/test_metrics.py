@@ -1,6 +1,6 @@
 """``numa-pin metrics``: the exposition parsed with prometheus_client's own parser, checked against
 what the ledger, the reason files and the kit's sysfs tree say (read here directly), and the
-counts of :mod:`numa_pin.tally` across processes, restarts and hostile files."""
+counts of :mod:`numa_pin.reporting.tally` across processes, restarts and hostile files."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from numa_pin import tally
+from numa_pin.base.cpuset import parse_list
 from numa_pin.cli.main import main
-from numa_pin.cpuset import parse_list
 from numa_pin.entry.hook import run as hook_run
 from numa_pin.ledger.store import Ledger
-from numa_pin.report import read_reasons
+from numa_pin.reporting import tally
+from numa_pin.reporting.report import read_reasons
 from numa_pin.testing.node import FakeNode
 
 #: (container, cpus asked, admitted?) on intel-2s-ht (2 nodes x 16 CPUs) under single-numa-node
@@ -176,7 +176,7 @@ def test_counters_file_symlink_is_not_followed(tmp_path):
 def test_an_unsafe_counters_lock_is_not_followed_and_the_loss_is_said(tmp_path, monkeypatch, plant, why):
     """Issue 36 (5): a planted lock drops the counts (nothing is written through it), and each
     dropped count says so in one line naming the lock, instead of silently."""
-    from numa_pin import report
+    from numa_pin.reporting import report
 
     lines: list[str] = []
     monkeypatch.setattr(report, "log_syslog", lambda line, error=True: lines.append(line))
@@ -207,7 +207,7 @@ def test_a_writer_killed_mid_write_leaves_a_temp_file_the_next_writer_removes(tm
     assert tally.add(str(state_dir), {"releases": 1})
     killed = subprocess.run(
         [sys.executable, "-c",
-         "import os, signal, sys\nfrom numa_pin.safefs import create_private\n"
+         "import os, signal, sys\nfrom numa_pin.base.safefs import create_private\n"
          "fd, tmp = create_private(sys.argv[1], '.counters.')\nos.write(fd, b'{\"releases\": 9')\n"
          "os.kill(os.getpid(), signal.SIGKILL)", str(state_dir)], timeout=60)
     assert killed.returncode == -signal.SIGKILL
@@ -259,7 +259,7 @@ def test_an_admission_that_waited_for_the_ledger_lock_counts_once(node, tmp_path
 
     from numa_pin.config.load import load_config
     from numa_pin.requests.request import request_from_oci
-    from numa_pin.service import NodeService
+    from numa_pin.service.node import NodeService
 
     waited = threading.Event()
     service = NodeService(load_config(str(node.config), {}), cache_dir=str(tmp_path / "cache"),

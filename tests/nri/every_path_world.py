@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from numa_pin.base.cpuset import parse_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
 from numa_pin.entry import hook as hook_main
 from numa_pin.ledger.model import Grant
 from numa_pin.ledger.store import Ledger
 from numa_pin.nri import messages as nri_messages
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 from .fake_runtime import Connected, container, pod

@@ -29,13 +29,13 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import format_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import format_list
 from numa_pin.nri import messages as nri_messages
 from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.registry import register, unregister
 from numa_pin.resources.node.runtime import RuntimeEdit
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 
 from .every_path_world import CID, PATHS, Outcome, config_file, hook, node_for, run_path
 from .fake_runtime import Connected, container, pod

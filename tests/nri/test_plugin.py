@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import parse_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
 from numa_pin.nri import messages as nri_messages
-from numa_pin.report import read_reason
-from numa_pin.service import NodeService
+from numa_pin.reporting.report import read_reason
+from numa_pin.service.node import NodeService
 from numa_pin.testing import machine, shapes
 from numa_pin.testing.node import FakeNode
 
@@ -305,7 +305,7 @@ def test_a_shared_container_created_before_an_exclusive_grant_starts_on_the_pool
 
 
 def _format(cpus: frozenset[int]) -> str:
-    from numa_pin.cpuset import format_list
+    from numa_pin.base.cpuset import format_list
 
     return format_list(cpus)
 
@@ -444,7 +444,7 @@ def test_a_batch_resolves_the_cgroup_parents_once(node: FakeNode, m, monkeypatch
 
 def test_an_adopted_containers_old_refusal_is_forgotten_and_no_other(node: FakeNode, m) -> None:
     from numa_pin.nri.plugin import Handler
-    from numa_pin.report import write_reason
+    from numa_pin.reporting.report import write_reason
 
     svc = service(node)
     state = str(node.state_dir)
@@ -480,7 +480,7 @@ def test_what_the_synchronisation_budget_leaves_is_adopted_after_the_answer(node
     """The answer's budget runs out after two adoptions: the answer pins those two and comes in
     time; the three left are not refused but adopted right after it, and their updates reach the
     runtime unasked (``UpdateContainers``), each on the shared pool."""
-    from numa_pin.deadline import Deadline
+    from numa_pin.base.deadline import Deadline
     from numa_pin.errors import AdmissionTimeout
     from numa_pin.nri import plugin as nri_plugin
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from numa_pin.base.cpuset import parse_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
 from numa_pin.nri import messages as nri_messages
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 from .fake_runtime import Connected, container, pod

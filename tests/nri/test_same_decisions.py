@@ -17,7 +17,7 @@ from numa_pin.config.schema import config_from_dict
 from numa_pin.hook.invoke import HookRequest, run
 from numa_pin.ledger.store import Ledger
 from numa_pin.nri import messages as nri_messages
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 from .fake_runtime import Connected, container, pod

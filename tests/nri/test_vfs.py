@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from numa_pin.requests.request import request_from_oci
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 
 from .fake_runtime import Connected, container, pod
 

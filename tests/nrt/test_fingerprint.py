@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from numa_pin.cli.main import main
+from numa_pin.cluster.nrt import pods_fingerprint, pods_on_node, xxh64
 from numa_pin.errors import RequestError
-from numa_pin.nrt import pods_fingerprint, pods_on_node, xxh64
 from numa_pin.testing import machine, shapes
 
 from .test_nrt import CRD_V1ALPHA2, validate

@@ -19,13 +19,13 @@ import pytest
 
 from numa_pin.cli import cmd_nrt
 from numa_pin.cli import main as cli_main
+from numa_pin.cluster.kubeapi import ApiServer
+from numa_pin.cluster.nrtpublish import CREATED, FOREIGN, MANAGED_BY_LABEL, MANAGER, UPDATED, Publisher, publish
 from numa_pin.config.load import load_config
 from numa_pin.config.schema import config_from_dict
 from numa_pin.errors import KubeApiError
-from numa_pin.kubeapi import ApiServer
 from numa_pin.nri import messages as nri_messages
-from numa_pin.nrtpublish import CREATED, FOREIGN, MANAGED_BY_LABEL, MANAGER, UPDATED, Publisher, publish
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 from .fake_apiserver import PREFIX, FakeApiServer, account_dir, make_cert

@@ -210,7 +210,7 @@ def test_extracted_package_runs(extracted, tmp_path):
     topo = _run([cli, "topology", "--json"], env=env)
     assert topo.returncode == 0, topo.stderr
     online = Path("/sys/devices/system/cpu/online").read_text().strip()
-    from numa_pin.cpuset import parse_list
+    from numa_pin.base.cpuset import parse_list
 
     assert {int(c) for c in json.loads(topo.stdout)["cpus"]} == parse_list(online)
     config = tmp_path / "config.yaml"
@@ -320,7 +320,7 @@ def _podman_uses_the_installed_hooks(tmp_path: Path, env: dict[str, str]) -> Non
         allowed = next(line.split(":", 1)[1].strip() for line in ran.stdout.splitlines()
                        if line.startswith("Cpus_allowed_list:"))
         status = json.loads(_run(["numa-pin", "status", "--json"], env=env).stdout)
-        from numa_pin.cpuset import parse_list
+        from numa_pin.base.cpuset import parse_list
 
         cpus = parse_list(allowed)
         assert len(cpus) == 1, f"one exclusive CPU expected, the container had {allowed}"

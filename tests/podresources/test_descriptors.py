@@ -79,7 +79,7 @@ DEBIAN_CLIENT = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import google.protobuf, grpc
-from numa_pin.nrt import pods_fingerprint
+from numa_pin.cluster.nrt import pods_fingerprint
 from numa_pin.podresources.client import PodResourcesClient, pod_names
 with PodResourcesClient(sys.argv[2], timeout_s=10) as c:
     pods = c.list()

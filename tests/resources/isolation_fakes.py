@@ -15,7 +15,7 @@ import socket
 import threading
 from pathlib import Path
 
-from numa_pin.cpuset import format_list
+from numa_pin.base.cpuset import format_list
 
 
 def make_irqs(proc_root: Path, irqs: dict[int, str], default_mask: str) -> Path:

@@ -31,7 +31,7 @@ from numa_pin.ledger.liveness import collect_garbage
 from numa_pin.requests.limits import ContainerLimits
 from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node import journal
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 HOST = ("system.slice", "user.slice", "init.scope", "system.slice/ssh.service")

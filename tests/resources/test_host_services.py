@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import parse_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
 from numa_pin.enforcer.saved import FILE as SAVED
 from numa_pin.requests.request import request_from_oci
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 HOST = ("system.slice", "user.slice", "init.scope")

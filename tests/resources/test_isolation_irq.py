@@ -15,9 +15,9 @@ import json
 import pytest
 from isolation_fakes import FakeIrqbalance, affinities, make_irqs
 
+from numa_pin.base.cpuset import format_list, parse_list
 from numa_pin.cli.main import main as cli_main
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import format_list, parse_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError, RequestError
@@ -26,7 +26,7 @@ from numa_pin.resources.node import irq as irq_node
 from numa_pin.resources.node import journal
 from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.registry import register, unregister
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 ALL = "0-31"

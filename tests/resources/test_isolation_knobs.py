@@ -9,15 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import format_list, parse_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import format_list, parse_list
 from numa_pin.enforcer.saved import FILE as SAVED
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import AllocationError, EnforcementError, NumaPinError
 from numa_pin.requests.limits import ContainerLimits
 from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node.isolation import CStatesNode
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 #: cpufreq policies of the fake laptop: CPUs 2 and 3 share one (a shared setting), the rest are alone
@@ -406,7 +406,7 @@ def test_a_saved_original_whose_directory_sync_fails_is_rolled_back_too(node, mo
     """The saved-settings file was renamed into place, then its directory's fsync failed: the
     admission (or the resize that gives CPUs back) fails, and its rollback leaves the saved
     originals as they were, not with the half-stored change (found by ``make stress``)."""
-    from numa_pin import safefs
+    from numa_pin.base import safefs
 
     service = NodeService(node.config)
     if step == "forget":

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import parse_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError, RequestError
@@ -27,7 +27,7 @@ from numa_pin.resources.node import journal
 from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.partition import PartitionNode, settle
 from numa_pin.resources.node.registry import register, unregister
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 POD = "kubepods.slice/kubepods-pod1.slice"

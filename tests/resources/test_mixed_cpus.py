@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import format_list, parse_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import format_list, parse_list
 from numa_pin.errors import PathLimitError, RequestError
 from numa_pin.ledger.model import Grant
 from numa_pin.requests.request import request_from_oci
@@ -22,7 +22,7 @@ from numa_pin.resources.base import path_refusal
 from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.resources.node.isolation import preview
 from numa_pin.resources.runtime import NRI, PRESTART, RUN, precreate_target
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 NAME = "io.kubernetes.cri.container-name"

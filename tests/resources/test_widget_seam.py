@@ -1,4 +1,4 @@
-"""The resource seam: a test-only resource joins the node without a line of decide.py or service.py.
+"""The resource seam: a test-only resource joins the node without a line of decide.py or service/node.py.
 
 ``example.com/widget`` is a device kind with four widgets, two per NUMA node of the kit's
 ``intel-2s-ht`` machine (``w0``, ``w1`` on node 0; ``w2``, ``w3`` on node 1). Enforcing a grant
@@ -26,7 +26,7 @@ from numa_pin.resources.base import zone_entry
 from numa_pin.resources.devices import DeviceKind
 from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.registry import register, unregister
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 WIDGET = "example.com/widget"
@@ -209,7 +209,7 @@ def test_without_registration_the_widget_is_unknown(node):
 def test_widget_zones_join_the_node_resource_topology(node, widget):
     """``numa-pin nrt`` asks every resource for its zone entries: the widget's appear in each
     NUMA zone, after the CPU and memory entries, and count the widget a grant holds."""
-    from numa_pin.nrt import build_nrt
+    from numa_pin.cluster.nrt import build_nrt
 
     svc = service(node)
     grant = svc.admit(ask("c", 1), node.add_container("c", 41001)).grant

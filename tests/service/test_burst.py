@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 import numa_pin.resources.node.base as node_base
-import numa_pin.service as service_mod
+import numa_pin.service.node as service_mod
+from numa_pin.base.cpuset import parse_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
 from numa_pin.errors import NumaPinError
 from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node import cpu as cpu_node
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 REAL_DECIDE = service_mod.decide

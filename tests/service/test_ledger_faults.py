@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin import safefs
+from numa_pin.base import safefs
 from numa_pin.config.schema import config_from_dict
 from numa_pin.entry.hook import run as hook_run
 from numa_pin.errors import EXIT_ERROR, LedgerError
 from numa_pin.ledger import store
 from numa_pin.requests.request import request_from_oci
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
-import numa_pin.service as service_mod
-from numa_pin import deadline as deadline_mod
+import numa_pin.service.node as service_mod
 from numa_pin.agent.request import watch_client
+from numa_pin.base import deadline as deadline_mod
+from numa_pin.base.cpuset import parse_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
 from numa_pin.errors import AdmissionTimeout
 from numa_pin.hook.started import process_started
 from numa_pin.requests.request import request_from_oci
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 REAL_DECIDE = service_mod.decide
@@ -127,7 +127,7 @@ def test_a_commit_by_someone_else_is_checked_not_decided_again(node, monkeypatch
 
 def test_a_long_lock_wait_says_who_holds_it_in_the_system_log_only(node, capfd, monkeypatch):
     """The wait is logged with the holder's pid; stderr stays empty, so an outcome is one line."""
-    from numa_pin import report
+    from numa_pin.reporting import report
 
     logged: list[str] = []
     monkeypatch.setattr(report, "log_syslog", lambda line, error=True: logged.append(line))
@@ -186,7 +186,7 @@ def test_hook_records_a_timeout_where_explain_finds_it(node, monkeypatch):
     import json
 
     from numa_pin.entry.hook import run
-    from numa_pin.report import reason_path
+    from numa_pin.reporting.report import reason_path
 
     def endless(*args, **kwargs):
         while True:

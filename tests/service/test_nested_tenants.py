@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import format_list, parse_list
 from numa_pin.cli.main import main
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import format_list, parse_list
 from numa_pin.enforcer import cgroups
 from numa_pin.errors import EnforcementError
 from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node import cpu as cpu_node
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 
@@ -49,7 +49,7 @@ def v1_kernel(monkeypatch, refuse: tuple[Path, ...] = ()) -> list[str]:
 
     monkeypatch.setattr(cgroups, "write_cgroup_file", write)
     logged: list[str] = []
-    monkeypatch.setattr("numa_pin.report.log_syslog", lambda line, error=True: logged.append(line))
+    monkeypatch.setattr("numa_pin.reporting.report.log_syslog", lambda line, error=True: logged.append(line))
     return logged
 
 

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin import safefs
+from numa_pin.base import safefs
+from numa_pin.base.cpuset import parse_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
 from numa_pin.errors import EnforcementError, LedgerError, NumaPinError
 from numa_pin.ledger import store
 from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node import cpu as cpu_node
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 pytestmark = pytest.mark.stress
@@ -274,7 +274,7 @@ def test_counts_and_reason_files_survive_planted_locks_and_killed_writers(tmp_pa
     killed writer's temporary file outlives the next writer of its kind."""
     import time
 
-    from numa_pin import report, tally
+    from numa_pin.reporting import report, tally
 
     node = FakeNode(tmp_path / "n", "intel-2s-ht", machines=tmp_path / "machines")
     svc = NodeService(config_from_dict(node.config_dict(policy="restricted")))

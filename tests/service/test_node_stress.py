@@ -35,11 +35,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from numa_pin.base.cpuset import parse_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
 from numa_pin.ledger.store import Ledger
 from numa_pin.resources.node import cpu as cpu_node
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 from waitfor import wait_for
 
@@ -211,7 +211,7 @@ def test_a_decision_that_never_ends_blocks_nobody(node, tmp_path):
     deciding = tmp_path / "deciding"
     driver = (
         "import io, sys\n"
-        "import numa_pin.service as s\n"
+        "import numa_pin.service.node as s\n"
         f"def endless(*a, **k):\n    open({str(deciding)!r}, 'w').close()\n"
         "    while True:\n        sum(range(1000))\n"
         "s.decide = endless\n"

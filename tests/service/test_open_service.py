@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from numa_pin.config import Config
-from numa_pin.service import NodeService, open_service
+from numa_pin.service.node import NodeService, open_service
 
 # (id, cache directory, topology max age given)
 SERVICES = [("cli", None, None), ("hook", "cache", None), ("rehearsal", "cache", 30.0)]

@@ -16,7 +16,7 @@ from numa_pin.config.schema import config_from_dict
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.ledger.store import decode, encode
 from numa_pin.requests.request import request_from_oci
-from numa_pin.service import PENDING_GRACE_S, NodeService
+from numa_pin.service.node import PENDING_GRACE_S, NodeService
 from numa_pin.testing.node import FakeNode
 
 

@@ -28,7 +28,7 @@ from numa_pin.enforcer.netns import find_netns_member, netns_id
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError, NumaPinError
 from numa_pin.requests.request import request_from_oci
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 VFS = ("0000:32:01.0", "0000:32:01.1", "0000:32:01.2", "0000:32:01.3")
@@ -117,7 +117,7 @@ def install(monkeypatch: pytest.MonkeyPatch, net: FakeNet) -> list[str]:
     logged: list[str] = []
     monkeypatch.setattr("numa_pin.enforcer.netdev.move_netdev_to_netns", net.move)
     monkeypatch.setattr("numa_pin.enforcer.netdev.restore_netdev", net.restore)
-    monkeypatch.setattr("numa_pin.report.log_syslog", lambda line, error=True: logged.append(line))
+    monkeypatch.setattr("numa_pin.reporting.report.log_syslog", lambda line, error=True: logged.append(line))
     return logged
 
 

@@ -31,7 +31,7 @@ SCRIPT = textwrap.dedent('''
 
     from numa_pin.requests.request import request_from_oci
     from numa_pin.config.schema import config_from_dict
-    from numa_pin.service import NodeService
+    from numa_pin.service.node import NodeService
     from numa_pin.testing.node import FakeNode
 
     VF, HOST_NAME = "0000:32:01.1", "ens2f0v1"

@@ -14,19 +14,19 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import parse_list
+from numa_pin.base.record import replace
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import AllocationError, EnforcementError
 from numa_pin.ledger import liveness
 from numa_pin.ledger.liveness import SHARED_CHECKS
-from numa_pin.record import replace
-from numa_pin.report import read_set_aside
+from numa_pin.reporting.report import read_set_aside
 from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node import cpu as cpu_node
 from numa_pin.resources.node.warm import WarmState
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 SHARED = SHARED_CHECKS + 4

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import parse_list
 from numa_pin.cli.main import main
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
 from numa_pin.entry.hook import run as hook_run
 from numa_pin.errors import EXIT_ERROR
 from numa_pin.ledger.model import LEDGER_VERSION
 from numa_pin.ledger.store import Ledger
 from numa_pin.requests.request import request_from_oci
-from numa_pin.service import PENDING_GRACE_S, NodeService
+from numa_pin.service.node import PENDING_GRACE_S, NodeService
 from numa_pin.testing.node import FakeNode
 
 
@@ -118,7 +118,7 @@ def test_a_recovery_whose_write_fails_leaves_the_damaged_file_in_place(node, cap
     import errno
     import os
 
-    from numa_pin import safefs
+    from numa_pin.base import safefs
 
     assert hook(node, "x", 47000, {"numa-pin.io/cpus": "4"}, capfd)[0] == 0
     ledger = Path(node.state_dir) / "ledger.json"

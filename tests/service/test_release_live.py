@@ -11,8 +11,8 @@ import json
 
 import pytest
 
+from numa_pin.base.cpuset import parse_list
 from numa_pin.cli.main import main
-from numa_pin.cpuset import parse_list
 from numa_pin.entry.hook import run as hook_run
 from numa_pin.ledger.store import Ledger
 from numa_pin.testing.node import FakeNode

@@ -13,8 +13,8 @@ import json
 
 import pytest
 
+from numa_pin.base.cpuset import parse_list
 from numa_pin.cli.main import main
-from numa_pin.cpuset import parse_list
 from numa_pin.entry.hook import run as hook_run
 from numa_pin.ledger.store import Ledger
 from numa_pin.testing import shapes
@@ -186,7 +186,7 @@ def test_json_names_before_and_after(node, capsys):
 
 def runtime_sets(node: FakeNode, name: str, cpus: frozenset[int]) -> None:
     """What ``runc update --cpuset-cpus`` does: write the container's cpuset.cpus."""
-    from numa_pin.cpuset import format_list
+    from numa_pin.base.cpuset import format_list
 
     (node.cgroup_dir(name) / "cpuset.cpus").write_text(format_list(cpus) + "\n")
 

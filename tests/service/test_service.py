@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from numa_pin.base.cpuset import parse_list
 from numa_pin.config.schema import config_from_dict
-from numa_pin.cpuset import parse_list
 from numa_pin.enforcer.owner import ContainerCgroup
 from numa_pin.errors import AllocationError, EnforcementError, RequestError, TopologyAffinityError
 from numa_pin.requests.limits import ContainerLimits
 from numa_pin.requests.request import request_from_oci
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 from numa_pin.testing.node import FakeNode
 
 
@@ -232,7 +232,7 @@ def test_rollback_failures_ride_on_the_error_and_reach_syslog(node, monkeypatch)
     """An undo step that fails is not dropped: it is part of the error's one line and logged."""
     agent = NodeService(node.config)
     logged: list[str] = []
-    monkeypatch.setattr("numa_pin.report.log_syslog", lambda line, error=True: logged.append(line))
+    monkeypatch.setattr("numa_pin.reporting.report.log_syslog", lambda line, error=True: logged.append(line))
     real_apply = __import__("numa_pin.resources.node.cpu", fromlist=["apply_cpuset"]).apply_cpuset
 
     def apply_then_jam(ref, cpus, mems, root, undo, systemd=None):
@@ -274,10 +274,10 @@ def test_rejection_is_an_exception_class_with_kubelet_kind(node):
 
 
 def test_syslog_setting_logs_every_decision(node, monkeypatch):
-    from numa_pin.record import replace
+    from numa_pin.base.record import replace
 
     logged: list[tuple[str, bool]] = []
-    monkeypatch.setattr("numa_pin.report.log_syslog", lambda line, error=True: logged.append((line, error)))
+    monkeypatch.setattr("numa_pin.reporting.report.log_syslog", lambda line, error=True: logged.append((line, error)))
     for on in (True, False):
         logged.clear()
         agent = NodeService(replace(node.config, syslog=on))

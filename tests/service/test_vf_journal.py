@@ -16,7 +16,7 @@ from vf_world import HOST, SETTINGS, VFS, Crash, VfNode, vf_request
 
 from numa_pin.errors import EnforcementError
 from numa_pin.resources.node import gpu as gpu_node
-from numa_pin.service import NodeService
+from numa_pin.service.node import NodeService
 
 PID = 61000
 #: the netlink writes of one admission with a MAC among its settings: the VF's settings on the PF,

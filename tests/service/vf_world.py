@@ -76,7 +76,7 @@ class VfNode(FakeNode):
             return out
 
         monkeypatch.setattr(fakes.FakeIPRoute, "link", link)
-        from numa_pin.servicebase import ServiceBase
+        from numa_pin.service.base import ServiceBase
 
         roll_back = ServiceBase._roll_back
 

@@ -38,7 +38,8 @@ def rank_of(module: str, table: list[tuple[int, str]]) -> int | None:
     exact = [r for r, p in table if p == module]
     if exact:
         return exact[0]
-    matches = sorted(((len(p), r) for r, p in table if "*" in p and fnmatch.fnmatchcase(module, p)), reverse=True)
+    matches = sorted(((len(p), r) for r, p in table
+                      if "*" in p and (fnmatch.fnmatchcase(module, p) or f"{module}.*" == p)), reverse=True)
     return matches[0][1] if matches else None
 
 
@@ -152,7 +153,8 @@ def test_rank_lookup_prefers_the_most_specific_entry():
     table = [(1, "numa_pin.policy.hint"), (2, "numa_pin.policy.*"), (6, "numa_pin.*")]
     assert rank_of("numa_pin.policy.hint", table) == 1
     assert rank_of("numa_pin.policy.merge", table) == 2
-    assert rank_of("numa_pin.report", table) == 6
+    assert rank_of("numa_pin.policy", table) == 2  # a package's pattern covers the package itself
+    assert rank_of("numa_pin.reporting.report", table) == 6
 
 
 @pytest.mark.parametrize("package", sorted(n for n, p in MODULES.items() if p.name == "__init__.py"))

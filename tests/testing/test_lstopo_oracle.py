@@ -51,7 +51,7 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.record import replace
+from numa_pin.base.record import replace
 from numa_pin.testing.machine import GIB_KB, CpulessNodeSpec, MachineSpec, PciSpec, build_once
 from numa_pin.testing.shapes import QUIRK_SHAPES, SHAPES, shape
 from numa_pin.testing.spec_parts import KernelQuirks
@@ -576,10 +576,10 @@ def test_infiniband_hcas_count_in_nrt_as_nics_do(views) -> None:
     """A device resource selecting RDMA devices by vendor (the ConnectX PF of node 3 and the HCA's
     two ports) counts each in the NodeResourceTopology zone of the node hwloc hangs it from."""
     from numa_pin.admission.decide import NodeSettings  # lazy: another area's modules
+    from numa_pin.cluster.nrt import build_nrt
     from numa_pin.devices.inventory import DeviceResource, inventory
     from numa_pin.devices.selector import Selector
     from numa_pin.ledger.model import LedgerState
-    from numa_pin.nrt import build_nrt
     from numa_pin.topology.discover import discover
 
     spec, root, view = views["infiniband"]

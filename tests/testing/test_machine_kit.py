@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.cpuset import parse_list, parse_mask
+from numa_pin.base.cpuset import parse_list, parse_mask
+from numa_pin.base.record import replace
 from numa_pin.errors import TopologyError
-from numa_pin.record import replace
 from numa_pin.testing.machine import (
     CpulessNodeSpec,
     MachineSpec,

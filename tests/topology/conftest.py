@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.cpuset import format_list
+from numa_pin.base.cpuset import format_list
 
 NODE = "devices/system/node"
 CPU = "devices/system/cpu"

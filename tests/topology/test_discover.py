@@ -275,7 +275,7 @@ def test_render_text(fake) -> None:
 
 # ---- the live machine, hwloc as the oracle ---------------------------------------------
 def _hwloc_bitmap(text: str) -> frozenset[int]:
-    """hwloc's ``0xffffffff,0x00000003`` bitmap format (independent of numa_pin.cpuset)."""
+    """hwloc's ``0xffffffff,0x00000003`` bitmap format (independent of numa_pin.base.cpuset)."""
     words = [w[2:] if w.startswith("0x") else w for w in text.split(",")]
     value = int("".join(w.rjust(8, "0") for w in words), 16)
     return frozenset(i for i in range(value.bit_length()) if value >> i & 1)

@@ -133,7 +133,7 @@ def live_release():
     from numa_pin.ledger.liveness import process_start_time
     from numa_pin.ledger.model import Grant
     from numa_pin.ledger.records import GpuAccess
-    from numa_pin.service import NodeService
+    from numa_pin.service.node import NodeService
 
     out = {}
     with running("rel") as (cid, pid, layout, _):

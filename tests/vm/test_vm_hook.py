@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
 
 from .guest import DEFAULT_NUMA, GuestResult, run_in_guest_with_retry, unavailable_reason
 

@@ -35,7 +35,7 @@ from nri.test_every_path import (  # tests/ is on the path: its folders are pack
     GUEST_ROWS,
     ROWS,
 )
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
 
 from . import sysimage
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
 
 from . import sysimage
 

@@ -27,19 +27,19 @@ numa-pin sees one container at a time, so the pod's total may be unknown or unde
 * a pod named by ``numa-pin.io/pod`` is ``user:<name>``; naming a pod that a runtime sandbox (or
   another container) owns is a :class:`~numa_pin.errors.RequestError`.
 
-Nothing here touches the machine; :mod:`numa_pin.service` does the I/O around it.
+Nothing here touches the machine; :mod:`numa_pin.service.node` does the I/O around it.
 """
 
 from __future__ import annotations
 
-from numa_pin import names
+from numa_pin.base import names
+from numa_pin.base.record import replace
 from numa_pin.errors import AdmissionError, AllocationError, RequestError, TopologyAffinityError
 from numa_pin.ledger.model import LedgerState
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import TopologyHint
 from numa_pin.policy.options import check_machine
 from numa_pin.policy.registry import merge_hints
-from numa_pin.record import replace
 from numa_pin.requests.request import Amounts, ContainerRequest, at_least
 from numa_pin.resources.base import Decision, Need, NodeSettings, Resource, check_known, merge_fields, nodes_text
 from numa_pin.topology.model import Topology

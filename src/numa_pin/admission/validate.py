@@ -29,13 +29,13 @@ Checked against ``state`` (the ledger under the lock, dead grants dropped) and `
 
 from __future__ import annotations
 
-from numa_pin import names
 from numa_pin.admission.decide import STRICT_POLICIES, Decision, NodeSettings
 from numa_pin.allocators.cpu import allocate_cpus, reserved_cpus
+from numa_pin.base import names
+from numa_pin.base.record import replace
 from numa_pin.errors import AllocationError
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import TopologyHint
-from numa_pin.record import replace
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

@@ -11,9 +11,9 @@ import stat
 from collections.abc import Mapping
 
 from numa_pin.agent.client import CONNECT_TIMEOUT_S
+from numa_pin.base.safefs import ensure_dir, open_private
+from numa_pin.base.text import quote
 from numa_pin.errors import AgentError
-from numa_pin.safefs import ensure_dir, open_private
-from numa_pin.text import quote
 
 #: the first file descriptor systemd passes (``sd_listen_fds(3)``)
 SD_LISTEN_FDS_START = 3

@@ -36,10 +36,10 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.enforcer.saved",
     "numa_pin.config.load",
     "numa_pin.config.schema",
-    "numa_pin.service",
-    "numa_pin.report",
-    "numa_pin.text",
-    "numa_pin.boundedio",
+    "numa_pin.service.node",
+    "numa_pin.reporting.report",
+    "numa_pin.base.text",
+    "numa_pin.base.boundedio",
     "numa_pin.admission.decide",
     "numa_pin.admission.validate",
     "numa_pin.resources.cdi_map",
@@ -63,7 +63,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.enforcer.netdev",
     "numa_pin.enforcer.netns",
     "numa_pin.resources.node.vfjournal",
-    "numa_pin.serviceadopt",
+    "numa_pin.service.adopt",
     "numa_pin.topology.cache",
     "numa_pin.topology.discover",
     "numa_pin.topology.isolated",
@@ -71,7 +71,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.policy.options",
     "numa_pin.ledger.liveness",
     "numa_pin.enforcer.systemd",
-    "numa_pin.kubelet",
+    "numa_pin.cluster.kubelet",
     "encodings.ascii",
     "encodings.utf_8_sig",
     "yaml",
@@ -79,7 +79,7 @@ PRELOAD: tuple[str, ...] = (
     "traceback",
     "difflib",
     "subprocess",  # systemctl, where systemd owns the containers' cgroups
-    "hashlib",  # OpenSSL's SHA-256, for a busy node's ledger (numa_pin.digest)
+    "hashlib",  # OpenSSL's SHA-256, for a busy node's ledger (numa_pin.base.digest)
     "resource",  # the descriptor limit, raised by the spare that holds shared cpusets open (enforcer.cgroups)
 )
 

@@ -25,7 +25,7 @@ import time
 import traceback
 from collections.abc import Mapping
 
-from numa_pin import __version__, deadline
+from numa_pin import __version__
 from numa_pin.agent import spare
 from numa_pin.agent.client import namespace_mismatch
 from numa_pin.agent.preload import changed_sources
@@ -44,12 +44,13 @@ from numa_pin.agent.protocol import (
     encode_fallback,
     encode_reply,
 )
-from numa_pin.boundedio import json_loads_bounded
+from numa_pin.base import deadline
+from numa_pin.base.boundedio import json_loads_bounded
+from numa_pin.base.record import field, record
+from numa_pin.base.text import one_line
 from numa_pin.hook import invoke
 from numa_pin.hook.started import process_started
-from numa_pin.record import field, record
 from numa_pin.resources.node.warm import WarmState
-from numa_pin.text import one_line
 
 #: a peer must send its whole request within this many seconds of being accepted (in all)
 READ_TIMEOUT_S = 5.0

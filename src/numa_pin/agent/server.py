@@ -310,7 +310,7 @@ class AgentServer:
         self._become_child()
         self.listener.close()
         os.close(self._stop_r)
-        from numa_pin.metrics import serve_scrape  # only an agent that serves metrics loads prometheus_client
+        from numa_pin.agent.metrics import serve_scrape  # only an agent that serves metrics loads prometheus_client
 
         serve_scrape(conn)
 
@@ -389,7 +389,7 @@ def serve(
     the same moment (two hooks starting one on demand) exits at once. With ``idle_exit_s`` it
     also stops after that many idle seconds or when its sources change (an agent started on
     demand by a hook, :func:`numa_pin.agent.client.start_agent`). With ``metrics_address`` it
-    also serves Prometheus metrics there (:mod:`numa_pin.metrics`), each scrape in a child; an
+    also serves Prometheus metrics there (:mod:`numa_pin.agent.metrics`), each scrape in a child; an
     address it cannot listen on is reported and admissions are served without it.
 
     Raises:

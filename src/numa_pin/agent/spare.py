@@ -51,7 +51,7 @@ from numa_pin.ledger.store import Ledger, encode
 from numa_pin.requests.request import request_from_oci
 from numa_pin.resources.node.cpu import warm
 from numa_pin.resources.node.warm import WarmState
-from numa_pin.service import open_service
+from numa_pin.service.node import open_service
 
 #: the notes (one line each, without its newline)
 READY = b"R"

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 
 from numa_pin.allocators.devices import allocate_devices
+from numa_pin.base.record import record
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.devices.pcie import group_key
 from numa_pin.errors import AllocationError
-from numa_pin.record import record
 from numa_pin.topology.model import Topology
 
 

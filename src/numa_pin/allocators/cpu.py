@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 
 from numa_pin.allocators.cpu_distribute import take_distributed
 from numa_pin.allocators.cpu_packed import PACKED, SPREAD, take_packed
+from numa_pin.base.cpuset import format_list
 from numa_pin.config.cpu_options import CpuOptions
-from numa_pin.cpuset import format_list
 from numa_pin.errors import AllocationError, PolicyError, RequestError, SMTAlignmentError
 from numa_pin.topology.cpus import CpuTopology
 

@@ -28,8 +28,8 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 
 from numa_pin.allocators.cpu_packed import PACKED, CpuAccumulator, not_enough_cpus, take_packed
+from numa_pin.base.record import record
 from numa_pin.errors import AllocationError
-from numa_pin.record import record
 from numa_pin.topology.cpus import CpuTopology
 
 

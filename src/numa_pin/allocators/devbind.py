@@ -36,10 +36,11 @@ ranks, balanced over the nodes in the same order, rank i gets GPU i, as torchrun
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from numa_pin.devices.pcie import LINKS, link
 from numa_pin.topology.model import KIND_GPU, Topology
 
-TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 

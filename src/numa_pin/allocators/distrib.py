@@ -24,9 +24,10 @@ another node not larger than to itself gives no groups.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from numa_pin.topology.model import Cpu, Topology
 
-TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
+from numa_pin.base.record import field, record
 from numa_pin.errors import AllocationError
 from numa_pin.policy import bitmask
 from numa_pin.providers.memory import best_memory_hint, reusable_by_mask
-from numa_pin.record import field, record
 from numa_pin.topology.memory import Assignment, MemoryBlock, MemoryState, check_request, hugepage_size_kb
 
 

@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from itertools import combinations
 
-from numa_pin import names
 from numa_pin.allocators.cpu import allocate_cpus
+from numa_pin.base import names
+from numa_pin.base.cpuset import format_list
 from numa_pin.config.cpu_options import CpuOptions
-from numa_pin.cpuset import format_list
 from numa_pin.errors import AllocationError, RequestError
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.topology.cpus import CpuTopology

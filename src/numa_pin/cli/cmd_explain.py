@@ -22,10 +22,10 @@ import json
 import sys
 from typing import Any
 
+from numa_pin.base.text import one_line
 from numa_pin.cli.common import add_node_arguments, grant_dict, load, resolve_id
 from numa_pin.cli.main import write_out
 from numa_pin.errors import RequestError
-from numa_pin.text import one_line
 
 NAME = "explain"
 #: exit code when the id has neither a grant nor a recorded rejection
@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from numa_pin.ledger.store import Ledger
-    from numa_pin.report import read_reasons
+    from numa_pin.reporting.report import read_reasons
 
     if (args.container_id is None) == (not args.last):
         raise RequestError("give an ID or --last (not both)", annotation="ID")
@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             out["qos"] = {"class": qos, "signal": f"cgroup {grant.cgroup}"}
         if grant.isolation:  # what each isolation knob holds now, or why it cannot
             from numa_pin.resources.node.isolation import preview
-            from numa_pin.service import open_service
+            from numa_pin.service.node import open_service
 
             service = open_service(config)
             out["isolated"] = preview(service, service.ledger.read(), grant, applied=True)

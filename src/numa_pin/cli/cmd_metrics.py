@@ -1,5 +1,5 @@
 """``numa-pin metrics [--textfile PATH]``: the node's Prometheus metrics, on stdout or as a
-node_exporter textfile (:mod:`numa_pin.metrics`), for nodes without the agent's listener."""
+node_exporter textfile (:mod:`numa_pin.agent.metrics`), for nodes without the agent's listener."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.metrics import exposition, write_textfile
+    from numa_pin.agent.metrics import exposition, write_textfile
 
     data = exposition(load(args))
     if args.textfile:

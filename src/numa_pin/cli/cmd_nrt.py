@@ -15,7 +15,7 @@ when that socket exists; :mod:`numa_pin.podresources.client`), asked again at ev
 ``{namespace, name}``); re-read with every rebuild, and a change to it triggers one as a ledger
 change does. With neither (no kubelet here) the object carries no fingerprint.
 
-The object itself is built by :func:`numa_pin.nrt.build_nrt` (pure).
+The object itself is built by :func:`numa_pin.cluster.nrt.build_nrt` (pure).
 """
 
 from __future__ import annotations
@@ -93,10 +93,10 @@ def roots(args: argparse.Namespace, config: Any) -> tuple[str, str | None]:
 
 def read_pods(path: str, node_name: str) -> list[tuple[str, str]]:
     """``(namespace, name)`` of the pods in the JSON file ``path`` that count for ``node_name``
-    (:func:`numa_pin.nrt.pods_on_node`). Raises RequestError naming the file."""
-    from numa_pin.boundedio import json_loads_bounded, read_regular_file
+    (:func:`numa_pin.cluster.nrt.pods_on_node`). Raises RequestError naming the file."""
+    from numa_pin.base.boundedio import json_loads_bounded, read_regular_file
+    from numa_pin.cluster.nrt import pods_on_node
     from numa_pin.errors import RequestError
-    from numa_pin.nrt import pods_on_node
 
     try:
         doc = json_loads_bounded(read_regular_file(path, PODS_LIMIT))
@@ -148,10 +148,10 @@ def node_builder(config: Any, sysfs_root: str, proc_root: str | None, node_name:
     publishes is what this command prints): the pods from ``pods_path``, else from kubelet's
     pod-resources ``socket_path`` (None: no fingerprint), and the files whose change calls for a
     rebuild (the ledger, which changes as kubelet's pods come and go, and ``pods_path``)."""
+    from numa_pin.cluster.nrt import build_nrt, reserved_cpus_of
     from numa_pin.devices.inventory import inventory
     from numa_pin.ledger.store import Ledger
-    from numa_pin.nrt import build_nrt, reserved_cpus_of
-    from numa_pin.service import settings_from_config
+    from numa_pin.service.node import settings_from_config
     from numa_pin.topology.discover import discover
 
     topology = discover(sysfs_root, proc_root)
@@ -173,8 +173,8 @@ def node_builder(config: Any, sysfs_root: str, proc_root: str | None, node_name:
 
 def write_atomic(path: str, text: str) -> None:
     """Replace ``path`` (mode 0644) with ``text`` so readers, and a crash at any instant, see the
-    old or the new file, never a part (:func:`numa_pin.safefs.replace_private`). Raises OSError."""
-    from numa_pin.safefs import replace_private
+    old or the new file, never a part (:func:`numa_pin.base.safefs.replace_private`). Raises OSError."""
+    from numa_pin.base.safefs import replace_private
 
     directory = os.path.dirname(os.path.abspath(path))
     replace_private(directory, path, text.encode("utf-8"), prefix=f".{os.path.basename(path)}.", mode=0o644,
@@ -223,7 +223,7 @@ def watch(
     every ``interval`` seconds; the object is rebuilt when a stat changed (``ledger_path`` None:
     at every check), and written (then ``publish``\\ ed) only when its text changed. An error while building or
     writing is reported on ``err`` and retried at the next check."""
-    from numa_pin.nrtpublish import file_stamps
+    from numa_pin.cluster.nrtpublish import file_stamps
 
     err = err or sys.stderr
     paths = (ledger_path,) if isinstance(ledger_path, str) else ledger_path

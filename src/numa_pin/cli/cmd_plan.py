@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from numa_pin.base.text import one_line
 from numa_pin.cli.common import add_node_arguments, add_request_arguments, load, request_from_args
 from numa_pin.cli.main import write_out
-from numa_pin.text import one_line
 
 NAME = "plan"
 HELP = "dry-run an admission for a bundle (--bundle) or for resource flags; changes nothing"
@@ -56,7 +56,7 @@ def path_verdicts(resources, request, paths: dict) -> dict[str, str]:
 
 
 def decision_dict(decision) -> dict:
-    from numa_pin.cpuset import format_list
+    from numa_pin.base.cpuset import format_list
 
     return {
         "container_id": decision.container_id,
@@ -121,14 +121,14 @@ def _isolation(service, request, decision) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.service import open_service
+    from numa_pin.service.node import open_service
 
     config = load(args)
     doc = None
     if args.bundle:
         import os
 
-        from numa_pin.boundedio import read_regular_file
+        from numa_pin.base.boundedio import read_regular_file
         from numa_pin.hook.admit import request_from_spec
         from numa_pin.hook.oci import MAX_DOCUMENT_BYTES, OciState, load_object, load_spec
 
@@ -151,8 +151,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _refused(decision, why: str):
     """``decision`` as the path's refusal: nothing granted, the path's reason."""
+    from numa_pin.base.record import replace
     from numa_pin.errors import PathLimitError
-    from numa_pin.record import replace
 
     return replace(decision, admit=False, cpus=frozenset(), mems=frozenset(), devices={}, memory={}, reason=why,
                    error=PathLimitError)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import argparse
 
+from numa_pin.base.text import one_line
 from numa_pin.cli.common import grant_dict, node_arguments, open_node, print_result
-from numa_pin.text import one_line
 
 NAME = "reconcile"
 HELP = "drop grants whose process and cgroup are gone; re-assert cpusets that drifted"

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from numa_pin.base.text import one_line
 from numa_pin.cli.common import grant_dict, node_arguments, open_node, print_result
-from numa_pin.text import one_line
 
 NAME = "recover"
 HELP = "rebuild a lost or corrupt ledger from the containers that run (the damaged file is kept aside)"
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
             return False
 
     def cgroup_cpus(grant) -> frozenset[int] | None:
-        from numa_pin.cpuset import parse_list
+        from numa_pin.base.cpuset import parse_list
 
         try:
             with open(os.path.join(cgroup_dir(grant.cgroup, cfg.cgroup_root), "cpuset.cpus"), "rb") as fp:

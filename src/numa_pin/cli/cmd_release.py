@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from numa_pin.base.text import one_line
 from numa_pin.cli.common import add_node_arguments, grant_dict, open_node, print_result, resolve_id
-from numa_pin.text import one_line
 
 NAME = "release"
 HELP = "release the grant of a container or process and return its CPUs to the shared pool"
@@ -34,13 +34,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Release the grant whose id is ``ID`` or starts with it; exit 1 when none does."""
-    from numa_pin.report import forget_reason
+    from numa_pin.reporting.report import forget_reason
 
     service = open_node(args)
     cid = resolve_id(args.container_id, service.ledger.read().grants)
     live = service.live_grant(cid) if cid is not None else None
     if live is not None and not args.force:
-        from numa_pin.cpuset import format_list
+        from numa_pin.base.cpuset import format_list
 
         where = f"pid {live.pid or '-'}, cgroup {one_line(live.cgroup or '-')}"
         where += f", cpus {format_list(live.cpus) or 'shared'}"
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 def _remove_set_aside(args: argparse.Namespace, service) -> bool:
     """Remove the record of a grant set aside whose id is ``ID`` or starts with it (status lists
     them); False when none is."""
-    from numa_pin.report import forget_reason, read_set_aside
+    from numa_pin.reporting.report import forget_reason, read_set_aside
 
     records = read_set_aside(service.config.state_dir)
     cid = resolve_id(args.container_id, records)

@@ -5,7 +5,7 @@ new grant keeps every CPU the old one has and follows KEP-5554
 (:mod:`numa_pin.allocators.resize`): it never gives up the CPUs it was admitted with, grows on
 its NUMA affinity (expanding it, keeping every node, only under ``best-effort`` or ``none``
 when the affinity has too few free), and is refused with one line otherwise. It is one ledger transaction with
-the cgroup write and its undo (:meth:`numa_pin.service.NodeService.update_grant`): the
+the cgroup write and its undo (:meth:`numa_pin.service.node.NodeService.update_grant`): the
 container's ``cpuset.cpus`` (and ``cpuset.mems``) change, the shared pool shrinks or grows with
 it, and a failure leaves everything as it was.
 
@@ -18,11 +18,11 @@ import argparse
 import json
 from typing import Any
 
+from numa_pin.base.text import one_line
 from numa_pin.cli.common import add_config_argument, load, resolve_id
 from numa_pin.cli.main import write_out
 from numa_pin.errors import RequestError
 from numa_pin.resources.node.resize import adopt_change, resize_change
-from numa_pin.text import one_line
 
 NAME = "resize"
 HELP = "grow or shrink the exclusive CPUs (and aligned memory) of a running container or process in place"
@@ -42,7 +42,7 @@ def follow_runtime_resizes(service: Any) -> tuple[list[str], list[str]]:
     adopted and one line per change refused (reconcile then writes the ledger's CPUs back)."""
     import os
 
-    from numa_pin.cpuset import format_list, parse_list
+    from numa_pin.base.cpuset import format_list, parse_list
     from numa_pin.enforcer.cgroups import read_cgroup_file
     from numa_pin.errors import NumaPinError
 
@@ -68,10 +68,10 @@ def follow_runtime_resizes(service: Any) -> tuple[list[str], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from numa_pin.base.cpuset import format_list
+    from numa_pin.base.quantity import parse_bytes
     from numa_pin.cli.cmd_status import grant_dict
-    from numa_pin.cpuset import format_list
-    from numa_pin.quantity import parse_bytes
-    from numa_pin.service import open_service
+    from numa_pin.service.node import open_service
 
     if args.cpus is None and args.memory is None:
         raise RequestError("nothing to change: give --cpus N and/or --memory Q", annotation="--cpus")

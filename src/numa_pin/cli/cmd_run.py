@@ -36,11 +36,11 @@ import os
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from numa_pin.cli.common import add_config_argument, add_request_arguments, load, request_from_args
 from numa_pin.resources.runtime import RUN
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
@@ -146,8 +146,8 @@ def _payload(service: Any, grant: Any, ranks: int, bind: str = "none") -> tuple[
 
     from numa_pin.allocators.devbind import BIND_CLOSEST, bind_closest
     from numa_pin.allocators.distrib import distribute
+    from numa_pin.base.record import replace
     from numa_pin.cli.run_grant import grant_document, grant_env, rank_env
-    from numa_pin.record import replace
 
     topology = service.topology
     shares = distribute(topology, grant.cpus, ranks) if ranks > 1 and grant.cpus else []
@@ -173,13 +173,13 @@ def run(args: argparse.Namespace) -> int:
 
     import prctl
 
+    from numa_pin.base.record import replace
     from numa_pin.cli.run_grant import explicit_cpuset
     from numa_pin.enforcer import mempolicy, procgroup
     from numa_pin.enforcer.mounts import detect_layout
     from numa_pin.enforcer.systemd import detect
     from numa_pin.errors import RequestError
-    from numa_pin.record import replace
-    from numa_pin.service import live_name_message, open_service
+    from numa_pin.service.node import live_name_message, open_service
 
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
@@ -270,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"numa-pin: {name}: cpus={sorted(grant.cpus) or 'shared'} mems={sorted(grant.mems)}", file=sys.stderr)
     for problem in warnings:
         print(f"numa-pin: {name}: {problem}", file=sys.stderr)
-    from numa_pin.kubelet import conflict_warning
+    from numa_pin.cluster.kubelet import conflict_warning
 
     warning = conflict_warning(config.kubelet_root)
     if warning:

@@ -89,7 +89,7 @@ def _serve_nri(args: argparse.Namespace) -> int:
     from numa_pin.config.load import entry_config
     from numa_pin.nri.messages import load
     from numa_pin.nri.plugin import DEFAULT_SOCKET, serve
-    from numa_pin.service import NodeService, open_service
+    from numa_pin.service.node import NodeService, open_service
 
     def make_service() -> NodeService:
         return open_service(*entry_config(None, os.environ, cwd="/", cached=True))
@@ -103,12 +103,12 @@ def _serve_nri(args: argparse.Namespace) -> int:
 
 
 def beside_kubelet(kubelet_config: str | None, allowed: bool, err: Any) -> None:
-    """Refuse to run beside kubelet's static CPU or memory manager (:mod:`numa_pin.kubeletpolicy`,
+    """Refuse to run beside kubelet's static CPU or memory manager (:mod:`numa_pin.cluster.kubeletpolicy`,
     under the config's ``kubelet_root``), or, ``allowed``, say on ``err`` what was allowed.
     Raises KubeletConflictError (exit 1) or KubeletError (a file numa-pin cannot read)."""
+    from numa_pin.cluster.kubeletpolicy import DEFAULT_KUBELET_ROOT, refuse_static, static_warnings
     from numa_pin.config.load import entry_config
     from numa_pin.errors import NumaPinError
-    from numa_pin.kubeletpolicy import DEFAULT_KUBELET_ROOT, refuse_static, static_warnings
 
     try:
         kubelet_root = entry_config(None, os.environ)[0].kubelet_root
@@ -126,7 +126,7 @@ def _drop_earlier_boots() -> None:
     a config or ledger that cannot be read now is the first admission's to report."""
     from numa_pin.config.load import entry_config
     from numa_pin.errors import NumaPinError
-    from numa_pin.service import open_service
+    from numa_pin.service.node import open_service
 
     try:
         open_service(entry_config(None, os.environ)[0]).drop_earlier_boots()

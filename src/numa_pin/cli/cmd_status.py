@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from numa_pin.base.text import one_line
 from numa_pin.cli.common import SHORT_ID, add_node_arguments, grant_dict, open_node, print_result, short_ids
 from numa_pin.cli.main import write_out
-from numa_pin.text import one_line
 
 NAME = "status"
 HELP = "list grants recorded in the node ledger and what is free per NUMA node (--map: draw it)"
@@ -34,9 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from numa_pin.cpuset import format_list
+    from numa_pin.base.cpuset import format_list
+    from numa_pin.cluster.kubelet import describe
     from numa_pin.errors import NumaPinError
-    from numa_pin.kubelet import describe
 
     service = open_node(args)
 
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     }
     kubelet: dict[str, Any] = out["kubelet"]
     if kubelet["static"]:
-        from numa_pin.cpuset import parse_list
+        from numa_pin.base.cpuset import parse_list
 
         kubelet["overlap_with_numa_pin"] = format_list(parse_list(kubelet["exclusive_cpus"]) & state.exclusive_cpus())
     print_result(args, out, () if args.json else _lines(service, state, out))
@@ -84,14 +84,14 @@ def _running(service, grant) -> str:
 
 def _set_aside(service) -> list[str]:
     """The lines of the grants set aside (no check could be made of them; ``release`` removes them)."""
-    from numa_pin.report import read_set_aside
+    from numa_pin.reporting.report import read_set_aside
 
     return sorted(str(doc.get("line", "")) for doc in read_set_aside(service.config.state_dir).values())
 
 
 def _lines(service, state, out: dict[str, Any]) -> list[str]:
     """What ``status`` prints without ``--json``."""
-    from numa_pin.report import read_reasons
+    from numa_pin.reporting.report import read_reasons
 
     grants: list[dict[str, Any]] = out["grants"]
     free_per_node: dict[str, str] = out["free_exclusive_cpus_per_node"]
@@ -121,10 +121,10 @@ def _draw(args: argparse.Namespace, service, state) -> int:
     import os
     import sys
 
+    from numa_pin.cli.nodemap import picture, render_html, render_text
+    from numa_pin.cluster.nrt import reserved_cpus_of
     from numa_pin.devices.inventory import inventory
-    from numa_pin.nodemap import picture, render_html, render_text
-    from numa_pin.nrt import reserved_cpus_of
-    from numa_pin.report import read_reasons
+    from numa_pin.reporting.report import read_reasons
     from numa_pin.resources.base import NodeView
     from numa_pin.resources.memory import MemoryResource
 
@@ -136,7 +136,7 @@ def _draw(args: argparse.Namespace, service, state) -> int:
     pic = picture(topology, state, short=short_ids(set(state.grants) | set(read_reasons(service.config.state_dir))),
                   reserved=reserved, isolated=isolated, offline=offline, devices=devices, memory_zones=zones)
     if args.map_file:
-        from numa_pin.safefs import replace_private
+        from numa_pin.base.safefs import replace_private
 
         path = os.path.abspath(args.map_file)
         replace_private(os.path.dirname(path), path, render_html(pic).encode("utf-8"),
@@ -152,8 +152,8 @@ def kernel_cpus(sysfs_root: str) -> tuple[frozenset[int], dict[int, int | None]]
     ``cpuN/nodeM`` link; None without one). Files that are missing or unreadable say none."""
     import os
 
-    from numa_pin.boundedio import read_regular_file
-    from numa_pin.cpuset import parse_list
+    from numa_pin.base.boundedio import read_regular_file
+    from numa_pin.base.cpuset import parse_list
 
     base = os.path.join(sysfs_root, "devices/system/cpu")
 

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     proc_root = args.proc_root
     if proc_root is None and os.path.normpath(args.sysfs_root) == DEFAULT_SYSFS_ROOT:
         proc_root = DEFAULT_PROC_ROOT
-    from numa_pin.cpuset import format_list
+    from numa_pin.base.cpuset import format_list
     from numa_pin.topology.isolated import isolated_cpus
 
     topology = discover(args.sysfs_root, proc_root)

@@ -9,7 +9,7 @@ import json
 import os
 from collections.abc import Callable, Iterable
 
-from numa_pin import names
+from numa_pin.base import names
 from numa_pin.cli.main import write_out
 from numa_pin.errors import RequestError
 from numa_pin.requests.request import ContainerRequest
@@ -46,8 +46,8 @@ def load(args: argparse.Namespace):
 
 
 def open_node(args: argparse.Namespace):
-    """The :class:`~numa_pin.service.NodeService` of the config ``args`` name."""
-    from numa_pin.service import open_service
+    """The :class:`~numa_pin.service.node.NodeService` of the config ``args`` name."""
+    from numa_pin.service.node import open_service
 
     return open_service(load(args))
 
@@ -62,7 +62,7 @@ def print_result(args: argparse.Namespace, doc: object, lines: Iterable[str]) ->
 
 def grant_dict(g) -> dict:
     """A grant as ``status --json`` lists it (and every command that prints grants)."""
-    from numa_pin.cpuset import format_list
+    from numa_pin.base.cpuset import format_list
 
     pod, name = pod_and_name(g.container_name)
     return {

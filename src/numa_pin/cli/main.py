@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from numa_pin import __version__
+from numa_pin.base.text import one_line
 from numa_pin.errors import (
     EXIT_ERROR,
     EXIT_INTERNAL,
@@ -35,7 +36,6 @@ from numa_pin.errors import (
     RequestError,
     exit_code,
 )
-from numa_pin.text import one_line
 
 PROG = "numa-pin"
 

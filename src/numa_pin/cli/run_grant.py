@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from numa_pin.cpuset import format_list, parse_list
+from numa_pin.base.cpuset import format_list, parse_list
 from numa_pin.errors import RequestError
 from numa_pin.ledger.model import Grant
 from numa_pin.topology.model import KIND_GPU, PciDevice, Topology

@@ -1,5 +1,5 @@
 """``numa-pin serve --publish-nrt``: the serving process keeps this node's NodeResourceTopology
-current in the API server (:mod:`numa_pin.nrtpublish`), as the pod's service account.
+current in the API server (:mod:`numa_pin.cluster.nrtpublish`), as the pod's service account.
 
 The object is the one ``numa-pin nrt`` prints (:func:`numa_pin.cli.cmd_nrt.node_builder`, the
 config's roots); it is published at start, then after every change of the ledger (an admission,
@@ -14,9 +14,9 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from numa_pin.kubeapi import DEFAULT_SERVICEACCOUNT_DIR
-from numa_pin.nrtpublish import DEFAULT_INTERVAL_S
-from numa_pin.text import cut, one_line
+from numa_pin.base.text import cut, one_line
+from numa_pin.cluster.kubeapi import DEFAULT_SERVICEACCOUNT_DIR
+from numa_pin.cluster.nrtpublish import DEFAULT_INTERVAL_S
 
 #: the variable the DaemonSet sets from the downward API (``spec.nodeName``)
 NODE_NAME_ENV = "NODE_NAME"
@@ -50,8 +50,8 @@ def start(args: argparse.Namespace, env: Mapping[str, str]):  # -> Publisher | N
         return None
     import socket
 
+    from numa_pin.cluster.nrtpublish import Publisher
     from numa_pin.errors import RequestError
-    from numa_pin.nrtpublish import Publisher
 
     if not args.nrt_interval > 0:
         raise RequestError(f"--nrt-interval: {args.nrt_interval:g} is not a positive number of seconds")
@@ -70,8 +70,8 @@ def start(args: argparse.Namespace, env: Mapping[str, str]):  # -> Publisher | N
         return made["build"]()
 
     def send(obj: dict[str, Any]) -> str:
-        from numa_pin.kubeapi import ApiServer
-        from numa_pin.nrtpublish import publish
+        from numa_pin.cluster.kubeapi import ApiServer
+        from numa_pin.cluster.nrtpublish import publish
 
         if "api" not in made:
             made["api"] = ApiServer.in_cluster(env, args.serviceaccount_dir)

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from numa_pin.cpuset import format_list
+from numa_pin.base.cpuset import format_list
 from numa_pin.errors import TopologyError
 from numa_pin.topology.model import KIND_OTHER, Cpu, NumaNode, PciDevice, Topology
 

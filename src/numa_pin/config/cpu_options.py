@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from numa_pin import names
+from numa_pin.base import names
+from numa_pin.base.record import fields, record
 from numa_pin.config.parse import CPU_MANAGER_OPTIONS
 from numa_pin.errors import PolicyError
-from numa_pin.record import fields, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from numa_pin import names
+from numa_pin.base import names
+from numa_pin.base.record import field, record
 from numa_pin.config import parse as p
 from numa_pin.devices.selector import SELECTOR_KEYS
-from numa_pin.record import field, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

@@ -26,12 +26,12 @@ import time
 from collections.abc import Mapping
 
 from numa_pin import __version__
-from numa_pin.boundedio import UnsafeInput, json_loads_bounded, open_regular, read_fd
+from numa_pin.base.boundedio import UnsafeInput, json_loads_bounded, open_regular, read_fd
+from numa_pin.base.digest import sha256_hex
+from numa_pin.base.safefs import ensure_dir, replace_private
+from numa_pin.base.text import one_line
 from numa_pin.config.schema import Config, config_from_dict
-from numa_pin.digest import sha256_hex
 from numa_pin.errors import ConfigError, NumaPinError
-from numa_pin.safefs import ensure_dir, replace_private
-from numa_pin.text import one_line
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

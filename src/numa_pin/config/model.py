@@ -1,4 +1,4 @@
-"""The typed configuration: frozen records (:mod:`numa_pin.record`) whose defaults come from the key table (pure).
+"""The typed configuration: frozen records (:mod:`numa_pin.base.record`) whose defaults come from the key table (pure).
 
 ``Config()`` is the built-in defaults (:data:`numa_pin.config.keys.ITEMS`). Build a
 validated one with :func:`numa_pin.config.schema.config_from_dict` or ``load_config``;
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from numa_pin.base.cpuset import format_list
+from numa_pin.base.record import field, fields, record
 from numa_pin.config.cpu_options import CpuOptions
 from numa_pin.config.keys import default
-from numa_pin.cpuset import format_list
 from numa_pin.devices.selector import Selector
-from numa_pin.record import field, fields, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

@@ -12,11 +12,11 @@ import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from numa_pin import names
-from numa_pin.cpuset import parse_list
+from numa_pin.base import names
+from numa_pin.base.cpuset import parse_list
+from numa_pin.base.quantity import format_bytes, parse_bytes
 from numa_pin.devices.selector import Selector, check_resource_name, parse_selector
 from numa_pin.errors import ConfigError, RequestError
-from numa_pin.quantity import format_bytes, parse_bytes
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from numa_pin.base.cpuset import format_list
 from numa_pin.config.keys import BY_KEY, CHILDREN, ITEMS, default
 from numa_pin.config.model import Config, CpuManagerConfig, CpuManagerOptions, InferenceConfig, IsolationConfig
 from numa_pin.config.parse import CPU_MANAGER_OPTIONS, Invalid, mapping, type_name
-from numa_pin.cpuset import format_list
 from numa_pin.errors import ConfigError
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from numa_pin.base.record import record
+from numa_pin.base.text import quote
 from numa_pin.errors import RequestError
-from numa_pin.record import record
-from numa_pin.text import quote
 
 #: prefix of the annotations CDI devices are requested with (``cdi.k8s.io/<key>``)
 ANNOTATION_PREFIX = "cdi.k8s.io/"

@@ -42,7 +42,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 
-from numa_pin.record import record
+from numa_pin.base.record import record
 
 #: ``r0 = MARK_START`` opens the prologue ("NPG1"), ``r0 = MARK_END`` closes it ("NPG0")
 MARK_START = 0x4E504731

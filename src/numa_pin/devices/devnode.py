@@ -22,7 +22,7 @@ says why, so the admission can say so (and reject it under ``inference.strict_de
 
 from __future__ import annotations
 
-from numa_pin.record import record
+from numa_pin.base.record import record
 from numa_pin.topology.model import Topology
 
 #: the NVIDIA driver's character major; minor 255 is ``nvidiactl``, 254 ``nvidia-modeset``

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from numa_pin import pciaddr
+from numa_pin.base import pciaddr
+from numa_pin.base.record import record
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.devices.selector import Selector, check_resource_name
 from numa_pin.errors import ConfigError
-from numa_pin.record import record
 from numa_pin.topology.model import PciDevice, Topology
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from numa_pin.base.record import record
 from numa_pin.errors import RequestError
 from numa_pin.policy import bitmask
-from numa_pin.record import record
 
 
 @record

@@ -11,7 +11,7 @@ selector is made, so a selector that exists is a valid one:
 * ``pf_names``: the PF's netdev for a VF, or the function's own netdev, optionally with VF
   index ranges (``"ens2f0#0-3,6"``);
 * ``is_vf`` / ``has_netdev``: required when not ``None``;
-* ``addresses``: PCI addresses -> ``"0000:3b:00.1"`` (:mod:`numa_pin.pciaddr`).
+* ``addresses``: PCI addresses -> ``"0000:3b:00.1"`` (:mod:`numa_pin.base.pciaddr`).
 
 :func:`parse_selector` reads one selector from a config document (YAML lists and booleans
 only) and names the offending dotted key; the constructor also takes a single string for
@@ -24,9 +24,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 
-from numa_pin import pciaddr
+from numa_pin.base import pciaddr
+from numa_pin.base.record import record
 from numa_pin.errors import ConfigError
-from numa_pin.record import record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

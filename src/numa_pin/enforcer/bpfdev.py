@@ -35,9 +35,9 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
+from numa_pin.base.record import record
 from numa_pin.devices.devfilter import DeviceRule, carried_rules, with_rules
 from numa_pin.errors import EnforcementError
-from numa_pin.record import record
 
 LIBBPF = "libbpf.so.1"
 BPF_PROG_TYPE_CGROUP_DEVICE = 15

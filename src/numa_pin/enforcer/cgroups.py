@@ -25,10 +25,10 @@ from __future__ import annotations
 import os
 import stat
 
+from numa_pin.base.record import record
 from numa_pin.enforcer.mounts import CgroupLayout
 from numa_pin.enforcer.proccgroup import path_parts, process_cgroup
 from numa_pin.errors import CgroupEscapeError, EnforcementError
-from numa_pin.record import record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

@@ -24,12 +24,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from numa_pin import cpuset as cpulist
+from numa_pin.base import cpuset as cpulist
+from numa_pin.base.record import record
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.cgroups import CgroupRef
 from numa_pin.enforcer.undo import UndoFn, UndoLog, describe_failures
 from numa_pin.errors import EnforcementError
-from numa_pin.record import record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

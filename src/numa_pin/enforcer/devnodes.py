@@ -32,10 +32,10 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from numa_pin.base.record import record
 from numa_pin.enforcer.gpu import NVIDIA_MAJOR, NVIDIACTL_MINOR, DeviceRule, gpu_minors
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
-from numa_pin.record import record
 from numa_pin.topology.model import PciDevice
 
 #: permissions of a created node (the NVIDIA driver's default for its nodes)
@@ -82,7 +82,7 @@ VFIO_CONTAINER = DeviceNode("/dev/vfio/vfio", 10, 196)
 
 def _numbers(path: str) -> tuple[int, int] | None:
     """``major:minor`` from a sysfs ``dev`` file, or None when it is absent or garbage."""
-    from numa_pin.boundedio import UnsafeInput, read_regular_file
+    from numa_pin.base.boundedio import UnsafeInput, read_regular_file
 
     try:
         major, _, minor = read_regular_file(path, 64).decode().strip().partition(":")

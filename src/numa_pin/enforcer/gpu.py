@@ -53,13 +53,13 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from numa_pin.base.record import record, replace
+from numa_pin.base.safefs import replace_private
 from numa_pin.devices.devfilter import DeviceRule
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.mounts import CgroupLayout
 from numa_pin.enforcer.undo import UndoFn, UndoLog, describe_failures
 from numa_pin.errors import EnforcementError
-from numa_pin.record import record, replace
-from numa_pin.safefs import replace_private
 from numa_pin.topology.model import PciDevice
 
 NVIDIA_MAJOR = 195

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from numa_pin.cpuset import format_list, parse_list
+from numa_pin.base.cpuset import format_list, parse_list
 from numa_pin.errors import EnforcementError, RequestError
 
 #: request word -> (kernel mode number, runtime-spec mode name)

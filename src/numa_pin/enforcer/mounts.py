@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import re
 
+from numa_pin.base.record import record
 from numa_pin.errors import EnforcementError
-from numa_pin.record import record
 
 MODE_V1 = "v1"
 MODE_V2 = "v2"

@@ -14,13 +14,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping
 
-from numa_pin import cpuset as cpulist
+from numa_pin.base import cpuset as cpulist
+from numa_pin.base.record import record
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.cgroups import CgroupRef
 from numa_pin.enforcer.cpuset import CPUSET_CPUS
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
-from numa_pin.record import record
 
 #: how deep :func:`~numa_pin.enforcer.pool.resize_shared` looks below a shared container for the cpuset cgroups it made
 #: itself (a nested runtime, Docker-in-Docker, systemd in the container)

@@ -10,9 +10,9 @@ import os
 import re
 from collections.abc import Mapping
 
-from numa_pin import pciaddr
+from numa_pin.base import pciaddr
+from numa_pin.base.record import asdict, record
 from numa_pin.errors import EnforcementError
-from numa_pin.record import asdict, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import re
 
+from numa_pin.base.record import record
 from numa_pin.enforcer.cgroups import CgroupRef, leaf_container_id
 from numa_pin.errors import EnforcementError
-from numa_pin.record import record
 
 _SYSTEMD_PATH = re.compile(r"^([^:/]*):([^:/]*):([^:/]+)$")
 

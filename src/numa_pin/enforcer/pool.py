@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Iterable, Mapping
 
-from numa_pin import cpuset as cpulist
+from numa_pin.base import cpuset as cpulist
+from numa_pin.base.record import record
 from numa_pin.enforcer import cgroups
 from numa_pin.enforcer.cgroups import CgroupRef
 from numa_pin.enforcer.cpuset import ensure_cpuset_controller
@@ -35,7 +36,6 @@ from numa_pin.enforcer.nested import (
 )
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import AllocationError, EnforcementError
-from numa_pin.record import record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

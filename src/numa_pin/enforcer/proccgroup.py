@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 
+from numa_pin.base.record import record
 from numa_pin.errors import EnforcementError
-from numa_pin.record import record
 
 
 def path_parts(rel: str) -> list[str]:

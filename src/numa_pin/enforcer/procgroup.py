@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
+from numa_pin.base.record import record
 from numa_pin.enforcer.cgroups import read_cgroup_file, write_cgroup_file
 from numa_pin.errors import EnforcementError
-from numa_pin.record import record
 
 PARENT = "numa-pin"
 

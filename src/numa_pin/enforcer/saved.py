@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import os
 
-from numa_pin import safefs
-from numa_pin.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
+from numa_pin.base import safefs
+from numa_pin.base.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
 

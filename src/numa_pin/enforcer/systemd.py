@@ -23,13 +23,13 @@ from __future__ import annotations
 import os
 import time
 
-from numa_pin import cpuset as cpulist
-from numa_pin import deadline
+from numa_pin.base import cpuset as cpulist
+from numa_pin.base import deadline
+from numa_pin.base.record import record
+from numa_pin.base.text import one_line
 from numa_pin.enforcer.cgroups import DRIVER_SYSTEMD, CgroupRef
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
-from numa_pin.record import record
-from numa_pin.text import one_line
 
 #: unit types whose cgroup holds a container's processes (a slice holds a pod's)
 UNIT_SUFFIXES = (".scope", ".slice", ".service")

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from numa_pin.base.record import record
 from numa_pin.errors import EnforcementError, NumaPinError
-from numa_pin.record import record
 
 #: an undo step: a function of no arguments that reverses one action
 UndoFn = Callable[[], None]

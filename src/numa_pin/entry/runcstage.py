@@ -123,14 +123,14 @@ def decide(config_path: str, container_id: str, env: Mapping[str, str], say: Cal
     """Run the precreate decision on ``config_path`` for runc's ``container_id``, writing the
     edited config back when it changed. Returns the hook's exit code (0: admitted or nothing
     asked; otherwise its line went to ``say`` and nothing is held)."""
-    from numa_pin.boundedio import read_regular_file
+    from numa_pin.base.boundedio import read_regular_file
     from numa_pin.hook.oci import MAX_DOCUMENT_BYTES, load_object
     from numa_pin.hook.precreate import container_id_from_cgroups_path
 
     try:
         original = load_object(read_regular_file(config_path, MAX_DOCUMENT_BYTES), config_path)
     except (OSError, ValueError) as exc:  # HookInputError and UnsafeInput are ValueErrors
-        from numa_pin.text import one_line
+        from numa_pin.base.text import one_line
 
         kind = getattr(exc, "kind", None)  # a HookInputError names the file; the others may not
         why = str(exc) if kind else f"{config_path}: {exc}"

@@ -26,16 +26,16 @@ function that needs it.
 
 from __future__ import annotations
 
-from numa_pin.record import field, record
+from numa_pin.base.record import field, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from numa_pin.base.deadline import Deadline
     from numa_pin.config.model import Config
-    from numa_pin.deadline import Deadline
     from numa_pin.resources.node.warm import WarmState
-    from numa_pin.service import NodeService
+    from numa_pin.service.node import NodeService
 
 ADMIT_STAGES = frozenset({"prestart", "createRuntime", "create-runtime"})
 RELEASE_STAGES = frozenset({"poststop"})
@@ -101,7 +101,7 @@ def parse_argv(argv: tuple[str, ...] | list[str]) -> tuple[str | None, str]:
         else:
             stage = arg
     if stage not in ADMIT_STAGES | RELEASE_STAGES | NOOP_STAGES | PRECREATE_STAGES:
-        from numa_pin.text import quote
+        from numa_pin.base.text import quote
 
         raise Usage(f"unknown stage {quote(stage)}")
     return config, stage
@@ -117,7 +117,7 @@ class _Out:
         self.on_line = on_line
 
     def line(self, text: str) -> None:
-        from numa_pin.text import cut, one_line
+        from numa_pin.base.text import cut, one_line
 
         self.lines.append(cut(one_line(text)))
         if self.on_line is not None:
@@ -193,24 +193,24 @@ class _Context:
         self.out.line(line)
         line = self.out.lines[-1]
         if self.state_dir:
-            from numa_pin.report import write_reason
+            from numa_pin.reporting.report import write_reason
 
             write_reason(self.state_dir, self.cid, line, details)
         if self.syslog:
-            from numa_pin.report import log_syslog
+            from numa_pin.reporting.report import log_syslog
 
             log_syslog(line)
 
     def warn_kubelet(self, kubelet_root: str) -> None:
         """One warning line (not a rejection) when kubelet's static CPU manager also runs here."""
-        from numa_pin.kubelet import conflict_warning
+        from numa_pin.cluster.kubelet import conflict_warning
 
         line = conflict_warning(kubelet_root)
         if line is None:
             return
         self.out.line(line)
         if self.syslog:
-            from numa_pin.report import log_syslog
+            from numa_pin.reporting.report import log_syslog
 
             log_syslog(line, error=False)
 
@@ -232,8 +232,8 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
         cgroups_path = (read_proposed(data).get("linux") or {}).get("cgroupsPath")
         ctx.cid = container_id_from_cgroups_path(cgroups_path if isinstance(cgroups_path, str) else None) or "?"
     else:
+        from numa_pin.base.record import replace
         from numa_pin.hook.oci import read_state
-        from numa_pin.record import replace
 
         state = read_state(io.BytesIO(request.stdin))
         ctx.cid = state.id
@@ -248,11 +248,11 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
             config_path, request.env, cwd=request.cwd, cached=True, or_defaults=True)[0], ctx.out)
     config, cache_dir = entry_config(config_path, request.env, cwd=request.cwd, cached=True)
     ctx.state_dir, ctx.syslog = config.state_dir, config.syslog
-    from numa_pin.service import open_service
+    from numa_pin.service.node import open_service
 
     # a lock wait goes to syslog: an outcome is one line
     service = open_service(config, cache_dir, warm_state=warm_state)
-    from numa_pin.report import forget_reason
+    from numa_pin.reporting.report import forget_reason
 
     if state is None:
         import json
@@ -296,7 +296,7 @@ def _stage(stage: str, config_path: str | None, request: HookRequest, ctx: _Cont
 
 def _budget(config: Config, ctx: _Context, request: HookRequest) -> Deadline:
     """The admission's deadline: ``admission_timeout_s`` from the hook process's start."""
-    from numa_pin.deadline import Deadline
+    from numa_pin.base.deadline import Deadline
 
     return Deadline(config.admission_timeout_s, f"admission of {ctx.cid}", since=request.started)
 
@@ -313,7 +313,7 @@ def _abandon_pending(service: NodeService, container_id: str) -> None:
         if grant is not None and grant.pid is None:
             service.release(container_id, pending_only=True)
     except NumaPinError as exc:
-        from numa_pin.report import log_syslog
+        from numa_pin.reporting.report import log_syslog
 
         log_syslog(f"numa-pin: {container_id}: the grant of a refused container was not released: {exc}")
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from numa_pin.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
+from numa_pin.base.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
+from numa_pin.base.record import field, record
+from numa_pin.base.text import MAX_PATH, quote, unfit
 from numa_pin.devices.devnode import DeviceNode
 from numa_pin.errors import HookInputError
-from numa_pin.record import field, record
-from numa_pin.text import MAX_PATH, quote, unfit
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

@@ -30,10 +30,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from numa_pin.cpuset import format_list
+from numa_pin.base.cpuset import format_list
+from numa_pin.base.record import record
 from numa_pin.errors import HookInputError, NumaPinError
 from numa_pin.ledger.model import Grant
-from numa_pin.record import record
 from numa_pin.resources.node.runtime import RuntimeEdit
 from numa_pin.resources.runtime import precreate_target
 from numa_pin.topology.model import PciDevice, Topology
@@ -230,7 +230,7 @@ class Precreate:
 
 def precreate(data: bytes, service: Any, deadline: Any = None) -> Precreate:
     """Decide from the proposed config ``data`` through ``service`` (a NodeService), within
-    ``deadline`` (a :class:`~numa_pin.deadline.Deadline`; None: the config's from now).
+    ``deadline`` (a :class:`~numa_pin.base.deadline.Deadline`; None: the config's from now).
 
     A container that asks for nothing comes back unchanged and is not recorded. Raises
     HookInputError (bad config, no container id for a container that asks for something),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 
-from numa_pin.boundedio import read_regular_file
+from numa_pin.base.boundedio import read_regular_file
 
 
 def process_started(pid: int | str = "self", proc_root: str = "/proc") -> float | None:

@@ -14,8 +14,8 @@ import json
 from bisect import bisect_left
 from json.encoder import encode_basestring_ascii as _quote
 
-from numa_pin.boundedio import json_loads_bounded
-from numa_pin.digest import sha256_hex, sha256_hex_parts
+from numa_pin.base.boundedio import json_loads_bounded
+from numa_pin.base.digest import sha256_hex, sha256_hex_parts
 from numa_pin.errors import LedgerCorrupt, LedgerError
 from numa_pin.ledger import derived
 from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, newer_version_message

@@ -37,7 +37,7 @@ import os
 import time
 from collections.abc import Callable
 
-from numa_pin.boundedio import UnsafeInput, read_regular_file
+from numa_pin.base.boundedio import UnsafeInput, read_regular_file
 from numa_pin.enforcer.cgroups import hierarchy_dir
 from numa_pin.errors import SysfsError
 from numa_pin.ledger.model import KIND_SHARED, Grant, LedgerState

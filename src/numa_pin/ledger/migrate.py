@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 from numa_pin import __version__
-from numa_pin.boundedio import json_loads_bounded
+from numa_pin.base.boundedio import json_loads_bounded
 from numa_pin.errors import LedgerCorrupt
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)

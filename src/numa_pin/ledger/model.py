@@ -17,14 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from numa_pin import __version__, names
-from numa_pin.cpuset import format_list, parse_list
+from numa_pin import __version__
+from numa_pin.base import names
+from numa_pin.base.cpuset import format_list, parse_list
+from numa_pin.base.record import field, record, replace
 from numa_pin.errors import LedgerCorrupt
 from numa_pin.ledger import derived, shape
 from numa_pin.ledger.migrate import LEDGER_VERSION, MIGRATIONS, migrate, newer_version_message
 from numa_pin.ledger.pod import PodNetdev, PodRecord
 from numa_pin.ledger.records import KIND_EXCLUSIVE, KIND_PROCESS, KIND_SHARED, GpuAccess
-from numa_pin.record import field, record, replace
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

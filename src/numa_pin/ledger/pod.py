@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from numa_pin import names
-from numa_pin.cpuset import format_list
+from numa_pin.base import names
+from numa_pin.base.cpuset import format_list
+from numa_pin.base.record import field, record
 from numa_pin.errors import LedgerCorrupt
 from numa_pin.ledger import shape
-from numa_pin.record import field, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

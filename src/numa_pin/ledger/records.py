@@ -10,9 +10,9 @@ Construction checks types and raises :class:`ValueError` (a programming error);
 
 from __future__ import annotations
 
+from numa_pin.base.record import record
 from numa_pin.errors import LedgerCorrupt
 from numa_pin.ledger import shape
-from numa_pin.record import record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

@@ -28,16 +28,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from numa_pin import cpuset as cpulist
-from numa_pin.boundedio import json_loads_bounded
+from numa_pin.base import cpuset as cpulist
+from numa_pin.base.boundedio import json_loads_bounded
+from numa_pin.base.record import record
 from numa_pin.enforcer.cgroups import child_dirs, leaf_container_id
 from numa_pin.errors import LedgerCorrupt
 from numa_pin.ledger.liveness import cgroup_populated, detect_cgroup_version
 from numa_pin.ledger.model import KIND_EXCLUSIVE, KIND_SHARED, Grant, LedgerState, PodRecord
-from numa_pin.record import record
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, TypeVar
 

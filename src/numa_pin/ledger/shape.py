@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
 from numa_pin.errors import LedgerCorrupt
 from numa_pin.ledger.migrate import MAX_RECORD_DEPTH
 

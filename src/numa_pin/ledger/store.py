@@ -14,7 +14,7 @@ a bounded wait.
 Protection: ``state_dir`` must be root's and not writable by others (mode 0700 is created and
 recommended). The checksum is unkeyed, so anyone who can write ``state_dir`` could forge grants;
 a key would have to be stored where the same writer could read it. So every use checks the
-directory and its parents (:func:`numa_pin.safefs.check_dir`) and refuses with
+directory and its parents (:func:`numa_pin.base.safefs.check_dir`) and refuses with
 :class:`~numa_pin.errors.UnsafePathError` when others could write there; ``ledger.lock`` is
 opened with ``O_NOFOLLOW`` and must be this user's regular file, and ``ledger.json`` is 0600.
 
@@ -42,12 +42,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from numa_pin.boundedio import UnsafeInput, open_regular, read_fd, read_regular_file
+from numa_pin.base.boundedio import UnsafeInput, open_regular, read_fd, read_regular_file
+from numa_pin.base.safefs import NotDurable, check_dir, ensure_dir, flock_within, open_private, replace_private
 from numa_pin.errors import LedgerCorrupt, LedgerError, LedgerLockTimeout
 from numa_pin.ledger.codec import MAX_NAME_CHARS, REMEDY, check_new_grants, checksum, corrupt, decode, encode
 from numa_pin.ledger.model import LedgerState
 from numa_pin.ledger.transaction import Transaction
-from numa_pin.safefs import NotDurable, check_dir, ensure_dir, flock_within, open_private, replace_private
 
 LEDGER_FILE = "ledger.json"
 LOCK_FILE = "ledger.lock"
@@ -243,7 +243,7 @@ class Ledger:
 
         Raises:
             UnsafePathError: the state directory or the lock file fails the checks of
-                :mod:`numa_pin.safefs`.
+                :mod:`numa_pin.base.safefs`.
             OSError: it cannot be created or opened (``ELOOP``: a symlink).
         """
         ensure_dir(self.state_dir, 0o700)

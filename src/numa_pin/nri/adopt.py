@@ -14,19 +14,19 @@ left is said in one line and left as it runs.
 
 from __future__ import annotations
 
-from numa_pin import report
-from numa_pin.deadline import Deadline
+from typing import TYPE_CHECKING
+
+from numa_pin.base.deadline import Deadline
+from numa_pin.base.text import cut, one_line
 from numa_pin.errors import AdmissionTimeout, NriError, NumaPinError
 from numa_pin.nri.messages import RUNTIME_SERVICE
+from numa_pin.reporting import report
 from numa_pin.resources.runtime import NRI
-from numa_pin.text import cut, one_line
-
-TYPE_CHECKING = False  # typing's flag without importing typing
 
 if TYPE_CHECKING:
     from typing import Any
 
-    from numa_pin.serviceadopt import Adoptee
+    from numa_pin.service.adopt import Adoptee
 
 #: the share of the runtime's request timeout one round of adoptions after the answer may take
 LATER_SHARE = 0.25

@@ -22,14 +22,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from numa_pin.cpuset import format_list
+from numa_pin.base.cpuset import format_list
+from numa_pin.base.text import MAX_NAME, MAX_PATH, quote, unfit
 from numa_pin.errors import PathLimitError, RequestError
 from numa_pin.hook.oci import OciSpec
 from numa_pin.requests.kubernetes import NAME_KEYS, POD_ID_KEYS, POD_NAME_KEYS, SANDBOX_TYPE_KEYS
 from numa_pin.requests.limits import ContainerLimits
 from numa_pin.resources.node.runtime import RuntimeEdit
 from numa_pin.resources.runtime import NRI
-from numa_pin.text import MAX_NAME, MAX_PATH, quote, unfit
 
 #: containerd's keys for the pod's id, namespace and name, the container's name and type (set
 #: when the runtime left them out of the container's annotations)
@@ -145,7 +145,7 @@ def fill_adjustment(adjust: Any, edit: RuntimeEdit) -> None:
 
 def check_names(pod: Any, container: Any) -> None:
     """Refuse (RequestError) a container whose ids, names or cgroup paths, as the runtime sent
-    them, hold a NUL or another control character or are too long (:func:`numa_pin.text.unfit`):
+    them, hold a NUL or another control character or are too long (:func:`numa_pin.base.text.unfit`):
     they would reach the ledger, reason files and cgroup paths, where they break every later look."""
     linux = container.linux
     for what, value, limit in (

@@ -16,7 +16,7 @@ from typing import Any
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
-from numa_pin.boundedio import read_regular_file
+from numa_pin.base.boundedio import read_regular_file
 from numa_pin.errors import ConfigError
 
 #: the descriptor set next to this module

@@ -1,6 +1,6 @@
 """numa-pin as an NRI plugin: the runtime asks, numa-pin decides, the runtime applies.
 
-:class:`Handler` answers NRI's plugin service through one :class:`~numa_pin.service.NodeService`,
+:class:`Handler` answers NRI's plugin service through one :class:`~numa_pin.service.node.NodeService`,
 the same service and ledger as the hook:
 
 * ``Configure``: subscribes to ``CreateContainer``, ``StartContainer``, ``UpdateContainer``,
@@ -41,18 +41,18 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from numa_pin import report
-from numa_pin.deadline import Deadline
+from numa_pin.base.deadline import Deadline
+from numa_pin.base.text import cut, one_line
 from numa_pin.errors import AdmissionError, NriError, NumaPinError
 from numa_pin.ledger.model import Grant
 from numa_pin.nri import wire
 from numa_pin.nri.adopt import later_round, not_adopted, settle, updates_answered, updates_request
 from numa_pin.nri.convert import check_names, fill_adjustment, fill_update, spec_of
 from numa_pin.nri.messages import PLUGIN_SERVICE, RUNTIME_SERVICE, Messages, event_mask
+from numa_pin.reporting import report
 from numa_pin.requests.request import ContainerRequest
 from numa_pin.resources.node.resize import follow_resize
 from numa_pin.resources.runtime import NRI
-from numa_pin.text import cut, one_line
 
 DEFAULT_SOCKET = "/var/run/nri/nri.sock"
 DEFAULT_NAME, DEFAULT_INDEX = "numa-pin", "50"
@@ -264,10 +264,10 @@ class Handler:
         """Bring the ledger in line with the runtime's containers; the updates that pin them.
 
         The running containers that hold no grant are adopted as one batch, in one ledger
-        transaction (:meth:`~numa_pin.service.NodeService.adopt_batch`): the runtime waits for one
+        transaction (:meth:`~numa_pin.service.node.NodeService.adopt_batch`): the runtime waits for one
         answer for all of them, and a busy node has thousands."""
         from numa_pin.hook.precreate import expected_cgroup
-        from numa_pin.serviceadopt import Adoptee
+        from numa_pin.service.adopt import Adoptee
 
         removed, repaired = self.service.reconcile()
         if removed or repaired:

@@ -20,8 +20,8 @@ import socket
 import struct
 from collections.abc import Iterator
 
+from numa_pin.base.record import record
 from numa_pin.errors import NriError
-from numa_pin.record import record
 
 MUX_HEADER = struct.Struct(">II")  # connection id, payload length
 TTRPC_HEADER = struct.Struct(">IIBB")  # length, stream id, type, flags

@@ -30,10 +30,10 @@ from typing import Any
 import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message, message_factory
 
-from numa_pin.boundedio import read_regular_file
+from numa_pin.base.boundedio import read_regular_file
+from numa_pin.base.record import record
+from numa_pin.base.text import MAX_QUOTED, cut, one_line, quote
 from numa_pin.errors import ConfigError, KubeletError
-from numa_pin.record import record
-from numa_pin.text import MAX_QUOTED, cut, one_line, quote
 
 #: the descriptor set next to this module
 DESCRIPTORS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "descriptors.binpb")
@@ -100,7 +100,7 @@ class Allocatable:
 
 
 def pod_names(pods: tuple[Pod, ...] | list[Pod]) -> list[tuple[str, str]]:
-    """``(namespace, name)`` of each pod, what :func:`numa_pin.nrt.pods_fingerprint` signs."""
+    """``(namespace, name)`` of each pod, what :func:`numa_pin.cluster.nrt.pods_fingerprint` signs."""
     return [(pod.namespace, pod.name) for pod in pods]
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterable, Mapping, Sequence
 
+from numa_pin.base.record import field, record
 from numa_pin.errors import PolicyError, TopologyError
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import CapacityFamily, ProviderHints, TopologyHint
 from numa_pin.policy.options import PolicyOptions
-from numa_pin.record import field, record
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

@@ -14,11 +14,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
+from numa_pin.base.record import record
 from numa_pin.policy import bitmask
 from numa_pin.policy.base import Ranker
 from numa_pin.policy.closest import closest_set
 from numa_pin.policy.hint import CapacityFamily
-from numa_pin.record import record
 
 
 @record(frozen=False)

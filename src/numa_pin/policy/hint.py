@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import combinations
 
+from numa_pin.base.record import record
 from numa_pin.policy import bitmask
-from numa_pin.record import record
 
 
 class TopologyHint:

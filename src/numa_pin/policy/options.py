@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from numa_pin import names
+from numa_pin.base import names
+from numa_pin.base.record import record
 from numa_pin.errors import PolicyError
-from numa_pin.record import record
 
 PREFER_CLOSEST_NUMA_NODES = "prefer-closest-numa-nodes"
 MAX_ALLOWABLE_NUMA_NODES = "max-allowable-numa-nodes"

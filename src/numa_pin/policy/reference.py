@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import product
 
-from numa_pin import names
+from numa_pin.base import names
 from numa_pin.errors import PolicyError
 from numa_pin.policy.hint import CapacityFamily, ProviderHints, TopologyHint
 

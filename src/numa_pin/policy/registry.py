@@ -2,14 +2,14 @@
 
 ``get_policy(name, options)`` returns one of :data:`POLICIES`; ``check_scope(name)`` validates a
 scope name; :func:`merge_hints` merges one container's provider hints under a named policy. The
-names themselves are :mod:`numa_pin.names`.
+names themselves are :mod:`numa_pin.base.names`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from numa_pin import names
+from numa_pin.base import names
 from numa_pin.errors import PolicyError
 from numa_pin.policy import best_effort, none, restricted, single_numa_node
 from numa_pin.policy.base import NumaInfo, Policy

@@ -3,7 +3,7 @@ kubelet ``policy_restricted.go`` (it embeds the best-effort policy)."""
 
 from __future__ import annotations
 
-from numa_pin import names
+from numa_pin.base import names
 from numa_pin.policy.best_effort import BestEffortPolicy
 from numa_pin.policy.hint import TopologyHint
 

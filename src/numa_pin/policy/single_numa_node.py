@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from numa_pin import names
+from numa_pin.base import names
 from numa_pin.policy.base import NumaInfo, Policy, filter_single_numa, flatten_providers
 from numa_pin.policy.hint import ProviderHints, TopologyHint
 from numa_pin.policy.merge import merge_lists

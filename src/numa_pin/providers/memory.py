@@ -30,12 +30,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from itertools import combinations
 
+from numa_pin.base.record import record
 from numa_pin.errors import RequestError
 from numa_pin.policy import bitmask
 from numa_pin.policy.hint import CapacityFamily, ProviderHints, TopologyHint
 from numa_pin.providers.cover import covers, min_cover_size
 from numa_pin.providers.podrequest import pod_request
-from numa_pin.record import record
 from numa_pin.topology.memory import MemoryBlock, MemoryState, check_amount, check_request
 
 #: past this many nodes :func:`memory_hint_family` never enumerates masks (see its docstring)

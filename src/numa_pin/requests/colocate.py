@@ -4,10 +4,10 @@ socket (pure parsing; :mod:`numa_pin.allocators.colocate` honours it).
 
 from __future__ import annotations
 
+from numa_pin.base.quantity import ASCII_BLANKS
+from numa_pin.base.text import quote
 from numa_pin.errors import RequestError
-from numa_pin.quantity import ASCII_BLANKS
 from numa_pin.requests.pairs import split_pairs
-from numa_pin.text import quote
 
 #: what ``numa-pin.io/colocate`` may ask devices to share
 COLOCATE_SCOPES = ("pcie-root", "numa-node", "socket")

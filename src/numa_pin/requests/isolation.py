@@ -50,10 +50,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from numa_pin.base.record import record
+from numa_pin.base.text import quote
 from numa_pin.config.parse import DISABLE, ENABLE, EXEC_DEFAULT, MAX_LATENCY, knob_value
 from numa_pin.errors import RequestError
-from numa_pin.record import record
-from numa_pin.text import quote
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

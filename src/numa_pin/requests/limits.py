@@ -24,13 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from numa_pin.base.cpuset import parse_list
+from numa_pin.base.record import field, record
+from numa_pin.base.text import quote
 from numa_pin.config.model import InferenceConfig
-from numa_pin.cpuset import parse_list
 from numa_pin.devices.cdi import CdiDevice, devices_from_env_tokens
 from numa_pin.errors import RequestError
-from numa_pin.record import field, record
 from numa_pin.requests.kubernetes import GUARANTEED, infer_guaranteed_cpus, infer_qos, is_kubernetes
-from numa_pin.text import quote
 
 #: where a container's own cpuset comes from
 CPUSET_FIELD = "linux.resources.cpu.cpus"
@@ -79,7 +79,7 @@ def crio_pod_limits(annotations: Mapping[str, str], cgroups_path: str | None = N
     key = next((k for k in CRIO_POD_RESOURCES if annotations.get(k)), None)
     if key is None:
         return None
-    from numa_pin.boundedio import json_loads_bounded
+    from numa_pin.base.boundedio import json_loads_bounded
 
     text = annotations[key]
     try:

@@ -3,15 +3,15 @@
 ``pcie-root:a.com/x,b.com/y;socket:...`` (``numa-pin.io/colocate``).
 
 Items are separated by one character; around items, keys and values only ASCII blanks are
-ignored (:data:`numa_pin.quantity.ASCII_BLANKS`: Kubernetes refuses Unicode spaces), and empty
+ignored (:data:`numa_pin.base.quantity.ASCII_BLANKS`: Kubernetes refuses Unicode spaces), and empty
 items are skipped. What a key or a value may be is the caller's to check.
 """
 
 from __future__ import annotations
 
+from numa_pin.base.quantity import ASCII_BLANKS
+from numa_pin.base.text import quote
 from numa_pin.errors import RequestError
-from numa_pin.quantity import ASCII_BLANKS
-from numa_pin.text import quote
 
 
 def split_pairs(text: str, item_sep: str, pair_sep: str, form: str, annotation: str) -> list[tuple[str, str, str]]:

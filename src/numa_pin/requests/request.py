@@ -53,13 +53,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from numa_pin import names
+from numa_pin.base import names
+from numa_pin.base.quantity import parse_bytes, parse_count
+from numa_pin.base.record import field, record
+from numa_pin.base.text import quote
 from numa_pin.config.model import InferenceConfig, IsolationConfig
 from numa_pin.devices.cdi import CdiDevice, devices_from_annotations
 from numa_pin.devices.devnode import DeviceNode
 from numa_pin.errors import RequestError
-from numa_pin.quantity import parse_bytes, parse_count
-from numa_pin.record import field, record
 from numa_pin.requests import isolation as iso
 from numa_pin.requests.colocate import parse_colocate
 from numa_pin.requests.kubernetes import NAME_KEYS, POD_ID_KEYS, SANDBOX_TYPE_KEYS, pod_name
@@ -76,7 +77,6 @@ from numa_pin.requests.limits import (
 )
 from numa_pin.requests.pairs import split_pairs
 from numa_pin.requests.vfconfig import parse_vf_config
-from numa_pin.text import quote
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
@@ -373,7 +373,7 @@ def pod_totals(annotations: Mapping[str, str], pod_limits: ContainerLimits | Non
     if pod_limits is None:
         pod_limits = crio_pod_limits(annotations, limits.cgroups_path)
     elif not pod_limits.cgroups_path:
-        from numa_pin.record import replace
+        from numa_pin.base.record import replace
 
         pod_limits = replace(pod_limits, cgroups_path=limits.cgroups_path)
     if pod_limits is None:
@@ -403,7 +403,7 @@ def with_memory_tier(request: ContainerRequest, tiers: Mapping[str, frozenset[in
         known = ", ".join(sorted(tiers)) or "none configured"
         raise RequestError(f"no memory tier {quote(request.memory_tier)} (memory_tiers: {known})",
                            annotation=PREFIX + "memory-tier")
-    from numa_pin.record import replace
+    from numa_pin.base.record import replace
 
     return replace(request, memory_tier_nodes=frozenset(nodes))
 

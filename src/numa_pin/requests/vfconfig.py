@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from numa_pin.base.text import quote
 from numa_pin.errors import RequestError
 from numa_pin.requests.pairs import split_pairs
-from numa_pin.text import quote
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:

@@ -32,12 +32,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from numa_pin import names
+from numa_pin.base import names
+from numa_pin.base.record import field, record
 from numa_pin.config.cpu_options import CpuOptions
 from numa_pin.errors import AdmissionError, RequestError, TopologyAffinityError
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.policy.hint import ProviderHints, TopologyHint
-from numa_pin.record import field, record
 from numa_pin.requests.request import Amounts, ContainerRequest
 from numa_pin.topology.model import Topology
 
@@ -251,7 +251,7 @@ def grant_from(request: ContainerRequest, decision: Decision, *, pid: int | None
 
 def live_name_message(grant: Grant) -> str:
     """Why ``numa-pin run --name`` may not take a name a live grant holds."""
-    from numa_pin.cpuset import format_list
+    from numa_pin.base.cpuset import format_list
 
     return (
         f"{grant.container_id!r} is the name of a live grant (pid {grant.pid}, cpus "

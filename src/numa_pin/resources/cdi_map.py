@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from numa_pin.base.pciaddr import normalise
 from numa_pin.devices.cdi import CdiDevice
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import RequestError
-from numa_pin.pciaddr import normalise
 from numa_pin.topology.model import PciDevice
 
 NVIDIA_GPU_KIND = "nvidia.com/gpu"

@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from numa_pin.allocators.cpu import allocate_cpus, reserved_cpus
-from numa_pin.cpuset import format_list
+from numa_pin.base.cpuset import format_list
+from numa_pin.base.record import record
 from numa_pin.errors import AdmissionError, AllocationError, TopologyAffinityError
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.policy.hint import ProviderHints
 from numa_pin.providers.cpu import cpu_hint_family
-from numa_pin.record import record
 from numa_pin.requests.limits import CPUSET_FIELD
 from numa_pin.requests.request import Amounts, ContainerRequest
 from numa_pin.resources.base import Decision, Need, NodeSettings, NodeView, Resource, zone_entry

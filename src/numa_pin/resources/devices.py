@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 
+from numa_pin.base.record import record
 from numa_pin.errors import AllocationError, RequestError, TopologyAffinityError
 from numa_pin.ledger.model import Grant
 from numa_pin.policy.hint import ProviderHints, ResourceHints
-from numa_pin.record import record
 from numa_pin.requests.request import Amounts, ContainerRequest
 from numa_pin.resources.base import Need, NodeView, Resource, nodes_text, zone_entry
 

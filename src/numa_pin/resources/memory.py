@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
+from numa_pin.base.quantity import format_bytes
 from numa_pin.errors import RequestError, TopologyAffinityError
 from numa_pin.ledger.model import Grant
 from numa_pin.policy.hint import ProviderHints
-from numa_pin.quantity import format_bytes
 from numa_pin.requests.request import Amounts
 from numa_pin.resources.base import Need, NodeView, Resource, zone_entry
 

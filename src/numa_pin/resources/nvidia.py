@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from numa_pin.base.text import quote
 from numa_pin.devices.cdi import CdiDevice
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import RequestError
-from numa_pin.text import quote
 from numa_pin.topology.model import KIND_GPU, PciDevice, Topology
 
 NVIDIA_GPU = "nvidia.com/gpu"

@@ -15,7 +15,7 @@ then silently ignored.
 
 from __future__ import annotations
 
-from numa_pin.record import record
+from numa_pin.base.record import record
 
 
 @record

@@ -17,7 +17,7 @@ import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from numa_pin.record import replace
+from numa_pin.base.record import replace
 from numa_pin.testing.spec import MachineSpec
 
 #: the DRM render node major and the RDMA verbs major of the kit

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from numa_pin.record import replace
+from numa_pin.base.record import replace
 from numa_pin.testing.spec import MachineSpec
 from numa_pin.testing.spec_parts import KernelQuirks
 from numa_pin.topology.model import Cpu, HugePages, NumaNode, PciDevice, Topology

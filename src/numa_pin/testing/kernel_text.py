@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from numa_pin.cpuset import format_list
+from numa_pin.base.cpuset import format_list
 from numa_pin.testing.pci_spec import PciSpec
 from numa_pin.testing.spec import MachineSpec
 

@@ -22,7 +22,7 @@ import json
 import os
 from pathlib import Path
 
-from numa_pin.cpuset import format_list
+from numa_pin.base.cpuset import format_list
 from numa_pin.testing import machine, shapes
 
 

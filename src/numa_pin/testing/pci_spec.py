@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 
-from numa_pin import pciaddr
-from numa_pin.cpuset import parse_list
+from numa_pin.base import pciaddr
+from numa_pin.base.cpuset import parse_list
+from numa_pin.base.record import record
 from numa_pin.errors import TopologyError
-from numa_pin.record import record
 
 #: PCI classes (as sysfs prints them) used by the shapes and the tests
 CLASS_VGA = "0x030000"

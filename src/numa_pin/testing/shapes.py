@@ -1,7 +1,7 @@
 """Named machine shapes for tests: ``shape("intel-2s-snc2")`` returns a :class:`MachineSpec`.
 
 Each shape is a function with a docstring saying what it models; :data:`SHAPES` maps the
-name to the function. Specs are plain values: derive variants with ``numa_pin.record.replace``.
+name to the function. Specs are plain values: derive variants with ``numa_pin.base.record.replace``.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 
-from numa_pin.cpuset import format_list
+from numa_pin.base.cpuset import format_list
+from numa_pin.base.record import replace
 from numa_pin.errors import TopologyError
-from numa_pin.record import replace
 from numa_pin.testing.pci_spec import CLASS_3D, CLASS_ETHERNET, CLASS_NVME, CLASS_PCI_BRIDGE, CLASS_VGA, PciSpec, VfSpec
 from numa_pin.testing.spec import MachineSpec
 from numa_pin.testing.spec_parts import GIB_KB, NUL_NODE_LISTS, NUL_SYSTEM, CpulessNodeSpec, KernelQuirks

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
+from numa_pin.base.record import field, record
 from numa_pin.errors import TopologyError
-from numa_pin.record import field, record
 from numa_pin.testing.pci_spec import PciSpec, check_pci_tree, pci_iommu_groups
 from numa_pin.testing.spec_parts import (
     GIB_KB,

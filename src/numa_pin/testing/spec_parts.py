@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from numa_pin.base.record import field, record
 from numa_pin.errors import TopologyError
-from numa_pin.record import field, record
 
 LOCAL_DISTANCE = 10
 GIB_KB = 1024 * 1024

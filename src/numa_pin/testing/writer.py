@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
-from numa_pin.record import record
+from numa_pin.base.record import record
 from numa_pin.testing.files import TreeFiles
 from numa_pin.testing.kernel_text import (
     CACHE_DEFAULTS,

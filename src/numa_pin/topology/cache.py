@@ -22,10 +22,10 @@ import json
 import os
 import time
 
-from numa_pin.boundedio import json_loads_bounded, read_fd
-from numa_pin.digest import sha256_hex
+from numa_pin.base.boundedio import json_loads_bounded, read_fd
+from numa_pin.base.digest import sha256_hex
+from numa_pin.base.safefs import ensure_dir, open_private, replace_private
 from numa_pin.errors import UnsafePathError
-from numa_pin.safefs import ensure_dir, open_private, replace_private
 from numa_pin.topology.model import Cpu, HugePages, NumaNode, PciDevice, Topology
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -133,7 +133,7 @@ def cached_discover(
 
     Without a cache dir this is plain discovery. Relative roots are made absolute first (the
     cache is keyed by the tree). The cache directory is created 0700 and checked
-    (:func:`numa_pin.safefs.ensure_dir`); a cache file that is not this user's private regular
+    (:func:`numa_pin.base.safefs.ensure_dir`); a cache file that is not this user's private regular
     file is ignored and replaced.
 
     Raises:

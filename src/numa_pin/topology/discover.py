@@ -62,8 +62,8 @@ import os
 import re
 from pathlib import PurePath
 
+from numa_pin.base.record import replace
 from numa_pin.errors import SysfsError, TopologyError
-from numa_pin.record import replace
 from numa_pin.topology.discover_cpus import (
     CPU_DIR,
     NODE_DIR,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from numa_pin.base.record import replace
 from numa_pin.errors import SysfsError, TopologyError
-from numa_pin.record import replace
 from numa_pin.topology.model import Cpu, NumaNode
 from numa_pin.topology.sysfs import SysfsReader
 

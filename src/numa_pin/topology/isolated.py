@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 
-from numa_pin.boundedio import UnsafeInput, read_regular_file
-from numa_pin.cpuset import parse_list
+from numa_pin.base.boundedio import UnsafeInput, read_regular_file
+from numa_pin.base.cpuset import parse_list
 from numa_pin.errors import SysfsError
 
 #: bytes read of one CPU list (a 4096-CPU list of singles fits)

@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
+from numa_pin.base.record import field, record
 from numa_pin.errors import ConfigError, LedgerError, RequestError
-from numa_pin.record import field, record
 from numa_pin.topology.model import Topology
 
 MEMORY = "memory"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from numa_pin.record import record
+from numa_pin.base.record import record
 
 #: PCI device kinds numa-pin distinguishes
 KIND_GPU = "gpu"

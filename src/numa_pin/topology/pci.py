@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from numa_pin import pciaddr
+from numa_pin.base import pciaddr
 from numa_pin.errors import SysfsError
 from numa_pin.topology.model import KIND_GPU, KIND_NIC, KIND_OTHER, KIND_RDMA, NumaNode, PciDevice
 from numa_pin.topology.sysfs import SysfsReader, parse_int, parse_key_values

@@ -24,7 +24,7 @@ import string
 from collections.abc import Callable
 from pathlib import Path, PurePath
 
-from numa_pin import cpuset
+from numa_pin.base import cpuset
 from numa_pin.errors import SysfsError
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from numa_pin.base.record import record, replace
 from numa_pin.config.schema import Config
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.mounts import CgroupLayout, detect_layout
@@ -45,7 +46,6 @@ from numa_pin.enforcer.systemd import detect as detect_systemd
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.ledger.liveness import is_alive, of_earlier_boot, pending_abandoned, pending_age, read_boot_id
 from numa_pin.ledger.model import Grant, LedgerState
-from numa_pin.record import record, replace
 from numa_pin.resources.base import NodeSettings, Resource
 from numa_pin.topology.cache import DEFAULT_MAX_AGE_S, cached_discover
 from numa_pin.topology.model import Topology

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 
-from numa_pin import report
-from numa_pin.cpuset import format_list
+from numa_pin.base.cpuset import format_list
+from numa_pin.base.record import replace
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import apply_cpuset
 from numa_pin.enforcer.nested import cpus_file, leaf_dirs, read_list
@@ -27,7 +27,7 @@ from numa_pin.enforcer.pool import shared_pool as pool_of
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import AllocationError, CgroupEscapeError, NumaPinError
 from numa_pin.ledger.model import KIND_SHARED, Grant, LedgerState
-from numa_pin.record import replace
+from numa_pin.reporting import report
 from numa_pin.resources.cpu import CpuResource, cpuset_of, mixed, mixed_env
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
 

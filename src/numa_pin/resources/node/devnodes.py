@@ -3,7 +3,7 @@
 
 * :func:`cdi_devices`: every device of the CDI spec files in the spec directories
   (``/etc/cdi`` then ``/var/run/cdi``: a later directory wins, as in CDI's own registry), JSON
-  or YAML, each read bounded (:mod:`numa_pin.boundedio`); a file that is not a CDI spec is
+  or YAML, each read bounded (:mod:`numa_pin.base.boundedio`); a file that is not a CDI spec is
   skipped and named when a device cannot be found;
 * :func:`locate`: a node's device numbers (from the node under the dev root when the spec
   gave none), and from ``<sysfs>/dev/<char|block>/<major>:<minor>`` the PCI function it
@@ -17,11 +17,11 @@ from __future__ import annotations
 import os
 import stat
 
-from numa_pin.boundedio import UnsafeInput, read_regular_file
+from numa_pin.base.boundedio import UnsafeInput, read_regular_file
+from numa_pin.base.pciaddr import is_address
+from numa_pin.base.record import replace
 from numa_pin.devices.cdi_spec import spec_devices
 from numa_pin.devices.devnode import DeviceNode
-from numa_pin.pciaddr import is_address
-from numa_pin.record import replace
 
 TYPE_CHECKING = False
 
@@ -38,7 +38,7 @@ _SUFFIXES = (".json", ".yaml", ".yml")
 def _load(path: str) -> object:
     text = read_regular_file(path, MAX_SPEC_BYTES).decode("utf-8-sig")
     if path.endswith(".json"):
-        from numa_pin.boundedio import json_loads_bounded
+        from numa_pin.base.boundedio import json_loads_bounded
 
         return json_loads_bounded(text, 32)
     from numa_pin.config.load import _parse_yaml

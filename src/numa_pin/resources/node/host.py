@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 
-from numa_pin.cpuset import format_list
+from numa_pin.base.cpuset import format_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.cpuset import restore_list
 from numa_pin.enforcer.undo import UndoLog
@@ -289,7 +289,7 @@ class HostNode(NodeResource):
             return []
         changed, problems = self._apply(node, state, undo, strict=False)
         for problem in problems:
-            from numa_pin import report
+            from numa_pin.reporting import report
 
             report.log_syslog(f"numa-pin: {problem}")
         return [g.container_id for g in asking(state)] if changed else []

@@ -25,7 +25,7 @@ from __future__ import annotations
 import errno
 import os
 
-from numa_pin.cpuset import format_list, parse_list
+from numa_pin.base.cpuset import format_list, parse_list
 from numa_pin.errors import EnforcementError, IsolationError
 from numa_pin.resources.irq import (
     IrqResource,

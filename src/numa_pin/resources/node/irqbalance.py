@@ -20,9 +20,9 @@ import os
 import socket
 import struct
 
-from numa_pin.cpuset import format_list, parse_list
+from numa_pin.base.cpuset import format_list, parse_list
+from numa_pin.base.record import record
 from numa_pin.errors import EnforcementError
-from numa_pin.record import record
 from numa_pin.resources.irq import parse_mask
 
 #: where irqbalance puts its socket, inside its own root

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 
-from numa_pin.cpuset import parse_list
+from numa_pin.base.cpuset import parse_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError, IsolationError
@@ -188,7 +188,7 @@ class SettingKnob(NodeResource):
 
     def repair(self, node: Node, state: LedgerState, undo: UndoLog) -> list[str]:
         for problem in self._clean(node, state, undo):
-            from numa_pin import report
+            from numa_pin.reporting import report
 
             report.log_syslog(f"numa-pin: {problem}")
         saved = saved_settings(node)
@@ -419,7 +419,7 @@ class IsolationStatus(NodeResource):
     name = "isolation"
 
     def status(self, node: Node, state: LedgerState) -> dict[str, Any]:
-        from numa_pin.cpuset import format_list
+        from numa_pin.base.cpuset import format_list
         from numa_pin.topology.isolated import isolated_cpus
 
         isolated, nohz_full = isolated_cpus(node.config.sysfs_root)

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import os
 
-from numa_pin.boundedio import json_loads_bounded, read_regular_file
+from numa_pin.base.boundedio import json_loads_bounded, read_regular_file
+from numa_pin.base.safefs import ensure_dir, replace_private
 from numa_pin.errors import EnforcementError
-from numa_pin.safefs import ensure_dir, replace_private
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 
-from numa_pin.cpuset import format_list, parse_list
+from numa_pin.base.cpuset import format_list, parse_list
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.errors import EnforcementError, IsolationError
 from numa_pin.resources.base import Resource

@@ -12,8 +12,8 @@ affinity the runtime's config carries (``docs/exec-affinity.md``). A resource ad
 
 from __future__ import annotations
 
+from numa_pin.base.cpuset import format_list
 from numa_pin.config.schema import Config
-from numa_pin.cpuset import format_list
 from numa_pin.resources.base import NodeSettings
 from numa_pin.resources.devices import PciDevices
 from numa_pin.resources.memory import MemoryResource

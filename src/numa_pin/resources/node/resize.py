@@ -1,5 +1,5 @@
 """Resizing an exclusive grant in place: the changes
-:meth:`~numa_pin.service.NodeService.update_grant` applies under the ledger lock.
+:meth:`~numa_pin.service.node.NodeService.update_grant` applies under the ledger lock.
 
 ``numa-pin resize`` asks a count (:func:`resize_change`); ``resize_follow: adopt`` takes a cpuset a
 runtime wrote (:func:`adopt_change`) or the CPUs of kubelet's in-place resize through NRI
@@ -10,14 +10,14 @@ refused in one line.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from numa_pin.allocators.resize import MEMORY, check_adoptable, resized_cpus, resized_memory
+from numa_pin.base.record import replace
 from numa_pin.errors import AllocationError
 from numa_pin.ledger.model import Grant
-from numa_pin.record import replace
 from numa_pin.resources.node.cpu import reserved
 from numa_pin.topology.memory import build_memory_state
-
-TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 
 if TYPE_CHECKING:
     from typing import Any
@@ -27,7 +27,7 @@ ADOPT = "adopt"
 
 
 def resize_change(service: Any, cpus: int | None, memory: int | None) -> Any:
-    """The function :meth:`~numa_pin.service.NodeService.update_grant` applies under the lock."""
+    """The function :meth:`~numa_pin.service.node.NodeService.update_grant` applies under the lock."""
 
     topology, settings = service.topology, service.settings
 

@@ -9,7 +9,7 @@ They sit beside the I/O half of the seam because an edit carries device nodes
 
 from __future__ import annotations
 
-from numa_pin.record import field, record, replace
+from numa_pin.base.record import field, record, replace
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 

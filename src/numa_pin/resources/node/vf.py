@@ -25,10 +25,10 @@ is journaled durably before the PF changes (:mod:`numa_pin.resources.node.vfjour
 
 from __future__ import annotations
 
-from numa_pin import names
+from numa_pin.base import names
+from numa_pin.base.record import replace
 from numa_pin.errors import EnforcementError, NumaPinError, RequestError
 from numa_pin.ledger.model import Grant, LedgerState, PodNetdev, PodRecord
-from numa_pin.record import replace
 from numa_pin.resources.node.base import Admission, Node, NodeResource, Release
 from numa_pin.topology.model import KIND_GPU
 
@@ -115,9 +115,9 @@ class VfNode(NodeResource):
         """Set the VF settings again on the PF of every moved VF that lost them (a PF reset, a
         hand-made ``ip link set``), and put back the saved state of journaled VFs no grant holds
         (a crash before the commit); the containers whose VFs it repaired."""
-        from numa_pin import report
         from numa_pin.enforcer.netdev_record import NetdevRecord
         from numa_pin.enforcer.vfsettings import reassert_vf_settings
+        from numa_pin.reporting import report
         from numa_pin.resources.node.vfjournal import give_back_orphans
 
         repaired, problems = give_back_orphans(node, state)

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import os
 
+from numa_pin.base.record import asdict, replace
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError, NumaPinError
-from numa_pin.record import asdict, replace
 from numa_pin.resources.node.base import Node
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)

@@ -6,16 +6,16 @@ shared containers' cgroup paths and opens their ``cpuset.cpus`` for writing
 containers that came since and writes through held descriptors. The child also leaves what can
 wait (the shared containers growing back after a release, the shared grants' turn at liveness)
 until the hook has its answer. Both live in one :class:`WarmState`, made by the child and given
-to every :class:`~numa_pin.service.NodeService` it builds (``warm_state``); a service without one
+to every :class:`~numa_pin.service.node.NodeService` it builds (``warm_state``); a service without one
 (a hook in its own process, the CLI, the NRI plugin) is *cold*: it checks every path, opens
 every file by path and does everything before it returns.
 """
 
 from __future__ import annotations
 
-from numa_pin.enforcer.cgroups import close_handles
+from typing import TYPE_CHECKING
 
-TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+from numa_pin.enforcer.cgroups import close_handles
 
 if TYPE_CHECKING:
     from collections.abc import Callable

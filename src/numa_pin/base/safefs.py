@@ -22,7 +22,7 @@ import os
 import stat
 import time
 
-from numa_pin.boundedio import open_checked
+from numa_pin.base.boundedio import open_checked
 from numa_pin.errors import UnsafePathError
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from html import escape
 
-from numa_pin.cpuset import format_list
+from numa_pin.base.cpuset import format_list
+from numa_pin.base.quantity import parse_bytes
+from numa_pin.base.text import one_line
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.ledger.model import LedgerState
-from numa_pin.quantity import parse_bytes
-from numa_pin.text import one_line
 from numa_pin.topology.model import Topology
 
 SHARED, RESERVED, ISOLATED, OFFLINE, FREE = "shared", "reserved", "isolated", "offline", "free"

@@ -9,7 +9,7 @@ A reason file is named ``<prefix>-<hash>.json``: the id reduced to at most 64 sa
 then the first 16 hex digits of the SHA-256 of the exact id, so ``rt-a/b`` and ``rt-a_b`` never
 share a file; :func:`read_reason` also checks the id recorded inside (an id longer than
 :data:`MAX_ID_CHARS` is recorded cut, with the SHA-256 of the whole id). Files are 0600 (they
-name containers) and bounded in bytes: the line is cut to :data:`~numa_pin.text.MAX_LINE`
+name containers) and bounded in bytes: the line is cut to :data:`~numa_pin.base.text.MAX_LINE`
 characters and a file is never over :data:`MAX_REASON_BYTES`, which is also what
 :func:`read_reason` accepts. At most :data:`MAX_REASONS` files and :data:`MAX_REASONS_BYTES`
 bytes are kept (the oldest go first), a writer and ``reconcile`` (:func:`prune_reasons`) remove
@@ -29,13 +29,13 @@ import os
 import time
 from collections.abc import Mapping
 
-from numa_pin.boundedio import json_loads_bounded, read_regular_file
-from numa_pin.cpuset import format_list
-from numa_pin.digest import sha256_hex
+from numa_pin.base.boundedio import json_loads_bounded, read_regular_file
+from numa_pin.base.cpuset import format_list
+from numa_pin.base.digest import sha256_hex
+from numa_pin.base.safefs import check_dir, ensure_dir, replace_private
+from numa_pin.base.text import MAX_LINE, cut, one_line
 from numa_pin.errors import UnsafePathError
 from numa_pin.ledger.model import Grant
-from numa_pin.safefs import check_dir, ensure_dir, replace_private
-from numa_pin.text import MAX_LINE, cut, one_line
 
 #: the directory of reason files under ``state_dir``
 REASONS = "reasons"
@@ -70,7 +70,7 @@ def read_reason(state_dir: str, container_id: str) -> dict[str, object] | None:
     Raises:
         OSError, ValueError: the file exists but cannot be read or parsed (not a regular
             file, a symlink, too large, not JSON).
-        UnsafePathError: the state directory fails :func:`numa_pin.safefs.check_dir`.
+        UnsafePathError: the state directory fails :func:`numa_pin.base.safefs.check_dir`.
     """
     path = reason_path(state_dir, container_id)
     try:
@@ -232,7 +232,7 @@ def _count_write(state_dir: str, units: int) -> bool:
 
 def reasons_dir(state_dir: str) -> str:
     """``<state_dir>/reasons``, created 0700 (the state directory too); the state directory must pass
-    :func:`numa_pin.safefs.check_dir`, and ``reasons`` must be a real directory, not a symlink.
+    :func:`numa_pin.base.safefs.check_dir`, and ``reasons`` must be a real directory, not a symlink.
 
     Raises:
         UnsafePathError: either check failed.
@@ -281,7 +281,7 @@ def read_reasons(state_dir: str) -> dict[str, dict[str, object]]:
 
 
 def read_set_aside(state_dir: str) -> dict[str, dict[str, object]]:
-    """The grants set aside (:meth:`numa_pin.servicebase.ServiceBase.set_aside`), by container id:
+    """The grants set aside (:meth:`numa_pin.service.base.ServiceBase.set_aside`), by container id:
     their reason files, marked ``set_aside``."""
     return {cid: doc for cid, doc in read_reasons(state_dir).items() if doc.get("set_aside") is True}
 

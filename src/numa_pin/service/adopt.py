@@ -13,7 +13,7 @@ through every resource with its own undo, and committed together:
 * past the deadline the rest are reported as timed out, untouched, and what was adopted commits;
 * anything else (a bug, an interrupt) and a failed commit roll back every write of the batch.
 
-Like :mod:`numa_pin.service`, it names no resource. Only the NRI plugin uses it; the hook never
+Like :mod:`numa_pin.service.node`, it names no resource. Only the NRI plugin uses it; the hook never
 imports it.
 """
 
@@ -22,20 +22,20 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from numa_pin import report
 from numa_pin.admission.decide import decide, reject
-from numa_pin.deadline import Deadline
+from numa_pin.base.deadline import Deadline
+from numa_pin.base.record import record, replace
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.owner import check_container_cgroup
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import AdmissionTimeout, NumaPinError
 from numa_pin.ledger.liveness import boot_clock, process_start_time
 from numa_pin.ledger.model import Grant, LedgerState, PodRecord
-from numa_pin.record import record, replace
+from numa_pin.reporting import report
 from numa_pin.requests.request import ContainerRequest
 from numa_pin.resources.base import grant_from, path_refusal
 from numa_pin.resources.node.base import Admission
-from numa_pin.servicebase import ServiceBase
+from numa_pin.service.base import ServiceBase
 
 TYPE_CHECKING = False
 

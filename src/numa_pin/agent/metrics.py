@@ -3,7 +3,7 @@ node_exporter textfile, and what the agent's opt-in listener serves.
 
 prometheus_client does the exposition format and the registry; this module only says what the
 numbers are. Nothing is kept in memory: every collection reads the counts of
-:mod:`numa_pin.tally` (kept in the state directory by every admission, in whatever process it
+:mod:`numa_pin.reporting.tally` (kept in the state directory by every admission, in whatever process it
 ran) and the ledger, the topology and the configured devices, so a restarted agent and a
 textfile written by a timer say the same.
 
@@ -34,20 +34,20 @@ from prometheus_client.core import (
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import Collector
 
-from numa_pin import tally
+from numa_pin.base.quantity import parse_bytes
+from numa_pin.base.safefs import replace_private
+from numa_pin.base.text import one_line
+from numa_pin.cluster.nrt import reserved_cpus_of
 from numa_pin.config.load import entry_config
 from numa_pin.config.schema import Config
 from numa_pin.devices.inventory import inventory
 from numa_pin.errors import NumaPinError
 from numa_pin.ledger.model import KINDS
-from numa_pin.nrt import reserved_cpus_of
-from numa_pin.quantity import parse_bytes
+from numa_pin.reporting import tally
 from numa_pin.resources.base import NodeView
 from numa_pin.resources.node.cpu import shared_pool
 from numa_pin.resources.registry import pure_resources
-from numa_pin.safefs import replace_private
-from numa_pin.service import open_service
-from numa_pin.text import one_line
+from numa_pin.service.node import open_service
 
 #: the content type of :func:`exposition` (prometheus_client's text format 0.0.4)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -96,7 +96,7 @@ class NodeCollector(Collector):
 
 
 def counter_families(counts: Mapping[str, float]) -> Iterator[Metric]:
-    """The counters and histograms of :mod:`numa_pin.tally`'s ``counts`` (pure)."""
+    """The counters and histograms of :mod:`numa_pin.reporting.tally`'s ``counts`` (pure)."""
     for name, key, doc in _COUNTERS:
         family = CounterMetricFamily(name, doc)
         family.add_metric([], counts.get(key, 0))
@@ -236,7 +236,7 @@ def _serve_scrape(conn: socket.socket, environ: Mapping[str, str] | None, timeou
 
 def write_textfile(path: str, data: bytes) -> None:
     """Replace ``path`` (0644, for node_exporter's textfile collector) atomically with ``data``
-    (:func:`numa_pin.safefs.replace_private`: readers see the old or the new file, never a part;
+    (:func:`numa_pin.base.safefs.replace_private`: readers see the old or the new file, never a part;
     the temporary file starts with a dot, which the collector skips). Raises OSError."""
 
     directory = os.path.dirname(os.path.abspath(path))

@@ -4,7 +4,7 @@ as counters and histograms.
 Admissions run in many short processes (an in-process hook, the agent's child, ``numa-pin run``),
 so the counts cannot live in one process's memory. They are kept in ``<state_dir>/counters.json``:
 one flat JSON object of :data:`KEYS` to non-negative numbers, replaced atomically
-(:func:`numa_pin.safefs.replace_private`) under an exclusive ``flock`` of
+(:func:`numa_pin.base.safefs.replace_private`) under an exclusive ``flock`` of
 ``<state_dir>/counters.lock``, so concurrent writers never lose each other's counts and a reader
 (who takes no lock) sees the old or the new file, never a part; the temporary file of a writer
 killed while it wrote is removed by the next one. The file is bounded: only the
@@ -15,7 +15,7 @@ keys in :data:`KEYS` are kept (a fixed set: reason classes are the error kinds o
 Counting never fails or delays an admission by much: a writer that cannot get the lock within
 :data:`LOCK_WAIT_S`, or cannot read or write the file, drops its increments (a scrape shows a
 count a little low, never a wrong admission). The lock is opened as every state file is
-(:func:`numa_pin.safefs.open_private`: never through a symlink, only a private regular file); one
+(:func:`numa_pin.base.safefs.open_private`: never through a symlink, only a private regular file); one
 that cannot be (planted as a symlink, a second hard link) would drop every count until it is
 removed, so each writer it stops says so in one line to the system log. A file that is unreadable or damaged counts as
 empty, and the next writer starts it again (a counter reset, which Prometheus's ``rate()``
@@ -28,10 +28,10 @@ import errno
 import json
 import os
 
-from numa_pin.boundedio import json_loads_bounded, read_regular_file
+from numa_pin.base.boundedio import json_loads_bounded, read_regular_file
+from numa_pin.base.safefs import ensure_dir, flock_within, open_private, replace_private
+from numa_pin.base.text import MAX_LINE, cut, one_line
 from numa_pin.errors import UnsafePathError
-from numa_pin.safefs import ensure_dir, flock_within, open_private, replace_private
-from numa_pin.text import MAX_LINE, cut, one_line
 
 COUNTERS = "counters.json"
 LOCK = "counters.lock"
@@ -204,7 +204,7 @@ def loss_line(lock: str, exc: OSError | UnsafePathError) -> str:
 
 def report_loss(lock: str, exc: OSError | UnsafePathError) -> None:
     """Say :func:`loss_line` in the system log (best effort, as all reporting)."""
-    from numa_pin import report
+    from numa_pin.reporting import report
 
     report.log_syslog(loss_line(lock, exc))
 

@@ -13,7 +13,7 @@ is one ledger transaction:
 
 A release gives back what the grant holds (every resource, in reverse order); a reconcile drops
 dead grants and repairs drift. What these transactions share (the ledger, liveness, rollback,
-logging) is :class:`~numa_pin.servicebase.ServiceBase`. This module names no resource: the resources are
+logging) is :class:`~numa_pin.service.base.ServiceBase`. This module names no resource: the resources are
 :mod:`numa_pin.resources` (pure halves) and :mod:`numa_pin.resources.node` (their I/O).
 """
 
@@ -23,21 +23,21 @@ import os
 import time
 from collections.abc import Callable
 
-from numa_pin import report, tally
 from numa_pin.admission.decide import Decision, decide, reject
-from numa_pin.deadline import Deadline
+from numa_pin.base.deadline import Deadline
+from numa_pin.base.record import record, replace
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import AdmissionTimeout, EnforcementError, LedgerCorrupt, NumaPinError, RequestError
 from numa_pin.ledger.liveness import boot_clock, collect_garbage, process_start_time, sample_idle
 from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, Grant, LedgerState, PodRecord
-from numa_pin.record import record, replace
+from numa_pin.reporting import report, tally
 from numa_pin.requests.request import ContainerRequest
 from numa_pin.resources.base import grant_from, live_name_message, path_refusal
 from numa_pin.resources.node.base import PENDING_GRACE_S, Admission, Release
 from numa_pin.resources.node.registry import settings_from_config
-from numa_pin.servicebase import ServiceBase
+from numa_pin.service.base import ServiceBase
 from numa_pin.topology.cache import DEFAULT_MAX_AGE_S
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from numa_pin.ledger.store import Transaction
     from numa_pin.resources.node.warm import WarmState
     from numa_pin.resources.runtime import RuntimeTarget
-    from numa_pin.serviceadopt import Adopted, Adoptee
+    from numa_pin.service.adopt import Adopted, Adoptee
 
 #: how often an admission decides again after a real conflict (another writer took what its
 #: decision holds, or changed its pod); each such conflict is another admission committed
@@ -222,9 +222,9 @@ class NodeService(ServiceBase):
     def adopt_batch(self, adoptees: Sequence[Adoptee], deadline: Deadline,
                     target: RuntimeTarget | None = None) -> list[Adopted]:
         """Adopt running containers that hold no grant, all in one ledger transaction
-        (:func:`numa_pin.serviceadopt.adopt_batch`: each refusal rolled back alone, a failed commit
+        (:func:`numa_pin.service.adopt.adopt_batch`: each refusal rolled back alone, a failed commit
         rolls back all; ``target``: their path, as :meth:`admit` takes it)."""
-        from numa_pin.serviceadopt import adopt_batch
+        from numa_pin.service.adopt import adopt_batch
 
         return adopt_batch(self, adoptees, deadline, target)
 
@@ -386,7 +386,7 @@ class NodeService(ServiceBase):
 
     def reconcile(self) -> tuple[list[Grant], list[str]]:
         """Drop dead grants, then let every resource repair what drifted; then prune the reason
-        files (:func:`~numa_pin.report.prune_reasons`)."""
+        files (:func:`~numa_pin.reporting.report.prune_reasons`)."""
         repaired: list[str] = []
         with self.ledger.transaction() as txn:
             state, removed = collect_garbage(self.set_aside(txn.state), self._alive)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 
-from numa_pin.record import record
-from numa_pin.text import quote
+from numa_pin.base.record import record
+from numa_pin.base.text import quote
 
 _ADDRESS = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from numa_pin.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
+from numa_pin.base.boundedio import UnsafeInput, json_loads_bounded, read_regular_file
 from numa_pin.errors import KubeApiError
 
 DEFAULT_SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from numa_pin.text import quote
+from numa_pin.base.text import quote
 
 _MAX_ID = 1 << 20  # far above any real CPU or node id; guards against "0-999999999"
 #: most ids all elements of one list may name together, overlaps counted again: eight times

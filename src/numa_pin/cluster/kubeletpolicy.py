@@ -28,10 +28,10 @@ from collections.abc import Iterator
 
 import yaml
 
-from numa_pin.boundedio import json_loads_bounded, read_regular_file
+from numa_pin.base.boundedio import json_loads_bounded, read_regular_file
+from numa_pin.base.record import record
+from numa_pin.base.text import one_line, quote
 from numa_pin.errors import KubeletConflictError, KubeletError
-from numa_pin.record import record
-from numa_pin.text import one_line, quote
 
 DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
 CONFIG = "config.yaml"

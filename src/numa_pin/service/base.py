@@ -1,6 +1,6 @@
 """What every ledger transaction of the node service shares (:class:`ServiceBase`).
 
-:class:`~numa_pin.service.NodeService` admits, releases, resizes and reconciles; each of those is
+:class:`~numa_pin.service.node.NodeService` admits, releases, resizes and reconciles; each of those is
 one ledger transaction, and each needs the same plumbing, kept here: the ledger and its lock-wait
 count, which grants count as alive (all of them, those a snapshot vouches for, or only those that
 hold something), the rollback of a failed transaction's writes (failures attached to the error and
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from numa_pin import report, tally
+from numa_pin.base.text import MAX_PATH, quote, unfit
 from numa_pin.config.schema import Config
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.undo import UndoLog, describe_failures
@@ -29,9 +29,9 @@ from numa_pin.errors import CgroupEscapeError, NumaPinError
 from numa_pin.ledger.liveness import collect_garbage, collect_needed, of_earlier_boot
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.ledger.store import Ledger
+from numa_pin.reporting import report, tally
 from numa_pin.resources.node.base import Node, Release
 from numa_pin.resources.node.registry import settings_from_config
-from numa_pin.text import MAX_PATH, quote, unfit
 from numa_pin.topology.cache import DEFAULT_MAX_AGE_S
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -191,7 +191,7 @@ class ServiceBase(Node):
 
     def _count_admission(self, request: ContainerRequest, decision: Decision | None, exc: Exception | None,
                          seconds: float, waits: int) -> None:
-        """Count one admission in :mod:`numa_pin.tally` (best effort, never raises): a grant
+        """Count one admission in :mod:`numa_pin.reporting.tally` (best effort, never raises): a grant
         re-applied without a decision counts only its lock waits."""
         counts: dict[str, float] = {"lock_waits": waits}
         if decision is not None or exc is not None:

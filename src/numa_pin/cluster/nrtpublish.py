@@ -1,7 +1,7 @@
 """This node's ``NodeResourceTopology`` kept current in the API server, from the serving process.
 
-:func:`publish` is one create-or-update of the object (:func:`numa_pin.nrt.build_nrt`'s, the
-one ``numa-pin nrt`` prints) through :class:`~numa_pin.kubeapi.ApiServer`: GET it; absent,
+:func:`publish` is one create-or-update of the object (:func:`numa_pin.cluster.nrt.build_nrt`'s, the
+one ``numa-pin nrt`` prints) through :class:`~numa_pin.cluster.kubeapi.ApiServer`: GET it; absent,
 POST it; present and numa-pin's, PUT it with the ``resourceVersion`` just read (a 409, someone
 wrote in between, reads and tries once more). numa-pin owns only an object that carries the
 label ``app.kubernetes.io/managed-by: numa-pin``; an object of the same name without it (NFD's
@@ -24,10 +24,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import quote
 
+from numa_pin.base.text import cut, one_line
+from numa_pin.cluster.kubeapi import ApiServer
+from numa_pin.cluster.nrt import API_VERSION
 from numa_pin.errors import KubeApiError, NumaPinError
-from numa_pin.kubeapi import ApiServer
-from numa_pin.nrt import API_VERSION
-from numa_pin.text import cut, one_line
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGER = "numa-pin"

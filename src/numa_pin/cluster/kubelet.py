@@ -10,12 +10,12 @@ kubelet's CPU manager records its state in ``<kubelet root>/cpu_manager_state`` 
 would hand out the same CPUs again: the two allocators do not see each other. numa-pin then
 says so in ``numa-pin status`` and as one warning line at each admission of the hook; it never
 rejects a container because of it (``numa-pin serve --nri`` refuses to start instead:
-:mod:`numa_pin.kubeletpolicy`). Supported setups (docs/kubernetes.md, "Living next to kubelet"): kubelet with
+:mod:`numa_pin.cluster.kubeletpolicy`). Supported setups (docs/kubernetes.md, "Living next to kubelet"): kubelet with
 ``cpuManagerPolicy: none`` and numa-pin owning alignment, or numa-pin only for workloads
 kubelet does not run.
 
 :func:`parse_cpu_manager_state` is pure; :func:`read_cpu_manager_state` reads the file; only
-:mod:`os`, :mod:`json` and :mod:`numa_pin.cpuset` are imported (this runs on the hook path).
+:mod:`os`, :mod:`json` and :mod:`numa_pin.base.cpuset` are imported (this runs on the hook path).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import json
 import os
 from collections.abc import Mapping
 
-from numa_pin.cpuset import format_list, parse_list
-from numa_pin.record import field, record
+from numa_pin.base.cpuset import format_list, parse_list
+from numa_pin.base.record import field, record
 
 DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
 CHECKPOINT = "cpu_manager_state"
