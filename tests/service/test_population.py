@@ -407,3 +407,22 @@ def shared_cpusets_but(node: FakeNode, skip: str) -> dict[str, frozenset[int]]:
     out = {f"s{i}": cpus_of(node.cgroup_dir(f"s{i}")) for i in range(SHARED) if f"s{i}" != skip}
     out["s1/docker"] = cpus_of(node.cgroup_dir("s1") / "docker")
     return out
+
+
+def test_a_transaction_checks_the_grant_the_last_one_changed_not_every_grant(busy) -> None:
+    """Each transaction leaves out the grants no check can be made of (``set_aside``); the next one
+    works on a ledger one change later, so it looks at that change, not at every shared grant."""
+    node, svc = busy
+    looked: list[str] = []
+
+    class Counting(dict):
+        def get(self, key, default=None):
+            looked.append(key)
+            return super().get(key, default)
+
+    svc._usable = Counting(svc._usable)
+    for i in range(3):
+        svc.admit(request_from_oci(f"t{i}", {}), node.add_container(f"t{i}", 61_000 + i))
+        svc.release(f"t{i}")
+    assert len(svc.ledger.read().grants) == SHARED
+    assert 0 < len(looked) <= 6, f"{len(looked)} grants looked at in 6 transactions over {SHARED} grants"

@@ -235,8 +235,8 @@ def test_rollback_failures_ride_on_the_error_and_reach_syslog(node, monkeypatch)
     monkeypatch.setattr("numa_pin.reporting.report.log_syslog", lambda line, error=True: logged.append(line))
     real_apply = __import__("numa_pin.resources.node.cpu", fromlist=["apply_cpuset"]).apply_cpuset
 
-    def apply_then_jam(ref, cpus, mems, root, undo, systemd=None):
-        real_apply(ref, cpus, mems, root, undo, systemd=systemd)
+    def apply_then_jam(ref, cpus, mems, root, undo, **options):
+        real_apply(ref, cpus, mems, root, undo, **options)
         undo.record("write cpuset.cpus of c2", lambda: (_ for _ in ()).throw(OSError(16, "Device or resource busy")))
 
     def broken(*args, **kwargs):

@@ -217,6 +217,7 @@ def apply_cpuset(
     cgroup_root: str | os.PathLike[str],
     undo: UndoLog,
     systemd: Systemd | None = None,
+    real_dirs: dict[str, str] | None = None,
 ) -> CpusetState:
     """Confine cgroup ``ref`` to ``cpus`` and memory nodes ``mems``; return the read-back state.
 
@@ -235,11 +236,15 @@ def apply_cpuset(
     unit's ``AllowedCPUs``/``AllowedMemoryNodes`` are set first (systemd would otherwise write
     its own values back at the next ``daemon-reload``), unless the cgroup simply inherits the
     CPUs asked for (no value of its own, nothing to hold).
+
+    ``real_dirs``: a batch's memo of real paths for the check against ``cgroup_root`` (see
+    :func:`numa_pin.enforcer.cgroups.realpath`; NRI's Synchronize adopts thousands, each cgroup
+    found through it moments before).
     """
     want_cpus = frozenset(cpus)
     want_mems = None if mems is None else frozenset(mems)
     d = ref.cpuset_dir
-    cgroups.check_under(cgroup_root, d)
+    cgroups.check_under(cgroup_root, d, real_dirs)
     if not want_cpus or want_mems == frozenset():
         shown = "unchanged" if want_mems is None else cpulist.format_list(want_mems)
         raise EnforcementError(

@@ -345,7 +345,7 @@ class LedgerState:
         """A new state where ``grant`` replaces any grant of the same container."""
         if not isinstance(grant, Grant):
             raise ValueError(f"not a Grant: {type(grant).__name__}")
-        grants = dict(self.grants)
+        grants = shape.copy_of(self.grants)
         grants[grant.container_id] = grant
         state = self._checked(grants, self.pods)
         derived.carry(self, state, self.grants.get(grant.container_id), grant)
@@ -355,7 +355,7 @@ class LedgerState:
         """A new state without the grant of ``container_id`` (unchanged if absent)."""
         if container_id not in self.grants:
             return self
-        grants = dict(self.grants)
+        grants = shape.copy_of(self.grants)
         gone = grants.pop(container_id)
         state = self._checked(grants, self.pods)
         derived.carry(self, state, gone, None)

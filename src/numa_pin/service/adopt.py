@@ -136,7 +136,7 @@ def _adopt_one(service: ServiceBase, state: LedgerState, item: Adoptee, undo: Un
     if decision.pod_affinity is not None and request.pod_id not in state.pods:
         new_state = new_state.with_pod(PodRecord(request.pod_id, decision.pod_affinity, decision.policy,
                                                  decision.scope, time.time()))
-    enforcing = Admission(grant, new_state, undo, ref, pid, None, dropped, bool(pid), before)
+    enforcing = Admission(grant, new_state, undo, ref, pid, None, dropped, bool(pid), before, real_dirs)
     for resource in service.resources:
         enforcing = resource.enforce(service, enforcing, grant)
     return enforcing

@@ -19,13 +19,14 @@ what it held is free again in the ledger. So it never blocks another admission, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from numa_pin.base.text import MAX_PATH, quote, unfit
 from numa_pin.config.schema import Config
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import CgroupEscapeError, NumaPinError
+from numa_pin.ledger.derived import changed_from
 from numa_pin.ledger.liveness import collect_garbage, collect_needed, of_earlier_boot
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.ledger.store import Ledger
@@ -75,6 +76,9 @@ class ServiceBase(Node):
         self.set_aside_ids: set[str] = set()
         #: the grants :func:`unusable` passed, by container id: each is checked once, not once per transaction
         self._usable: dict[str, Grant] = {}
+        #: the grants of the last state :meth:`set_aside` left (every one usable): of a state one
+        #: change later (the next transaction's, on a busy node's thousands) only that change is checked
+        self._usable_grants: Mapping[str, Grant] | None = None
         #: grants whose cgroup path was found to leave the cgroup root (:meth:`escaped`), by container id
         self._escaped: dict[str, Grant] = {}
 
@@ -90,12 +94,16 @@ class ServiceBase(Node):
 
     def set_aside(self, state: LedgerState) -> LedgerState:
         """``state`` without the grants :func:`unusable` finds no check can be made of, each one
-        recorded as set aside (see the module docstring)."""
-        usable = self._usable
-        if len(usable) > 2 * len(state.grants) + 64:
+        recorded as set aside (see the module docstring). Each grant is checked once; of a state
+        one change after the last one this left, only that change is looked at."""
+        usable, grants = self._usable, state.grants
+        if len(usable) > 2 * len(grants) + 64:
             usable.clear()  # containers come and go: forget those long gone
+        if grants is self._usable_grants:
+            return state
+        one = None if self._usable_grants is None else changed_from(state, self._usable_grants)
         bad = []
-        for cid, grant in state.grants.items():
+        for cid, grant in grants.items() if one is None else [(cid, grants[cid]) for cid in one if cid in grants]:
             if usable.get(cid) is grant:
                 continue  # this very grant was checked already (a grant is never changed, only replaced)
             why = "its cgroup path leaves the cgroup root" if self._escaped.get(cid) == grant else unusable(grant)
@@ -106,6 +114,7 @@ class ServiceBase(Node):
         for grant, why in bad:
             state = state.without(grant.container_id)
             self._record_set_aside(grant, why)
+        self._usable_grants = state.grants
         return state
 
     def escaped(self, grant: Grant, why: str) -> None:
@@ -115,6 +124,7 @@ class ServiceBase(Node):
             self._escaped.clear()
         self._escaped[grant.container_id] = grant
         self._usable.pop(grant.container_id, None)
+        self._usable_grants = None  # the next transaction looks at every grant again
         self._record_set_aside(grant, why)
 
     def _record_set_aside(self, grant: Grant, why: str) -> None:

@@ -181,6 +181,7 @@ class Admission:
     dropped: tuple[Grant, ...]  # grants this transaction found dead (their resources are free again)
     started: bool  # the container's process runs for the first time under this grant
     before: LedgerState | None = None  # the ledger as the transaction read it (None: not known)
+    real_dirs: dict[str, str] | None = None  # a batch's memo of real paths (cgroups.realpath)
 
     def devices_pending(self, decided: Grant) -> bool:
         """Whether the devices of ``decided`` (the grant before any resource enforced it) still

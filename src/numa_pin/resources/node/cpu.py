@@ -220,12 +220,13 @@ class CpuNode(CpuResource, NodeResource):
         pool = shared_pool(node, state)
         if ref is not None:
             if grant.cpus:
-                apply_cpuset(ref, cpuset_of(grant, pool), grant.mems, root, undo, systemd=node.systemd())
+                apply_cpuset(ref, cpuset_of(grant, pool), grant.mems, root, undo, systemd=node.systemd(),
+                             real_dirs=admission.real_dirs)
             elif grant.kind == KIND_SHARED:
                 own = pool & grant.cpuset_limit if grant.cpuset_limit else pool
                 # only the CPUs move: a shared container's memory nodes stay its own (on cgroup v2
                 # its cpuset.mems is usually empty, inheriting the parent's)
-                apply_cpuset(ref, own, None, root, undo, systemd=node.systemd())
+                apply_cpuset(ref, own, None, root, undo, systemd=node.systemd(), real_dirs=admission.real_dirs)
         if grant.cpus or any(g.cpus for g in admission.dropped):
             escaped: list[Grant] = []
             _log_blocked(_resize(node, state, pool, undo, grant.container_id, admission.before, escaped))
