@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_layers import modules  # beside this file: pytest puts the folder on the path
 
 from numa_pin.testing.node import FakeNode
 
@@ -49,16 +50,6 @@ codes = [call("prestart", STATE), call("poststop", STATE), call("precreate", PRO
 print(codes)
 print(" ".join(sorted(m for m in sys.modules if m.split(".")[0] == "numa_pin")))
 """
-
-
-def modules() -> dict[str, Path]:
-    out = {}
-    for path in sorted((SRC / "numa_pin").rglob("*.py")):
-        parts = list(path.relative_to(SRC).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
-    return out
 
 
 MODULES = modules()
