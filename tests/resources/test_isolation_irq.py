@@ -121,12 +121,13 @@ def test_a_shared_container_that_asks_is_refused_with_one_line(node):
     assert "\n" not in str(err.value)
 
 
-def test_irqs_the_kernel_will_not_move_are_listed_not_failures(node, monkeypatch, capsys):
+@pytest.mark.parametrize("refusal", [errno.EIO, errno.EPERM], ids=["linux-6.1-eio", "linux-6.12-eperm"])
+def test_irqs_the_kernel_will_not_move_are_listed_not_failures(node, monkeypatch, capsys, refusal):
     write = irq_node._write
 
     def kernel(path, text):
         if "/irq/4/" in path or "/irq/9/" in path:
-            raise OSError(errno.EIO if "/4/" in path else errno.EINVAL, "refused")
+            raise OSError(refusal if "/4/" in path else errno.EINVAL, "refused")
         write(path, text)
 
     monkeypatch.setattr(irq_node, "_write", kernel)

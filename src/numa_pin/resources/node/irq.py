@@ -14,8 +14,8 @@ of the grants the ledger holds. So:
 * ``reconcile`` does the same against the ledger: it re-asserts an affinity an outside writer
   changed, and after a crash (the journal holds baselines, the ledger no grant that asks) it
   puts the baselines back;
-* IRQs the kernel refuses to move (``EIO`` for per-CPU and kernel-managed IRQs, ``EINVAL``)
-  are no failure: they are kept in the journal and shown by ``explain`` and ``status``;
+* IRQs the kernel refuses to move (``EIO``, or ``EPERM`` on newer kernels, for per-CPU and
+  kernel-managed IRQs; ``EINVAL``) are no failure: they are kept in the journal and shown by ``explain`` and ``status``;
 * a running irqbalance is told the banned CPUs (:mod:`numa_pin.resources.node.irqbalance`);
   when it cannot be told, the container is rejected before any IRQ is written.
 """
@@ -51,8 +51,9 @@ if TYPE_CHECKING:
 
 AFFINITY = "smp_affinity_list"
 DEFAULT = "default_smp_affinity"
-#: the errors with which the kernel refuses to move an IRQ (managed, per-CPU, chip limits)
-UNMOVABLE = (errno.EIO, errno.EINVAL)
+#: the errors with which the kernel refuses to move an IRQ (managed, per-CPU, chip limits):
+#: Linux 6.1 answers EIO for the timer's IRQ 0 where 6.12 answers EPERM (seen in the NRI guests)
+UNMOVABLE = (errno.EIO, errno.EINVAL, errno.EPERM)
 #: the most IRQs looked at (a large machine has a few thousand)
 MAX_IRQS = 1 << 16
 
