@@ -9,8 +9,8 @@ made first); the container's command, args and environment (``NODE_NAME`` from t
 as the downward API gives it), its capabilities, ``no_new_privs``, user, seccomp and AppArmor
 profiles. Two values are the guest's, as a user sets them for a slow node: under TCG everything
 runs 20-50 times slower than on hardware, so ``--nri-request-timeout`` is the guest containerd's
-60 s (not 2) and the ConfigMap's config gets ``admission_timeout_s: 40``. There is no API server:
-the publisher logs why and retries, and admissions go on.
+60 s (not 2) and the ConfigMap's config gets ``admission_timeout_s: 40`` and ``lock_timeout_s:
+40``. There is no API server: the publisher logs why and retries, and admissions go on.
 
 Run by ``nri_guest.py`` (the packaged plugin is stopped first and started again after).
 It asserts nothing: :func:`run` returns what it saw.
@@ -29,7 +29,7 @@ import yaml
 
 CONFIGMAP_DIR = Path("/var/lib/np-daemonset/configmap")
 TIMEOUTS = {"--nri-request-timeout": "60"}
-CONFIG_EXTRA = "admission_timeout_s: 40\n"
+CONFIG_EXTRA = "admission_timeout_s: 40\nlock_timeout_s: 40\n"
 
 
 def objects(manifest: Path) -> dict[str, dict[str, Any]]:
