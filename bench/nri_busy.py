@@ -66,9 +66,14 @@ class Bench:
 
     def handler(self) -> Any:
         """A freshly connected plugin (a new service: the config and ledger read again), configured."""
-        from numa_pin.nri.plugin import Handler
-        from numa_pin.service import node as service
+        import importlib
 
+        from numa_pin.nri.plugin import Handler
+
+        try:  # the service's module; a baseline from before the package root was split has it at the root
+            service = importlib.import_module("numa_pin.service.node")
+        except ModuleNotFoundError:
+            service = importlib.import_module("numa_pin.service")
         # a baseline from before open_service builds the service itself
         make = getattr(service, "open_service", service.NodeService)
         handler = Handler(make(self.config), self.m, lambda line: None)
