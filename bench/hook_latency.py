@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -57,9 +58,20 @@ def pct(samples: list[float], q: float) -> float:
 
 
 def timed(cmd: list[str], stdin: bytes | None = None, env: dict[str, str] | None = None) -> tuple[float, int, bytes]:
+    return timed_cpu(cmd, stdin, env)[:3]
+
+
+def timed_cpu(cmd: list[str], stdin: bytes | None = None,
+              env: dict[str, str] | None = None) -> tuple[float, int, bytes, float]:
+    """Wall time, exit status, stderr and the CPU time (user + system) the command used. The CPU
+    time is what a busy machine skews least: other work delays the hook, it does not add to it."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, input=stdin, capture_output=True, env=env, timeout=120)
-    return time.perf_counter() - t0, proc.returncode, proc.stderr
+    wall = time.perf_counter() - t0
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (now.ru_utime - used.ru_utime) + (now.ru_stime - used.ru_stime)
+    return wall, proc.returncode, proc.stderr, cpu
 
 
 def fake_node(root: Path) -> tuple[FakeNode, Path, dict[str, str]]:
@@ -86,9 +98,11 @@ def measure_trees(trees: list[tuple[str, FakeNode, Path, dict[str, str], str]], 
                   warmups: int = 1) -> dict[str, dict[str, float]]:
     """:func:`measure` for several source trees at once, each on its own fake node: every run
     admits and releases one container per tree, in turns (the order rotates each run), with one
-    bare interpreter start per run, so a busy machine slows every tree alike."""
+    bare interpreter start per run, so a busy machine slows every tree alike. Besides wall times
+    (``admit_p50``, ...) it gives each hook process's CPU time (``admit_cpu_p50``, ...)."""
     bare: list[float] = []
-    samples: dict[str, dict[str, list[float]]] = {label: {"admit": [], "release": []} for label, *_ in trees}
+    kinds = ("admit", "release", "admit_cpu", "release_cpu")
+    samples: dict[str, dict[str, list[float]]] = {label: {k: [] for k in kinds} for label, *_ in trees}
     first: dict[str, float] = {}
     # the loader caches only a config unchanged for 2 s; measure that steady state
     newest = max(config.stat().st_ctime for _, _, config, _, _ in trees)
@@ -105,20 +119,18 @@ def measure_trees(trees: list[tuple[str, FakeNode, Path, dict[str, str], str]], 
         for label, node, config, env, hook in trees[turn:] + trees[:turn]:
             state = add_container(node, i)
             for stage, kind in (("prestart", "admit"), ("poststop", "release")):
-                dt, rc, err = timed([hook, "--config", str(config), stage], state, env)
+                dt, rc, err, cpu = timed_cpu([hook, "--config", str(config), stage], state, env)
                 if rc:
                     raise SystemExit(f"hook {label} {stage} failed: {err.decode().strip()}")
                 samples[label][kind].append(dt)
+                samples[label][kind + "_cpu"].append(cpu)
                 first.setdefault(label, dt)
-    return {
-        label: {
-            "first": first.get(label, 0.0),
-            "bare_p50": pct(bare, 0.5), "bare_p95": pct(bare, 0.95),
-            "admit_p50": pct(got["admit"], 0.5), "admit_p95": pct(got["admit"], 0.95),
-            "release_p50": pct(got["release"], 0.5), "release_p95": pct(got["release"], 0.95),
-        }
-        for label, got in samples.items()
-    }
+    out: dict[str, dict[str, float]] = {}
+    for label, got in samples.items():
+        out[label] = {"first": first.get(label, 0.0), "bare_p50": pct(bare, 0.5), "bare_p95": pct(bare, 0.95)}
+        for kind, values in got.items():
+            out[label].update({f"{kind}_p50": pct(values, 0.5), f"{kind}_p95": pct(values, 0.95)})
+    return out
 
 
 def bench_hook(runs: int) -> dict[str, float]:
@@ -159,16 +171,12 @@ def bench_baseline(runs: int, baseline_src: Path) -> dict[str, dict[str, float]]
                    stdout=subprocess.DEVNULL)
     with tempfile.TemporaryDirectory(prefix="numa-pin-bench-base-") as tmp:
         trees = []
-        for label, src in (("this", None), ("baseline", baseline_src)):
+        for label, src in (("this", REPO / "src"), ("baseline", baseline_src)):
             (Path(tmp) / label).mkdir()
             node, config, env = fake_node(Path(tmp) / label)
-            env.pop("PYTHONPATH", None)
-            hook = str(HOOK)
-            if src is not None:
-                env["PYTHONPATH"] = str(src)
-                check_loads(src, env)
-                hook = tree_hook(Path(tmp) / label, src)
-            trees.append((label, node, config, env, hook))
+            env["PYTHONPATH"] = str(src)  # both the same way: first on the path, the same launcher
+            check_loads(src, env)
+            trees.append((label, node, config, env, tree_hook(Path(tmp) / label, src)))
         return measure_trees(trees, runs)
 
 
@@ -307,6 +315,8 @@ def print_baseline(runs: int, baseline_src: Path) -> int:
                   f"   ratio to bare p50: {got[key + '_p50'] / got['bare_p50']:.2f}x")
         print(f"  this / baseline {stage:9s} p50 {this[key + '_p50'] / base[key + '_p50']:.3f}x"
               f"   p95 {this[key + '_p95'] / base[key + '_p95']:.3f}x")
+        print(f"  CPU time (user + system), p50: baseline {1000 * base[key + '_cpu_p50']:.1f} ms, this "
+              f"{1000 * this[key + '_cpu_p50']:.1f} ms, this / baseline {this[key + '_cpu_p50'] / base[key + '_cpu_p50']:.3f}x")
     return 0
 
 
