@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from numa_pin.config import ITEMS, Config, DeviceSelector, config_from_dict, config_from_yaml, load_config, sample_yaml
+from numa_pin.config import ITEMS, Config, DeviceSelector, config_from_dict, config_from_yaml, load_config
 from numa_pin.config.parse import CPU_MANAGER_OPTIONS, POLICIES, SCOPES
-from numa_pin.config.render import reference_table
+from numa_pin.config.render import reference_table, sample_yaml
 from numa_pin.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

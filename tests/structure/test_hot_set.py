@@ -171,6 +171,19 @@ def test_the_runs_measure_the_hook_path(hook_runs, hot_set):
     assert leaks == [], "the CLI, the NRI plugin and the test kit are never on a hook's path"
 
 
+#: the policies' modules, of which a hook loads the one its node runs
+POLICY_MODULES = {f"numa_pin.policy.{m}" for m in ("none", "best_effort", "restricted", "single_numa_node")}
+
+
+def test_a_hook_loads_only_what_its_node_and_request_use(hook_runs):
+    """The node runs single-numa-node, has no kubelet checkpoint, and the request asks for CPUs:
+    no other policy, no checkpoint reader, no config renderer, no parser of an absent annotation."""
+    assert hook_runs & POLICY_MODULES == {"numa_pin.policy.single_numa_node"}
+    unused = {"numa_pin.cluster.kubelet", "numa_pin.config.render", "numa_pin.requests.colocate",
+              "numa_pin.requests.vfconfig"}
+    assert hook_runs & unused == set()
+
+
 def test_the_client_path_is_only_the_agents_client_and_protocol(hot_set):
     assert {m for m in hot_set if m.startswith("numa_pin.agent")} == CLIENT_PATH
 

@@ -1,4 +1,5 @@
-"""The names kubelet gives Topology Manager policies and scopes, in one place. Imports nothing.
+"""The names kubelet gives Topology Manager policies and scopes and its CPU manager's checkpoint,
+in one place. Imports nothing.
 
 Every module that accepts, prints or compares a policy or scope name takes it from here: the
 policy registry, the config schema, annotation parsing, the CLI and the reference merge.
@@ -22,9 +23,13 @@ SCOPES = (CONTAINER_SCOPE, POD_SCOPE)
 DEFAULT_POLICY = BEST_EFFORT
 DEFAULT_SCOPE = CONTAINER_SCOPE
 
+#: kubelet's CPU manager checkpoint, in kubelet's root directory (``/var/lib/kubelet``)
+CPU_MANAGER_CHECKPOINT = "cpu_manager_state"
+
 __all__ = [
     "BEST_EFFORT",
     "CONTAINER_SCOPE",
+    "CPU_MANAGER_CHECKPOINT",
     "DEFAULT_POLICY",
     "DEFAULT_SCOPE",
     "NONE",

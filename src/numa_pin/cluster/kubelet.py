@@ -24,11 +24,12 @@ import json
 import os
 from collections.abc import Mapping
 
+from numa_pin.base import names
 from numa_pin.base.cpuset import format_list, parse_list
 from numa_pin.base.record import field, record
 
 DEFAULT_KUBELET_ROOT = "/var/lib/kubelet"
-CHECKPOINT = "cpu_manager_state"
+CHECKPOINT = names.CPU_MANAGER_CHECKPOINT
 STATIC = "static"
 #: the checkpoint is a few KiB; refuse to read something much larger
 MAX_BYTES = 4 << 20

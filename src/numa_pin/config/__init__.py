@@ -2,13 +2,14 @@
 
 ``load_config(path=None, env=os.environ, cache_dir=None) -> Config`` applies the
 precedence ``--config`` > ``$NUMA_PIN_CONFIG`` > ``/etc/numa-pin/config.yaml`` >
-built-in defaults. See :mod:`numa_pin.config.schema` for every key.
+built-in defaults. See :mod:`numa_pin.config.schema` for every key and
+:mod:`numa_pin.config.render` for the sample file and the docs' table written from them (not
+imported here: the hook imports this package on every container start).
 """
 
 from numa_pin.config.keys import ITEMS, ConfigItem
 from numa_pin.config.load import DEFAULT_PATH, ENV_VAR, config_from_yaml, load_config, resolve_config_path
 from numa_pin.config.model import Config, CpuManagerConfig, CpuManagerOptions, DeviceSelector, InferenceConfig
-from numa_pin.config.render import sample_yaml
 from numa_pin.config.schema import config_from_dict
 
 __all__ = [
@@ -25,5 +26,4 @@ __all__ = [
     "config_from_yaml",
     "load_config",
     "resolve_config_path",
-    "sample_yaml",
 ]

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from numa_pin.config.keys import BY_KEY, CHILDREN, ITEMS
-
-TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
-if TYPE_CHECKING:
-    from typing import Any
 
 _PLAIN = re.compile(r"[A-Za-z/][-A-Za-z0-9_./]*")
 _YAML_WORDS = frozenset(("y", "n", "yes", "no", "on", "off", "true", "false", "null", "none"))

@@ -203,6 +203,12 @@ class _Context:
 
     def warn_kubelet(self, kubelet_root: str) -> None:
         """One warning line (not a rejection) when kubelet's static CPU manager also runs here."""
+        import os
+
+        from numa_pin.base.names import CPU_MANAGER_CHECKPOINT
+
+        if not os.path.exists(os.path.join(kubelet_root, CPU_MANAGER_CHECKPOINT)):
+            return  # no CPU manager here: nothing to read, so nothing to import for it
         from numa_pin.cluster.kubelet import conflict_warning
 
         line = conflict_warning(kubelet_root)

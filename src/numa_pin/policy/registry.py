@@ -1,8 +1,8 @@
 """The policy registry and the one-call merge. Pure code.
 
-``get_policy(name, options)`` returns one of :data:`POLICIES`; ``check_scope(name)`` validates a
-scope name; :func:`merge_hints` merges one container's provider hints under a named policy. The
-names themselves are :mod:`numa_pin.base.names`.
+``get_policy(name, options)`` returns the policy of one of the names in :data:`POLICIES`;
+``check_scope(name)`` validates a scope name; :func:`merge_hints` merges one container's provider
+hints under a named policy. The names themselves are :mod:`numa_pin.base.names`.
 """
 
 from __future__ import annotations
@@ -11,19 +11,36 @@ from collections.abc import Mapping, Sequence
 
 from numa_pin.base import names
 from numa_pin.errors import PolicyError
-from numa_pin.policy import best_effort, none, restricted, single_numa_node
 from numa_pin.policy.base import NumaInfo, Policy
 from numa_pin.policy.hint import ProviderHints, TopologyHint
 from numa_pin.policy.options import PolicyOptions, parse_options
 
-#: policy name -> class
-POLICIES: dict[str, type[Policy]] = {
-    none.NAME: none.NonePolicy,
-    best_effort.NAME: best_effort.BestEffortPolicy,
-    restricted.NAME: restricted.RestrictedPolicy,
-    single_numa_node.NAME: single_numa_node.SingleNumaNodePolicy,
-}
+POLICIES = names.POLICIES
 SCOPES = names.SCOPES
+
+
+def policy_class(name: str) -> type[Policy]:
+    """The class of the policy called ``name``, imported when first asked for: a hook runs one
+    policy, the node's, and need not load the others.
+
+    Raises :class:`PolicyError` ``unknown policy: "x"``."""
+    if name == names.NONE:
+        from numa_pin.policy.none import NonePolicy
+
+        return NonePolicy
+    if name == names.BEST_EFFORT:
+        from numa_pin.policy.best_effort import BestEffortPolicy
+
+        return BestEffortPolicy
+    if name == names.RESTRICTED:
+        from numa_pin.policy.restricted import RestrictedPolicy
+
+        return RestrictedPolicy
+    if name == names.SINGLE_NUMA_NODE:
+        from numa_pin.policy.single_numa_node import SingleNumaNodePolicy
+
+        return SingleNumaNodePolicy
+    raise PolicyError(f'unknown policy: "{name}"')
 
 
 def get_policy(name: str, options: PolicyOptions | Mapping[str, str | bool | int] | None = None) -> Policy:
@@ -31,9 +48,7 @@ def get_policy(name: str, options: PolicyOptions | Mapping[str, str | bool | int
 
     Raises :class:`PolicyError`: ``unknown policy: "x"``, or an option error.
     """
-    cls = POLICIES.get(name)
-    if cls is None:
-        raise PolicyError(f'unknown policy: "{name}"')
+    cls = policy_class(name)
     opts = options if isinstance(options, PolicyOptions) else parse_options(options)
     return cls(opts)
 
@@ -67,4 +82,4 @@ def merge_hints(
     return hint, pol.can_admit(hint)
 
 
-__all__ = ["POLICIES", "SCOPES", "check_scope", "get_policy", "merge_hints"]
+__all__ = ["POLICIES", "SCOPES", "check_scope", "get_policy", "merge_hints", "policy_class"]

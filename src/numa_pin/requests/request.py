@@ -62,7 +62,6 @@ from numa_pin.devices.cdi import CdiDevice, devices_from_annotations
 from numa_pin.devices.devnode import DeviceNode
 from numa_pin.errors import RequestError
 from numa_pin.requests import isolation as iso
-from numa_pin.requests.colocate import parse_colocate
 from numa_pin.requests.kubernetes import NAME_KEYS, POD_ID_KEYS, SANDBOX_TYPE_KEYS, pod_name
 from numa_pin.requests.limits import (
     HUGEPAGE_RESOURCES,
@@ -76,7 +75,6 @@ from numa_pin.requests.limits import (
     whole_pages,
 )
 from numa_pin.requests.pairs import split_pairs
-from numa_pin.requests.vfconfig import parse_vf_config
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
 if TYPE_CHECKING:
@@ -345,17 +343,34 @@ def request_from_oci(
         qos_signal=qos_signal,
         pod_name=pod_name(annotations),
         strict_devices=inference.strict_devices,
-        colocate=parse_colocate(annotations[PREFIX + "colocate"], PREFIX + "colocate")
-        if PREFIX + "colocate" in annotations else (),
+        colocate=_colocate(annotations),
         memory_policy=_choice(annotations[PREFIX + "memory-policy"], MEMORY_POLICIES, PREFIX + "memory-policy")
         if PREFIX + "memory-policy" in annotations else None,
         memory_tier=annotations.get(PREFIX + "memory-tier"),
         hugepages_spread=_choice(annotations.get(PREFIX + "hugepages-spread", "false"), ("true", "false"),
                                  PREFIX + "hugepages-spread") == "true",
         isolation=isolated,
-        vf_config={} if sandbox or PREFIX + "vf-config" not in annotations
-        else parse_vf_config(annotations[PREFIX + "vf-config"], PREFIX + "vf-config"),
+        vf_config={} if sandbox else _vf_config(annotations),
     )
+
+
+# The two parsers below are loaded only by a request that asks for what they parse (a hook
+# imports what its request needs; agent/preload.py lists them for the agent).
+
+def _colocate(annotations: Mapping[str, str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if PREFIX + "colocate" not in annotations:
+        return ()
+    from numa_pin.requests.colocate import parse_colocate
+
+    return parse_colocate(annotations[PREFIX + "colocate"], PREFIX + "colocate")
+
+
+def _vf_config(annotations: Mapping[str, str]) -> dict[str, Any]:
+    if PREFIX + "vf-config" not in annotations:
+        return {}
+    from numa_pin.requests.vfconfig import parse_vf_config
+
+    return parse_vf_config(annotations[PREFIX + "vf-config"], PREFIX + "vf-config")
 
 
 def pod_totals(annotations: Mapping[str, str], pod_limits: ContainerLimits | None,
