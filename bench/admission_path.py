@@ -15,6 +15,11 @@ and is not on the stack any more (the path goes back to it rather than through i
 The path is cut at the first write of ``cpuset.cpus`` (the cgroup write the admission exists
 for); the figures of the whole admission, to the hook's exit, follow.
 
+The *walk* is what a reader following the stdin to that write goes through, folder by folder:
+the modules in the order the path first enters them, each in its folder (a package's own
+``__init__`` in the package); consecutive modules of one folder are one *room*, and a room in a
+folder an earlier room was in is a *climb* (the walk goes back up to a folder it had left).
+
 It prints the modules in the order the path first enters them, each with its steps and
 re-entries; ``--steps`` prints the whole collapsed sequence instead.
 
@@ -33,7 +38,10 @@ from types import FrameType
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "src"))
-from numa_pin.entry.hook import run as hook_run  # noqa: E402  (after the src path is known)
+try:  # noqa: E402  (after the src path is known)
+    from numa_pin.entry.hook import run as hook_run
+except ImportError:  # a checkout from before the entry points had a folder of their own
+    from numa_pin.hook.main import run as hook_run  # type: ignore[no-redef]
 from numa_pin.testing.node import FakeNode  # noqa: E402
 
 PACKAGE = "numa_pin"
@@ -97,6 +105,21 @@ def returns(steps: list[str]) -> int:
     return count
 
 
+def folder(module: str) -> str:
+    """The folder a loaded module's file is in (a package: its own folder)."""
+    loaded = sys.modules.get(module)
+    return module if loaded is not None and hasattr(loaded, "__path__") else module.rpartition(".")[0]
+
+
+def walk(steps: list[str]) -> tuple[list[str], int]:
+    """The rooms (folders) of the walk along ``steps`` and how many of them are climbs."""
+    rooms: list[str] = []
+    for module in dict.fromkeys(steps):  # first entries, in order
+        if not rooms or rooms[-1] != folder(module):
+            rooms.append(folder(module))
+    return rooms, len(rooms) - len(set(rooms))
+
+
 def admit(node: FakeNode, config: Path, name: str, pid: int, trace: PathTrace | None = None) -> None:
     state = node.oci_state(name, node.add_container(name, pid), {"numa-pin.io/cpus": "2"})
     if trace is not None:
@@ -150,6 +173,9 @@ def main() -> int:
         raise SystemExit("the traced admission wrote no cpuset.cpus")
     print(f"one exclusive admission (2 CPUs -> cpuset {cpus}) of the in-process hook, fake {args.shape}")
     describe("hook stdin to the cpuset.cpus write", trace, trace.cgroup_write, "steps" if args.steps else "modules")
+    rooms, climbs = walk(trace.steps[:trace.cgroup_write])
+    print(f"the walk from stdin to that write: {len(rooms)} rooms, {climbs} climbs")
+    print("    " + " ".join(room.removeprefix(PACKAGE + ".") if room != PACKAGE else "." for room in rooms))
     describe("the whole admission, to the hook's exit", trace, len(trace.steps), None)
     return 0
 
