@@ -17,7 +17,8 @@ from numa_pin.devices.pcie import pcie_root
 from numa_pin.devices.selector import Selector
 from numa_pin.errors import AllocationError, RequestError
 from numa_pin.ledger.model import Grant, LedgerState
-from numa_pin.requests.request import parse_colocate, request_from_oci
+from numa_pin.requests.colocate import parse_colocate
+from numa_pin.requests.request import request_from_oci
 from numa_pin.testing import devtree, machine
 
 SPEC = devtree.gpudirect()
