@@ -9,7 +9,8 @@ import pytest
 from ledger_factories import grant
 
 from numa_pin.base.record import replace
-from numa_pin.ledger.liveness import SHARED_CHECKS, collect_needed, holds_nothing, prepare
+from numa_pin.ledger.derived import holds_nothing
+from numa_pin.ledger.liveness import SHARED_CHECKS, collect_needed, prepare
 from numa_pin.ledger.model import Grant, LedgerState, PodRecord
 
 

@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from ledger_factories import grant
 
+from numa_pin.base.record import replace
 from numa_pin.ledger import codec, derived
-from numa_pin.ledger.model import Grant, LedgerState
+from numa_pin.ledger.model import Grant, LedgerState, PodRecord
 
 
 def fresh(state: LedgerState) -> LedgerState:
@@ -71,3 +72,47 @@ def test_an_exclusive_admission_keeps_the_shared_grants_object_and_adds_its_cpus
     assert vars(after).get("_exclusive") == frozenset({4, 5})  # carried, not worked out again
     assert after.without("x1").shared_grants() is shared
     assert "_exclusive" not in vars(after.without("x1"))  # a CPU going: worked out again on asking
+
+
+idle_changes = st.lists(st.tuples(
+    st.sampled_from(["add", "drop"]),
+    st.sampled_from([f"c{i:02d}" for i in range(12)]),
+    st.sampled_from(["shared", "limited", "exclusive", "process"]),
+    st.sampled_from([None, "boot-0", "boot-1"]),  # the boot it was admitted in
+    st.sampled_from(["pod-a", "pod-b"]),  # pod-a has a pod record: its grants are asked every time
+    st.sampled_from([None, "boot-0", "boot-1"]),  # the boot the next question is asked in, or no question
+), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(idle_changes)
+def test_carried_idle_split_is_the_split_of_a_fresh_state(steps: list) -> None:
+    """What liveness asks of every admission's state (the grants that hold nothing and have no
+    pod record, those of another boot among them, and the rest), carried one change at a time,
+    is what a state built afresh works out; the oracle is the definition, grant by grant."""
+    state = LedgerState({}, {"pod-a": PodRecord("pod-a", None, "a", "default", 1.0, ())})
+    asked: str | None = None
+    for action, cid, kind, boot, pod, ask in steps:
+        if ask is not None:
+            derived.idle_split(state), derived.of_other_boots(state, ask)
+            asked = ask
+        new = replace(make(cid, kind, frozenset({1})), boot_id=boot, pod_id=pod) if action == "add" else None
+        state = state.with_grant(new) if new is not None else state.without(cid)
+        idle, busy = derived.idle_split(state)
+        want = sorted(c for c, g in state.grants.items() if derived.holds_nothing(g) and g.pod_id != "pod-a")
+        assert idle == want == derived.idle_split(fresh(state))[0]
+        assert sorted(g.container_id for g in busy) == sorted(set(state.grants) - set(want))
+        if asked is not None:
+            assert derived.of_other_boots(state, asked) == [
+                c for c in want if state.grants[c].boot_id not in (None, asked)]
+
+
+def test_a_shared_admission_on_a_busy_node_carries_the_split_instead_of_working_it_out() -> None:
+    state = LedgerState({f"s{i:04d}": make(f"s{i:04d}", "shared", frozenset()) for i in range(2000)})
+    idle, _ = derived.idle_split(state)
+    after = state.with_grant(make("s0500x", "shared", frozenset()))
+    assert "_idle" in vars(after), "carried with the change, not left to be worked out"
+    assert derived.idle_split(after)[0] == sorted([*idle, "s0500x"])
+    gone = after.without("s0001")
+    assert "_idle" in vars(gone)
+    assert derived.idle_split(gone)[0] == [c for c in sorted([*idle, "s0500x"]) if c != "s0001"]

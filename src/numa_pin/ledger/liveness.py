@@ -24,7 +24,7 @@ so no process is ever unknowable.
 
 A grant also belongs to a boot: one that records a boot id (``<proc_root>/sys/kernel/random/
 boot_id`` at admission) other than this boot's is dead, whatever its pid and cgroup say
-(:func:`of_earlier_boot`): after a reboot a pid or a cgroup path can be taken again.
+(:func:`numa_pin.ledger.derived.of_earlier_boot`): after a reboot a pid or a cgroup path can be taken again.
 
 Because ``btime`` is wall-clock based, a clock step larger than the tolerance between
 admission and the check makes a live process look recycled; the cgroup test still
@@ -40,7 +40,8 @@ from collections.abc import Callable
 from numa_pin.base.boundedio import UnsafeInput, read_regular_file
 from numa_pin.enforcer.cgroups import hierarchy_dir
 from numa_pin.errors import SysfsError
-from numa_pin.ledger.model import KIND_SHARED, Grant, LedgerState
+from numa_pin.ledger.derived import idle_split, of_other_boots
+from numa_pin.ledger.model import Grant, LedgerState
 
 #: how far a process start time may differ from the recorded one and still match
 START_TIME_TOLERANCE_S = 1.0
@@ -160,11 +161,6 @@ def read_boot_id(proc_root: str) -> str | None:
     return text if text and text.isprintable() else None
 
 
-def of_earlier_boot(grant: Grant, boot_id: str | None) -> bool:
-    """True when ``grant`` records a boot and it is not ``boot_id`` (unknown either way: False)."""
-    return grant.boot_id is not None and boot_id is not None and grant.boot_id != boot_id
-
-
 def collect_garbage(
     state: LedgerState, alive_fn: Callable[[Grant], bool]
 ) -> tuple[LedgerState, tuple[Grant, ...]]:
@@ -208,7 +204,7 @@ def collect_needed(state: LedgerState, alive_fn: Callable[[Grant], bool], boot_i
     busy node) only :data:`SHARED_CHECKS` consecutive ones by container id are asked, starting
     at ``start`` (default: a random place), so every one gets its turn within a few dozen
     admissions; of the rest only those recorded under a boot other than ``boot_id`` are dropped
-    (:func:`of_earlier_boot`, no ``/proc`` read). A dead shared container costs nothing
+    (:func:`~numa_pin.ledger.derived.of_earlier_boot`, no ``/proc`` read). A dead shared container costs nothing
     meanwhile: its cgroup is gone, so the shared-pool resize skips it.
 
     What this needs of ``state`` is worked out once per state (:func:`idle_grants`), so the
@@ -220,10 +216,10 @@ def collect_needed(state: LedgerState, alive_fn: Callable[[Grant], bool], boot_i
         return collect_garbage(state, alive_fn)
     turn = _turn(idle, start) if sample else []
     grants = state.grants
-    removed = [g for g in _split(state)[1] if not alive_fn(g)]
+    removed = [g for g in idle_split(state)[1] if not alive_fn(g)]
     removed += [grants[cid] for cid in turn if not alive_fn(grants[cid])]
     asked = set(turn)
-    removed += [grants[cid] for cid in _of_other_boots(state, boot_id) if cid not in asked]
+    removed += [grants[cid] for cid in of_other_boots(state, boot_id) if cid not in asked]
     return _dropping(state, removed)
 
 
@@ -250,48 +246,16 @@ def _turn(idle: list[str], start: int | None) -> list[str]:
 
 def idle_grants(state: LedgerState) -> list[str]:
     """The ids of ``state``'s grants that hold nothing and belong to no pod with a record, sorted
-    (worked out once per state, with the others: the snapshot an admission decides on is the
-    state it locks, and the agent's spare worked it out as it rehearsed)."""
-    return _split(state)[0]
-
-
-def _split(state: LedgerState) -> tuple[list[str], tuple[Grant, ...]]:
-    """(:func:`idle_grants`, the other grants: each is asked at every admission), once per state."""
-    known: tuple[list[str], tuple[Grant, ...]] | None = getattr(state, "_split", None)
-    if known is None:
-        idle: list[str] = []
-        busy: list[Grant] = []
-        for cid, g in state.grants.items():
-            if holds_nothing(g) and g.pod_id not in state.pods:
-                idle.append(cid)
-            else:
-                busy.append(g)
-        known = (sorted(idle), tuple(busy))
-        object.__setattr__(state, "_split", known)
-    return known
+    (worked out once per state and carried to the state one grant later: the snapshot an
+    admission decides on is the state it locks, and the agent's spare worked it out as it
+    rehearsed; :func:`numa_pin.ledger.derived.idle_split`)."""
+    return idle_split(state)[0]
 
 
 def prepare(state: LedgerState, boot_id: str | None) -> None:
     """Work out now what :func:`collect_needed` needs of ``state`` (the agent's spare, as it
     rehearses: the admission it then runs locks this state)."""
-    _of_other_boots(state, boot_id)
-
-
-def _of_other_boots(state: LedgerState, boot_id: str | None) -> list[str]:
-    """The idle grants of ``state`` recorded under a boot other than ``boot_id`` (kept per state
-    for the last boot id asked)."""
-    known: tuple[str | None, list[str]] | None = getattr(state, "_other_boots", None)
-    if known is None or known[0] != boot_id:
-        grants = state.grants
-        known = (boot_id, [cid for cid in idle_grants(state) if of_earlier_boot(grants[cid], boot_id)])
-        object.__setattr__(state, "_other_boots", known)
-    return known[1]
-
-
-def holds_nothing(grant: Grant) -> bool:
-    """True for a shared container's grant: nothing on the node is held for it alone."""
-    return (grant.kind == KIND_SHARED and not grant.cpus and not grant.devices and not grant.memory
-            and grant.affinity is None and not grant.netdevs and grant.gpus is None)
+    of_other_boots(state, boot_id)
 
 
 def cgroup_dir(cgroup: str, cgroup_root: str, version: int | None = None) -> str:

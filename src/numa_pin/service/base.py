@@ -26,8 +26,8 @@ from numa_pin.config.schema import Config
 from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.undo import UndoLog, describe_failures
 from numa_pin.errors import CgroupEscapeError, NumaPinError
-from numa_pin.ledger.derived import changed_from
-from numa_pin.ledger.liveness import collect_garbage, collect_needed, of_earlier_boot
+from numa_pin.ledger.derived import changed_from, of_earlier_boot
+from numa_pin.ledger.liveness import collect_garbage, collect_needed
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.ledger.store import Ledger
 from numa_pin.reporting import report, tally

@@ -44,7 +44,8 @@ from numa_pin.enforcer.mounts import CgroupLayout, detect_layout
 from numa_pin.enforcer.systemd import Systemd
 from numa_pin.enforcer.systemd import detect as detect_systemd
 from numa_pin.enforcer.undo import UndoLog
-from numa_pin.ledger.liveness import is_alive, of_earlier_boot, pending_abandoned, pending_age, read_boot_id
+from numa_pin.ledger.derived import of_earlier_boot
+from numa_pin.ledger.liveness import is_alive, pending_abandoned, pending_age, read_boot_id
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.resources.base import NodeSettings, Resource
 from numa_pin.topology.cache import DEFAULT_MAX_AGE_S, cached_discover
