@@ -80,6 +80,7 @@ ROWS = [
     ("gpu-env", {CPUS: "2"}, {}),
     ("gpu-cdi", {CPUS: "2", "cdi.k8s.io/gpu": "nvidia.com/gpu=3"}, {}),
     ("gpu-cdi-claim", {CPUS: "2", "cdi.k8s.io/claim": f"{CDI_KIND}=gpu3"}, {}),
+    ("gpu-linux-devices", {CPUS: "2"}, {}),
     ("gpu-too-many", {CPUS: "2", DEVICES: "nvidia.com/gpu=3"}, {}),
 ]
 EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "TopologyAffinityError",
@@ -91,11 +92,12 @@ EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "
             "governor-unknown": "IsolationError", "load-balancing": "exclusive",
             "load-balancing-root-balances": "IsolationError", "irq": "exclusive", "irq-housekeeping": "exclusive",
             "gpu": "exclusive", "gpu-env": "exclusive", "gpu-cdi": "exclusive", "gpu-cdi-claim": "exclusive",
-            "gpu-too-many": "TopologyAffinityError"}
+            "gpu-linux-devices": "exclusive", "gpu-too-many": "TopologyAffinityError"}
 #: what a row asks besides its annotations (the device plugin's variables, ``linux.devices``)
-ASKS = {"gpu-env": Asks(env={"NVIDIA_VISIBLE_DEVICES": "3"})}
+ASKS = {"gpu-env": Asks(env={"NVIDIA_VISIBLE_DEVICES": "3"}),
+        "gpu-linux-devices": Asks(devices=(("/dev/nvidia3", "c", 195, 3),))}
 #: the GPU rows, and the GPU minor each asks by name (the others: any one GPU)
-GPU_ROWS = {"gpu": None, "gpu-env": 3, "gpu-cdi": 3, "gpu-cdi-claim": 3, "gpu-too-many": None}
+GPU_ROWS = {"gpu": None, "gpu-env": 3, "gpu-cdi": 3, "gpu-cdi-claim": 3, "gpu-linux-devices": 3, "gpu-too-many": None}
 #: rows run on a node set up otherwise than the matrix's default
 NODES = {"load-balancing-root-balances": "balancing_root", **dict.fromkeys(GPU_ROWS, "gpus")}
 #: the rows the guests run through containerd 1.7 and 2.x (tests/vm/test_vm_nri.py), on their own
