@@ -35,6 +35,8 @@ from numa_pin.devices.devfilter import DeviceRule
 #: config's rules on cgroup v1: null, zero, full, tty, urandom, random, the ptys and ptmx
 RUNC_DEFAULTS = ("c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm", "c 5:0 rwm", "c 1:9 rwm", "c 1:8 rwm", "c 136:* rwm",
                  "c 5:2 rwm")
+#: where numa-pin's GPU list and device variables land in the container (a runtime's ``/dev`` tmpfs)
+GPU_FILE, ENV_FILE = "/dev/numa-pin/gpus", "/dev/numa-pin/devices.env"
 #: a device node as the matrix compares it: (path in the container, type, major, minor)
 Node = tuple[str, str, int, int]
 
@@ -96,7 +98,7 @@ class ContainerDevices:
             if have is None:
                 self.nodes[path] = (path, "c", major, minor)
                 created.append(path)
-        for text, path in ((gpu_text, "/dev/numa-pin/gpus"), (env_text, "/dev/numa-pin/devices.env")):
+        for text, path in ((gpu_text, GPU_FILE), (env_text, ENV_FILE)):
             if text is not None:
                 self.lists[path] = text
                 created.insert(0, path)
@@ -142,4 +144,4 @@ def kernel(monkeypatch: Any, devices: ContainerDevices, pid: int) -> None:
     monkeypatch.setattr(devnodes, "_remove", lambda rootfs, paths: devices.remove(list(paths)))
 
 
-__all__ = ["RUNC_DEFAULTS", "ContainerDevices", "Node", "kernel"]
+__all__ = ["ENV_FILE", "GPU_FILE", "RUNC_DEFAULTS", "ContainerDevices", "Node", "kernel"]

@@ -4,8 +4,9 @@
 isolation knob writes: each CPU's PM QoS latency, cpufreq policies, a fake ``/proc/irq``, a
 cgroup v1 ``cpu`` hierarchy beside the ``cpuset`` one, and a root cpuset that balances nothing
 (where ``cpu-load-balancing`` can take effect on cgroup v1). Each path gets a node of its own.
-A GPU node (:meth:`MatrixNode.gpus`) is the kit's ``gpu8-sriov`` with the NVIDIA driver's files,
-a CDI spec and a cgroup v1 ``devices`` hierarchy (:mod:`.every_path_devices`).
+A GPU node (:meth:`MatrixNode.gpus`) is the kit's ``gpudirect`` machine (``gpu8-sriov`` with an
+RDMA NIC and a vfio-bound VF) with the NVIDIA driver's files, a CDI spec and a cgroup v1
+``devices`` hierarchy (:mod:`.every_path_devices`).
 
 :func:`run_path` runs one request through a path the way its runtime does, to the container's
 first process:
@@ -42,14 +43,21 @@ from numa_pin.ledger.model import Grant
 from numa_pin.ledger.store import Ledger
 from numa_pin.nri import messages as nri_messages
 from numa_pin.service.node import NodeService
-from numa_pin.testing import devtree, machine, shapes
+from numa_pin.testing import devtree, machine
 from numa_pin.testing.node import FakeNode
+from numa_pin.testing.spec import MachineSpec
 
 from .every_path_devices import ContainerDevices, Node, kernel
 from .fake_runtime import Connected, container, pod
 
 SHAPE = "laptop"
-GPU_SHAPE = "gpu8-sriov"
+#: the GPU node's machine: ``gpu8-sriov`` with device nodes, a ConnectX NIC with RDMA verbs behind
+#: node 1's GPU switch and an E810 VF bound to vfio-pci (:func:`numa_pin.testing.devtree.gpudirect`)
+GPU_SHAPE = devtree.gpudirect()
+#: the GPU node's device resources besides the GPUs: the switch's RDMA NIC, the vfio-bound VF
+RDMA, DPDK = "example.com/rdma", "example.com/dpdk"
+GPU_RESOURCES = {"nvidia.com/gpu": [{"vendors": ["0x10de"], "classes": ["0x0302"]}],
+                 RDMA: [{"addresses": [devtree.SWITCH_NIC]}], DPDK: [{"drivers": ["vfio-pci"]}]}
 #: the kind of the CDI spec a GPU node's DRA driver wrote
 CDI_KIND = "k8s.gpu.nvidia.com/claim"
 CID = "0f2a83a2d618ece3563383e4d2c110bfc35717b71b479661529c6d7a83acaedb"
@@ -79,6 +87,7 @@ class Outcome:
     #: its devices cgroup beside runc's defaults, whoever made them (:mod:`.every_path_devices`)
     devices: frozenset[Node] = frozenset()
     rules: frozenset[str] = frozenset()
+    files: dict[str, str] = field(default_factory=dict)  # what numa-pin wrote into the container
 
 
 class MatrixNode(FakeNode):
@@ -87,7 +96,7 @@ class MatrixNode(FakeNode):
 
     devices: ContainerDevices | None = None  # a GPU node's container devices (:meth:`gpus`)
 
-    def __init__(self, root: Path, parent: str, shape: str = SHAPE, machines: Path | None = None) -> None:
+    def __init__(self, root: Path, parent: str, shape: str | MachineSpec = SHAPE, machines: Path | None = None) -> None:
         super().__init__(root, shape, machines=machines or root / "machines", parent=parent)
         self.machines = machines or root / "machines"
         self.shape = shape
@@ -118,17 +127,17 @@ class MatrixNode(FakeNode):
                 (pages / leaf).write_text(f"{count}\n")
 
     def gpus(self) -> None:
-        """A GPU node (``gpu8-sriov``: node ``n`` has GPUs ``2n`` and ``2n + 1``): the NVIDIA driver's
+        """A GPU node (:data:`GPU_SHAPE`: node ``n`` has GPUs ``2n`` and ``2n + 1``): the NVIDIA driver's
         ``/proc`` files and majors, a CDI spec naming each GPU as a DRA driver does
         (``k8s.gpu.nvidia.com/claim=gpu<minor>``, in ``cdi_spec_dirs``), and a
         cgroup v1 ``devices`` hierarchy whose container's rules and ``/dev`` are
         :attr:`devices`."""
         assert self.shape == GPU_SHAPE
-        built = machine.build_once(shapes.SHAPES[GPU_SHAPE](), self.machines)
+        built = machine.build_once(GPU_SHAPE, self.machines)
         shutil.copytree(built.proc_root / "driver", self.proc_root / "driver")
         (self.proc_root / "devices").write_text(
             "Character devices:\n  1 mem\n195 nvidia\n507 nvidia-uvm\n\nBlock devices:\n")
-        gpus = {d.gpu_minor: d for d in machine.expected_topology(shapes.SHAPES[GPU_SHAPE]()).pci_devices
+        gpus = {d.gpu_minor: d for d in machine.expected_topology(GPU_SHAPE).pci_devices
                 if d.gpu_minor is not None}
         devtree.write_cdi_spec(self.root / "cdi", CDI_KIND, {
             f"gpu{i}": [(f"/dev/nvidia{i}", 195, i)] for i in sorted(gpus)}, shared=[("/dev/nvidiactl", 195, 255)])
@@ -138,7 +147,7 @@ class MatrixNode(FakeNode):
         self.devices = ContainerDevices(self.cgroup_root / "devices" / self.parent / "_")
 
     def config_dict(self, **extra: object) -> dict[str, object]:
-        cdi = {"cdi_spec_dirs": [str(self.root / "cdi")]} if self.devices is not None else {}
+        cdi = {"cdi_spec_dirs": [str(self.root / "cdi")], "devices": GPU_RESOURCES} if self.devices is not None else {}
         return super().config_dict(**cdi, **extra)
 
     def balancing_root(self) -> None:
@@ -217,7 +226,7 @@ class MatrixNode(FakeNode):
 
 def node_for(tmp_path: Path, path: str, setup: str | None = None, machines: Path | None = None) -> MatrixNode:
     """A fresh node for ``path``; ``setup`` names a :class:`MatrixNode` method that changes it.
-    ``gpus`` is a node of the ``gpu8-sriov`` shape whose sysfs tree, built once in ``machines``,
+    ``gpus`` is a node of :data:`GPU_SHAPE` whose sysfs tree, built once in ``machines``,
     every GPU node shares (its rows set no isolation knob, so none writes there)."""
     gpus = setup == "gpus"
     node = MatrixNode(tmp_path / path, PARENTS[path.split("-")[0]], GPU_SHAPE if gpus else SHAPE,
@@ -368,7 +377,9 @@ def run_path(path: str, tmp_path: Path, monkeypatch: Any, capsys: Any, annotatio
     cpus = parse_list(node.cpuset(name)[0]) if stage is None else None
     devices = frozenset(node.devices.nodes.values()) if node.devices is not None else frozenset()
     rules = node.devices.rules() if node.devices is not None and stage is None else frozenset()
-    return Outcome(grant, text, cpus, env, changed, stage or "", frozenset(parse_list(node.cpus)), devices, rules)
+    files = dict(node.devices.lists) if node.devices is not None else {}
+    return Outcome(grant, text, cpus, env, changed, stage or "", frozenset(parse_list(node.cpus)), devices, rules,
+                   files)
 
 
 __all__ = ["CID", "PATHS", "Asks", "MatrixNode", "Outcome", "config_file", "hook", "node_for", "run_path"]

@@ -13,9 +13,10 @@ numa-pin:
 
 Where every path admits a row, every path must leave the same host behind, file by file: the
 container's cpuset and quota, each CPU's PM QoS latency and governor, the IRQs' affinities, the
-cpusets' load balancing (:func:`test_every_path_leaves_the_same_host`); and on a GPU node (the
-``gpu*`` rows) the container must see the same device nodes and device rules, whether numa-pin
-made them at prestart or the runtime from the config or adjustment numa-pin handed it
+cpusets' load balancing (:func:`test_every_path_leaves_the_same_host`); and on the GPU node (the
+rows of :data:`DEVICE_ROWS`: GPUs, an RDMA NIC, a vfio-bound VF, co-location) the container must
+see the same device nodes and device rules and be told the same ``PCIDEVICE_*`` variables, whether
+numa-pin made them at prestart or the runtime from the config or adjustment numa-pin handed it
 (:mod:`.every_path_devices`). A request a path cannot
 carry (a memory policy or an exec CPU affinity at prestart, through NRI or to a runtime without
 ``linux.memoryPolicy`` or ``process.execCPUAffinity``) is refused on it with the same kind, and a
@@ -39,15 +40,30 @@ from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.registry import register, unregister
 from numa_pin.resources.node.runtime import RuntimeEdit
 from numa_pin.service.node import NodeService
-from numa_pin.testing import machine, shapes
+from numa_pin.testing import machine
 
-from .every_path_world import CDI_KIND, CID, GPU_SHAPE, PATHS, Asks, Outcome, config_file, hook, node_for, run_path
+from .every_path_devices import ENV_FILE
+from .every_path_world import (
+    CDI_KIND,
+    CID,
+    DPDK,
+    GPU_SHAPE,
+    PATHS,
+    RDMA,
+    Asks,
+    Outcome,
+    config_file,
+    hook,
+    node_for,
+    run_path,
+)
 from .fake_runtime import Connected, container, pod
 
 MIB = 1 << 20
 CPUS = "numa-pin.io/cpus"
 DEVICES = "numa-pin.io/devices"
-_KIT = machine.expected_topology(shapes.SHAPES[GPU_SHAPE]())
+COLOCATE = "numa-pin.io/colocate"
+_KIT = machine.expected_topology(GPU_SHAPE)
 KIT_GPUS = {d.address: d for d in _KIT.pci_devices if d.gpu_minor is not None}
 KIT_CPUS = {n: frozenset(node.cpus) for n, node in _KIT.nodes.items()}
 
@@ -82,6 +98,10 @@ ROWS = [
     ("gpu-cdi-claim", {CPUS: "2", "cdi.k8s.io/claim": f"{CDI_KIND}=gpu3"}, {}),
     ("gpu-linux-devices", {CPUS: "2"}, {}),
     ("gpu-too-many", {CPUS: "2", DEVICES: "nvidia.com/gpu=3"}, {}),
+    ("rdma", {CPUS: "2", DEVICES: f"{RDMA}=1"}, {}),
+    ("vfio", {CPUS: "2", DEVICES: f"{DPDK}=1"}, {}),
+    ("colocate", {CPUS: "2", DEVICES: f"nvidia.com/gpu=1,{RDMA}=1", COLOCATE: f"pcie-root:nvidia.com/gpu,{RDMA}"}, {}),
+    ("colocate-apart", {CPUS: "2", DEVICES: f"{DPDK}=1,{RDMA}=1", COLOCATE: f"pcie-root:{DPDK},{RDMA}"}, {}),
 ]
 EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "TopologyAffinityError",
             "memory-policy": "PathLimitError", "memory-policy-bind": "PathLimitError", "cpu-shared": "mixed",
@@ -92,14 +112,17 @@ EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "
             "governor-unknown": "IsolationError", "load-balancing": "exclusive",
             "load-balancing-root-balances": "IsolationError", "irq": "exclusive", "irq-housekeeping": "exclusive",
             "gpu": "exclusive", "gpu-env": "exclusive", "gpu-cdi": "exclusive", "gpu-cdi-claim": "exclusive",
-            "gpu-linux-devices": "exclusive", "gpu-too-many": "TopologyAffinityError"}
+            "gpu-linux-devices": "exclusive", "gpu-too-many": "TopologyAffinityError", "rdma": "exclusive",
+            "vfio": "exclusive", "colocate": "exclusive", "colocate-apart": "AllocationError"}
 #: what a row asks besides its annotations (the device plugin's variables, ``linux.devices``)
 ASKS = {"gpu-env": Asks(env={"NVIDIA_VISIBLE_DEVICES": "3"}),
         "gpu-linux-devices": Asks(devices=(("/dev/nvidia3", "c", 195, 3),))}
-#: the GPU rows, and the GPU minor each asks by name (the others: any one GPU)
-GPU_ROWS = {"gpu": None, "gpu-env": 3, "gpu-cdi": 3, "gpu-cdi-claim": 3, "gpu-linux-devices": 3, "gpu-too-many": None}
+#: the rows of the GPU node, and the GPU minors each may get (a GPU it names; the GPUs that share
+#: a PCIe root with the RDMA NIC); None: any
+DEVICE_ROWS = {"gpu": None, "gpu-env": {3}, "gpu-cdi": {3}, "gpu-cdi-claim": {3}, "gpu-linux-devices": {3},
+               "gpu-too-many": None, "rdma": None, "vfio": None, "colocate": {2, 3}, "colocate-apart": None}
 #: rows run on a node set up otherwise than the matrix's default
-NODES = {"load-balancing-root-balances": "balancing_root", **dict.fromkeys(GPU_ROWS, "gpus")}
+NODES = {"load-balancing-root-balances": "balancing_root", **dict.fromkeys(DEVICE_ROWS, "gpus")}
 #: the rows the guests run through containerd 1.7 and 2.x (tests/vm/test_vm_nri.py), on their own
 #: node: cgroup v2 under systemd, no hugepages reserved, and no cpufreq under TCG (so a governor
 #: is refused there, :data:`GUEST_CELLS`); the v1 root that balances has no v2 counterpart. A row
@@ -170,23 +193,39 @@ def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, mac
         assert len(out.grant.cpus) == int(annotations[CPUS]) and out.cpus == every
     for name, value in EFFECTS.get(row, {}).items():
         _assert_effect(out, name, value)
-    if row in GPU_ROWS:
-        _assert_gpu(out, GPU_ROWS[row])
+    if row in DEVICE_ROWS:
+        _assert_devices(out, DEVICE_ROWS[row], machines)
 
 
-def _assert_gpu(out: Outcome, minor: int | None) -> None:
-    """The container got the nodes of its granted GPU and nothing else, each allowed in its
-    devices cgroup, and its CPUs and memory are the GPU's NUMA node's (oracle: the kit's
-    description of the machine: each GPU's device minor and node, the ``nvidia-uvm`` major)."""
+def _numbers(dev_file: Path) -> tuple[int, int]:
+    major, minor = dev_file.read_text().strip().split(":")
+    return int(major), int(minor)
+
+
+def _assert_devices(out: Outcome, minors: frozenset[int] | None, machines: Path) -> None:
+    """The container got the nodes of the devices granted to it and nothing else, each allowed in
+    its devices cgroup, and its CPUs and memory are their NUMA node's. Oracles: the kit's
+    description of the machine (each GPU's device minor and node, the ``nvidia-uvm`` major of its
+    ``/proc/devices``) and its sysfs tree as the kernel lays it out (the ``dev`` files of a verbs
+    device, of ``rdma_cm`` and of a VFIO group)."""
     assert out.grant is not None
-    (address,) = out.grant.devices["nvidia.com/gpu"]
-    gpu = KIT_GPUS[address]
-    assert minor is None or gpu.gpu_minor == minor, "the GPU the request named"
-    assert out.grant.mems == {gpu.numa_node} and out.grant.cpus <= KIT_CPUS[gpu.numa_node]
-    numbers = {(f"/dev/nvidia{gpu.gpu_minor}", 195, gpu.gpu_minor), ("/dev/nvidiactl", 195, 255),
-               ("/dev/nvidia-uvm", 507, 0), ("/dev/nvidia-uvm-tools", 507, 1)}
-    assert out.devices == {(p, "c", a, b) for p, a, b in numbers}
-    assert out.rules == {f"c {a}:{b} rwm" for _, a, b in numbers}
+    sysfs = machine.build_once(GPU_SHAPE, machines).sysfs_root
+    want: set[tuple[str, int, int]] = set()
+    for address in (a for ids in out.grant.devices.values() for a in ids):
+        dev = _KIT.device(address)
+        assert dev is not None and out.grant.mems == {dev.numa_node} and out.grant.cpus <= KIT_CPUS[dev.numa_node]
+        if dev.gpu_minor is not None:
+            assert minors is None or dev.gpu_minor in minors, "the GPU the request named"
+            want |= {(f"/dev/nvidia{dev.gpu_minor}", 195, dev.gpu_minor), ("/dev/nvidiactl", 195, 255),
+                     ("/dev/nvidia-uvm", 507, 0), ("/dev/nvidia-uvm-tools", 507, 1)}
+        for verbs in (sysfs / "bus" / "pci" / "devices" / address).glob("infiniband_verbs/uverbs*"):
+            want |= {(f"/dev/infiniband/{verbs.name}", *_numbers(verbs / "dev")),
+                     ("/dev/infiniband/rdma_cm", *_numbers(sysfs / "class" / "misc" / "rdma_cm" / "dev"))}
+        if dev.driver == "vfio-pci":
+            group = sysfs / "class" / "vfio" / str(dev.iommu_group) / "dev"
+            want |= {(f"/dev/vfio/{dev.iommu_group}", *_numbers(group)), ("/dev/vfio/vfio", 10, 196)}
+    assert out.devices == {(p, "c", a, b) for p, a, b in want}
+    assert out.rules == {f"c {a}:{b} rwm" for _, a, b in want}
 
 
 def _assert_effect(out: Outcome, name: str, value: str) -> None:
@@ -218,6 +257,9 @@ def test_every_path_leaves_the_same_host(tmp_path, monkeypatch, capsys, machines
     assert len({json.dumps(e, sort_keys=True) for e in envs.values()}) == 1, envs
     devices = {path: (o.devices, o.rules) for path, o in outs.items()}
     assert all(d == devices["prestart"] for d in devices.values()), devices
+    # what the runtime sets in the environment, prestart writes into the container's devices.env
+    listed = dict(line.split("=", 1) for line in outs["prestart"].files.get(ENV_FILE, "").splitlines())
+    assert all(listed == {k: v for k, v in e.items() if k.startswith("PCIDEVICE_")} for e in envs.values()), listed
 
 
 @pytest.mark.parametrize("path", ["precreate-1.0", "precreate-1.3", "nri"])
