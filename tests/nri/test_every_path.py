@@ -94,8 +94,11 @@ ROWS = [
     ("irq-housekeeping", {CPUS: "4", "numa-pin.io/irq-load-balancing": "housekeeping"}, {}),
     ("gpu", {CPUS: "2", DEVICES: "nvidia.com/gpu=1"}, {}),
     ("gpu-env", {CPUS: "2"}, {}),
+    ("gpu-env-cdi", {CPUS: "2"}, {}),
     ("gpu-cdi", {CPUS: "2", "cdi.k8s.io/gpu": "nvidia.com/gpu=3"}, {}),
     ("gpu-cdi-claim", {CPUS: "2", "cdi.k8s.io/claim": f"{CDI_KIND}=gpu3"}, {}),
+    ("gpu-cdi-unknown", {CPUS: "2", "cdi.k8s.io/gpu": "nvidia.com/gpu=9"}, {}),
+    ("gpu-cdi-claim-unknown", {CPUS: "2", "cdi.k8s.io/claim": f"{CDI_KIND}=nope"}, {}),
     ("gpu-linux-devices", {CPUS: "2"}, {}),
     ("gpu-too-many", {CPUS: "2", DEVICES: "nvidia.com/gpu=3"}, {}),
     ("rdma", {CPUS: "2", DEVICES: f"{RDMA}=1"}, {}),
@@ -112,14 +115,18 @@ EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "
             "governor-unknown": "IsolationError", "load-balancing": "exclusive",
             "load-balancing-root-balances": "IsolationError", "irq": "exclusive", "irq-housekeeping": "exclusive",
             "gpu": "exclusive", "gpu-env": "exclusive", "gpu-cdi": "exclusive", "gpu-cdi-claim": "exclusive",
+            "gpu-env-cdi": "exclusive", "gpu-cdi-unknown": "RequestError", "gpu-cdi-claim-unknown": "exclusive",
             "gpu-linux-devices": "exclusive", "gpu-too-many": "TopologyAffinityError", "rdma": "exclusive",
             "vfio": "exclusive", "colocate": "exclusive", "colocate-apart": "AllocationError"}
 #: what a row asks besides its annotations (the device plugin's variables, ``linux.devices``)
 ASKS = {"gpu-env": Asks(env={"NVIDIA_VISIBLE_DEVICES": "3"}),
+        "gpu-env-cdi": Asks(env={"NVIDIA_VISIBLE_DEVICES": "nvidia.com/gpu=5"}),
         "gpu-linux-devices": Asks(devices=(("/dev/nvidia3", "c", 195, 3),))}
 #: the rows of the GPU node, and the GPU minors each may get (a GPU it names; the GPUs that share
-#: a PCIe root with the RDMA NIC); None: any
-DEVICE_ROWS = {"gpu": None, "gpu-env": {3}, "gpu-cdi": {3}, "gpu-cdi-claim": {3}, "gpu-linux-devices": {3},
+#: a PCIe root with the RDMA NIC); None: any. A CDI name no spec file names aligns nothing (the
+#: grant's notes say why) and gives no device
+DEVICE_ROWS = {"gpu": None, "gpu-env": {3}, "gpu-env-cdi": {5}, "gpu-cdi": {3}, "gpu-cdi-claim": {3},
+               "gpu-cdi-unknown": None, "gpu-cdi-claim-unknown": None, "gpu-linux-devices": {3},
                "gpu-too-many": None, "rdma": None, "vfio": None, "colocate": {2, 3}, "colocate-apart": None}
 #: rows run on a node set up otherwise than the matrix's default
 NODES = {"load-balancing-root-balances": "balancing_root", **dict.fromkeys(DEVICE_ROWS, "gpus")}
@@ -195,6 +202,8 @@ def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, mac
         _assert_effect(out, name, value)
     if row in DEVICE_ROWS:
         _assert_devices(out, DEVICE_ROWS[row], machines)
+    if row == "gpu-cdi-claim-unknown":
+        assert not out.grant.devices and any("no CDI spec file" in n for n in out.grant.notes), out.grant.notes
 
 
 def _numbers(dev_file: Path) -> tuple[int, int]:
