@@ -4,26 +4,34 @@
 isolation knob writes: each CPU's PM QoS latency, cpufreq policies, a fake ``/proc/irq``, a
 cgroup v1 ``cpu`` hierarchy beside the ``cpuset`` one, and a root cpuset that balances nothing
 (where ``cpu-load-balancing`` can take effect on cgroup v1). Each path gets a node of its own.
+A GPU node (:meth:`MatrixNode.gpus`) is the kit's ``gpudirect`` machine (``gpu8-sriov`` with an
+RDMA NIC and a vfio-bound VF) with the NVIDIA driver's files, a CDI spec and a cgroup v1
+``devices`` hierarchy (:mod:`.every_path_devices`).
 
 :func:`run_path` runs one request through a path the way its runtime does, to the container's
 first process:
 
-* ``prestart``: the runtime makes the container's cgroup and starts ``numa-pin-hook prestart``;
+* ``prestart``: the runtime makes the container's cgroup (and the config's devices) and starts
+  ``numa-pin-hook prestart``;
 * ``precreate-1.0``/``precreate-1.3``: podman runs ``numa-pin-hook precreate`` with the config it
   proposes (runtime-spec 1.0.2 or 1.3), applies the config that comes back (the container's
-  cpuset and CFS quota, as runc writes them), then runs the prestart hook;
+  cpuset and CFS quota, its device nodes and rules, as runc writes them), then runs the prestart
+  hook with that config as the bundle's ``config.json``;
 * ``nri``: containerd sends ``CreateContainer``, applies the adjustment the same way, starts the
   process and sends ``StartContainer``.
 
-What a user sees is returned as an :class:`Outcome`: the grant the ledger keeps, the one line said,
-the variables the runtime sets, and every host file that changed (the container's cgroup named
-``<container>``), so two paths can be compared file by file.
+A request is its annotations and, in :class:`Asks`, what else its config carries (the device
+plugin's variables, ``linux.devices``). What a user sees is returned as an :class:`Outcome`: the
+grant the ledger keeps, the one line said, the variables the runtime sets, every host file that
+changed (the container's cgroup named ``<container>``), and on a GPU node the container's device
+nodes and device rules, so two paths can be compared file by file.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,11 +43,23 @@ from numa_pin.ledger.model import Grant
 from numa_pin.ledger.store import Ledger
 from numa_pin.nri import messages as nri_messages
 from numa_pin.service.node import NodeService
+from numa_pin.testing import devtree, machine
 from numa_pin.testing.node import FakeNode
+from numa_pin.testing.spec import MachineSpec
 
+from .every_path_devices import ContainerDevices, Node, kernel
 from .fake_runtime import Connected, container, pod
 
 SHAPE = "laptop"
+#: the GPU node's machine: ``gpu8-sriov`` with device nodes, a ConnectX NIC with RDMA verbs behind
+#: node 1's GPU switch and an E810 VF bound to vfio-pci (:func:`numa_pin.testing.devtree.gpudirect`)
+GPU_SHAPE = devtree.gpudirect()
+#: the GPU node's device resources besides the GPUs: the switch's RDMA NIC, the vfio-bound VF
+RDMA, DPDK = "example.com/rdma", "example.com/dpdk"
+GPU_RESOURCES = {"nvidia.com/gpu": [{"vendors": ["0x10de"], "classes": ["0x0302"]}],
+                 RDMA: [{"addresses": [devtree.SWITCH_NIC]}], DPDK: [{"drivers": ["vfio-pci"]}]}
+#: the kind of the CDI spec a GPU node's DRA driver wrote
+CDI_KIND = "k8s.gpu.nvidia.com/claim"
 CID = "0f2a83a2d618ece3563383e4d2c110bfc35717b71b479661529c6d7a83acaedb"
 PID = 4242
 PATHS = ["prestart", "precreate-1.0", "precreate-1.3", "nri"]
@@ -62,21 +82,32 @@ class Outcome:
     env: dict[str, str] = field(default_factory=dict)
     changed: dict[str, str] = field(default_factory=dict)  # host file -> its text after, if it changed
     stage: str = ""  # a refusal's: "" the runtime's first call (precreate, CreateContainer), else the later one
+    pool: frozenset[int] = frozenset()  # the node's CPUs (a shared container's cpuset)
+    #: on a GPU node: the container's device nodes (path, type, major, minor) and the rules of
+    #: its devices cgroup beside runc's defaults, whoever made them (:mod:`.every_path_devices`)
+    devices: frozenset[Node] = frozenset()
+    rules: frozenset[str] = frozenset()
+    files: dict[str, str] = field(default_factory=dict)  # what numa-pin wrote into the container
 
 
 class MatrixNode(FakeNode):
-    """The laptop with every isolation knob's files; ``parent`` is where containers' cgroups go."""
+    """The laptop (or another kit ``shape``) with every isolation knob's files; ``parent`` is
+    where containers' cgroups go."""
 
-    def __init__(self, root: Path, parent: str) -> None:
-        super().__init__(root, SHAPE, machines=root / "machines", parent=parent)
+    devices: ContainerDevices | None = None  # a GPU node's container devices (:meth:`gpus`)
+
+    def __init__(self, root: Path, parent: str, shape: str | MachineSpec = SHAPE, machines: Path | None = None) -> None:
+        super().__init__(root, shape, machines=machines or root / "machines", parent=parent)
+        self.machines = machines or root / "machines"
+        self.shape = shape
         (self.proc_root / "devices").write_text("Character devices:\n  1 mem\n\nBlock devices:\n")
         self.cpu_dir = self.sysfs_root / "devices" / "system" / "cpu"
-        for n in range(8):
+        for n in parse_list(self.cpus):
             (self.cpu_dir / f"cpu{n}" / "power").mkdir(exist_ok=True)
             (self.cpu_dir / f"cpu{n}" / "power" / "pm_qos_resume_latency_us").write_text("0\n")
         for name, cpus in POLICIES.items():
             d = self.cpu_dir / "cpufreq" / name
-            d.mkdir(parents=True)
+            d.mkdir(parents=True, exist_ok=True)
             (d / "related_cpus").write_text(" ".join(str(c) for c in sorted(parse_list(cpus))) + "\n")
             (d / "scaling_governor").write_text("powersave\n")
             (d / "scaling_available_governors").write_text("performance powersave\n")
@@ -89,10 +120,35 @@ class MatrixNode(FakeNode):
         with open(self.proc_root / "self" / "mountinfo", "a") as f:
             f.write(f"36 25 0:31 / {self.cgroup_root}/{CPU_V1} rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n")
         (self.cgroup_root / "cpuset" / "cpuset.sched_load_balance").write_text("0\n")
-        pages = self.sysfs_root / "devices/system/node/node0/hugepages/hugepages-2048kB"
-        pages.mkdir(parents=True, exist_ok=True)
-        for leaf, count in (("nr_hugepages", 16), ("free_hugepages", 16), ("surplus_hugepages", 0)):
-            (pages / leaf).write_text(f"{count}\n")
+        if shape == SHAPE:
+            pages = self.sysfs_root / "devices/system/node/node0/hugepages/hugepages-2048kB"
+            pages.mkdir(parents=True, exist_ok=True)
+            for leaf, count in (("nr_hugepages", 16), ("free_hugepages", 16), ("surplus_hugepages", 0)):
+                (pages / leaf).write_text(f"{count}\n")
+
+    def gpus(self) -> None:
+        """A GPU node (:data:`GPU_SHAPE`: node ``n`` has GPUs ``2n`` and ``2n + 1``): the NVIDIA driver's
+        ``/proc`` files and majors, a CDI spec naming each GPU as a DRA driver does
+        (``k8s.gpu.nvidia.com/claim=gpu<minor>``, in ``cdi_spec_dirs``), and a
+        cgroup v1 ``devices`` hierarchy whose container's rules and ``/dev`` are
+        :attr:`devices`."""
+        assert self.shape == GPU_SHAPE
+        built = machine.build_once(GPU_SHAPE, self.machines)
+        shutil.copytree(built.proc_root / "driver", self.proc_root / "driver")
+        (self.proc_root / "devices").write_text(
+            "Character devices:\n  1 mem\n195 nvidia\n507 nvidia-uvm\n\nBlock devices:\n")
+        gpus = {d.gpu_minor: d for d in machine.expected_topology(GPU_SHAPE).pci_devices
+                if d.gpu_minor is not None}
+        devtree.write_cdi_spec(self.root / "cdi", CDI_KIND, {
+            f"gpu{i}": [(f"/dev/nvidia{i}", 195, i)] for i in sorted(gpus)}, shared=[("/dev/nvidiactl", 195, 255)])
+        with open(self.proc_root / "self" / "mountinfo", "a") as f:
+            f.write(f"37 25 0:32 / {self.cgroup_root}/devices rw,nosuid - cgroup cgroup rw,devices\n")
+        (self.cgroup_root / "devices").mkdir()
+        self.devices = ContainerDevices(self.cgroup_root / "devices" / self.parent / "_")
+
+    def config_dict(self, **extra: object) -> dict[str, object]:
+        cdi = {"cdi_spec_dirs": [str(self.root / "cdi")], "devices": GPU_RESOURCES} if self.devices is not None else {}
+        return super().config_dict(**cdi, **extra)
 
     def balancing_root(self) -> None:
         """The root cpuset balances load, as a node does until someone turns it off."""
@@ -113,8 +169,24 @@ class MatrixNode(FakeNode):
             (top / "cpuset.sched_load_balance").write_text("1\n")
         (here / "cpu.cfs_quota_us").write_text("50000\n")  # the container's own limit
         rel = "/".join(p for p in (self.parent, name) if p)
-        (self.proc_root / str(pid) / "cgroup").write_text(f"4:cpuset:/{rel}\n3:cpu,cpuacct:/{rel}\n")
+        lines = f"4:cpuset:/{rel}\n3:cpu,cpuacct:/{rel}\n"
+        if self.devices is not None:
+            self.devices.directory = self.cgroup_root / "devices" / rel
+            self.devices.directory.mkdir(parents=True)
+            for leaf in ("devices.allow", "devices.deny"):
+                (self.devices.directory / leaf).write_text("")
+            lines += f"2:devices:/{rel}\n"
+        (self.proc_root / str(pid) / "cgroup").write_text(lines)
         return pid
+
+    def oci_state(self, container_id: str, pid: int, annotations: dict[str, str] | None = None,
+                  spec: dict[str, Any] | None = None) -> bytes:
+        """As the kit's, with the bundle's ``config.json`` the whole ``spec`` when given."""
+        state = super().oci_state(container_id, pid, annotations)
+        if spec is not None:
+            bundle = self.root / "bundles" / container_id
+            (bundle / "config.json").write_text(json.dumps({"root": {"path": "rootfs"}, **spec}))
+        return state
 
     def cpu_cgroup(self, name: str) -> Path:
         return self.cgroup_root / CPU_V1 / self.parent / name
@@ -136,7 +208,7 @@ class MatrixNode(FakeNode):
         out: dict[str, str] = {}
         for top, label in ((self.cpu_dir, "sys/cpu"), (self.proc_root / "irq", "proc/irq"),
                            (self.cgroup_root, "cgroup")):
-            for path in sorted(p for p in top.rglob("*") if p.is_file()):
+            for path in sorted(p for p in top.rglob("*") if p.is_file() and not p.name.startswith("devices.")):
                 rel = path.relative_to(top).parts
                 if label == "cgroup":
                     rel = (rel[0], *self._cgroup_name(list(rel[1:-1]), name), rel[-1])
@@ -152,9 +224,13 @@ class MatrixNode(FakeNode):
         return dirs
 
 
-def node_for(tmp_path: Path, path: str, setup: str | None = None) -> MatrixNode:
-    """A fresh node for ``path``; ``setup`` names a :class:`MatrixNode` method that changes it."""
-    node = MatrixNode(tmp_path / path, PARENTS[path.split("-")[0]])
+def node_for(tmp_path: Path, path: str, setup: str | None = None, machines: Path | None = None) -> MatrixNode:
+    """A fresh node for ``path``; ``setup`` names a :class:`MatrixNode` method that changes it.
+    ``gpus`` is a node of :data:`GPU_SHAPE` whose sysfs tree, built once in ``machines``,
+    every GPU node shares (its rows set no isolation knob, so none writes there)."""
+    gpus = setup == "gpus"
+    node = MatrixNode(tmp_path / path, PARENTS[path.split("-")[0]], GPU_SHAPE if gpus else SHAPE,
+                      machines if gpus else None)
     if setup is not None:
         getattr(node, setup)()
     return node
@@ -170,19 +246,56 @@ def hook(cfg: Path, stage: str, stdin: bytes) -> tuple[int, bytes]:
     return hook_main.run(["--config", str(cfg), stage], io.BytesIO(stdin), out), out.getvalue()
 
 
-def _prestart(node: MatrixNode, cfg: Path, annotations: dict[str, str]) -> bool:
-    """The runtime's prestart hook for the container, its cgroup made and its process ``PID``."""
-    rc, _ = hook(cfg, "prestart", node.oci_state(CID, PID, annotations))
+@dataclass
+class Asks:
+    """What a request carries besides its annotations: the device plugin's variables
+    (``process.env``) and the device nodes the runtime was told to make (``linux.devices``,
+    each with its allow rule in ``linux.resources.devices``, as ``podman --device`` writes them)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    devices: tuple[Node, ...] = ()
+
+    def env_list(self) -> list[str]:
+        return [f"{k}={v}" for k, v in self.env.items()]
+
+    def linux_devices(self) -> list[dict[str, Any]]:
+        return [{"path": p, "type": t, "major": a, "minor": b} for p, t, a, b in self.devices]
+
+    def rules(self) -> list[dict[str, Any]]:
+        return [{"allow": True, "type": t, "major": a, "minor": b, "access": "rwm"} for _, t, a, b in self.devices]
+
+
+def _spec_devices(linux: dict[str, Any]) -> tuple[list[Node], list[dict[str, Any]]]:
+    """The device nodes and rules of a config's ``linux``, as a runtime reads them."""
+    nodes = [(d["path"], d.get("type", "c"), d["major"], d["minor"]) for d in linux.get("devices", [])]
+    return nodes, linux.get("resources", {}).get("devices", [])
+
+
+def _prestart(node: MatrixNode, cfg: Path, annotations: dict[str, str], spec: dict[str, Any]) -> bool:
+    """The runtime's prestart hook for the container, its cgroup made and its process ``PID``;
+    ``spec`` is the rest of its ``config.json``."""
+    rc, _ = hook(cfg, "prestart", node.oci_state(CID, PID, annotations, spec))
     return rc == 0
 
 
+def _plain_prestart(node: MatrixNode, cfg: Path, annotations: dict[str, str], asks: Asks) -> bool:
+    """runc: the config's devices made and allowed, then the prestart hook."""
+    spec = {"annotations": annotations, "process": {"env": asks.env_list()},
+            "linux": {"devices": asks.linux_devices(), "resources": {"devices": asks.rules()}}}
+    node.add_container(CID, PID)
+    if node.devices is not None:
+        node.devices.runtime(list(asks.devices), asks.rules())
+    return _prestart(node, cfg, annotations, spec)
+
+
 def _precreate(node: MatrixNode, cfg: Path, annotations: dict[str, str], version: str,
-               env: dict[str, str]) -> str | None:
+               env: dict[str, str], asks: Asks) -> str | None:
     """None when the process runs; else the stage that refused ("" the first)."""
     name = f"libpod-{CID}"
-    doc = {"ociVersion": version, "process": {"args": ["sh"], "env": ["PATH=/usr/bin"]},
+    doc = {"ociVersion": version, "process": {"args": ["sh"], "env": ["PATH=/usr/bin", *asks.env_list()]},
            "annotations": {"io.container.manager": "libpod", **annotations},
-           "linux": {"cgroupsPath": f"/{node.parent}/{name}", "resources": {}}}
+           "linux": {"cgroupsPath": f"/{node.parent}/{name}", "devices": asks.linux_devices(),
+                     "resources": {"devices": asks.rules()}}}
     rc, out = hook(cfg, "precreate", json.dumps(doc).encode())
     if rc != 0:
         return ""
@@ -191,55 +304,82 @@ def _precreate(node: MatrixNode, cfg: Path, annotations: dict[str, str], version
     cpu = spec["linux"]["resources"].get("cpu", {})
     node.add_container(name, PID)
     node.apply(name, cpu.get("cpus", ""), cpu.get("mems", ""), cpu.get("quota"))
-    return None if _prestart(node, cfg, spec["annotations"]) else "prestart"
+    if node.devices is not None:
+        node.devices.runtime(*_spec_devices(spec["linux"]))
+    return None if _prestart(node, cfg, spec["annotations"], spec) else "prestart"
 
 
-def _nri(node: MatrixNode, annotations: dict[str, str], env: dict[str, str]) -> tuple[str | None, str]:
+def _nri_container(m: Any, p: Any, annotations: dict[str, str], asks: Asks, **started: int) -> Any:
+    msg = container(m, p, CID, cpu_milli=100, annotations=annotations, **started)
+    msg.env.extend(asks.env_list())
+    for path, kind, major, minor in asks.devices:
+        dev = msg.linux.devices.add()
+        dev.path, dev.type, dev.major, dev.minor = path, kind, major, minor
+        rule = msg.linux.resources.devices.add()
+        rule.allow, rule.type, rule.access = True, kind, "rwm"
+        rule.major.value, rule.minor.value = major, minor
+    return msg
+
+
+def _nri(node: MatrixNode, annotations: dict[str, str], env: dict[str, str], asks: Asks) -> tuple[str | None, str]:
     m = nri_messages.load()
     conn = Connected(NodeService(config_from_dict(node.config_dict(policy="restricted"))), m)
     try:
         conn.runtime.configure()
         conn.runtime.synchronize([], [])
         p = pod(m, "u1", "p", "burstable")
-        code, text, reply = conn.runtime.create(p, container(m, p, CID, cpu_milli=100, annotations=annotations))
+        code, text, reply = conn.runtime.create(p, _nri_container(m, p, annotations, asks))
         if code != 0:
             return "", text
-        env.update((kv.key, kv.value) for kv in reply.adjust.env)
-        cpu = reply.adjust.linux.resources.cpu
+        adjust = reply.adjust
+        env.update({**asks.env, **{kv.key: kv.value for kv in adjust.env}})
+        cpu = adjust.linux.resources.cpu
         node.add_container(CID, PID)
         node.apply(CID, cpu.cpus, cpu.mems, cpu.quota.value if cpu.HasField("quota") else None)
-        code, text, _ = conn.runtime.start(p, container(m, p, CID, cpu_milli=100, annotations=annotations,
-                                                        pid=PID, state=1))
+        if node.devices is not None:  # containerd: the container's devices, then the adjustment's
+            nodes = [*asks.devices, *((d.path, d.type, d.major, d.minor) for d in adjust.linux.devices)]
+            rules = [*asks.rules(), *({"allow": r.allow, "type": r.type, "access": r.access,
+                                       "major": r.major.value if r.HasField("major") else None,
+                                       "minor": r.minor.value if r.HasField("minor") else None}
+                                      for r in adjust.linux.resources.devices)]
+            node.devices.runtime(nodes, rules)
+        code, text, _ = conn.runtime.start(p, _nri_container(m, p, annotations, asks, pid=PID, state=1))
         return (None if code == 0 else "start"), text
     finally:
         conn.close()
 
 
 def run_path(path: str, tmp_path: Path, monkeypatch: Any, capsys: Any, annotations: dict[str, str],
-             setup: str | None = None) -> Outcome:
+             setup: str | None = None, asks: Asks | None = None, machines: Path | None = None) -> Outcome:
     """One request through ``path`` on a fresh node (see :func:`node_for`), to the container's first process."""
-    node = node_for(tmp_path, path, setup)
+    asks = asks or Asks()
+    node = node_for(tmp_path, path, setup, machines)
     cfg = config_file(node, monkeypatch, tmp_path)
     names = {"prestart": CID, "precreate": f"libpod-{CID}", "nri": CID}
     name = names[path.split("-")[0]]
-    twin = node_for(tmp_path / "twin", path, setup)  # the same node, its runtime's container and no numa-pin
+    twin = node_for(tmp_path / "twin", path, setup, machines)  # the same node, its runtime's container and no numa-pin
     twin.add_container(name, PID)
     before = twin.files(name)
+    if node.devices is not None:
+        kernel(monkeypatch, node.devices, PID)
     env: dict[str, str] = {}
     text = ""
     if path == "prestart":
-        node.add_container(CID, PID)
-        stage = None if _prestart(node, cfg, annotations) else ""
+        stage = None if _plain_prestart(node, cfg, annotations, asks) else ""
     elif path.startswith("precreate"):
-        stage = _precreate(node, cfg, annotations, "1.0.2-dev" if path == "precreate-1.0" else "1.3.0", env)
+        stage = _precreate(node, cfg, annotations, "1.0.2-dev" if path == "precreate-1.0" else "1.3.0", env, asks)
     else:
-        stage, text = _nri(node, annotations, env)
+        stage, text = _nri(node, annotations, env, asks)
     text = text or capsys.readouterr().err.strip()
     grant = Ledger(str(node.state_dir)).read().grants.get(CID)
     after = node.files(name)
     changed = {k: v for k, v in after.items() if before.get(k) != v}
     cpus = parse_list(node.cpuset(name)[0]) if stage is None else None
-    return Outcome(grant, text, cpus, env, changed, stage or "")
+    devices = frozenset(node.devices.nodes.values()) if node.devices is not None else frozenset()
+    rules = node.devices.rules() if node.devices is not None and stage is None else frozenset()
+    files = dict(node.devices.lists) if node.devices is not None else {}
+    return Outcome(grant, text, cpus, env, changed, stage or "", frozenset(parse_list(node.cpus)), devices, rules,
+                   files)
 
 
-__all__ = ["CID", "PATHS", "MatrixNode", "Outcome", "config_file", "hook", "node_for", "run_path"]
+__all__ = ["CID", "PATHS", "Asks", "MatrixNode", "Outcome", "config_file", "hook", "node_for", "run_path"]

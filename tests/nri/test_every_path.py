@@ -13,7 +13,11 @@ numa-pin:
 
 Where every path admits a row, every path must leave the same host behind, file by file: the
 container's cpuset and quota, each CPU's PM QoS latency and governor, the IRQs' affinities, the
-cpusets' load balancing (:func:`test_every_path_leaves_the_same_host`). A request a path cannot
+cpusets' load balancing (:func:`test_every_path_leaves_the_same_host`); and on the GPU node (the
+rows of :data:`DEVICE_ROWS`: GPUs, an RDMA NIC, a vfio-bound VF, co-location) the container must
+see the same device nodes and device rules and be told the same ``PCIDEVICE_*`` variables, whether
+numa-pin made them at prestart or the runtime from the config or adjustment numa-pin handed it
+(:mod:`.every_path_devices`). A request a path cannot
 carry (a memory policy or an exec CPU affinity at prestart, through NRI or to a runtime without
 ``linux.memoryPolicy`` or ``process.execCPUAffinity``) is refused on it with the same kind, and a
 refusal comes at the runtime's first call on every path, with nothing kept. A resource added
@@ -36,12 +40,32 @@ from numa_pin.resources.node.base import NodeResource
 from numa_pin.resources.node.registry import register, unregister
 from numa_pin.resources.node.runtime import RuntimeEdit
 from numa_pin.service.node import NodeService
+from numa_pin.testing import machine
 
-from .every_path_world import CID, PATHS, Outcome, config_file, hook, node_for, run_path
+from .every_path_devices import ENV_FILE
+from .every_path_world import (
+    CDI_KIND,
+    CID,
+    DPDK,
+    GPU_SHAPE,
+    PATHS,
+    RDMA,
+    Asks,
+    Outcome,
+    config_file,
+    hook,
+    node_for,
+    run_path,
+)
 from .fake_runtime import Connected, container, pod
 
 MIB = 1 << 20
 CPUS = "numa-pin.io/cpus"
+DEVICES = "numa-pin.io/devices"
+COLOCATE = "numa-pin.io/colocate"
+_KIT = machine.expected_topology(GPU_SHAPE)
+KIT_GPUS = {d.address: d for d in _KIT.pci_devices if d.gpu_minor is not None}
+KIT_CPUS = {n: frozenset(node.cpus) for n, node in _KIT.nodes.items()}
 
 #: (id, annotations, the cell per path where it differs from :data:`EXPECTED`)
 ROWS = [
@@ -68,6 +92,19 @@ ROWS = [
     ("load-balancing-root-balances", {CPUS: "2", "numa-pin.io/cpu-load-balancing": "disable"}, {}),
     ("irq", {CPUS: "2", "irq-load-balancing.crio.io": "disable"}, {}),
     ("irq-housekeeping", {CPUS: "4", "numa-pin.io/irq-load-balancing": "housekeeping"}, {}),
+    ("gpu", {CPUS: "2", DEVICES: "nvidia.com/gpu=1"}, {}),
+    ("gpu-env", {CPUS: "2"}, {}),
+    ("gpu-env-cdi", {CPUS: "2"}, {}),
+    ("gpu-cdi", {CPUS: "2", "cdi.k8s.io/gpu": "nvidia.com/gpu=3"}, {}),
+    ("gpu-cdi-claim", {CPUS: "2", "cdi.k8s.io/claim": f"{CDI_KIND}=gpu3"}, {}),
+    ("gpu-cdi-unknown", {CPUS: "2", "cdi.k8s.io/gpu": "nvidia.com/gpu=9"}, {}),
+    ("gpu-cdi-claim-unknown", {CPUS: "2", "cdi.k8s.io/claim": f"{CDI_KIND}=nope"}, {}),
+    ("gpu-linux-devices", {CPUS: "2"}, {}),
+    ("gpu-too-many", {CPUS: "2", DEVICES: "nvidia.com/gpu=3"}, {}),
+    ("rdma", {CPUS: "2", DEVICES: f"{RDMA}=1"}, {}),
+    ("vfio", {CPUS: "2", DEVICES: f"{DPDK}=1"}, {}),
+    ("colocate", {CPUS: "2", DEVICES: f"nvidia.com/gpu=1,{RDMA}=1", COLOCATE: f"pcie-root:nvidia.com/gpu,{RDMA}"}, {}),
+    ("colocate-apart", {CPUS: "2", DEVICES: f"{DPDK}=1,{RDMA}=1", COLOCATE: f"pcie-root:{DPDK},{RDMA}"}, {}),
 ]
 EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "TopologyAffinityError",
             "memory-policy": "PathLimitError", "memory-policy-bind": "PathLimitError", "cpu-shared": "mixed",
@@ -76,9 +113,23 @@ EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "
             "quota": "exclusive", "quota-numa-pin": "exclusive", "quota-shared": "RequestError",
             "c-states-off": "exclusive", "c-states-latency": "exclusive", "governor": "exclusive",
             "governor-unknown": "IsolationError", "load-balancing": "exclusive",
-            "load-balancing-root-balances": "IsolationError", "irq": "exclusive", "irq-housekeeping": "exclusive"}
+            "load-balancing-root-balances": "IsolationError", "irq": "exclusive", "irq-housekeeping": "exclusive",
+            "gpu": "exclusive", "gpu-env": "exclusive", "gpu-cdi": "exclusive", "gpu-cdi-claim": "exclusive",
+            "gpu-env-cdi": "exclusive", "gpu-cdi-unknown": "RequestError", "gpu-cdi-claim-unknown": "exclusive",
+            "gpu-linux-devices": "exclusive", "gpu-too-many": "TopologyAffinityError", "rdma": "exclusive",
+            "vfio": "exclusive", "colocate": "exclusive", "colocate-apart": "AllocationError"}
+#: what a row asks besides its annotations (the device plugin's variables, ``linux.devices``)
+ASKS = {"gpu-env": Asks(env={"NVIDIA_VISIBLE_DEVICES": "3"}),
+        "gpu-env-cdi": Asks(env={"NVIDIA_VISIBLE_DEVICES": "nvidia.com/gpu=5"}),
+        "gpu-linux-devices": Asks(devices=(("/dev/nvidia3", "c", 195, 3),))}
+#: the rows of the GPU node, and the GPU minors each may get (a GPU it names; the GPUs that share
+#: a PCIe root with the RDMA NIC); None: any. A CDI name no spec file names aligns nothing (the
+#: grant's notes say why) and gives no device
+DEVICE_ROWS = {"gpu": None, "gpu-env": {3}, "gpu-env-cdi": {5}, "gpu-cdi": {3}, "gpu-cdi-claim": {3},
+               "gpu-cdi-unknown": None, "gpu-cdi-claim-unknown": None, "gpu-linux-devices": {3},
+               "gpu-too-many": None, "rdma": None, "vfio": None, "colocate": {2, 3}, "colocate-apart": None}
 #: rows run on a node set up otherwise than the matrix's default
-NODES = {"load-balancing-root-balances": "balancing_root"}
+NODES = {"load-balancing-root-balances": "balancing_root", **dict.fromkeys(DEVICE_ROWS, "gpus")}
 #: the rows the guests run through containerd 1.7 and 2.x (tests/vm/test_vm_nri.py), on their own
 #: node: cgroup v2 under systemd, no hugepages reserved, and no cpufreq under TCG (so a governor
 #: is refused there, :data:`GUEST_CELLS`); the v1 root that balances has no v2 counterpart. A row
@@ -104,8 +155,15 @@ EFFECTS = {
 }
 
 
-def _run(path: str, tmp_path, monkeypatch, capsys, row: str, annotations: dict[str, str]) -> Outcome:
-    return run_path(path, tmp_path, monkeypatch, capsys, annotations, setup=NODES.get(row))
+@pytest.fixture
+def machines(tmp_path_factory):
+    """Where the GPU node's machine is built, once for the session."""
+    return tmp_path_factory.getbasetemp() / "every-path-machines"
+
+
+def _run(path: str, tmp_path, monkeypatch, capsys, row: str, annotations: dict[str, str], machines) -> Outcome:
+    return run_path(path, tmp_path, monkeypatch, capsys, annotations, setup=NODES.get(row), asks=ASKS.get(row),
+                    machines=machines)
 
 
 def _cell(out: Outcome) -> str:
@@ -120,8 +178,9 @@ def _cell(out: Outcome) -> str:
 
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("row, annotations, per_path", ROWS, ids=[r[0] for r in ROWS])
-def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, row, annotations, per_path, path):
-    out = _run(path, tmp_path, monkeypatch, capsys, row, annotations)
+def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, machines, row, annotations, per_path,
+                                              path):
+    out = _run(path, tmp_path, monkeypatch, capsys, row, annotations, machines)
     want = per_path.get(path, EXPECTED[row])
     assert _cell(out) == want, out.text
     if want not in ("exclusive", "shared", "mixed"):
@@ -132,7 +191,7 @@ def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, row
             assert asked in out.text and f"on the {path.split('-')[0]} path" in out.text
         return
     assert out.grant is not None and out.cpus is not None
-    every = frozenset(range(8))
+    every = out.pool
     if want == "exclusive":
         assert out.cpus == out.grant.cpus and len(out.grant.cpus) == int(annotations[CPUS])
     elif want == "shared":
@@ -141,6 +200,41 @@ def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, row
         assert len(out.grant.cpus) == int(annotations[CPUS]) and out.cpus == every
     for name, value in EFFECTS.get(row, {}).items():
         _assert_effect(out, name, value)
+    if row in DEVICE_ROWS:
+        _assert_devices(out, DEVICE_ROWS[row], machines)
+    if row == "gpu-cdi-claim-unknown":
+        assert not out.grant.devices and any("no CDI spec file" in n for n in out.grant.notes), out.grant.notes
+
+
+def _numbers(dev_file: Path) -> tuple[int, int]:
+    major, minor = dev_file.read_text().strip().split(":")
+    return int(major), int(minor)
+
+
+def _assert_devices(out: Outcome, minors: frozenset[int] | None, machines: Path) -> None:
+    """The container got the nodes of the devices granted to it and nothing else, each allowed in
+    its devices cgroup, and its CPUs and memory are their NUMA node's. Oracles: the kit's
+    description of the machine (each GPU's device minor and node, the ``nvidia-uvm`` major of its
+    ``/proc/devices``) and its sysfs tree as the kernel lays it out (the ``dev`` files of a verbs
+    device, of ``rdma_cm`` and of a VFIO group)."""
+    assert out.grant is not None
+    sysfs = machine.build_once(GPU_SHAPE, machines).sysfs_root
+    want: set[tuple[str, int, int]] = set()
+    for address in (a for ids in out.grant.devices.values() for a in ids):
+        dev = _KIT.device(address)
+        assert dev is not None and out.grant.mems == {dev.numa_node} and out.grant.cpus <= KIT_CPUS[dev.numa_node]
+        if dev.gpu_minor is not None:
+            assert minors is None or dev.gpu_minor in minors, "the GPU the request named"
+            want |= {(f"/dev/nvidia{dev.gpu_minor}", 195, dev.gpu_minor), ("/dev/nvidiactl", 195, 255),
+                     ("/dev/nvidia-uvm", 507, 0), ("/dev/nvidia-uvm-tools", 507, 1)}
+        for verbs in (sysfs / "bus" / "pci" / "devices" / address).glob("infiniband_verbs/uverbs*"):
+            want |= {(f"/dev/infiniband/{verbs.name}", *_numbers(verbs / "dev")),
+                     ("/dev/infiniband/rdma_cm", *_numbers(sysfs / "class" / "misc" / "rdma_cm" / "dev"))}
+        if dev.driver == "vfio-pci":
+            group = sysfs / "class" / "vfio" / str(dev.iommu_group) / "dev"
+            want |= {(f"/dev/vfio/{dev.iommu_group}", *_numbers(group)), ("/dev/vfio/vfio", 10, 196)}
+    assert out.devices == {(p, "c", a, b) for p, a, b in want}
+    assert out.rules == {f"c {a}:{b} rwm" for _, a, b in want}
 
 
 def _assert_effect(out: Outcome, name: str, value: str) -> None:
@@ -158,24 +252,30 @@ def _assert_effect(out: Outcome, name: str, value: str) -> None:
 
 @pytest.mark.parametrize("row", [r for r, *_ in ROWS if all(
     next(o for i, _, o in ROWS if i == r).get(p, EXPECTED[r]) in ("exclusive", "shared", "mixed") for p in PATHS)])
-def test_every_path_leaves_the_same_host(tmp_path, monkeypatch, capsys, row):
+def test_every_path_leaves_the_same_host(tmp_path, monkeypatch, capsys, machines, row):
     """The same grant and, file by file, the same host on every path (the container's cgroups
     named ``<container>`` wherever its runtime put them); the runtime-set variables the same on
     the paths where the runtime sets them (prestart cannot: the process exists already)."""
     annotations = dict(next(a for r, a, _ in ROWS if r == row))
-    outs = {path: _run(path, tmp_path / path, monkeypatch, capsys, row, annotations) for path in PATHS}
+    outs = {path: _run(path, tmp_path / path, monkeypatch, capsys, row, annotations, machines) for path in PATHS}
     grants = {path: (o.grant.kind, o.grant.cpus, o.grant.mems) for path, o in outs.items() if o.grant}
     assert len(grants) == len(PATHS) and len(set(grants.values())) == 1, grants
     changed = {path: o.changed for path, o in outs.items()}
     assert all(c == changed["prestart"] for c in changed.values()), changed
     envs = {path: o.env for path, o in outs.items() if path != "prestart"}
     assert len({json.dumps(e, sort_keys=True) for e in envs.values()}) == 1, envs
+    devices = {path: (o.devices, o.rules) for path, o in outs.items()}
+    assert all(d == devices["prestart"] for d in devices.values()), devices
+    # what the runtime sets in the environment, prestart writes into the container's devices.env
+    listed = dict(line.split("=", 1) for line in outs["prestart"].files.get(ENV_FILE, "").splitlines())
+    assert all(listed == {k: v for k, v in e.items() if k.startswith("PCIDEVICE_")} for e in envs.values()), listed
 
 
 @pytest.mark.parametrize("path", ["precreate-1.0", "precreate-1.3", "nri"])
 def test_a_mixed_container_is_told_its_exclusive_and_shared_cpus_where_the_runtime_sets_variables(
-        tmp_path, monkeypatch, capsys, path):
-    out = _run(path, tmp_path, monkeypatch, capsys, "cpu-shared", dict(next(a for r, a, _ in ROWS if r == "cpu-shared")))
+        tmp_path, monkeypatch, capsys, machines, path):
+    out = _run(path, tmp_path, monkeypatch, capsys, "cpu-shared", dict(next(a for r, a, _ in ROWS if r == "cpu-shared")),
+               machines)
     assert out.grant is not None and out.cpus is not None, out.text
     exclusive, shared = format_list(out.grant.cpus), format_list(out.cpus - out.grant.cpus)
     assert {k: out.env.get(k) for k in ("OPENSHIFT_ISOLATED_CPUS", "NUMA_PIN_EXCLUSIVE_CPUS")} == dict.fromkeys(
@@ -237,12 +337,15 @@ def _doc_matrix() -> dict[str, dict[str, str]]:
 
 
 #: how the docs table names a row's node where it is not the matrix's default
-NODE_TEXT = {"balancing_root": " (the root cpuset balances)"}
+NODE_TEXT = {"balancing_root": " (the root cpuset balances)", "gpus": " (GPU node)"}
 
 
 def _request_text(row: str, annotations: dict[str, str]) -> str:
     node = NODE_TEXT[NODES[row]] if row in NODES else ""
-    return ", ".join(f"`{k}: {v}`" for k, v in annotations.items()) + node
+    asks = ASKS.get(row, Asks())
+    parts = [*(f"`{k}: {v}`" for k, v in annotations.items()), *(f"`{kv}`" for kv in asks.env_list()),
+             *(f"`linux.devices: {p} ({t} {a}:{b})`" for p, t, a, b in asks.devices)]
+    return ", ".join(parts) + node
 
 
 def test_the_docs_table_is_the_matrix():

@@ -3,7 +3,8 @@
 :func:`spec_of` turns NRI's pod and container into the :class:`~numa_pin.hook.oci.OciSpec` the
 hook reads from ``config.json``, so the request is built by the hook's own
 :func:`~numa_pin.hook.admit.request_from_spec`: the same annotations, device-plugin environment,
-``linux.resources`` and cgroup parent (kubelet's QoS class) give the same request. The pod's
+``linux.devices``, ``linux.resources`` and cgroup parent (kubelet's QoS class) give the same
+request. The pod's
 annotations count too, under the container's: NRI hands them over, so a pod annotated
 ``numa-pin.io/...`` needs no ``pod_annotations`` passthrough in containerd's config. So do the
 pod's own resources (``PodSandbox.linux.pod_resources``, kubelet's sum of its containers'; the
@@ -24,8 +25,9 @@ from typing import Any
 
 from numa_pin.base.cpuset import format_list
 from numa_pin.base.text import MAX_NAME, MAX_PATH, quote, unfit
+from numa_pin.devices.devnode import DeviceNode
 from numa_pin.errors import PathLimitError, RequestError
-from numa_pin.hook.oci import OciSpec
+from numa_pin.hook.oci import MAX_DEVICES, OciSpec
 from numa_pin.requests.kubernetes import NAME_KEYS, POD_ID_KEYS, POD_NAME_KEYS, SANDBOX_TYPE_KEYS
 from numa_pin.requests.limits import ContainerLimits
 from numa_pin.resources.node.runtime import RuntimeEdit
@@ -98,8 +100,19 @@ def spec_of(pod: Any, container: Any) -> OciSpec:
             hugepage_limits={h.page_size: int(h.limit) for h in res.hugepage_limits},
         ),
         netns_path=None,
+        devices=devices_of(linux),
         pod_limits=pod_limits_of(pod),
     )
+
+
+def devices_of(linux: Any) -> tuple[DeviceNode, ...]:
+    """The device nodes the runtime makes in NRI's container (``linux.devices``), as the hook reads
+    them from ``config.json``: character and block nodes, the others no device to align to.
+    Raises RequestError for more than :data:`~numa_pin.hook.oci.MAX_DEVICES` of them."""
+    if len(linux.devices) > MAX_DEVICES:
+        raise RequestError(f"the runtime's linux.devices has more than {MAX_DEVICES} entries")
+    return tuple(DeviceNode(d.path, "linux.devices", "b" if d.type == "b" else "c", int(d.major), int(d.minor))
+                 for d in linux.devices if d.type in ("c", "u", "b"))
 
 
 def fill_update(resources: Any, edit: RuntimeEdit) -> bool:

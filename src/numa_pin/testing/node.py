@@ -24,15 +24,18 @@ from pathlib import Path
 
 from numa_pin.base.cpuset import format_list
 from numa_pin.testing import machine, shapes
+from numa_pin.testing.spec import MachineSpec
 
 
 class FakeNode:
-    """Build with ``FakeNode(root, shape)``; ``cpus``/``mems`` override the top cpuset."""
+    """Build with ``FakeNode(root, shape)`` (a name in :data:`~numa_pin.testing.shapes.SHAPES`, or
+    a :class:`~numa_pin.testing.spec.MachineSpec` such as :func:`~numa_pin.testing.devtree.gpudirect`);
+    ``cpus``/``mems`` override the top cpuset."""
 
     def __init__(
         self,
         root: str | os.PathLike[str],
-        shape: str = "intel-2s-ht",
+        shape: str | MachineSpec = "intel-2s-ht",
         *,
         machines: str | os.PathLike[str] | None = None,
         cpus: str | None = None,
@@ -40,7 +43,7 @@ class FakeNode:
         parent: str = "ctr",  # containers live at /<parent>/<name>; "" puts them at the top
     ) -> None:
         self.root = Path(root)
-        spec = shapes.SHAPES[shape]()
+        spec = shapes.SHAPES[shape]() if isinstance(shape, str) else shape
         built = machine.build_once(spec, machines if machines is not None else self.root / "machines")
         model = machine.expected_topology(spec)
         self.sysfs_root = Path(built.sysfs_root)
