@@ -206,19 +206,25 @@ def test_a_container_the_runtime_never_made_loses_its_grant_after_the_grace(tmp_
     assert set(ledger.read().grants) == {other, third}, "the stale pending grant was collected"
 
 
-@pytest.mark.parametrize("scope", ["container", "pod"])
-def test_vfs_go_to_the_runtime_only_under_container_scope(tmp_path, monkeypatch, capsys, scope):
+@pytest.mark.parametrize("scope, settings, runtime_moves", [
+    ("container", None, True), ("pod", None, False), ("container", "vlan=100,trust=on", False),
+], ids=["container", "pod", "container-vf-config"])
+def test_vfs_go_to_the_runtime_only_under_container_scope_without_settings(tmp_path, monkeypatch, capsys, scope,
+                                                                           settings, runtime_moves):
     """Scope container: the runtime moves the VF (``linux.netDevices``, runtime-spec 1.3.0). Scope pod:
-    the config does not name it, and prestart moves it once into the pod's network namespace."""
+    the config does not name it, and prestart moves it once into the pod's network namespace. With
+    ``numa-pin.io/vf-config`` neither: the runtime sets nothing on the PF, so prestart moves it with
+    its settings (it was handed to the runtime, and prestart then refused the container)."""
     fake, cfg = _node(tmp_path, monkeypatch, shape="gpu8-sriov", policy="best-effort",
                       devices={"example.com/vf": [{"is_vf": True, "has_netdev": True}]})
-    annotations = {"numa-pin.io/devices": "example.com/vf=1", "numa-pin.io/scope": scope, "numa-pin.io/pod": "web"}
+    annotations = {"numa-pin.io/devices": "example.com/vf=1", "numa-pin.io/scope": scope, "numa-pin.io/pod": "web",
+                   **({"numa-pin.io/vf-config": settings} if settings else {})}
     rc, spec = _precreate(cfg, _proposed(annotations, version="1.3.0"))
     assert rc == 0, capsys.readouterr().err
     grant = Ledger(str(fake.state_dir)).read().grants[CID]
     (vf,) = grant.devices["example.com/vf"]
     kit = {d.address: d for d in machine.expected_topology(shapes.SHAPES["gpu8-sriov"]()).pci_devices}
-    if scope == "container":
+    if runtime_moves:
         assert spec["linux"]["netDevices"] == {kit[vf].netdevs[0]: {"name": "net1"}}
         assert [dict(e) for e in grant.netdevs] == [{"runtime": kit[vf].netdevs[0]}]
     else:
