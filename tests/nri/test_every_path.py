@@ -220,6 +220,9 @@ def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, mac
         _assert_devices(out, DEVICE_ROWS[row], machines)
     if row in VF_ROWS:
         _assert_vfs(out, VF_ROWS[row], path)
+    if path != "prestart":  # the device plugin's variables reach the container as it wrote them, where
+        asked = ASKS.get(row, Asks()).env  # numa-pin keeps the devices they name (a CDI name stays one)
+        assert {k: out.env.get(k) for k in asked} == asked, out.env
     if row == "gpu-cdi-claim-unknown":
         assert not out.grant.devices and any("no CDI spec file" in n for n in out.grant.notes), out.grant.notes
 
