@@ -161,6 +161,33 @@ def test_gpu_nodes_rules_and_env_in_the_config(tmp_path, monkeypatch, capsys):
     assert parse_list(spec["linux"]["resources"]["cpu"]["cpus"]) <= kit_cpus_of_node(gpu.numa_node)
 
 
+_KIT_GPUS = sorted((d for d in machine.expected_topology(shapes.SHAPES["gpu8-sriov"]()).pci_devices
+                    if d.gpu_minor is not None), key=lambda d: d.address)  # NVML's order: the index
+
+
+@pytest.mark.parametrize("annotations, value, expected", [
+    ({}, "3", "3"),
+    ({}, "nvidia.com/gpu=5", "nvidia.com/gpu=5"),
+    ({}, _KIT_GPUS[2].gpu_uuid, _KIT_GPUS[2].gpu_uuid),
+    ({}, "nvidia.com/gpu=4,5", "nvidia.com/gpu=4,5"),
+    ({"numa-pin.io/devices": "nvidia.com/gpu=1"}, "all", "<uuid>"),
+    ({"numa-pin.io/devices": "nvidia.com/gpu=1"}, None, "<uuid>"),
+], ids=["index", "cdi-name", "uuid", "cdi-name-and-index", "all-numa-pin-chooses", "numa-pin-chooses"])
+def test_the_device_plugins_nvidia_visible_devices_stays_as_written_where_it_names_the_gpus_granted(
+        tmp_path, monkeypatch, capsys, annotations, value, expected):
+    """A device plugin that chose the GPUs keeps its own words for them (the NVIDIA container
+    toolkit reads CDI names from that variable, not UUIDs); where numa-pin chooses, the variable
+    is the granted GPUs' UUIDs. Oracle: the kit's GPUs (UUIDs, and NVML's index as address order)."""
+    fake, cfg = _node(tmp_path, monkeypatch, shape="gpu8-sriov", policy="single-numa-node")
+    env = [f"NVIDIA_VISIBLE_DEVICES={value}"] if value is not None else []
+    rc, spec = _precreate(cfg, _proposed({"numa-pin.io/cpus": "2", **annotations}, env=env))
+    assert rc == 0, capsys.readouterr().err
+    granted = [a for ids in Ledger(str(fake.state_dir)).read().grants[CID].devices.values() for a in ids]
+    uuids = ",".join(g.gpu_uuid for a in granted for g in _KIT_GPUS if g.address == a)
+    listed = [kv for kv in spec["process"]["env"] if kv.startswith("NVIDIA_VISIBLE_DEVICES=")]
+    assert listed == [f"NVIDIA_VISIBLE_DEVICES={expected.replace('<uuid>', uuids)}"]
+
+
 def kit_cpus_of_node(node: int) -> frozenset[int]:
     topo = machine.expected_topology(shapes.SHAPES["gpu8-sriov"]())
     return frozenset(topo.nodes[node].cpus)
@@ -206,19 +233,25 @@ def test_a_container_the_runtime_never_made_loses_its_grant_after_the_grace(tmp_
     assert set(ledger.read().grants) == {other, third}, "the stale pending grant was collected"
 
 
-@pytest.mark.parametrize("scope", ["container", "pod"])
-def test_vfs_go_to_the_runtime_only_under_container_scope(tmp_path, monkeypatch, capsys, scope):
+@pytest.mark.parametrize("scope, settings, runtime_moves", [
+    ("container", None, True), ("pod", None, False), ("container", "vlan=100,trust=on", False),
+], ids=["container", "pod", "container-vf-config"])
+def test_vfs_go_to_the_runtime_only_under_container_scope_without_settings(tmp_path, monkeypatch, capsys, scope,
+                                                                           settings, runtime_moves):
     """Scope container: the runtime moves the VF (``linux.netDevices``, runtime-spec 1.3.0). Scope pod:
-    the config does not name it, and prestart moves it once into the pod's network namespace."""
+    the config does not name it, and prestart moves it once into the pod's network namespace. With
+    ``numa-pin.io/vf-config`` neither: the runtime sets nothing on the PF, so prestart moves it with
+    its settings (it was handed to the runtime, and prestart then refused the container)."""
     fake, cfg = _node(tmp_path, monkeypatch, shape="gpu8-sriov", policy="best-effort",
                       devices={"example.com/vf": [{"is_vf": True, "has_netdev": True}]})
-    annotations = {"numa-pin.io/devices": "example.com/vf=1", "numa-pin.io/scope": scope, "numa-pin.io/pod": "web"}
+    annotations = {"numa-pin.io/devices": "example.com/vf=1", "numa-pin.io/scope": scope, "numa-pin.io/pod": "web",
+                   **({"numa-pin.io/vf-config": settings} if settings else {})}
     rc, spec = _precreate(cfg, _proposed(annotations, version="1.3.0"))
     assert rc == 0, capsys.readouterr().err
     grant = Ledger(str(fake.state_dir)).read().grants[CID]
     (vf,) = grant.devices["example.com/vf"]
     kit = {d.address: d for d in machine.expected_topology(shapes.SHAPES["gpu8-sriov"]()).pci_devices}
-    if scope == "container":
+    if runtime_moves:
         assert spec["linux"]["netDevices"] == {kit[vf].netdevs[0]: {"name": "net1"}}
         assert [dict(e) for e in grant.netdevs] == [{"runtime": kit[vf].netdevs[0]}]
     else:

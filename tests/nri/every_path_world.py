@@ -6,7 +6,8 @@ cgroup v1 ``cpu`` hierarchy beside the ``cpuset`` one, and a root cpuset that ba
 (where ``cpu-load-balancing`` can take effect on cgroup v1). Each path gets a node of its own.
 A GPU node (:meth:`MatrixNode.gpus`) is the kit's ``gpudirect`` machine (``gpu8-sriov`` with an
 RDMA NIC and a vfio-bound VF) with the NVIDIA driver's files, a CDI spec and a cgroup v1
-``devices`` hierarchy (:mod:`.every_path_devices`).
+``devices`` hierarchy (:mod:`.every_path_devices`). A VF node (:meth:`MatrixNode.vfs`) is that node
+with SR-IOV VFs as a resource and a netlink fake holding them (:mod:`.every_path_vfs`).
 
 :func:`run_path` runs one request through a path the way its runtime does, to the container's
 first process:
@@ -24,7 +25,8 @@ A request is its annotations and, in :class:`Asks`, what else its config carries
 plugin's variables, ``linux.devices``). What a user sees is returned as an :class:`Outcome`: the
 grant the ledger keeps, the one line said, the variables the runtime sets, every host file that
 changed (the container's cgroup named ``<container>``), and on a GPU node the container's device
-nodes and device rules, so two paths can be compared file by file.
+nodes and device rules, and on a VF node where its VFs are and their PF-side state, so two paths
+can be compared file by file.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from numa_pin.testing.node import FakeNode
 from numa_pin.testing.spec import MachineSpec
 
 from .every_path_devices import ContainerDevices, Node, kernel
+from .every_path_vfs import VF_RESOURCES, runtime_moves, seen, world
 from .fake_runtime import Connected, container, pod
 
 SHAPE = "laptop"
@@ -88,6 +91,11 @@ class Outcome:
     devices: frozenset[Node] = frozenset()
     rules: frozenset[str] = frozenset()
     files: dict[str, str] = field(default_factory=dict)  # what numa-pin wrote into the container
+    #: on a VF node: where each VF's interface is away from the host (``<container>``: the
+    #: container's network namespace) and its name there, and the PF-side state of each VF that
+    #: changed (:mod:`.every_path_vfs`)
+    vfs: dict[str, tuple[str, str]] = field(default_factory=dict)
+    pf: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
 class MatrixNode(FakeNode):
@@ -95,6 +103,7 @@ class MatrixNode(FakeNode):
     where containers' cgroups go."""
 
     devices: ContainerDevices | None = None  # a GPU node's container devices (:meth:`gpus`)
+    net: Any = None  # a VF node's netlink world (:meth:`vfs`)
 
     def __init__(self, root: Path, parent: str, shape: str | MachineSpec = SHAPE, machines: Path | None = None) -> None:
         super().__init__(root, shape, machines=machines or root / "machines", parent=parent)
@@ -146,8 +155,16 @@ class MatrixNode(FakeNode):
         (self.cgroup_root / "devices").mkdir()
         self.devices = ContainerDevices(self.cgroup_root / "devices" / self.parent / "_")
 
+    def vfs(self) -> None:
+        """A VF node: the GPU node whose E810 PF's VFs with a network interface are a resource,
+        with the netlink fake's PF and VFs (:mod:`.every_path_vfs`); each container gets a
+        network namespace of its own."""
+        self.gpus()
+        self.net = world(self.proc_root)
+
     def config_dict(self, **extra: object) -> dict[str, object]:
-        cdi = {"cdi_spec_dirs": [str(self.root / "cdi")], "devices": GPU_RESOURCES} if self.devices is not None else {}
+        resources = {**GPU_RESOURCES, **(VF_RESOURCES if self.net is not None else {})}
+        cdi = {"cdi_spec_dirs": [str(self.root / "cdi")], "devices": resources} if self.devices is not None else {}
         return super().config_dict(**cdi, **extra)
 
     def balancing_root(self) -> None:
@@ -177,6 +194,8 @@ class MatrixNode(FakeNode):
                 (self.devices.directory / leaf).write_text("")
             lines += f"2:devices:/{rel}\n"
         (self.proc_root / str(pid) / "cgroup").write_text(lines)
+        if self.net is not None:
+            self.net.add_netns(pid)
         return pid
 
     def oci_state(self, container_id: str, pid: int, annotations: dict[str, str] | None = None,
@@ -228,7 +247,7 @@ def node_for(tmp_path: Path, path: str, setup: str | None = None, machines: Path
     """A fresh node for ``path``; ``setup`` names a :class:`MatrixNode` method that changes it.
     ``gpus`` is a node of :data:`GPU_SHAPE` whose sysfs tree, built once in ``machines``,
     every GPU node shares (its rows set no isolation knob, so none writes there)."""
-    gpus = setup == "gpus"
+    gpus = setup in ("gpus", "vfs")
     node = MatrixNode(tmp_path / path, PARENTS[path.split("-")[0]], GPU_SHAPE if gpus else SHAPE,
                       machines if gpus else None)
     if setup is not None:
@@ -306,6 +325,8 @@ def _precreate(node: MatrixNode, cfg: Path, annotations: dict[str, str], version
     node.apply(name, cpu.get("cpus", ""), cpu.get("mems", ""), cpu.get("quota"))
     if node.devices is not None:
         node.devices.runtime(*_spec_devices(spec["linux"]))
+    if node.net is not None:
+        runtime_moves(node.net, PID, {host: d["name"] for host, d in spec["linux"].get("netDevices", {}).items()})
     return None if _prestart(node, cfg, spec["annotations"], spec) else "prestart"
 
 
@@ -343,6 +364,8 @@ def _nri(node: MatrixNode, annotations: dict[str, str], env: dict[str, str], ask
                                        "minor": r.minor.value if r.HasField("minor") else None}
                                       for r in adjust.linux.resources.devices)]
             node.devices.runtime(nodes, rules)
+        if node.net is not None:
+            runtime_moves(node.net, PID, {host: d.name for host, d in adjust.linux.net_devices.items()})
         code, text, _ = conn.runtime.start(p, _nri_container(m, p, annotations, asks, pid=PID, state=1))
         return (None if code == 0 else "start"), text
     finally:
@@ -362,6 +385,9 @@ def run_path(path: str, tmp_path: Path, monkeypatch: Any, capsys: Any, annotatio
     before = twin.files(name)
     if node.devices is not None:
         kernel(monkeypatch, node.devices, PID)
+    if node.net is not None:
+        node.net.install(monkeypatch)
+    pf_before = {n: dict(state) for n, state in node.net.vfs.items()} if node.net is not None else {}
     env: dict[str, str] = {}
     text = ""
     if path == "prestart":
@@ -378,8 +404,9 @@ def run_path(path: str, tmp_path: Path, monkeypatch: Any, capsys: Any, annotatio
     devices = frozenset(node.devices.nodes.values()) if node.devices is not None else frozenset()
     rules = node.devices.rules() if node.devices is not None and stage is None else frozenset()
     files = dict(node.devices.lists) if node.devices is not None else {}
+    vfs, pf = seen(node.net, PID, pf_before) if node.net is not None else ({}, {})
     return Outcome(grant, text, cpus, env, changed, stage or "", frozenset(parse_list(node.cpus)), devices, rules,
-                   files)
+                   files, vfs, pf)
 
 
 __all__ = ["CID", "PATHS", "Asks", "MatrixNode", "Outcome", "config_file", "hook", "node_for", "run_path"]

@@ -17,7 +17,9 @@ cpusets' load balancing (:func:`test_every_path_leaves_the_same_host`); and on t
 rows of :data:`DEVICE_ROWS`: GPUs, an RDMA NIC, a vfio-bound VF, co-location) the container must
 see the same device nodes and device rules and be told the same ``PCIDEVICE_*`` variables, whether
 numa-pin made them at prestart or the runtime from the config or adjustment numa-pin handed it
-(:mod:`.every_path_devices`). A request a path cannot
+(:mod:`.every_path_devices`); on the VF node (:data:`VF_ROWS`) the container's VFs must be in its
+network namespace under the same names with the same PF-side settings, whoever moved them
+(:mod:`.every_path_vfs`). A request a path cannot
 carry (a memory policy or an exec CPU affinity at prestart, through NRI or to a runtime without
 ``linux.memoryPolicy`` or ``process.execCPUAffinity``) is refused on it with the same kind, and a
 refusal comes at the runtime's first call on every path, with nothing kept. A resource added
@@ -43,6 +45,7 @@ from numa_pin.service.node import NodeService
 from numa_pin.testing import machine
 
 from .every_path_devices import ENV_FILE
+from .every_path_vfs import CONTAINER, VF_RES, VFS
 from .every_path_world import (
     CDI_KIND,
     CID,
@@ -63,6 +66,7 @@ MIB = 1 << 20
 CPUS = "numa-pin.io/cpus"
 DEVICES = "numa-pin.io/devices"
 COLOCATE = "numa-pin.io/colocate"
+VF_CONFIG = "numa-pin.io/vf-config"
 _KIT = machine.expected_topology(GPU_SHAPE)
 KIT_GPUS = {d.address: d for d in _KIT.pci_devices if d.gpu_minor is not None}
 KIT_CPUS = {n: frozenset(node.cpus) for n, node in _KIT.nodes.items()}
@@ -105,6 +109,10 @@ ROWS = [
     ("vfio", {CPUS: "2", DEVICES: f"{DPDK}=1"}, {}),
     ("colocate", {CPUS: "2", DEVICES: f"nvidia.com/gpu=1,{RDMA}=1", COLOCATE: f"pcie-root:nvidia.com/gpu,{RDMA}"}, {}),
     ("colocate-apart", {CPUS: "2", DEVICES: f"{DPDK}=1,{RDMA}=1", COLOCATE: f"pcie-root:{DPDK},{RDMA}"}, {}),
+    ("vf", {CPUS: "2", DEVICES: f"{VF_RES}=1"}, {}),
+    ("vf-config", {CPUS: "2", DEVICES: f"{VF_RES}=1", VF_CONFIG: "vlan=100,vlanQoS=3,trust=on,spoofchk=off"}, {}),
+    ("vf-config-bad", {CPUS: "2", DEVICES: f"{VF_RES}=1", VF_CONFIG: "vlan=5000"}, {}),
+    ("vf-too-many", {CPUS: "2", DEVICES: f"{VF_RES}=4"}, {}),
 ]
 EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "TopologyAffinityError",
             "memory-policy": "PathLimitError", "memory-policy-bind": "PathLimitError", "cpu-shared": "mixed",
@@ -117,7 +125,8 @@ EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "
             "gpu": "exclusive", "gpu-env": "exclusive", "gpu-cdi": "exclusive", "gpu-cdi-claim": "exclusive",
             "gpu-env-cdi": "exclusive", "gpu-cdi-unknown": "RequestError", "gpu-cdi-claim-unknown": "exclusive",
             "gpu-linux-devices": "exclusive", "gpu-too-many": "TopologyAffinityError", "rdma": "exclusive",
-            "vfio": "exclusive", "colocate": "exclusive", "colocate-apart": "AllocationError"}
+            "vfio": "exclusive", "colocate": "exclusive", "colocate-apart": "AllocationError",
+            "vf": "exclusive", "vf-config": "exclusive", "vf-config-bad": "RequestError", "vf-too-many": "TopologyAffinityError"}
 #: what a row asks besides its annotations (the device plugin's variables, ``linux.devices``)
 ASKS = {"gpu-env": Asks(env={"NVIDIA_VISIBLE_DEVICES": "3"}),
         "gpu-env-cdi": Asks(env={"NVIDIA_VISIBLE_DEVICES": "nvidia.com/gpu=5"}),
@@ -127,9 +136,16 @@ ASKS = {"gpu-env": Asks(env={"NVIDIA_VISIBLE_DEVICES": "3"}),
 #: grant's notes say why) and gives no device
 DEVICE_ROWS = {"gpu": None, "gpu-env": {3}, "gpu-env-cdi": {5}, "gpu-cdi": {3}, "gpu-cdi-claim": {3},
                "gpu-cdi-unknown": None, "gpu-cdi-claim-unknown": None, "gpu-linux-devices": {3},
-               "gpu-too-many": None, "rdma": None, "vfio": None, "colocate": {2, 3}, "colocate-apart": None}
+               "gpu-too-many": None, "rdma": None, "vfio": None, "colocate": {2, 3}, "colocate-apart": None,
+               "vf": None, "vf-config": None, "vf-config-bad": None, "vf-too-many": None}
 #: rows run on a node set up otherwise than the matrix's default
-NODES = {"load-balancing-root-balances": "balancing_root", **dict.fromkeys(DEVICE_ROWS, "gpus")}
+#: the VF rows (a VF node: :mod:`.every_path_vfs`), and the PF-side state each VF granted must
+#: end with, as the netlink fake keeps it (``numa-pin.io/vf-config``'s ``vlan``, ``vlanQoS``,
+#: ``trust``, ``spoofchk``; a VF asked without settings keeps its state: nothing on the PF changes)
+VF_ROWS = {"vf": {}, "vf-config": {"vlan": 100, "qos": 3, "trust": 1, "spoofchk": 0}, "vf-config-bad": {},
+           "vf-too-many": {}}
+NODES = {"load-balancing-root-balances": "balancing_root", **dict.fromkeys(DEVICE_ROWS, "gpus"),
+         **dict.fromkeys(VF_ROWS, "vfs")}
 #: the rows the guests run through containerd 1.7 and 2.x (tests/vm/test_vm_nri.py), on their own
 #: node: cgroup v2 under systemd, no hugepages reserved, and no cpufreq under TCG (so a governor
 #: is refused there, :data:`GUEST_CELLS`); the v1 root that balances has no v2 counterpart. A row
@@ -202,6 +218,11 @@ def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, mac
         _assert_effect(out, name, value)
     if row in DEVICE_ROWS:
         _assert_devices(out, DEVICE_ROWS[row], machines)
+    if row in VF_ROWS:
+        _assert_vfs(out, VF_ROWS[row], path)
+    if path != "prestart":  # the device plugin's variables reach the container as it wrote them, where
+        asked = ASKS.get(row, Asks()).env  # numa-pin keeps the devices they name (a CDI name stays one)
+        assert {k: out.env.get(k) for k in asked} == asked, out.env
     if row == "gpu-cdi-claim-unknown":
         assert not out.grant.devices and any("no CDI spec file" in n for n in out.grant.notes), out.grant.notes
 
@@ -237,6 +258,20 @@ def _assert_devices(out: Outcome, minors: frozenset[int] | None, machines: Path)
     assert out.rules == {f"c {a}:{b} rwm" for _, a, b in want}
 
 
+def _assert_vfs(out: Outcome, settings: dict[str, int], path: str) -> None:
+    """Every VF granted is in the container's network namespace as ``net1``, ``net2``, ... in
+    grant order, with ``settings`` on its PF (nothing else changed there), and precreate and NRI
+    tell the container its address in ``PCIDEVICE_*`` as sriov-network-device-plugin does. Oracle:
+    the kit's VFs of ``ens2f0`` (VF n is 0000:32:01.n) and the request's settings."""
+    assert out.grant is not None
+    granted = out.grant.devices[VF_RES]
+    assert out.vfs == {vf: (CONTAINER, f"net{i}") for i, vf in enumerate(granted, 1)}
+    assert set(out.pf) == ({VFS.index(vf) for vf in granted} if settings else set())
+    assert all({k: out.pf[VFS.index(vf)][k] for k in settings} == settings for vf in granted if settings), out.pf
+    if path != "prestart":
+        assert out.env.get("PCIDEVICE_EXAMPLE_COM_VF") == ",".join(granted), out.env
+
+
 def _assert_effect(out: Outcome, name: str, value: str) -> None:
     """``name``/``value`` with ``{c}`` each granted CPU, ``{others}`` the CPUs not granted and
     ``{housekeeping}`` those and the grant's first core (the laptop's CPU c has sibling c + 4)."""
@@ -255,10 +290,13 @@ def _assert_effect(out: Outcome, name: str, value: str) -> None:
 def test_every_path_leaves_the_same_host(tmp_path, monkeypatch, capsys, machines, row):
     """The same grant and, file by file, the same host on every path (the container's cgroups
     named ``<container>`` wherever its runtime put them); the runtime-set variables the same on
-    the paths where the runtime sets them (prestart cannot: the process exists already)."""
+    the paths where the runtime sets them (prestart cannot: the process exists already); on the VF
+    node, the same VFs in the container's network namespace under the same names with the same
+    state on their PF, whoever moved them."""
     annotations = dict(next(a for r, a, _ in ROWS if r == row))
     outs = {path: _run(path, tmp_path / path, monkeypatch, capsys, row, annotations, machines) for path in PATHS}
-    grants = {path: (o.grant.kind, o.grant.cpus, o.grant.mems) for path, o in outs.items() if o.grant}
+    grants = {path: (o.grant.kind, o.grant.cpus, o.grant.mems, tuple(sorted(o.grant.devices.items())))
+              for path, o in outs.items() if o.grant}
     assert len(grants) == len(PATHS) and len(set(grants.values())) == 1, grants
     changed = {path: o.changed for path, o in outs.items()}
     assert all(c == changed["prestart"] for c in changed.values()), changed
@@ -266,9 +304,28 @@ def test_every_path_leaves_the_same_host(tmp_path, monkeypatch, capsys, machines
     assert len({json.dumps(e, sort_keys=True) for e in envs.values()}) == 1, envs
     devices = {path: (o.devices, o.rules) for path, o in outs.items()}
     assert all(d == devices["prestart"] for d in devices.values()), devices
-    # what the runtime sets in the environment, prestart writes into the container's devices.env
-    listed = dict(line.split("=", 1) for line in outs["prestart"].files.get(ENV_FILE, "").splitlines())
-    assert all(listed == {k: v for k, v in e.items() if k.startswith("PCIDEVICE_")} for e in envs.values()), listed
+    vfs = {path: (o.vfs, o.pf) for path, o in outs.items()}
+    assert all(v == vfs["prestart"] for v in vfs.values()), vfs
+    if row not in VF_ROWS:  # prestart tells a VF's container nothing: test_prestart_tells_a_vf_container_its_address
+        assert _env_file(outs["prestart"]) == {k: v for k, v in envs["nri"].items() if k.startswith("PCIDEVICE_")}
+
+
+def _env_file(out: Outcome) -> dict[str, str]:
+    """What prestart wrote into the container's ``devices.env``: what precreate and NRI put in
+    the environment as ``PCIDEVICE_*``."""
+    return dict(line.split("=", 1) for line in out.files.get(ENV_FILE, "").splitlines())
+
+
+@pytest.mark.xfail(strict=True, reason="product bug: prestart writes devices.env only for functions that get device "
+                                       "nodes (resources/node/gpu.py), so a VF with a network interface gets none")
+def test_prestart_tells_a_vf_container_its_address(tmp_path, monkeypatch, capsys, machines):
+    """precreate and NRI set ``PCIDEVICE_EXAMPLE_COM_VF`` to the VF granted; prestart, which
+    cannot set a variable, must list it in the container's ``devices.env`` as it does an RDMA or
+    vfio function's."""
+    annotations = dict(next(a for r, a, _ in ROWS if r == "vf"))
+    out = _run("prestart", tmp_path, monkeypatch, capsys, "vf", annotations, machines)
+    assert out.grant is not None, out.text
+    assert _env_file(out) == {"PCIDEVICE_EXAMPLE_COM_VF": ",".join(out.grant.devices[VF_RES])}
 
 
 @pytest.mark.parametrize("path", ["precreate-1.0", "precreate-1.3", "nri"])
@@ -337,7 +394,7 @@ def _doc_matrix() -> dict[str, dict[str, str]]:
 
 
 #: how the docs table names a row's node where it is not the matrix's default
-NODE_TEXT = {"balancing_root": " (the root cpuset balances)", "gpus": " (GPU node)"}
+NODE_TEXT = {"balancing_root": " (the root cpuset balances)", "gpus": " (GPU node)", "vfs": " (VF node)"}
 
 
 def _request_text(row: str, annotations: dict[str, str]) -> str:

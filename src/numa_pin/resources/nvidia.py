@@ -5,7 +5,10 @@
 * ``NVIDIA_VISIBLE_DEVICES`` tokens are GPUs a device plugin already chose: UUIDs (``GPU-...``)
   or NVML indexes, an index being the GPU's position in PCI address order (NVML's default
   enumeration), never the device minor;
-* CDI names (``nvidia.com/gpu=...`` and other kinds) map through :mod:`numa_pin.resources.cdi_map`.
+* CDI names (``nvidia.com/gpu=...`` and other kinds) map through :mod:`numa_pin.resources.cdi_map`;
+* where ``NVIDIA_VISIBLE_DEVICES`` names exactly the GPUs granted (:func:`gpus_in_env`), the
+  runtime is left the value the device plugin wrote: a CDI name there is what the NVIDIA
+  container toolkit reads in CDI mode, and the UUID of the same GPU would not reach it.
 
 A GPU is booked under the configured resource that lists its address, else ``nvidia.com/gpu``.
 """
@@ -22,6 +25,8 @@ from numa_pin.topology.model import KIND_GPU, PciDevice, Topology
 
 NVIDIA_GPU = "nvidia.com/gpu"
 NVIDIA_VENDOR = "0x10de"
+#: the variable a device plugin names the GPUs it chose in (indexes, UUIDs, CDI names)
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 
 Devices = Mapping[str, tuple[DeviceInfo, ...]]
 
@@ -73,6 +78,25 @@ def fixed_gpus(tokens: Iterable[str], topology: Topology, devices: Devices) -> l
     return out
 
 
+def gpus_in_env(tokens: Iterable[str], cdi: Iterable[CdiDevice], topology: Topology) -> frozenset[str] | None:
+    """The addresses of the GPUs the container's ``NVIDIA_VISIBLE_DEVICES`` names: its indexes and
+    UUIDs (``tokens``) and its CDI names of NVIDIA's kind (those of ``cdi`` found there). None
+    where it names no GPU, names one this machine lacks, or holds a CDI name of another kind
+    (those resolve through CDI spec files, not here)."""
+    from numa_pin.resources.cdi_map import NVIDIA_GPU_KIND, resolve_cdi
+
+    tokens = tuple(tokens)
+    named = tuple(d for d in cdi if d.source == VISIBLE_DEVICES)
+    if not (tokens or named) or any(d.kind != NVIDIA_GPU_KIND for d in named):
+        return None
+    try:
+        found = [a for _, a in fixed_gpus(tokens, topology, {})]
+        found += [a for _, a in resolve_cdi(named, nvidia_gpus(topology), {})]
+    except RequestError:
+        return None
+    return frozenset(found)
+
+
 def fixed_cdi(names: Iterable[CdiDevice], topology: Topology, devices: Devices) -> list[tuple[str, str]]:
     """``(resource, PCI address)`` for every device chosen through CDI."""
     names = tuple(names)
@@ -83,4 +107,5 @@ def fixed_cdi(names: Iterable[CdiDevice], topology: Topology, devices: Devices) 
     return resolve_cdi(names, nvidia_gpus(topology), devices, NVIDIA_GPU)
 
 
-__all__ = ["NVIDIA_GPU", "fixed_cdi", "fixed_gpus", "nvidia_gpus", "with_default_gpus"]
+__all__ = ["NVIDIA_GPU", "VISIBLE_DEVICES", "fixed_cdi", "fixed_gpus", "gpus_in_env", "nvidia_gpus",
+           "with_default_gpus"]

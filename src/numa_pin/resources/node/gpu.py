@@ -27,6 +27,7 @@ from numa_pin.topology.model import KIND_GPU
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from numa_pin.enforcer.devnodes import DeviceNode
+    from numa_pin.requests.request import ContainerRequest
     from numa_pin.resources.node.runtime import RuntimeAsk, RuntimeEdit
     from numa_pin.topology.model import PciDevice
 
@@ -73,8 +74,9 @@ class GpuNode(NodeResource):
         return problems
 
     def runtime(self, node: Node, ask: RuntimeAsk) -> RuntimeEdit | None:
-        """The granted GPUs' nodes and ``NVIDIA_VISIBLE_DEVICES``, the other functions' nodes and
-        ``PCIDEVICE_*``, at the container's creation (an update carries no devices)."""
+        """The granted GPUs' nodes and ``NVIDIA_VISIBLE_DEVICES`` (their UUIDs, unless the device
+        plugin's value there names exactly them: it stays as written), the other functions' nodes
+        and ``PCIDEVICE_*``, at the container's creation (an update carries no devices)."""
         grant = ask.grant
         if ask.request is None or not grant.devices:
             return None
@@ -88,7 +90,8 @@ class GpuNode(NodeResource):
             from numa_pin.enforcer.gpu import read_uvm_major
 
             nodes += gpu_device_nodes(gpus, read_uvm_major(node.config.proc_root))
-            env["NVIDIA_VISIBLE_DEVICES"] = ",".join(g.gpu_uuid or g.address for g in gpus)
+            if not _as_the_plugin_chose(node, ask.request, gpus):
+                env["NVIDIA_VISIBLE_DEVICES"] = ",".join(g.gpu_uuid or g.address for g in gpus)
         return RuntimeEdit(devices=tuple(nodes + others), env=env) if nodes or others or env else None
 
 
@@ -97,6 +100,15 @@ def _gpus(node: Node, grant: Grant) -> list[PciDevice]:
     topology = node.topology
     return [dev for ids in grant.devices.values() for address in ids
             if (dev := topology.device(address)) is not None and dev.kind == KIND_GPU]
+
+
+def _as_the_plugin_chose(node: Node, request: ContainerRequest, gpus: list[PciDevice]) -> bool:
+    """True when the container's ``NVIDIA_VISIBLE_DEVICES`` names exactly ``gpus`` (the device
+    plugin chose them, in its own words: an index, a UUID, a CDI name)."""
+    from numa_pin.resources.nvidia import gpus_in_env
+
+    named = gpus_in_env(request.fixed_gpus, request.fixed_cdi, node.topology)
+    return named is not None and named == {g.address for g in gpus}
 
 
 def _other_functions(node: Node, grant: Grant) -> tuple[list[DeviceNode], dict[str, str]]:

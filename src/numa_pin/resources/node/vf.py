@@ -89,9 +89,12 @@ class VfNode(NodeResource):
 
     def runtime(self, node: Node, ask: RuntimeAsk) -> RuntimeEdit | None:
         """VF netdevs the runtime moves in itself where it can (``linux.netDevices``), named
-        ``net1``, ``net2``, ...; a pod's VFs never: they go once into the pod's namespace."""
+        ``net1``, ``net2``, ...; a pod's VFs never: they go once into the pod's namespace; nor
+        VFs with settings (``numa-pin.io/vf-config``): the runtime sets nothing on the PF, so the
+        prestart hook moves them with their settings, as on every other path."""
         grant = ask.grant
-        if ask.request is None or not ask.target.net_devices or grant.scope == names.POD_SCOPE:
+        if (ask.request is None or not ask.target.net_devices or grant.scope == names.POD_SCOPE
+                or grant.vf_config):
             return None
         topology = node.topology
         hosts = [dev.netdevs[0] for ids in grant.devices.values() for address in ids
