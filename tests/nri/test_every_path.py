@@ -306,8 +306,7 @@ def test_every_path_leaves_the_same_host(tmp_path, monkeypatch, capsys, machines
     assert all(d == devices["prestart"] for d in devices.values()), devices
     vfs = {path: (o.vfs, o.pf) for path, o in outs.items()}
     assert all(v == vfs["prestart"] for v in vfs.values()), vfs
-    if row not in VF_ROWS:  # prestart tells a VF's container nothing: test_prestart_tells_a_vf_container_its_address
-        assert _env_file(outs["prestart"]) == {k: v for k, v in envs["nri"].items() if k.startswith("PCIDEVICE_")}
+    assert _env_file(outs["prestart"]) == {k: v for k, v in envs["nri"].items() if k.startswith("PCIDEVICE_")}
 
 
 def _env_file(out: Outcome) -> dict[str, str]:
@@ -316,8 +315,6 @@ def _env_file(out: Outcome) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.files.get(ENV_FILE, "").splitlines())
 
 
-@pytest.mark.xfail(strict=True, reason="product bug: prestart writes devices.env only for functions that get device "
-                                       "nodes (resources/node/gpu.py), so a VF with a network interface gets none")
 def test_prestart_tells_a_vf_container_its_address(tmp_path, monkeypatch, capsys, machines):
     """precreate and NRI set ``PCIDEVICE_EXAMPLE_COM_VF`` to the VF granted; prestart, which
     cannot set a variable, must list it in the container's ``devices.env`` as it does an RDMA or

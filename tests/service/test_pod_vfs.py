@@ -221,7 +221,7 @@ def test_a_failed_admission_rolls_back_only_its_own_moves(node, net, monkeypatch
     def broken(*args, **kwargs):
         raise EnforcementError("simulated GPU failure", path="/fake")
 
-    monkeypatch.setattr("numa_pin.enforcer.gpu.gpu_rules", lambda *a, **k: ())
+    monkeypatch.setattr("numa_pin.enforcer.gpu.gpu_rules", lambda *a, **k: ("c 195:* rwm",))
     monkeypatch.setattr("numa_pin.enforcer.gpu.allow_device_rules", broken)
     new = next(v for v in VFS if v != held)
     req = request_from_oci("a2", {"io.kubernetes.cri.sandbox-id": "pod-a", "numa-pin.io/devices": "nvidia.com/gpu=1"},

@@ -84,6 +84,11 @@ SCRIPT = textwrap.dedent('''
     config = config_from_dict(node.config_dict(policy="best-effort", scope="pod", devices={
         "example.com/vf": [{"is_vf": True, "has_netdev": True}]}))
     svc = NodeService(config)
+    # what a VF container is told (devices.env) is written from inside its mount namespace, which
+    # these sleeps share with the host: kept here instead of written there
+    import numa_pin.enforcer.devnodes as devnodes
+    told = []
+    devnodes.create_device_nodes = lambda pid, nodes, *a, env_text=None, **k: told.append(env_text) or ()
 
     def admit(c):
         req = request_from_oci(c, {"io.kubernetes.cri.sandbox-id": "pod-a"}, {"PCIDEVICE_EXAMPLE_COM_VF": VF})
@@ -97,7 +102,7 @@ SCRIPT = textwrap.dedent('''
     seen = {}
     admit("c1")
     seen["c1_admitted"] = {"host": ip_links(), "pod": ip_links(pause.pid),
-                           "ledger": [n.ifname for n in svc.ledger.read().pods["pod-a"].netdevs]}
+                           "ledger": [n.ifname for n in svc.ledger.read().pods["pod-a"].netdevs], "told": told[:]}
     admit("c2")
     seen["c2_admitted"] = {"host": ip_links(), "pod": ip_links(pause.pid)}
     stop("c1")
@@ -122,6 +127,7 @@ def test_pod_vf_lives_in_the_sandbox_netns_until_the_last_container_ends(tmp_pat
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     first = seen["c1_admitted"]
     assert "ens2f0v1" not in first["host"] and "net1" in first["pod"] and first["ledger"] == ["net1"]
+    assert first["told"] == ["PCIDEVICE_EXAMPLE_COM_VF=0000:32:01.1\n"], "the container is told its VF's address"
     assert seen["c2_admitted"]["pod"] == first["pod"], "the second container moved nothing"
     assert "net1" in seen["c1_released"]["pod"], "the mover ended, the pod lives: the VF stays"
     last = seen["c2_released"]

@@ -45,7 +45,7 @@ class GpuNode(NodeResource):
         gpus = _gpus(node, grant)
         others, variables = _other_functions(node, grant)
         env = "".join(f"{key}={value}\n" for key, value in variables.items())
-        if not gpus and not others:
+        if not gpus and not others and not env:
             return admission
         from numa_pin.enforcer.devnodes import create_device_nodes, expose_gpus
         from numa_pin.enforcer.gpu import allow_device_rules, gpu_rules
@@ -54,9 +54,10 @@ class GpuNode(NodeResource):
         # one set of rules for GPUs and other functions, so a v2 device program is swapped once
         rules_needed = gpu_rules(gpus, cfg.proc_root) if gpus else ()
         rules_needed = tuple(dict.fromkeys((*rules_needed, *(n.rule for n in others))))
-        allowed = allow_device_rules(rules_needed, pid, cfg.proc_root, cfg.cgroup_root, node.layout(), undo)
+        allowed = allow_device_rules(rules_needed, pid, cfg.proc_root, cfg.cgroup_root, node.layout(),
+                                     undo) if rules_needed else None
         nodes = list(expose_gpus(gpus, pid, cfg.proc_root, admission.rootfs, undo)) if gpus else []
-        if others:
+        if others or env:  # a VF with a network interface has no node, but its address goes in the file too
             nodes += create_device_nodes(pid, others, cfg.proc_root, admission.rootfs, undo, env_text=env or None)
         rules = [str(r) for r in allowed.added] if allowed is not None else []
         if not nodes and not rules:
