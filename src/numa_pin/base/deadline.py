@@ -13,6 +13,7 @@ calls it when its client has hung up). Off the main thread there is no timer; ch
 
 from __future__ import annotations
 
+import _thread  # its _local is threading.local, without importing threading (every hook start)
 import signal
 import time
 from collections.abc import Iterator
@@ -21,12 +22,14 @@ from types import FrameType
 
 from numa_pin.errors import AdmissionTimeout
 
-_current: Deadline | None = None
+#: the deadline each thread's admission has active (admissions in two threads must not see, or
+#: leave behind, each other's)
+_THREADS = _thread._local()
 
 
 def current() -> Deadline | None:
-    """The active deadline of this process, if any."""
-    return _current
+    """The active deadline of this thread's admission, if any."""
+    return getattr(_THREADS, "deadline", None)
 
 
 class Deadline:
@@ -79,8 +82,8 @@ class Deadline:
 
     @contextmanager
     def active(self) -> Iterator[Deadline]:
-        """Own ``SIGALRM`` for the duration (main thread only) and register as :func:`current`."""
-        global _current
+        """Own ``SIGALRM`` for the duration (main thread only) and register as this thread's
+        :func:`current`."""
         try:  # only the main thread may handle signals: elsewhere signal() raises ValueError
             self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
             main = True
@@ -89,11 +92,12 @@ class Deadline:
         if main:
             signal.setitimer(signal.ITIMER_REAL, max(self.remaining(), 1e-6))
             self._armed = True
-        outer, _current = _current, self
+        outer = current()
+        _THREADS.deadline = self
         try:
             yield self
         finally:
-            _current = outer
+            _THREADS.deadline = outer
             if main:
                 self._armed = False
                 signal.setitimer(signal.ITIMER_REAL, 0)
