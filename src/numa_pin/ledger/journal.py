@@ -1,0 +1,248 @@
+"""The ledger's journal, ``ledger.log``: the commits since the snapshot ``ledger.json`` was last
+written, one record each, appended (stdlib only).
+
+A commit that changes a few grants of thousands costs what it changes, not what the node holds:
+:mod:`numa_pin.ledger.store` appends its record here and syncs this file only, and rewrites the
+snapshot (which then holds every record) once the journal has grown past half of it, so the
+amortised cost of a commit stays flat as the node fills.
+
+A record is one line: the SHA-256 of its body in hex, a space, the body, a newline. The body is
+canonical JSON (sorted keys, no whitespace, ASCII)::
+
+    {"base":"sha256:<hex>","grants":{"<id>":{...}|null},"pods":{"<id>":{...}|null},"seq":N,"version":V}
+
+``base`` is the ``checksum`` of the snapshot the record applies to, ``seq`` its place after it (1,
+2, ...), ``grants`` and ``pods`` what the commit set (the record, as the snapshot spells it) or
+removed (``null``), ``version`` the ledger format the records are in (an older one is migrated as
+the snapshot is). :func:`replay` reads the journal onto its snapshot:
+
+* the records that name the snapshot apply in order, each verified;
+* the last record, when it has no newline or fails its checksum, is a commit that never returned
+  (a crash mid-append): it is ignored, and the next writer cuts it off;
+* a journal whose first record names another snapshot is what a crash between writing a new
+  snapshot and emptying the journal left behind (the snapshot holds those records): ignored whole;
+* anything else (a damaged record before the last, a record of another snapshot after one of
+  this one, a ``seq`` out of order, a removal of what is not there) is
+  :class:`~numa_pin.errors.LedgerCorrupt`, as a damaged snapshot is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from numa_pin.base import safefs
+from numa_pin.base.boundedio import json_loads_bounded
+from numa_pin.base.digest import sha256_hex
+from numa_pin.base.record import record
+from numa_pin.errors import LedgerCorrupt
+from numa_pin.ledger import derived
+from numa_pin.ledger.codec import MAX_DEPTH, corrupt
+from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, PodRecord, migrate
+
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+if TYPE_CHECKING:
+    from typing import Any
+
+JOURNAL_FILE = "ledger.log"
+#: a replay of at most this many changes makes each state from the last (carrying what the state
+#: worked out from its grants, :mod:`~numa_pin.ledger.derived`); more are applied to one copy
+_CHAINED_CHANGES = 8
+_HEX = 64
+_BODY_KEYS = frozenset(("base", "grants", "pods", "seq", "version"))
+
+
+@record
+class Replay:
+    """A journal read onto its snapshot: the ``state`` after the records that apply, the byte
+    offset ``end`` after the last of them and their number ``seq``; ``cut`` when bytes follow
+    ``end`` that the next append must cut off (a torn record, or a journal of another snapshot)."""
+
+    state: LedgerState
+    end: int
+    seq: int
+    cut: bool
+
+
+def encode_record(base: str, seq: int, before: LedgerState, after: LedgerState) -> bytes:
+    """The journal line of the commit that made ``after`` from ``before`` (pure): record ``seq``
+    after the snapshot of checksum ``base``."""
+    grants: dict[str, Any] = {}
+    one = derived.changed_from(after, before.grants)
+    if one is not None:
+        ids: Any = one
+    else:
+        known = before.grants.get
+        ids = [cid for cid, grant in after.grants.items() if known(cid) is not grant]
+        ids.extend(before.grants.keys() - after.grants.keys())
+    for cid in ids:
+        grant = after.grants.get(cid)
+        if grant is not None:
+            grants[cid] = grant.to_dict()
+        elif cid in before.grants:
+            grants[cid] = None
+    pods: dict[str, Any] = {}
+    if after.pods is not before.pods:
+        for pid in after.pods.keys() | before.pods.keys():
+            now, was = after.pods.get(pid), before.pods.get(pid)
+            if now is not was and now != was:
+                pods[pid] = None if now is None else now.to_dict()
+    body = json.dumps({"base": base, "grants": grants, "pods": pods, "seq": seq, "version": LEDGER_VERSION},
+                      sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
+    return sha256_hex(body).encode("ascii") + b" " + body + b"\n"
+
+
+def replay(raw: bytes, base: str | None, state: LedgerState, path: str, start: int = 0, seq: int = 0) -> Replay:
+    """Apply the records of journal bytes ``raw`` from byte ``start`` (``seq`` records applied
+    before it) to ``state``, the snapshot of checksum ``base`` (None: there is no snapshot), as
+    the module's rules say (pure).
+
+    Raises:
+        LedgerCorrupt: a damaged record before the last, or any inconsistency (naming ``path``).
+    """
+    changes: list[tuple[str, str, Any]] = []
+    pos = start
+    while pos < len(raw):
+        newline = raw.find(b"\n", pos)
+        last = newline < 0 or newline + 1 == len(raw)
+        body = None if newline < 0 else _verified(raw[pos:newline])
+        if body is None:
+            if last:
+                break  # a commit that never returned
+            raise _corrupt(f"record {seq + 1} (at byte {pos}) is damaged", path)
+        doc = _body(body, seq + 1, path)
+        if doc["base"] != base:
+            if pos == 0 and base is not None:
+                return Replay(state, 0, 0, True)  # records the snapshot already holds
+            raise _corrupt(f"record {seq + 1} names snapshot {str(doc['base'])[:80]!r}, not {base!r}", path)
+        if doc["seq"] != seq + 1:
+            raise _corrupt(f"record {seq + 1} (at byte {pos}) says it is record {doc['seq']!r}", path)
+        changes.extend(_changes(doc, path))
+        seq += 1
+        pos = newline + 1
+    return Replay(_applied(state, changes, path), pos, seq, pos < len(raw))
+
+
+def _verified(line: bytes) -> bytes | None:
+    """The body of a journal line whose checksum holds, else None."""
+    if len(line) <= _HEX + 1 or line[_HEX] != 0x20:
+        return None
+    body = line[_HEX + 1:]
+    try:
+        stated = line[:_HEX].decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return body if sha256_hex(body) == stated else None
+
+
+def _body(body: bytes, seq: int, path: str) -> dict[str, Any]:
+    """A verified record's body, parsed and checked for shape."""
+    try:
+        doc = json_loads_bounded(body.decode("ascii"), MAX_DEPTH)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _corrupt(f"record {seq} is not valid JSON ({exc})", path) from exc
+    if not isinstance(doc, dict) or set(doc) != _BODY_KEYS:
+        raise _corrupt(f"record {seq} has the wrong shape", path)
+    if not (isinstance(doc["grants"], dict) and isinstance(doc["pods"], dict) and type(doc["seq"]) is int
+            and type(doc["version"]) is int and isinstance(doc["base"], str)):
+        raise _corrupt(f"record {seq} has the wrong shape", path)
+    return doc
+
+
+def _changes(doc: dict[str, Any], path: str) -> list[tuple[str, str, Any]]:
+    """``(what, id, Grant | PodRecord | None)`` of one record, its records migrated from its version."""
+    version = doc["version"]
+    grants = {k: v for k, v in doc["grants"].items() if v is not None}
+    pods = {k: v for k, v in doc["pods"].items() if v is not None}
+    try:
+        if version != LEDGER_VERSION:
+            data = migrate({"version": version, "written_by": "", "grants": grants, "pods": pods})
+            grants, pods = data["grants"], data["pods"]
+        out: list[tuple[str, str, Any]] = []
+        for cid in sorted(doc["grants"]):
+            grant = None if cid not in grants else Grant.from_dict(grants[cid])
+            if grant is not None and grant.container_id != cid:
+                raise LedgerCorrupt(f"grants[{cid[:64]!r}] holds the grant of {grant.container_id[:64]!r}")
+            out.append(("grant", cid, grant))
+        for pid in sorted(doc["pods"]):
+            pod = None if pid not in pods else PodRecord.from_dict(pods[pid])
+            if pod is not None and pod.pod_id != pid:
+                raise LedgerCorrupt(f"pods[{pid[:64]!r}] holds the record of {pod.pod_id[:64]!r}")
+            out.append(("pod", pid, pod))
+    except (LedgerCorrupt, KeyError, TypeError) as exc:
+        raise _corrupt(f"record {doc['seq']}: {exc}", path) from exc
+    return out
+
+
+def _applied(state: LedgerState, changes: list[tuple[str, str, Any]], path: str) -> LedgerState:
+    if len(changes) <= _CHAINED_CHANGES:
+        for what, key, value in changes:
+            if value is None and key not in (state.grants if what == "grant" else state.pods):
+                raise _corrupt(f"a record removes {what} {key[:64]!r}, which the ledger does not hold", path)
+            if what == "grant":
+                state = state.without(key) if value is None else state.with_grant(value)
+            else:
+                state = state.without_pod(key) if value is None else state.with_pod(value)
+        return state
+    grants, pods = dict(state.grants), dict(state.pods)
+    for what, key, value in changes:
+        into: dict[str, Any] = grants if what == "grant" else pods
+        if value is not None:
+            into[key] = value
+        elif into.pop(key, None) is None:
+            raise _corrupt(f"a record removes {what} {key[:64]!r}, which the ledger does not hold", path)
+    return LedgerState(grants, pods)
+
+
+def _corrupt(what: str, path: str) -> LedgerCorrupt:
+    return corrupt(f"journal {what}", path)
+
+
+def append(directory: str, path: str, line: bytes, start: int, new: bool) -> tuple[int, os.stat_result]:
+    """Write ``line`` at byte ``start`` of the journal ``path`` (cutting off what follows) and
+    sync it (``new``: the file did not exist, so the directory is synced too). Returns the open
+    descriptor and its ``fstat`` after the write. On any failure the journal is cut back to
+    ``start`` (best effort) and the error raised, so readers see the ledger without the record.
+
+    Raises:
+        UnsafePathError: the journal is not this user's private regular file.
+        OSError: it cannot be opened, cut, written or synced.
+    """
+    fd = safefs.open_private(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        try:
+            if os.fstat(fd).st_size != start:
+                os.ftruncate(fd, start)
+            os.lseek(fd, start, os.SEEK_SET)
+            safefs.write_all(fd, line)
+            os.fdatasync(fd)
+            if new:
+                safefs.fsync_dir(directory)
+        except OSError:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass  # a torn last record reads as no record; the next writer cuts it off
+            raise
+        return fd, os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def empty(path: str) -> None:
+    """Cut the journal to nothing after a new snapshot holds its records (best effort: records
+    that name an older snapshot are ignored, and the next append cuts them off)."""
+    try:
+        fd = safefs.open_private(path, os.O_WRONLY)
+    except (OSError, ValueError):
+        return
+    try:
+        os.ftruncate(fd, 0)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+__all__ = ["JOURNAL_FILE", "Replay", "append", "empty", "encode_record", "replay"]
