@@ -1,22 +1,32 @@
-"""The node ledger on disk: one checksummed JSON file, replaced atomically (stdlib only; its
-bytes are :mod:`numa_pin.ledger.codec`'s).
+"""The node ledger on disk: a checksummed JSON snapshot replaced atomically, and a journal of the
+commits since (stdlib only; the snapshot's bytes are :mod:`numa_pin.ledger.codec`'s, the
+journal's :mod:`numa_pin.ledger.journal`'s, and :mod:`numa_pin.ledger.reader` reads both).
 
-Layout under ``state_dir``: ``ledger.json``, ``{"version": N, "checksum": "sha256:<hex>",
-"data": {...}}``, and ``ledger.lock``, the ``flock(2)`` target, holding the current writer's pid.
+Layout under ``state_dir``: ``ledger.json``, the snapshot, ``{"version": N, "checksum":
+"sha256:<hex>", "data": {...}}``; ``ledger.log``, the journal, one checksummed record per
+commit since the snapshot, each naming the snapshot's checksum; and ``ledger.lock``, the
+``flock(2)`` target, holding the current writer's pid.
 
 ``checksum`` is the SHA-256 of the *canonical* JSON of ``data`` (sorted keys, no
-whitespace, ASCII). Readers never lock: a writer builds the new file under a temporary
-name in the same directory, fsyncs it, ``os.replace``-s it over ``ledger.json`` and
-fsyncs the directory, so a reader (or a crash at any instant) sees either the old file
-or the new one, never a mixture. Writers serialise on an exclusive ``flock`` taken with
-a bounded wait.
+whitespace, ASCII). Writers serialise on an exclusive ``flock`` taken with a bounded wait. A
+commit whose snapshot has :data:`JOURNAL_FROM_BYTES` appends the record of what it changed to the
+journal and syncs the journal alone (its cost is the change's, not the ledger's); once the journal
+would pass half the snapshot, or on a smaller ledger, the commit writes a new snapshot instead
+(under a temporary name in the same directory, fsynced, ``os.replace``-d over ``ledger.json``,
+the directory fsynced) and then empties the journal, so a busy node's commits cost a flat
+amortised amount. Readers never lock: the state is the snapshot with the records that name it
+replayed in order. A crash at any instant leaves the state before or after the commit: a torn
+last record (an append that never returned) is ignored and cut off by the next writer, and
+records that name an older snapshot (a crash between a new snapshot and the emptying) are ignored
+whole. A reader that a new snapshot overtook while it read the journal reads again.
 
 Protection: ``state_dir`` must be root's and not writable by others (mode 0700 is created and
 recommended). The checksum is unkeyed, so anyone who can write ``state_dir`` could forge grants;
 a key would have to be stored where the same writer could read it. So every use checks the
 directory and its parents (:func:`numa_pin.base.safefs.check_dir`) and refuses with
 :class:`~numa_pin.errors.UnsafePathError` when others could write there; ``ledger.lock`` is
-opened with ``O_NOFOLLOW`` and must be this user's regular file, and ``ledger.json`` is 0600.
+opened with ``O_NOFOLLOW`` and must be this user's regular file, as must ``ledger.log``; both
+ledger files are 0600.
 
 A commit is all or nothing with what the caller did for it: a caller that changed the machine
 inside the transaction (cgroups, devices, netdevs) registers how to undo it
@@ -26,8 +36,9 @@ ledger that would pass :data:`MAX_LEDGER_BYTES`) that undo runs before the error
 once the commit is durable (giving a VF back to the host) goes in
 :meth:`Transaction.after_commit`, which runs after the write, still under the lock.
 
-A missing ``ledger.json`` is the empty ledger. Anything else that does not parse, has
-the wrong shape or fails its checksum raises :class:`~numa_pin.errors.LedgerCorrupt`;
+A missing ``ledger.json`` is the empty ledger. Anything else that does not parse, has the wrong
+shape or fails its checksum (a journal record before the last included, or a journal whose
+records do not follow on from the snapshot) raises :class:`~numa_pin.errors.LedgerCorrupt`;
 the ledger is never reset silently, because forgetting grants would hand the same CPUs
 and devices out twice.
 """
