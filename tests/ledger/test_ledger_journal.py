@@ -246,6 +246,18 @@ def test_recover_keeps_a_damaged_journal_aside_and_removes_it(tmp_path: Path, jo
     assert ledger.read() == LedgerState()
 
 
+def test_recover_rebuilds_a_deleted_snapshot_and_removes_its_journal(tmp_path: Path, journaled: None) -> None:
+    ledger, _ = _states(tmp_path, 2)
+    (tmp_path / LEDGER_FILE).unlink()
+    log = tmp_path / JOURNAL_FILE
+    log.write_bytes(log.read_bytes().splitlines(keepends=True)[0][:-5])  # one torn record: reads as empty
+    _forget()
+    rebuilt = LedgerState({"g0001": _grant(1)})
+    assert ledger.rebuild(lambda raw: rebuilt) == (rebuilt, None, True)
+    assert not log.exists()
+    assert ledger.read() == rebuilt
+
+
 def _raise(code: int):
     def fail(*_args: Any, **_kwargs: Any) -> Any:
         raise OSError(code, os.strerror(code))

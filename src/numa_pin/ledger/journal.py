@@ -28,6 +28,7 @@ the snapshot is). :func:`replay` reads the journal onto its snapshot:
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 
@@ -35,7 +36,7 @@ from numa_pin.base import safefs
 from numa_pin.base.boundedio import json_loads_bounded
 from numa_pin.base.digest import sha256_hex
 from numa_pin.base.record import record
-from numa_pin.errors import LedgerCorrupt
+from numa_pin.errors import LedgerCorrupt, UnsafePathError
 from numa_pin.ledger import derived
 from numa_pin.ledger.codec import MAX_DEPTH, corrupt
 from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, PodRecord, migrate
@@ -211,14 +212,19 @@ def append(directory: str, path: str, line: bytes, start: int, new: bool) -> tup
     fd = safefs.open_private(path, os.O_WRONLY | os.O_CREAT)
     try:
         try:
-            if os.fstat(fd).st_size != start:
+            size = os.fstat(fd).st_size
+            if size < start:  # cut by someone else since it was read: appending would leave a hole
+                raise OSError(errno.ESTALE, f"the journal has {size} bytes, {start} when it was read")
+            if size != start:
                 os.ftruncate(fd, start)
             os.lseek(fd, start, os.SEEK_SET)
             safefs.write_all(fd, line)
             os.fdatasync(fd)
             if new:
                 safefs.fsync_dir(directory)
-        except OSError:
+        except OSError as exc:
+            if exc.errno == errno.ESTALE:
+                raise
             try:
                 os.ftruncate(fd, start)
             except OSError:
@@ -235,7 +241,7 @@ def empty(path: str) -> None:
     that name an older snapshot are ignored, and the next append cuts them off)."""
     try:
         fd = safefs.open_private(path, os.O_WRONLY)
-    except (OSError, ValueError):
+    except (OSError, UnsafePathError):
         return
     try:
         os.ftruncate(fd, 0)

@@ -163,12 +163,11 @@ class Ledger:
             raw: bytes | None = None
             aside = None
             log = os.path.lexists(self.journal_path)
-            if os.path.lexists(self.path) or log:
+            if os.path.lexists(self.path):
                 try:
                     return self._load(), None, False
                 except LedgerCorrupt:
                     pass
-            if os.path.lexists(self.path):
                 try:
                     raw = read_regular_file(self.path, MAX_LEDGER_BYTES, follow=False)
                 except (OSError, UnsafeInput):
