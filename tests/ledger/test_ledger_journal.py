@@ -63,7 +63,7 @@ def by_hand(state_dir: Path) -> LedgerState:
     for seq, line in enumerate(complete, 1):
         digest, _, body = line.partition(b" ")
         if hashlib.sha256(body).hexdigest() != digest.decode("ascii", "replace"):
-            assert seq == len(complete), "only the last record may be torn"
+            assert seq == len(complete) and b"\0" in line, "only the last record may be torn, by a page of zeros"
             break
         record = json.loads(body)
         if record["base"] != doc["checksum"]:
@@ -152,7 +152,7 @@ TORN = [
     ("half-a-record", lambda raw, last: raw[: len(raw) - len(last) // 2]),
     ("no-newline", lambda raw, last: raw[:-1]),
     ("only-the-digest", lambda raw, last: raw[: len(raw) - len(last) + 64]),
-    ("damaged-body", lambda raw, last: raw[:-10] + b"X" + raw[-9:]),
+    ("a-page-unwritten", lambda raw, last: raw[: len(raw) - len(last)] + b"\0" * 20 + last[20:]),
     ("zeros", lambda raw, last: raw[: len(raw) - len(last)] + b"\0" * len(last)),
 ]
 
@@ -184,6 +184,7 @@ def _bodies(log: Path) -> list[dict[str, Any]]:
 #: (id, the journal's lines made from its three records' bodies, a word of the error)
 BAD_JOURNALS = [
     ("damaged-first", lambda b: [_line(b[0])[:-12] + b"0" * 11 + b"\n", _line(b[1]), _line(b[2])], "damaged"),
+    ("bit-flipped-last", lambda b: [_line(b[0]), _line(b[1]), _line(b[2]).replace(b"g0102", b"g0103")], "record 3"),
     ("records-swapped", lambda b: [_line(b[0]), _line(b[2]), _line(b[1])], "record 3"),
     ("record-dropped", lambda b: [_line(b[0]), _line(b[2])], "record 3"),
     ("other-snapshot-after-this", lambda b: [_line(b[0]), _line({**b[1], "base": "sha256:" + "0" * 64})],

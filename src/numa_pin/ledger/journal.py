@@ -17,11 +17,12 @@ removed (``null``), ``version`` the ledger format the records are in (an older o
 the snapshot is). :func:`replay` reads the journal onto its snapshot:
 
 * the records that name the snapshot apply in order, each verified;
-* the last record, when it has no newline or fails its checksum, is a commit that never returned
-  (a crash mid-append): it is ignored, and the next writer cuts it off;
+* the last record, when it has no newline, or fails its checksum and holds a NUL byte (a page
+  the crash never wrote reads as zeros), is a commit that never returned (a crash mid-append):
+  it is ignored, and the next writer cuts it off;
 * a journal whose first record names another snapshot is what a crash between writing a new
   snapshot and emptying the journal left behind (the snapshot holds those records): ignored whole;
-* anything else (a damaged record before the last, a record of another snapshot after one of
+* anything else (a damaged record, a record of another snapshot after one of
   this one, a ``seq`` out of order, a removal of what is not there) is
   :class:`~numa_pin.errors.LedgerCorrupt`, as a damaged snapshot is.
 """
@@ -105,10 +106,9 @@ def replay(raw: bytes, base: str | None, state: LedgerState, path: str, start: i
     pos = start
     while pos < len(raw):
         newline = raw.find(b"\n", pos)
-        last = newline < 0 or newline + 1 == len(raw)
         body = None if newline < 0 else _verified(raw[pos:newline])
         if body is None:
-            if last:
+            if newline < 0 or (newline + 1 == len(raw) and b"\0" in raw[pos:newline]):
                 break  # a commit that never returned
             raise _corrupt(f"record {seq + 1} (at byte {pos}) is damaged", path)
         doc = _body(body, seq + 1, path)
