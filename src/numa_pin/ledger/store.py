@@ -37,8 +37,8 @@ once the commit is durable (giving a VF back to the host) goes in
 :meth:`Transaction.after_commit`, which runs after the write, still under the lock.
 
 A missing ``ledger.json`` is the empty ledger. Anything else that does not parse, has the wrong
-shape or fails its checksum (a journal record before the last included, or a journal whose
-records do not follow on from the snapshot) raises :class:`~numa_pin.errors.LedgerCorrupt`;
+shape or fails its checksum (a journal record included, unless it is the last one cut short by
+a crash, or a journal whose records do not follow on from the snapshot) raises :class:`~numa_pin.errors.LedgerCorrupt`;
 the ledger is never reset silently, because forgetting grants would hand the same CPUs
 and devices out twice.
 """
