@@ -40,7 +40,7 @@ def _grant(n: int, **kw: Any) -> Grant:
     return grant(f"g{n:04d}", cpus=frozenset({n % 64}), pid=1000 + n, **kw)
 
 
-def _seeded(tmp_path: Path, n: int = 12) -> Ledger:
+def _seeded(tmp_path: Path, n: int = 48) -> Ledger:
     ledger = Ledger(tmp_path)
     with ledger.transaction() as txn:
         txn.state = LedgerState({g.container_id: g for g in map(_grant, range(n))})
@@ -120,12 +120,12 @@ def test_many_commits_read_back_as_committed_cold_and_warm(tmp_path: Path, journ
     assert appended > 200 and compacted > 5  # both paths were taken, appends the most
 
 
-def test_the_journal_stays_within_half_the_snapshot(tmp_path: Path, journaled: None) -> None:
+def test_the_journal_stays_within_its_share_of_the_snapshot(tmp_path: Path, journaled: None) -> None:
     ledger = _seeded(tmp_path, 40)
     for n in range(40, 240):
         with ledger.transaction() as txn:
             txn.put(_grant(n % 60, notes=(f"commit {n}",)))
-        assert (tmp_path / JOURNAL_FILE).stat().st_size <= (tmp_path / LEDGER_FILE).stat().st_size // 2
+        assert (tmp_path / JOURNAL_FILE).stat().st_size <= (tmp_path / LEDGER_FILE).stat().st_size // store.JOURNAL_SHARE
 
 
 def test_a_small_ledger_is_one_file(tmp_path: Path) -> None:
@@ -210,6 +210,19 @@ def test_a_damaged_or_inconsistent_journal_is_corrupt_never_skipped(tmp_path: Pa
     assert "numa-pin recover" in str(info.value)
     with pytest.raises(LedgerCorrupt), ledger.transaction():
         pass
+
+
+def test_a_record_of_an_older_format_is_migrated_as_a_snapshot_of_that_format_is(tmp_path: Path,
+                                                                                  journaled: None) -> None:
+    ledger, states = _states(tmp_path, 1)
+    old = json.loads((Path(__file__).parent / "data" / "ledger-v3.json").read_text())["data"]
+    log = tmp_path / JOURNAL_FILE
+    body = _bodies(log)[0]
+    log.write_bytes(log.read_bytes() + _line({**body, "seq": 2, "version": old["version"],
+                                              "grants": old["grants"], "pods": old["pods"]}))
+    _forget()
+    migrated = LedgerState.from_dict(old)
+    assert ledger.read() == LedgerState({**states[-1].grants, **migrated.grants}, migrated.pods)
 
 
 def test_a_journal_without_its_snapshot_is_corrupt(tmp_path: Path, journaled: None) -> None:

@@ -3,7 +3,7 @@ written, one record each, appended (stdlib only).
 
 A commit that changes a few grants of thousands costs what it changes, not what the node holds:
 :mod:`numa_pin.ledger.store` appends its record here and syncs this file only, and rewrites the
-snapshot (which then holds every record) once the journal has grown past half of it, so the
+snapshot (which then holds every record) once the journal would grow past a share of it, so the
 amortised cost of a commit stays flat as the node fills.
 
 A record is one line: the SHA-256 of its body in hex, a space, the body, a newline. The body is
@@ -102,7 +102,7 @@ def replay(raw: bytes, base: str | None, state: LedgerState, path: str, start: i
     Raises:
         LedgerCorrupt: a damaged record before the last, or any inconsistency (naming ``path``).
     """
-    changes: list[tuple[str, str, Any]] = []
+    changes: list[tuple[str, str, Any, int, int]] = []
     pos = start
     while pos < len(raw):
         newline = raw.find(b"\n", pos)
@@ -118,7 +118,7 @@ def replay(raw: bytes, base: str | None, state: LedgerState, path: str, start: i
             raise _corrupt(f"record {seq + 1} names snapshot {str(doc['base'])[:80]!r}, not {base!r}", path)
         if doc["seq"] != seq + 1:
             raise _corrupt(f"record {seq + 1} (at byte {pos}) says it is record {doc['seq']!r}", path)
-        changes.extend(_changes(doc, path))
+        changes.extend(_changes(doc))
         seq += 1
         pos = newline + 1
     return Replay(_applied(state, changes, path), pos, seq, pos < len(raw))
@@ -150,49 +150,64 @@ def _body(body: bytes, seq: int, path: str) -> dict[str, Any]:
     return doc
 
 
-def _changes(doc: dict[str, Any], path: str) -> list[tuple[str, str, Any]]:
-    """``(what, id, Grant | PodRecord | None)`` of one record, its records migrated from its version."""
-    version = doc["version"]
-    grants = {k: v for k, v in doc["grants"].items() if v is not None}
-    pods = {k: v for k, v in doc["pods"].items() if v is not None}
-    try:
-        if version != LEDGER_VERSION:
-            data = migrate({"version": version, "written_by": "", "grants": grants, "pods": pods})
-            grants, pods = data["grants"], data["pods"]
-        out: list[tuple[str, str, Any]] = []
-        for cid in sorted(doc["grants"]):
-            grant = None if cid not in grants else Grant.from_dict(grants[cid])
-            if grant is not None and grant.container_id != cid:
-                raise LedgerCorrupt(f"grants[{cid[:64]!r}] holds the grant of {grant.container_id[:64]!r}")
-            out.append(("grant", cid, grant))
-        for pid in sorted(doc["pods"]):
-            pod = None if pid not in pods else PodRecord.from_dict(pods[pid])
-            if pod is not None and pod.pod_id != pid:
-                raise LedgerCorrupt(f"pods[{pid[:64]!r}] holds the record of {pod.pod_id[:64]!r}")
-            out.append(("pod", pid, pod))
-    except (LedgerCorrupt, KeyError, TypeError) as exc:
-        raise _corrupt(f"record {doc['seq']}: {exc}", path) from exc
-    return out
+def _changes(doc: dict[str, Any]) -> list[tuple[str, str, Any, int, int]]:
+    """``(what, id, its JSON value or None, version, seq)`` of each change one record makes."""
+    version, seq = doc["version"], doc["seq"]
+    return ([("grant", cid, value, version, seq) for cid, value in doc["grants"].items()]
+            + [("pod", pid, value, version, seq) for pid, value in doc["pods"].items()])
 
 
-def _applied(state: LedgerState, changes: list[tuple[str, str, Any]], path: str) -> LedgerState:
-    if len(changes) <= _CHAINED_CHANGES:
-        for what, key, value in changes:
-            if value is None and key not in (state.grants if what == "grant" else state.pods):
-                raise _corrupt(f"a record removes {what} {key[:64]!r}, which the ledger does not hold", path)
-            if what == "grant":
-                state = state.without(key) if value is None else state.with_grant(value)
+def _applied(state: LedgerState, changes: list[tuple[str, str, Any, int, int]], path: str) -> LedgerState:
+    """``state`` with ``changes`` made in order. Each removal must find what it removes; only the
+    last value of each grant or pod is decoded (a journal sets and removes the same containers
+    over and over), and a few changes each make the next state from the last (carrying what a
+    state works out from its grants), many are made to one copy."""
+    last: dict[tuple[str, str], tuple[Any, int, int]] = {}
+    for what, key, value, version, seq in changes:
+        known = last.get((what, key))
+        held = key in (state.grants if what == "grant" else state.pods) if known is None else known[0] is not None
+        if value is None and not held:
+            raise _corrupt(f"record {seq} removes {what} {key[:64]!r}, which the ledger does not hold", path)
+        last[what, key] = (value, version, seq)
+    if len(last) <= _CHAINED_CHANGES:
+        for (what, key), (value, version, seq) in last.items():
+            made = None if value is None else _decoded(what, key, value, version, seq, path)
+            if made is None:
+                state = state.without(key) if what == "grant" else state.without_pod(key)
+            elif isinstance(made, Grant):
+                state = state.with_grant(made)
             else:
-                state = state.without_pod(key) if value is None else state.with_pod(value)
+                state = state.with_pod(made)
         return state
     grants, pods = dict(state.grants), dict(state.pods)
-    for what, key, value in changes:
+    for (what, key), (value, version, seq) in last.items():
         into: dict[str, Any] = grants if what == "grant" else pods
-        if value is not None:
-            into[key] = value
-        elif into.pop(key, None) is None:
-            raise _corrupt(f"a record removes {what} {key[:64]!r}, which the ledger does not hold", path)
+        if value is None:
+            into.pop(key, None)
+        else:
+            into[key] = _decoded(what, key, value, version, seq, path)
     return LedgerState(grants, pods)
+
+
+def _decoded(what: str, key: str, value: Any, version: int, seq: int, path: str) -> Grant | PodRecord:
+    """The grant or pod record ``value`` of record ``seq``, migrated from its ``version``."""
+    kind = "grants" if what == "grant" else "pods"
+    try:
+        if version != LEDGER_VERSION:
+            doc = {"version": version, "written_by": "", "grants": {}, "pods": {}, kind: {key: value}}
+            value = migrate(doc)[kind][key]
+        made: Grant | PodRecord
+        if what == "grant":
+            made = Grant.from_dict(value)
+            if made.container_id != key:
+                raise LedgerCorrupt(f"grants[{key[:64]!r}] holds the grant of {made.container_id[:64]!r}")
+        else:
+            made = PodRecord.from_dict(value)
+            if made.pod_id != key:
+                raise LedgerCorrupt(f"pods[{key[:64]!r}] holds the record of {made.pod_id[:64]!r}")
+    except (LedgerCorrupt, KeyError, TypeError) as exc:
+        raise _corrupt(f"record {seq}: {exc}", path) from exc
+    return made
 
 
 def _corrupt(what: str, path: str) -> LedgerCorrupt:

@@ -7,18 +7,18 @@ Layout under ``state_dir``: ``ledger.json``, the snapshot, ``{"version": N, "che
 commit since the snapshot, each naming the snapshot's checksum; and ``ledger.lock``, the
 ``flock(2)`` target, holding the current writer's pid.
 
-``checksum`` is the SHA-256 of the *canonical* JSON of ``data`` (sorted keys, no
-whitespace, ASCII). Writers serialise on an exclusive ``flock`` taken with a bounded wait. A
-commit whose snapshot has :data:`JOURNAL_FROM_BYTES` appends the record of what it changed to the
-journal and syncs the journal alone (its cost is the change's, not the ledger's); once the journal
-would pass half the snapshot, or on a smaller ledger, the commit writes a new snapshot instead
-(under a temporary name in the same directory, fsynced, ``os.replace``-d over ``ledger.json``,
-the directory fsynced) and then empties the journal, so a busy node's commits cost a flat
-amortised amount. Readers never lock: the state is the snapshot with the records that name it
-replayed in order. A crash at any instant leaves the state before or after the commit: a torn
-last record (an append that never returned) is ignored and cut off by the next writer, and
-records that name an older snapshot (a crash between a new snapshot and the emptying) are ignored
-whole. A reader that a new snapshot overtook while it read the journal reads again.
+``checksum`` is the SHA-256 of the *canonical* JSON of ``data`` (sorted keys, no whitespace,
+ASCII). Writers serialise on an exclusive ``flock`` taken with a bounded wait. A commit whose
+snapshot has :data:`JOURNAL_FROM_BYTES` appends the record of what it changed to the journal and
+syncs the journal alone (its cost is the change's, not the ledger's); once the journal would pass
+an eighth of the snapshot (:data:`JOURNAL_SHARE`), or on a smaller ledger, the commit writes a new
+snapshot instead (under a temporary name in the same directory, fsynced, ``os.replace``-d over
+``ledger.json``, the directory fsynced) and then empties the journal, so a busy node's commits cost
+a flat amortised amount. Readers never lock: the state is the snapshot with the records that name
+it replayed in order. A crash at any instant leaves the state before or after the commit: a torn
+last record (an append that never returned) is ignored and cut off by the next writer, and records
+that name an older snapshot (a crash between a new snapshot and the emptying) are ignored whole. A
+reader that a new snapshot overtook while it read the journal reads again.
 
 Protection: ``state_dir`` must be root's and not writable by others (mode 0700 is created and
 recommended). The checksum is unkeyed, so anyone who can write ``state_dir`` could forge grants;
@@ -74,6 +74,10 @@ WAIT_NOTICE_S = 1.0
 #: a snapshot smaller than this is rewritten whole at every commit (that costs about what an append
 #: does, and a small node's ledger stays one file); from it on, commits append to the journal
 JOURNAL_FROM_BYTES = 64 << 10
+#: a commit that would grow the journal past this share of the snapshot writes a new snapshot: a
+#: compaction every few hundred commits keeps a commit's amortised cost flat, and a reader that
+#: holds nothing replays at most an eighth of the ledger on top of decoding it
+JOURNAL_SHARE = 8
 
 _POLL_MIN_S = 0.001
 _POLL_MAX_S = 0.05
@@ -276,14 +280,15 @@ class Ledger:
 
     def _commit(self, state: LedgerState, got: Read) -> None:
         """Write ``state``, read as ``got`` under the lock: one record appended to the journal
-        when the snapshot has :data:`JOURNAL_FROM_BYTES` and the journal stays within half of it (the ledger within
+        when the snapshot has :data:`JOURNAL_FROM_BYTES` and the journal stays within
+        :data:`JOURNAL_SHARE` of it (the ledger within
         :data:`MAX_LEDGER_BYTES`, the journal's JSON counted thrice for the snapshot's indents);
         else a new snapshot, and the journal emptied."""
         if got.base is not None and got.size >= JOURNAL_FROM_BYTES:
             start, seq = (0, 0) if got.journal is None else (got.journal[1].end, got.journal[1].seq)
             line = encode_record(got.base, seq + 1, got.state, state)
             end = start + len(line)
-            if end <= got.size // 2 and got.size + 3 * end <= MAX_LEDGER_BYTES:
+            if end <= got.size // JOURNAL_SHARE and got.size + 3 * end <= MAX_LEDGER_BYTES:
                 self._append(state, got, line, start, seq + 1)
                 return
         self._write(state, got.state)
