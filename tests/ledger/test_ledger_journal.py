@@ -314,6 +314,17 @@ def test_a_failed_append_is_undone_and_reads_as_before(tmp_path: Path, journaled
     assert ledger.read() == states[-1]
 
 
+def test_an_append_that_cannot_be_taken_back_says_so(tmp_path: Path, journaled: None, monkeypatch) -> None:
+    ledger, _ = _states(tmp_path, 2)
+    monkeypatch.setattr(os, "fdatasync", _raise(errno.EIO))
+    monkeypatch.setattr(os, "ftruncate", _raise_on_journal(errno.EROFS, os.ftruncate))
+    undone: list[LedgerError] = []
+    with pytest.raises(LedgerError, match="EIO.*taking the record back failed too.*EROFS"), ledger.transaction() as txn:
+        txn.on_commit_failure(undone.append)
+        txn.put(_grant(900))
+    assert len(undone) == 1
+
+
 def test_a_new_journal_whose_directory_cannot_be_synced_is_undone(tmp_path: Path, journaled: None,
                                                                  monkeypatch) -> None:
     ledger = _seeded(tmp_path)

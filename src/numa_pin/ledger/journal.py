@@ -54,6 +54,14 @@ _HEX = 64
 _BODY_KEYS = frozenset(("base", "grants", "pods", "seq", "version"))
 
 
+class NotTakenBack(OSError):
+    """An append failed, and cutting the journal back to where it ended failed too."""
+
+    def __init__(self, failed: OSError, again: OSError) -> None:
+        super().__init__(failed.errno, failed.strerror or str(failed))
+        self.again = again
+
+
 @record
 class Replay:
     """A journal read onto its snapshot: the ``state`` after the records that apply, the byte
@@ -222,6 +230,7 @@ def append(directory: str, path: str, line: bytes, start: int, new: bool) -> tup
 
     Raises:
         UnsafePathError: the journal is not this user's private regular file.
+        NotTakenBack: it failed, and so did cutting the journal back (readers may see the record).
         OSError: it cannot be opened, cut, written or synced.
     """
     fd = safefs.open_private(path, os.O_WRONLY | os.O_CREAT)
@@ -242,8 +251,12 @@ def append(directory: str, path: str, line: bytes, start: int, new: bool) -> tup
                 raise
             try:
                 os.ftruncate(fd, start)
+            except OSError as again:
+                raise NotTakenBack(exc, again) from exc
+            try:
+                os.fdatasync(fd)
             except OSError:
-                pass  # a torn last record reads as no record; the next writer cuts it off
+                pass  # the cut is in the page cache, which readers read
             raise
         return fd, os.fstat(fd)
     except BaseException:
@@ -266,4 +279,4 @@ def empty(path: str) -> None:
         os.close(fd)
 
 
-__all__ = ["JOURNAL_FILE", "Replay", "append", "empty", "encode_record", "replay"]
+__all__ = ["JOURNAL_FILE", "NotTakenBack", "Replay", "append", "empty", "encode_record", "replay"]

@@ -298,14 +298,17 @@ class Ledger:
     def _append(self, state: LedgerState, got: Read, line: bytes, start: int, seq: int) -> None:
         """Append ``line``, record ``seq``, at byte ``start`` of the journal, durably.
 
-        Raises LedgerError (the journal cut back to ``start``: nothing changed) when it cannot be
-        opened, written or synced."""
+        Raises LedgerError when it cannot be opened, written or synced: the journal is cut back to
+        ``start`` (nothing changed), or the message says that failed too."""
         try:
             fd, st = journal.append(self.state_dir, self.journal_path, line, start, got.journal is None)
         except (OSError, UnsafePathError) as exc:
             why = _reason(exc) if isinstance(exc, OSError) else str(exc)
-            raise LedgerError(f"cannot write the ledger's journal: {why}; the ledger is unchanged",
-                              path=self.journal_path) from exc
+            if isinstance(exc, journal.NotTakenBack):
+                why += f"; taking the record back failed too ({_reason(exc.again)}): readers may see it"
+            else:
+                why += "; the ledger is unchanged"
+            raise LedgerError(f"cannot write the ledger's journal: {why}", path=self.journal_path) from exc
         reader.appended(self.path, got, line, start, Replay(state, start + len(line), seq, False), fd, st)
 
     def _write(self, state: LedgerState, previous: LedgerState | None = None) -> None:
