@@ -303,7 +303,7 @@ def test_decoding_again_reuses_only_grants_whose_json_is_the_same(case, key, val
 def _reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the ledger reads that fetch the file's bytes."""
     from numa_pin.base import boundedio
-    from numa_pin.ledger import store
+    from numa_pin.ledger import reader
 
     calls: list[int] = []
     real = boundedio.read_fd
@@ -313,7 +313,7 @@ def _reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return real(fd, limit)
 
     monkeypatch.setattr(boundedio, "read_fd", counting)  # read_regular_file's
-    monkeypatch.setattr(store, "read_fd", counting, raising=False)
+    monkeypatch.setattr(reader, "read_fd", counting)  # the ledger's reader
     return calls
 
 

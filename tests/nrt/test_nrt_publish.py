@@ -309,3 +309,23 @@ def test_an_admission_and_its_release_are_published(server, api, node: FakeNode)
         publisher.stop(5)
         conn.close()
     assert server.methods().count("PUT") >= 2
+
+
+def test_a_commit_that_only_appends_to_the_ledger_journal_is_seen(node: FakeNode, monkeypatch) -> None:
+    """Issue 34: on a busy node a commit appends to ``ledger.log`` and leaves ``ledger.json`` as it
+    was; the files watched for a rebuild must show it."""
+    from numa_pin.cluster.nrtpublish import file_stamps
+    from numa_pin.ledger import store
+    from numa_pin.ledger.model import Grant, LedgerState
+
+    config = config_from_dict(node.config_dict(policy="restricted"))
+    _, watched = cmd_nrt.node_builder(config, config.sysfs_root, config.proc_root, NODE)
+    ledger = store.Ledger(config.state_dir)
+    with ledger.transaction() as txn:
+        txn.state = LedgerState({f"g{n}": Grant(f"g{n}", "pod", "app", "shared") for n in range(40)})
+    monkeypatch.setattr(store, "JOURNAL_FROM_BYTES", 0)
+    seen, snapshot = file_stamps(watched), Path(ledger.path).read_bytes()
+    with ledger.transaction() as txn:
+        txn.remove("g1")
+    assert Path(ledger.path).read_bytes() == snapshot  # the commit went to the journal
+    assert file_stamps(watched) != seen

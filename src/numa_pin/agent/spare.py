@@ -142,11 +142,12 @@ def parse_request_note(line: bytes) -> Mapping[str, object] | None:
 
 
 class LedgerWatch:
-    """Whether the ledger a rehearsal read has been replaced since (an in-process hook, the
-    operator's ``numa-pin release``, ``numa-pin run``: anything that is not this agent). One
-    ``stat``: the ledger is only ever replaced whole, so a commit brings a new inode and change
-    time. Only speed rides on it: a change it misses leaves the spare's caches cold, and the
-    admission reads the ledger under the lock as always."""
+    """Whether the ledger a rehearsal read has been changed since (an in-process hook, the
+    operator's ``numa-pin release``, ``numa-pin run``: anything that is not this agent). A
+    ``stat`` of the snapshot and one of the journal: a commit replaces the one (a new inode and
+    change time) or appends to the other (a new size and change time). Only speed rides on it:
+    a change it misses leaves the spare's caches cold, and the admission reads the ledger under
+    the lock as always."""
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger

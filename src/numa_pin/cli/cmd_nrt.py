@@ -147,7 +147,7 @@ def node_builder(config: Any, sysfs_root: str, proc_root: str | None, node_name:
     """:func:`builder` of a loaded config and explicit roots (what ``serve --publish-nrt``
     publishes is what this command prints): the pods from ``pods_path``, else from kubelet's
     pod-resources ``socket_path`` (None: no fingerprint), and the files whose change calls for a
-    rebuild (the ledger, which changes as kubelet's pods come and go, and ``pods_path``)."""
+    rebuild (the ledger and its journal, which change as kubelet's pods come and go, and ``pods_path``)."""
     from numa_pin.cluster.nrt import build_nrt, reserved_cpus_of
     from numa_pin.devices.inventory import inventory
     from numa_pin.ledger.store import Ledger
@@ -168,7 +168,7 @@ def node_builder(config: Any, sysfs_root: str, proc_root: str | None, node_name:
             pods = read_pod_resources(socket_path, timeout_s)
         return build_nrt(topology, settings, ledger.read(), devices, node_name, reserved, pods)
 
-    return build, (os.path.join(config.state_dir, "ledger.json"),) + ((pods_path,) if pods_path else ())
+    return build, (ledger.path, ledger.journal_path) + ((pods_path,) if pods_path else ())
 
 
 def write_atomic(path: str, text: str) -> None:

@@ -187,7 +187,7 @@ ITEMS: tuple[ConfigItem, ...] = (
     ),
     ConfigItem(
         "state_dir", "absolute path", "/var/lib/numa-pin",
-        "Directory of the node ledger (ledger.json, ledger.lock).", p.abs_path,
+        "Directory of the node ledger (ledger.json, ledger.log, ledger.lock).", p.abs_path,
     ),
     ConfigItem(
         "kubelet_root", "absolute path", "/var/lib/kubelet",

@@ -70,6 +70,11 @@ def encode(state: LedgerState) -> bytes:
     ``json.dumps`` of the document, indent 1 and sorted keys; each grant's part is encoded once
     and reused while the grant is unchanged, and a busy node's thousand grants are copied once
     into the checksum's text and once into the file's, never through a ``str``)."""
+    return encode_checked(state)[0]
+
+
+def encode_checked(state: LedgerState) -> tuple[bytes, str]:
+    """:func:`encode`'s bytes and the ``checksum`` they state (what the journal's records name)."""
     global _LAST
     rest = LedgerState({}, state.pods).to_dict()
     rest["grants"] = _GRANTS_SLOT
@@ -78,16 +83,17 @@ def encode(state: LedgerState) -> bytes:
     slot = json.dumps(_GRANTS_SLOT)
     head, tail = _canonical(rest).split(slot, 1)
     digest = sha256_hex_parts((head + "{").encode("ascii"), b",".join(canonical), ("}" + tail).encode("ascii"))
-    doc = {"version": LEDGER_VERSION, "checksum": "sha256:" + digest, "data": rest}
+    stated = "sha256:" + digest
+    doc = {"version": LEDGER_VERSION, "checksum": stated, "data": rest}
     before, after = json.dumps(doc, indent=1, sort_keys=True, allow_nan=False).split(slot, 1)
     if not pretty:
-        return f"{before}{{}}{after}\n".encode("ascii")
+        return f"{before}{{}}{after}\n".encode("ascii"), stated
     # one join: the head rides on the first member and the tail on the last (joining the members
     # first, then that with the head and tail, copies a busy node's megabyte twice: 8x slower)
     members = list(pretty)
     members[0] = before.encode("ascii") + b"{\n" + members[0]
     members[-1] += b"\n  }" + after.encode("ascii") + b"\n"
-    return b",\n".join(members)
+    return b",\n".join(members), stated
 
 
 def _members(state: LedgerState, last: tuple[Mapping[str, Grant], list[str], list[bytes], list[bytes]] | None
@@ -143,6 +149,11 @@ def decode(raw: bytes, path: str) -> LedgerState:
     Raises:
         LedgerCorrupt: bad UTF-8/JSON, wrong shape, newer version, bad checksum.
     """
+    return decode_checked(raw, path)[0]
+
+
+def decode_checked(raw: bytes, path: str) -> tuple[LedgerState, str]:
+    """:func:`decode`'s state and the file's ``checksum`` (what the journal's records name)."""
     try:
         doc = json_loads_bounded(raw.decode("utf-8"), MAX_DEPTH, parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -166,7 +177,7 @@ def decode(raw: bytes, path: str) -> LedgerState:
     if data.get("version") != version:
         raise corrupt(f"version {version} does not match data version {data.get('version')!r}", path)
     try:
-        return LedgerState.from_dict(data)
+        return LedgerState.from_dict(data), actual
     except LedgerCorrupt as exc:
         raise corrupt(str(exc), path) from exc
 
@@ -220,4 +231,5 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed")
 
 
-__all__ = ["MAX_DEPTH", "MAX_NAME_CHARS", "REMEDY", "check_new_grants", "checksum", "corrupt", "decode", "encode"]
+__all__ = ["MAX_DEPTH", "MAX_NAME_CHARS", "REMEDY", "check_new_grants", "checksum", "corrupt", "decode",
+           "decode_checked", "encode", "encode_checked"]

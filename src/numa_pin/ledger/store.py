@@ -1,22 +1,32 @@
-"""The node ledger on disk: one checksummed JSON file, replaced atomically (stdlib only; its
-bytes are :mod:`numa_pin.ledger.codec`'s).
+"""The node ledger on disk: a checksummed JSON snapshot replaced atomically, and a journal of the
+commits since (stdlib only; the snapshot's bytes are :mod:`numa_pin.ledger.codec`'s, the
+journal's :mod:`numa_pin.ledger.journal`'s, and :mod:`numa_pin.ledger.reader` reads both).
 
-Layout under ``state_dir``: ``ledger.json``, ``{"version": N, "checksum": "sha256:<hex>",
-"data": {...}}``, and ``ledger.lock``, the ``flock(2)`` target, holding the current writer's pid.
+Layout under ``state_dir``: ``ledger.json``, the snapshot, ``{"version": N, "checksum":
+"sha256:<hex>", "data": {...}}``; ``ledger.log``, the journal, one checksummed record per
+commit since the snapshot, each naming the snapshot's checksum; and ``ledger.lock``, the
+``flock(2)`` target, holding the current writer's pid.
 
-``checksum`` is the SHA-256 of the *canonical* JSON of ``data`` (sorted keys, no
-whitespace, ASCII). Readers never lock: a writer builds the new file under a temporary
-name in the same directory, fsyncs it, ``os.replace``-s it over ``ledger.json`` and
-fsyncs the directory, so a reader (or a crash at any instant) sees either the old file
-or the new one, never a mixture. Writers serialise on an exclusive ``flock`` taken with
-a bounded wait.
+``checksum`` is the SHA-256 of the *canonical* JSON of ``data`` (sorted keys, no whitespace,
+ASCII). Writers serialise on an exclusive ``flock`` taken with a bounded wait. A commit whose
+snapshot has :data:`JOURNAL_FROM_BYTES` appends the record of what it changed to the journal and
+syncs the journal alone (its cost is the change's, not the ledger's); once the journal would pass
+an eighth of the snapshot (:data:`JOURNAL_SHARE`), or on a smaller ledger, the commit writes a new
+snapshot instead (under a temporary name in the same directory, fsynced, ``os.replace``-d over
+``ledger.json``, the directory fsynced) and then empties the journal, so a busy node's commits cost
+a flat amortised amount. Readers never lock: the state is the snapshot with the records that name
+it replayed in order. A crash at any instant leaves the state before or after the commit: a torn
+last record (an append that never returned) is ignored and cut off by the next writer, and records
+that name an older snapshot (a crash between a new snapshot and the emptying) are ignored whole. A
+reader that a new snapshot overtook while it read the journal reads again.
 
 Protection: ``state_dir`` must be root's and not writable by others (mode 0700 is created and
 recommended). The checksum is unkeyed, so anyone who can write ``state_dir`` could forge grants;
 a key would have to be stored where the same writer could read it. So every use checks the
 directory and its parents (:func:`numa_pin.base.safefs.check_dir`) and refuses with
 :class:`~numa_pin.errors.UnsafePathError` when others could write there; ``ledger.lock`` is
-opened with ``O_NOFOLLOW`` and must be this user's regular file, and ``ledger.json`` is 0600.
+opened with ``O_NOFOLLOW`` and must be this user's regular file, as must ``ledger.log``; both
+ledger files are 0600.
 
 A commit is all or nothing with what the caller did for it: a caller that changed the machine
 inside the transaction (cgroups, devices, netdevs) registers how to undo it
@@ -26,8 +36,9 @@ ledger that would pass :data:`MAX_LEDGER_BYTES`) that undo runs before the error
 once the commit is durable (giving a VF back to the host) goes in
 :meth:`Transaction.after_commit`, which runs after the write, still under the lock.
 
-A missing ``ledger.json`` is the empty ledger. Anything else that does not parse, has
-the wrong shape or fails its checksum raises :class:`~numa_pin.errors.LedgerCorrupt`;
+A missing ``ledger.json`` is the empty ledger. Anything else that does not parse, has the wrong
+shape or fails its checksum (a journal record included, unless it is the last one cut short by
+a crash, or a journal whose records do not follow on from the snapshot) raises :class:`~numa_pin.errors.LedgerCorrupt`;
 the ledger is never reset silently, because forgetting grants would hand the same CPUs
 and devices out twice.
 """
@@ -35,18 +46,21 @@ and devices out twice.
 from __future__ import annotations
 
 import _thread  # get_ident only: threading costs every hook start ~0.7 ms
-import errno
 import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from numa_pin.base.boundedio import UnsafeInput, open_regular, read_fd, read_regular_file
-from numa_pin.base.safefs import NotDurable, check_dir, ensure_dir, flock_within, open_private, replace_private
-from numa_pin.errors import LedgerCorrupt, LedgerError, LedgerLockTimeout
-from numa_pin.ledger.codec import MAX_NAME_CHARS, REMEDY, check_new_grants, checksum, corrupt, decode, encode
+from numa_pin.base.boundedio import UnsafeInput, read_regular_file
+from numa_pin.base.safefs import NotDurable, ensure_dir, flock_within, open_private, replace_private
+from numa_pin.errors import LedgerCorrupt, LedgerError, LedgerLockTimeout, UnsafePathError
+from numa_pin.ledger import journal, reader
+from numa_pin.ledger.codec import MAX_NAME_CHARS, REMEDY, check_new_grants, checksum, decode, encode, encode_checked
+from numa_pin.ledger.journal import JOURNAL_FILE, Replay, encode_record
 from numa_pin.ledger.model import LedgerState
+from numa_pin.ledger.reader import MAX_LEDGER_BYTES, Read, let_go
+from numa_pin.ledger.reader import reason as _reason
 from numa_pin.ledger.transaction import Transaction
 
 LEDGER_FILE = "ledger.json"
@@ -56,41 +70,17 @@ _TMP_SUFFIX = ".tmp"
 
 #: a wait for the lock longer than this is reported (``on_wait``)
 WAIT_NOTICE_S = 1.0
-#: largest ledger read (a grant takes about 1 KiB; a node holds hundreds, not tens of thousands)
-MAX_LEDGER_BYTES = 64 << 20
+
+#: a snapshot smaller than this is rewritten whole at every commit (that costs about what an append
+#: does, and a small node's ledger stays one file); from it on, commits append to the journal
+JOURNAL_FROM_BYTES = 64 << 10
+#: a commit that would grow the journal past this share of the snapshot writes a new snapshot: a
+#: compaction every few hundred commits keeps a commit's amortised cost flat, and a reader that
+#: holds nothing replays at most an eighth of the ledger on top of decoding it
+JOURNAL_SHARE = 8
 
 _POLL_MIN_S = 0.001
 _POLL_MAX_S = 0.05
-
-#: the last ledger each path was read or written as: (the file's bytes, their state). A read of
-#: these bytes returns the state without parsing and checking them again: an admission reads the
-#: ledger twice (snapshot, then under the lock), and the agent's spare read it before (issue 21)
-_PARSED: dict[str, tuple[bytes, LedgerState]] = {}
-#: the ledger file this process last read or wrote, kept open: ``(path, descriptor, identity)``
-#: (device, inode, size, modification and change times). While it is open its inode cannot pass
-#: to another file, and numa-pin only replaces the ledger whole: a file at ``path`` with that
-#: identity holds the bytes :data:`_PARSED` keeps and is not read again (issue 21). Anything else
-#: that writes the file changes its change time. :func:`let_go` closes it.
-_HELD: tuple[str, int, tuple[int, ...]] | None = None
-
-
-def _identity(st: os.stat_result) -> tuple[int, ...]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _hold(path: str, fd: int | None = None, st: os.stat_result | None = None) -> None:
-    """Keep ``fd``, the file at ``path`` whose bytes :data:`_PARSED` has, as :data:`_HELD` (none:
-    hold nothing), closing the one held before."""
-    global _HELD
-    old, _HELD = _HELD, None if fd is None or st is None else (path, fd, _identity(st))
-    if old is not None:
-        _close_quietly(old[1])
-
-
-def let_go() -> None:
-    """Close the ledger file this process holds open (before its file system is unmounted)."""
-    _hold("")
-
 
 class Ledger:
     """The ledger file of one node, under ``state_dir``.
@@ -103,6 +93,7 @@ class Ledger:
             raise ValueError(f"lock_timeout must not be negative, got {lock_timeout}")
         self.state_dir = os.fspath(state_dir)
         self.path = os.path.join(self.state_dir, LEDGER_FILE)
+        self.journal_path = os.path.join(self.state_dir, JOURNAL_FILE)
         self.lock_path = os.path.join(self.state_dir, LOCK_FILE)
         self.lock_timeout = float(lock_timeout)
         self._in_transaction: set[int] = set()  # threads holding a transaction on this ledger
@@ -111,15 +102,16 @@ class Ledger:
         return f"Ledger({self.state_dir!r}, lock_timeout={self.lock_timeout})"
 
     def identity(self) -> tuple[int, ...] | None:
-        """The file's device, inode, size, modification and change time (one ``lstat``; None
-        when there is none): every commit, by any process, changes it."""
-        try:
-            return _identity(os.stat(self.path, follow_symlinks=False))
-        except OSError:
+        """The snapshot's and the journal's device, inode, size, modification and change time
+        (an ``lstat`` each; None when there is neither): every commit, by any process, changes it."""
+        snapshot, log = reader.stat_identity(self.path), reader.stat_identity(self.journal_path)
+        if snapshot is None and log is None:
             return None
+        return (*(snapshot or (0,)), *(log or (0,)))
 
     def read(self) -> LedgerState:
-        """The current state, without locking (the file is only ever replaced whole).
+        """The current state, without locking (the snapshot is only ever replaced whole, the
+        journal appended to; a reader that a new snapshot overtook reads again).
 
         Raises:
             LedgerCorrupt: the file exists but is not a valid ledger.
@@ -144,12 +136,13 @@ class Ledger:
                 thread already holds a transaction on this ledger (it would deadlock).
         """
         with self._locked(timeout, on_wait):
-            txn = Transaction(self._load())
+            got = reader.read(self.state_dir, self.path, self.journal_path)
+            txn = Transaction(got.state)
             yield txn
             if txn.changed:
                 try:
                     check_new_grants(txn._initial, txn.state, self.path)
-                    self._write(txn.state, txn._initial)
+                    self._commit(txn.state, got)
                 except LedgerError as exc:
                     txn._failed(exc)
                     raise
@@ -162,9 +155,10 @@ class Ledger:
         ``raw`` is the damaged file's bytes (None when it is missing or cannot be read at all).
         Returns ``(state, aside, rebuilt)``: a valid ledger is left alone (``rebuilt`` False);
         a damaged one is first linked to ``ledger.json.corrupt-<unix time>`` (``aside``, kept for
-        inspection), then the built state replaces it atomically, so a failure at any point
-        leaves either the damaged file or the new one in place, never no ledger (which would
-        read as empty and hand everything out again).
+        inspection; the journal, if any, to ``ledger.log.corrupt-<unix time>``), then the built
+        state replaces it atomically and the journal is removed, so a failure at any point leaves
+        either the damaged ledger or the new one in place, never no ledger (which would read as
+        empty and hand everything out again).
 
         Raises:
             LedgerError: the lock, the link or the write failed (nothing changed).
@@ -172,6 +166,7 @@ class Ledger:
         with self._locked(timeout, None):
             raw: bytes | None = None
             aside = None
+            log = os.path.lexists(self.journal_path)
             if os.path.lexists(self.path):
                 try:
                     return self._load(), None, False
@@ -181,18 +176,28 @@ class Ledger:
                     raw = read_regular_file(self.path, MAX_LEDGER_BYTES, follow=False)
                 except (OSError, UnsafeInput):
                     raw = None
-                aside = self._keep_aside()
+                aside = self._keep_aside(self.path)
+            if log:
+                self._keep_aside(self.journal_path)
             state = build(raw)
             self._write(state)
+            if log:
+                try:
+                    os.unlink(self.journal_path)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    raise LedgerError(f"cannot remove the damaged journal: {_reason(exc)}",
+                                      path=self.journal_path) from exc
             return state, aside, True
 
-    def _keep_aside(self) -> str:
-        """A hard link ``ledger.json.corrupt-<unix time>[.<n>]`` to the damaged file."""
-        stamp = f"{self.path}.corrupt-{int(time.time())}"
+    def _keep_aside(self, path: str) -> str:
+        """A hard link ``<path>.corrupt-<unix time>[.<n>]`` to the damaged file."""
+        stamp = f"{path}.corrupt-{int(time.time())}"
         for n in range(100):
             aside = stamp if n == 0 else f"{stamp}.{n}"
             try:
-                os.link(self.path, aside, follow_symlinks=False)
+                os.link(path, aside, follow_symlinks=False)
                 return aside
             except FileExistsError:
                 continue
@@ -271,34 +276,40 @@ class Ledger:
     # ---- reading and writing -------------------------------------------------------
 
     def _load(self) -> LedgerState:
+        return reader.read(self.state_dir, self.path, self.journal_path).state
+
+    def _commit(self, state: LedgerState, got: Read) -> None:
+        """Write ``state``, read as ``got`` under the lock: one record appended to the journal
+        when the snapshot has :data:`JOURNAL_FROM_BYTES` and the journal stays within
+        :data:`JOURNAL_SHARE` of it (the ledger within
+        :data:`MAX_LEDGER_BYTES`, the journal's JSON counted thrice for the snapshot's indents);
+        else a new snapshot, and the journal emptied."""
+        if got.base is not None and got.size >= JOURNAL_FROM_BYTES:
+            start, seq = (0, 0) if got.journal is None else (got.journal[1].end, got.journal[1].seq)
+            line = encode_record(got.base, seq + 1, got.state, state)
+            end = start + len(line)
+            if end <= got.size // JOURNAL_SHARE and got.size + 3 * end <= MAX_LEDGER_BYTES:
+                self._append(state, got, line, start, seq + 1)
+                return
+        self._write(state, got.state)
+        if got.journal is not None:
+            journal.empty(self.journal_path)
+
+    def _append(self, state: LedgerState, got: Read, line: bytes, start: int, seq: int) -> None:
+        """Append ``line``, record ``seq``, at byte ``start`` of the journal, durably.
+
+        Raises LedgerError when it cannot be opened, written or synced: the journal is cut back to
+        ``start`` (nothing changed), or the message says that failed too."""
         try:
-            check_dir(self.state_dir)
-            fd, st = open_regular(self.path, follow=False)
-        except FileNotFoundError:
-            return LedgerState()
-        except UnsafeInput as exc:
-            raise corrupt(str(exc), self.path) from exc
-        except OSError as exc:
-            raise LedgerError(f"cannot read the ledger: {_reason(exc)}", path=self.path) from exc
-        known = _PARSED.get(self.path)
-        held = _HELD
-        if known is not None and held is not None and held[0] == self.path and held[2] == _identity(st):
-            os.close(fd)  # the very file read or written last, unchanged
-            return known[1]
-        try:
-            try:
-                raw = read_fd(fd, MAX_LEDGER_BYTES)
-            except UnsafeInput as exc:
-                raise corrupt(str(exc), self.path) from exc
-            except OSError as exc:
-                raise LedgerError(f"cannot read the ledger: {_reason(exc)}", path=self.path) from exc
-            state = known[1] if known is not None and known[0] == raw else decode(raw, self.path)
-        except BaseException:
-            os.close(fd)
-            raise
-        _PARSED[self.path] = (raw, state)
-        _hold(self.path, fd, st)
-        return state
+            fd, st = journal.append(self.state_dir, self.journal_path, line, start, got.journal is None)
+        except (OSError, UnsafePathError) as exc:
+            why = _reason(exc) if isinstance(exc, OSError) else str(exc)
+            if isinstance(exc, journal.NotTakenBack):
+                why += f"; taking the record back failed too ({_reason(exc.again)}): readers may see it"
+            else:
+                why += "; the ledger is unchanged"
+            raise LedgerError(f"cannot write the ledger's journal: {why}", path=self.journal_path) from exc
+        reader.appended(self.path, got, line, start, Replay(state, start + len(line), seq, False), fd, st)
 
     def _write(self, state: LedgerState, previous: LedgerState | None = None) -> None:
         """Replace the file with ``state``, durably. When the new file is in place but the
@@ -307,7 +318,7 @@ class Ledger:
 
         Raises LedgerError (nothing changed) when the ledger would pass :data:`MAX_LEDGER_BYTES`
         (its reader would refuse it) or a write, fsync or rename fails."""
-        payload = encode(state)
+        payload, base = encode_checked(state)
         if len(payload) > MAX_LEDGER_BYTES:
             raise LedgerError(f"refusing to write a ledger of {len(payload)} bytes: its reader takes at most "
                               f"{MAX_LEDGER_BYTES}", path=self.path)
@@ -326,11 +337,7 @@ class Ledger:
             raise LedgerError(msg, path=self.path) from exc
         except OSError as exc:
             raise LedgerError(f"cannot write the ledger: {_reason(exc)}", path=self.path) from exc
-        _PARSED[self.path] = (payload, state)  # the next read of these very bytes needs no decode
-        try:  # under the lock: the file now at the path is the one just written
-            _hold(self.path, *open_regular(self.path, follow=False))
-        except (OSError, UnsafeInput):
-            _hold(self.path)
+        reader.wrote_snapshot(self.path, payload, state, base)
 
     def _replace(self, payload: bytes) -> None:
         replace_private(self.state_dir, self.path, payload, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, durable=True)
@@ -344,13 +351,6 @@ class Ledger:
         for name in names:
             if name.startswith(_TMP_PREFIX) and name.endswith(_TMP_SUFFIX):
                 _unlink_quietly(os.path.join(self.state_dir, name))
-
-
-def _close_quietly(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
 
 
 def _unlink_quietly(path: str) -> None:
@@ -378,13 +378,7 @@ def _read_holder(fd: int) -> int | None:
     return int(text) if text.isascii() and text.isdigit() else None
 
 
-def _reason(exc: OSError) -> str:
-    if exc.errno is not None:
-        return f"{exc.strerror or os.strerror(exc.errno)} ({errno.errorcode.get(exc.errno, exc.errno)})"
-    return str(exc)
-
-
 __all__ = [
-    "LEDGER_FILE", "LOCK_FILE", "MAX_NAME_CHARS", "REMEDY", "Ledger", "Transaction", "check_new_grants", "checksum",
-    "decode", "encode", "let_go",
+    "JOURNAL_FILE", "LEDGER_FILE", "LOCK_FILE", "MAX_LEDGER_BYTES", "MAX_NAME_CHARS", "REMEDY", "Ledger", "Transaction",
+    "check_new_grants", "checksum", "decode", "encode", "let_go",
 ]
