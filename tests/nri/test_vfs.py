@@ -26,6 +26,21 @@ from numa_pin.service.node import NodeService
 
 from .fake_runtime import Connected, container, pod
 
+
+@pytest.fixture(autouse=True)
+def told(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """What the container is told in its ``devices.env`` at StartContainer (the VF's
+    ``PCIDEVICE_*`` line), kept here in place of the child that joins its mount namespace: the
+    fake node's pids have none."""
+    texts: list[str | None] = []
+
+    def create(pid: Any, nodes: Any, *args: Any, env_text: str | None = None, **kwargs: Any) -> tuple[str, ...]:
+        texts.append(env_text)
+        return tuple(node.path for node in nodes)
+
+    monkeypatch.setattr("numa_pin.enforcer.devnodes.create_device_nodes", create)
+    return texts
+
 _spec = importlib.util.spec_from_file_location(
     "nri_vf_world", Path(__file__).resolve().parents[1] / "service" / "vf_world.py")
 assert _spec is not None and _spec.loader is not None
