@@ -22,14 +22,17 @@ from types import FrameType
 
 from numa_pin.errors import AdmissionTimeout
 
-#: the deadline each thread's admission has active (admissions in two threads must not see, or
-#: leave behind, each other's)
+#: the deadline the main thread's admission has active (it owns ``SIGALRM``): the process's, which
+#: a helper thread (the agent's watch on its client) sees and may cancel
+_main: Deadline | None = None
+#: the deadline each other thread's admission has active (admissions in two threads must not
+#: see, or leave behind, each other's)
 _THREADS = _thread._local()
 
 
 def current() -> Deadline | None:
-    """The active deadline of this thread's admission, if any."""
-    return getattr(_THREADS, "deadline", None)
+    """The active deadline of this thread's admission, else the main thread's, if any."""
+    return getattr(_THREADS, "deadline", None) or _main
 
 
 class Deadline:
@@ -82,8 +85,9 @@ class Deadline:
 
     @contextmanager
     def active(self) -> Iterator[Deadline]:
-        """Own ``SIGALRM`` for the duration (main thread only) and register as this thread's
-        :func:`current`."""
+        """Own ``SIGALRM`` for the duration (main thread only) and register as :func:`current`:
+        the process's in the main thread, this thread's elsewhere."""
+        global _main
         try:  # only the main thread may handle signals: elsewhere signal() raises ValueError
             self._previous = signal.signal(signal.SIGALRM, self._on_alarm)
             main = True
@@ -92,13 +96,16 @@ class Deadline:
         if main:
             signal.setitimer(signal.ITIMER_REAL, max(self.remaining(), 1e-6))
             self._armed = True
-        outer = current()
-        _THREADS.deadline = self
+            outer, _main = _main, self
+        else:
+            outer, _THREADS.deadline = getattr(_THREADS, "deadline", None), self
         try:
             yield self
         finally:
-            _THREADS.deadline = outer
-            if main:
+            if not main:
+                _THREADS.deadline = outer
+            else:
+                _main = outer
                 self._armed = False
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 signal.signal(signal.SIGALRM, self._previous)  # type: ignore[arg-type]
