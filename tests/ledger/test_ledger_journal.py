@@ -47,11 +47,9 @@ def _seeded(tmp_path: Path, n: int = 48) -> Ledger:
     return ledger
 
 
-def _forget() -> None:
-    """What this process kept of the files it read or wrote, dropped: the next read is a cold one."""
-    reader.let_go()
-    reader._PARSED.clear()
-    reader._REPLAYED.clear()
+def _forget(ledger: Ledger) -> None:
+    """What ``ledger`` kept of the files it read or wrote, dropped: its next read is a cold one."""
+    ledger.cache.let_go()
 
 
 def by_hand(state_dir: Path) -> LedgerState:
@@ -114,7 +112,7 @@ def test_many_commits_read_back_as_committed_cold_and_warm(tmp_path: Path, journ
             appended += 1
         assert ledger.read() == state
         if n % 7 == 0:
-            _forget()
+            _forget(ledger)
             assert ledger.read() == state
         assert by_hand(tmp_path) == state
     assert appended > 200 and compacted > 5  # both paths were taken, appends the most
@@ -165,7 +163,7 @@ def test_a_torn_last_record_is_ignored_and_cut_off_by_the_next_commit(tmp_path: 
     last = raw.splitlines(keepends=True)[-1]
     log.write_bytes(cut(raw, last))
     assert ledger.read() == states[-2]
-    _forget()
+    _forget(ledger)
     assert ledger.read() == states[-2]
     with ledger.transaction() as txn:
         txn.put(_grant(900))
@@ -204,7 +202,7 @@ def test_a_damaged_or_inconsistent_journal_is_corrupt_never_skipped(tmp_path: Pa
     ledger, _ = _states(tmp_path, 3)
     log = tmp_path / JOURNAL_FILE
     log.write_bytes(b"".join(make(_bodies(log))))
-    _forget()
+    _forget(ledger)
     with pytest.raises(LedgerCorrupt, match=word) as info:
         ledger.read()
     assert "numa-pin recover" in str(info.value)
@@ -220,7 +218,7 @@ def test_a_record_of_an_older_format_is_migrated_as_a_snapshot_of_that_format_is
     body = _bodies(log)[0]
     log.write_bytes(log.read_bytes() + _line({**body, "seq": 2, "version": old["version"],
                                               "grants": old["grants"], "pods": old["pods"]}))
-    _forget()
+    _forget(ledger)
     migrated = LedgerState.from_dict(old)
     assert ledger.read() == LedgerState({**states[-1].grants, **migrated.grants}, migrated.pods)
 
@@ -228,7 +226,7 @@ def test_a_record_of_an_older_format_is_migrated_as_a_snapshot_of_that_format_is
 def test_a_journal_without_its_snapshot_is_corrupt(tmp_path: Path, journaled: None) -> None:
     ledger, _ = _states(tmp_path, 2)
     (tmp_path / LEDGER_FILE).unlink()
-    _forget()
+    _forget(ledger)
     with pytest.raises(LedgerCorrupt, match="names snapshot"):
         ledger.read()
 
@@ -240,7 +238,7 @@ def test_a_journal_of_an_older_snapshot_is_ignored_and_cut_off(tmp_path: Path, j
     with ledger.transaction() as txn:
         txn.state = LedgerState({g.container_id: g for g in map(_grant, range(200, 260))})  # compacts
     (tmp_path / JOURNAL_FILE).write_bytes(stale)
-    _forget()
+    _forget(ledger)
     assert ledger.read() == txn.state
     with ledger.transaction() as txn:
         txn.remove("g0200")
@@ -253,7 +251,7 @@ def test_recover_keeps_a_damaged_journal_aside_and_removes_it(tmp_path: Path, jo
     log = tmp_path / JOURNAL_FILE
     damaged = b"garbage\n" + log.read_bytes()
     log.write_bytes(damaged)
-    _forget()
+    _forget(ledger)
     state, aside, rebuilt = ledger.rebuild(lambda raw: LedgerState())
     assert rebuilt and aside is not None and not log.exists()
     assert [p.read_bytes() for p in tmp_path.glob(JOURNAL_FILE + ".corrupt-*")] == [damaged]
@@ -265,7 +263,7 @@ def test_recover_rebuilds_a_deleted_snapshot_and_removes_its_journal(tmp_path: P
     (tmp_path / LEDGER_FILE).unlink()
     log = tmp_path / JOURNAL_FILE
     log.write_bytes(log.read_bytes().splitlines(keepends=True)[0][:-5])  # one torn record: reads as empty
-    _forget()
+    _forget(ledger)
     rebuilt = LedgerState({"g0001": _grant(1)})
     assert ledger.rebuild(lambda raw: rebuilt) == (rebuilt, None, True)
     assert not log.exists()
@@ -310,7 +308,7 @@ def test_a_failed_append_is_undone_and_reads_as_before(tmp_path: Path, journaled
             txn.put(_grant(900))
     assert len(undone) == 1
     assert ledger.read() == states[-1]
-    _forget()
+    _forget(ledger)
     assert ledger.read() == states[-1]
 
 
@@ -333,7 +331,7 @@ def test_a_new_journal_whose_directory_cannot_be_synced_is_undone(tmp_path: Path
     with pytest.raises(LedgerError, match="EIO"), ledger.transaction() as txn:
         txn.put(_grant(900))
     monkeypatch.undo()
-    _forget()
+    _forget(ledger)
     assert ledger.read() == before
     assert (tmp_path / JOURNAL_FILE).stat().st_size == 0
     assert (tmp_path / JOURNAL_FILE).stat().st_mode & 0o777 == 0o600
@@ -348,7 +346,7 @@ def test_a_compaction_whose_journal_cannot_be_emptied_still_reads_as_committed(t
         txn.put(_grant(900))
     monkeypatch.undo()
     assert len(_bodies(tmp_path / JOURNAL_FILE)) == 3  # left, naming the old snapshot
-    _forget()
+    _forget(ledger)
     assert ledger.read() == by_hand(tmp_path) == txn.state
 
 
@@ -374,7 +372,7 @@ def test_a_reader_overtaken_by_a_compaction_reads_again(tmp_path: Path, journale
             raced.append(txn.state)
         return real_open(path)
 
-    _forget()
+    _forget(ledger)
     monkeypatch.setattr(reader, "_open", open_racing)
     assert ledger.read() == raced[0]
 
@@ -407,7 +405,7 @@ def test_a_journal_that_is_a_symlink_is_refused(tmp_path: Path, journaled: None)
     log = tmp_path / JOURNAL_FILE
     os.replace(log, tmp_path / "elsewhere")
     log.symlink_to(tmp_path / "elsewhere")
-    _forget()
+    _forget(ledger)
     with pytest.raises(LedgerError):
         ledger.read()
 
@@ -481,11 +479,11 @@ def test_sigkill_at_each_step_of_an_append_or_a_compaction_leaves_the_state_befo
                           env={**os.environ, "PYTHONPATH": src}, capture_output=True, text=True, timeout=60)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     after = states[-1].with_grant(Grant(f"g{9000 + len(states[-1].grants):04d}", "pod", "app", "shared"))
-    _forget()
+    _forget(ledger)
     assert ledger.read() == by_hand(tmp_path) == (after if committed else states[-1])
     with ledger.transaction() as txn:  # the next writer cuts what the dead one left
         txn.put(_grant(901))
-    _forget()
+    _forget(ledger)
     assert ledger.read() == by_hand(tmp_path) == txn.state
 
 
@@ -518,7 +516,7 @@ def test_readers_racing_a_writer_never_go_back(tmp_path: Path) -> None:
         assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
         seen, reads, deadline = 30, 0, time.monotonic() + 1.5
         while time.monotonic() < deadline:
-            _forget()
+            _forget(ledger)
             grants = ledger.read().grants
             assert set(grants) == {f"g{n:06d}" for n in range(len(grants))}
             assert len(grants) >= seen

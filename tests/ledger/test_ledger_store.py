@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -15,6 +16,7 @@ from ledger_factories import grant, grants, states
 
 from numa_pin.errors import LedgerCorrupt, LedgerError
 from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, PodRecord
+from numa_pin.ledger.reader import ReadCache
 from numa_pin.ledger.store import LEDGER_FILE, LOCK_FILE, REMEDY, Ledger, decode, encode
 from waitfor import wait_for
 
@@ -361,3 +363,40 @@ def test_a_ledger_replaced_or_written_in_place_by_anyone_else_is_read_again(
     with pytest.raises(LedgerCorrupt, match="checksum"):
         ledger.read()
     assert len(reads) == 2
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def test_what_a_ledger_keeps_open_is_its_own_and_goes_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39: no module global holds a descriptor. The files a ledger read last stay open with
+    that ledger, and only with it: another ledger of the same directory reads for itself, and a
+    ledger dropped closes them."""
+    before = _open_fds()
+    ledger = Ledger(tmp_path)
+    with ledger.transaction() as txn:
+        txn.put(grant("c1"))
+    assert ledger.read().grant("c1") == grant("c1")
+    assert _open_fds() - before, "a ledger keeps the snapshot it wrote open"
+    reads = _reads(monkeypatch)
+    assert Ledger(tmp_path).read().grant("c1") == grant("c1")
+    assert len(reads) == 1  # a ledger of its own: read, not taken from the first one's cache
+    del ledger
+    gc.collect()
+    assert _open_fds() == before
+
+
+def test_ledgers_given_one_cache_read_an_unchanged_file_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The services an agent child builds share its warm state's cache: what its rehearsal read
+    is not read again by the service that serves the request."""
+    with Ledger(tmp_path).transaction() as txn:
+        txn.put(grant("c1"))
+    cache = ReadCache()
+    reads = _reads(monkeypatch)
+    assert Ledger(tmp_path, cache=cache).read().grant("c1") == grant("c1")
+    assert Ledger(tmp_path, cache=cache).read().grant("c1") == grant("c1")
+    assert len(reads) == 1
+    before = _open_fds()
+    cache.let_go()
+    assert len(before - _open_fds()) == 1  # the snapshot it held

@@ -153,8 +153,8 @@ def test_a_real_full_tmpfs_undoes_the_admission(node, tmp_path):
     state.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(state)]).returncode:
         pytest.skip("cannot mount a tmpfs here")
+    svc = NodeService(config_from_dict(node.config_dict(policy="restricted", state_dir=str(state))))
     try:
-        svc = NodeService(config_from_dict(node.config_dict(policy="restricted", state_dir=str(state))))
         svc.admit(request_from_oci("s", {}), node.add_container("s", 44000))
         filler = state / "filler"
         fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
@@ -171,5 +171,5 @@ def test_a_real_full_tmpfs_undoes_the_admission(node, tmp_path):
             svc.admit(request_from_oci("x", {"numa-pin.io/cpus": "4"}), pid)
         assert cgroup_files(node) == before and svc.ledger.read() == ledger
     finally:
-        store.let_go()  # this process holds the ledger it read last open
+        svc.ledger.cache.let_go()  # the service holds the ledger it read last open
         subprocess.run(["umount", str(state)], check=True)

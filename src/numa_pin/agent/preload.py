@@ -76,6 +76,7 @@ PRELOAD: tuple[str, ...] = (
     "numa_pin.policy.single_numa_node",
     "numa_pin.policy.options",
     "numa_pin.ledger.liveness",
+    "numa_pin.ledger.journal",  # a busy node's ledger (from 64 KiB)
     "numa_pin.enforcer.systemd",
     "numa_pin.cluster.kubelet",
     "encodings.ascii",

@@ -46,7 +46,6 @@ TYPE_CHECKING = False  # typing's flag without importing typing (it costs every 
 if TYPE_CHECKING:
     from typing import Any
 
-JOURNAL_FILE = "ledger.log"
 #: a replay of at most this many changes makes each state from the last (carrying what the state
 #: worked out from its grants, :mod:`~numa_pin.ledger.derived`); more are applied to one copy
 _CHAINED_CHANGES = 8
@@ -279,4 +278,4 @@ def empty(path: str) -> None:
         os.close(fd)
 
 
-__all__ = ["JOURNAL_FILE", "NotTakenBack", "Replay", "append", "empty", "encode_record", "replay"]
+__all__ = ["NotTakenBack", "Replay", "append", "empty", "encode_record", "replay"]

@@ -1,9 +1,11 @@
 """Reading the ledger without its lock: the snapshot ``ledger.json`` with the journal
-``ledger.log`` replayed onto it (:mod:`numa_pin.ledger.journal`), and what this process keeps of
-the files it read or wrote last, so that an unchanged ledger is not read again (stdlib only).
+``ledger.log`` replayed onto it (:mod:`numa_pin.ledger.journal`, imported only where a journal
+exists), and :class:`ReadCache`, what a reader keeps of the files it read or wrote last, so that
+an unchanged ledger is not read again (stdlib only).
 
-:mod:`numa_pin.ledger.store` is the only user: it reads through :func:`read` and tells
-:func:`wrote_snapshot` and :func:`appended` what it wrote under the lock.
+:mod:`numa_pin.ledger.store` is the only user: each :class:`~numa_pin.ledger.store.Ledger` reads
+through :func:`read` with the cache it was given, and tells :func:`wrote_snapshot` and
+:func:`appended` what it wrote under the lock.
 """
 
 from __future__ import annotations
@@ -16,30 +18,67 @@ from numa_pin.base.record import record
 from numa_pin.base.safefs import check_dir
 from numa_pin.errors import LedgerError
 from numa_pin.ledger.codec import corrupt, decode_checked
-from numa_pin.ledger.journal import Replay, replay
 from numa_pin.ledger.model import LedgerState
 
+TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
+if TYPE_CHECKING:
+    from numa_pin.ledger.journal import Replay
+
+#: the journal's name beside the snapshot (:mod:`numa_pin.ledger.journal` writes it)
+JOURNAL_FILE = "ledger.log"
 #: largest snapshot or journal read (a grant takes about 1 KiB; a node holds hundreds, not tens of thousands)
 MAX_LEDGER_BYTES = 64 << 20
 #: how many times a reader reads again when a new snapshot replaced the one it read
 READ_TRIES = 20
 
-#: the snapshot each path was last read or written as: (its bytes, their state, their checksum). A
-#: read of these bytes returns the state without parsing and checking them again: an admission
-#: reads the ledger twice (snapshot, then under the lock), and the agent's spare read it before
-#: (issue 21)
-_PARSED: dict[str, tuple[bytes, LedgerState, str]] = {}
-#: the journal each path was last read or written as: (the checksum of the snapshot it was replayed
-#: onto, its bytes, their replay). A journal that grew from these bytes is replayed from where they end
-_REPLAYED: dict[str, tuple[str, bytes, Replay]] = {}
-#: the ledger files this process last read or wrote, kept open: ``(path, snapshot descriptor,
-#: identity, journal descriptor, identity)`` (device, inode, size, modification and change
-#: times; the journal's None where there was none). While they are open their inodes cannot pass
-#: to other files, and numa-pin only replaces the snapshot whole and appends to the journal (or
-#: cuts it): files at these paths with these identities hold the bytes :data:`_PARSED` and
-#: :data:`_REPLAYED` keep and are not read again (issue 21). Anything else that writes a file
-#: changes its change time. :func:`let_go` closes them.
-_HELD: tuple[str, int, tuple[int, ...], int | None, tuple[int, ...] | None] | None = None
+#: ``(path, snapshot descriptor, identity, journal descriptor, identity)`` of the files held open
+Held = tuple[str, int, tuple[int, ...], int | None, tuple[int, ...] | None]
+
+
+class ReadCache:
+    """The ledger files one reader (a :class:`~numa_pin.ledger.store.Ledger`, or the ledgers of
+    an agent child's services, sharing its warm state) read or wrote last, kept open, and what
+    they held. While they are open their inodes cannot pass to other files, and numa-pin only
+    replaces the snapshot whole and appends to the journal (or cuts it): files at these paths
+    with these identities (device, inode, size, modification and change times) hold the bytes
+    kept here and are not read again (an admission reads the ledger twice: the snapshot, then
+    under the lock; the agent's spare read it before). Anything else that writes a file changes
+    its change time."""
+
+    def __init__(self) -> None:
+        #: the snapshot each path was last read or written as: (its bytes, their state, their checksum)
+        self.parsed: dict[str, tuple[bytes, LedgerState, str]] = {}
+        #: the journal each path was last read or written as: (the checksum of the snapshot it was
+        #: replayed onto, its bytes, their replay); a journal that grew from these bytes is
+        #: replayed from where they end
+        self.replayed: dict[str, tuple[str, bytes, Replay]] = {}
+        #: the files held open (None: none; the journal's None where there was none)
+        self.held: Held | None = None
+
+    def hold(self, held: Held | None) -> None:
+        """Keep ``held`` open (None: hold nothing), closing the descriptors held before that it
+        does not keep."""
+        old, self.held = self.held, held
+        if old is not None:
+            for fd in (old[1], old[3]):
+                if fd is not None and (held is None or fd not in (held[1], held[3])):
+                    close_quietly(fd)
+
+    def let_go(self) -> None:
+        """Close the files held open and forget what they held (before their file system is
+        unmounted, or when the owner is done with the ledger)."""
+        self.hold(None)
+        self.parsed.clear()
+        self.replayed.clear()
+
+    def __del__(self) -> None:
+        held, self.held = self.held, None
+        for fd in () if held is None else (held[1], held[3]):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
 
 @record
@@ -67,23 +106,7 @@ def stat_identity(path: str) -> tuple[int, ...] | None:
         return None
 
 
-def _hold(held: tuple[str, int, tuple[int, ...], int | None, tuple[int, ...] | None] | None) -> None:
-    """Keep ``held`` as :data:`_HELD` (None: hold nothing), closing the descriptors held before
-    that it does not keep."""
-    global _HELD
-    old, _HELD = _HELD, held
-    if old is not None:
-        for fd in (old[1], old[3]):
-            if fd is not None and (held is None or fd not in (held[1], held[3])):
-                close_quietly(fd)
-
-
-def let_go() -> None:
-    """Close the ledger files this process holds open (before their file system is unmounted)."""
-    _hold(None)
-
-
-def read(state_dir: str, path: str, journal_path: str) -> Read:
+def read(cache: ReadCache, state_dir: str, path: str, journal_path: str) -> Read:
     """The snapshot ``path`` with the journal ``journal_path`` replayed onto it, read again while
     a new snapshot replaced the one read before its journal was (the journal of a compaction that
     came between the two reads names the new snapshot, and the old one would miss its records).
@@ -98,21 +121,21 @@ def read(state_dir: str, path: str, journal_path: str) -> Read:
     except FileNotFoundError:
         return Read(LedgerState(), None, 0, None, None)
     for _ in range(READ_TRIES):
-        got = _read_once(path, journal_path)
+        got = _read_once(cache, path, journal_path)
         if got is not None:
             return got
     raise LedgerError(f"the ledger was rewritten {READ_TRIES} times while it was read", path=path)
 
 
-def _read_once(path: str, journal_path: str) -> Read | None:
-    """One read of both files (those :data:`_HELD` has, unchanged, are not read again); None
+def _read_once(cache: ReadCache, path: str, journal_path: str) -> Read | None:
+    """One read of both files (those ``cache`` holds, unchanged, are not read again); None
     when the snapshot was replaced meanwhile."""
     fd, st = _open(path)
     jfd: int | None = None
     try:
         ident = None if st is None else identity(st)
-        held = _HELD if _HELD is not None and _HELD[0] == path else None
-        known = _PARSED.get(path)
+        held = cache.held if cache.held is not None and cache.held[0] == path else None
+        known = cache.parsed.get(path)
         if fd is None:
             raw, state, base = b"", LedgerState(), None
         elif known is not None and held is not None and held[2] == ident:
@@ -121,7 +144,8 @@ def _read_once(path: str, journal_path: str) -> Read | None:
             raw = _bytes(fd, path)
             state, base = (known[1], known[2]) if known is not None and known[0] == raw else decode_checked(raw, path)
         jfd, jst = _open(journal_path)
-        journal = None if jfd is None or jst is None else _replay(path, journal_path, jfd, jst, state, base, held)
+        journal = None if jfd is None or jst is None else _replay(cache, path, journal_path, jfd, jst, state, base,
+                                                                  held)
         if stat_identity(path) != ident:
             raise _Overtaken
     except BaseException as exc:
@@ -134,22 +158,23 @@ def _read_once(path: str, journal_path: str) -> Read | None:
     if fd is None or ident is None or base is None:
         if jfd is not None:
             close_quietly(jfd)
-        _hold(None)
+        cache.hold(None)
     else:
-        _PARSED[path] = (raw, state, base)
+        cache.parsed[path] = (raw, state, base)
         if journal is not None:
-            _REPLAYED[path] = (base, *journal)
-        _hold((path, fd, ident, jfd, None if jst is None else identity(jst)))
+            cache.replayed[path] = (base, *journal)
+        cache.hold((path, fd, ident, jfd, None if jst is None else identity(jst)))
     return Read(state if journal is None else journal[1].state, base, len(raw), ident, journal)
 
 
-def _replay(path: str, journal_path: str, fd: int, st: os.stat_result, state: LedgerState, base: str | None,
-            held: tuple[str, int, tuple[int, ...], int | None, tuple[int, ...] | None] | None
-            ) -> tuple[bytes, Replay]:
+def _replay(cache: ReadCache, path: str, journal_path: str, fd: int, st: os.stat_result, state: LedgerState,
+            base: str | None, held: Held | None) -> tuple[bytes, Replay]:
     """The journal's bytes and their replay onto the snapshot ``state`` of checksum ``base``:
     the replay kept when it is the very file, unchanged and whole; continued from where the kept
     bytes end when the journal grew from them."""
-    known = _REPLAYED.get(path)
+    from numa_pin.ledger.journal import replay  # only a busy node's ledger has a journal
+
+    known = cache.replayed.get(path)
     if known is None or base is None or known[0] != base:
         raw = _bytes(fd, journal_path)
         return raw, replay(raw, base, state, journal_path)
@@ -162,32 +187,31 @@ def _replay(path: str, journal_path: str, fd: int, st: os.stat_result, state: Le
     return raw, replay(raw, base, state, journal_path)
 
 
-def wrote_snapshot(path: str, payload: bytes, state: LedgerState, base: str) -> None:
+def wrote_snapshot(cache: ReadCache, path: str, payload: bytes, state: LedgerState, base: str) -> None:
     """``payload``, the snapshot of ``state`` and checksum ``base``, was just written to ``path``
     under the lock (the journal is about to be emptied): keep it as the last read."""
-    _PARSED[path] = (payload, state, base)  # the next read of these very bytes needs no decode
-    _REPLAYED.pop(path, None)
+    cache.parsed[path] = (payload, state, base)  # the next read of these very bytes needs no decode
+    cache.replayed.pop(path, None)
     try:  # under the lock: the file now at the path is the one just written
         fd, st = open_regular(path, follow=False)
     except (OSError, UnsafeInput):
-        _hold(None)
+        cache.hold(None)
     else:
-        _hold((path, fd, identity(st), None, None))
+        cache.hold((path, fd, identity(st), None, None))
 
 
-def appended(path: str, got: Read, line: bytes, start: int, replayed: Replay, fd: int, st: os.stat_result) -> None:
+def appended(cache: ReadCache, path: str, got: Read, line: bytes, start: int, replayed: Replay, fd: int,
+             st: os.stat_result) -> None:
     """``line`` was just appended at byte ``start`` of the journal (open as ``fd``, ``st`` after the
     write) to the ledger read as ``got`` under the lock, making ``replayed``: keep it as the last
-    read while this process holds that snapshot (else close ``fd``)."""
-    held = _HELD
+    read while ``cache`` holds that snapshot (else close ``fd``)."""
+    held = cache.held
     if got.base is None or held is None or held[0] != path or held[2] != got.identity:
         close_quietly(fd)
         return
     raw = (b"" if got.journal is None else got.journal[0][:start]) + line
-    _REPLAYED[path] = (got.base, raw, replayed)
-    _hold((path, held[1], held[2], fd, identity(st)))
-
-
+    cache.replayed[path] = (got.base, raw, replayed)
+    cache.hold((path, held[1], held[2], fd, identity(st)))
 def _open(path: str) -> tuple[int, os.stat_result] | tuple[None, None]:
     try:
         return open_regular(path, follow=False)
@@ -226,5 +250,5 @@ def reason(exc: OSError) -> str:
     return str(exc)
 
 
-__all__ = ["MAX_LEDGER_BYTES", "READ_TRIES", "Read", "appended", "close_quietly", "identity", "let_go", "read",
-           "reason", "stat_identity", "wrote_snapshot"]
+__all__ = ["JOURNAL_FILE", "MAX_LEDGER_BYTES", "READ_TRIES", "Read", "ReadCache", "appended", "close_quietly",
+           "identity", "read", "reason", "stat_identity", "wrote_snapshot"]

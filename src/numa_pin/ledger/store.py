@@ -55,11 +55,10 @@ from contextlib import contextmanager
 from numa_pin.base.boundedio import UnsafeInput, read_regular_file
 from numa_pin.base.safefs import NotDurable, ensure_dir, flock_within, open_private, replace_private
 from numa_pin.errors import LedgerCorrupt, LedgerError, LedgerLockTimeout, UnsafePathError
-from numa_pin.ledger import journal, reader
+from numa_pin.ledger import reader
 from numa_pin.ledger.codec import MAX_NAME_CHARS, REMEDY, check_new_grants, checksum, decode, encode, encode_checked
-from numa_pin.ledger.journal import JOURNAL_FILE, Replay, encode_record
 from numa_pin.ledger.model import LedgerState
-from numa_pin.ledger.reader import MAX_LEDGER_BYTES, Read, let_go
+from numa_pin.ledger.reader import JOURNAL_FILE, MAX_LEDGER_BYTES, Read, ReadCache
 from numa_pin.ledger.reader import reason as _reason
 from numa_pin.ledger.transaction import Transaction
 
@@ -85,10 +84,14 @@ _POLL_MAX_S = 0.05
 class Ledger:
     """The ledger file of one node, under ``state_dir``.
 
-    ``lock_timeout`` bounds how long :meth:`transaction` waits for another writer.
+    ``lock_timeout`` bounds how long :meth:`transaction` waits for another writer. ``cache``
+    keeps the files this ledger read or wrote last open, so an unchanged ledger is not read
+    again (:class:`~numa_pin.ledger.reader.ReadCache`; the ledgers of one agent child share its
+    warm state's); None: a cache of its own.
     """
 
-    def __init__(self, state_dir: str | os.PathLike[str], lock_timeout: float = 10.0) -> None:
+    def __init__(self, state_dir: str | os.PathLike[str], lock_timeout: float = 10.0,
+                 cache: ReadCache | None = None) -> None:
         if lock_timeout < 0:
             raise ValueError(f"lock_timeout must not be negative, got {lock_timeout}")
         self.state_dir = os.fspath(state_dir)
@@ -96,6 +99,7 @@ class Ledger:
         self.journal_path = os.path.join(self.state_dir, JOURNAL_FILE)
         self.lock_path = os.path.join(self.state_dir, LOCK_FILE)
         self.lock_timeout = float(lock_timeout)
+        self.cache = ReadCache() if cache is None else cache
         self._in_transaction: set[int] = set()  # threads holding a transaction on this ledger
 
     def __repr__(self) -> str:
@@ -136,7 +140,7 @@ class Ledger:
                 thread already holds a transaction on this ledger (it would deadlock).
         """
         with self._locked(timeout, on_wait):
-            got = reader.read(self.state_dir, self.path, self.journal_path)
+            got = reader.read(self.cache, self.state_dir, self.path, self.journal_path)
             txn = Transaction(got.state)
             yield txn
             if txn.changed:
@@ -276,7 +280,7 @@ class Ledger:
     # ---- reading and writing -------------------------------------------------------
 
     def _load(self) -> LedgerState:
-        return reader.read(self.state_dir, self.path, self.journal_path).state
+        return reader.read(self.cache, self.state_dir, self.path, self.journal_path).state
 
     def _commit(self, state: LedgerState, got: Read) -> None:
         """Write ``state``, read as ``got`` under the lock: one record appended to the journal
@@ -285,6 +289,8 @@ class Ledger:
         :data:`MAX_LEDGER_BYTES`, the journal's JSON counted thrice for the snapshot's indents);
         else a new snapshot, and the journal emptied."""
         if got.base is not None and got.size >= JOURNAL_FROM_BYTES:
+            from numa_pin.ledger.journal import encode_record  # a small ledger has no journal
+
             start, seq = (0, 0) if got.journal is None else (got.journal[1].end, got.journal[1].seq)
             line = encode_record(got.base, seq + 1, got.state, state)
             end = start + len(line)
@@ -293,6 +299,8 @@ class Ledger:
                 return
         self._write(state, got.state)
         if got.journal is not None:
+            from numa_pin.ledger import journal
+
             journal.empty(self.journal_path)
 
     def _append(self, state: LedgerState, got: Read, line: bytes, start: int, seq: int) -> None:
@@ -300,6 +308,8 @@ class Ledger:
 
         Raises LedgerError when it cannot be opened, written or synced: the journal is cut back to
         ``start`` (nothing changed), or the message says that failed too."""
+        from numa_pin.ledger import journal
+
         try:
             fd, st = journal.append(self.state_dir, self.journal_path, line, start, got.journal is None)
         except (OSError, UnsafePathError) as exc:
@@ -309,7 +319,8 @@ class Ledger:
             else:
                 why += "; the ledger is unchanged"
             raise LedgerError(f"cannot write the ledger's journal: {why}", path=self.journal_path) from exc
-        reader.appended(self.path, got, line, start, Replay(state, start + len(line), seq, False), fd, st)
+        reader.appended(self.cache, self.path, got, line, start, journal.Replay(state, start + len(line), seq, False),
+                        fd, st)
 
     def _write(self, state: LedgerState, previous: LedgerState | None = None) -> None:
         """Replace the file with ``state``, durably. When the new file is in place but the
@@ -337,7 +348,7 @@ class Ledger:
             raise LedgerError(msg, path=self.path) from exc
         except OSError as exc:
             raise LedgerError(f"cannot write the ledger: {_reason(exc)}", path=self.path) from exc
-        reader.wrote_snapshot(self.path, payload, state, base)
+        reader.wrote_snapshot(self.cache, self.path, payload, state, base)
 
     def _replace(self, payload: bytes) -> None:
         replace_private(self.state_dir, self.path, payload, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, durable=True)
@@ -380,5 +391,5 @@ def _read_holder(fd: int) -> int | None:
 
 __all__ = [
     "JOURNAL_FILE", "LEDGER_FILE", "LOCK_FILE", "MAX_LEDGER_BYTES", "MAX_NAME_CHARS", "REMEDY", "Ledger", "Transaction",
-    "check_new_grants", "checksum", "decode", "encode", "let_go",
+    "check_new_grants", "checksum", "decode", "encode",
 ]

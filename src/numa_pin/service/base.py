@@ -69,7 +69,8 @@ class ServiceBase(Node):
                          warm_state=warm_state)
         #: told the ledger lock holder's pid when an admission starts waiting for it
         self.on_wait = on_wait
-        self.ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s)
+        self.ledger = Ledger(config.state_dir, lock_timeout=config.lock_timeout_s,
+                             cache=None if warm_state is None else warm_state.ledger)
         #: admissions of this service that waited for the ledger lock (``numa_pin_lock_waits_total``)
         self.lock_waits = 0
         #: the grants this service set aside (:meth:`set_aside`), recorded once each

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from numa_pin.enforcer.cgroups import close_handles
+from numa_pin.ledger.reader import ReadCache
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -43,9 +44,13 @@ class WarmState:
         self.last: tuple[tuple[Grant, ...], str, tuple[tuple[str, CgroupRef], ...]] | None = None
         #: what admissions and releases left until the hook has its answer (None: nothing waits)
         self.deferred: list[Callable[[], None]] | None = None
+        #: the ledger files the rehearsal read, kept open for the services' ledgers
+        #: (:class:`~numa_pin.ledger.reader.ReadCache`): an unchanged ledger is not read again
+        self.ledger = ReadCache()
 
     def forget(self) -> None:
-        """Close the held descriptors and forget every cache (cold again); deferred work stays."""
+        """Close the held cgroup descriptors and forget the cgroup caches (cold again); deferred
+        work stays, and so does :attr:`ledger`, which checks itself at every read."""
         close_handles(self.handles)
         self.refs, self.leaves, self.handles, self.last = None, None, None, None
 
