@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 
+from numa_pin.base.boundedio import UnsafeInput, read_regular_file
 from numa_pin.errors import RootlessError
 
 TYPE_CHECKING = False  # typing's flag without importing typing
@@ -31,6 +32,8 @@ REQUEST_PREFIX = "numa-pin.io/"
 
 #: ``/proc/self/uid_map`` of the initial user namespace
 _INITIAL_MAP = ("0", "0", "4294967295")
+#: largest ``uid_map`` read (the kernel takes at most 340 lines)
+_MAX_MAP_BYTES = 32 << 10
 
 
 def is_rootless(proc_root: str = "/proc", euid: int | None = None) -> bool:
@@ -40,11 +43,11 @@ def is_rootless(proc_root: str = "/proc", euid: int | None = None) -> bool:
     """
     if (os.geteuid() if euid is None else euid) != 0:
         return True
-    try:
-        with open(os.path.join(proc_root, "self", "uid_map"), encoding="ascii") as fp:
-            lines = [line.split() for line in fp.read().splitlines() if line.strip()]
-    except OSError:
+    try:  # bytes decoded here: a text-mode open costs the hook a codec import
+        text = read_regular_file(os.path.join(proc_root, "self", "uid_map"), _MAX_MAP_BYTES).decode("ascii", "replace")
+    except (OSError, UnsafeInput):
         return False
+    lines = [line.split() for line in text.splitlines() if line.strip()]
     return lines != [list(_INITIAL_MAP)]
 
 

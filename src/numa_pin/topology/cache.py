@@ -22,7 +22,7 @@ import json
 import os
 import time
 
-from numa_pin.base.boundedio import json_loads_bounded, read_fd
+from numa_pin.base.boundedio import UnsafeInput, json_loads_bounded, read_fd, read_regular_file
 from numa_pin.base.digest import sha256_hex
 from numa_pin.base.safefs import ensure_dir, open_private, replace_private
 from numa_pin.errors import UnsafePathError
@@ -38,11 +38,16 @@ DEFAULT_MAX_AGE_S = 60.0
 MAX_CACHE_BYTES = 32 << 20
 
 
+#: largest file a fingerprint reads (each is a line: a CPU list, a count, an id)
+_MAX_PART_BYTES = 64 << 10
+
+
 def _read(path: str) -> str:
+    """The file's text, "-" when it cannot be read (bytes decoded here: a text-mode open costs
+    every hook two more system calls a file, and its first one a codec import)."""
     try:
-        with open(path, encoding="ascii", errors="replace") as fp:
-            return fp.read().strip()
-    except OSError:
+        return read_regular_file(path, _MAX_PART_BYTES).decode("ascii", "replace").strip()
+    except (OSError, UnsafeInput):
         return "-"
 
 
