@@ -99,6 +99,8 @@ ROWS = [
     ("gpu", {CPUS: "2", DEVICES: "nvidia.com/gpu=1"}, {}),
     ("gpu-env", {CPUS: "2"}, {}),
     ("gpu-env-cdi", {CPUS: "2"}, {}),
+    ("gpu-env-cdi-claim", {CPUS: "2"}, {}),
+    ("gpu-env-cdi-claim-unknown", {CPUS: "2"}, {}),
     ("gpu-cdi", {CPUS: "2", "cdi.k8s.io/gpu": "nvidia.com/gpu=3"}, {}),
     ("gpu-cdi-claim", {CPUS: "2", "cdi.k8s.io/claim": f"{CDI_KIND}=gpu3"}, {}),
     ("gpu-cdi-unknown", {CPUS: "2", "cdi.k8s.io/gpu": "nvidia.com/gpu=9"}, {}),
@@ -123,18 +125,22 @@ EXPECTED = {"two-cpus": "exclusive", "memory-only": "shared", "too-many-cpus": "
             "governor-unknown": "IsolationError", "load-balancing": "exclusive",
             "load-balancing-root-balances": "IsolationError", "irq": "exclusive", "irq-housekeeping": "exclusive",
             "gpu": "exclusive", "gpu-env": "exclusive", "gpu-cdi": "exclusive", "gpu-cdi-claim": "exclusive",
-            "gpu-env-cdi": "exclusive", "gpu-cdi-unknown": "RequestError", "gpu-cdi-claim-unknown": "exclusive",
+            "gpu-env-cdi": "exclusive", "gpu-env-cdi-claim": "exclusive", "gpu-env-cdi-claim-unknown": "exclusive",
+            "gpu-cdi-unknown": "RequestError", "gpu-cdi-claim-unknown": "exclusive",
             "gpu-linux-devices": "exclusive", "gpu-too-many": "TopologyAffinityError", "rdma": "exclusive",
             "vfio": "exclusive", "colocate": "exclusive", "colocate-apart": "AllocationError",
             "vf": "exclusive", "vf-config": "exclusive", "vf-config-bad": "RequestError", "vf-too-many": "TopologyAffinityError"}
 #: what a row asks besides its annotations (the device plugin's variables, ``linux.devices``)
 ASKS = {"gpu-env": Asks(env={"NVIDIA_VISIBLE_DEVICES": "3"}),
         "gpu-env-cdi": Asks(env={"NVIDIA_VISIBLE_DEVICES": "nvidia.com/gpu=5"}),
+        "gpu-env-cdi-claim": Asks(env={"NVIDIA_VISIBLE_DEVICES": f"{CDI_KIND}=gpu6"}),
+        "gpu-env-cdi-claim-unknown": Asks(env={"NVIDIA_VISIBLE_DEVICES": f"{CDI_KIND}=nope"}),
         "gpu-linux-devices": Asks(devices=(("/dev/nvidia3", "c", 195, 3),))}
 #: the rows of the GPU node, and the GPU minors each may get (a GPU it names; the GPUs that share
 #: a PCIe root with the RDMA NIC); None: any. A CDI name no spec file names aligns nothing (the
 #: grant's notes say why) and gives no device
-DEVICE_ROWS = {"gpu": None, "gpu-env": {3}, "gpu-env-cdi": {5}, "gpu-cdi": {3}, "gpu-cdi-claim": {3},
+DEVICE_ROWS = {"gpu": None, "gpu-env": {3}, "gpu-env-cdi": {5}, "gpu-env-cdi-claim": {6},
+               "gpu-env-cdi-claim-unknown": None, "gpu-cdi": {3}, "gpu-cdi-claim": {3},
                "gpu-cdi-unknown": None, "gpu-cdi-claim-unknown": None, "gpu-linux-devices": {3},
                "gpu-too-many": None, "rdma": None, "vfio": None, "colocate": {2, 3}, "colocate-apart": None,
                "vf": None, "vf-config": None, "vf-config-bad": None, "vf-too-many": None}
@@ -223,7 +229,7 @@ def test_one_request_one_result_on_every_path(tmp_path, monkeypatch, capsys, mac
     if path != "prestart":  # the device plugin's variables reach the container as it wrote them, where
         asked = ASKS.get(row, Asks()).env  # numa-pin keeps the devices they name (a CDI name stays one)
         assert {k: out.env.get(k) for k in asked} == asked, out.env
-    if row == "gpu-cdi-claim-unknown":
+    if row in ("gpu-cdi-claim-unknown", "gpu-env-cdi-claim-unknown"):
         assert not out.grant.devices and any("no CDI spec file" in n for n in out.grant.notes), out.grant.notes
 
 

@@ -5,10 +5,13 @@
 * ``NVIDIA_VISIBLE_DEVICES`` tokens are GPUs a device plugin already chose: UUIDs (``GPU-...``)
   or NVML indexes, an index being the GPU's position in PCI address order (NVML's default
   enumeration), never the device minor;
-* CDI names (``nvidia.com/gpu=...`` and other kinds) map through :mod:`numa_pin.resources.cdi_map`;
-* where ``NVIDIA_VISIBLE_DEVICES`` names exactly the GPUs granted (:func:`gpus_in_env`), the
-  runtime is left the value the device plugin wrote: a CDI name there is what the NVIDIA
-  container toolkit reads in CDI mode, and the UUID of the same GPU would not reach it.
+* CDI names (``nvidia.com/gpu=...`` and configured kinds) map through
+  :mod:`numa_pin.resources.cdi_map`, names of any other kind (a DRA claim) through the device
+  nodes their CDI spec files give them;
+* where ``NVIDIA_VISIBLE_DEVICES`` names exactly the GPUs granted (:func:`gpus_in_env`), names
+  of every kind resolved as the allocation resolves them, the runtime is left the value the
+  device plugin wrote: a CDI name there is what the NVIDIA container toolkit reads in CDI mode,
+  and the UUID of the same GPU would not reach it.
 
 A GPU is booked under the configured resource that lists its address, else ``nvidia.com/gpu``.
 """
@@ -19,6 +22,7 @@ from collections.abc import Iterable, Mapping
 
 from numa_pin.base.text import quote
 from numa_pin.devices.cdi import CdiDevice
+from numa_pin.devices.devnode import DeviceNode, functions_of
 from numa_pin.devices.model import DeviceInfo
 from numa_pin.errors import RequestError
 from numa_pin.topology.model import KIND_GPU, PciDevice, Topology
@@ -78,23 +82,52 @@ def fixed_gpus(tokens: Iterable[str], topology: Topology, devices: Devices) -> l
     return out
 
 
-def gpus_in_env(tokens: Iterable[str], cdi: Iterable[CdiDevice], topology: Topology) -> frozenset[str] | None:
-    """The addresses of the GPUs the container's ``NVIDIA_VISIBLE_DEVICES`` names: its indexes and
-    UUIDs (``tokens``) and its CDI names of NVIDIA's kind (those of ``cdi`` found there). None
-    where it names no GPU, names one this machine lacks, or holds a CDI name of another kind
-    (those resolve through CDI spec files, not here)."""
+def gpus_in_env(tokens: Iterable[str], cdi: Iterable[CdiDevice], topology: Topology,
+                nodes: Iterable[DeviceNode] = (), devices: Devices | None = None) -> frozenset[str] | None:
+    """The addresses of the functions the container's ``NVIDIA_VISIBLE_DEVICES`` names, each
+    resolved as the allocation resolves it: its indexes and UUIDs (``tokens``) and each CDI name
+    of ``cdi`` found there, NVIDIA's kind and a configured resource's kind (a key of
+    ``devices``) through :mod:`numa_pin.resources.cdi_map`, any other kind through the device
+    nodes its CDI spec file gives it (those of ``nodes`` whose source is the name).
+
+    None where it names nothing, or where a token or name resolves to no function of this
+    machine: a GPU it lacks, a name no spec file names (or ``nodes`` do not carry), a node no
+    function is behind."""
     from numa_pin.resources.cdi_map import NVIDIA_GPU_KIND, resolve_cdi
 
     tokens = tuple(tokens)
     named = tuple(d for d in cdi if d.source == VISIBLE_DEVICES)
-    if not (tokens or named) or any(d.kind != NVIDIA_GPU_KIND for d in named):
+    if not (tokens or named):
         return None
+    nodes, devices = tuple(nodes), devices or {}
+    gpus = nvidia_gpus(topology)
     try:
-        found = [a for _, a in fixed_gpus(tokens, topology, {})]
-        found += [a for _, a in resolve_cdi(named, nvidia_gpus(topology), {})]
+        found = {a for _, a in fixed_gpus(tokens, topology, {})}
+        for dev in named:
+            if dev.kind == NVIDIA_GPU_KIND or dev.kind in devices:
+                here = [a for _, a in resolve_cdi((dev,), gpus, devices)]
+            else:
+                here = _spec_functions(str(dev), nodes, topology)
+            if not here:
+                return None
+            found.update(here)
     except RequestError:
         return None
     return frozenset(found)
+
+
+def _spec_functions(name: str, nodes: tuple[DeviceNode, ...], topology: Topology) -> list[str]:
+    """The functions behind the device nodes a CDI spec file gives ``name``; none where one of
+    them cannot be placed (the allocation leaves that node unaligned, and the name's GPUs are
+    then not all it names)."""
+    out: list[str] = []
+    for node in nodes:
+        if node.source == name:
+            addresses, why = functions_of(node, topology)
+            if why:
+                return []
+            out += addresses
+    return out
 
 
 def fixed_cdi(names: Iterable[CdiDevice], topology: Topology, devices: Devices) -> list[tuple[str, str]]:

@@ -105,10 +105,19 @@ def _gpus(node: Node, grant: Grant) -> list[PciDevice]:
 
 def _as_the_plugin_chose(node: Node, request: ContainerRequest, gpus: list[PciDevice]) -> bool:
     """True when the container's ``NVIDIA_VISIBLE_DEVICES`` names exactly ``gpus`` (the device
-    plugin chose them, in its own words: an index, a UUID, a CDI name)."""
-    from numa_pin.resources.nvidia import gpus_in_env
+    plugin chose them, in its own words: an index, a UUID, a CDI name of any kind), each name
+    resolved as the allocation resolved it: a configured resource's kind through the node's
+    device inventory, another kind through the nodes its spec file gave the request."""
+    from numa_pin.resources.nvidia import NVIDIA_GPU, VISIBLE_DEVICES, gpus_in_env
 
-    named = gpus_in_env(request.fixed_gpus, request.fixed_cdi, node.topology)
+    topology, resources = node.topology, node.settings.device_resources
+    configured = {r.name for r in resources} - {NVIDIA_GPU}
+    devices = None
+    if any(d.source == VISIBLE_DEVICES and d.kind in configured for d in request.fixed_cdi):
+        from numa_pin.devices.inventory import inventory
+
+        devices = inventory(topology, resources)
+    named = gpus_in_env(request.fixed_gpus, request.fixed_cdi, topology, request.fixed_nodes, devices)
     return named is not None and named == {g.address for g in gpus}
 
 
