@@ -90,7 +90,11 @@ install -D -m 644 "$top/README.md" "$root/usr/share/doc/numa-pin/README.md"
 done
 
 # 5. control files
-for f in postinst prerm postrm; do install -m 755 "$pk/deb/$f" "$root/DEBIAN/$f"; done
+# the maintainer scripts know their version (prerm folds the ledger's journal before a downgrade)
+for f in postinst prerm postrm; do
+    sed "s/@VERSION@/$version/g" "$pk/deb/$f" >"$root/DEBIAN/$f"
+    chmod 755 "$root/DEBIAN/$f"
+done
 printf '%s\n' /etc/numa-pin/config.yaml /etc/containers/containers.conf.d/numa-pin.conf >"$root/DEBIAN/conffiles"
 size="$(du -sk --exclude=DEBIAN "$root" | cut -f1)"
 sed -e "s/@VERSION@/$version/" -e "s/@INSTALLED_SIZE@/$size/" "$pk/deb/control.in" >"$root/DEBIAN/control"

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from numa_pin.errors import LedgerCorrupt
+from numa_pin.ledger.migrate import SNAPSHOT_ONLY_VERSION
 from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, PodNetdev, PodRecord
 from numa_pin.ledger.records import GpuAccess
-from numa_pin.ledger.store import Ledger, checksum, decode
+from numa_pin.ledger.store import Ledger, checksum, decode, encode
 
 _VF_OBJECT = {"host_name": "ens2f0v1", "container_name": "net1", "netns": "/proc/4242/ns/net", "bdf": "0000:32:01.1"}
 _VF_RECORD = json.dumps(_VF_OBJECT, sort_keys=True)  # what formats 1-3 kept: JSON text
@@ -70,8 +71,9 @@ def test_old_versions_move_the_gpu_record_out_of_netdevs(old: Any) -> None:
 
 
 def test_migrated_state_is_written_as_version_4() -> None:
-    data = LedgerState.from_dict(_v2()).to_dict()
-    assert data["version"] == LEDGER_VERSION == 4
+    doc = json.loads(encode(LedgerState.from_dict(_v2()), SNAPSHOT_ONLY_VERSION))
+    data = doc["data"]
+    assert doc["version"] == data["version"] == SNAPSHOT_ONLY_VERSION == 4 and LEDGER_VERSION == 5
     g = data["grants"]["c1"]
     assert g["gpus"] == {"nodes": ["/dev/nvidia0"], "rules": ["c 195:0 rwm"],
                          "devices_dir": "/sys/fs/cgroup/devices/ctr/c1", "bpf_dirs": []}

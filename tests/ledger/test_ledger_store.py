@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from ledger_factories import grant, grants, states
 
 from numa_pin.errors import LedgerCorrupt, LedgerError
+from numa_pin.ledger.migrate import SNAPSHOT_ONLY_VERSION
 from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, PodRecord
 from numa_pin.ledger.reader import ReadCache
 from numa_pin.ledger.store import LEDGER_FILE, LOCK_FILE, REMEDY, Ledger, decode, encode
@@ -41,7 +42,7 @@ def test_transaction_writes_checksummed_file(tmp_path: Path) -> None:
         txn.put_pod(PodRecord("pod-a", frozenset({0})))
     doc = json.loads((tmp_path / LEDGER_FILE).read_text())
     assert set(doc) == {"version", "checksum", "data"}
-    assert doc["version"] == LEDGER_VERSION
+    assert doc["version"] == doc["data"]["version"] == SNAPSHOT_ONLY_VERSION  # small: no journal follows
     assert doc["checksum"] == _sha256_of_data(doc)
     assert doc["data"]["grants"]["c1"]["cpus"] == "2-3"
     state = ledger.read()

@@ -114,6 +114,16 @@ def test_control_fields(deb):
     assert info.stdout.split() == ["/etc/numa-pin/config.yaml", f"/{PODMAN_DROP_IN}"]
 
 
+def test_the_prerm_knows_its_version(deb, tmp_path):
+    """The prerm folds the ledger's journal before a downgrade: it compares with its own version,
+    put in at build time (tests/packaging/test_prerm.py runs the script)."""
+    control = tmp_path / "control"
+    subprocess.run(["dpkg-deb", "-e", str(deb), str(control)], check=True, capture_output=True, timeout=120)
+    prerm = (control / "prerm").read_text()
+    assert "@VERSION@" not in prerm and f'dpkg --compare-versions "$2" lt "{VERSION}"' in prerm
+    assert os.access(control / "prerm", os.X_OK)
+
+
 def test_files_and_nothing_vendored(members):
     assert WANT_FILES <= set(members), sorted(WANT_FILES - set(members))
     site = "usr/lib/python3/dist-packages/"

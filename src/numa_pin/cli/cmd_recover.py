@@ -6,8 +6,14 @@ of the damaged file that the machine confirms and grants for the container cgrou
 ledger is left alone; a missing one (deleted: it then reads as empty) is rebuilt the same way.
 Run it before anything else once a command reports a corrupt ledger.
 
+``--fold`` (before going back to a release from before the ledger's journal; the package's prerm
+runs it on such a downgrade): the journal ``ledger.log`` is written into one version-4 snapshot,
+which those releases read, and removed (:meth:`~numa_pin.ledger.store.Ledger.fold`). Nothing to
+fold (no ledger at all included) is not an error.
+
 ``--json``: ``{"recovered": bool, "aside": path or null, "salvaged": [id], "found": [id],
-"dropped": [id], "grants": [<grant as status lists it>]}``.
+"dropped": [id], "grants": [<grant as status lists it>]}``; with ``--fold``, ``{"folded": bool,
+"grants": [...]}``.
 """
 
 from __future__ import annotations
@@ -16,14 +22,22 @@ import argparse
 import os
 
 from numa_pin.base.text import one_line
-from numa_pin.cli.common import grant_dict, node_arguments, open_node, print_result
+from numa_pin.cli.common import add_node_arguments, grant_dict, load, open_node, print_result
 
 NAME = "recover"
 HELP = "rebuild a lost or corrupt ledger from the containers that run (the damaged file is kept aside)"
-add_arguments = node_arguments("print what was recovered as JSON")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_node_arguments(parser, "print what was recovered (or folded) as JSON")
+    parser.add_argument("--fold", action="store_true",
+                        help="write the ledger's journal into one snapshot that releases from before the journal "
+                             "read, and remove it (before a downgrade; the package does it)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.fold:
+        return fold(args)
     from numa_pin.errors import NumaPinError
     from numa_pin.ledger.liveness import cgroup_dir
     from numa_pin.ledger.recovery import Recovery, rebuild
@@ -71,4 +85,17 @@ def run(args: argparse.Namespace) -> int:
     lines += [f"dropped {one_line(cid)} (in the damaged ledger, not running)" for cid in result.dropped]
     lines.append(f"{len(grants)} grant(s) recovered; see numa-pin status")
     print_result(args, out, lines)
+    return 0
+
+
+def fold(args: argparse.Namespace) -> int:
+    from numa_pin.ledger.store import Ledger
+
+    cfg = load(args)
+    state, folded = Ledger(cfg.state_dir, lock_timeout=cfg.lock_timeout_s).fold()
+    grants = sorted(state.grants.values(), key=lambda g: g.container_id)
+    line = (f"the ledger's journal is folded into one version-4 snapshot ({len(grants)} grant(s)): "
+            "a release from before the journal reads it" if folded else
+            f"nothing to fold ({len(grants)} grant(s)): a release from before the journal reads this ledger")
+    print_result(args, {"folded": folded, "grants": [grant_dict(g) for g in grants]}, [line])
     return 0

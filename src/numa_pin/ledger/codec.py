@@ -18,6 +18,7 @@ from numa_pin.base.boundedio import json_loads_bounded
 from numa_pin.base.digest import sha256_hex, sha256_hex_parts
 from numa_pin.errors import LedgerCorrupt, LedgerError
 from numa_pin.ledger import derived
+from numa_pin.ledger.migrate import SNAPSHOT_ONLY_VERSION
 from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, newer_version_message
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -65,26 +66,30 @@ _GRANTS_SLOT = "\x00grants\x00"
 _GRANT_INDENT = "   "
 
 
-def encode(state: LedgerState) -> bytes:
-    """The file bytes for ``state``: data, its version and its checksum (pure: the bytes of
+def encode(state: LedgerState, version: int = LEDGER_VERSION) -> bytes:
+    """The file bytes for ``state`` in format ``version`` (:data:`LEDGER_VERSION`, or
+    :data:`SNAPSHOT_ONLY_VERSION` for a snapshot no journal record follows; the data is the same):
+    data, its version and its checksum (pure: the bytes of
     ``json.dumps`` of the document, indent 1 and sorted keys; each grant's part is encoded once
     and reused while the grant is unchanged, and a busy node's thousand grants are copied once
     into the checksum's text and once into the file's, never through a ``str``)."""
-    return encode_checked(state)[0]
+    return encode_checked(state, version)[0]
 
 
-def encode_checked(state: LedgerState) -> tuple[bytes, str]:
+def encode_checked(state: LedgerState, version: int = LEDGER_VERSION) -> tuple[bytes, str]:
     """:func:`encode`'s bytes and the ``checksum`` they state (what the journal's records name)."""
     global _LAST
+    if version not in (LEDGER_VERSION, SNAPSHOT_ONLY_VERSION):
+        raise ValueError(f"ledger format {version} is neither {LEDGER_VERSION} nor {SNAPSHOT_ONLY_VERSION}")
     rest = LedgerState({}, state.pods).to_dict()
-    rest["grants"] = _GRANTS_SLOT
+    rest["grants"], rest["version"] = _GRANTS_SLOT, version
     _LAST = _members(state, _LAST)
     _, _, pretty, canonical = _LAST
     slot = json.dumps(_GRANTS_SLOT)
     head, tail = _canonical(rest).split(slot, 1)
     digest = sha256_hex_parts((head + "{").encode("ascii"), b",".join(canonical), ("}" + tail).encode("ascii"))
     stated = "sha256:" + digest
-    doc = {"version": LEDGER_VERSION, "checksum": stated, "data": rest}
+    doc = {"version": version, "checksum": stated, "data": rest}
     before, after = json.dumps(doc, indent=1, sort_keys=True, allow_nan=False).split(slot, 1)
     if not pretty:
         return f"{before}{{}}{after}\n".encode("ascii"), stated
@@ -152,8 +157,9 @@ def decode(raw: bytes, path: str) -> LedgerState:
     return decode_checked(raw, path)[0]
 
 
-def decode_checked(raw: bytes, path: str) -> tuple[LedgerState, str]:
-    """:func:`decode`'s state and the file's ``checksum`` (what the journal's records name)."""
+def decode_checked(raw: bytes, path: str) -> tuple[LedgerState, str, int]:
+    """:func:`decode`'s state, the file's ``checksum`` (what the journal's records name) and its
+    format version (journal records follow only a snapshot of :data:`LEDGER_VERSION`)."""
     try:
         doc = json_loads_bounded(raw.decode("utf-8"), MAX_DEPTH, parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -177,7 +183,7 @@ def decode_checked(raw: bytes, path: str) -> tuple[LedgerState, str]:
     if data.get("version") != version:
         raise corrupt(f"version {version} does not match data version {data.get('version')!r}", path)
     try:
-        return LedgerState.from_dict(data), actual
+        return LedgerState.from_dict(data), actual, version
     except LedgerCorrupt as exc:
         raise corrupt(str(exc), path) from exc
 

@@ -9,7 +9,12 @@ numa-pin release that wrote them:
 * 2 -> 3: a grant's GPU undo record leaves its ``netdevs`` for a field of its own (``gpus``),
   and every pod gets an empty ``netdevs`` (VFs moved once into the pod's netns);
 * 3 -> 4: the undo record of a moved VF (a grant's ``{"record": ...}`` netdevs entry, a pod
-  netdev's ``record``) is a JSON object instead of JSON text inside the JSON ledger.
+  netdev's ``record``) is a JSON object instead of JSON text inside the JSON ledger;
+* 4 -> 5: records may follow in ``ledger.log`` (the data is the same). A snapshot that a journal
+  may follow is stamped 5, so that a release that reads ``ledger.json`` alone (one from before the
+  journal) refuses it instead of missing those records; one that none may follow, a small
+  ledger's or one ``numa-pin recover --fold`` wrote, stays version 4
+  (:data:`SNAPSHOT_ONLY_VERSION`), which those releases read.
 """
 
 from __future__ import annotations
@@ -29,8 +34,10 @@ if TYPE_CHECKING:
 #: how deep a netdev undo record may nest (the record, its PF-side VF config)
 MAX_RECORD_DEPTH = 4
 
-#: the ledger format this numa-pin writes
-LEDGER_VERSION = 4
+#: the newest ledger format this numa-pin reads and writes: a snapshot that journal records may follow
+LEDGER_VERSION = 5
+#: the format of a snapshot no journal record follows: what releases from before the journal read
+SNAPSHOT_ONLY_VERSION = 4
 
 
 def _v1_to_v2(d: dict[str, Any]) -> dict[str, Any]:
@@ -130,9 +137,15 @@ def _parse_records(what: str, key: str, owner: dict[str, Any]) -> dict[str, Any]
     return {**owner, "netdevs": entries}
 
 
+def _v4_to_v5(d: dict[str, Any]) -> dict[str, Any]:
+    """Version 5: records may follow in ``ledger.log`` (the data is version 4's)."""
+    d["version"] = 5
+    return d
+
+
 #: ``migrate`` steps: ``MIGRATIONS[n]`` turns a version-``n`` dict into a version ``n + 1`` dict
 MIGRATIONS: Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]] = MappingProxyType(
-    {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4}
+    {1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4, 4: _v4_to_v5}
 )
 
 def migrate(
@@ -179,4 +192,5 @@ def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-__all__ = ["LEDGER_VERSION", "MAX_RECORD_DEPTH", "MIGRATIONS", "migrate", "newer_version_message"]
+__all__ = ["LEDGER_VERSION", "MAX_RECORD_DEPTH", "MIGRATIONS", "SNAPSHOT_ONLY_VERSION", "migrate",
+           "newer_version_message"]

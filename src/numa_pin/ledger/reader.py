@@ -46,8 +46,9 @@ class ReadCache:
     its change time."""
 
     def __init__(self) -> None:
-        #: the snapshot each path was last read or written as: (its bytes, their state, their checksum)
-        self.parsed: dict[str, tuple[bytes, LedgerState, str]] = {}
+        #: the snapshot each path was last read or written as: (its bytes, their state, their
+        #: checksum, their format version)
+        self.parsed: dict[str, tuple[bytes, LedgerState, str, int]] = {}
         #: the journal each path was last read or written as: (the checksum of the snapshot it was
         #: replayed onto, its bytes, their replay); a journal that grew from these bytes is
         #: replayed from where they end
@@ -84,14 +85,15 @@ class ReadCache:
 @record
 class Read:
     """What a read found: the ``state`` (the snapshot with the journal replayed onto it), the
-    snapshot's checksum ``base`` (None: no snapshot), its ``size`` and ``identity``, and the
-    journal's bytes and their replay (None: no journal)."""
+    snapshot's checksum ``base`` (None: no snapshot), its ``size``, ``identity`` and format
+    ``version`` (0: no snapshot), and the journal's bytes and their replay (None: no journal)."""
 
     state: LedgerState
     base: str | None
     size: int
     identity: tuple[int, ...] | None
     journal: tuple[bytes, Replay] | None
+    version: int = 0
 
 
 def identity(st: os.stat_result) -> tuple[int, ...]:
@@ -137,12 +139,12 @@ def _read_once(cache: ReadCache, path: str, journal_path: str) -> Read | None:
         held = cache.held if cache.held is not None and cache.held[0] == path else None
         known = cache.parsed.get(path)
         if fd is None:
-            raw, state, base = b"", LedgerState(), None
+            raw, state, base, version = b"", LedgerState(), None, 0
         elif known is not None and held is not None and held[2] == ident:
-            raw, state, base = known  # the very file read or written last, unchanged
+            raw, state, base, version = known  # the very file read or written last, unchanged
         else:
             raw = _bytes(fd, path)
-            state, base = (known[1], known[2]) if known is not None and known[0] == raw else decode_checked(raw, path)
+            state, base, version = known[1:] if known is not None and known[0] == raw else decode_checked(raw, path)
         jfd, jst = _open(journal_path)
         journal = None if jfd is None or jst is None else _replay(cache, path, journal_path, jfd, jst, state, base,
                                                                   held)
@@ -160,11 +162,11 @@ def _read_once(cache: ReadCache, path: str, journal_path: str) -> Read | None:
             close_quietly(jfd)
         cache.hold(None)
     else:
-        cache.parsed[path] = (raw, state, base)
+        cache.parsed[path] = (raw, state, base, version)
         if journal is not None:
             cache.replayed[path] = (base, *journal)
         cache.hold((path, fd, ident, jfd, None if jst is None else identity(jst)))
-    return Read(state if journal is None else journal[1].state, base, len(raw), ident, journal)
+    return Read(state if journal is None else journal[1].state, base, len(raw), ident, journal, version)
 
 
 def _replay(cache: ReadCache, path: str, journal_path: str, fd: int, st: os.stat_result, state: LedgerState,
@@ -187,10 +189,10 @@ def _replay(cache: ReadCache, path: str, journal_path: str, fd: int, st: os.stat
     return raw, replay(raw, base, state, journal_path)
 
 
-def wrote_snapshot(cache: ReadCache, path: str, payload: bytes, state: LedgerState, base: str) -> None:
-    """``payload``, the snapshot of ``state`` and checksum ``base``, was just written to ``path``
-    under the lock (the journal is about to be emptied): keep it as the last read."""
-    cache.parsed[path] = (payload, state, base)  # the next read of these very bytes needs no decode
+def wrote_snapshot(cache: ReadCache, path: str, payload: bytes, state: LedgerState, base: str, version: int) -> None:
+    """``payload``, the snapshot of ``state``, checksum ``base`` and format ``version``, was just
+    written to ``path`` under the lock (the journal is about to be emptied): keep it as the last read."""
+    cache.parsed[path] = (payload, state, base, version)  # the next read of these very bytes needs no decode
     cache.replayed.pop(path, None)
     try:  # under the lock: the file now at the path is the one just written
         fd, st = open_regular(path, follow=False)

@@ -8,17 +8,22 @@ commit since the snapshot, each naming the snapshot's checksum; and ``ledger.loc
 ``flock(2)`` target, holding the current writer's pid.
 
 ``checksum`` is the SHA-256 of the *canonical* JSON of ``data`` (sorted keys, no whitespace,
-ASCII). Writers serialise on an exclusive ``flock`` taken with a bounded wait. A commit whose
-snapshot has :data:`JOURNAL_FROM_BYTES` appends the record of what it changed to the journal and
-syncs the journal alone (its cost is the change's, not the ledger's); once the journal would pass
-an eighth of the snapshot (:data:`JOURNAL_SHARE`), or on a smaller ledger, the commit writes a new
-snapshot instead (under a temporary name in the same directory, fsynced, ``os.replace``-d over
-``ledger.json``, the directory fsynced) and then empties the journal, so a busy node's commits cost
-a flat amortised amount. Readers never lock: the state is the snapshot with the records that name
-it replayed in order. A crash at any instant leaves the state before or after the commit: a torn
-last record (an append that never returned) is ignored and cut off by the next writer, and records
-that name an older snapshot (a crash between a new snapshot and the emptying) are ignored whole. A
-reader that a new snapshot overtook while it read the journal reads again.
+ASCII). Writers serialise on an exclusive ``flock`` taken with a bounded wait. A snapshot of
+:data:`JOURNAL_FROM_BYTES` or more is stamped :data:`~numa_pin.ledger.migrate.LEDGER_VERSION` (5),
+a smaller one :data:`~numa_pin.ledger.migrate.SNAPSHOT_ONLY_VERSION` (4), which releases from
+before the journal read: they refuse the first, which records may follow, instead of missing the
+records. :meth:`Ledger.fold` writes the ledger as one version-4 snapshot before a downgrade. A
+commit whose snapshot has :data:`JOURNAL_FROM_BYTES` and version 5 appends the record of what it
+changed to the journal and syncs the journal alone (its cost is the change's, not the ledger's);
+once the journal would pass an eighth of the snapshot (:data:`JOURNAL_SHARE`), or on a smaller
+ledger, the commit writes a new snapshot instead (under a temporary name in the same directory,
+fsynced, ``os.replace``-d over ``ledger.json``, the directory fsynced) and then empties the
+journal, so a busy node's commits cost a flat amortised amount. Readers never lock: the state is
+the snapshot with the records that name it replayed in order. A crash at any instant leaves the
+state before or after the commit: a torn last record (an append that never returned) is ignored and
+cut off by the next writer, and records that name an older snapshot (a crash between a new snapshot
+and the emptying) are ignored whole. A reader that a new snapshot overtook while it read the
+journal reads again.
 
 Protection: ``state_dir`` must be root's and not writable by others (mode 0700 is created and
 recommended). The checksum is unkeyed, so anyone who can write ``state_dir`` could forge grants;
@@ -53,10 +58,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from numa_pin.base.boundedio import UnsafeInput, read_regular_file
-from numa_pin.base.safefs import NotDurable, ensure_dir, flock_within, open_private, replace_private
+from numa_pin.base.safefs import NotDurable, ensure_dir, flock_within, fsync_dir, open_private, replace_private
 from numa_pin.errors import LedgerCorrupt, LedgerError, LedgerLockTimeout, UnsafePathError
 from numa_pin.ledger import reader
 from numa_pin.ledger.codec import MAX_NAME_CHARS, REMEDY, check_new_grants, checksum, decode, encode, encode_checked
+from numa_pin.ledger.migrate import LEDGER_VERSION, SNAPSHOT_ONLY_VERSION
 from numa_pin.ledger.model import LedgerState
 from numa_pin.ledger.reader import JOURNAL_FILE, MAX_LEDGER_BYTES, Read, ReadCache
 from numa_pin.ledger.reader import reason as _reason
@@ -186,14 +192,45 @@ class Ledger:
             state = build(raw)
             self._write(state)
             if log:
-                try:
-                    os.unlink(self.journal_path)
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    raise LedgerError(f"cannot remove the damaged journal: {_reason(exc)}",
-                                      path=self.journal_path) from exc
+                self._remove_journal()
             return state, aside, True
+
+    def fold(self, timeout: float | None = None) -> tuple[LedgerState, bool]:
+        """Make the ledger one snapshot that a release from before the journal reads, under the
+        lock (``numa-pin recover --fold``, before a downgrade): the state (the journal replayed)
+        written as a version-4 snapshot, then the journal removed, each step durable. A crash at
+        any step leaves the ledger as it read: before the new snapshot the old one with its
+        journal; after it, records that name the old snapshot, ignored. Returns ``(state,
+        folded)``; ``folded`` is False, and nothing is written, when there is nothing to fold (no
+        journal and no version-5 snapshot; no ledger at all: the state directory is not made).
+        The next commit writes as usual (a snapshot of 64 KiB stamped version 5 again).
+
+        Raises:
+            LedgerCorrupt: the ledger is not valid (``numa-pin recover`` first).
+            LedgerError: the lock, the write or the removal failed.
+        """
+        if not (os.path.lexists(self.path) or os.path.lexists(self.journal_path)):
+            return LedgerState(), False
+        with self._locked(timeout, None):
+            got = reader.read(self.cache, self.state_dir, self.path, self.journal_path)
+            log = os.path.lexists(self.journal_path)
+            if not log and got.version <= SNAPSHOT_ONLY_VERSION:
+                return got.state, False
+            if got.base is not None:
+                self._write(got.state, got, SNAPSHOT_ONLY_VERSION)
+            if log:
+                self._remove_journal()
+            return got.state, True
+
+    def _remove_journal(self) -> None:
+        """Remove ``ledger.log`` durably (its directory synced). Raises LedgerError."""
+        try:
+            os.unlink(self.journal_path)
+            fsync_dir(self.state_dir)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise LedgerError(f"cannot remove the journal: {_reason(exc)}", path=self.journal_path) from exc
 
     def _keep_aside(self, path: str) -> str:
         """A hard link ``<path>.corrupt-<unix time>[.<n>]`` to the damaged file."""
@@ -288,7 +325,7 @@ class Ledger:
         :data:`JOURNAL_SHARE` of it (the ledger within
         :data:`MAX_LEDGER_BYTES`, the journal's JSON counted thrice for the snapshot's indents);
         else a new snapshot, and the journal emptied."""
-        if got.base is not None and got.size >= JOURNAL_FROM_BYTES:
+        if got.base is not None and got.size >= JOURNAL_FROM_BYTES and got.version == LEDGER_VERSION:
             from numa_pin.ledger.journal import encode_record  # a small ledger has no journal
 
             start, seq = (0, 0) if got.journal is None else (got.journal[1].end, got.journal[1].seq)
@@ -297,7 +334,7 @@ class Ledger:
             if end <= got.size // JOURNAL_SHARE and got.size + 3 * end <= MAX_LEDGER_BYTES:
                 self._append(state, got, line, start, seq + 1)
                 return
-        self._write(state, got.state)
+        self._write(state, got)
         if got.journal is not None:
             from numa_pin.ledger import journal
 
@@ -322,14 +359,22 @@ class Ledger:
         reader.appended(self.cache, self.path, got, line, start, journal.Replay(state, start + len(line), seq, False),
                         fd, st)
 
-    def _write(self, state: LedgerState, previous: LedgerState | None = None) -> None:
-        """Replace the file with ``state``, durably. When the new file is in place but the
-        directory cannot be synced, ``previous`` (the state read under the lock) is put back,
-        so the failure the caller rolls back for is what every reader sees.
+    def _write(self, state: LedgerState, previous: Read | None = None, version: int | None = None) -> None:
+        """Replace the file with ``state``, durably, in format ``version`` (default: version 5
+        from :data:`JOURNAL_FROM_BYTES` on, which records may follow, else 4). When the new file
+        is in place but the directory cannot be synced, ``previous`` (the ledger read under the
+        lock) is put back, so the failure the caller rolls back for is what every reader sees.
 
         Raises LedgerError (nothing changed) when the ledger would pass :data:`MAX_LEDGER_BYTES`
         (its reader would refuse it) or a write, fsync or rename fails."""
-        payload, base = encode_checked(state)
+        stamp = version
+        if stamp is None:  # guessed from the last size (both stamps take as many bytes), checked below
+            big = previous is not None and previous.size >= JOURNAL_FROM_BYTES
+            stamp = LEDGER_VERSION if big else SNAPSHOT_ONLY_VERSION
+        payload, base = encode_checked(state, stamp)
+        if version is None and (len(payload) >= JOURNAL_FROM_BYTES) != (stamp == LEDGER_VERSION):
+            stamp = SNAPSHOT_ONLY_VERSION if stamp == LEDGER_VERSION else LEDGER_VERSION
+            payload, base = encode_checked(state, stamp)
         if len(payload) > MAX_LEDGER_BYTES:
             raise LedgerError(f"refusing to write a ledger of {len(payload)} bytes: its reader takes at most "
                               f"{MAX_LEDGER_BYTES}", path=self.path)
@@ -339,7 +384,7 @@ class Ledger:
             msg = f"cannot make the ledger durable (fsync of its directory): {_reason(exc)}"
             if previous is not None:
                 try:
-                    self._replace(encode(previous))
+                    self._replace(encode(previous.state, max(previous.version, SNAPSHOT_ONLY_VERSION)))
                     msg += "; the previous ledger was put back"
                 except NotDurable:
                     msg += "; the previous ledger was put back"
@@ -348,7 +393,7 @@ class Ledger:
             raise LedgerError(msg, path=self.path) from exc
         except OSError as exc:
             raise LedgerError(f"cannot write the ledger: {_reason(exc)}", path=self.path) from exc
-        reader.wrote_snapshot(self.cache, self.path, payload, state, base)
+        reader.wrote_snapshot(self.cache, self.path, payload, state, base, stamp)
 
     def _replace(self, payload: bytes) -> None:
         replace_private(self.state_dir, self.path, payload, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX, durable=True)
