@@ -26,6 +26,7 @@ from ledger_factories import grant
 from numa_pin.base import safefs
 from numa_pin.errors import LedgerCorrupt, LedgerError
 from numa_pin.ledger import journal, reader, store
+from numa_pin.ledger.migrate import SNAPSHOT_ONLY_VERSION
 from numa_pin.ledger.model import Grant, LedgerState, PodRecord
 from numa_pin.ledger.store import JOURNAL_FILE, LEDGER_FILE, Ledger
 
@@ -526,3 +527,21 @@ def test_readers_racing_a_writer_never_go_back(tmp_path: Path) -> None:
         writer.communicate(timeout=60)
     assert seen > 30 + 20  # the writer appended and compacted meanwhile
     print(f"{reads} reads, {seen - 30} commits")
+
+
+def test_a_small_ledgers_reader_never_opens_the_journal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records follow only a snapshot stamped with the journal's format: beside a small ledger's
+    (version 4) a reader, the hook's included, leaves ``ledger.log`` alone, whatever it holds."""
+    ledger = _seeded(tmp_path)
+    state = ledger.read()
+    assert json.loads((tmp_path / LEDGER_FILE).read_bytes())["version"] == SNAPSHOT_ONLY_VERSION
+    (tmp_path / JOURNAL_FILE).write_bytes(b"what a crash left of an older snapshot's journal\n")
+    opened: list[str] = []
+    real = reader._open
+    monkeypatch.setattr(reader, "_open", lambda path: (opened.append(path), real(path))[1])
+    _forget(ledger)
+    assert ledger.read() == state
+    with ledger.transaction() as txn:
+        txn.put(_grant(900))
+    assert ledger.read() == state.with_grant(_grant(900))
+    assert opened and JOURNAL_FILE not in {os.path.basename(p) for p in opened}

@@ -18,6 +18,7 @@ from numa_pin.base.record import record
 from numa_pin.base.safefs import check_dir
 from numa_pin.errors import LedgerError
 from numa_pin.ledger.codec import corrupt, decode_checked
+from numa_pin.ledger.migrate import LEDGER_VERSION
 from numa_pin.ledger.model import LedgerState
 
 TYPE_CHECKING = False  # typing's flag without importing typing (it costs every hook start ~2 ms)
@@ -131,7 +132,9 @@ def read(cache: ReadCache, state_dir: str, path: str, journal_path: str) -> Read
 
 def _read_once(cache: ReadCache, path: str, journal_path: str) -> Read | None:
     """One read of both files (those ``cache`` holds, unchanged, are not read again); None
-    when the snapshot was replaced meanwhile."""
+    when the snapshot was replaced meanwhile. Records follow only a snapshot of
+    :data:`~numa_pin.ledger.migrate.LEDGER_VERSION`: beside an older one (a small ledger's) the
+    journal is not looked at, and what it may still hold names an older snapshot."""
     fd, st = _open(path)
     jfd: int | None = None
     try:
@@ -145,10 +148,10 @@ def _read_once(cache: ReadCache, path: str, journal_path: str) -> Read | None:
         else:
             raw = _bytes(fd, path)
             state, base, version = known[1:] if known is not None and known[0] == raw else decode_checked(raw, path)
-        jfd, jst = _open(journal_path)
+        jfd, jst = (None, None) if fd is not None and version < LEDGER_VERSION else _open(journal_path)
         journal = None if jfd is None or jst is None else _replay(cache, path, journal_path, jfd, jst, state, base,
                                                                   held)
-        if stat_identity(path) != ident:
+        if jfd is not None and stat_identity(path) != ident:
             raise _Overtaken
     except BaseException as exc:
         for each in (fd, jfd):
