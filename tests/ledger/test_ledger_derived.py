@@ -54,9 +54,9 @@ def test_carried_answers_are_the_answers_of_a_fresh_state(steps: list) -> None:
         if state is not before:
             assert derived.changed_from(state, before.grants) == [cid]
         # the commit's encoding, mended for the one change, is the encoding made afresh
-        codec.encode(before)
-        mended = codec.encode(state)
-        codec._LAST = None
+        memo = codec.Memo()
+        codec.encode(before, memo=memo)
+        mended = codec.encode(state, memo=memo)
         assert mended == codec.encode(oracle)
         untouched = (old is None or old.kind != "shared") and (new is None or new.kind != "shared")
         if before_shared is not None and untouched:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from ledger_factories import grant, grants, states
 
 from numa_pin.errors import LedgerCorrupt, LedgerError
+from numa_pin.ledger.codec import Memo
 from numa_pin.ledger.migrate import SNAPSHOT_ONLY_VERSION
 from numa_pin.ledger.model import LEDGER_VERSION, Grant, LedgerState, PodRecord
 from numa_pin.ledger.reader import ReadCache
@@ -248,11 +249,12 @@ def _plain_encode(state: LedgerState) -> bytes:
 def test_encode_is_the_plain_json_of_the_document_before_and_after_a_change(state: LedgerState, extra) -> None:
     """Each grant's text is encoded once and reused while the grant is the same object (issue 21):
     the bytes stay those of encoding the whole document, when a grant is added, replaced or gone."""
-    assert encode(state) == _plain_encode(state)
-    assert encode(state) == _plain_encode(state)  # every grant's text now comes from the reuse
+    memo = Memo()
+    assert encode(state, memo=memo) == _plain_encode(state)
+    assert encode(state, memo=memo) == _plain_encode(state)  # every grant's text now comes from the reuse
     for changed in (state.with_grant(extra), state.without(extra.container_id), state.with_grant(extra)):
-        assert encode(changed) == _plain_encode(changed)
-        assert decode(encode(changed), "/x/ledger.json") == changed
+        assert encode(changed, memo=memo) == _plain_encode(changed)
+        assert decode(encode(changed, memo=memo), "/x/ledger.json", memo) == changed
 
 
 @given(states(), st.lists(st.tuples(st.booleans(), grants()), max_size=40), st.integers(0, 3))
@@ -260,14 +262,15 @@ def test_encode_after_many_changes_is_the_plain_json_of_each_state(state: Ledger
     """The encoder mends the member lists of the grants it encoded last (a grant added, replaced
     or removed, many at a time or one) or makes them anew: each state's bytes stay those of
     encoding the whole document, whatever came before."""
-    assert encode(state) == _plain_encode(state)
+    memo = Memo()
+    assert encode(state, memo=memo) == _plain_encode(state)
     for i, (remove, extra) in enumerate(changes):
         state = state.without(extra.container_id) if remove else state.with_grant(extra)
         if every and i % every:
             continue  # several changes between two encodings
-        assert encode(state) == _plain_encode(state)
-    assert encode(state) == _plain_encode(state)
-    assert encode(LedgerState()) == _plain_encode(LedgerState())
+        assert encode(state, memo=memo) == _plain_encode(state)
+    assert encode(state, memo=memo) == _plain_encode(state)
+    assert encode(LedgerState(), memo=memo) == _plain_encode(LedgerState())
 
 
 def _with_grant_field(raw: bytes, cid: str, key: str, value: Any) -> bytes:
@@ -291,16 +294,19 @@ def test_decoding_again_reuses_only_grants_whose_json_is_the_same(case, key, val
     """Issue 21: a grant decoded before, with the same JSON text, is the same object (its
     encoded text is reused too); any change, even one Python's == cannot see, decodes it anew."""
     c1 = grant("c1", pid=1, start_time=1700000000.0)
-    first = decode(encode(LedgerState({"c1": c1, "c2": grant("c2")})), "/x/ledger.json")
+    memo = Memo()
+    first = decode(encode(LedgerState({"c1": c1, "c2": grant("c2")})), "/x/ledger.json", memo)
     raw = encode(first) if key is None else _with_grant_field(encode(first), "c1", key, value)
     if same is None:
         with pytest.raises(LedgerCorrupt, match="pid"):
-            decode(raw, "/x/ledger.json")
+            decode(raw, "/x/ledger.json", memo)
         return
-    again = decode(raw, "/x/ledger.json")
+    again = decode(raw, "/x/ledger.json", memo)
     assert again.grants["c2"] is first.grants["c2"]
     assert (again.grants["c1"] is first.grants["c1"]) is same
     assert again.grants["c1"] == Grant.from_dict(json.loads(raw)["data"]["grants"]["c1"])
+    fresh = decode(raw, "/x/ledger.json")  # no memo: nothing is lent, every grant decoded anew
+    assert fresh == again and not any(fresh.grants[cid] is again.grants[cid] for cid in again.grants)
 
 
 def _reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -401,3 +407,44 @@ def test_ledgers_given_one_cache_read_an_unchanged_file_once(tmp_path: Path, mon
     before = _open_fds()
     cache.let_go()
     assert len(before - _open_fds()) == 1  # the snapshot it held
+
+
+def test_a_ledgers_memo_is_its_own_cache_and_only_its_owner_reuses_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issues 21 and 39: a ledger's cache keeps the grants it last decoded and encoded. Another
+    writer's commit changes one grant: this ledger's next read returns the others as the same
+    objects, and its commits after its first encode only the grant that changed. A ledger with
+    a cache of its own reuses none of them (no module global lends them)."""
+    from numa_pin.ledger import codec
+
+    many = {f"c{i:02d}": grant(f"c{i:02d}", cpus={i}) for i in range(20)}
+    with Ledger(tmp_path).transaction() as txn:
+        txn.state = LedgerState(many)
+    ledger = Ledger(tmp_path)
+    first = ledger.read()
+    with Ledger(tmp_path).transaction() as txn:  # another writer
+        txn.put(grant("c00", cpus={30}))
+    again = ledger.read()
+    assert again.grant("c00") == grant("c00", cpus={30}) and again.grant("c00") is not first.grant("c00")
+    assert all(again.grants[cid] is first.grants[cid] for cid in many if cid != "c00")
+    encoded: list[str] = []
+    real = codec._member
+
+    def counting(cid: str, g: Grant) -> tuple[bytes, bytes]:
+        encoded.append(cid)
+        return real(cid, g)
+
+    monkeypatch.setattr(codec, "_member", counting)
+    with ledger.transaction() as txn:
+        txn.put(grant("c01", cpus={31}))
+    assert sorted(encoded) == sorted(many)  # this ledger's first encoding
+    encoded.clear()
+    with ledger.transaction() as txn:
+        txn.put(grant("c02", cpus={32}))
+    assert encoded == ["c02"]
+    stranger = Ledger(tmp_path)
+    assert not any(g is again.grants.get(cid) for cid, g in stranger.read().grants.items())
+    encoded.clear()
+    with stranger.transaction() as txn:
+        txn.put(grant("c03", cpus={33}))
+    assert sorted(encoded) == sorted(many)

@@ -178,7 +178,7 @@ def rehearse(request: Mapping[str, object], kept: WarmState) -> LedgerWatch | No
         watch = LedgerWatch(service.ledger)
         service.plan(request_from_oci("numa-pin-rehearsal", {"numa-pin.io/cpus": "1"}))
         state = service.ledger.read()
-        encode(state)  # a busy node's ledger: the commit then encodes only its change
+        encode(state, memo=service.ledger.cache)  # a busy node's ledger: the commit then encodes only its change
         prepare(state, service.boot_id)  # the grants the admission's liveness pass asks, and skips
         warm(service, state)  # and its shared containers' cgroups: the commit then checks only new ones
     except (Exception, SystemExit):  # the hook itself will meet and report whatever this is

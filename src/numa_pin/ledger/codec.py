@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
+    #: ``(grants, ids, indented members, canonical members)`` of the grants last encoded, in
+    #: container id order, the members as the file's bytes
+    Encoded = tuple[Mapping[str, Grant], list[str], list[bytes], list[bytes]]
+
 #: what an operator should do about a corrupt ledger (appended to every LedgerCorrupt)
 REMEDY = ("run `numa-pin recover`: it keeps the file aside and rebuilds the grants from what runs "
           "(numa-pin never resets it silently; until then only containers that ask for nothing start)")
@@ -54,11 +58,22 @@ def check_new_grants(before: LedgerState, after: LedgerState, path: str) -> None
                                   f"characters, more than {MAX_NAME_CHARS}", path=path)
 
 
-#: the grants last encoded and their members, in container id order: ``(grants, ids, indented
-#: members, canonical members)``, the members as the file's bytes. A commit changes one grant of
-#: hundreds, and the unchanged ones are the very objects the last read or write returned: the next
-#: encoding copies these lists and mends them where a grant changed, came or went (issue 21)
-_LAST: tuple[Mapping[str, Grant], list[str], list[bytes], list[bytes]] | None = None
+class Memo:
+    """What one owner's encodings and decodings keep for the next (issue 21): a commit changes
+    one grant of hundreds, and the unchanged ones are the very objects the last read or write
+    returned. Its owner passes it in (:class:`~numa_pin.ledger.reader.ReadCache` is one); an
+    encoding or decoding given none reuses nothing."""
+
+    def __init__(self) -> None:
+        #: the grants last encoded and their members: the next encoding copies these lists and
+        #: mends them where a grant changed, came or went (None: nothing encoded yet)
+        self.encoded: Encoded | None = None
+        #: ``{container id: (repr of its JSON value, Grant)}`` of the grants last decoded: a
+        #: grant whose JSON is unchanged is neither decoded nor checked again, and stays the
+        #: same object (so its encoded text is reused too)
+        self.decoded: dict[str, tuple[str, Grant]] = {}
+
+
 #: stands for the grants in the rest of the document while it is encoded (a string JSON escapes
 #: to one that no grant, pod or version text can hold)
 _GRANTS_SLOT = "\x00grants\x00"
@@ -66,25 +81,28 @@ _GRANTS_SLOT = "\x00grants\x00"
 _GRANT_INDENT = "   "
 
 
-def encode(state: LedgerState, version: int = LEDGER_VERSION) -> bytes:
+def encode(state: LedgerState, version: int = LEDGER_VERSION, memo: Memo | None = None) -> bytes:
     """The file bytes for ``state`` in format ``version`` (:data:`LEDGER_VERSION`, or
     :data:`SNAPSHOT_ONLY_VERSION` for a snapshot no journal record follows; the data is the same):
     data, its version and its checksum (pure: the bytes of
     ``json.dumps`` of the document, indent 1 and sorted keys; each grant's part is encoded once
     and reused while the grant is unchanged, and a busy node's thousand grants are copied once
-    into the checksum's text and once into the file's, never through a ``str``)."""
-    return encode_checked(state, version)[0]
+    into the checksum's text and once into the file's, never through a ``str``; the members are
+    ``memo``'s, mended, when it is given)."""
+    return encode_checked(state, version, memo)[0]
 
 
-def encode_checked(state: LedgerState, version: int = LEDGER_VERSION) -> tuple[bytes, str]:
+def encode_checked(state: LedgerState, version: int = LEDGER_VERSION, memo: Memo | None = None
+                   ) -> tuple[bytes, str]:
     """:func:`encode`'s bytes and the ``checksum`` they state (what the journal's records name)."""
-    global _LAST
     if version not in (LEDGER_VERSION, SNAPSHOT_ONLY_VERSION):
         raise ValueError(f"ledger format {version} is neither {LEDGER_VERSION} nor {SNAPSHOT_ONLY_VERSION}")
     rest = LedgerState({}, state.pods).to_dict()
     rest["grants"], rest["version"] = _GRANTS_SLOT, version
-    _LAST = _members(state, _LAST)
-    _, _, pretty, canonical = _LAST
+    encoded = _members(state, None if memo is None else memo.encoded)
+    if memo is not None:
+        memo.encoded = encoded
+    _, _, pretty, canonical = encoded
     slot = json.dumps(_GRANTS_SLOT)
     head, tail = _canonical(rest).split(slot, 1)
     digest = sha256_hex_parts((head + "{").encode("ascii"), b",".join(canonical), ("}" + tail).encode("ascii"))
@@ -101,8 +119,7 @@ def encode_checked(state: LedgerState, version: int = LEDGER_VERSION) -> tuple[b
     return b",\n".join(members), stated
 
 
-def _members(state: LedgerState, last: tuple[Mapping[str, Grant], list[str], list[bytes], list[bytes]] | None
-             ) -> tuple[Mapping[str, Grant], list[str], list[bytes], list[bytes]]:
+def _members(state: LedgerState, last: Encoded | None) -> Encoded:
     """``(grants, ids, indented members, canonical members)`` for the grants of ``state``, in id
     order: the lists of ``last`` mended where few grants differ from it, else made anew (the
     one that differs is known, :func:`~numa_pin.ledger.derived.changed_from`, where ``state``
@@ -148,16 +165,17 @@ def _member(cid: str, grant: Grant) -> tuple[bytes, bytes]:
             f"{key}:{_canonical(d)}".encode("ascii"))
 
 
-def decode(raw: bytes, path: str) -> LedgerState:
-    """Parse and verify the file bytes ``raw`` read from ``path`` (pure).
+def decode(raw: bytes, path: str, memo: Memo | None = None) -> LedgerState:
+    """Parse and verify the file bytes ``raw`` read from ``path`` (pure but for ``memo``, whose
+    grants are reused where their JSON is unchanged and which then keeps these).
 
     Raises:
         LedgerCorrupt: bad UTF-8/JSON, wrong shape, newer version, bad checksum.
     """
-    return decode_checked(raw, path)[0]
+    return decode_checked(raw, path, memo)[0]
 
 
-def decode_checked(raw: bytes, path: str) -> tuple[LedgerState, str, int]:
+def decode_checked(raw: bytes, path: str, memo: Memo | None = None) -> tuple[LedgerState, str, int]:
     """:func:`decode`'s state, the file's ``checksum`` (what the journal's records name) and its
     format version (journal records follow only a snapshot of :data:`LEDGER_VERSION`)."""
     try:
@@ -183,7 +201,7 @@ def decode_checked(raw: bytes, path: str) -> tuple[LedgerState, str, int]:
     if data.get("version") != version:
         raise corrupt(f"version {version} does not match data version {data.get('version')!r}", path)
     try:
-        return LedgerState.from_dict(data), actual, version
+        return LedgerState.from_dict(data, None if memo is None else memo.decoded), actual, version
     except LedgerCorrupt as exc:
         raise corrupt(str(exc), path) from exc
 
@@ -237,5 +255,5 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed")
 
 
-__all__ = ["MAX_DEPTH", "MAX_NAME_CHARS", "REMEDY", "check_new_grants", "checksum", "corrupt", "decode",
+__all__ = ["MAX_DEPTH", "MAX_NAME_CHARS", "REMEDY", "Memo", "check_new_grants", "checksum", "corrupt", "decode",
            "decode_checked", "encode", "encode_checked"]

@@ -391,8 +391,10 @@ class LedgerState:
         }
 
     @classmethod
-    def from_dict(cls, d: object) -> LedgerState:
-        """Inverse of :meth:`to_dict`; older versions are migrated first.
+    def from_dict(cls, d: object, decoded: dict[str, tuple[str, Grant]] | None = None) -> LedgerState:
+        """Inverse of :meth:`to_dict`; older versions are migrated first. ``decoded`` (an owner's
+        :attr:`~numa_pin.ledger.codec.Memo.decoded`) lends the grants it decoded last, reused
+        where their JSON is unchanged, and then keeps these; None: every grant is decoded.
 
         Raises:
             LedgerCorrupt: unknown or newer version, or any shape problem.
@@ -402,7 +404,7 @@ class LedgerState:
         shape.json_field(obj, "written_by", str, "ledger data")
         grants = shape.json_field(obj, "grants", dict, "ledger data")
         pods = shape.json_field(obj, "pods", dict, "ledger data")
-        parsed_grants = _grants_from_dict(grants)
+        parsed_grants = _grants_from_dict(grants, decoded)
         parsed_pods = {key: PodRecord.from_dict(value) for key, value in pods.items()}
         try:
             return cls(parsed_grants, parsed_pods)
@@ -410,24 +412,21 @@ class LedgerState:
             raise LedgerCorrupt(str(exc)) from None
 
 
-#: ``{container id: (repr of its JSON value, Grant)}`` of the grants last decoded: a grant whose
-#: JSON is unchanged is neither decoded nor checked again, and stays the same object (so the
-#: store reuses its encoded text too). A commit changes one grant of hundreds (issue 21)
-_DECODED: dict[str, tuple[str, Grant]] = {}
-
-
-def _grants_from_dict(grants: dict[str, Any]) -> dict[str, Grant]:
-    """``{id: Grant.from_dict(value)}``, reusing the grants of the last call whose JSON value
-    has the same ``repr`` (unlike ``==``, it tells ``1``, ``1.0`` and ``true`` apart)."""
+def _grants_from_dict(grants: dict[str, Any], decoded: dict[str, tuple[str, Grant]] | None) -> dict[str, Grant]:
+    """``{id: Grant.from_dict(value)}``, reusing the grants in ``decoded`` whose JSON value has
+    the same ``repr`` (unlike ``==``, it tells ``1``, ``1.0`` and ``true`` apart), and leaving
+    ``decoded`` holding these grants (issue 21: a commit changes one grant of hundreds)."""
+    if decoded is None:
+        return {key: Grant.from_dict(value) for key, value in grants.items()}
     out: dict[str, Grant] = {}
     seen: dict[str, tuple[str, Grant]] = {}
     for key, value in grants.items():
         text = repr(value)
-        known = _DECODED.get(key)
+        known = decoded.get(key)
         grant = out[key] = known[1] if known is not None and known[0] == text else Grant.from_dict(value)
         seen[key] = (text, grant)
-    _DECODED.clear()
-    _DECODED.update(seen)
+    decoded.clear()
+    decoded.update(seen)
     return out
 
 

@@ -17,7 +17,7 @@ from numa_pin.base.boundedio import UnsafeInput, open_regular, read_fd
 from numa_pin.base.record import record
 from numa_pin.base.safefs import check_dir
 from numa_pin.errors import LedgerError
-from numa_pin.ledger.codec import corrupt, decode_checked
+from numa_pin.ledger.codec import Memo, corrupt, decode_checked
 from numa_pin.ledger.migrate import LEDGER_VERSION
 from numa_pin.ledger.model import LedgerState
 
@@ -36,7 +36,7 @@ READ_TRIES = 20
 Held = tuple[str, int, tuple[int, ...], int | None, tuple[int, ...] | None]
 
 
-class ReadCache:
+class ReadCache(Memo):
     """The ledger files one reader (a :class:`~numa_pin.ledger.store.Ledger`, or the ledgers of
     an agent child's services, sharing its warm state) read or wrote last, kept open, and what
     they held. While they are open their inodes cannot pass to other files, and numa-pin only
@@ -44,9 +44,11 @@ class ReadCache:
     with these identities (device, inode, size, modification and change times) hold the bytes
     kept here and are not read again (an admission reads the ledger twice: the snapshot, then
     under the lock; the agent's spare read it before). Anything else that writes a file changes
-    its change time."""
+    its change time. As a :class:`~numa_pin.ledger.codec.Memo` it keeps the grants its owner
+    last decoded and encoded, reused while unchanged (issue 21)."""
 
     def __init__(self) -> None:
+        super().__init__()
         #: the snapshot each path was last read or written as: (its bytes, their state, their
         #: checksum, their format version)
         self.parsed: dict[str, tuple[bytes, LedgerState, str, int]] = {}
@@ -147,7 +149,10 @@ def _read_once(cache: ReadCache, path: str, journal_path: str) -> Read | None:
             raw, state, base, version = known  # the very file read or written last, unchanged
         else:
             raw = _bytes(fd, path)
-            state, base, version = known[1:] if known is not None and known[0] == raw else decode_checked(raw, path)
+            if known is not None and known[0] == raw:
+                state, base, version = known[1:]
+            else:
+                state, base, version = decode_checked(raw, path, cache)
         jfd, jst = (None, None) if fd is not None and version < LEDGER_VERSION else _open(journal_path)
         journal = None if jfd is None or jst is None else _replay(cache, path, journal_path, jfd, jst, state, base,
                                                                   held)

@@ -371,10 +371,10 @@ class Ledger:
         if stamp is None:  # guessed from the last size (both stamps take as many bytes), checked below
             big = previous is not None and previous.size >= JOURNAL_FROM_BYTES
             stamp = LEDGER_VERSION if big else SNAPSHOT_ONLY_VERSION
-        payload, base = encode_checked(state, stamp)
+        payload, base = encode_checked(state, stamp, self.cache)
         if version is None and (len(payload) >= JOURNAL_FROM_BYTES) != (stamp == LEDGER_VERSION):
             stamp = SNAPSHOT_ONLY_VERSION if stamp == LEDGER_VERSION else LEDGER_VERSION
-            payload, base = encode_checked(state, stamp)
+            payload, base = encode_checked(state, stamp, self.cache)
         if len(payload) > MAX_LEDGER_BYTES:
             raise LedgerError(f"refusing to write a ledger of {len(payload)} bytes: its reader takes at most "
                               f"{MAX_LEDGER_BYTES}", path=self.path)
@@ -384,7 +384,7 @@ class Ledger:
             msg = f"cannot make the ledger durable (fsync of its directory): {_reason(exc)}"
             if previous is not None:
                 try:
-                    self._replace(encode(previous.state, max(previous.version, SNAPSHOT_ONLY_VERSION)))
+                    self._replace(encode(previous.state, max(previous.version, SNAPSHOT_ONLY_VERSION), self.cache))
                     msg += "; the previous ledger was put back"
                 except NotDurable:
                     msg += "; the previous ledger was put back"
