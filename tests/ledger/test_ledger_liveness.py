@@ -13,7 +13,9 @@ from ledger_factories import grant
 
 from numa_pin.errors import CgroupEscapeError, SysfsError
 from numa_pin.ledger.liveness import (
+    BOOT_TIME_TTL_S,
     START_TIME_TOLERANCE_S,
+    BootTimes,
     cgroup_dir,
     collect_garbage,
     detect_cgroup_version,
@@ -119,6 +121,27 @@ def test_missing_btime_is_sysfs_error(fake_proc: Path) -> None:
     (fake_proc / "stat").write_text("cpu 1 2 3\n")
     with pytest.raises(SysfsError, match="btime"):
         process_alive(100, None, str(fake_proc))
+
+
+def test_boot_times_are_read_at_most_once_a_second_by_their_owner_only(
+        fake_proc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39: the boot time lives on the owner passed in (a node, or the agent child's warm
+    state), not in a module global: read once per :data:`BOOT_TIME_TTL_S` through it; another
+    owner, or no owner, reads the file for itself."""
+    from numa_pin.ledger import liveness
+
+    now = [1000.0]
+    monkeypatch.setattr(liveness.time, "monotonic", lambda: now[0])
+    owner = BootTimes()
+    assert process_start_time(100, str(fake_proc), owner) == _created(5000)
+    (fake_proc / "stat").write_text(f"btime {BTIME + 7}\n")
+    now[0] += BOOT_TIME_TTL_S / 2
+    assert process_start_time(100, str(fake_proc), owner) == _created(5000)  # kept
+    assert process_alive(100, _created(5000), str(fake_proc), owner)
+    assert process_start_time(100, str(fake_proc), BootTimes()) == _created(5000) + 7  # another owner's
+    assert process_start_time(100, str(fake_proc)) == _created(5000) + 7  # no owner: read
+    now[0] += BOOT_TIME_TTL_S
+    assert process_start_time(100, str(fake_proc), owner) == _created(5000) + 7  # a second on: read again
 
 
 # ---- the real /proc: psutil path, and the direct reader as an oracle for each other ---

@@ -53,17 +53,19 @@ def is_alive(
     cgroup_root: str,
     *,
     cgroup_version: int | None = None,
+    boot_times: BootTimes | None = None,
 ) -> bool:
     """True while ``grant``'s process or cgroup exists (see the module docstring).
 
     ``cgroup_version`` is 1 or 2; ``None`` detects it (2 when
-    ``<cgroup_root>/cgroup.controllers`` exists).
+    ``<cgroup_root>/cgroup.controllers`` exists). ``boot_times``: its owner's boot times
+    (None: ``<proc_root>/stat`` is read for this check).
 
     Raises:
         CgroupEscapeError: ``grant.cgroup`` would resolve outside the cgroup root.
         SysfsError: a proc file exists but cannot be parsed.
     """
-    if grant.pid is not None and process_alive(grant.pid, grant.start_time, proc_root):
+    if grant.pid is not None and process_alive(grant.pid, grant.start_time, proc_root, boot_times):
         return True
     if grant.cgroup is not None:
         directory = cgroup_dir(grant.cgroup, cgroup_root, cgroup_version)
@@ -276,32 +278,34 @@ def detect_cgroup_version(cgroup_root: str) -> int:
     return 2 if os.path.isfile(os.path.join(cgroup_root, "cgroup.controllers")) else 1
 
 
-def process_alive(pid: int, start_time: float | None, proc_root: str) -> bool:
-    """True when ``pid`` runs, is not a zombie, and (if given) started at ``start_time``.
+def process_alive(pid: int, start_time: float | None, proc_root: str, boot_times: BootTimes | None = None) -> bool:
+    """True when ``pid`` runs, is not a zombie, and (if given) started at ``start_time``
+    (``boot_times``: as :func:`is_alive`'s).
 
     Raises:
         SysfsError: ``<proc_root>/<pid>/stat`` or ``<proc_root>/stat`` is unparsable.
     """
-    created = _stat_create_time(pid, proc_root)
+    created = _stat_create_time(pid, proc_root, boot_times)
     if created is None:
         return False
     return _same_start(start_time, created)
 
 
-def process_start_time(pid: int, proc_root: str) -> float | None:
-    """psutil-compatible ``create_time`` of ``pid`` read from ``proc_root``; None if gone.
+def process_start_time(pid: int, proc_root: str, boot_times: BootTimes | None = None) -> float | None:
+    """psutil-compatible ``create_time`` of ``pid`` read from ``proc_root``; None if gone
+    (``boot_times``: as :func:`is_alive`'s).
 
     Raises:
         SysfsError: the proc files are unparsable.
     """
-    return _stat_create_time(pid, proc_root)
+    return _stat_create_time(pid, proc_root, boot_times)
 
 
 def _same_start(recorded: float | None, actual: float) -> bool:
     return recorded is None or abs(recorded - actual) <= START_TIME_TOLERANCE_S
 
 
-def _stat_create_time(pid: int, proc_root: str) -> float | None:
+def _stat_create_time(pid: int, proc_root: str, boot_times: BootTimes | None) -> float | None:
     path = os.path.join(proc_root, str(pid), "stat")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # no file object: a pass reads every grant's
@@ -321,23 +325,37 @@ def _stat_create_time(pid: int, proc_root: str) -> float | None:
     if fields[0] in ("Z", "X", "x"):
         return None  # zombie or dead: the process is gone
     ticks = int(fields[19])
-    return float(ticks) / os.sysconf("SC_CLK_TCK") + _boot_time(proc_root)
+    btime = _read_boot_time(proc_root) if boot_times is None else boot_times.of(proc_root)
+    return float(ticks) / os.sysconf("SC_CLK_TCK") + btime
 
 
-#: ``{proc_root: (monotonic time read, btime)}``: the boot time read at most once a second,
-#: not once per grant (``/proc/stat`` lists every CPU; a liveness pass checks every grant)
-_BOOT_TIMES: dict[str, tuple[float, float]] = {}
-_BOOT_TIME_TTL_S = 1.0
+#: how long a boot time read stays :class:`BootTimes`' answer
+BOOT_TIME_TTL_S = 1.0
 
 
-def _boot_time(proc_root: str) -> float:
-    now = time.monotonic()
-    known = _BOOT_TIMES.get(proc_root)
-    if known is not None and 0 <= now - known[0] < _BOOT_TIME_TTL_S:
-        return known[1]
-    btime = _read_boot_time(proc_root)
-    _BOOT_TIMES[proc_root] = (now, btime)
-    return btime
+class BootTimes:
+    """The boot time (``btime`` of ``<proc_root>/stat``) of each proc root, read at most once a
+    second, not once per grant (``/proc/stat`` lists every CPU; a liveness pass checks every
+    grant). Its owner (a node, or the agent child's warm state its services share) passes it
+    to :func:`is_alive`, :func:`process_alive` and :func:`process_start_time`."""
+
+    def __init__(self) -> None:
+        #: ``{proc_root: (monotonic time read, btime)}``
+        self.read: dict[str, tuple[float, float]] = {}
+
+    def of(self, proc_root: str) -> float:
+        """``<proc_root>/stat``'s boot time, as read less than :data:`BOOT_TIME_TTL_S` ago.
+
+        Raises:
+            SysfsError: the file is unreadable or has no ``btime`` line.
+        """
+        now = time.monotonic()
+        known = self.read.get(proc_root)
+        if known is not None and 0 <= now - known[0] < BOOT_TIME_TTL_S:
+            return known[1]
+        btime = _read_boot_time(proc_root)
+        self.read[proc_root] = (now, btime)
+        return btime
 
 
 def _read_boot_time(proc_root: str) -> float:
@@ -356,6 +374,8 @@ def _read_boot_time(proc_root: str) -> float:
 
 
 __all__ = [
+    "BOOT_TIME_TTL_S",
+    "BootTimes",
     "cgroup_populated",
     "START_TIME_TOLERANCE_S",
     "cgroup_dir",

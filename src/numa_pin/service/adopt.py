@@ -127,7 +127,8 @@ def _adopt_one(service: ServiceBase, state: LedgerState, item: Adoptee, undo: Un
     decision = decide(service.topology, state, request, service.settings)
     if not decision.admit:
         raise reject(decision)
-    grant = grant_from(request, decision, pid=pid, start_time=process_start_time(pid, cfg.proc_root) if pid else None,
+    started = process_start_time(pid, cfg.proc_root, service.boot_times) if pid else None
+    grant = grant_from(request, decision, pid=pid, start_time=started,
                        cgroup=ref.rel_path if ref is not None else None, kind=None, created=time.time(),
                        boot_id=service.boot_id)
     if ref is None and item.expected_cgroup:

@@ -30,7 +30,7 @@ from numa_pin.enforcer import cgroups as cg
 from numa_pin.enforcer.owner import ContainerCgroup, check_container_cgroup
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import AdmissionTimeout, EnforcementError, LedgerCorrupt, NumaPinError, RequestError
-from numa_pin.ledger.liveness import boot_clock, collect_garbage, process_start_time, sample_idle
+from numa_pin.ledger.liveness import BootTimes, boot_clock, collect_garbage, process_start_time, sample_idle
 from numa_pin.ledger.model import KIND_PROCESS, KIND_SHARED, Grant, LedgerState, PodRecord
 from numa_pin.reporting import report, tally
 from numa_pin.requests.request import ContainerRequest
@@ -179,15 +179,16 @@ class NodeService(ServiceBase):
                     if existing is not None and kind == KIND_PROCESS and existing.pid not in (pid, None):
                         raise RequestError(live_name_message(existing), annotation="--name")
                     bind = existing is not None and existing.pid is None and pid is not None
+                    started = _start_time(pid, cfg.proc_root, self.boot_times)
                     if existing is not None:
-                        grant = replace(existing, pid=pid or existing.pid, start_time=_start_time(pid, cfg.proc_root),
+                        grant = replace(existing, pid=pid or existing.pid, start_time=started,
                                         cgroup=ref.rel_path if ref is not None else existing.cgroup,
                                         pending_since=None if pid else existing.pending_since,
                                         pending_root=None if pid else existing.pending_root)
                         decision = None
                     else:
                         assert decision is not None
-                        grant = grant_from(request, decision, pid=pid, start_time=_start_time(pid, cfg.proc_root),
+                        grant = grant_from(request, decision, pid=pid, start_time=started,
                                            cgroup=ref.rel_path if ref is not None else None, kind=kind,
                                            created=time.time(), boot_id=self.boot_id)
                         if ref is None and expected_cgroup:
@@ -403,9 +404,9 @@ class NodeService(ServiceBase):
         return list(removed), repaired
 
 
-def _start_time(pid: int | None, proc_root: str) -> float | None:
+def _start_time(pid: int | None, proc_root: str, boot_times: BootTimes) -> float | None:
     """The process start time liveness compares against, so pid reuse cannot fool GC."""
-    return process_start_time(pid, proc_root) if pid else None
+    return process_start_time(pid, proc_root, boot_times) if pid else None
 
 
 def open_service(config: Config, cache_dir: str | None = None, *, topology_max_age: float = DEFAULT_MAX_AGE_S,

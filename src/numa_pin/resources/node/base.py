@@ -45,7 +45,7 @@ from numa_pin.enforcer.systemd import Systemd
 from numa_pin.enforcer.systemd import detect as detect_systemd
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.ledger.derived import of_earlier_boot
-from numa_pin.ledger.liveness import is_alive, pending_abandoned, pending_age, read_boot_id
+from numa_pin.ledger.liveness import BootTimes, is_alive, pending_abandoned, pending_age, read_boot_id
 from numa_pin.ledger.model import Grant, LedgerState
 from numa_pin.resources.base import NodeSettings, Resource
 from numa_pin.topology.cache import DEFAULT_MAX_AGE_S, cached_discover
@@ -88,6 +88,9 @@ class Node:
         self._systemd: tuple[Systemd | None] | None = None  # None: not looked for yet
         #: this boot (a grant of another one is dead, whatever its pid or cgroup say)
         self.boot_id = read_boot_id(config.proc_root)
+        #: the proc root's boot time, read at most once a second by the liveness checks (the
+        #: agent child's services share its warm state's)
+        self.boot_times = BootTimes() if warm_state is None else warm_state.boot_times
 
     @property
     def topology(self) -> Topology:
@@ -122,7 +125,7 @@ class Node:
         or its cgroup made and emptied) is dead at once. A grant of an earlier boot is dead."""
         if of_earlier_boot(grant, self.boot_id):
             return False
-        if is_alive(grant, self.config.proc_root, self.config.cgroup_root):
+        if is_alive(grant, self.config.proc_root, self.config.cgroup_root, boot_times=self.boot_times):
             return True
         return (grant.pid is None and grant.cgroup is not None and pending_age(grant) < PENDING_GRACE_S
                 and not pending_abandoned(grant, self.config.cgroup_root, PENDING_SETTLE_S))
@@ -134,7 +137,8 @@ class Node:
         """Whether the grant's process or cgroup is there now (no grace: what ``status`` shows
         as running; whether the grant lives is :meth:`alive`'s)."""
         return not of_earlier_boot(grant, self.boot_id) and is_alive(grant, self.config.proc_root,
-                                                                       self.config.cgroup_root)
+                                                                       self.config.cgroup_root,
+                                                                       boot_times=self.boot_times)
 
     def _layout(self) -> CgroupLayout:
         """How cgroups are mounted (read once per node from mountinfo)."""

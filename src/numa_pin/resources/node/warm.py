@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from numa_pin.enforcer.cgroups import close_handles
+from numa_pin.ledger.liveness import BootTimes
 from numa_pin.ledger.reader import ReadCache
 
 if TYPE_CHECKING:
@@ -47,10 +48,13 @@ class WarmState:
         #: the ledger files the rehearsal read, kept open for the services' ledgers
         #: (:class:`~numa_pin.ledger.reader.ReadCache`): an unchanged ledger is not read again
         self.ledger = ReadCache()
+        #: the proc root's boot time as the rehearsal's liveness checks read it (at most once a second)
+        self.boot_times = BootTimes()
 
     def forget(self) -> None:
         """Close the held cgroup descriptors and forget the cgroup caches (cold again); deferred
-        work stays, and so does :attr:`ledger`, which checks itself at every read."""
+        work stays, and so do :attr:`ledger`, which checks itself at every read, and
+        :attr:`boot_times`, which reads again after a second."""
         close_handles(self.handles)
         self.refs, self.leaves, self.handles, self.last = None, None, None, None
 
