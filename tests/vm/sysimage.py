@@ -294,15 +294,17 @@ def qemu_argv(kernel: Path, initrd: Path, image: Path, share: Path, device_node:
     iommu = ["-device", "intel-iommu,intremap=off"] if device_node is not None else []  # before any PCI device
     append = ("root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 systemd.show_status=0 quiet "
               "panic=-1 net.ifnames=0" + (" intel_iommu=on iommu=pt" if device_node is not None else ""))
+    if device_node is None:
+        disks = ["-drive", f"file={image},if=virtio,format=raw,cache=unsafe",
+                 "-virtfs", f"local,path={share},mount_tag={SHARE_TAG},security_model=none,id={SHARE_TAG}"]
+    else:  # on the root bus by name: a device left to find a bus would take the expander bridge's
+        disks = ["-drive", f"file={image},if=none,id=vda,format=raw,cache=unsafe",
+                 "-device", "virtio-blk-pci,drive=vda,bus=pcie.0",
+                 "-fsdev", f"local,path={share},security_model=none,id={SHARE_TAG}",
+                 "-device", f"virtio-9p-pci,fsdev={SHARE_TAG},mount_tag={SHARE_TAG},bus=pcie.0"]
     argv = ["qemu-system-x86_64", "-machine", "q35,accel=tcg", "-cpu", "max", "-smp", str(2 * len(NUMA)),
             "-m", "2G", "-nographic", "-no-user-config", "-nodefaults", "-serial", "stdio", *iommu,
-            "-kernel", str(kernel), "-initrd", str(initrd), "-append", append,
-            # on the root bus by name: a device left to find a bus would take an expander bridge's
-            "-drive", f"file={image},if=none,id=vda,format=raw,cache=unsafe",
-            "-device", "virtio-blk-pci,drive=vda,bus=pcie.0",
-            "-fsdev", f"local,path={share},security_model=none,id={SHARE_TAG}",
-            "-device", f"virtio-9p-pci,fsdev={SHARE_TAG},mount_tag={SHARE_TAG},bus=pcie.0",
-            "-nic", "none"]
+            "-kernel", str(kernel), "-initrd", str(initrd), "-append", append, *disks, "-nic", "none"]
     for i, (mem, cpus) in enumerate(NUMA):
         first, _, last = cpus.partition("-")
         argv += ["-object", f"memory-backend-ram,id=m{i},size={mem}",
