@@ -157,9 +157,10 @@ NODES = {"load-balancing-root-balances": "balancing_root", **dict.fromkeys(DEVIC
 #: is refused there, :data:`GUEST_CELLS`); the v1 root that balances has no v2 counterpart. A row
 #: costs a guest about 17 s, so rows another row already stands for stay on the fake node (a second
 #: memory policy, a second C-state, the refusals of a malformed request, the quota a BestEffort pod
-#: never had)
+#: never had). The guests have one device: qemu's ``edu`` function on node 1, behind an emulated
+#: IOMMU, bound to vfio-pci and selected as the GPU node selects its vfio-bound VF (every_path_world.GPU_RESOURCES)
 GUEST_ROWS = ("two-cpus", "memory-only", "too-many-cpus", "memory-policy", "cpu-shared", "cpu-shared-no-cpus",
-              "exec-affinity", "pod-scope", "c-states-off", "governor", "load-balancing", "irq")
+              "exec-affinity", "pod-scope", "c-states-off", "governor", "load-balancing", "irq", "vfio")
 GUEST_CELLS = {"governor": "IsolationError"}
 #: what the guests read on the host while the row's container runs (tests/vm/nri_guest.py's matrix)
 GUEST_EFFECTS = {"c-states-off": ("pm_qos", "n/a"), "load-balancing": ("partition", "isolated"),

@@ -89,8 +89,36 @@ def grants() -> dict[str, dict[str, object]]:
     from numa_pin.ledger.store import Ledger
 
     state = Ledger(load_config(None, {}).state_dir).read()
-    return {cid: {"kind": g.kind, "cpus": sorted(g.cpus), "mems": sorted(g.mems), "pod": g.pod_id, "scope": g.scope}
+    return {cid: {"kind": g.kind, "cpus": sorted(g.cpus), "mems": sorted(g.mems), "pod": g.pod_id, "scope": g.scope,
+                  "devices": {r: list(ids) for r, ids in g.devices.items()}}
             for cid, g in state.grants.items()}
+
+
+def bind_vfio(resources: Path) -> dict[str, object]:
+    """Bind the PCI function qemu gave this guest (tests/vm/sysimage.py's ``DEVICE``, named in
+    ``resources`` with the device resources to configure) to vfio-pci; what the kernel says of it."""
+    want = json.loads(resources.read_text())
+    sh("modprobe", "vfio-pci")
+    for dev in sorted(Path("/sys/bus/pci/devices").iterdir()):
+        if [(dev / f).read_text().strip() for f in ("vendor", "device")] == want["ids"]:
+            (dev / "driver_override").write_text("vfio-pci")
+            Path("/sys/bus/pci/drivers_probe").write_text(dev.name)
+            group = os.readlink(dev / "iommu_group").rsplit("/", 1)[1]
+            node = int((dev / "numa_node").read_text())
+            return {"address": dev.name, "driver": os.readlink(dev / "driver").rsplit("/", 1)[1], "group": group,
+                    "numa_node": node, "dev": Path(f"/sys/class/vfio/{group}/dev").read_text().strip(),
+                    "node_cpus": Path(f"/sys/devices/system/node/node{node}/cpulist").read_text().strip(),
+                    "container_dev": Path("/sys/class/misc/vfio/dev").read_text().strip()}
+    raise RuntimeError(f"no PCI function {want['ids']}")
+
+
+def container_devices(pid: int) -> dict[str, object]:
+    """The container's ``/dev/vfio`` (each node's major:minor) and its ``PCIDEVICE_*`` variables."""
+    vfio = Path(f"/proc/{pid}/root/dev/vfio")
+    nodes = {p.name: f"{os.major(p.stat().st_rdev)}:{os.minor(p.stat().st_rdev)}"
+             for p in (sorted(vfio.iterdir()) if vfio.is_dir() else [])}
+    env = dict(v.split("=", 1) for v in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in v)
+    return {"vfio": nodes, "env": {k: v for k, v in env.items() if k.startswith("PCIDEVICE_")}}
 
 
 def registrations() -> int:
@@ -169,8 +197,13 @@ def step(name: str, fn) -> None:
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     # TCG: a hook may hold the ledger for as long as its admission's 40 s, so another waits as long
+    resources = HERE / "devices.json"
+    devices = json.loads(resources.read_text())["devices"] if resources.exists() else {}
     Path("/etc/numa-pin/config.yaml").write_text("policy: restricted\nscope: container\nsyslog: true\n"
-                                                 "admission_timeout_s: 40\nlock_timeout_s: 40\n")
+                                                 "admission_timeout_s: 40\nlock_timeout_s: 40\n"
+                                                 f"devices: {json.dumps(devices)}\n")
+    if devices:
+        step("vfio", lambda: bind_vfio(resources))
     facts["containerd"] = sh("containerd", "--version").strip()
     major = re.search(r" v?(\d+)\.\d+\.", facts["containerd"])
     two = major is not None and int(major.group(1)) >= 2
@@ -316,7 +349,8 @@ def main() -> None:
                 pid = int(kubelet.status(cid)[1]["pid"])
                 grant = grants().get(cid)
                 out[row["id"]] = {"admitted": True, "seen": cpus_of(pid), "grant": grant,
-                                  "host": host_facts(pid, grant["cpus"] if grant else [])}
+                                  "host": host_facts(pid, grant["cpus"] if grant else []),
+                                  "devices": container_devices(pid)}
             except Exception as exc:  # grpc.RpcError: the refusal kubelet would show
                 out[row["id"]] = {"admitted": False, "error": exc.details() if hasattr(exc, "details") else str(exc)}
             finally:

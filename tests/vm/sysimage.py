@@ -84,6 +84,9 @@ HOST_TOOLS = {"debootstrap": "debootstrap", "qemu-system-x86_64": "qemu-system-x
 CACHE_ENV = "NUMA_PIN_VM_CACHE"
 #: the guest's NUMA layout: (memory, cpus) per node
 NUMA = (("1G", "0-1"), ("1G", "2-3"))
+#: the PCI function a guest may get on a NUMA node (qemu's ``edu`` device: no backend; its
+#: vendor and device ids as sysfs writes them)
+DEVICE = ("edu", "0x1234", "0x11e8")
 SCENARIO_UNIT = "numa-pin-scenario.service"
 SHARE_TAG = "npout"
 
@@ -284,20 +287,32 @@ def make_image(base: Path, deb: Path, scenario: str, work: Path, log: Path,
     return image
 
 
-def qemu_argv(kernel: Path, initrd: Path, image: Path, share: Path) -> list[str]:
-    """qemu under TCG: 4 CPUs in two NUMA nodes, the image as /dev/vda, ``share`` over 9p."""
+def qemu_argv(kernel: Path, initrd: Path, image: Path, share: Path, device_node: int | None = None) -> list[str]:
+    """qemu under TCG: 4 CPUs in two NUMA nodes, the image as /dev/vda, ``share`` over 9p.
+    ``device_node``: also an emulated IOMMU and :data:`DEVICE` behind a PCIe expander bridge of that
+    node (its ``numa_node`` in sysfs), in an IOMMU group of its own, so it can be bound to vfio-pci."""
+    iommu = ["-device", "intel-iommu,intremap=off"] if device_node is not None else []  # before any PCI device
+    append = ("root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 systemd.show_status=0 quiet "
+              "panic=-1 net.ifnames=0" + (" intel_iommu=on iommu=pt" if device_node is not None else ""))
+    if device_node is None:
+        disks = ["-drive", f"file={image},if=virtio,format=raw,cache=unsafe",
+                 "-virtfs", f"local,path={share},mount_tag={SHARE_TAG},security_model=none,id={SHARE_TAG}"]
+    else:  # on the root bus by name: a device left to find a bus would take the expander bridge's
+        disks = ["-drive", f"file={image},if=none,id=vda,format=raw,cache=unsafe",
+                 "-device", "virtio-blk-pci,drive=vda,bus=pcie.0",
+                 "-fsdev", f"local,path={share},security_model=none,id={SHARE_TAG}",
+                 "-device", f"virtio-9p-pci,fsdev={SHARE_TAG},mount_tag={SHARE_TAG},bus=pcie.0"]
     argv = ["qemu-system-x86_64", "-machine", "q35,accel=tcg", "-cpu", "max", "-smp", str(2 * len(NUMA)),
-            "-m", "2G", "-nographic", "-no-user-config", "-nodefaults", "-serial", "stdio",
-            "-kernel", str(kernel), "-initrd", str(initrd),
-            "-append", "root=/dev/vda rw console=ttyS0 systemd.unified_cgroup_hierarchy=1 "
-                       "systemd.show_status=0 quiet panic=-1 net.ifnames=0",
-            "-drive", f"file={image},if=virtio,format=raw,cache=unsafe",
-            "-virtfs", f"local,path={share},mount_tag={SHARE_TAG},security_model=none,id={SHARE_TAG}",
-            "-nic", "none"]
+            "-m", "2G", "-nographic", "-no-user-config", "-nodefaults", "-serial", "stdio", *iommu,
+            "-kernel", str(kernel), "-initrd", str(initrd), "-append", append, *disks, "-nic", "none"]
     for i, (mem, cpus) in enumerate(NUMA):
         first, _, last = cpus.partition("-")
         argv += ["-object", f"memory-backend-ram,id=m{i},size={mem}",
                  "-numa", f"node,nodeid={i},memdev=m{i},cpus={first}-{last or first}"]
+    if device_node is not None:  # (intremap=off above: vfio-pci needs only DMA remapping for its groups)
+        argv += ["-device", f"pxb-pcie,id=pxb{device_node},bus_nr=128,numa_node={device_node},bus=pcie.0",
+                 "-device", f"pcie-root-port,id=rp{device_node},bus=pxb{device_node},chassis=1",
+                 "-device", f"{DEVICE[0]},bus=rp{device_node}"]
     return argv
 
 
@@ -313,16 +328,16 @@ def tree_kernel(base: Path) -> tuple[Path, Path]:
 
 
 def boot(image: Path, share: Path, timeout: float, console_log: Path,
-         kernel: tuple[Path, Path] | None = None) -> float:
+         kernel: tuple[Path, Path] | None = None, device_node: int | None = None) -> float:
     """Boot until the guest powers itself off (reboots included); the wall time in seconds.
-    ``kernel``: the kernel and initrd to boot (default: the host's). Raises TimeoutError (the
-    guest is killed) past ``timeout``."""
+    ``kernel``: the kernel and initrd to boot (default: the host's); ``device_node``: see
+    :func:`qemu_argv`. Raises TimeoutError (the guest is killed) past ``timeout``."""
     pair = kernel or kernel_pair()
     if pair is None:
         raise RuntimeError("no host kernel with an initrd")
     started = time.monotonic()
     with console_log.open("wb") as out:
-        proc = subprocess.Popen(qemu_argv(*pair, image, share), stdin=subprocess.DEVNULL, stdout=out,
+        proc = subprocess.Popen(qemu_argv(*pair, image, share, device_node), stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         try:
             proc.wait(timeout=timeout)

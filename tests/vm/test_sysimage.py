@@ -54,6 +54,26 @@ def test_qemu_boots_two_nodes_on_the_unified_hierarchy_under_tcg(tmp_path: Path)
     assert f"mount_tag={sysimage.SHARE_TAG}" in joined
 
 
+@pytest.mark.parametrize("node", [None, 1], ids=["no-device", "device-on-node-1"])
+def test_qemu_puts_the_guests_device_behind_an_iommu_on_its_node(tmp_path: Path, node: int | None) -> None:
+    """The IOMMU comes before every PCI device (qemu refuses it after one); with a device, the disk
+    and the share sit on the root bus by name (left to find a bus, one takes the expander bridge's,
+    where only bridges may go); the device sits behind a root port of an expander bridge of ``node``."""
+    argv = sysimage.qemu_argv(Path("/k"), Path("/i"), tmp_path / "root.ext4", tmp_path, node)
+    devices = [argv[i + 1] for i, a in enumerate(argv) if a == "-device"]
+    iommu = "intel_iommu=on" in argv[argv.index("-append") + 1]
+    if node is None:
+        assert not iommu and not devices and "if=virtio" in argv[argv.index("-drive") + 1]
+        return
+    assert "-virtfs" not in argv and "if=none" in argv[argv.index("-drive") + 1]
+    assert [d for d in devices if d.startswith("virtio-")] == [
+        "virtio-blk-pci,drive=vda,bus=pcie.0", f"virtio-9p-pci,fsdev={sysimage.SHARE_TAG},"
+        f"mount_tag={sysimage.SHARE_TAG},bus=pcie.0"]
+    assert iommu and devices[0].startswith("intel-iommu,")
+    bridge, port, device = devices[-3:]
+    assert f"numa_node={node}" in bridge and f"bus=pxb{node}" in port and device == f"{sysimage.DEVICE[0]},bus=rp{node}"
+
+
 def test_the_install_doc_ctr_recipe_is_found_and_unindented() -> None:
     recipe = ctr_recipe(INSTALL_DOC.read_text())
     lines = recipe.splitlines()

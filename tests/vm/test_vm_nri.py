@@ -28,7 +28,9 @@ from pathlib import Path
 
 import pytest
 
+from nri.every_path_world import DPDK, GPU_RESOURCES
 from nri.test_every_path import (  # tests/ is on the path: its folders are packages
+    DEVICE_ROWS,
     EXPECTED,
     GUEST_CELLS,
     GUEST_EFFECTS,
@@ -49,6 +51,9 @@ REUSE_ENV = "NUMA_PIN_VM_NRI_REUSE"
 GUEST_LIB = "/usr/local/lib/np"
 ALL = list(range(2 * len(sysimage.NUMA)))
 NODES = [frozenset(range(2 * i, 2 * i + 2)) for i in range(len(sysimage.NUMA))]
+#: the guest's NUMA node with a PCI function (sysimage.DEVICE), bound to vfio-pci in the guest and
+#: selected as the fake GPU node selects its vfio-bound VF (the matrix's ``vfio`` row asks for it)
+DEVICE_NODE = 1
 
 
 def guest_cri_proto(text: str) -> bytes:
@@ -94,6 +99,8 @@ def facts(request: pytest.FixtureRequest, image_archive: Path) -> Iterator[dict]
                  f"{GUEST_LIB}/cri.py": (E2E / "cri.py").read_bytes(),
                  f"{GUEST_LIB}/cri_api/api.proto": guest_cri_proto((E2E / "cri_api" / "api.proto").read_text()),
                  f"{GUEST_LIB}/matrix.json": json.dumps([{"id": r, "annotations": a} for r, a, _ in ROWS if r in GUEST_ROWS]).encode(),
+                 f"{GUEST_LIB}/devices.json": json.dumps({"devices": {DPDK: GPU_RESOURCES[DPDK]},
+                                                          "ids": list(sysimage.DEVICE[1:])}).encode(),
                  f"{GUEST_LIB}/daemonset_guest.py": (HERE / "daemonset_guest.py").read_bytes(),
                  f"{GUEST_LIB}/numa-pin.yaml": (REPO / "deploy" / "kubernetes" / "numa-pin.yaml").read_bytes(),
                  f"{GUEST_LIB}/numa-pin-image.tar": image_archive.read_bytes()}
@@ -101,7 +108,9 @@ def facts(request: pytest.FixtureRequest, image_archive: Path) -> Iterator[dict]
         share = work / "share"
         share.mkdir()
         kernel = sysimage.tree_kernel(base) if flavour.own_kernel else None
-        sysimage.boot(image, share, timeout=1800, console_log=work / "console.log", kernel=kernel)
+        took = sysimage.boot(image, share, timeout=1800, console_log=work / "console.log", kernel=kernel,
+                             device_node=DEVICE_NODE)
+        (work / "boot-seconds").write_text(f"{took:.0f}\n")
         image.unlink()
         if not (share / "facts.json").exists():
             console = (work / "console.log").read_text(errors="replace")[-4000:]
@@ -227,11 +236,25 @@ def test_the_every_path_table_holds_through_containerd(facts: dict, row: str) ->
             assert (len(grant["cpus"]) == 2 and _one_node(grant["cpus"])) if want == "mixed" else not grant["cpus"]
         if row in GUEST_EFFECTS:
             _assert_guest_effect(seen["host"], grant["cpus"], *GUEST_EFFECTS[row])
+        if row in DEVICE_ROWS:
+            _assert_guest_devices(_step(facts, "vfio"), grant, seen["devices"])
     else:
         assert seen["admitted"] is False, seen
         found = REFUSAL.search(seen["error"])
         assert found and found.group(1) == want, seen["error"]
     assert step["grants_after"] == {}
+
+
+def _assert_guest_devices(vfio: dict, grant: dict, container: dict) -> None:
+    """The fake GPU node's device checks (tests/nri/test_every_path.py's ``_assert_devices``) with
+    the guest's kernel as the oracle: the grant holds the vfio-bound function, with CPUs and memory
+    of its NUMA node; the container has its IOMMU group's node and ``/dev/vfio/vfio`` with the
+    numbers sysfs gives them, and is told its address as sriov-network-device-plugin names it."""
+    assert vfio["driver"] == "vfio-pci" and vfio["numa_node"] == DEVICE_NODE, vfio
+    assert grant["devices"] == {DPDK: [vfio["address"]]}, grant
+    assert grant["mems"] == [DEVICE_NODE] and set(grant["cpus"]) <= set(parse_list(vfio["node_cpus"])), grant
+    assert container["vfio"] == {vfio["group"]: vfio["dev"], "vfio": vfio["container_dev"]}, container
+    assert container["env"] == {"PCIDEVICE_" + re.sub(r"[^A-Za-z0-9]", "_", DPDK).upper(): vfio["address"]}, container
 
 
 def _assert_guest_effect(host: dict, cpus: list[int], what: str, value: str) -> None:
