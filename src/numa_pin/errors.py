@@ -21,7 +21,8 @@ is allowed to escape as a traceback.
     │       └── SMTAlignmentError      full-pcpus-only could not be honoured
     ├── LedgerError(path, errno)       the node ledger
     │   ├── LedgerLockTimeout          another admission held the lock too long
-    │   └── LedgerCorrupt              checksum / version / JSON failure; never reset silently
+    │   ├── LedgerCorrupt              checksum / version / JSON failure; never reset silently
+    │   └── LedgerOvertaken            a lock-free read overtaken every time (read again under the lock)
     ├── EnforcementError(path, errno)  writing cgroups, moving netdevs, granting devices
     │   └── CgroupEscapeError          a path would leave the cgroup root
     ├── HookInputError                 the OCI state on stdin or config.json is unusable
@@ -184,6 +185,11 @@ class LedgerCorrupt(LedgerError):
     """The ledger failed its checksum, version or JSON checks. It is never reset silently."""
 
 
+class LedgerOvertaken(LedgerError):
+    """A reader without the lock found the snapshot replaced every time it read (a writer
+    compacting faster than it reads); the ledger reads it again under the lock."""
+
+
 class EnforcementError(_OsFailure):
     """Applying a grant to the system failed (cgroup write, netdev move, device grant).
     ``path`` is the file or namespace written."""
@@ -302,6 +308,7 @@ __all__ = [
     "LedgerCorrupt",
     "LedgerError",
     "LedgerLockTimeout",
+    "LedgerOvertaken",
     "NumaPinError",
     "PolicyError",
     "RequestError",

@@ -545,3 +545,34 @@ def test_a_small_ledgers_reader_never_opens_the_journal(tmp_path: Path, monkeypa
         txn.put(_grant(900))
     assert ledger.read() == state.with_grant(_grant(900))
     assert opened and JOURNAL_FILE not in {os.path.basename(p) for p in opened}
+
+
+def test_a_reader_overtaken_every_time_reads_under_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer that compacts faster than a cold reader reads (a loaded machine) would starve a
+    lock-free reader; after :data:`~numa_pin.ledger.reader.READ_TRIES` overtakes it reads
+    between two commits, under the lock, instead of failing."""
+    ledger = _seeded(tmp_path)
+    state = ledger.read()
+    real, calls = reader._read_once, []
+
+    def overtaken_unless_locked(*args):
+        calls.append(fcntl_held(tmp_path / "ledger.lock"))
+        return real(*args) if calls[-1] else None
+
+    monkeypatch.setattr(reader, "_read_once", overtaken_unless_locked)
+    _forget(ledger)
+    assert ledger.read() == state
+    assert calls == [False] * reader.READ_TRIES + [True]
+
+
+def fcntl_held(lock: Path) -> bool:
+    """Whether some descriptor holds ``lock``'s flock (another open file cannot take it)."""
+    import fcntl
+
+    with open(lock, "rb") as probe:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(probe, fcntl.LOCK_UN)
+        return False

@@ -16,7 +16,7 @@ import os
 from numa_pin.base.boundedio import UnsafeInput, open_regular, read_fd
 from numa_pin.base.record import record
 from numa_pin.base.safefs import check_dir
-from numa_pin.errors import LedgerError
+from numa_pin.errors import LedgerError, LedgerOvertaken
 from numa_pin.ledger.codec import Memo, corrupt, decode_checked
 from numa_pin.ledger.migrate import LEDGER_VERSION
 from numa_pin.ledger.model import LedgerState
@@ -119,7 +119,8 @@ def read(cache: ReadCache, state_dir: str, path: str, journal_path: str) -> Read
     Raises:
         UnsafePathError: ``state_dir`` fails :func:`~numa_pin.base.safefs.check_dir`.
         LedgerCorrupt: a file is not a valid snapshot or journal.
-        LedgerError: a file could not be read, or it was replaced :data:`READ_TRIES` times in a row.
+        LedgerOvertaken: it was replaced :data:`READ_TRIES` times in a row.
+        LedgerError: a file could not be read.
     """
     try:
         check_dir(state_dir)
@@ -129,7 +130,7 @@ def read(cache: ReadCache, state_dir: str, path: str, journal_path: str) -> Read
         got = _read_once(cache, path, journal_path)
         if got is not None:
             return got
-    raise LedgerError(f"the ledger was rewritten {READ_TRIES} times while it was read", path=path)
+    raise LedgerOvertaken(f"the ledger was rewritten {READ_TRIES} times while it was read", path=path)
 
 
 def _read_once(cache: ReadCache, path: str, journal_path: str) -> Read | None:

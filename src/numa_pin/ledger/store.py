@@ -59,7 +59,7 @@ from contextlib import contextmanager
 
 from numa_pin.base.boundedio import UnsafeInput, read_regular_file
 from numa_pin.base.safefs import NotDurable, ensure_dir, flock_within, fsync_dir, open_private, replace_private
-from numa_pin.errors import LedgerCorrupt, LedgerError, LedgerLockTimeout, UnsafePathError
+from numa_pin.errors import LedgerCorrupt, LedgerError, LedgerLockTimeout, LedgerOvertaken, UnsafePathError
 from numa_pin.ledger import reader
 from numa_pin.ledger.codec import MAX_NAME_CHARS, REMEDY, check_new_grants, checksum, decode, encode, encode_checked
 from numa_pin.ledger.migrate import LEDGER_VERSION, SNAPSHOT_ONLY_VERSION
@@ -121,7 +121,8 @@ class Ledger:
 
     def read(self) -> LedgerState:
         """The current state, without locking (the snapshot is only ever replaced whole, the
-        journal appended to; a reader that a new snapshot overtook reads again).
+        journal appended to; a reader that a new snapshot overtook reads again, and one overtaken
+        every time, by a writer compacting faster than it reads, reads under the lock).
 
         Raises:
             LedgerCorrupt: the file exists but is not a valid ledger.
@@ -317,7 +318,11 @@ class Ledger:
     # ---- reading and writing -------------------------------------------------------
 
     def _load(self) -> LedgerState:
-        return reader.read(self.cache, self.state_dir, self.path, self.journal_path).state
+        try:
+            return reader.read(self.cache, self.state_dir, self.path, self.journal_path).state
+        except LedgerOvertaken:  # a writer that keeps compacting: read between two of its commits
+            with self._locked(None, None):
+                return reader.read(self.cache, self.state_dir, self.path, self.journal_path).state
 
     def _commit(self, state: LedgerState, got: Read) -> None:
         """Write ``state``, read as ``got`` under the lock: one record appended to the journal
