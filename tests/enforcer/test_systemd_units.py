@@ -25,6 +25,7 @@ from numa_pin.base.deadline import Deadline
 from numa_pin.config.schema import config_from_dict
 from numa_pin.enforcer import cgroups, systemd
 from numa_pin.enforcer.cgroups import CgroupRef
+from numa_pin.enforcer.cpuset import apply_cpuset
 from numa_pin.enforcer.undo import UndoLog
 from numa_pin.errors import EnforcementError
 from numa_pin.requests.request import request_from_oci
@@ -185,6 +186,21 @@ def test_drift_through_systemd_is_repaired_through_systemd(node: SystemdNode) ->
     assert len([c for c in node.calls() if c[0] == "set-property"]) == set_calls
     node.daemon_reload()
     assert node.effective_cpus("x") == grant.cpus, "the next daemon-reload keeps numa-pin's values"
+
+
+def test_a_scope_its_runtime_already_pinned_costs_no_systemctl_call(node: SystemdNode) -> None:
+    """NRI's StartContainer: the runtime applied the grant's cpuset at CreateContainer, through
+    the unit it made (runc's and crun's systemd drivers put a spec's cpuset in the unit), so a
+    systemd slow to answer then has nothing to fail; a scope whose files differ still asks it."""
+    ref, tool = node.scope_ref("x"), node.systemctl()
+    node.set_property("x", AllowedCPUs="2-3", AllowedMemoryNodes="1")  # the runtime's unit ...
+    node.daemon_reload()  # ... and its files
+    state = apply_cpuset(ref, {2, 3}, {1}, node.fake.cgroup_root, UndoLog(), systemd=tool)
+    assert (state.effective_cpus, state.effective_mems) == ({2, 3}, {1})
+    assert node.calls() == []
+    apply_cpuset(ref, {3}, {1}, node.fake.cgroup_root, UndoLog(), systemd=tool)
+    assert node.unit("x") == {"AllowedCPUs": "3", "AllowedMemoryNodes": "1"}
+    assert [c[0] for c in node.calls()] == ["show", "set-property"]
 
 
 def test_a_shared_scope_stays_off_exclusive_cpus_across_daemon_reload_and_grows_back(node: SystemdNode) -> None:

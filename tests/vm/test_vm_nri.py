@@ -225,21 +225,22 @@ def test_the_every_path_table_holds_through_containerd(facts: dict, row: str) ->
     assert step["grants_before"] == {}
     overrides = next(o for r, _, o in ROWS if r == row)
     seen, want = step[row], GUEST_CELLS.get(row, overrides.get("nri", EXPECTED[row]))
+    shown = json.dumps(seen)  # whole: pytest cuts a dict it shows to 240 characters
     if want in ("exclusive", "shared", "mixed"):
-        assert seen["admitted"] is True, seen
+        assert seen["admitted"] is True, shown
         grant = seen["grant"]
-        assert grant is not None and grant["kind"] == ("shared" if want == "shared" else "exclusive"), seen
+        assert grant is not None and grant["kind"] == ("shared" if want == "shared" else "exclusive"), shown
         if want == "exclusive":
-            assert seen["seen"] == grant["cpus"] and _one_node(grant["cpus"]), seen
+            assert seen["seen"] == grant["cpus"] and _one_node(grant["cpus"]), shown
         else:  # shared, or mixed: its exclusive CPUs and the pool (all the others, on an emptied node)
-            assert seen["seen"] == ALL, seen
+            assert seen["seen"] == ALL, shown
             assert (len(grant["cpus"]) == 2 and _one_node(grant["cpus"])) if want == "mixed" else not grant["cpus"]
         if row in GUEST_EFFECTS:
             _assert_guest_effect(seen["host"], grant["cpus"], *GUEST_EFFECTS[row])
         if row in DEVICE_ROWS:
             _assert_guest_devices(_step(facts, "vfio"), grant, seen["devices"])
     else:
-        assert seen["admitted"] is False, seen
+        assert seen["admitted"] is False, shown
         found = REFUSAL.search(seen["error"])
         assert found and found.group(1) == want, seen["error"]
     assert step["grants_after"] == {}

@@ -200,14 +200,21 @@ def _relative_message(exc: EnforcementError, d: str) -> str:
 
 
 def _needs_unit(ref: CgroupRef, cpus: frozenset[int], mems: frozenset[int] | None) -> bool:
-    """False when the cgroup holds no CPU list of its own and already runs on exactly ``cpus``
-    with its memory nodes left alone (a shared container on a node without exclusive grants):
-    there is nothing systemd could undo, so no unit is asked."""
-    if mems is not None:
-        return True
+    """False when the cgroup's files already say what is asked, so its unit need not be told:
+
+    * its own lists are ``cpus`` (and ``mems`` when asked): whoever wrote them told systemd the
+      same (runc's and crun's systemd drivers put a spec's cpuset in the unit they create, and
+      numa-pin sets the unit before the files). An NRI container at StartContainer, whose
+      runtime applied the grant at CreateContainer, costs no ``systemctl`` call, so a systemd
+      slow to answer then cannot fail its start;
+    * with its memory nodes left alone, it holds no CPU list of its own and already runs on
+      exactly ``cpus`` (a shared container on a node without exclusive grants): there is nothing
+      systemd could undo."""
     d = ref.cpuset_dir
-    own = cgroups.read_cgroup_file(os.path.join(d, CPUSET_CPUS)).strip()
-    return bool(own) or _read_list(os.path.join(d, _effective_names(ref)[0])) != cpus
+    own = _read_list(os.path.join(d, CPUSET_CPUS))
+    if not own:
+        return mems is not None or _read_list(os.path.join(d, _effective_names(ref)[0])) != cpus
+    return own != cpus or (mems is not None and _read_list(os.path.join(d, CPUSET_MEMS)) != mems)
 
 
 def apply_cpuset(
